@@ -1,0 +1,34 @@
+# Two-command quickstart: `make demo` (set up + train on the embedded sample) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: venv
+	$(BIN)/protein-performer train experiment=demo
+
+test: venv
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m ruff format --check .
+
+bench: venv
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	$(BIN)/python benchmarks/attention_scaling.py
+	$(BIN)/python benchmarks/approximation.py
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache

@@ -1,0 +1,257 @@
+"""``protein-performer <command> [options] [key=value ...]``: a thin layer over the library.
+
+Errors the user can fix are printed as one line (``error: ...``) with exit status 2; add
+``--debug`` anywhere on the command line to see the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from protein_performer import __version__
+from protein_performer.errors import ConfigError, ProteinPerformerError
+
+EXIT_USAGE = 2
+DOWNLOAD_URLS = {
+    level: f"https://ftp.uniprot.org/pub/databases/uniprot/uniref/{level}/{level}.fasta.gz"
+    for level in ("uniref50", "uniref90", "uniref100")
+}
+
+
+def _print_json(obj: Any, out: str | None) -> None:
+    text = json.dumps(obj, indent=2, default=str)
+    if out:
+        tmp = Path(out).with_name(Path(out).name + ".tmp")
+        tmp.write_text(text + "\n", encoding="utf-8")
+        tmp.replace(out)
+    else:
+        print(text)
+
+
+# ---- data commands ----------------------------------------------------------------------
+def _cmd_stats(args: argparse.Namespace) -> int:
+    from protein_performer.data.stats import fasta_stats
+
+    stats = fasta_stats(args.inputs, progress=not args.no_progress)
+    if args.json or args.output:
+        _print_json(stats, args.output)
+        return 0
+    lens = stats["lengths"]
+    print(f"files:      {', '.join(f['path'] for f in stats['files'])}")
+    print(f"records:    {stats['records']:,}")
+    print(f"residues:   {stats['residues']:,}")
+    if stats["records"]:
+        pct = "  ".join(f"{k}={lens[k]}" for k in lens if k.startswith("p"))
+        print(
+            f"length:     min {lens['min']}  median {lens['p50']}  max {lens['max']}  "
+            f"mean {lens['mean']}"
+        )
+        print(f"            {pct}")
+    total = max(stats["residues"], 1)
+    comp = sorted(stats["composition"].items(), key=lambda kv: -kv[1])
+    print("composition: " + " ".join(f"{a}:{100 * c / total:.1f}%" for a, c in comp))
+    print(f"non-standard residues: {stats['nonstandard_residues'] or 'none'}")
+    inv = stats["invalid_characters"]
+    print(
+        "invalid characters (records): "
+        + (", ".join(f"{c!r}: {n}" for c, n in inv.items()) if inv else "none")
+    )
+    print(f"header kinds: {stats['header_kinds']}")
+    dup = stats["duplicate_ids"]
+    print(
+        f"duplicate ids: {dup['count']}"
+        + (
+            " (e.g. "
+            + ", ".join(
+                f"record {e['record']} repeats record {e['first']}" for e in dup["examples"][:3]
+            )
+            + ")"
+            if dup["count"]
+            else ""
+        )
+    )
+    return 0
+
+
+def _cmd_preprocess(args: argparse.Namespace) -> int:
+    from protein_performer.data.shards import preprocess
+
+    if len(args.paths) < 2:
+        raise ConfigError("preprocess needs at least one INPUT and an OUTDIR")
+    *inputs, outdir = args.paths
+    try:
+        manifest = preprocess(
+            inputs,
+            outdir,
+            val_inputs=args.val or (),
+            test_inputs=args.test or (),
+            fractions=args.fractions,
+            seed=args.seed,
+            policy=args.invalid,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+        )
+    except ValueError as e:
+        if isinstance(e, ProteinPerformerError):
+            raise
+        raise ConfigError(str(e)) from None
+    if args.json:
+        _print_json(manifest, None)
+        return 0
+    c = manifest["counts"]
+    print(
+        f"wrote {outdir}  ({manifest['elapsed_s']} s, {manifest['records_per_s']:,} records/s, "
+        f"{manifest['mb_per_s']} MB/s)"
+    )
+    for split, s in manifest["splits"].items():
+        print(f"  {split:5s} {s['records']:>10,} records {s['residues']:>14,} residues")
+    print(
+        f"  skipped (invalid) {c['skipped_invalid']:,}, records with replacements "
+        f"{c['records_replaced']:,}, duplicate ids {manifest['duplicate_ids']['count']:,}"
+    )
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from protein_performer.data.simulate import simulate_fasta
+
+    summary = simulate_fasta(
+        args.output,
+        n_families=args.families,
+        min_members=args.min_members,
+        max_members=args.max_members,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    _print_json(summary, None) if args.json else print(
+        f"wrote {summary['path']}: {summary['records']:,} records, "
+        f"{summary['residues']:,} residues, {summary['families']} families"
+    )
+    return 0
+
+
+def _cmd_download(args: argparse.Namespace) -> int:
+    from protein_performer.data.download import download
+
+    url = args.url or DOWNLOAD_URLS[args.dataset]
+    summary = download(
+        url,
+        args.output,
+        max_records=args.max_records,
+        progress=not args.no_progress,
+        timeout=args.timeout,
+    )
+    _print_json(summary, None) if args.json else print(
+        "downloaded " + ", ".join(f"{k}={v}" for k, v in summary.items())
+    )
+    return 0
+
+
+def _cmd_hydra(command: str, argv: list[str]) -> int:
+    from protein_performer.config import run_hydra
+
+    return run_hydra(command, argv)
+
+
+# ---- parser -----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="protein-performer",
+        description="Train Performer protein language models and analyse their attention.",
+        epilog="Add --debug anywhere to show tracebacks. "
+        "`protein-performer train --help` lists configuration options.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    for name, help_ in (
+        ("train", "train a model (Hydra overrides: model=performer_softmax trainer.max_steps=..)"),
+        ("evaluate", "perplexity/accuracy of a checkpoint on a FASTA (checkpoint=.. fasta=..)"),
+    ):
+        p = sub.add_parser(name, help=help_, add_help=False)
+        p.add_argument("overrides", nargs=argparse.REMAINDER)
+
+    data = sub.add_parser("data", help="FASTA statistics, preprocessing, simulation, download")
+    dsub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", required=True)
+
+    p = dsub.add_parser("stats", help="records, lengths, composition and problems of FASTA files")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="FASTA file(s), plain or gzip")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
+    p.add_argument("-o", "--output", help="write JSON to this file")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_stats)
+
+    p = dsub.add_parser(
+        "preprocess",
+        help="tokenize FASTA into per-split shards + manifest",
+        description="Tokenize INPUT FASTA file(s) into OUTDIR/{train,val,test} token shards "
+        "and OUTDIR/manifest.json. Records are split by hashing the UniRef cluster id "
+        "(else accession) unless --val/--test give explicit files.",
+    )
+    p.add_argument("paths", nargs="+", metavar="INPUT... OUTDIR")
+    p.add_argument("--val", action="append", metavar="FASTA", help="explicit validation file")
+    p.add_argument("--test", action="append", metavar="FASTA", help="explicit test file")
+    p.add_argument("--fractions", default="0.9,0.05,0.05", help="train,val,test (hash split)")
+    p.add_argument("--seed", type=int, default=0, help="split seed")
+    p.add_argument(
+        "--invalid",
+        choices=["error", "skip", "replace"],
+        default="error",
+        help="records with non-residue characters: fail, drop, or map them to X",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUTDIR")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_preprocess)
+
+    p = dsub.add_parser("simulate", help="evolve protein families along random trees (BLOSUM62)")
+    p.add_argument("output", metavar="OUT", help="FASTA to write (.gz for gzip)")
+    p.add_argument("--families", type=int, default=400)
+    p.add_argument("--min-members", type=int, default=5)
+    p.add_argument("--max-members", type=int, default=15)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_simulate)
+
+    p = dsub.add_parser("download", help="stream a UniRef FASTA from UniProt to disk")
+    p.add_argument("dataset", choices=sorted(DOWNLOAD_URLS), help="which UniRef release")
+    p.add_argument("output", metavar="OUT")
+    p.add_argument("--url", help="override the download URL (mirror, local server)")
+    p.add_argument("--max-records", type=int, help="stop after N records")
+    p.add_argument("--timeout", type=float, default=60.0, help="network timeout (s)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_download)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    parser = build_parser()
+    try:
+        if argv and argv[0] in ("train", "evaluate"):
+            return _cmd_hydra(argv[0], argv[1:])
+        args = parser.parse_args(argv)
+        return int(args.func(args) or 0)
+    except ProteinPerformerError as e:
+        if debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""FASTA → tokens → batches. Knows nothing about models.
+
+Main entry points: :func:`~protein_performer.data.fasta.read_fasta`,
+:func:`~protein_performer.data.fasta.load_fasta_source`,
+:func:`~protein_performer.data.shards.preprocess`, :class:`~protein_performer.data.shards.ShardSource`,
+:func:`~protein_performer.data.alphabet.default_alphabet`.
+"""
+
+from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
+from protein_performer.data.fasta import FastaRecord, load_fasta_source, read_fasta
+from protein_performer.data.headers import HeaderInfo, parse_header
+from protein_performer.data.sources import FlatSource
+
+__all__ = [
+    "Alphabet",
+    "FastaRecord",
+    "FlatSource",
+    "HeaderInfo",
+    "InvalidPolicy",
+    "default_alphabet",
+    "load_fasta_source",
+    "parse_header",
+    "read_fasta",
+]

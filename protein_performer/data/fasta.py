@@ -1,0 +1,318 @@
+"""Streaming FASTA reading: plain, gzip, bzip2 or xz (detected by magic bytes), with validation.
+
+Records are parsed with biopython's ``SimpleFastaParser`` one at a time (constant memory).
+Every malformed-input case raises :class:`~protein_performer.errors.DataError` with a one-line
+message naming the file and, where known, the record.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import io
+import itertools
+import lzma
+import os
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+from Bio.SeqIO.FastaIO import SimpleFastaParser
+
+from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
+from protein_performer.data.headers import HeaderInfo, parse_header
+from protein_performer.data.sources import FlatSource
+from protein_performer.data.splits import SPLITS, SplitAssigner
+from protein_performer.errors import DataError
+
+PathLike = str | os.PathLike
+
+_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"(\xb5/\xfd": "zstd",
+    b"PK\x03\x04": "zip",
+}
+
+
+@dataclass(frozen=True)
+class FastaRecord:
+    """One FASTA record. ``index`` is 0-based; ``sequence`` is raw (whitespace removed)."""
+
+    index: int
+    title: str
+    sequence: str
+
+    @cached_property
+    def header(self) -> HeaderInfo:
+        return parse_header(self.title)
+
+    @property
+    def id(self) -> str:
+        return self.title.split(None, 1)[0] if self.title.strip() else ""
+
+    @property
+    def number(self) -> int:
+        """1-based record number, as used in error messages."""
+        return self.index + 1
+
+
+class _HashingReader(io.RawIOBase):
+    """Raw reader that hashes (sha256) and counts the bytes it passes on."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self.sha256 = hashlib.sha256()
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        n = self._raw.readinto(b)
+        if n:
+            self.sha256.update(memoryview(b)[:n])
+            self.bytes_read += n
+        return n or 0
+
+    def drain(self) -> None:
+        """Read to EOF so the hash covers the whole file."""
+        while self._raw.readinto(buf := bytearray(1 << 20)):
+            pass
+        del buf
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def detect_compression(path: PathLike) -> str:
+    """``"plain"``, ``"gzip"``, ``"bzip2"``, ``"xz"`` (or an unsupported name) by magic bytes."""
+    check_readable_file(path)
+    with open(path, "rb") as fh:
+        head = fh.read(6)
+    for magic, name in _MAGIC.items():
+        if head.startswith(magic):
+            return name
+    return "plain"
+
+
+def check_readable_file(path: PathLike) -> None:
+    p = Path(path)
+    if not p.exists():
+        raise DataError("no such file", path=path)
+    if p.is_dir():
+        raise DataError("is a directory, expected a FASTA file", path=path)
+    if not os.access(p, os.R_OK):
+        raise DataError("permission denied", path=path)
+
+
+class FastaReader:
+    """Iterate :class:`FastaRecord` from one file, validating as it goes.
+
+    After iteration ``sha256`` (of the file's bytes as stored) and ``bytes_read`` are set.
+    ``compressed_bytes_read`` is live during iteration (for progress bars).
+    """
+
+    def __init__(self, path: PathLike, *, allow_empty_sequence: bool = False) -> None:
+        self.path = Path(path)
+        self.allow_empty_sequence = allow_empty_sequence
+        self.compression = detect_compression(path)
+        if self.compression not in ("plain", "gzip", "bzip2", "xz"):
+            raise DataError(
+                f"{self.compression}-compressed files are not supported "
+                "(use plain, gzip, bzip2 or xz FASTA)",
+                path=path,
+            )
+        self.size = self.path.stat().st_size
+        self._hasher: _HashingReader | None = None
+        self.sha256: str | None = None
+        self.records_read = 0
+
+    @property
+    def compressed_bytes_read(self) -> int:
+        return self._hasher.bytes_read if self._hasher is not None else 0
+
+    def _open_text(self) -> TextIO:
+        self._hasher = _HashingReader(open(self.path, "rb", buffering=0))  # noqa: SIM115
+        raw: BinaryIO = io.BufferedReader(self._hasher, buffer_size=1 << 20)
+        if self.compression == "gzip":
+            raw = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+        elif self.compression == "bzip2":
+            raw = bz2.BZ2File(raw, mode="rb")  # type: ignore[assignment]
+        elif self.compression == "xz":
+            raw = lzma.LZMAFile(raw, mode="rb")  # type: ignore[assignment]  # noqa: SIM115
+        return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline=None)  # type: ignore[arg-type]
+
+    def _error(self, problem: str, index: int | None = None, title: str | None = None) -> DataError:
+        record_id = title.split(None, 1)[0] if title and title.strip() else None
+        return DataError(
+            problem,
+            path=self.path,
+            record=None if index is None else index + 1,
+            record_id=record_id,
+        )
+
+    def __iter__(self) -> Iterator[FastaRecord]:
+        if self.size == 0:
+            raise DataError("empty file", path=self.path)
+        index = 0
+        title: str | None = None
+        text = self._open_text()
+        try:
+            lines = iter(text)
+            line_no = 0
+            first = None
+            for line in lines:
+                line_no += 1
+                if line.strip():
+                    first = line
+                    break
+            if first is None:
+                raise DataError(
+                    "no records (file is empty after decompression)"
+                    if self.compression != "plain"
+                    else "no records (file holds only blank lines)",
+                    path=self.path,
+                )
+            if not first.startswith(">"):
+                raise DataError(
+                    f"line {line_no} does not start with '>': not a FASTA file "
+                    "(or text before the first header)",
+                    path=self.path,
+                )
+            for title, seq in SimpleFastaParser(itertools.chain([first], lines)):
+                if not title.strip():
+                    raise self._error("empty header line ('>' with no id)", index)
+                if not seq and not self.allow_empty_sequence:
+                    raise self._error("header has no sequence", index, title)
+                yield FastaRecord(index, title, seq)
+                index += 1
+                self.records_read = index
+            self._hasher.drain()  # type: ignore[union-attr]
+            self.sha256 = self._hasher.sha256.hexdigest()  # type: ignore[union-attr]
+        except UnicodeDecodeError as e:
+            raise self._error(
+                f"not UTF-8 text (byte 0x{e.object[e.start]:02x}); is this a FASTA file?",
+                index,
+                title,
+            ) from None
+        except EOFError:
+            raise self._error(
+                f"truncated {self.compression} stream (file ends mid-stream)", index, title
+            ) from None
+        except (gzip.BadGzipFile, zlib.error, OSError, lzma.LZMAError) as e:
+            raise self._error(f"corrupt {self.compression} data ({e})", index, title) from None
+        finally:
+            text.close()
+
+
+def read_fasta(path: PathLike) -> Iterator[FastaRecord]:
+    """Stream records of one FASTA file (plain/gzip/bzip2/xz), validating as it goes."""
+    return iter(FastaReader(path))
+
+
+@dataclass
+class EncodeCounts:
+    """Counters filled by :func:`iter_encoded` (end up in manifests)."""
+
+    records_read: int = 0
+    records_kept: int = 0
+    skipped_invalid: int = 0
+    records_replaced: int = 0
+    residues_replaced: int = 0
+    invalid_characters: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "records_read": self.records_read,
+            "records_kept": self.records_kept,
+            "skipped_invalid": self.skipped_invalid,
+            "records_replaced": self.records_replaced,
+            "residues_replaced": self.residues_replaced,
+            "invalid_characters": dict(sorted(self.invalid_characters.items())),
+        }
+
+
+def iter_encoded(
+    reader: FastaReader,
+    alphabet: Alphabet,
+    policy: InvalidPolicy | str,
+    counts: EncodeCounts,
+) -> Iterator[tuple[FastaRecord, object]]:
+    """Yield ``(record, uint8 ids)`` for kept records, applying the invalid-residue policy."""
+    policy = InvalidPolicy.parse(policy)
+    for rec in reader:
+        counts.records_read += 1
+        res = alphabet.clean_encode(
+            rec.sequence, policy, path=reader.path, record=rec.number, record_id=rec.id
+        )
+        for ch in res.invalid_chars:
+            counts.invalid_characters[ch] = counts.invalid_characters.get(ch, 0) + 1
+        if res.ids is None:
+            counts.skipped_invalid += 1
+            continue
+        if len(res.ids) == 0:
+            raise DataError(
+                "sequence is empty after removing the stop '*'",
+                path=reader.path,
+                record=rec.number,
+                record_id=rec.id,
+            )
+        if res.n_replaced:
+            counts.records_replaced += 1
+            counts.residues_replaced += res.n_replaced
+        counts.records_kept += 1
+        yield rec, res.ids
+
+
+def load_fasta_source(
+    paths: PathLike | Sequence[PathLike],
+    *,
+    split: str | None = None,
+    fractions: Iterable[float] = (0.9, 0.05, 0.05),
+    seed: int = 0,
+    policy: InvalidPolicy | str = InvalidPolicy.ERROR,
+    max_records: int | None = None,
+    alphabet: Alphabet | None = None,
+    progress: bool = False,
+) -> FlatSource:
+    """Read FASTA file(s) into an in-memory :class:`FlatSource`.
+
+    Args:
+        paths: one path or a list; records are taken in file order.
+        split: keep only records hashed into this split (``train``/``val``/``test``), or all.
+        fractions: train/val/test fractions for the hash split.
+        seed: split seed.
+        policy: invalid residue policy (``error`` | ``skip`` | ``replace``).
+        max_records: stop after this many records are *read* (before splitting), or None.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
+    alphabet = alphabet or default_alphabet()
+    assigner = SplitAssigner(fractions, seed)
+    seqs: list = []
+    ids: list[str] = []
+    counts = EncodeCounts()
+    from tqdm.auto import tqdm
+
+    with tqdm(unit="rec", disable=None if progress else True, desc="reading FASTA", leave=False) as bar:
+        for path in paths:
+            reader = FastaReader(path)
+            for rec, toks in iter_encoded(reader, alphabet, policy, counts):
+                bar.update(1)
+                if split is None or assigner(rec.header.split_key) == split:
+                    seqs.append(toks)
+                    ids.append(rec.id)
+                if max_records is not None and counts.records_read >= max_records:
+                    break
+            if max_records is not None and counts.records_read >= max_records:
+                break
+    return FlatSource.from_arrays(seqs, ids, alphabet)

@@ -1,0 +1,277 @@
+"""Preprocess FASTA into per-split token shards + a JSON manifest (the scale path).
+
+Layout of an output directory::
+
+    OUTDIR/manifest.json
+    OUTDIR/<split>/tokens.bin    uint8 residue ids of all records, concatenated (no specials)
+    OUTDIR/<split>/offsets.bin   int64 little-endian, n_records + 1 entries
+    OUTDIR/<split>/ids.txt       one record id per line
+
+Preprocessing streams (memory does not grow with residues; 8 bytes per record for the exact
+duplicate check) and is atomic: everything is written into a hidden temporary directory next to
+OUTDIR that is renamed into place only when complete, and removed on any error or interrupt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from array import array
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
+from protein_performer.data.fasta import EncodeCounts, FastaReader, PathLike, iter_encoded
+from protein_performer.data.sources import FlatSource
+from protein_performer.data.splits import SPLITS, SplitAssigner, parse_fractions
+from protein_performer.data.stats import DuplicateFinder, LengthHistogram
+from protein_performer.errors import DataError
+
+FORMAT = "protein-performer-shards"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class _SplitWriter:
+    """Appends records of one split to tokens.bin / offsets.bin / ids.txt."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True)
+        self.dir = directory
+        self._tokens: BinaryIO = open(directory / "tokens.bin", "wb", buffering=1 << 20)  # noqa: SIM115
+        self._offsets: BinaryIO = open(directory / "offsets.bin", "wb")  # noqa: SIM115
+        self._ids = open(directory / "ids.txt", "w", encoding="utf-8", buffering=1 << 20)  # noqa: SIM115
+        self._offbuf = array("q", [0])
+        self.position = 0
+        self.lengths = LengthHistogram()
+
+    def add(self, record_id: str, ids: np.ndarray) -> None:
+        self._tokens.write(ids.tobytes())
+        self.position += len(ids)
+        self._offbuf.append(self.position)
+        if len(self._offbuf) >= 65536:
+            self._flush_offsets()
+        self._ids.write(record_id.replace("\n", " ") + "\n")
+        self.lengths.add(len(ids))
+
+    def _flush_offsets(self) -> None:
+        buf = self._offbuf
+        if sys.byteorder != "little":
+            buf.byteswap()
+        self._offsets.write(buf.tobytes())
+        self._offbuf = array("q")
+
+    def close(self) -> None:
+        self._flush_offsets()
+        for fh in (self._tokens, self._offsets, self._ids):
+            fh.flush()
+            os.fsync(fh.fileno())
+            fh.close()
+
+
+def _atomic_replace_dir(tmp: Path, outdir: Path, overwrite: bool) -> None:
+    if outdir.exists():
+        if not overwrite:
+            raise DataError("output directory exists (use --overwrite to replace it)", path=outdir)
+        trash = outdir.with_name(f".{outdir.name}.old-{os.getpid()}")
+        os.replace(outdir, trash)
+        os.replace(tmp, outdir)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, outdir)
+
+
+def preprocess(
+    inputs: PathLike | Sequence[PathLike],
+    outdir: PathLike,
+    *,
+    val_inputs: Sequence[PathLike] = (),
+    test_inputs: Sequence[PathLike] = (),
+    fractions: Sequence[float] | str = (0.9, 0.05, 0.05),
+    seed: int = 0,
+    policy: InvalidPolicy | str = InvalidPolicy.ERROR,
+    alphabet: Alphabet | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Tokenize FASTA file(s) into per-split shards under ``outdir``; return the manifest.
+
+    With ``val_inputs``/``test_inputs`` the splits are explicit (``inputs`` → train);
+    otherwise every record goes to the split given by hashing its key (UniRef cluster id,
+    else accession) with ``fractions`` and ``seed``.
+    """
+    from tqdm.auto import tqdm
+
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    alphabet = alphabet or default_alphabet()
+    policy = InvalidPolicy.parse(policy)
+    explicit = bool(val_inputs or test_inputs)
+    frac = parse_fractions(fractions)
+    assigner = SplitAssigner(frac, seed)
+    plan: list[tuple[PathLike, str | None]] = [(p, "train" if explicit else None) for p in inputs]
+    plan += [(p, "val") for p in val_inputs] + [(p, "test") for p in test_inputs]
+    outdir = Path(outdir)
+    if outdir.exists() and not overwrite:
+        raise DataError("output directory exists (use --overwrite to replace it)", path=outdir)
+    readers = [(FastaReader(p), split) for p, split in plan]  # fail fast on missing files
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result should not be
+    try:
+        writers = {s: _SplitWriter(tmp / s) for s in SPLITS}
+        counts = EncodeCounts()
+        dups = DuplicateFinder()
+        sources = []
+        t0 = time.perf_counter()
+        total_bytes = sum(r.size for r, _ in readers)
+        done_bytes = 0
+        with tqdm(
+            total=total_bytes,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            disable=None if progress else True,
+            desc="preprocess",
+            dynamic_ncols=True,
+        ) as bar:
+            for reader, fixed_split in readers:
+                kept_before = counts.records_kept
+                last = 0
+                for rec, ids in iter_encoded(reader, alphabet, policy, counts):
+                    split = fixed_split or assigner(rec.header.split_key)
+                    writers[split].add(rec.id, ids)  # type: ignore[arg-type]
+                    dups.add(rec.id)
+                    if counts.records_kept % 2048 == 0:
+                        now = reader.compressed_bytes_read
+                        bar.update(now - last)
+                        last = now
+                        el = time.perf_counter() - t0
+                        bar.set_postfix(rec_per_s=f"{counts.records_kept / max(el, 1e-9):,.0f}")
+                bar.update(reader.size - last)
+                done_bytes += reader.size
+                sources.append(
+                    {
+                        "path": str(reader.path),
+                        "bytes": reader.size,
+                        "compression": reader.compression,
+                        "sha256": reader.sha256,
+                        "records": reader.records_read,
+                        "records_kept": counts.records_kept - kept_before,
+                        "split": fixed_split or "hash",
+                    }
+                )
+        for w in writers.values():
+            w.close()
+        elapsed = time.perf_counter() - t0
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "alphabet": alphabet.to_dict(),
+            "sources": sources,
+            "split": {
+                "method": "explicit" if explicit else "hash",
+                "fractions": None if explicit else list(frac),
+                "seed": None if explicit else seed,
+                "key": None if explicit else "UniRef cluster id, else UniProt accession, else id",
+            },
+            "invalid_policy": policy.value,
+            "counts": counts.to_dict(),
+            "duplicate_ids": dups.result(),
+            "splits": {},
+            "elapsed_s": round(elapsed, 3),
+            "records_per_s": round(counts.records_read / elapsed, 1) if elapsed else None,
+            "mb_per_s": round(done_bytes / 1e6 / elapsed, 2) if elapsed else None,
+        }
+        for s, w in writers.items():
+            summary = w.lengths.summary()
+            manifest["splits"][s] = {
+                "records": summary.pop("count"),
+                "residues": summary.pop("residues"),
+                "lengths": summary,
+            }
+        with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
+            json.dump(manifest, fh, indent=2)
+            fh.write("\n")
+        _atomic_replace_dir(tmp, outdir, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def read_manifest(outdir: PathLike) -> dict[str, Any]:
+    """Load and check ``OUTDIR/manifest.json``."""
+    path = Path(outdir) / MANIFEST
+    if not path.is_file():
+        raise DataError("not a shard directory (no manifest.json)", path=outdir)
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"unreadable manifest ({e})", path=path) from None
+    if manifest.get("format") != FORMAT:
+        raise DataError(f"not a {FORMAT} manifest", path=path)
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise DataError(
+            f"shard format version {manifest.get('format_version')} is not supported "
+            f"(this build reads {FORMAT_VERSION}); re-run preprocessing",
+            path=path,
+        )
+    return manifest
+
+
+class ShardSource(FlatSource):
+    """A :class:`FlatSource` over memory-mapped shards of one split."""
+
+    @classmethod
+    def open(  # type: ignore[override]
+        cls,
+        outdir: PathLike,
+        split: str,
+        *,
+        alphabet: Alphabet | None = None,
+        load_ids: bool = True,
+    ) -> ShardSource:
+        """Memory-map ``OUTDIR/<split>``; checks the manifest, alphabet and file sizes."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
+        manifest = read_manifest(outdir)
+        alphabet = alphabet or default_alphabet()
+        alphabet.check_compatible(manifest["alphabet"], where=f"shards {outdir}")
+        d = Path(outdir) / split
+        expect = manifest["splits"][split]
+        tok_path, off_path = d / "tokens.bin", d / "offsets.bin"
+        for p in (tok_path, off_path):
+            if not p.is_file():
+                raise DataError("missing shard file", path=p)
+        n_tok = tok_path.stat().st_size
+        n_off = off_path.stat().st_size // 8
+        if n_tok != expect["residues"] or n_off != expect["records"] + 1:
+            raise DataError(
+                f"shard size does not match manifest ({n_tok} tokens / {n_off - 1} records, "
+                f"manifest says {expect['residues']} / {expect['records']})",
+                path=d,
+            )
+        tokens = np.memmap(tok_path, dtype=np.uint8, mode="r") if n_tok else np.zeros(0, np.uint8)
+        offsets = np.fromfile(off_path, dtype="<i8").astype(np.int64, copy=False)
+        if len(offsets) > 1 and np.any(np.diff(offsets) < 0):
+            raise DataError("offsets are not monotonic (corrupt shard)", path=off_path)
+        ids = None
+        if load_ids:
+            ids = (d / "ids.txt").read_text(encoding="utf-8").splitlines()
+            if len(ids) != expect["records"]:
+                raise DataError("ids.txt does not match the manifest", path=d / "ids.txt")
+        src = cls(tokens, offsets, ids, alphabet)
+        src.manifest = manifest
+        return src

@@ -1,0 +1,92 @@
+"""Random-access collections of encoded proteins ("sources") that datasets read from.
+
+A source holds residue ids only (``uint8``, no specials) in one flat array plus ``int64``
+offsets, in memory (from FASTA) or memory-mapped (from preprocessed shards): record ``i`` is
+``tokens[offsets[i]:offsets[i + 1]]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from protein_performer.data.alphabet import Alphabet, default_alphabet
+
+
+class FlatSource:
+    """Proteins stored as a flat token array + offsets.
+
+    Args:
+        tokens: ``(N,)`` uint8 residue ids of all records concatenated (may be a memmap).
+        offsets: ``(n + 1,)`` int64, ``offsets[0] == 0`` and ``offsets[-1] == N``.
+        ids: record ids (length ``n``) or None.
+        alphabet: the alphabet the ids were encoded with.
+    """
+
+    def __init__(
+        self,
+        tokens: np.ndarray,
+        offsets: np.ndarray,
+        ids: Sequence[str] | None = None,
+        alphabet: Alphabet | None = None,
+    ) -> None:
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0:
+            raise ValueError("offsets must be 1-D, start at 0")
+        if offsets[-1] != len(tokens):
+            raise ValueError(f"offsets end at {offsets[-1]} but there are {len(tokens)} tokens")
+        if ids is not None and len(ids) != len(offsets) - 1:
+            raise ValueError("ids and offsets disagree on the number of records")
+        self.tokens = tokens
+        self.offsets = offsets
+        self.ids = ids
+        self.alphabet = alphabet or default_alphabet()
+        self.lengths: np.ndarray = np.diff(offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Residue ids of record ``i``, ``(length,)`` uint8."""
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]])
+
+    def record_id(self, i: int) -> str:
+        return self.ids[i] if self.ids is not None else str(i)
+
+    @property
+    def n_residues(self) -> int:
+        return int(self.offsets[-1])
+
+    @classmethod
+    def from_arrays(
+        cls,
+        sequences: Sequence[np.ndarray],
+        ids: Sequence[str] | None = None,
+        alphabet: Alphabet | None = None,
+    ) -> FlatSource:
+        """Build an in-memory source from per-record ``uint8`` id arrays."""
+        lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+        offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = (
+            np.concatenate([np.asarray(s, dtype=np.uint8) for s in sequences])
+            if len(sequences)
+            else np.zeros(0, dtype=np.uint8)
+        )
+        return cls(tokens, offsets, list(ids) if ids is not None else None, alphabet)
+
+    @classmethod
+    def from_strings(
+        cls,
+        sequences: Sequence[str],
+        ids: Sequence[str] | None = None,
+        alphabet: Alphabet | None = None,
+    ) -> FlatSource:
+        """Build an in-memory source from residue strings (invalid letters raise)."""
+        alphabet = alphabet or default_alphabet()
+        return cls.from_arrays([alphabet.encode(s) for s in sequences], ids, alphabet)

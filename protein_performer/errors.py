@@ -1,0 +1,41 @@
+"""Exception types shared by every room; the CLI prints them as one line."""
+
+from __future__ import annotations
+
+
+class ProteinPerformerError(Exception):
+    """Base class for user-facing errors (bad input, bad config). Message is one line."""
+
+
+class DataError(ProteinPerformerError, ValueError):
+    """Malformed or unreadable input data (FASTA, shards, manifests)."""
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        path: object | None = None,
+        record: int | None = None,
+        record_id: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.path = None if path is None else str(path)
+        self.record = record
+        self.record_id = record_id
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        parts = []
+        if self.path is not None:
+            parts.append(self.path)
+        if self.record is not None:
+            rec = f"record {self.record}"
+            if self.record_id:
+                rec += f" ({self.record_id})"
+            parts.append(rec)
+        parts.append(self.problem)
+        return ": ".join(parts)
+
+
+class ConfigError(ProteinPerformerError, ValueError):
+    """Invalid configuration (unknown key, wrong type, out-of-range value)."""

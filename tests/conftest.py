@@ -1,0 +1,40 @@
+"""Shared fixtures: paths to the real proteomes in ../shared/data (skipped when absent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO / ".." / "shared" / "data"
+ECOLI = SHARED_DATA / "uniprot_UP000000625_ecoli_k12.fasta"
+YEAST = SHARED_DATA / "uniprot_UP000002311_yeast_s288c.fasta.gz"
+BPTI = SHARED_DATA / "extras" / "BPT1_BOVIN_P00974.fasta"
+SAMPLE = REPO / "data" / "simulated_families.fasta.gz"
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    return path
+
+
+@pytest.fixture
+def ecoli_fasta() -> Path:
+    return _need(ECOLI)
+
+
+@pytest.fixture
+def yeast_fasta() -> Path:
+    return _need(YEAST)
+
+
+@pytest.fixture
+def bpti_fasta() -> Path:
+    return _need(BPTI)
+
+
+@pytest.fixture
+def sample_fasta() -> Path:
+    return _need(SAMPLE)

@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+
+import numpy as np
+import pytest
+
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.data.fasta import (
+    FastaReader,
+    detect_compression,
+    load_fasta_source,
+    read_fasta,
+)
+from protein_performer.errors import DataError
+
+TEXT = ">sp|P1|A_HUMAN first OS=Homo sapiens OX=9606\nMKV\nLLA\n>UniRef50_Q2 second n=3 Tax=x TaxID=5 RepID=Q2\nACDEF*\n>plain third\nwy\n"
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "compress", "kind"),
+    [
+        ("a.fa", lambda b: b, "plain"),
+        ("a.fa", gzip.compress, "gzip"),  # gzip without .gz extension: detected by magic
+        ("a.fa.gz", lambda b: b, "plain"),  # .gz name but plain content
+        ("a.bz2", bz2.compress, "bzip2"),
+        ("a.xz", lzma.compress, "xz"),
+    ],
+)
+def test_compression_by_magic_bytes(tmp_path, name, compress, kind):
+    p = _write(tmp_path / name, compress(TEXT.encode()))
+    assert detect_compression(p) == kind
+    recs = list(read_fasta(p))
+    assert [r.id for r in recs] == ["sp|P1|A_HUMAN", "UniRef50_Q2", "plain"]
+    assert [r.sequence for r in recs] == ["MKVLLA", "ACDEF*", "wy"]
+    assert recs[0].header.organism == "Homo sapiens"
+    assert recs[1].header.members == 3
+
+
+def test_sha256_and_counts(tmp_path):
+    import hashlib
+
+    data = gzip.compress(TEXT.encode())
+    p = _write(tmp_path / "x", data)
+    reader = FastaReader(p)
+    assert len(list(reader)) == 3
+    assert reader.sha256 == hashlib.sha256(data).hexdigest()
+    assert reader.records_read == 3
+
+
+def _err(path) -> str:
+    with pytest.raises(DataError) as ei:
+        list(read_fasta(path))
+    msg = str(ei.value)
+    assert "\n" not in msg
+    assert msg.startswith(str(path))
+    return msg
+
+
+def test_missing_path(tmp_path):
+    assert _err(tmp_path / "nope.fa").endswith("no such file")
+
+
+def test_directory(tmp_path):
+    assert "is a directory" in _err(tmp_path)
+
+
+def test_empty_file(tmp_path):
+    assert _err(_write(tmp_path / "e.fa", b"")).endswith("empty file")
+
+
+def test_empty_gzip(tmp_path):
+    assert "no records" in _err(_write(tmp_path / "e.fa.gz", gzip.compress(b"")))
+
+
+def test_no_header(tmp_path):
+    msg = _err(_write(tmp_path / "s.fa", b"MKVLLA\nACDEF\n"))
+    assert "line 1 does not start with '>'" in msg
+
+
+def test_text_before_first_header_is_an_error_not_dropped(tmp_path):
+    msg = _err(_write(tmp_path / "s.fa", b"\nMKV\n>a\nMKV\n"))
+    assert "line 2 does not start with '>'" in msg
+
+
+def test_header_without_sequence(tmp_path):
+    msg = _err(_write(tmp_path / "h.fa", b">a\nMKV\n>b desc\n>c\nMK\n"))
+    assert msg.endswith("record 2 (b): header has no sequence")
+
+
+def test_last_header_without_sequence(tmp_path):
+    assert "record 2 (b): header has no sequence" in _err(_write(tmp_path / "h.fa", b">a\nM\n>b\n"))
+
+
+def test_empty_header(tmp_path):
+    assert "record 2: empty header" in _err(_write(tmp_path / "h.fa", b">a\nM\n>\nMK\n"))
+
+
+def test_non_utf8(tmp_path):
+    msg = _err(_write(tmp_path / "b.fa", b">a\nMKV\n>b\nMK\xff\xfeV\n"))
+    assert "not UTF-8" in msg and "0xff" in msg
+
+
+def test_binary_file(tmp_path):
+    assert "not UTF-8" in _err(_write(tmp_path / "b.bin", b"\x00\x01\x02\xff" * 50))
+
+
+def test_truncated_gzip(tmp_path):
+    body = "".join(f">r{i}\n{'MKVLA' * 40}\n" for i in range(2000)).encode()
+    data = gzip.compress(body)
+    msg = _err(_write(tmp_path / "t.fa.gz", data[: len(data) // 2]))
+    assert "truncated gzip" in msg
+    assert "record " in msg  # tells how far it got
+
+
+def test_corrupt_gzip(tmp_path):
+    data = bytearray(gzip.compress(b">a\nMKV\n" * 1000))
+    data[20:40] = b"\x00" * 20
+    assert "gzip" in _err(_write(tmp_path / "c.gz", bytes(data)))
+
+
+def test_unsupported_compression(tmp_path):
+    assert "zstd-compressed" in _err(_write(tmp_path / "z.fa.zst", b"(\xb5/\xfd" + b"\0" * 20))
+
+
+def test_load_source_policies(tmp_path):
+    p = _write(tmp_path / "p.fa", b">a\nMKV\n>b\nMK-V\n>c\nAC1\n>d\nWY\n")
+    with pytest.raises(DataError, match=r"record 2 \(b\): invalid residue '-' at position 3"):
+        load_fasta_source(p)
+    s = load_fasta_source(p, policy="skip")
+    assert [s.record_id(i) for i in range(len(s))] == ["a", "d"]
+    r = load_fasta_source(p, policy="replace")
+    a = default_alphabet()
+    assert [a.decode(r[i]) for i in range(len(r))] == ["MKV", "MKXV", "ACX", "WY"]
+
+
+def test_load_source_split_partitions_records(tmp_path):
+    body = "".join(f">sp|P{i:05d}|X_Y n\n{'ACDEFGHIK'[i % 9] * (5 + i % 7)}\n" for i in range(300))
+    p = _write(tmp_path / "s.fa", body.encode())
+    full = load_fasta_source(p)
+    parts = {
+        s: load_fasta_source(p, split=s, fractions=(0.6, 0.2, 0.2), seed=3)
+        for s in ("train", "val", "test")
+    }
+    ids = [set(parts[s].ids) for s in parts]
+    assert sum(len(x) for x in ids) == len(full) == 300
+    assert not (ids[0] & ids[1]) and not (ids[0] & ids[2]) and not (ids[1] & ids[2])
+    assert 130 < len(ids[0]) < 230  # ~60%
+    again = load_fasta_source(p, split="val", fractions=(0.6, 0.2, 0.2), seed=3)
+    assert again.ids == parts["val"].ids
+    other = load_fasta_source(p, split="val", fractions=(0.6, 0.2, 0.2), seed=4)
+    assert other.ids != parts["val"].ids
+    assert np.array_equal(load_fasta_source(p, max_records=10).lengths, full.lengths[:10])

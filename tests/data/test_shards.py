@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import numpy as np
+import pytest
+
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.data.fasta import load_fasta_source
+from protein_performer.data.shards import ShardSource, preprocess, read_manifest
+from protein_performer.errors import DataError
+
+A = default_alphabet()
+
+
+def _fasta(tmp_path, n=200, name="in.fa.gz", bad_at=None):
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(n):
+        seq = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), size=int(rng.integers(5, 60))))
+        if i == bad_at:
+            seq = seq[:2] + "-" + seq[2:]
+        lines.append(f">UniRef50_T{i:04d} prot {i} n=1 Tax=t TaxID=1 RepID=T{i}\n{seq}\n")
+    p = tmp_path / name
+    p.write_bytes(gzip.compress("".join(lines).encode()))
+    return p
+
+
+def test_round_trip_matches_fasta_split(tmp_path):
+    src = _fasta(tmp_path)
+    out = tmp_path / "shards"
+    m = preprocess(src, out, fractions=(0.8, 0.1, 0.1), seed=5, progress=False)
+    assert read_manifest(out) == m
+    assert sum(m["splits"][s]["records"] for s in m["splits"]) == 200
+    assert m["sources"][0]["sha256"] and m["alphabet"]["version"] == A.version
+    for split in ("train", "val", "test"):
+        sh = ShardSource.open(out, split)
+        ref = load_fasta_source(src, split=split, fractions=(0.8, 0.1, 0.1), seed=5)
+        assert len(sh) == len(ref) == m["splits"][split]["records"]
+        assert sh.ids == ref.ids
+        for i in range(len(sh)):
+            assert np.array_equal(sh[i], ref[i])
+    assert oct(out.stat().st_mode & 0o777) != oct(0o700)
+
+
+def test_explicit_split_files(tmp_path):
+    tr, va = _fasta(tmp_path, 30, "tr.fa.gz"), _fasta(tmp_path, 7, "va.fa")
+    m = preprocess(tr, tmp_path / "o", val_inputs=[va], progress=False)
+    assert [m["splits"][s]["records"] for s in ("train", "val", "test")] == [30, 7, 0]
+    assert m["split"]["method"] == "explicit"
+    assert len(ShardSource.open(tmp_path / "o", "test")) == 0
+
+
+def test_policy_counts_in_manifest(tmp_path):
+    src = _fasta(tmp_path, 50, bad_at=10)
+    m = preprocess(src, tmp_path / "skip", policy="skip", progress=False)
+    assert m["counts"]["skipped_invalid"] == 1 and m["counts"]["records_kept"] == 49
+    assert m["counts"]["invalid_characters"] == {"-": 1}
+    m = preprocess(src, tmp_path / "rep", policy="replace", progress=False)
+    assert m["counts"]["records_replaced"] == 1 and m["counts"]["residues_replaced"] == 1
+
+
+def test_failure_leaves_nothing_behind(tmp_path):
+    src = _fasta(tmp_path, 300, bad_at=290)
+    out = tmp_path / "out"
+    before = set(os.listdir(tmp_path))
+    with pytest.raises(DataError, match=r"record 291 \(UniRef50_T0290\): invalid residue '-'"):
+        preprocess(src, out, progress=False)
+    assert set(os.listdir(tmp_path)) == before  # no OUTDIR, no temp dir
+
+
+def test_existing_outdir_needs_overwrite(tmp_path):
+    src = _fasta(tmp_path, 20)
+    out = tmp_path / "o"
+    preprocess(src, out, progress=False)
+    with pytest.raises(DataError, match="exists"):
+        preprocess(src, out, progress=False)
+    m = preprocess(src, out, fractions=(1, 0, 0), overwrite=True, progress=False)
+    assert m["splits"]["train"]["records"] == 20
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fa.gz", "o"]
+
+
+def test_corrupt_shards_are_detected(tmp_path):
+    out = tmp_path / "o"
+    preprocess(_fasta(tmp_path, 40), out, progress=False)
+    with open(out / "train" / "tokens.bin", "ab") as fh:
+        fh.write(b"\x06")
+    with pytest.raises(DataError, match="does not match manifest"):
+        ShardSource.open(out, "train")
+    with pytest.raises(DataError, match=r"no manifest\.json"):
+        ShardSource.open(tmp_path, "train")
+    man = json.loads((out / "manifest.json").read_text())
+    man["format_version"] = 99
+    (out / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(DataError, match="format version 99"):
+        ShardSource.open(out, "val")

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from protein_performer.data.splits import SplitAssigner, hash_unit, parse_fractions
+from protein_performer.data.stats import DuplicateFinder, LengthHistogram, fasta_stats
+
+
+def test_fractions_validation():
+    assert parse_fractions("0.8,0.1,0.1") == (0.8, 0.1, 0.1)
+    for bad, msg in [
+        ("0.8,0.1", "3 values"),
+        ("0.8,0.3,0.1", "sum to 1"),
+        ("1.1,-0.1,0", ">= 0"),
+        ("a,b,c", "not numbers"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            parse_fractions(bad)
+
+
+def test_hash_split_deterministic_and_proportional():
+    keys = [f"UniRef50_K{i}" for i in range(20000)]
+    a = SplitAssigner((0.7, 0.2, 0.1), seed=1)
+    out = [a(k) for k in keys]
+    assert out == [SplitAssigner((0.7, 0.2, 0.1), seed=1)(k) for k in keys]
+    frac = {s: out.count(s) / len(out) for s in ("train", "val", "test")}
+    assert abs(frac["train"] - 0.7) < 0.015 and abs(frac["val"] - 0.2) < 0.015
+    assert out != [SplitAssigner((0.7, 0.2, 0.1), seed=2)(k) for k in keys]
+    assert {SplitAssigner((1, 0, 0))(k) for k in keys[:100]} == {"train"}
+    u = np.array([hash_unit(k, 0) for k in keys])
+    assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
+
+
+def test_length_histogram_matches_numpy():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 5000, size=100_000)
+    h = LengthHistogram()
+    for x in lengths:
+        h.add(int(x))
+    s = h.summary()
+    assert s["count"] == len(lengths) and s["residues"] == int(lengths.sum())
+    assert s["min"] == lengths.min() and s["max"] == lengths.max()
+    for p in (5, 50, 95):
+        assert s[f"p{p}"] == int(np.percentile(lengths, p, method="inverted_cdf"))
+
+
+def test_duplicate_finder_reports_record_numbers():
+    d = DuplicateFinder()
+    for key in ["a", "b", "a", "c", "b", "a"]:
+        d.add(key)
+    r = d.result()
+    assert r["count"] == 3
+    assert r["examples"] == [
+        {"record": 3, "first": 1},
+        {"record": 5, "first": 2},
+        {"record": 6, "first": 1},
+    ]
+
+
+def test_stats_reports_problems_without_failing(tmp_path):
+    p = tmp_path / "s.fa"
+    p.write_text(">a\nMKVx*\n>b\nMK-V\n>a\nAC#DE\n>c\nUUOX\n")
+    s = fasta_stats(p)
+    assert s["records"] == 4 and s["residues"] == 4 + 4 + 5 + 4
+    assert s["invalid_characters"] == {"#": 1, "-": 1}
+    assert s["records_with_lowercase"] == 1 and s["records_with_stop"] == 1
+    assert s["nonstandard_residues"] == {"X": 2, "U": 2, "O": 1}
+    assert s["composition"]["M"] == 2 and s["composition"]["K"] == 2
+    assert s["duplicate_ids"]["count"] == 1
+    assert s["lengths"]["min"] == 4 and s["lengths"]["max"] == 5

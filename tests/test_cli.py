@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from protein_performer.cli import main
+
+FASTA = b">UniRef50_A one n=1 Tax=t TaxID=1 RepID=A\nMKVLA\n>UniRef50_B two n=1 Tax=t TaxID=1 RepID=B\nACDEW\n"
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_stats_json(tmp_path, capsys):
+    p = tmp_path / "x.fa"
+    p.write_bytes(gzip.compress(FASTA))
+    code, out, _ = _run(capsys, "data", "stats", str(p), "--json", "--no-progress")
+    assert code == 0
+    s = json.loads(out)
+    assert s["records"] == 2 and s["residues"] == 10 and s["header_kinds"] == {"uniref": 2}
+
+
+def test_stats_text(tmp_path, capsys):
+    p = tmp_path / "x.fa"
+    p.write_bytes(FASTA)
+    code, out, _ = _run(capsys, "data", "stats", str(p), "--no-progress")
+    assert code == 0 and "records:    2" in out and "median 5" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        (None, "no such file"),
+        (b"", "empty file"),
+        (b"MKV\n", "does not start with '>'"),
+        (b">a\n>b\nMK\n", "record 1 (a): header has no sequence"),
+        (b">a\nM\xffK\n", "not UTF-8"),
+    ],
+)
+def test_bad_input_is_one_line_without_traceback(tmp_path, capsys, content, expect):
+    p = tmp_path / "bad.fa"
+    if content is not None:
+        p.write_bytes(content)
+    code, out, err = _run(capsys, "data", "stats", str(p), "--no-progress")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"error: {p}") and expect in err
+    assert "Traceback" not in err
+
+
+def test_preprocess_cli_and_errors(tmp_path, capsys):
+    p = tmp_path / "in.fa"
+    p.write_bytes(FASTA + b">C\nMK-V\n")
+    out_dir = tmp_path / "out"
+    code, _, err = _run(capsys, "data", "preprocess", str(p), str(out_dir), "--no-progress")
+    assert code == 2 and "record 3 (C): invalid residue '-' at position 3" in err
+    assert not out_dir.exists()
+    code, out, _ = _run(
+        capsys,
+        "data",
+        "preprocess",
+        str(p),
+        str(out_dir),
+        "--invalid",
+        "skip",
+        "--fractions",
+        "1,0,0",
+        "--no-progress",
+    )
+    assert code == 0 and "train" in out
+    man = json.loads((out_dir / "manifest.json").read_text())
+    assert man["counts"]["skipped_invalid"] == 1 and man["splits"]["train"]["records"] == 2
+    code, _, err = _run(
+        capsys,
+        "data",
+        "preprocess",
+        str(p),
+        str(tmp_path / "o2"),
+        "--fractions",
+        "0.5,0.6,0",
+        "--no-progress",
+    )
+    assert code == 2 and "sum to 1" in err and err.count("\n") == 1
+
+
+def test_console_script_debug_shows_traceback(tmp_path):
+    exe = shutil.which("protein-performer") or str(
+        __import__("pathlib").Path(sys.executable).with_name("protein-performer")
+    )
+    missing = str(tmp_path / "missing.fa")
+    r = subprocess.run([exe, "data", "stats", missing], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {missing}: no such file"
+    r = subprocess.run([exe, "--debug", "data", "stats", missing], capture_output=True, text=True)
+    assert r.returncode != 0 and "Traceback" in r.stderr and "DataError" in r.stderr
