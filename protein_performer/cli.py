@@ -117,21 +117,46 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
     return 0
 
 
+_SIMULATE_FLAGS = {
+    "families": ("n_families", int, "number of families"),
+    "min_members": ("min_members", int, "fewest members per family"),
+    "max_members": ("max_members", int, "most members per family"),
+    "root_length_median": ("root_length_median", float, "median root sequence length"),
+    "root_length_sigma": ("root_length_sigma", float, "log-normal sigma of root lengths"),
+    "min_length": ("min_length", int, "shortest root / member length"),
+    "max_length": ("max_length", int, "longest root length"),
+    "substitution_rate": ("substitution_rate", float, "substitution events per site per unit"),
+    "indel_rate": ("indel_rate", float, "indel events per site per unit"),
+    "indel_mean_length": ("indel_mean_length", float, "mean indel length"),
+    "gamma_shape": ("gamma_shape", str, "site-rate gamma shape, or 'none' for equal rates"),
+    "seed": ("seed", int, "random seed"),
+}
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from protein_performer.data.simulate import simulate_fasta
 
-    summary = simulate_fasta(
-        args.output,
-        n_families=args.families,
-        min_members=args.min_members,
-        max_members=args.max_members,
-        seed=args.seed,
-        progress=not args.no_progress,
-    )
-    _print_json(summary, None) if args.json else print(
-        f"wrote {summary['path']}: {summary['records']:,} records, "
-        f"{summary['residues']:,} residues, {summary['families']} families"
-    )
+    kwargs = {}
+    for flag, (kw, _, _) in _SIMULATE_FLAGS.items():
+        value = getattr(args, flag)
+        if value is None:
+            continue  # library default
+        if flag == "gamma_shape":
+            try:
+                value = None if value.lower() == "none" else float(value)
+            except ValueError:
+                raise ConfigError(
+                    f"--gamma-shape must be a number or 'none', got {value!r}"
+                ) from None
+        kwargs[kw] = value
+    summary = simulate_fasta(args.output, progress=not args.no_progress, **kwargs)
+    if args.json:
+        _print_json(summary, None)
+    else:
+        print(
+            f"wrote {summary['path']}: {summary['records']:,} records, "
+            f"{summary['residues']:,} residues, {summary['families']} families"
+        )
     return 0
 
 
@@ -145,10 +170,13 @@ def _cmd_download(args: argparse.Namespace) -> int:
         max_records=args.max_records,
         progress=not args.no_progress,
         timeout=args.timeout,
+        resume=not args.no_resume,
+        verify=not args.no_verify,
     )
-    _print_json(summary, None) if args.json else print(
-        "downloaded " + ", ".join(f"{k}={v}" for k, v in summary.items())
-    )
+    if args.json:
+        _print_json(summary, None)
+    else:
+        print("downloaded " + ", ".join(f"{k}={v}" for k, v in summary.items()))
     return 0
 
 
@@ -211,10 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = dsub.add_parser("simulate", help="evolve protein families along random trees (BLOSUM62)")
     p.add_argument("output", metavar="OUT", help="FASTA to write (.gz for gzip)")
-    p.add_argument("--families", type=int, default=400)
-    p.add_argument("--min-members", type=int, default=5)
-    p.add_argument("--max-members", type=int, default=15)
-    p.add_argument("--seed", type=int, default=0)
+    for flag, (_, typ, help_) in _SIMULATE_FLAGS.items():
+        p.add_argument("--" + flag.replace("_", "-"), type=typ, help=help_ + " (library default)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_simulate)
@@ -225,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", help="override the download URL (mirror, local server)")
     p.add_argument("--max-records", type=int, help="stop after N records")
     p.add_argument("--timeout", type=float, default=60.0, help="network timeout (s)")
+    p.add_argument("--no-resume", action="store_true", help="ignore an existing OUT.part")
+    p.add_argument("--no-verify", action="store_true", help="skip the final gzip check")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_download)

@@ -99,3 +99,37 @@ def test_console_script_debug_shows_traceback(tmp_path):
     assert r.returncode == 2 and r.stderr.strip() == f"error: {missing}: no such file"
     r = subprocess.run([exe, "--debug", "data", "stats", missing], capture_output=True, text=True)
     assert r.returncode != 0 and "Traceback" in r.stderr and "DataError" in r.stderr
+
+
+def test_simulate_cli_is_deterministic(tmp_path, capsys):
+    a, b = tmp_path / "a.fa", tmp_path / "b.fa"
+    for p in (a, b):
+        code, out, _ = _run(
+            capsys,
+            "data",
+            "simulate",
+            str(p),
+            "--families",
+            "3",
+            "--min-members",
+            "2",
+            "--max-members",
+            "3",
+            "--seed",
+            "7",
+            "--no-progress",
+        )
+        assert code == 0 and "3 families" in out
+    assert a.read_bytes() == b.read_bytes() and a.read_bytes().startswith(b">UniRef50_SIMF")
+    code, _, err = _run(
+        capsys,
+        "data",
+        "simulate",
+        str(tmp_path / "c.fa"),
+        "--min-members",
+        "5",
+        "--max-members",
+        "2",
+        "--no-progress",
+    )
+    assert code == 2 and err.count("\n") == 1

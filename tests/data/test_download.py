@@ -1,0 +1,415 @@
+"""download(): against a local ThreadingHTTPServer on 127.0.0.1 (no other network)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from protein_performer.data.download import UNIREF50_URL, download
+from protein_performer.errors import ConfigError, DataError
+
+
+def make_fasta(n: int, start: int = 0) -> str:
+    lines = []
+    for i in range(start, start + n):
+        seq = ("MKVLAACDEFGHIKLMNPQRSTVWY" * (1 + i % 7))[: 30 + 13 * i]
+        lines.append(f">UniRef50_T{i:04d} Test protein {i} n=1 Tax=Test TaxID=1 RepID=T{i:04d}")
+        lines.extend(seq[j : j + 70] for j in range(0, len(seq), 70))  # 70 columns on purpose
+    return "\n".join(lines) + "\n"
+
+
+def parse(text: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for block in text.split(">")[1:]:
+        header, _, seq = block.partition("\n")
+        out.append((header, seq.replace("\n", "")))
+    return out
+
+
+@dataclass
+class Route:
+    body: bytes
+    etag: str = '"v1"'
+    ranges: bool = True
+    truncate_next: int | None = None  # send only this many bytes of the next response
+    status: int = 200
+
+
+@dataclass
+class Server:
+    base: str
+    routes: dict[str, Route]
+    requests: list[dict[str, str]] = field(default_factory=list)
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_state: Server
+
+    def log_message(self, format, *args):  # keep test output quiet
+        pass
+
+    def do_GET(self):
+        state = self.server_state
+        state.requests.append({"path": self.path, **dict(self.headers.items())})
+        route = state.routes.get(self.path)
+        if route is None or route.status != 200:
+            self.send_error(404 if route is None else route.status)
+            return
+        body, start = route.body, 0
+        rng = self.headers.get("Range")
+        if_range = self.headers.get("If-Range")
+        if rng and route.ranges and (if_range is None or if_range == route.etag):
+            start = int(rng.removeprefix("bytes=").rstrip("-"))
+            if start >= len(body):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(body)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        payload = body[start:]
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("ETag", route.etag)
+        if route.ranges:
+            self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        if route.truncate_next is not None:
+            payload, route.truncate_next = payload[: route.truncate_next], None
+        self.wfile.write(payload)
+
+
+@pytest.fixture
+def server(monkeypatch) -> Iterator[Server]:
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    state = Server(base="", routes={})
+    handler = type("BoundHandler", (Handler,), {"server_state": state})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    state.base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def gz_fasta() -> tuple[str, bytes]:
+    text = make_fasta(60)
+    return text, gzip.compress(text.encode(), mtime=0)
+
+
+def files(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir())
+
+
+# ---------------------------------------------------------------- full downloads
+
+
+def test_full_download_is_byte_identical(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    server.routes["/u.fasta.gz"] = Route(blob)
+    out = tmp_path / "sub" / "u.fasta.gz"  # parent directory is created
+    r = download(server.url("/u.fasta.gz"), out, progress=False)
+    assert out.read_bytes() == blob
+    assert r["records"] == 60 and r["bytes"] == len(blob) and r["resumed"] is False
+    assert r["sha256"] == hashlib.sha256(blob).hexdigest() and r["mode"] == "full"
+    assert files(out.parent) == ["u.fasta.gz"]  # no .part / .part.json left
+    assert "Range" not in server.requests[0]
+
+
+def test_interrupted_download_resumes_with_range(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    half = len(blob) // 2
+    server.routes["/u.gz"] = Route(blob, truncate_next=half)
+    out = tmp_path / "u.gz"
+    with pytest.raises(DataError, match=f"truncated download: got {half} of {len(blob)} bytes"):
+        download(server.url("/u.gz"), out, progress=False)
+    assert not out.exists()
+    part = tmp_path / "u.gz.part"
+    assert part.read_bytes() == blob[:half]
+    assert json.loads((tmp_path / "u.gz.part.json").read_text())["etag"] == '"v1"'
+
+    r = download(server.url("/u.gz"), out, progress=False)
+    assert out.read_bytes() == blob and r["resumed"] is True and r["records"] == 60
+    last = server.requests[-1]
+    assert last["Range"] == f"bytes={half}-" and last["If-Range"] == '"v1"'
+    assert files(tmp_path) == ["u.gz"]
+
+
+def test_precreated_part_without_metadata_resumes(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    server.routes["/u.gz"] = Route(blob)
+    out = tmp_path / "u.gz"
+    (tmp_path / "u.gz.part").write_bytes(blob[:100])
+    r = download(server.url("/u.gz"), out, progress=False)
+    assert out.read_bytes() == blob and r["resumed"] is True
+    assert server.requests[-1]["Range"] == "bytes=100-"
+    assert "If-Range" not in server.requests[-1]
+
+
+def test_server_without_range_support_restarts(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    server.routes["/u.gz"] = Route(blob, ranges=False)
+    (tmp_path / "u.gz.part").write_bytes(b"garbage that must be discarded")
+    r = download(server.url("/u.gz"), tmp_path / "u.gz", progress=False)
+    assert (tmp_path / "u.gz").read_bytes() == blob and r["resumed"] is False
+    assert server.requests[-1]["Range"] == f"bytes={len(b'garbage that must be discarded')}-"
+
+
+def test_changed_file_on_server_is_not_spliced(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    server.routes["/u.gz"] = Route(blob, etag='"v2"')
+    (tmp_path / "u.gz.part").write_bytes(b"\x1f\x8b old version prefix")
+    meta = {"url": server.url("/u.gz"), "etag": '"v1"', "last_modified": None}
+    (tmp_path / "u.gz.part.json").write_text(json.dumps(meta))
+    r = download(server.url("/u.gz"), tmp_path / "u.gz", progress=False)
+    assert (tmp_path / "u.gz").read_bytes() == blob and r["resumed"] is False
+    assert server.requests[-1]["If-Range"] == '"v1"'
+
+
+def test_part_of_another_url_is_discarded(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    server.routes["/u.gz"] = Route(blob)
+    (tmp_path / "u.gz.part").write_bytes(blob[:50])
+    meta = {"url": server.url("/other.gz"), "etag": '"v1"'}
+    (tmp_path / "u.gz.part.json").write_text(json.dumps(meta))
+    r = download(server.url("/u.gz"), tmp_path / "u.gz", progress=False)
+    assert (tmp_path / "u.gz").read_bytes() == blob and r["resumed"] is False
+    assert "Range" not in server.requests[-1]
+
+
+def test_complete_part_is_finalised_after_416(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    server.routes["/u.gz"] = Route(blob)
+    (tmp_path / "u.gz.part").write_bytes(blob)
+    r = download(server.url("/u.gz"), tmp_path / "u.gz", progress=False)
+    assert (tmp_path / "u.gz").read_bytes() == blob and r["resumed"] is True
+    assert r["records"] == 60 and files(tmp_path) == ["u.gz"]
+
+
+def test_resume_false_ignores_part(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    server.routes["/u.gz"] = Route(blob)
+    (tmp_path / "u.gz.part").write_bytes(blob[:10])
+    r = download(server.url("/u.gz"), tmp_path / "u.gz", progress=False, resume=False)
+    assert (tmp_path / "u.gz").read_bytes() == blob and r["resumed"] is False
+    assert "Range" not in server.requests[-1]
+
+
+def test_truncated_gzip_with_full_length_is_rejected_and_part_deleted(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    server.routes["/bad.gz"] = Route(blob[:-20])  # server's own file is cut short
+    with pytest.raises(DataError, match="truncated gzip stream"):
+        download(server.url("/bad.gz"), tmp_path / "bad.gz", progress=False)
+    assert files(tmp_path) == []
+
+
+def test_corrupt_gzip_is_rejected(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    corrupt = blob[:40] + bytes(b ^ 0xFF for b in blob[40:80]) + blob[80:]
+    server.routes["/bad.gz"] = Route(corrupt)
+    with pytest.raises(DataError, match="corrupt gzip data"):
+        download(server.url("/bad.gz"), tmp_path / "bad.gz", progress=False)
+    assert files(tmp_path) == []
+
+
+def test_verify_false_skips_gzip_scan(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    server.routes["/bad.gz"] = Route(blob[:-20])
+    r = download(server.url("/bad.gz"), tmp_path / "bad.gz", progress=False, verify=False)
+    assert r["records"] is None and (tmp_path / "bad.gz").read_bytes() == blob[:-20]
+
+
+def test_multi_member_gzip_and_plain_files_are_counted(server, tmp_path):
+    members = gzip.compress(make_fasta(5).encode()) + gzip.compress(make_fasta(7, 5).encode())
+    server.routes["/multi.gz"] = Route(members)
+    server.routes["/plain.fa"] = Route(make_fasta(9).encode())
+    assert download(server.url("/multi.gz"), tmp_path / "m.gz", progress=False)["records"] == 12
+    assert download(server.url("/plain.fa"), tmp_path / "p.fa", progress=False)["records"] == 9
+
+
+# ---------------------------------------------------------------- max_records
+
+
+@pytest.mark.parametrize("n", [1, 7, 59, 60])
+def test_max_records_writes_exactly_n_complete_records(server, gz_fasta, tmp_path, n):
+    text, blob = gz_fasta
+    server.routes["/u.gz"] = Route(blob)
+    out = tmp_path / "first.fasta.gz"
+    r = download(server.url("/u.gz"), out, max_records=n, progress=False)
+    got = parse(gzip.decompress(out.read_bytes()).decode())
+    assert got == parse(text)[:n]
+    assert r["records"] == n and r["mode"] == "max_records"
+    assert r["residues"] == sum(len(s) for _, s in got)
+    assert r["source_exhausted"] is (n == 60)
+    assert r["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert files(tmp_path) == ["first.fasta.gz"]
+
+
+def test_max_records_beyond_source_writes_all(server, gz_fasta, tmp_path):
+    text, blob = gz_fasta
+    server.routes["/u.gz"] = Route(blob)
+    r = download(server.url("/u.gz"), tmp_path / "all.fa", max_records=1000, progress=False)
+    assert r["records"] == 60 and r["source_exhausted"] is True
+    written = (tmp_path / "all.fa").read_text()  # plain: no .gz suffix
+    assert parse(written) == parse(text)
+    assert max(len(line) for line in written.splitlines() if line[0] != ">") == 60
+
+
+def test_max_records_from_plain_and_multi_member_sources(server, tmp_path):
+    server.routes["/plain.fa"] = Route(make_fasta(10).encode())
+    multi = gzip.compress(make_fasta(3).encode()) + gzip.compress(make_fasta(4, 3).encode())
+    server.routes["/multi.gz"] = Route(multi)
+    r = download(server.url("/plain.fa"), tmp_path / "a.fa", max_records=4, progress=False)
+    assert parse((tmp_path / "a.fa").read_text()) == parse(make_fasta(10))[:4]
+    r = download(server.url("/multi.gz"), tmp_path / "b.fa", max_records=6, progress=False)
+    assert r["records"] == 6
+    assert parse((tmp_path / "b.fa").read_text()) == parse(make_fasta(7))[:6]
+
+
+def test_max_records_on_truncated_gzip_fails_without_output(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    server.routes["/cut.gz"] = Route(blob[: len(blob) // 2])
+    with pytest.raises(DataError, match="truncated gzip stream"):
+        download(server.url("/cut.gz"), tmp_path / "x.fa.gz", max_records=1000, progress=False)
+    assert files(tmp_path) == []
+
+
+def test_max_records_on_short_body_fails_without_output(server, gz_fasta, tmp_path):
+    _, blob = gz_fasta
+    server.routes["/u.gz"] = Route(blob, truncate_next=len(blob) // 2)
+    with pytest.raises(DataError, match="truncated download"):
+        download(server.url("/u.gz"), tmp_path / "x.fa", max_records=1000, progress=False)
+    assert files(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        (b"<html>not fasta</html>\n", "not FASTA: line 1"),
+        (b"", "no FASTA records"),
+        (b">ok\nMK\n>\nMK\n", r"record 2: empty FASTA header"),
+        (b">ok\nMK\xff\n", "line 2 is not valid UTF-8"),
+    ],
+)
+def test_max_records_rejects_non_fasta(server, tmp_path, body, match):
+    server.routes["/x"] = Route(body)
+    with pytest.raises(DataError, match=match):
+        download(server.url("/x"), tmp_path / "x.fa", max_records=5, progress=False)
+    assert files(tmp_path) == []
+
+
+# ---------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("max_records", [None, 3])
+def test_http_404_names_url_and_status(server, tmp_path, max_records):
+    url = server.url("/missing.fasta.gz")
+    with pytest.raises(DataError) as info:
+        download(url, tmp_path / "m.gz", max_records=max_records, progress=False)
+    message = str(info.value)
+    assert message == f"{url}: HTTP 404 Not Found"
+    assert files(tmp_path) == []
+
+
+def test_http_500_is_a_data_error(server, tmp_path):
+    server.routes["/boom"] = Route(b"", status=500)
+    with pytest.raises(DataError, match="HTTP 500"):
+        download(server.url("/boom"), tmp_path / "b.gz", progress=False)
+    assert files(tmp_path) == []
+
+
+@pytest.mark.parametrize("max_records", [None, 3])
+def test_connection_refused_is_a_data_error(tmp_path, monkeypatch, max_records):
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    with socket.socket() as s:  # grab a free port, then close it so nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/u.gz"
+    with pytest.raises(DataError, match=r"cannot connect: .*(refused|Errno)") as info:
+        download(url, tmp_path / "u.gz", max_records=max_records, progress=False, timeout=5)
+    assert str(info.value).startswith(url + ": ") and "\n" not in str(info.value)
+    assert files(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(url="ftp://example.org/x.gz"), "only http"),
+        (dict(max_records=0), "max_records"),
+        (dict(max_records=True), "max_records"),
+        (dict(timeout=0), "timeout"),
+    ],
+)
+def test_invalid_arguments_are_config_errors(tmp_path, kwargs, match):
+    kwargs = {"url": "http://127.0.0.1:9/x", **kwargs}
+    with pytest.raises(ConfigError, match=match):
+        download(kwargs.pop("url"), tmp_path / "x", progress=False, **kwargs)
+    assert files(tmp_path) == []
+
+
+def test_default_url_constant():
+    assert UNIREF50_URL.startswith("https://ftp.uniprot.org/")
+    assert UNIREF50_URL.endswith("/uniref50/uniref50.fasta.gz")
+
+
+# ---------------------------------------------------------------- through the CLI
+
+
+def test_cli_download_max_records_and_error(server, gz_fasta, tmp_path, capsys):
+    from protein_performer.cli import main
+
+    server.routes["/uniref50.fasta.gz"] = Route(body=gz_fasta[1])
+    out = tmp_path / "u.fa.gz"
+    url = server.url("/uniref50.fasta.gz")
+    code = main(
+        [
+            "data",
+            "download",
+            "uniref50",
+            str(out),
+            "--url",
+            url,
+            "--max-records",
+            "7",
+            "--no-progress",
+            "--json",
+        ]
+    )
+    assert code == 0
+    assert len(parse(gzip.decompress(out.read_bytes()).decode())) == 7
+    capsys.readouterr()
+    code = main(
+        [
+            "data",
+            "download",
+            "uniref50",
+            str(tmp_path / "m.fa.gz"),
+            "--url",
+            server.url("/missing.gz"),
+            "--no-progress",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "404" in err and err.count("\n") == 1
+    assert files(tmp_path) == ["u.fa.gz"]
