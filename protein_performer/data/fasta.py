@@ -303,7 +303,9 @@ def load_fasta_source(
     counts = EncodeCounts()
     from tqdm.auto import tqdm
 
-    with tqdm(unit="rec", disable=None if progress else True, desc="reading FASTA", leave=False) as bar:
+    with tqdm(
+        unit="rec", disable=None if progress else True, desc="reading FASTA", leave=False
+    ) as bar:
         for path in paths:
             reader = FastaReader(path)
             for rec, toks in iter_encoded(reader, alphabet, policy, counts):

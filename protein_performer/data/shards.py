@@ -274,4 +274,14 @@ class ShardSource(FlatSource):
                 raise DataError("ids.txt does not match the manifest", path=d / "ids.txt")
         src = cls(tokens, offsets, ids, alphabet)
         src.manifest = manifest
+        src._open_args = (str(outdir), split, alphabet.to_dict(), load_ids)
         return src
+
+    def __reduce__(self):
+        # Pickling a memmap copies its data; DataLoader workers started with spawn/forkserver
+        # would each hold the whole shard. Re-open the files on the other side instead.
+        return (_reopen_shards, self._open_args)
+
+
+def _reopen_shards(outdir: str, split: str, alphabet: dict, load_ids: bool) -> ShardSource:
+    return ShardSource.open(outdir, split, alphabet=Alphabet.from_dict(alphabet), load_ids=load_ids)

@@ -341,7 +341,9 @@ def simulate_fasta(
     kwargs = dict(locals())
     del kwargs["out"], kwargs["progress"]
     params = SimulationParams(**kwargs)  # validate before creating any file
-    bar = tqdm(total=params.n_families, unit="fam", desc="simulate", disable=None if progress else True)
+    bar = tqdm(
+        total=params.n_families, unit="fam", desc="simulate", disable=None if progress else True
+    )
 
     def records() -> Iterator[tuple[str, str, str]]:
         for family in simulate_families(**kwargs):

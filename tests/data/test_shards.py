@@ -96,3 +96,16 @@ def test_corrupt_shards_are_detected(tmp_path):
     (out / "manifest.json").write_text(json.dumps(man))
     with pytest.raises(DataError, match="format version 99"):
         ShardSource.open(out, "val")
+
+
+def test_pickle_reopens_instead_of_copying(tmp_path):
+    import pickle
+
+    out = tmp_path / "o"
+    preprocess(_fasta(tmp_path, 300), out, fractions=(1, 0, 0), progress=False)
+    src = ShardSource.open(out, "train")
+    blob = pickle.dumps(src)
+    assert len(blob) < 1000 < src.n_residues  # no token data inside
+    back = pickle.loads(blob)
+    assert isinstance(back.tokens, np.memmap) and back.ids == src.ids
+    assert all(np.array_equal(back[i], src[i]) for i in range(len(src)))

@@ -1,0 +1,366 @@
+"""``ProteinDataModule``: FASTA files, shards or in-memory sources → batched DataLoaders.
+
+Data for each split comes from (first match wins): an in-memory ``*_source``; a shard
+directory (``shards``); explicit per-split FASTA (``val_files``/``test_files``, with ``files``
+the training set); or ``files`` split by hashing record ids with ``split_fractions`` and
+``split_seed``. Only ``test_files`` is enough for evaluating an arbitrary FASTA.
+
+Each rank gets a disjoint, equally long share of every epoch (see
+:mod:`protein_performer.data.batching`); rank and world size come from the attached Trainer,
+else from ``torch.distributed``, else 0/1. Build the Trainer with
+``use_distributed_sampler=False`` (required with more than one device).
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+from collections.abc import Sequence
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
+from protein_performer.data.batching import (
+    FixedBatchSampler,
+    ShardedBatchSampler,
+    TokenBudgetBatchSampler,
+)
+from protein_performer.data.datasets import ConcatWindowDataset, CropDataset, EpochDataset
+from protein_performer.data.fasta import load_fasta_source
+from protein_performer.data.masking import OBJECTIVES, make_collator
+from protein_performer.data.shards import ShardSource
+from protein_performer.data.sources import FlatSource
+from protein_performer.data.splits import parse_fractions
+from protein_performer.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+MODES = ("crop", "concat")
+DEFAULT_MAX_LENGTH = {"crop": 1024, "concat": 8192}
+SPLIT_NAMES = ("train", "val", "test")
+_STAGE_SPLITS: dict[str | None, tuple[str, ...]] = {
+    "fit": ("train", "val"),
+    "validate": ("val",),
+    "test": ("test",),
+    "predict": ("test",),
+    None: SPLIT_NAMES,
+}
+
+PathList = Sequence[str | os.PathLike] | str | os.PathLike | None
+
+
+def _choice(name: str, value: object, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of: {', '.join(choices)}; got {value!r}")
+    return str(value)
+
+
+def _int(name: str, value: object, minimum: int, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        extra = " or None" if optional else ""
+        raise ConfigError(f"{name} must be an integer >= {minimum}{extra}; got {value!r}")
+    return int(value)
+
+
+def _paths(name: str, value: PathList) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        value = [value]
+    try:
+        paths = [os.fspath(p) for p in value]
+    except TypeError:
+        raise ConfigError(f"{name} must be a list of file paths; got {value!r}") from None
+    return paths or None
+
+
+def _head(source: FlatSource, n: int | None) -> FlatSource:
+    """The first ``n`` records of ``source`` (views, no copy)."""
+    if n is None or n >= len(source):
+        return source
+    end = int(source.offsets[n])
+    ids = None if source.ids is None else list(source.ids[:n])
+    return FlatSource(source.tokens[:end], source.offsets[: n + 1], ids, source.alphabet)
+
+
+class ProteinDataModule(pl.LightningDataModule):
+    """Protein LM data: datasets, token-budget batching, MLM/causal targets, DDP sharding.
+
+    Batches are dicts ``input_ids`` ``(B, L)`` int64, ``labels`` ``(B, L)`` int64 (-100 =
+    ignore) and ``padding_mask`` ``(B, L)`` bool (True at padding).
+
+    Args:
+        files: FASTA paths; hash-split into train/val/test, or the train set only when
+            ``val_files`` or ``test_files`` is given.
+        val_files, test_files: explicit FASTA per split.
+        shards: preprocessed shard directory (``protein-performer data preprocess``); overrides
+            files.
+        train_source, val_source, test_source: in-memory sources; override everything else.
+        split_fractions, split_seed: hash split of ``files``.
+        objective: ``"mlm"`` or ``"causal"``.
+        mode: ``"crop"`` (one protein per row, ``<cls> … <eos>``) or ``"concat"`` (fixed
+            windows of a ``<sep>``-joined stream).
+        max_length: tokens per row; None means 1024 for crop, 8192 for concat.
+        toks_per_batch: budget on ``rows * longest row`` (crop mode).
+        batch_size: fixed rows per batch instead of the budget; in concat mode None means
+            ``max(1, toks_per_batch // max_length)``.
+        mask_prob: MLM selection rate.
+        seed: seed of crops, concat order, batch shuffling and masks.
+        num_workers, persistent_workers, pin_memory: DataLoader settings.
+        invalid: invalid residue policy for FASTA (``error``/``skip``/``replace``).
+        max_records: read at most this many FASTA records for training (before the hash
+            split, so it also bounds val/test of a hash split); also caps shard/source train
+            sets.
+        val_max_records: cap on val/test records (None: no cap).
+        progress: show a progress bar while reading FASTA.
+        alphabet: vocabulary (default: the project's).
+    """
+
+    def __init__(
+        self,
+        *,
+        files: PathList = None,
+        val_files: PathList = None,
+        test_files: PathList = None,
+        shards: str | os.PathLike | None = None,
+        train_source: FlatSource | None = None,
+        val_source: FlatSource | None = None,
+        test_source: FlatSource | None = None,
+        split_fractions: Sequence[float] | str = (0.9, 0.05, 0.05),
+        split_seed: int = 0,
+        objective: str = "mlm",
+        mode: str = "crop",
+        max_length: int | None = None,
+        toks_per_batch: int = 16384,
+        batch_size: int | None = None,
+        mask_prob: float = 0.15,
+        seed: int = 0,
+        num_workers: int = 0,
+        persistent_workers: bool = True,
+        pin_memory: bool = False,
+        invalid: str = "error",
+        max_records: int | None = None,
+        val_max_records: int | None = None,
+        progress: bool = False,
+        alphabet: Alphabet | None = None,
+    ) -> None:
+        super().__init__()
+        self.files = _paths("files", files)
+        self.val_files = _paths("val_files", val_files)
+        self.test_files = _paths("test_files", test_files)
+        self.shards = None if shards in (None, "") else os.fspath(shards)
+        self._sources = {"train": train_source, "val": val_source, "test": test_source}
+        for split, src in self._sources.items():
+            if src is not None and not isinstance(src, FlatSource):
+                raise ConfigError(f"{split}_source must be a FlatSource; got {type(src).__name__}")
+        if not (
+            self.files
+            or self.val_files
+            or self.test_files
+            or self.shards
+            or any(s is not None for s in self._sources.values())
+        ):
+            raise ConfigError("no data: give files, val_files, test_files, shards or *_source")
+        try:
+            self.split_fractions = parse_fractions(split_fractions)
+        except ValueError as e:
+            raise ConfigError(f"split_fractions: {e}") from None
+        self.split_seed = _int("split_seed", split_seed, 0)
+        self.objective = _choice("objective", objective, OBJECTIVES)
+        self.mode = _choice("mode", mode, MODES)
+        min_len = 3 if self.mode == "crop" else 2
+        self.max_length = (
+            DEFAULT_MAX_LENGTH[self.mode]
+            if max_length is None
+            else _int("max_length", max_length, min_len)
+        )
+        self.toks_per_batch = _int("toks_per_batch", toks_per_batch, 1)
+        self.batch_size = _int("batch_size", batch_size, 1, optional=True)
+        if (
+            isinstance(mask_prob, bool)
+            or not isinstance(mask_prob, (int, float))
+            or not (0.0 < float(mask_prob) <= 1.0)
+        ):
+            raise ConfigError(f"mask_prob must be a number in (0, 1]; got {mask_prob!r}")
+        self.mask_prob = float(mask_prob)
+        self.seed = _int("seed", seed, 0)
+        self.num_workers = _int("num_workers", num_workers, 0)
+        self.persistent_workers = bool(persistent_workers)
+        self.pin_memory = bool(pin_memory)
+        self.invalid = _choice("invalid", invalid, [p.value for p in InvalidPolicy])
+        self.max_records = _int("max_records", max_records, 1, optional=True)
+        self.val_max_records = _int("val_max_records", val_max_records, 1, optional=True)
+        self.progress = bool(progress)
+        self.alphabet = alphabet or default_alphabet()
+        if (
+            self.mode == "crop"
+            and self.batch_size is None
+            and self.toks_per_batch < self.max_length
+        ):
+            log.warning(
+                "toks_per_batch=%d < max_length=%d: the longest rows get a batch of their own "
+                "that exceeds the budget",
+                self.toks_per_batch,
+                self.max_length,
+            )
+        self.collator = make_collator(
+            self.objective, self.alphabet, mask_prob=self.mask_prob, seed=self.seed
+        )
+        self.datasets: dict[str, EpochDataset] = {}
+
+    # ---- loading --------------------------------------------------------------------------
+    def _load_source(self, split: str) -> FlatSource | None:
+        cap = self.max_records if split == "train" else self.val_max_records
+        explicit = self.val_files is not None or self.test_files is not None
+        if self._sources[split] is not None:
+            src = _head(self._sources[split], cap)
+        elif self.shards is not None:
+            src = _head(ShardSource.open(self.shards, split, alphabet=self.alphabet), cap)
+        elif explicit:
+            paths = {"train": self.files, "val": self.val_files, "test": self.test_files}[split]
+            if paths is None:
+                return None
+            src = self._read_fasta(paths, None, cap)
+        elif self.files is not None:
+            src = _head(self._read_fasta(self.files, split, self.max_records), cap)
+        else:
+            return None
+        self.alphabet.check_compatible(src.alphabet.to_dict(), where=f"{split} data")
+        return src
+
+    def _read_fasta(self, paths: list[str], split: str | None, cap: int | None) -> FlatSource:
+        return load_fasta_source(
+            paths,
+            split=split,
+            fractions=self.split_fractions,
+            seed=self.split_seed,
+            policy=self.invalid,
+            max_records=cap,
+            alphabet=self.alphabet,
+            progress=self.progress,
+        )
+
+    def _make_dataset(self, source: FlatSource, split: str) -> EpochDataset:
+        train = split == "train"
+        if self.mode == "crop":
+            ds: EpochDataset = CropDataset(source, self.max_length, seed=self.seed, train=train)
+            log.info(
+                "%s: %d proteins, %d cropped to %d tokens",
+                split,
+                len(ds),
+                ds.n_cropped,
+                self.max_length,
+            )
+            return ds
+        ds = ConcatWindowDataset(source, self.max_length, seed=self.seed, train=train)
+        log.info(
+            "%s: %d proteins → %d windows of %d tokens; %d trailing tokens dropped per epoch",
+            split,
+            len(source),
+            len(ds),
+            self.max_length,
+            ds.dropped_tokens,
+        )
+        return ds
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load the splits a stage needs (``fit``: train+val, ``validate``: val,
+        ``test``/``predict``: test, None: every configured split)."""
+        if stage not in _STAGE_SPLITS:
+            choices = ", ".join(s for s in _STAGE_SPLITS if s)
+            raise ConfigError(f"stage must be one of: {choices} or None; got {stage!r}")
+        for split in _STAGE_SPLITS[stage]:
+            if split in self.datasets:
+                continue
+            source = self._load_source(split)
+            if source is not None:
+                self.datasets[split] = self._make_dataset(source, split)
+        if stage == "fit":
+            self._require("train")
+
+    def _require(self, split: str) -> EpochDataset:
+        ds = self.datasets.get(split)
+        if ds is None:
+            what = {
+                "train": "files, shards or train_source",
+                "val": "val_files, files, shards or val_source",
+                "test": "test_files, files, shards or test_source",
+            }[split]
+            raise ConfigError(f"no {split} data configured: give {what}")
+        if split == "train" and len(ds) == 0:
+            raise ConfigError(
+                f"the training set is empty ({len(ds.source)} proteins, mode={self.mode}, "
+                f"max_length={self.max_length})"
+            )
+        return ds
+
+    # ---- loaders --------------------------------------------------------------------------
+    def distributed_info(self) -> tuple[int, int]:
+        """``(rank, world_size)``: from the Trainer, else torch.distributed, else ``(0, 1)``."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None:
+            rank, world = int(trainer.global_rank), int(trainer.world_size)
+            connector = getattr(trainer, "_accelerator_connector", None)
+            if world > 1 and getattr(connector, "use_distributed_sampler", False):
+                raise ConfigError(
+                    "ProteinDataModule shards batches per rank itself: build the Trainer with "
+                    "use_distributed_sampler=False"
+                )
+            return rank, world
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return 0, 1
+
+    def batch_sampler(self, split: str) -> ShardedBatchSampler:
+        """This rank's batch sampler over ``split`` (shuffled per epoch for ``train`` only)."""
+        ds = self._require(split)
+        rank, world = self.distributed_info()
+        shuffle = split == "train"
+        if self.mode == "concat" or self.batch_size is not None:
+            bs = self.batch_size or max(1, self.toks_per_batch // self.max_length)
+            return FixedBatchSampler(
+                len(ds), bs, shuffle=shuffle, seed=self.seed, rank=rank, world_size=world
+            )
+        return TokenBudgetBatchSampler(
+            ds.lengths,
+            self.toks_per_batch,
+            shuffle=shuffle,
+            seed=self.seed,
+            rank=rank,
+            world_size=world,
+        )
+
+    def _loader(self, split: str, stage: str) -> DataLoader:
+        if split not in self.datasets:
+            self.setup(stage)
+        ds = self._require(split)
+        return DataLoader(
+            ds,
+            batch_sampler=self.batch_sampler(split),
+            collate_fn=self.collator,
+            num_workers=self.num_workers,
+            persistent_workers=self.persistent_workers and self.num_workers > 0,
+            pin_memory=self.pin_memory,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", "fit")
+
+    def val_dataloader(self) -> DataLoader | list:
+        """Validation batches (same masks every epoch); ``[]`` when there is no val data."""
+        if "val" not in self.datasets:
+            self.setup("validate")
+        if "val" not in self.datasets:
+            return []
+        return self._loader("val", "validate")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", "test")
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("test", "predict")

@@ -1,0 +1,243 @@
+"""Map-style datasets over a :class:`FlatSource`: cropped proteins or fixed concatenated windows.
+
+Every random choice (crop start, protein order) is drawn from a generator keyed by
+``(seed, epoch, index)``, so an item does not depend on the worker that builds it, on the
+number of workers or on the order items are requested in.
+
+Epochs. A key may be a plain index or an ``(index, epoch)`` pair. The batch samplers in
+:mod:`protein_performer.data.batching` yield pairs, so the epoch travels with every request
+from the main process to the workers (robust with persistent workers). For a plain index the
+dataset uses its own epoch counter, set by :meth:`set_epoch` and held in a shared-memory tensor
+that worker processes see too. Evaluation datasets (``train=False``) always use epoch 0.
+
+Items are dicts ``{"tokens": (L,) int64 array, "index": int, "epoch": int}``; the collators in
+:mod:`protein_performer.data.masking` turn a list of them into a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from protein_performer.data.sources import FlatSource
+from protein_performer.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+Item = dict[str, Any]
+
+# Stream tags keep the generators of different random choices independent.
+TAG_CROP = 1
+TAG_ORDER = 2
+TAG_MASK = 3
+TAG_BATCH = 4
+
+_U64 = (1 << 64) - 1
+
+
+def keyed_rng(tag: int, seed: int, epoch: int = 0, index: int = 0) -> np.random.Generator:
+    """Generator determined only by ``(tag, seed, epoch, index)`` (any ints, reduced mod 2**64)."""
+    return np.random.default_rng([int(k) & _U64 for k in (tag, seed, epoch, index)])
+
+
+class EpochDataset(Dataset[Item]):
+    """Base: seed, train/eval mode and a process-shared epoch counter."""
+
+    def __init__(self, source: FlatSource, *, seed: int = 0, train: bool = True) -> None:
+        self.source = source
+        self.alphabet = source.alphabet
+        self.seed = int(seed)
+        self.train = bool(train)
+        # Shared memory, so persistent workers see set_epoch() made in the main process.
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Epoch used for plain integer keys (keys from our batch samplers carry their own)."""
+        self._epoch[0] = int(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _resolve(self, key: int | tuple[int, int]) -> tuple[int, int]:
+        if isinstance(key, tuple):
+            index, epoch = operator.index(key[0]), operator.index(key[1])
+        else:
+            index, epoch = operator.index(key), self.epoch
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"index {index} out of range for dataset of {n} items")
+        return index, (epoch if self.train else 0)
+
+
+class CropDataset(EpochDataset):
+    """One protein per item: ``<cls> residues <eos>``, at most ``max_length`` tokens.
+
+    A longer protein is cropped to a window of ``max_length - 2`` residues (``<cls>``/``<eos>``
+    kept). Training crops start at a random offset drawn from ``(seed, epoch, index)``; eval
+    crops (``train=False``) use the epoch-0 offset, i.e. a fixed random window per protein that
+    is the same in every epoch (not biased to the N-terminus).
+
+    Args:
+        source: proteins (residue ids, no specials).
+        max_length: tokens per item including the two specials (≥ 3); 1024 as in the
+            Performer paper.
+        seed: crop seed.
+        train: random crop per epoch (True) or fixed crop (False).
+    """
+
+    def __init__(
+        self, source: FlatSource, max_length: int = 1024, *, seed: int = 0, train: bool = True
+    ) -> None:
+        super().__init__(source, seed=seed, train=train)
+        if int(max_length) < 3:
+            raise ConfigError(f"max_length must be >= 3 for crop mode, got {max_length}")
+        self.max_length = int(max_length)
+        self.lengths: np.ndarray = np.minimum(source.lengths + 2, self.max_length)
+        """``(n,)`` int64 token count of each item (what batching pads to)."""
+        self.n_cropped = int(np.count_nonzero(source.lengths > self.max_length - 2))
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def crop_start(self, index: int, epoch: int) -> int:
+        """First residue of the crop of record ``index`` in ``epoch`` (0 when not cropped)."""
+        excess = int(self.source.lengths[index]) - (self.max_length - 2)
+        if excess <= 0:
+            return 0
+        if not self.train:
+            epoch = 0
+        return int(keyed_rng(TAG_CROP, self.seed, epoch, index).integers(0, excess + 1))
+
+    def __getitem__(self, key: int | tuple[int, int]) -> Item:
+        index, epoch = self._resolve(key)
+        residues = self.source[index]
+        start = self.crop_start(index, epoch)
+        residues = residues[start : start + self.max_length - 2]
+        tokens = np.empty(len(residues) + 2, dtype=np.int64)
+        tokens[0] = self.alphabet.cls_idx
+        tokens[1:-1] = residues
+        tokens[-1] = self.alphabet.eos_idx
+        return {"tokens": tokens, "index": index, "epoch": epoch}
+
+
+class ConcatWindowDataset(EpochDataset):
+    """Fixed windows of exactly ``max_length`` tokens cut from a stream of joined proteins.
+
+    The stream is ``p_0 <sep> p_1 <sep> ... p_{n-1} <sep>`` (every protein followed by
+    ``<sep>``; no ``<cls>``/``<eos>``), where ``p_k`` is the residues of record ``order[k]``.
+    Window ``w`` is ``stream[w * max_length : (w + 1) * max_length]``: no padding. The stream is
+    never built; a window is located by binary search over the cumulative segment lengths.
+
+    Attention crosses protein boundaries inside a window, as in the Performer paper's
+    concatenated-protein experiment; ``<sep>`` marks the boundaries and a protein may be split
+    across two windows.
+
+    Order: for training, a permutation drawn from ``(seed, epoch)`` (``reshuffle=False``: the
+    epoch-0 permutation every epoch); for evaluation (``train=False``) the source order. Each
+    process computes the layout of an epoch once (O(n) time, ~16 bytes per record) and caches
+    it. The trailing ``dropped_tokens`` (< ``max_length``) of each epoch's stream are not used;
+    they are logged and exposed, never silently lost.
+
+    Args:
+        source: proteins (residue ids, no specials).
+        max_length: window length in tokens (8192 by default for this mode).
+        seed: order seed.
+        train: per-epoch permuted order (True) or source order (False).
+        reshuffle: draw a new order every epoch (train only).
+    """
+
+    def __init__(
+        self,
+        source: FlatSource,
+        max_length: int = 8192,
+        *,
+        seed: int = 0,
+        train: bool = True,
+        reshuffle: bool = True,
+    ) -> None:
+        super().__init__(source, seed=seed, train=train)
+        if int(max_length) < 2:
+            raise ConfigError(f"max_length must be >= 2 for concat mode, got {max_length}")
+        self.max_length = int(max_length)
+        self.reshuffle = bool(reshuffle)
+        self.total_tokens = int(source.lengths.sum()) + len(source)
+        self.num_windows = self.total_tokens // self.max_length
+        self.dropped_tokens = self.total_tokens - self.num_windows * self.max_length
+        self.lengths: np.ndarray = np.full(self.num_windows, self.max_length, dtype=np.int64)
+        self._layout: tuple[int, np.ndarray | None, np.ndarray] | None = None
+        if self.num_windows == 0:
+            log.warning(
+                "concat stream of %d tokens is shorter than one window of %d: no windows",
+                self.total_tokens,
+                self.max_length,
+            )
+        elif self.dropped_tokens:
+            log.info(
+                "concat mode: %d windows of %d tokens; last %d of %d stream tokens dropped",
+                self.num_windows,
+                self.max_length,
+                self.dropped_tokens,
+                self.total_tokens,
+            )
+
+    def __len__(self) -> int:
+        return self.num_windows
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_layout"] = None  # recomputed lazily; can be large
+        return state
+
+    def order(self, epoch: int) -> np.ndarray:
+        """``(n,)`` int64 record index at each stream position in ``epoch``."""
+        order, _ = self._epoch_layout(epoch)
+        return np.arange(len(self.source), dtype=np.int64) if order is None else order
+
+    def _epoch_layout(self, epoch: int) -> tuple[np.ndarray | None, np.ndarray]:
+        if not self.train or not self.reshuffle:
+            epoch = 0
+        if self._layout is None or self._layout[0] != epoch:
+            seg = self.source.lengths + 1
+            order = None
+            if self.train:
+                order = keyed_rng(TAG_ORDER, self.seed, epoch).permutation(len(self.source))
+                seg = seg[order]
+            cum = np.zeros(len(seg) + 1, dtype=np.int64)
+            np.cumsum(seg, out=cum[1:])
+            self._layout = (epoch, order, cum)
+        return self._layout[1], self._layout[2]
+
+    def __getitem__(self, key: int | tuple[int, int]) -> Item:
+        index, epoch = self._resolve(key)
+        order, cum = self._epoch_layout(epoch)
+        src_tokens, src_offsets = self.source.tokens, self.source.offsets
+        length = self.max_length
+        start = index * length
+        out = np.empty(length, dtype=np.int64)
+        k = int(np.searchsorted(cum, start, side="right")) - 1  # segment holding `start`
+        pos = 0
+        while pos < length:
+            rec = k if order is None else int(order[k])
+            off = start + pos - int(cum[k])  # offset inside segment k (residues + <sep>)
+            n_res = int(src_offsets[rec + 1] - src_offsets[rec])
+            take = min(n_res + 1 - off, length - pos)
+            n_from_res = max(0, min(take, n_res - off))
+            if n_from_res:
+                base = int(src_offsets[rec]) + off
+                out[pos : pos + n_from_res] = src_tokens[base : base + n_from_res]
+            if take > n_from_res:
+                out[pos + n_from_res] = self.alphabet.sep_idx
+            pos += take
+            k += 1
+        return {"tokens": out, "index": index, "epoch": epoch}

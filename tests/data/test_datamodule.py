@@ -1,0 +1,411 @@
+"""ProteinDataModule end to end: FlatSource, FASTA, shards, DDP shares, Lightning epochs."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter, defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from lightning_fabric.utilities.data import _set_sampler_epoch
+
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.data.datamodule import ProteinDataModule
+from protein_performer.data.masking import IGNORE_INDEX
+from protein_performer.data.sources import FlatSource
+from protein_performer.errors import ConfigError, DataError
+
+A = default_alphabet()
+AA = "ACDEFGHIKLMNPQRSTVWY"
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+ECOLI = SHARED / "uniprot_UP000000625_ecoli_k12.fasta"
+
+
+def random_seqs(n: int, lo: int, hi: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    seqs = {"".join(rng.choice(list(AA), size=int(rng.integers(lo, hi + 1)))) for _ in range(n)}
+    return sorted(seqs)  # unique, so every row can be traced back to its protein
+
+
+def originals(batch) -> list[str]:
+    """Undo MLM corruption (labels hold the original at selected positions); drop specials."""
+    x, y, pad = batch["input_ids"], batch["labels"], batch["padding_mask"]
+    orig = torch.where(y != IGNORE_INDEX, y, x)
+    return [A.decode(orig[r][~pad[r]].numpy()) for r in range(x.shape[0])]
+
+
+def check_contract(batch, toks_per_batch=None):
+    x, y, pad = batch["input_ids"], batch["labels"], batch["padding_mask"]
+    assert set(batch) == {"input_ids", "labels", "padding_mask"}
+    assert x.dtype == torch.int64 and y.dtype == torch.int64 and pad.dtype == torch.bool
+    assert x.ndim == 2 and x.shape == y.shape == pad.shape
+    assert (x[pad] == A.pad_idx).all() and (y[pad] == IGNORE_INDEX).all()
+    if toks_per_batch is not None and x.shape[0] > 1:
+        assert x.numel() <= toks_per_batch
+
+
+def write_fasta(path: Path, seqs: list[str]) -> Path:
+    path.write_text(
+        "".join(f">UniRef50_P{i:05d} protein {i} n=1\n{s}\n" for i, s in enumerate(seqs))
+    )
+    return path
+
+
+# ---- from FlatSource --------------------------------------------------------------------------
+def test_from_sources_train_epochs_and_fixed_validation():
+    train_seqs, val_seqs = random_seqs(90, 5, 120, seed=1), random_seqs(30, 5, 120, seed=2)
+    dm = ProteinDataModule(
+        train_source=FlatSource.from_strings(train_seqs),
+        val_source=FlatSource.from_strings(val_seqs),
+        max_length=200,
+        toks_per_batch=1000,
+        seed=3,
+    )
+    assert dm.alphabet == A
+    dm.setup("fit")
+    train_dl, val_dl = dm.train_dataloader(), dm.val_dataloader()
+    epochs = []
+    for epoch in range(2):
+        _set_sampler_epoch(train_dl, epoch)
+        batches = list(train_dl)
+        assert len(batches) == len(train_dl.batch_sampler)
+        for b in batches:
+            check_contract(b, 1000)
+        got = [s for b in batches for s in originals(b)]
+        assert Counter(got) == Counter(train_seqs), "each protein once per epoch"
+        epochs.append(batches)
+    assert [b["labels"].tolist() for b in epochs[0]] != [b["labels"].tolist() for b in epochs[1]]
+    vals = []
+    for epoch in (0, 5):
+        _set_sampler_epoch(val_dl, epoch)
+        vals.append(list(val_dl))
+    assert len(vals[0]) == len(vals[1]) > 1
+    for a, b in zip(*vals, strict=True):
+        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
+    assert Counter(s for b in vals[0] for s in originals(b)) == Counter(val_seqs)
+
+
+def test_crop_mode_crops_long_proteins():
+    seqs = random_seqs(10, 300, 400, seed=4)
+    dm = ProteinDataModule(
+        train_source=FlatSource.from_strings(seqs), max_length=64, toks_per_batch=256
+    )
+    batches = list(dm.train_dataloader())  # setup on demand
+    rows = [s for b in batches for s in originals(b)]
+    assert len(rows) == 10
+    for b in batches:
+        assert b["input_ids"].shape[1] == 64
+        assert (b["input_ids"][:, 0] == A.cls_idx).all() and (
+            b["input_ids"][:, -1] == A.eos_idx
+        ).all()
+    for r in rows:
+        assert len(r) == 62 and any(r in s for s in seqs)
+
+
+def test_concat_mode_windows_and_causal_objective():
+    seqs = random_seqs(60, 20, 80, seed=5)
+    src = FlatSource.from_strings(seqs)
+    dm = ProteinDataModule(
+        train_source=src, mode="concat", objective="causal", max_length=128, toks_per_batch=512
+    )
+    assert dm.max_length == 128
+    dm.setup("fit")
+    ds = dm.datasets["train"]
+    total = sum(len(s) + 1 for s in seqs)
+    assert len(ds) == total // 128 and ds.dropped_tokens == total % 128
+    batches = list(dm.train_dataloader())
+    assert [b["input_ids"].shape for b in batches[:-1]] == [(4, 128)] * (len(batches) - 1)
+    assert sum(b["input_ids"].shape[0] for b in batches) == len(ds)
+    for b in batches:
+        check_contract(b)
+        assert not b["padding_mask"].any()
+        assert torch.equal(b["labels"], b["input_ids"])  # causal: unshifted copy
+    n_sep = sum(int((b["input_ids"] == A.sep_idx).sum()) for b in batches)
+    assert len(seqs) - 2 <= n_sep <= len(seqs)
+    assert ProteinDataModule(train_source=src, mode="concat").max_length == 8192
+
+
+def test_ddp_shares_from_trainer_are_disjoint_and_equal():
+    seqs = random_seqs(101, 5, 150, seed=6)
+    src = FlatSource.from_strings(seqs)
+    for world in (2, 3):
+        shares = []
+        for rank in range(world):
+            dm = ProteinDataModule(train_source=src, max_length=200, toks_per_batch=600)
+            dm.trainer = SimpleNamespace(
+                global_rank=rank,
+                world_size=world,
+                _accelerator_connector=SimpleNamespace(use_distributed_sampler=False),
+            )
+            dl = dm.train_dataloader()
+            _set_sampler_epoch(dl, 1)
+            shares.append(list(dl))
+        assert len({len(s) for s in shares}) == 1
+        rows = Counter(r for share in shares for b in share for r in originals(b))
+        assert set(rows) == set(seqs)
+        n_pad = dl.batch_sampler.num_padding_batches
+        assert sum(rows.values()) - len(seqs) <= n_pad * 600  # only repeated batches add rows
+        if n_pad == 0:
+            assert all(c == 1 for c in rows.values())
+
+
+def test_ddp_requires_use_distributed_sampler_false():
+    dm = ProteinDataModule(train_source=FlatSource.from_strings(["ACD"]))
+    dm.trainer = SimpleNamespace(
+        global_rank=0,
+        world_size=2,
+        _accelerator_connector=SimpleNamespace(use_distributed_sampler=True),
+    )
+    with pytest.raises(ConfigError, match="use_distributed_sampler=False"):
+        dm.train_dataloader()
+    dm.trainer = None
+    assert dm.distributed_info() == (0, 1)
+
+
+# ---- from FASTA / shards ----------------------------------------------------------------------
+def test_fasta_hash_split_end_to_end(tmp_path):
+    seqs = random_seqs(200, 5, 60, seed=7)
+    fasta = write_fasta(tmp_path / "p.fa", seqs)
+    dm = ProteinDataModule(
+        files=[str(fasta)], split_fractions=(0.7, 0.15, 0.15), toks_per_batch=500, num_workers=2
+    )
+    dm.setup(None)
+    got = {}
+    for split, loader in (
+        ("train", dm.train_dataloader),
+        ("val", dm.val_dataloader),
+        ("test", dm.test_dataloader),
+    ):
+        batches = list(loader())
+        for b in batches:
+            check_contract(b, 500)
+        got[split] = [s for b in batches for s in originals(b)]
+        assert len(got[split]) == len(set(got[split])) > 0
+    assert sum(len(v) for v in got.values()) == 200
+    assert set(got["train"]) | set(got["val"]) | set(got["test"]) == set(seqs)
+    assert len(got["train"]) > len(got["val"])
+
+
+def test_explicit_split_files_and_max_records(tmp_path):
+    train = write_fasta(tmp_path / "train.fa", random_seqs(50, 5, 40, seed=8))
+    val_seqs = random_seqs(20, 5, 40, seed=9)
+    val = write_fasta(tmp_path / "val.fa", val_seqs)
+    dm = ProteinDataModule(files=str(train), val_files=[val], max_records=30, val_max_records=12)
+    dm.setup("fit")
+    assert len(dm.datasets["train"]) == 30 and len(dm.datasets["val"]) == 12
+    rows = [s for b in dm.val_dataloader() for s in originals(b)]
+    assert sorted(rows) == sorted(val_seqs[:12])
+    with pytest.raises(ConfigError, match="no test data"):
+        dm.test_dataloader()
+
+
+def test_test_files_only_for_evaluation(tmp_path):
+    seqs = random_seqs(40, 5, 300, seed=10)
+    fasta = write_fasta(tmp_path / "eval.fa", seqs)
+    dm = ProteinDataModule(test_files=[fasta], max_length=128, toks_per_batch=1024)
+    dm.setup("test")
+    runs = [list(dm.test_dataloader()) for _ in range(2)]
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
+    rows = [s for b in runs[0] for s in originals(b)]
+    assert len(rows) == 40 and all(any(r in s for s in seqs) for r in rows)
+    assert len(list(dm.predict_dataloader())) == len(runs[0])
+    with pytest.raises(ConfigError, match="no train data"):
+        dm.setup("fit")
+    assert dm.val_dataloader() == []
+
+
+def test_shards_match_fasta_split(tmp_path):
+    from protein_performer.data.shards import preprocess
+
+    seqs = random_seqs(150, 5, 60, seed=11)
+    fasta = write_fasta(tmp_path / "p.fa", seqs)
+    preprocess([fasta], tmp_path / "shards", seed=2, progress=False)
+    from_shards = ProteinDataModule(shards=tmp_path / "shards", files=["ignored.fa"])
+    from_files = ProteinDataModule(files=[fasta], split_seed=2)
+    for split in ("train", "val", "test"):
+        from_shards.setup(None)
+        from_files.setup(None)
+        a, b = from_shards.datasets[split], from_files.datasets[split]
+        assert [a[(i, 0)]["tokens"].tolist() for i in range(len(a))] == [
+            b[(i, 0)]["tokens"].tolist() for i in range(len(b))
+        ]
+
+
+def test_invalid_residue_policy_is_passed_through(tmp_path):
+    fasta = tmp_path / "bad.fa"
+    fasta.write_text(">a\nMKV\n>b\nMK1V\n>c\nACD\n")
+    with pytest.raises(DataError, match="invalid residue"):
+        ProteinDataModule(test_files=[fasta]).setup("test")
+    dm = ProteinDataModule(test_files=[fasta], invalid="skip")
+    dm.setup("test")
+    assert len(dm.datasets["test"]) == 2
+
+
+@pytest.mark.realdata
+def test_real_proteome_evaluation_batches():
+    if not ECOLI.exists():
+        pytest.skip(f"{ECOLI} not available")
+    dm = ProteinDataModule(test_files=[ECOLI], val_max_records=300, toks_per_batch=8192)
+    batches = list(dm.test_dataloader())
+    assert sum(b["input_ids"].shape[0] for b in batches) == 300
+    for b in batches:
+        check_contract(b, 8192)
+        assert b["input_ids"].shape[1] <= 1024
+    from protein_performer.data.fasta import load_fasta_source
+
+    proteins = [A.decode(p) for p in load_fasta_source(ECOLI, max_records=300)]
+    rows = [r for b in batches for r in originals(b)]
+    assert sorted(r for r in rows if len(r) < 1022) == sorted(p for p in proteins if len(p) < 1022)
+    long = [p for p in proteins if len(p) >= 1022]
+    cropped = [r for r in rows if len(r) == 1022]
+    assert len(cropped) == len(long) > 0
+    assert all(any(r in p for p in long) for r in cropped)
+
+
+# ---- argument validation ----------------------------------------------------------------------
+SRC = FlatSource.from_strings(["ACDE"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"objective": "bert"}, "objective must be one of: mlm, causal"),
+        ({"mode": "pack"}, "mode must be one of: crop, concat"),
+        ({"invalid": "drop"}, "invalid must be one of: error, skip, replace"),
+        ({"max_length": 2}, "max_length must be an integer >= 3"),
+        ({"max_length": 1, "mode": "concat"}, "max_length must be an integer >= 2"),
+        ({"toks_per_batch": 0}, "toks_per_batch"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"mask_prob": 1.5}, "mask_prob"),
+        ({"num_workers": -1}, "num_workers"),
+        ({"max_records": 0}, "max_records"),
+        ({"split_fractions": (0.5, 0.5, 0.5)}, "split_fractions"),
+        ({"seed": "x"}, "seed"),
+        ({"train_source": None}, "no data"),
+        ({"train_source": ["ACD"]}, "train_source must be a FlatSource"),
+    ],
+)
+def test_bad_arguments_raise_config_error(kwargs, message):
+    args = {"train_source": SRC} | kwargs
+    with pytest.raises(ConfigError, match=message) as exc:
+        ProteinDataModule(**args)
+    assert "\n" not in str(exc.value)
+
+
+def test_bad_stage_and_empty_training_set():
+    dm = ProteinDataModule(train_source=SRC)
+    with pytest.raises(ConfigError, match="stage"):
+        dm.setup("train")
+    dm = ProteinDataModule(train_source=SRC, mode="concat", max_length=64)
+    with pytest.raises(ConfigError, match="training set is empty"):
+        dm.setup("fit")
+
+
+# ---- with a real Lightning Trainer ------------------------------------------------------------
+class Recorder(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(len(A), 8)
+        self.head = torch.nn.Linear(8, len(A))
+        self.seen: dict[str, dict[int, list]] = {
+            "train": defaultdict(list),
+            "val": defaultdict(list),
+        }
+
+    def _loss(self, batch):
+        logits = self.head(self.emb(batch["input_ids"]))
+        return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
+
+    def training_step(self, batch, batch_idx):
+        self.seen["train"][self.current_epoch].append({k: v.clone() for k, v in batch.items()})
+        return self._loss(batch)
+
+    def validation_step(self, batch, batch_idx):
+        self.seen["val"][self.current_epoch].append({k: v.clone() for k, v in batch.items()})
+        self.log("val_loss", self._loss(batch))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_lightning_trainer_sets_epochs():
+    train_seqs, val_seqs = random_seqs(60, 5, 80, seed=12), random_seqs(20, 5, 80, seed=13)
+    dm = ProteinDataModule(
+        train_source=FlatSource.from_strings(train_seqs),
+        val_source=FlatSource.from_strings(val_seqs),
+        toks_per_batch=600,
+    )
+    model = Recorder()
+    trainer = pl.Trainer(
+        max_epochs=3,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(model, datamodule=dm)
+    train, val = model.seen["train"], model.seen["val"]
+    assert sorted(train) == sorted(val) == [0, 1, 2]
+    for e in range(3):
+        assert Counter(s for b in train[e] for s in originals(b)) == Counter(train_seqs)
+        assert Counter(s for b in val[e] for s in originals(b)) == Counter(val_seqs)
+        for a, b in zip(val[0], val[e], strict=True):
+            assert torch.equal(a["labels"], b["labels"])
+    # Lightning reached the batch sampler's set_epoch: epochs differ, and match a fresh loader
+    assert [b["labels"].tolist() for b in train[0]] != [b["labels"].tolist() for b in train[1]]
+    fresh = dm.train_dataloader()
+    _set_sampler_epoch(fresh, 2)
+    for a, b in zip(train[2], fresh, strict=True):
+        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
+
+
+class Predictor(Recorder):
+    def predict_step(self, batch, batch_idx):
+        return originals(batch)
+
+
+def test_lightning_predict_over_test_split():
+    seqs = random_seqs(30, 5, 60, seed=14)
+    dm = ProteinDataModule(test_source=FlatSource.from_strings(seqs), toks_per_batch=400)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        use_distributed_sampler=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = trainer.predict(Predictor(), datamodule=dm)
+    assert sorted(r for rows in out for r in rows) == sorted(seqs)
+
+
+def test_rank_from_torch_distributed(monkeypatch):
+    monkeypatch.setattr(torch.distributed, "is_available", lambda: True)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: 1)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 3)
+    dm = ProteinDataModule(train_source=FlatSource.from_strings(random_seqs(40, 5, 30)))
+    assert dm.distributed_info() == (1, 3)
+    sampler = dm.train_dataloader().batch_sampler
+    assert (sampler.rank, sampler.world_size) == (1, 3)
+
+
+def test_fixed_batch_size_in_crop_mode():
+    seqs = random_seqs(25, 5, 60, seed=15)
+    dm = ProteinDataModule(train_source=FlatSource.from_strings(seqs), batch_size=4)
+    batches = list(dm.train_dataloader())
+    assert [b["input_ids"].shape[0] for b in batches] == [4] * 6 + [1]
+    assert Counter(r for b in batches for r in originals(b)) == Counter(seqs)

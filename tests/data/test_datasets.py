@@ -1,0 +1,229 @@
+"""CropDataset and ConcatWindowDataset: lengths, specials, seeded crops, exact concat windows."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.data.datasets import ConcatWindowDataset, CropDataset
+from protein_performer.data.sources import FlatSource
+from protein_performer.errors import ConfigError
+
+A = default_alphabet()
+AA = "ACDEFGHIKLMNPQRSTVWY"
+
+
+def random_source(n: int, lo: int, hi: int, seed: int = 0) -> FlatSource:
+    rng = np.random.default_rng(seed)
+    seqs = ["".join(rng.choice(list(AA), size=int(rng.integers(lo, hi + 1)))) for _ in range(n)]
+    return FlatSource.from_strings(seqs)
+
+
+# ---- crop mode --------------------------------------------------------------------------------
+def test_short_protein_is_cls_residues_eos():
+    src = FlatSource.from_strings(["MKV", "A"])
+    ds = CropDataset(src, max_length=10)
+    item = ds[0]
+    assert item["tokens"].dtype == np.int64
+    assert item["tokens"].tolist() == [A.cls_idx, *A.encode("MKV").tolist(), A.eos_idx]
+    assert ds[1]["tokens"].tolist() == [A.cls_idx, A.index("A"), A.eos_idx]
+    assert ds.lengths.tolist() == [5, 3]
+
+
+def test_long_protein_cropped_to_max_length_with_specials():
+    seq = "".join(np.random.default_rng(1).choice(list(AA), size=500))
+    src = FlatSource.from_strings([seq, "ACD" * 3])
+    ds = CropDataset(src, max_length=64, seed=3)
+    assert ds.lengths.tolist() == [64, 11]
+    assert ds.n_cropped == 1
+    residues = A.encode(seq)
+    for epoch in range(5):
+        tokens = ds[(0, epoch)]["tokens"]
+        assert len(tokens) == 64
+        assert tokens[0] == A.cls_idx and tokens[-1] == A.eos_idx
+        assert not A.special_mask(tokens[1:-1]).any()
+        start = ds.crop_start(0, epoch)
+        assert 0 <= start <= 500 - 62
+        np.testing.assert_array_equal(tokens[1:-1], residues[start : start + 62])
+
+
+def test_exact_fit_is_not_cropped():
+    src = FlatSource.from_strings(["A" * 8])
+    ds = CropDataset(src, max_length=10)
+    assert ds.n_cropped == 0
+    assert ds[(0, 5)]["tokens"].tolist() == [A.cls_idx] + [A.index("A")] * 8 + [A.eos_idx]
+
+
+def test_crop_reproducible_per_seed_epoch_index_and_varies_by_epoch():
+    src = random_source(20, 300, 400, seed=2)
+    a = CropDataset(src, max_length=32, seed=7)
+    b = CropDataset(src, max_length=32, seed=7)
+    c = CropDataset(src, max_length=32, seed=8)
+    # same key -> same crop, whatever was requested before
+    ref = [a[(i, e)]["tokens"] for e in range(3) for i in range(20)]
+    got = [b[(i, e)]["tokens"] for e in reversed(range(3)) for i in reversed(range(20))][::-1]
+    for x, y in zip(ref, got, strict=True):
+        np.testing.assert_array_equal(x, y)
+    starts = {e: [a.crop_start(i, e) for i in range(20)] for e in range(4)}
+    assert starts[0] != starts[1] != starts[2]
+    assert [c.crop_start(i, 0) for i in range(20)] != starts[0]
+    # each protein's crop varies across epochs
+    per_protein = [{starts[e][i] for e in range(4)} for i in range(20)]
+    assert sum(len(s) > 1 for s in per_protein) >= 18
+
+
+def test_crop_start_covers_the_whole_range():
+    src = FlatSource.from_strings(["ACDEFGHIK"])  # 9 residues, window of 6 -> starts 0..3
+    ds = CropDataset(src, max_length=8, seed=0)
+    starts = {ds.crop_start(0, e) for e in range(300)}
+    assert starts == {0, 1, 2, 3}
+
+
+def test_plain_index_uses_set_epoch_and_negative_index():
+    src = random_source(5, 100, 120)
+    ds = CropDataset(src, max_length=20, seed=1)
+    assert ds[2]["epoch"] == 0
+    ds.set_epoch(4)
+    item = ds[2]
+    assert item["epoch"] == 4 and item["index"] == 2
+    np.testing.assert_array_equal(item["tokens"], ds[(2, 4)]["tokens"])
+    assert ds[-1]["index"] == 4
+    with pytest.raises(IndexError):
+        ds[5]
+    with pytest.raises(IndexError):
+        ds[(-6, 0)]
+
+
+def test_eval_crop_is_fixed_across_epochs():
+    src = random_source(10, 200, 300, seed=4)
+    train = CropDataset(src, max_length=30, seed=5)
+    ev = CropDataset(src, max_length=30, seed=5, train=False)
+    for i in range(10):
+        first = ev[(i, 0)]["tokens"]
+        for e in (1, 2, 9):
+            item = ev[(i, e)]
+            assert item["epoch"] == 0
+            np.testing.assert_array_equal(item["tokens"], first)
+        np.testing.assert_array_equal(first, train[(i, 0)]["tokens"])
+    ev.set_epoch(3)
+    np.testing.assert_array_equal(ev[0]["tokens"], ev[(0, 0)]["tokens"])
+
+
+def test_crop_max_length_validated():
+    with pytest.raises(ConfigError, match="max_length"):
+        CropDataset(FlatSource.from_strings(["AC"]), max_length=2)
+
+
+def test_set_epoch_reaches_persistent_workers():
+    src = random_source(8, 100, 200, seed=6)
+    ds = CropDataset(src, max_length=16, seed=2)
+    dl = DataLoader(ds, batch_size=2, num_workers=2, persistent_workers=True, collate_fn=list)
+    seen = {}
+    for epoch in (0, 3, 5):
+        ds.set_epoch(epoch)
+        items = [it for batch in dl for it in batch]
+        assert {it["epoch"] for it in items} == {epoch}
+        seen[epoch] = [it["tokens"] for it in sorted(items, key=lambda it: it["index"])]
+        for i, tokens in enumerate(seen[epoch]):
+            np.testing.assert_array_equal(tokens, ds[(i, epoch)]["tokens"])
+    assert any(not np.array_equal(x, y) for x, y in zip(seen[0], seen[3], strict=True))
+
+
+# ---- concat mode ------------------------------------------------------------------------------
+def reference_stream(src: FlatSource, order) -> np.ndarray:
+    parts = []
+    for rec in order:
+        parts.append(np.asarray(src[int(rec)], dtype=np.int64))
+        parts.append(np.array([A.sep_idx], dtype=np.int64))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def check_windows(ds: ConcatWindowDataset, stream: np.ndarray, epoch: int) -> None:
+    L = ds.max_length
+    assert len(ds) == len(stream) // L
+    assert ds.dropped_tokens == len(stream) - len(ds) * L
+    assert ds.total_tokens == len(stream)
+    got = [ds[(w, epoch)]["tokens"] for w in range(len(ds))]
+    for tokens in got:
+        assert tokens.dtype == np.int64 and len(tokens) == L
+    joined = np.concatenate(got) if got else np.zeros(0, np.int64)
+    # nothing lost but the reported tail
+    np.testing.assert_array_equal(joined, stream[: len(stream) - ds.dropped_tokens])
+
+
+def test_concat_eval_windows_equal_reference_concatenation():
+    src = FlatSource.from_strings(["ACDEF", "", "GHIKLMNPQRSTVWY" * 3, "MK", "W" * 17, "Y"])
+    stream = reference_stream(src, range(len(src)))
+    assert len(stream) == 70 + 6  # residues + one <sep> per protein
+    for L in (2, 3, 7, 16, 45, 76, 77, 100):
+        ds = ConcatWindowDataset(src, max_length=L, train=False)
+        for epoch in (0, 3):
+            check_windows(ds, stream, epoch)
+
+
+def test_concat_train_order_is_seeded_permutation_per_epoch():
+    src = random_source(50, 1, 40, seed=9)
+    ds = ConcatWindowDataset(src, max_length=32, seed=4)
+    orders = [ds.order(e) for e in range(3)]
+    for o in orders:
+        assert sorted(o.tolist()) == list(range(50))
+    assert orders[0].tolist() != orders[1].tolist() != orders[2].tolist()
+    assert orders[0].tolist() != list(range(50))
+    same = ConcatWindowDataset(src, max_length=32, seed=4)
+    assert same.order(1).tolist() == orders[1].tolist()
+    assert ConcatWindowDataset(src, max_length=32, seed=5).order(1).tolist() != orders[1].tolist()
+    for e in (2, 0, 1):  # out of order: the per-epoch cache must not leak between epochs
+        check_windows(ds, reference_stream(src, orders[e]), e)
+    fixed = ConcatWindowDataset(src, max_length=32, seed=4, reshuffle=False)
+    assert fixed.order(3).tolist() == orders[0].tolist()
+    np.testing.assert_array_equal(fixed[(2, 3)]["tokens"], ds[(2, 0)]["tokens"])
+    assert fixed[(2, 3)]["epoch"] == 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 30), min_size=0, max_size=25),
+    L=st.integers(2, 50),
+    seed=st.integers(0, 2**32),
+    epoch=st.integers(0, 5),
+)
+def test_concat_windows_property(lengths, L, seed, epoch):
+    rng = np.random.default_rng(seed)
+    src = FlatSource.from_arrays([rng.integers(6, 31, size=n).astype(np.uint8) for n in lengths])
+    ds = ConcatWindowDataset(src, max_length=L, seed=seed)
+    check_windows(ds, reference_stream(src, ds.order(epoch)), epoch)
+    assert len(ds.order(epoch)) == len(lengths)
+
+
+def test_concat_reports_dropped_tail(caplog):
+    src = FlatSource.from_strings(["A" * 10, "C" * 10])  # 22 stream tokens
+    with caplog.at_level(logging.INFO, logger="protein_performer.data.datasets"):
+        ds = ConcatWindowDataset(src, max_length=8, train=False)
+    assert (len(ds), ds.dropped_tokens) == (2, 6)
+    assert "6 of 22" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="protein_performer.data.datasets"):
+        short = ConcatWindowDataset(src, max_length=100)
+    assert len(short) == 0 and short.dropped_tokens == 22
+    assert "no windows" in caplog.text
+    with pytest.raises(IndexError):
+        short[0]
+
+
+def test_concat_pickle_roundtrip_and_validation():
+    src = random_source(30, 5, 60, seed=3)
+    ds = ConcatWindowDataset(src, max_length=40, seed=1)
+    before = [ds[(w, 2)]["tokens"] for w in range(len(ds))]
+    clone = pickle.loads(pickle.dumps(ds))
+    assert clone._layout is None
+    for w, tokens in enumerate(before):
+        np.testing.assert_array_equal(clone[(w, 2)]["tokens"], tokens)
+    with pytest.raises(ConfigError, match="max_length"):
+        ConcatWindowDataset(src, max_length=1)
