@@ -1,0 +1,404 @@
+"""FavorAttention: the Performer (FAVOR) attention module with seeded feature redraws."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+from .causal import causal_linear_attention
+from .feature_maps import (
+    FeatureParams,
+    KernelSpec,
+    key_features,
+    key_logits,
+    oprf_statistic,
+    oprf_t,
+    query_features,
+)
+from .linear_attention import bidirectional_linear_attention
+from .projections import NormKind, draw_projection
+
+Estimator = Literal["oprf", "favor+"]
+
+
+class FavorAttention(nn.Module):
+    """Linear-time attention ``φ(Q) (φ(K)ᵀ V)`` with random features, on ``(B, H, L, D)`` tensors.
+
+    ``kernel="softmax"`` approximates ``softmax(q kᵀ / sqrt(D))`` (q, k come in unscaled;
+    the ``D^(-1/4)`` scaling is applied inside). ``kernel="relu"`` is the generalized
+    attention ``relu(x Wᵀ) + kernel_eps`` (``projection="none"``: no projection, ``m = D``).
+
+    Estimator (softmax kernel): ``"oprf"`` (default) uses the optimal positive random
+    features of Likhosherstov et al. 2022 with orthogonal projections: unbiased, positive,
+    bounded in ``w``, with the variance parameter chosen to minimise the mean log second
+    moment over query/key pairs — ``"favor+"`` is the ``t = 1`` member of the same family,
+    so OPRF is never worse on that criterion and measurably more accurate in practice
+    (tests and ``benchmarks/approximation.py``), at the extra cost of O(L·D) statistics. The OPRF parameter is chosen from the query/key
+    statistics of the current input (per batch element and head, detached). In causal mode
+    that would let future tokens influence past outputs, so there the parameter comes from
+    running per-head statistics of past training batches (folded in by
+    :meth:`maybe_redraw` at step boundaries, frozen in eval); until the first fold the
+    causal estimator is FAVOR+.
+
+    Other options: ``orthogonal`` (block-orthogonal vs iid projection), ``antithetic``
+    (use ``w`` and ``-w`` pairs), ``norm`` (``"chi"`` row norms keep the estimator
+    unbiased; ``"sqrt_d"`` is the regularized variant), ``redraw_interval`` (training
+    steps between projection redraws, 0 = never), ``seed`` and ``layer_idx`` (the
+    projection for redraw number ``n`` is drawn from ``(seed, layer_idx, n)``, so DDP ranks
+    agree without communication), ``eps`` (added to the row-normalised softmax query
+    features), ``kernel_eps`` (ReLU kernel), ``chunk_size`` (rows per block of the
+    recomputing kernels), ``subchunk_size`` (causal: rows handled explicitly inside a
+    block), ``stat_momentum`` (causal OPRF running statistics).
+
+    Features and normaliser are computed in float32 (float64 for float64 inputs) with
+    autocast disabled; the output has the dtype of ``q``. The projection is a buffer (it
+    is saved in checkpoints) and never trains.
+    """
+
+    def __init__(
+        self,
+        dim_head: int,
+        nb_features: int = 256,
+        kernel: Literal["softmax", "relu"] = "softmax",
+        causal: bool = False,
+        orthogonal: bool = True,
+        *,
+        estimator: Estimator = "oprf",
+        antithetic: bool = True,
+        norm: NormKind = "chi",
+        projection: Literal["random", "none"] = "random",
+        redraw_interval: int = 0,
+        seed: int = 0,
+        layer_idx: int = 0,
+        eps: float = 1e-6,
+        kernel_eps: float = 1e-3,
+        chunk_size: int | None = None,
+        subchunk_size: int = 64,
+        stat_momentum: float = 0.1,
+    ) -> None:
+        super().__init__()
+        _check(dim_head >= 1, f"dim_head must be >= 1, got {dim_head}")
+        _check(nb_features >= 1, f"nb_features must be >= 1, got {nb_features}")
+        _check(kernel in ("softmax", "relu"), f"kernel must be 'softmax' or 'relu', got {kernel!r}")
+        _check(
+            estimator in ("oprf", "favor+"),
+            f"estimator must be 'oprf' or 'favor+', got {estimator!r}",
+        )
+        _check(
+            projection in ("random", "none"),
+            f"projection must be 'random' or 'none', got {projection!r}",
+        )
+        _check(kernel == "relu" or projection == "random", "projection='none' needs kernel='relu'")
+        _check(norm in ("chi", "sqrt_d"), f"norm must be 'chi' or 'sqrt_d', got {norm!r}")
+        _check(orthogonal or norm == "chi", "norm='sqrt_d' needs orthogonal=True")
+        _check(redraw_interval >= 0, f"redraw_interval must be >= 0, got {redraw_interval}")
+        _check(eps >= 0 and kernel_eps > 0, "eps must be >= 0 and kernel_eps > 0")
+        _check(chunk_size is None or chunk_size >= 1, f"chunk_size must be >= 1, got {chunk_size}")
+        _check(subchunk_size >= 1, f"subchunk_size must be >= 1, got {subchunk_size}")
+        _check(0 < stat_momentum <= 1, f"stat_momentum must be in (0, 1], got {stat_momentum}")
+        self.dim_head = dim_head
+        self.kernel = kernel
+        self.causal = causal
+        self.orthogonal = orthogonal
+        self.estimator = estimator
+        self.antithetic = antithetic
+        self.norm = norm
+        self.redraw_interval = redraw_interval
+        self.seed = seed
+        self.layer_idx = layer_idx
+        self.spec = KernelSpec(kind=kernel, eps=eps, kernel_eps=kernel_eps)
+        self.chunk_size = chunk_size or (256 if causal else 1024)
+        self.subchunk_size = subchunk_size
+        self.stat_momentum = stat_momentum
+        self.nb_features = dim_head if projection == "none" else nb_features
+
+        self.register_buffer("redraw_counter", torch.zeros((), dtype=torch.long))
+        self.projection: torch.Tensor | None
+        if projection == "random":
+            self.register_buffer("projection", self._draw(0))
+        else:
+            self.register_buffer("projection", None)
+        self._running_oprf = kernel == "softmax" and estimator == "oprf" and causal
+        if self._running_oprf:
+            # per-head running mean of the OPRF statistic; empty until the first fold
+            self.register_buffer("oprf_stat", torch.empty(0))
+            self._stat_sum: torch.Tensor | None = None
+            self._stat_count = 0
+            self._last_fold_step: int | None = None
+
+    # ---- projections and redraws ------------------------------------------------------
+
+    def _draw(self, counter: int) -> torch.Tensor:
+        w = draw_projection(
+            self.nb_features,
+            self.dim_head,
+            seed=self.seed,
+            layer_idx=self.layer_idx,
+            counter=counter,
+            orthogonal=self.orthogonal,
+            antithetic=self.antithetic,
+            norm=self.norm,
+        )
+        return w.to(torch.float32)
+
+    @torch.no_grad()
+    def redraw_projection(self, counter: int | None = None) -> None:
+        """Replace the projection by draw number ``counter`` (default: the next one)."""
+        if self.projection is None:
+            return
+        counter = int(self.redraw_counter) + 1 if counter is None else int(counter)
+        self.projection.copy_(self._draw(counter))
+        self.redraw_counter.fill_(counter)
+
+    def maybe_redraw(self, global_step: int) -> bool:
+        """Training-step hook; returns True if the projection was redrawn.
+
+        In training mode: folds the causal-OPRF statistics gathered since the last step
+        into the running estimate, and switches to projection number
+        ``global_step // redraw_interval`` when that differs from the current one. Idempotent
+        for a given step and a no-op in eval mode (features are frozen in eval).
+        """
+        if not self.training:
+            return False
+        if self._running_oprf:
+            self._fold_statistics(global_step)
+        if self.redraw_interval <= 0 or self.projection is None:
+            return False
+        target = int(global_step) // self.redraw_interval
+        if target == int(self.redraw_counter):
+            return False
+        self.redraw_projection(target)
+        return True
+
+    @torch.no_grad()
+    def _fold_statistics(self, global_step: int) -> None:
+        if self._last_fold_step == global_step or self._stat_sum is None:
+            return
+        batch_stat = (self._stat_sum / self._stat_count).to(self.oprf_stat)
+        if self.oprf_stat.shape != batch_stat.shape:
+            # resize in place: the buffer object stays the one DDP broadcasts
+            self.oprf_stat.resize_(batch_stat.shape).copy_(batch_stat)
+        else:
+            self.oprf_stat.lerp_(batch_stat, self.stat_momentum)
+        self._stat_sum, self._stat_count = None, 0
+        self._last_fold_step = global_step
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        stat = state_dict.get(prefix + "oprf_stat")
+        if self._running_oprf and stat is not None and stat.shape != self.oprf_stat.shape:
+            with torch.no_grad():
+                self.oprf_stat.resize_(stat.shape)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    # ---- feature preparation ------------------------------------------------------------
+
+    def _oprf_t(
+        self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, gather: bool
+    ) -> torch.Tensor | None:
+        """OPRF ``t`` per (batch, head) ``(B, H)``, or None for FAVOR+ (``t = 1``).
+
+        ``gather``: record the causal running statistics (training forward passes only).
+        """
+        if self.kernel != "softmax" or self.estimator != "oprf":
+            return None
+        with torch.no_grad():
+            valid = None if mask is None else ~mask
+            q_valid = valid if q.shape[-2] == k.shape[-2] else None
+            # statistic of x = q·D^(-1/4), y = k·D^(-1/4): quadratic, so rescale afterwards
+            stat = oprf_statistic(q, k, q_valid, valid) * self.dim_head**-0.5  # (B, H)
+            if not self.causal:
+                return oprf_t(stat, self.dim_head)
+            if gather and self.training:
+                head_stat = stat.mean(0).to(torch.float64)
+                if self._stat_sum is None or self._stat_sum.shape != head_stat.shape:
+                    self._stat_sum, self._stat_count = torch.zeros_like(head_stat), 0
+                self._stat_sum += head_stat
+                self._stat_count += 1
+            if self.oprf_stat.numel() != q.shape[1]:
+                return None
+            return oprf_t(self.oprf_stat.to(q), self.dim_head).expand(q.shape[:2])
+
+    def _params(
+        self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, gather: bool = False
+    ) -> FeatureParams:
+        """Feature parameters for ``(B, H, L, D)`` inputs, flattened to ``N = B·H`` rows."""
+        bsz, heads = q.shape[:2]
+        n = bsz * heads
+        base = self.dim_head**-0.25
+        if self.projection is None:
+            w = torch.eye(self.dim_head, dtype=q.dtype, device=q.device)
+        else:
+            w = self.projection.to(q.dtype)
+        t = self._oprf_t(q, k, mask, gather)
+        if t is None:
+            scale = torch.full((n, 1, 1), base, dtype=q.dtype, device=q.device)
+        else:
+            scale = (base * torch.sqrt(t)).reshape(n, 1, 1).to(q.dtype)
+        wq = scale * w  # (N, m, D)
+        if self.kernel == "relu":
+            return FeatureParams(spec=self.spec, wq=wq, wk=wq)
+        # keys: [k, −|y|²/2 as a row term, 1] times [scaled W, 1, per-feature bias]
+        col_bias = torch.zeros(n, w.shape[0], 1, dtype=q.dtype, device=q.device)
+        if t is not None:
+            # the per-feature weight exp(2A|w|²), A = (1 − t)/4, moved entirely onto the keys
+            col_bias += ((1 - t) / 2).reshape(n, 1, 1).to(q.dtype) * w.pow(2).sum(-1)[:, None]
+        ones = torch.ones_like(col_bias)
+        wk = torch.cat([wq, ones, col_bias], dim=-1)
+        return FeatureParams(spec=self.spec, wq=wq, wk=wk, k_sq_coef=0.5 * base * base)
+
+    def _check_inputs(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) -> None:
+        if q.dim() != 4 or k.dim() != 4:
+            raise ValueError(
+                f"q and k must be (B, H, L, D), got {tuple(q.shape)}, {tuple(k.shape)}"
+            )
+        if q.shape[-1] != self.dim_head or k.shape[-1] != self.dim_head:
+            raise ValueError(f"head dim must be {self.dim_head}, got {q.shape[-1]}, {k.shape[-1]}")
+        if q.shape[:2] != k.shape[:2]:
+            raise ValueError(
+                f"q and k batch/head dims differ: {tuple(q.shape)} vs {tuple(k.shape)}"
+            )
+        if self.causal and q.shape[2] != k.shape[2]:
+            raise ValueError(f"causal attention needs Lq == Lk, got {q.shape[2]} and {k.shape[2]}")
+        if mask is not None and tuple(mask.shape) != (k.shape[0], k.shape[2]):
+            raise ValueError(
+                f"key_padding_mask must be (B, Lk) = {(k.shape[0], k.shape[2])}, got {tuple(mask.shape)}"
+            )
+
+    @staticmethod
+    def _flat_mask(mask: torch.Tensor | None, heads: int) -> torch.Tensor | None:
+        """``(B, L)`` -> ``(B·H, L)`` bool, or None when nothing is padded."""
+        if mask is None:
+            return None
+        mask = mask.to(torch.bool)
+        if not bool(mask.any()):
+            return None
+        return mask.repeat_interleave(heads, dim=0)
+
+    # ---- public computations --------------------------------------------------------------
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``q``: ``(B, H, Lq, D)``, ``k``: ``(B, H, Lk, D)``, ``v``: ``(B, H, Lk, Dv)`` ->
+        ``(B, H, Lq, Dv)``. ``key_padding_mask``: ``(B, Lk)`` bool, True = padded key."""
+        self._check_inputs(q, k, key_padding_mask)
+        if v.dim() != 4 or v.shape[:3] != k.shape[:3]:
+            raise ValueError(f"v must be (B, H, Lk, Dv) matching k, got {tuple(v.shape)}")
+        out_dtype = q.dtype
+        bsz, heads, lq, _ = q.shape
+        lk, dv = k.shape[2], v.shape[3]
+        n = bsz * heads
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+            q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+            mask = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
+            params = self._params(q, k, mask, gather=True)
+            qf, kf, vf = q.reshape(n, lq, -1), k.reshape(n, lk, -1), v.reshape(n, lk, dv)
+            flat_mask = self._flat_mask(mask, heads)
+            if self.causal:
+                out = causal_linear_attention(
+                    qf, kf, vf, flat_mask, params, self.chunk_size, self.subchunk_size
+                )
+            else:
+                out = bidirectional_linear_attention(qf, kf, vf, flat_mask, params, self.chunk_size)
+        return out.reshape(bsz, heads, lq, dv).to(out_dtype)
+
+    def features(
+        self, q: torch.Tensor, k: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The query and key features ``(B, H, L, m)`` that :meth:`forward` uses (autograd-aware).
+
+        Padded keys get all-zero features. Softmax key features are stabilised by their
+        max over features and valid keys (any common factor cancels in the attention).
+        """
+        self._check_inputs(q, k, key_padding_mask)
+        bsz, heads, lq, _ = q.shape
+        lk = k.shape[2]
+        n = bsz * heads
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+            q, k = q.to(dtype), k.to(dtype)
+            mask = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
+            params = self._params(q, k, mask)
+            qf, kf = q.reshape(n, lq, -1), k.reshape(n, lk, -1)
+            flat_mask = self._flat_mask(mask, heads)
+            phi_q, _ = query_features(qf, params)
+            row_term = params.key_row_term(kf)
+            stab = None
+            if self.kernel == "softmax":
+                with torch.no_grad():
+                    logits = key_logits(kf, params, row_term, flat_mask)
+                    stab = logits.amax(dim=(1, 2), keepdim=True)
+                    stab = torch.where(torch.isfinite(stab), stab, torch.zeros_like(stab))
+            phi_k, _ = key_features(kf, params, row_term, flat_mask, stab)
+        return phi_q.reshape(bsz, heads, lq, -1), phi_k.reshape(bsz, heads, lk, -1)
+
+    def attention_matrix(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        *,
+        chunk_size: int = 256,
+    ) -> torch.Tensor:
+        """The normalised ``(B, H, Lq, Lk)`` attention matrix implied by the features.
+
+        Built ``chunk_size`` query rows at a time, so peak memory beyond the result is
+        O((B·H)·(L·m + chunk_size·L)); pass a subset of heads for long sequences.
+        Rows sum to 1 (a row with no visible key is all zeros); ``matrix @ v`` equals
+        :meth:`forward`.
+        """
+        phi_q, phi_k = self.features(q, k, key_padding_mask)
+        lq, lk = phi_q.shape[2], phi_k.shape[2]
+        out = phi_q.new_empty(*phi_q.shape[:2], lq, lk)
+        tiny = torch.finfo(out.dtype).tiny
+        for start in range(0, lq, chunk_size):
+            stop = min(start + chunk_size, lq)
+            scores = torch.matmul(phi_q[:, :, start:stop], phi_k.transpose(-1, -2))
+            if self.causal:
+                rows = torch.arange(start, stop, device=out.device)[:, None]
+                cols = torch.arange(lk, device=out.device)[None, :]
+                scores = scores.masked_fill(cols > rows, 0.0)
+            out[:, :, start:stop] = scores / scores.sum(-1, keepdim=True).clamp_min(tiny)
+        return out
+
+    def extra_repr(self) -> str:
+        parts = [
+            f"dim_head={self.dim_head}",
+            f"nb_features={self.nb_features}",
+            f"kernel={self.kernel!r}",
+            f"causal={self.causal}",
+        ]
+        if self.kernel == "softmax":
+            parts.append(f"estimator={self.estimator!r}")
+        parts.append(f"projection={'none' if self.projection is None else 'random'}")
+        if self.projection is not None:
+            parts += [f"orthogonal={self.orthogonal}", f"antithetic={self.antithetic}"]
+        parts.append(f"redraw_interval={self.redraw_interval}")
+        return ", ".join(parts)
+
+
+def redraw_all(module: nn.Module, global_step: int) -> int:
+    """Call :meth:`FavorAttention.maybe_redraw` on every FavorAttention inside ``module``.
+
+    Returns how many projections were redrawn. Call it once per optimizer step (e.g. from
+    the training loop's batch-start hook) with the global step.
+    """
+    return sum(
+        int(m.maybe_redraw(global_step)) for m in module.modules() if isinstance(m, FavorAttention)
+    )
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+__all__ = ["FavorAttention", "redraw_all"]

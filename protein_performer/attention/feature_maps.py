@@ -1,0 +1,247 @@
+"""Random feature maps for the softmax kernel ``exp(x·y)`` and the ReLU kernel.
+
+Notation: ``x = q · D^(-1/4)``, ``y = k · D^(-1/4)``, so ``exp(x·y)`` is the unnormalised
+softmax attention weight ``exp(q·k / sqrt(D))``. ``w_r`` are the rows of the ``(m, D)``
+projection, each marginally ``N(0, I_D)``.
+
+Softmax kernel, generalized positive features (Likhosherstov et al. 2022, arXiv 2205.15317)::
+
+    f(w, x) = D_t · exp(A |w|² + B w·x − |x|²/2),   B = sqrt(t), A = (1 − t)/4,
+    D_t = t^(D/4),  t = 1 − 4A > 1/2.
+
+With ``w ~ N(0, I)``: ``E[f(w,x) f(w,y)] = D_t² (1−4A)^(−D/2) exp(B²|x+y|²/(2(1−4A)) −
+(|x|²+|y|²)/2) = exp(x·y)`` for every admissible ``t``, so the estimator
+``φ(x)·φ(y) = (1/m) Σ_r f(w_r, x) f(w_r, y)`` is unbiased. ``t = 1`` is FAVOR+
+(Choromanski et al. 2021). The second moment is
+``t^D (2t−1)^(−D/2) exp(2t|x+y|²/(2t−1) − |x|² − |y|²)``; minimising its logarithm averaged
+over all query/key pairs (statistic ``S = mean|x+y|²``) gives the OPRF choice
+``2D t² − (3D + 2S) t + D = 0`` (larger root; ``t = 1`` when ``S = 0``). For ``t > 1`` we have
+``A < 0``: the features are bounded in ``w`` and have much lighter tails than FAVOR+.
+
+In attention, per-query constants cancel between numerator and denominator, so the
+attention path uses proportional features: queries ``softmax_r(B w_r·x) + eps`` and keys
+``exp(B w_r·y + 2A|w_r|² − |y|²/2 − M)`` with a detached stabilizer ``M`` (a max over
+features and keys). :func:`positive_random_features` returns the raw, unstabilised
+features for checking unbiasedness.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+KernelKind = Literal["softmax", "relu"]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What the chunked attention kernels need to rebuild features chunk by chunk.
+
+    ``kind``: ``"softmax"`` (exp features, query rows normalised, keys stabilised by a
+    running max) or ``"relu"`` (``relu(.) + kernel_eps`` on both sides).
+    ``eps``: added to the (row-normalised) softmax query features; keeps the normaliser
+    strictly positive when exponentials underflow. ``kernel_eps``: ReLU kernel epsilon.
+    """
+
+    kind: KernelKind
+    eps: float = 1e-6
+    kernel_eps: float = 1e-3
+
+
+def oprf_t(stat: torch.Tensor, dim: int) -> torch.Tensor:
+    """OPRF parameter ``t = 1 − 4A`` minimising the mean log second moment, for ``S = stat``."""
+    stat = stat.clamp_min(0)
+    b = 3 * dim + 2 * stat
+    return (b + torch.sqrt(b * b - 8 * dim * dim)) / (4 * dim)
+
+
+def oprf_statistic(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    x_valid: torch.Tensor | None = None,
+    y_valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``S = mean_{i,j} |x_i + y_j|²`` over valid positions, shape ``x.shape[:-2]``.
+
+    ``x``: ``(..., Lq, D)``, ``y``: ``(..., Lk, D)``; ``*_valid``: ``(B, L)`` bool (True =
+    counted) broadcast over the head dimension. Computed in O(L·D) as
+    ``mean|x|² + mean|y|² + 2 mean(x)·mean(y)``.
+    """
+
+    def moments(t: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if valid is None:
+            return t.pow(2).sum(-1).mean(-1), t.mean(-2)
+        w = valid[:, None, :, None].to(t.dtype)
+        count = w.sum(-2).clamp_min(1)
+        return (t.pow(2) * w).sum((-1, -2)) / count[..., 0], (t * w).sum(-2) / count
+
+    x2, xm = moments(x, x_valid)
+    y2, ym = moments(y, y_valid)
+    return x2 + y2 + 2 * (xm * ym).sum(-1)
+
+
+def positive_random_features(
+    x: torch.Tensor, projection: torch.Tensor, t: float | torch.Tensor = 1.0
+) -> torch.Tensor:
+    """Raw unbiased positive features ``(..., L, m)`` of ``x`` ``(..., L, D)`` (already scaled).
+
+    ``φ(x)·φ(y)`` is an unbiased estimate of ``exp(x·y)``; ``t=1`` is FAVOR+, other ``t``
+    the generalized (OPRF) family. ``t`` may be a tensor broadcastable to ``x.shape[:-2]``.
+    No stabiliser: use only for moderate norms (tests, analysis).
+    """
+    dim = x.shape[-1]
+    m = projection.shape[0]
+    t = torch.as_tensor(t, dtype=x.dtype, device=x.device)
+    t = t.reshape(*t.shape, 1, 1)
+    w = projection.to(x)
+    a = (1 - t) / 4
+    exponent = (
+        torch.sqrt(t) * torch.matmul(x, w.T)
+        + a * w.pow(2).sum(-1)
+        - x.pow(2).sum(-1, keepdim=True) / 2
+        + dim / 4 * torch.log(t)
+        - math.log(m) / 2
+    )
+    return torch.exp(exponent)
+
+
+def relu_features(
+    x: torch.Tensor, projection: torch.Tensor | None, kernel_eps: float = 1e-3
+) -> torch.Tensor:
+    """Generalized-attention ReLU features ``relu(x Wᵀ) + kernel_eps`` (``W = I`` if None)."""
+    e = x if projection is None else torch.matmul(x, projection.to(x).T)
+    return torch.relu(e) + kernel_eps
+
+
+# ---- block-level helpers shared by the custom autograd functions and FavorAttention ---------
+
+
+@dataclass(frozen=True)
+class FeatureParams:
+    """Everything needed to turn raw ``q``/``k`` rows into features, for ``N = B·H`` rows.
+
+    ``wq``: ``(N, m, D)``, the projection with the per-row query scale folded in: query
+    logits are ``q wqᵀ``. ``wk``: ``(N, m, D)`` (ReLU) or ``(N, m, D+2)`` (softmax):
+    key logits are ``[k, −k_sq_coef·|k|², 1] wkᵀ``, i.e. ``wk = [k_scale·W, 1, col_bias]``
+    adds the per-key row term and the per-feature bias inside the same matmul. All
+    detached (the projection never trains; the OPRF parameter is not differentiated).
+    """
+
+    spec: KernelSpec
+    wq: torch.Tensor
+    wk: torch.Tensor
+    k_sq_coef: float = 0.0
+
+    @property
+    def nb_features(self) -> int:
+        return self.wq.shape[1]
+
+    @property
+    def augmented(self) -> bool:
+        return self.wk.shape[-1] != self.wq.shape[-1]
+
+    def key_row_term(self, k: torch.Tensor) -> torch.Tensor | None:
+        """``−k_sq_coef·|k|²`` ``(N, L)`` for the softmax kernel, else None."""
+        if not self.augmented:
+            return None
+        norm = torch.linalg.vector_norm(k, dim=-1)
+        if torch.is_grad_enabled():
+            return norm.square() * -self.k_sq_coef
+        return norm.square_().mul_(-self.k_sq_coef)
+
+
+def query_features(
+    q: torch.Tensor, p: FeatureParams
+) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """Query features ``(N, c, m)`` of raw ``q`` ``(N, c, D)``, and ``dΦq -> dq``.
+
+    Softmax: ``softmax_r(logits) + eps`` (a query's scale cancels in the attention).
+    ReLU: ``relu(logits) + kernel_eps``. In place where autograd is off.
+    """
+    spec = p.spec
+    inplace = not torch.is_grad_enabled()
+    e = torch.bmm(q, p.wq.transpose(1, 2))
+    if spec.kind == "softmax":
+        prob = torch.softmax(e, dim=-1)
+        del e
+        phi = prob.add_(spec.eps) if inplace else prob + spec.eps
+
+        def vjp(dphi: torch.Tensor) -> torch.Tensor:
+            prob = phi - spec.eps  # phi is prob + eps
+            rowdot = torch.linalg.vecdot(dphi, prob).unsqueeze_(-1)
+            return torch.bmm(dphi.sub_(rowdot).mul_(prob), p.wq)
+
+        return phi, vjp
+    positive = e > 0
+    phi = e.clamp_min_(0).add_(spec.kernel_eps) if inplace else torch.relu(e) + spec.kernel_eps
+
+    def vjp_relu(dphi: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(dphi.mul_(positive), p.wq)
+
+    return phi, vjp_relu
+
+
+def key_logits(
+    k: torch.Tensor, p: FeatureParams, row_term: torch.Tensor | None, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Key logits ``(N, c, m)``; ``row_term`` ``(N, c)`` from :meth:`FeatureParams.key_row_term`;
+    ``mask`` ``(N, c)`` True = padded key (softmax logit ``-inf``)."""
+    if not p.augmented:
+        return torch.bmm(k, p.wk.transpose(1, 2))
+    k_aug = torch.cat([k, row_term[..., None], torch.ones_like(row_term)[..., None]], dim=-1)
+    if mask is not None:
+        # padded rows may hold anything (inf, nan): replace them by a row whose logits are -inf
+        k_aug = k_aug.masked_fill(mask[..., None], 0.0)
+        k_aug[..., -2] = k_aug[..., -2].masked_fill(mask, float("-inf"))
+    return torch.bmm(k_aug, p.wk.transpose(1, 2))
+
+
+def key_features(
+    k: torch.Tensor,
+    p: FeatureParams,
+    row_term: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    stabilizer: torch.Tensor | None = None,
+    logits: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """Key features ``(N, c, m)`` of raw ``k`` ``(N, c, D)`` and ``dΦk -> dk``.
+
+    Softmax: ``exp(logits − stabilizer)`` (``(N, 1, 1)``, detached); pass ``logits`` if
+    already computed (they are overwritten when autograd is off). ReLU: ``relu(logits) +
+    kernel_eps``. Padded keys (``mask`` True) get all-zero features.
+    """
+    spec = p.spec
+    inplace = not torch.is_grad_enabled()
+    e = key_logits(k, p, row_term, mask) if logits is None else logits
+    if spec.kind == "softmax":
+        if stabilizer is not None:
+            e = e.sub_(stabilizer) if inplace else e - stabilizer
+        phi = e.exp_() if inplace else torch.exp(e)
+
+        def vjp(dphi: torch.Tensor) -> torch.Tensor:
+            grad_aug = torch.bmm(dphi.mul_(phi), p.wk)  # (N, c, D+2)
+            dk = grad_aug[..., :-2]
+            # d(row term)/dk = -2·k_sq_coef·k
+            return dk.addcmul_(k, grad_aug[..., -2:-1], value=-2 * p.k_sq_coef)
+
+        return phi, vjp
+    positive = e > 0
+    if mask is not None:
+        positive &= ~mask[..., None]
+    if inplace:
+        phi = e.clamp_min_(0).add_(spec.kernel_eps)
+        if mask is not None:
+            phi.masked_fill_(mask[..., None], 0.0)
+    else:
+        phi = torch.relu(e) + spec.kernel_eps
+        if mask is not None:
+            phi = phi.masked_fill(mask[..., None], 0.0)
+
+    def vjp_relu(dphi: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(dphi.mul_(positive), p.wk)
+
+    return phi, vjp_relu

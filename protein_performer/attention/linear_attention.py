@@ -1,0 +1,166 @@
+"""Bidirectional linear attention ``φ(Q) (φ(K)ᵀ [V, 1])`` with features rebuilt block by block.
+
+The custom autograd function takes the raw ``q``, ``k``, ``v`` and never stores ``(L, m)``
+feature matrices (nor scaled copies of the inputs): the forward keeps the ``(m, Dv+1)`` key
+summary (numerator and normaliser in one matrix), the backward recomputes features block by
+block. Padded keys leave numerator *and* normaliser (zero features, zero value rows).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .feature_maps import FeatureParams, key_features, key_logits, query_features
+
+
+class RunningMax:
+    """Online max stabiliser for softmax key features, shape ``(N, 1, 1)``.
+
+    ``ref`` is the value subtracted from the logits (the running max, or 0 while no key was
+    finite); :meth:`update` returns the factor that brings sums accumulated against the old
+    ``ref`` to the new one (0 while nothing finite was seen, so never ``inf · 0``).
+    """
+
+    def __init__(self, like: torch.Tensor) -> None:
+        n = like.shape[0]
+        self.raw = torch.full((n, 1, 1), float("-inf"), dtype=like.dtype, device=like.device)
+        self.ref = torch.zeros((n, 1, 1), dtype=like.dtype, device=like.device)
+
+    def update(self, logits: torch.Tensor) -> torch.Tensor:
+        new_raw = torch.maximum(self.raw, logits.amax(dim=(1, 2), keepdim=True))
+        new_ref = torch.where(torch.isfinite(new_raw), new_raw, torch.zeros_like(new_raw))
+        factor = torch.where(
+            torch.isfinite(self.raw), torch.exp(self.ref - new_ref), torch.zeros_like(new_ref)
+        )
+        self.raw, self.ref = new_raw, new_ref
+        return factor
+
+
+def blocks(length: int, size: int) -> list[slice]:
+    return [slice(s, min(s + size, length)) for s in range(0, length, size)]
+
+
+def values_with_ones(v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``[v, 1]`` ``(N, c, Dv+1)`` with padded rows zeroed (they leave both sums)."""
+    va = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+    return va if mask is None else va.masked_fill_(mask[..., None], 0.0)
+
+
+def split_output(na: torch.Tensor, out: torch.Tensor, den: torch.Tensor) -> None:
+    """Write ``[numerator, normaliser]`` ``(N, c, Dv+1)`` into ``out`` ``(N, c, Dv)`` (the
+    ratio) and ``den`` ``(N, c)``. A row whose normaliser is 0 (no visible key) gets 0."""
+    den.copy_(na[..., -1])
+    torch.div(na[..., :-1], den.clamp_min(torch.finfo(na.dtype).tiny)[..., None], out=out)
+
+
+def output_adjoint(g: torch.Tensor, out: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """dLoss/d[numerator, normaliser] ``(N, c, Dv+1)`` from dLoss/dout, output, normaliser.
+
+    Rows without visible keys have a constant output, hence a zero adjoint.
+    """
+    inv = torch.where(den > 0, den.reciprocal(), torch.zeros_like(den))[..., None]
+    return torch.cat([g * inv, (g * out).sum(-1, keepdim=True).neg_().mul_(inv)], dim=-1)
+
+
+def key_block(
+    k: torch.Tensor,
+    p: FeatureParams,
+    row_term: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    stab: RunningMax | None,
+    state: torch.Tensor | None,
+) -> torch.Tensor:
+    """Key features of a block; for the softmax kernel folds the block into the running max
+    ``stab`` and rescales ``state`` (in place) to the new stabiliser."""
+    if p.spec.kind != "softmax":
+        return key_features(k, p, row_term, mask)[0]
+    logits = key_logits(k, p, row_term, mask)
+    factor = stab.update(logits)
+    if state is not None:
+        state.mul_(factor)
+    return key_features(k, p, row_term, mask, stab.ref, logits=logits)[0]
+
+
+def _rows(t: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
+    return None if t is None else t[:, sl]
+
+
+class BidirectionalFavorFunction(torch.autograd.Function):
+    """Autograd function behind :func:`bidirectional_linear_attention`."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        p: FeatureParams,
+        chunk: int,
+    ) -> torch.Tensor:
+        n, lk, _ = k.shape
+        state = k.new_zeros(n, p.nb_features, v.shape[-1] + 1)
+        stab = RunningMax(k)
+        row_term = p.key_row_term(k)
+        for sl in blocks(lk, chunk):
+            mc = _rows(mask, sl)
+            phi_k = key_block(k[:, sl], p, _rows(row_term, sl), mc, stab, state)
+            state.baddbmm_(phi_k.transpose(1, 2), values_with_ones(v[:, sl], mc))
+        lq = q.shape[1]
+        out = q.new_empty(n, lq, v.shape[-1])
+        den = q.new_empty(n, lq)
+        for sl in blocks(lq, chunk):
+            phi_q, _ = query_features(q[:, sl], p)
+            split_output(torch.bmm(phi_q, state), out[:, sl], den[:, sl])
+        ctx.params, ctx.chunk = p, chunk
+        ctx.save_for_backward(q, k, v, mask, state, stab.ref, out, den)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v, mask, state, ref, out, den = ctx.saved_tensors
+        p, chunk = ctx.params, ctx.chunk
+        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        dq = torch.empty_like(q) if need_q else None
+        dstate = torch.zeros_like(state)
+        for sl in blocks(q.shape[1], chunk):
+            phi_q, vjp_q = query_features(q[:, sl], p)
+            gp = output_adjoint(g[:, sl], out[:, sl], den[:, sl])
+            if dq is not None:
+                dq[:, sl] = vjp_q(torch.bmm(gp, state.transpose(1, 2)))
+            dstate.baddbmm_(phi_q.transpose(1, 2), gp)
+
+        dk = torch.empty_like(k) if need_k else None
+        dv = torch.empty_like(v) if need_v else None
+        if dk is not None or dv is not None:
+            stabilizer = ref if p.spec.kind == "softmax" else None
+            row_term = p.key_row_term(k)
+            for sl in blocks(k.shape[1], chunk):
+                mc = _rows(mask, sl)
+                phi_k, vjp_k = key_features(k[:, sl], p, _rows(row_term, sl), mc, stabilizer)
+                if dv is not None:
+                    dv[:, sl] = torch.bmm(phi_k, dstate[..., :-1])
+                if dk is not None:
+                    va = values_with_ones(v[:, sl], mc)
+                    dk[:, sl] = vjp_k(torch.bmm(va, dstate.transpose(1, 2)))
+        return dq, dk, dv, None, None, None
+
+
+def bidirectional_linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    params: FeatureParams,
+    chunk: int = 1024,
+) -> torch.Tensor:
+    """Non-causal FAVOR attention: ``q`` ``(N, Lq, D)``, ``k`` ``(N, Lk, D)``, ``v``
+    ``(N, Lk, Dv)`` -> ``(N, Lq, Dv)``; ``key_mask`` ``(N, Lk)`` bool, True = padded key.
+
+    Features come from ``params`` (see :class:`FeatureParams`); gradients flow to q, k, v.
+    Extra memory: the ``(m, Dv+1)`` summary and one block of ``chunk`` rows of features.
+    """
+    return BidirectionalFavorFunction.apply(q, k, v, key_mask, params, chunk)

@@ -1,0 +1,240 @@
+"""Structured configuration: plain dataclasses (the library API) registered in Hydra's ConfigStore.
+
+The dataclasses are the schema of ``conf/train.yaml`` / ``conf/evaluate.yaml``: a key that is not
+a field, or a value of the wrong type, is an error naming the key. :func:`validate_train_config`
+adds the value checks (choices, ranges). The Hydra glue (:func:`run_hydra`) lives in
+:mod:`protein_performer.training.hydra_run`; Hydra is only imported when it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protein_performer.errors import ConfigError
+from protein_performer.model.config import ATTENTION_KINDS, ModelConfig, _choice
+
+OBJECTIVES: tuple[str, ...] = ("mlm", "causal")
+DATA_MODES: tuple[str, ...] = ("crop", "concat")
+INVALID_POLICIES: tuple[str, ...] = ("error", "skip", "replace")
+OPTIMIZERS: tuple[str, ...] = ("adamw", "adam")
+SCHEDULES: tuple[str, ...] = ("constant", "cosine")
+ACCELERATORS: tuple[str, ...] = ("auto", "cpu", "gpu", "cuda", "mps")
+PRECISIONS: tuple[str, ...] = (
+    "auto",
+    "32-true",
+    "64-true",
+    "bf16-mixed",
+    "bf16-true",
+    "16-mixed",
+)
+STRATEGIES: tuple[str, ...] = ("auto", "ddp", "ddp_spawn", "fsdp", "single_device")
+
+
+@dataclass
+class DataConfig:
+    """Arguments of :class:`protein_performer.data.datamodule.ProteinDataModule` (the objective
+    comes from the top-level ``objective``). Paths may be absolute or relative to the cwd."""
+
+    files: list[str] | None = None
+    val_files: list[str] | None = None
+    test_files: list[str] | None = None
+    shards: str | None = None
+    split_fractions: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])
+    split_seed: int = 0
+    mode: str = "crop"
+    max_length: int = 1024
+    toks_per_batch: int = 16384
+    batch_size: int | None = None
+    mask_prob: float = 0.15
+    seed: int = 0
+    num_workers: int = 0
+    invalid: str = "error"
+    max_records: int | None = None
+    val_max_records: int | None = None
+
+
+@dataclass
+class OptimConfig:
+    """Optimizer and learning-rate schedule. Defaults are the Performer paper's protein preset:
+    Adam(0.9, 0.98, eps 1e-9) with decoupled weight decay 0.1, lr 1e-3 (clip 0.5 is in
+    ``trainer.gradient_clip_val``)."""
+
+    name: str = "adamw"
+    lr: float = 1e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-9
+    weight_decay: float = 0.1
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1
+
+
+@dataclass
+class TrainerConfig:
+    """Lightning ``Trainer`` settings. ``precision=auto``: bf16 autocast on GPU, fp32 on CPU."""
+
+    accelerator: str = "cpu"
+    devices: Any = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: str = "auto"
+    max_steps: int = 1000
+    max_time: str | None = None
+    val_check_interval: int = 200
+    limit_val_batches: int | None = None
+    log_every_n_steps: int = 10
+    gradient_clip_val: float = 0.5
+    accumulate_grad_batches: int = 1
+    enable_progress_bar: bool = True
+    tensorboard: bool = False
+    deterministic: bool = False
+
+
+@dataclass
+class TrainConfig:
+    """Everything ``train`` needs. ``init_from``: start from another checkpoint's weights (e.g. an
+    exact-attention model converted to a Performer); ``ckpt_path``: resume a run exactly."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    objective: str = "mlm"
+    seed: int = 0
+    init_from: str | None = None
+    ckpt_path: str | None = None
+
+
+@dataclass
+class EvalConfig:
+    """``evaluate``: perplexity/accuracy of ``checkpoint`` on ``fasta`` (one path or a list).
+
+    Every record is used unless ``split`` picks one part (``train``/``val``/``test``) of the
+    hash split given by ``split_fractions``/``split_seed`` (as in training). Unset data
+    settings (``max_length``, ``mode``, ``mask_prob``) default to the checkpoint's training
+    values. ``seed`` fixes masking and cropping, so results are reproducible. ``attention`` /
+    ``nb_features`` run the checkpoint with another attention kind (e.g. a ``transformer``
+    checkpoint as ``performer_softmax``, before any fine-tuning).
+    """
+
+    checkpoint: str = "???"
+    fasta: Any = "???"
+    split: str | None = None
+    split_fractions: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])
+    split_seed: int = 0
+    max_length: int | None = None
+    mode: str | None = None
+    mask_prob: float | None = None
+    toks_per_batch: int = 16384
+    seed: int = 0
+    invalid: str = "error"
+    max_records: int | None = None
+    device: str = "auto"
+    output: str | None = None
+    attention: str | None = None
+    nb_features: int | None = None
+
+
+def _positive(key: str, value: Any, *, allow_zero: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = ok and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        what = "a number >= 0" if allow_zero else "a positive number"
+        raise ConfigError(f"{key} must be {what} (got {value!r})")
+
+
+def validate_train_config(cfg: TrainConfig) -> None:
+    """Value checks beyond the types; raises a one-line :class:`ConfigError` naming the key."""
+    cfg.model.validate("model")
+    _choice("objective", cfg.objective, OBJECTIVES)
+    d = cfg.data
+    _choice("data.mode", d.mode, DATA_MODES)
+    _choice("data.invalid", d.invalid, INVALID_POLICIES)
+    if not d.files and not d.shards:
+        raise ConfigError("data.files or data.shards must be set (no training data given)")
+    _positive("data.max_length", d.max_length)
+    _positive("data.toks_per_batch", d.toks_per_batch)
+    if d.batch_size is not None:
+        _positive("data.batch_size", d.batch_size)
+    if not 0.0 < d.mask_prob < 1.0:
+        raise ConfigError(f"data.mask_prob must be in (0, 1) (got {d.mask_prob!r})")
+    if d.max_length > cfg.model.max_len and cfg.model.position == "learned":
+        raise ConfigError(
+            f"data.max_length={d.max_length} exceeds model.max_len={cfg.model.max_len} "
+            "(learned positions); raise model.max_len or use model.position=rotary"
+        )
+    o = cfg.optim
+    _choice("optim.name", o.name, OPTIMIZERS)
+    _choice("optim.schedule", o.schedule, SCHEDULES)
+    _positive("optim.lr", o.lr)
+    _positive("optim.eps", o.eps)
+    _positive("optim.weight_decay", o.weight_decay, allow_zero=True)
+    _positive("optim.warmup_steps", o.warmup_steps, allow_zero=True)
+    if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1) (got {list(o.betas)})")
+    if not 0.0 <= o.min_lr_ratio <= 1.0:
+        raise ConfigError(f"optim.min_lr_ratio must be in [0, 1] (got {o.min_lr_ratio!r})")
+    t = cfg.trainer
+    _choice("trainer.accelerator", t.accelerator, ACCELERATORS)
+    _choice("trainer.precision", t.precision, PRECISIONS)
+    _choice("trainer.strategy", t.strategy, STRATEGIES)
+    _positive("trainer.max_steps", t.max_steps)
+    _positive("trainer.val_check_interval", t.val_check_interval)
+    _positive("trainer.log_every_n_steps", t.log_every_n_steps)
+    _positive("trainer.num_nodes", t.num_nodes)
+    _positive("trainer.accumulate_grad_batches", t.accumulate_grad_batches)
+    _positive("trainer.gradient_clip_val", t.gradient_clip_val, allow_zero=True)
+    if t.limit_val_batches is not None:
+        _positive("trainer.limit_val_batches", t.limit_val_batches)
+
+
+def eval_fasta_paths(cfg: EvalConfig) -> list[str]:
+    """``cfg.fasta`` as a list of paths (it may be one path or a list)."""
+    value = cfg.fasta
+    paths = [value] if isinstance(value, str) else list(value or [])
+    if not paths or not all(isinstance(p, str) and p not in ("", "???") for p in paths):
+        raise ConfigError(
+            "fasta=PATH (or fasta=[A,B]) is required (evaluate checkpoint=... fasta=...)"
+        )
+    return paths
+
+
+def validate_eval_config(cfg: EvalConfig) -> None:
+    if cfg.checkpoint in (None, "", "???"):
+        raise ConfigError("checkpoint=PATH is required (evaluate checkpoint=... fasta=...)")
+    eval_fasta_paths(cfg)
+    if cfg.split is not None:
+        _choice("split", cfg.split, ("train", "val", "test"))
+    if cfg.attention is not None:
+        _choice("attention", cfg.attention, ATTENTION_KINDS)
+    if cfg.nb_features is not None:
+        _positive("nb_features", cfg.nb_features)
+    if cfg.mode is not None:
+        _choice("mode", cfg.mode, DATA_MODES)
+    _choice("invalid", cfg.invalid, INVALID_POLICIES)
+    _choice("device", cfg.device, ("auto", "cpu", "cuda"))
+    _positive("toks_per_batch", cfg.toks_per_batch)
+    if cfg.max_length is not None:
+        _positive("max_length", cfg.max_length)
+    if cfg.mask_prob is not None and not 0.0 < cfg.mask_prob < 1.0:
+        raise ConfigError(f"mask_prob must be in (0, 1) (got {cfg.mask_prob!r})")
+
+
+def register_configs() -> None:
+    """Register the schemas in Hydra's ConfigStore (``train_schema``, ``evaluate_schema``)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="evaluate_schema", node=EvalConfig)
+
+
+def run_hydra(command: str, argv: list[str]) -> int:
+    """Run ``train`` or ``evaluate`` from Hydra-style arguments; returns the exit code.
+
+    See :func:`protein_performer.training.hydra_run.run_hydra`.
+    """
+    from protein_performer.training.hydra_run import run_hydra as _run
+
+    return _run(command, argv)

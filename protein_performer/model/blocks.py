@@ -1,0 +1,136 @@
+"""Pre-LayerNorm transformer blocks whose attention is exact softmax or FAVOR+.
+
+The three attention kinds share one parameterization (``qkv`` and ``out`` projections); FAVOR+
+only adds random-projection buffers, which are not learned. So weights trained with one kind
+load into another.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from protein_performer.attention import FavorAttention, exact_attention
+from protein_performer.model.rotary import apply_rotary
+
+
+def exact_attention_weights(
+    q: torch.Tensor, k: torch.Tensor, causal: bool, key_padding_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Softmax attention matrix ``(B, H, L, L)`` for ``(B, H, L, D)`` queries/keys."""
+    scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(q.shape[-1])
+    if key_padding_mask is not None:
+        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+    if causal:
+        n = q.shape[2]
+        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention on ``(B, L, dim)``; the kernel is exact or FAVOR+."""
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        *,
+        attention: str,
+        causal: bool,
+        nb_features: int,
+        orthogonal: bool,
+        redraw_interval: int,
+        feature_seed: int,
+        layer_idx: int,
+    ) -> None:
+        super().__init__()
+        self.heads = heads
+        self.dim_head = dim // heads
+        self.causal = causal
+        self.attention = attention
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.favor: FavorAttention | None = None
+        if attention != "transformer":
+            kernel = attention.removeprefix("performer_")
+            self.favor = FavorAttention(
+                self.dim_head,
+                nb_features=nb_features,
+                kernel=kernel,
+                causal=causal,
+                orthogonal=orthogonal,
+                redraw_interval=redraw_interval,
+                seed=feature_seed,
+                layer_idx=layer_idx,
+            )
+
+    def _split(self, x: torch.Tensor):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.dim_head).permute(2, 0, 3, 1, 4)
+        return q, k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x`` ``(B, L, dim)``, ``padding_mask`` ``(B, L)`` True at padding. Returns the output
+        ``(B, L, dim)`` and, if ``need_weights``, the attention matrix ``(B, H, L, L)``."""
+        b, n, _ = x.shape
+        q, k, v = self._split(x)
+        if rotary is not None:
+            q, k = apply_rotary(q, k, *rotary)
+        if self.favor is None:
+            o = exact_attention(q, k, v, causal=self.causal, key_padding_mask=padding_mask)
+        else:
+            o = self.favor(q, k, v, key_padding_mask=padding_mask)
+        weights = None
+        if need_weights:
+            with torch.no_grad():
+                if self.favor is None:
+                    weights = exact_attention_weights(q, k, self.causal, padding_mask)
+                else:
+                    weights = self.favor.attention_matrix(q, k, key_padding_mask=padding_mask)
+        o = o.transpose(1, 2).reshape(b, n, -1)
+        return self.out(o), weights
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int, hidden: int, dropout: float) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.dropout(F.gelu(self.fc1(x))))
+
+
+class Block(nn.Module):
+    """Pre-LN block: ``x + drop(attn(LN(x)))`` then ``x + drop(ffn(LN(x)))``."""
+
+    def __init__(self, dim: int, heads: int, ffn_dim: int, dropout: float, **attn_kwargs) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = SelfAttention(dim, heads, **attn_kwargs)
+        self.norm2 = nn.LayerNorm(dim)
+        self.ffn = FeedForward(dim, ffn_dim, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        h, weights = self.attn(self.norm1(x), padding_mask, rotary, need_weights)
+        x = x + self.dropout(h)
+        x = x + self.dropout(self.ffn(self.norm2(x)))
+        return x, weights

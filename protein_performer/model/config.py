@@ -1,0 +1,85 @@
+"""Model hyper-parameters as a plain dataclass (usable without Hydra)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from protein_performer.errors import ConfigError
+
+ATTENTION_KINDS: tuple[str, ...] = ("performer_relu", "performer_softmax", "transformer")
+POSITION_KINDS: tuple[str, ...] = ("learned", "rotary")
+
+# Fields that define the parameter shapes; they must agree for weights to transfer
+# between checkpoints (attention kind and feature settings may differ).
+ARCHITECTURE_FIELDS: tuple[str, ...] = ("dim", "depth", "heads", "ffn_dim", "max_len", "position")
+
+
+@dataclass
+class ModelConfig:
+    """Transformer/Performer LM hyper-parameters.
+
+    ``attention`` picks the attention: ``performer_relu`` / ``performer_softmax`` (FAVOR+ with
+    ReLU or positive-softmax random features) or ``transformer`` (exact softmax). All three share
+    the same parameters, so weights move freely between them.
+    """
+
+    attention: str = "performer_relu"
+    dim: int = 256
+    depth: int = 4
+    heads: int = 8
+    ffn_dim: int = 1024
+    dropout: float = 0.1
+    max_len: int = 1024
+    position: str = "learned"
+    nb_features: int = 256
+    orthogonal: bool = True
+    redraw_interval: int = 1000
+    feature_seed: int = 0
+
+    @property
+    def dim_head(self) -> int:
+        return self.dim // self.heads
+
+    @property
+    def is_performer(self) -> bool:
+        return self.attention != "transformer"
+
+    def validate(self, prefix: str = "model") -> None:
+        """Raise :class:`ConfigError` (one line, naming the key) for invalid values."""
+        _choice(f"{prefix}.attention", self.attention, ATTENTION_KINDS)
+        _choice(f"{prefix}.position", self.position, POSITION_KINDS)
+        for name in ("dim", "depth", "heads", "ffn_dim", "max_len", "nb_features"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{prefix}.{name} must be a positive integer (got {value!r})")
+        if self.dim % self.heads:
+            raise ConfigError(
+                f"{prefix}.dim ({self.dim}) must be divisible by {prefix}.heads ({self.heads})"
+            )
+        if self.position == "rotary" and self.dim_head % 2:
+            raise ConfigError(
+                f"{prefix}.position=rotary needs an even head size (dim/heads = {self.dim_head})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"{prefix}.dropout must be in [0, 1) (got {self.dropout!r})")
+        if self.redraw_interval < 0:
+            raise ConfigError(
+                f"{prefix}.redraw_interval must be >= 0 (0 = never redraw; got {self.redraw_interval})"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown model config keys: {', '.join(unknown)}")
+        return cls(**d)
+
+
+def _choice(key: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(choices)}")

@@ -1,0 +1,122 @@
+"""The protein language model: embeddings, pre-LN blocks (exact or FAVOR+ attention), tied head."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from protein_performer.attention import FavorAttention
+from protein_performer.errors import ConfigError
+from protein_performer.model.blocks import Block
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.embeddings import TiedLMHead, TokenPositionEmbedding
+from protein_performer.model.rotary import RotaryEmbedding
+
+
+class ProteinLM(nn.Module):
+    """Masked (bidirectional) or causal protein language model.
+
+    Args:
+        config: hyper-parameters (see :class:`ModelConfig`).
+        vocab_size: alphabet size (31 for ``pp-aa-v1``).
+        pad_idx: padding token id (its embedding row stays zero).
+        causal: unidirectional attention (next-token LM) instead of bidirectional (MLM).
+    """
+
+    def __init__(
+        self, config: ModelConfig, vocab_size: int, pad_idx: int = 0, causal: bool = False
+    ) -> None:
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.vocab_size = vocab_size
+        self.pad_idx = pad_idx
+        self.causal = causal
+        self.embed = TokenPositionEmbedding(
+            vocab_size, config.dim, config.max_len, pad_idx, config.position == "learned"
+        )
+        self.rotary = RotaryEmbedding(config.dim_head) if config.position == "rotary" else None
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            Block(
+                config.dim,
+                config.heads,
+                config.ffn_dim,
+                config.dropout,
+                attention=config.attention,
+                causal=causal,
+                nb_features=config.nb_features,
+                orthogonal=config.orthogonal,
+                redraw_interval=config.redraw_interval,
+                feature_seed=config.feature_seed,
+                layer_idx=i,
+            )
+            for i in range(config.depth)
+        )
+        self.norm = nn.LayerNorm(config.dim)
+        self.head = TiedLMHead(config.dim, vocab_size)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Normal(0, 0.02) weights, zero biases; residual output projections scaled by depth."""
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02
+                if name.endswith(("attn.out.weight", "ffn.fc2.weight")):
+                    std /= math.sqrt(2 * self.config.depth)
+                nn.init.normal_(p, std=std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        with torch.no_grad():
+            self.embed.tokens.weight[self.pad_idx].zero_()
+
+    def favor_modules(self) -> list[FavorAttention]:
+        return [m for m in self.modules() if isinstance(m, FavorAttention)]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        *,
+        return_attentions: bool = False,
+        return_hidden: bool = False,
+    ) -> dict[str, Any]:
+        """``input_ids`` ``(B, L)`` int64; ``padding_mask`` ``(B, L)`` bool, True at padding
+        (default: where ``input_ids == pad_idx``).
+
+        Returns a dict with ``logits`` ``(B, L, V)``; with ``return_attentions`` also
+        ``attentions``: a list (one per layer) of ``(B, H, L, L)`` matrices (the FAVOR+
+        approximation for Performer layers); with ``return_hidden`` also ``hidden_states``:
+        the embedding output and each block's output, ``depth + 1`` tensors ``(B, L, dim)``.
+        """
+        n = input_ids.shape[1]
+        if n > self.config.max_len and self.rotary is None:
+            raise ConfigError(
+                f"sequence length {n} exceeds model.max_len={self.config.max_len} "
+                "(learned positions); use a larger model.max_len or model.position=rotary"
+            )
+        if padding_mask is None:
+            padding_mask = input_ids == self.pad_idx
+        key_padding_mask = padding_mask if bool(padding_mask.any()) else None
+        x = self.dropout(self.embed(input_ids))
+        rotary = None
+        if self.rotary is not None:
+            rotary = self.rotary(n, x.device, x.dtype)
+        hidden = [x] if return_hidden else None
+        attentions = [] if return_attentions else None
+        for block in self.blocks:
+            x, weights = block(x, key_padding_mask, rotary, need_weights=return_attentions)
+            if attentions is not None:
+                attentions.append(weights)
+            if hidden is not None:
+                hidden.append(x)
+        logits = self.head(self.norm(x), self.embed.tokens.weight)
+        out: dict[str, Any] = {"logits": logits}
+        if attentions is not None:
+            out["attentions"] = attentions
+        if hidden is not None:
+            out["hidden_states"] = hidden
+        return out

@@ -1,0 +1,26 @@
+"""Training: the LightningModule, callbacks, safe checkpoints and the train/evaluate entry points.
+
+``train(cfg, run_dir)`` and ``evaluate(cfg)`` take the plain dataclass configs of
+:mod:`protein_performer.config`; :func:`~protein_performer.training.hydra_run.run_hydra` is the
+Hydra command-line glue. Submodules are imported on first use (no torch/Lightning at import).
+"""
+
+from typing import Any
+
+__all__ = ["ProteinLMModule", "evaluate", "load_model", "train"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("train", "evaluate"):
+        from protein_performer.training import run
+
+        return getattr(run, name)
+    if name == "ProteinLMModule":
+        from protein_performer.training.lm_module import ProteinLMModule
+
+        return ProteinLMModule
+    if name == "load_model":
+        from protein_performer.training.checkpoints import load_model
+
+        return load_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

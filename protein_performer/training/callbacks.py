@@ -1,0 +1,51 @@
+"""Training callbacks: token throughput and a validation at the final step."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytorch_lightning as pl
+
+
+class TokenThroughput(pl.Callback):
+    """Logs ``train/tokens_per_s`` (non-padding tokens of the global batch per second of
+    training wall time, data loading included, validation excluded) and keeps run totals."""
+
+    def __init__(self) -> None:
+        self.total_tokens = 0
+        self.total_seconds = 0.0
+        self._mark: float | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.total_tokens / self.total_seconds if self.total_seconds > 0 else 0.0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._mark = time.perf_counter()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        now = time.perf_counter()
+        tokens = int(getattr(pl_module, "last_batch_tokens", 0))
+        if self._mark is not None and now > self._mark:
+            dt = now - self._mark
+            self.total_tokens += tokens
+            self.total_seconds += dt
+            pl_module.log("train/tokens_per_s", tokens / dt, on_step=True, on_epoch=False)
+        self._mark = now
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._mark = time.perf_counter()  # do not count validation time as training time
+
+
+class ValidateOnFinalStep(pl.Callback):
+    """Make the last training step (``max_steps``) end with a validation, so the final metrics
+    and the ``last``/``best`` checkpoints always describe the finished model."""
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
+            trainer.should_stop = True

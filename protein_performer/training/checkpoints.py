@@ -1,0 +1,259 @@
+"""Safe checkpoint loading (``torch.load(weights_only=True)``) and weight transfer.
+
+Every checkpoint written by :class:`~protein_performer.training.lm_module.ProteinLMModule`
+carries a ``"protein_performer"`` entry: format version, alphabet, model config, objective,
+data settings and the FAVOR+ projection matrices in use. Only plain containers, numbers,
+strings and tensors are stored, so nothing executable is unpickled when loading.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from protein_performer.data.alphabet import Alphabet
+from protein_performer.errors import ConfigError, DataError
+from protein_performer.model.config import ARCHITECTURE_FIELDS, ModelConfig
+from protein_performer.model.performer import ProteinLM
+
+META_KEY = "protein_performer"
+FORMAT_VERSION = 1
+MODEL_PREFIX = "model."
+# FAVOR+ random projections live under this module name; they are drawn, not learned, so they
+# are not required when weights move between attention kinds.
+PROJECTION_MARK = ".attn.favor."
+
+
+def make_metadata(
+    model: ProteinLM, alphabet: Alphabet, objective: str, data: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The ``"protein_performer"`` checkpoint entry for ``model``."""
+    from protein_performer import __version__
+
+    projections = {
+        name: buf.detach().cpu().clone()
+        for name, buf in model.named_buffers()
+        if PROJECTION_MARK in f".{name}" and name.endswith(".projection")
+    }
+    return {
+        "format": FORMAT_VERSION,
+        "package_version": __version__,
+        "alphabet": alphabet.to_dict(),
+        "model": model.config.to_dict(),
+        "objective": objective,
+        "data": dict(data or {}),
+        "projections": projections,
+    }
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a protein-performer checkpoint on CPU with ``weights_only=True``.
+
+    Raises :class:`DataError` (one line, naming the file) when it is missing, unreadable, holds
+    anything but plain data, or was not written by protein-performer.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise DataError("checkpoint not found", path=p)
+    if not p.is_file():
+        raise DataError("checkpoint path is not a file", path=p)
+    try:
+        ckpt = torch.load(p, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
+        if found:
+            raise DataError(
+                "refusing to load: it holds objects that weights_only=True does not allow "
+                f"({found.group(1)})",
+                path=p,
+            ) from None
+        raise DataError(
+            "not a readable PyTorch checkpoint (corrupt or unknown format)", path=p
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
+        raise DataError(f"not a readable PyTorch checkpoint ({type(e).__name__})", path=p) from None
+    if not isinstance(ckpt, dict) or META_KEY not in ckpt or "state_dict" not in ckpt:
+        raise DataError("not a protein-performer checkpoint (no model metadata)", path=p)
+    meta = ckpt[META_KEY]
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise DataError(
+            f"unsupported checkpoint format {found!r} (this version reads {FORMAT_VERSION})",
+            path=p,
+        )
+    return ckpt
+
+
+def model_state(ckpt: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The model's own state dict (Lightning's ``model.`` prefix removed)."""
+    return {
+        k[len(MODEL_PREFIX) :]: v
+        for k, v in ckpt["state_dict"].items()
+        if k.startswith(MODEL_PREFIX)
+    }
+
+
+def _is_projection(key: str) -> bool:
+    return PROJECTION_MARK in f".{key}"
+
+
+def load_weights(model: ProteinLM, state: Mapping[str, torch.Tensor], source: str) -> None:
+    """Copy ``state`` into ``model``. FAVOR+ projection buffers are taken from ``state`` when
+    both sides have them with the same shape; otherwise the model keeps its own draw (so an
+    exact-attention checkpoint loads into a Performer and vice versa)."""
+    own = model.state_dict()
+    unexpected = [k for k in state if k not in own and not _is_projection(k)]
+    missing = [k for k in own if k not in state and not _is_projection(k)]
+    mismatched = [
+        k
+        for k, v in state.items()
+        if k in own and not _is_projection(k) and tuple(v.shape) != tuple(own[k].shape)
+    ]
+    if unexpected or missing or mismatched:
+        parts = []
+        for label, keys in (("unexpected", unexpected), ("missing", missing)):
+            if keys:
+                parts.append(f"{len(keys)} {label} tensors (e.g. {keys[0]})")
+        if mismatched:
+            k = mismatched[0]
+            parts.append(
+                f"{len(mismatched)} shape mismatches (e.g. {k}: "
+                f"{tuple(state[k].shape)} vs {tuple(own[k].shape)})"
+            )
+        raise ConfigError(f"checkpoint {source} does not fit this model: {'; '.join(parts)}")
+    # FavorAttention resizes its own running statistics buffer when loading
+    usable = {
+        k: v
+        for k, v in state.items()
+        if k in own and (tuple(v.shape) == tuple(own[k].shape) or k.endswith(".oprf_stat"))
+    }
+    model.load_state_dict(usable, strict=False)
+
+
+def architecture_mismatch(stored: Mapping[str, Any], config: ModelConfig) -> list[str]:
+    """``["model.dim: checkpoint 128, config 256", ...]`` for architecture fields that differ."""
+    out = []
+    for name in ARCHITECTURE_FIELDS:
+        if stored.get(name) != getattr(config, name):
+            out.append(
+                f"model.{name}: checkpoint {stored.get(name)!r}, config {getattr(config, name)!r}"
+            )
+    return out
+
+
+def load_model(
+    path: str | Path,
+    *,
+    attention: str | None = None,
+    nb_features: int | None = None,
+    alphabet: Alphabet | None = None,
+) -> tuple[ProteinLM, dict[str, Any]]:
+    """Rebuild the model stored in a checkpoint, in eval mode on CPU.
+
+    ``attention`` / ``nb_features`` convert it to another attention kind (e.g. an exact
+    ``transformer`` checkpoint run as ``performer_softmax``); ``alphabet``, when given, must
+    equal the checkpoint's. Returns ``(model, metadata)``.
+    """
+    ckpt = read_checkpoint(path)
+    meta = ckpt[META_KEY]
+    stored_alphabet = Alphabet.from_dict(meta["alphabet"])
+    if alphabet is not None:
+        alphabet.check_compatible(meta["alphabet"], where=f"checkpoint {path}")
+    config = ModelConfig.from_dict(dict(meta["model"]))
+    if attention is not None:
+        config.attention = attention
+    if nb_features is not None:
+        config.nb_features = nb_features
+    model = ProteinLM(
+        config,
+        len(stored_alphabet),
+        stored_alphabet.pad_idx,
+        causal=meta["objective"] == "causal",
+    )
+    load_weights(model, model_state(ckpt), str(path))
+    model.eval()
+    return model, meta
+
+
+def init_weights_from(
+    model: ProteinLM, path: str | Path, alphabet: Alphabet, objective: str
+) -> dict[str, Any]:
+    """``init_from``: start ``model`` from a checkpoint's weights (any attention kind); the
+    architecture (sizes, positions) and alphabet must match. Returns the checkpoint metadata."""
+    ckpt = read_checkpoint(path)
+    meta = ckpt[META_KEY]
+    alphabet.check_compatible(meta["alphabet"], where=f"init_from checkpoint {path}")
+    diff = architecture_mismatch(meta["model"], model.config)
+    if diff:
+        raise ConfigError(
+            f"init_from checkpoint {path} has another architecture: {'; '.join(diff)}"
+        )
+    if meta["objective"] != objective:
+        raise ConfigError(
+            f"init_from checkpoint {path} was trained with objective={meta['objective']}, "
+            f"this run uses objective={objective}"
+        )
+    load_weights(model, model_state(ckpt), str(path))
+    return meta
+
+
+def check_resume_compatible(
+    meta: Mapping[str, Any] | None,
+    model: ProteinLM,
+    alphabet: Alphabet,
+    objective: str,
+    source: str,
+) -> None:
+    """Refuse to resume from a checkpoint of another model, alphabet or objective."""
+    if not isinstance(meta, Mapping):
+        raise ConfigError(f"{source} is not a protein-performer checkpoint (no model metadata)")
+    alphabet.check_compatible(meta["alphabet"], where=f"checkpoint {source}")
+    stored = meta["model"]
+    diff = architecture_mismatch(stored, model.config)
+    for name in ("attention", "nb_features"):
+        if stored.get(name) != getattr(model.config, name):
+            diff.append(
+                f"model.{name}: checkpoint {stored.get(name)!r}, config "
+                f"{getattr(model.config, name)!r}"
+            )
+    if meta.get("objective") != objective:
+        diff.append(f"objective: checkpoint {meta.get('objective')!r}, config {objective!r}")
+    if diff:
+        raise ConfigError(
+            f"cannot resume from {source}: it is another model ({'; '.join(diff)}); "
+            "use init_from=PATH to start a new run from its weights"
+        )
+
+
+def save_model_checkpoint(
+    path: str | Path,
+    model: ProteinLM,
+    alphabet: Alphabet,
+    objective: str,
+    data: Mapping[str, Any] | None = None,
+) -> None:
+    """Write a weights-only checkpoint (same layout as the training checkpoints, without
+    optimizer state) atomically: ``load_model`` and ``init_from`` accept it."""
+    import os
+    import tempfile
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "state_dict": {MODEL_PREFIX + k: v.detach().cpu() for k, v in model.state_dict().items()},
+        META_KEY: make_metadata(model, alphabet, objective, data),
+    }
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,489 @@
+"""Hydra glue for ``protein-performer train|evaluate [overrides...]``.
+
+Configs are composed with Hydra's compose API from ``conf/`` (next to the package) against
+the dataclass schemas of :mod:`protein_performer.config`. Multirun sweeps (``-m a=x,y``) are
+expanded here with Hydra's override parser (a cartesian product, like Hydra's basic sweeper)
+and run one after another, each in ``<hydra.sweep.dir>/<job number>``. Every configuration
+problem becomes a one-line :class:`~protein_performer.errors.ConfigError` naming the key and,
+where there is a fixed set, the valid choices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import itertools
+import json
+import os
+import sys
+import typing
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import protein_performer
+from protein_performer.config import (
+    EvalConfig,
+    TrainConfig,
+    register_configs,
+    validate_eval_config,
+    validate_train_config,
+)
+from protein_performer.errors import ConfigError, ProteinPerformerError
+
+COMMANDS: dict[str, type] = {"train": TrainConfig, "evaluate": EvalConfig}
+# A DDP child process started by Lightning re-runs the same command line; this variable tells
+# it which sweep job and run directory its parent is on.
+DDP_JOB_ENV = "PROTEIN_PERFORMER_DDP_JOB"
+
+
+# ---- locations ----------------------------------------------------------------------------
+def project_root() -> Path:
+    """The directory holding ``protein_performer/`` (and ``conf/``, ``data/`` in a checkout)."""
+    return Path(protein_performer.__file__).resolve().parent.parent
+
+
+def config_dir() -> Path:
+    for candidate in (project_root() / "conf", Path(protein_performer.__file__).parent / "conf"):
+        if (candidate / "train.yaml").is_file():
+            return candidate
+    raise ConfigError(
+        f"Hydra config directory not found (looked for {project_root() / 'conf'}/train.yaml)"
+    )
+
+
+def project_path(relative: str) -> str:
+    """Resolver ``${pp_root:data/x.fasta.gz}``: a path relative to the project root, so the
+    embedded sample is found whatever the current directory."""
+    return os.path.normpath(project_root() / str(relative))
+
+
+def group_options(group: str) -> list[str]:
+    """Option names of a config group (``model`` -> ``["performer_relu", ...]``)."""
+    d = config_dir() / group
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def config_groups() -> list[str]:
+    return sorted(p.name for p in config_dir().iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+
+
+_SETUP_DONE = False
+
+
+def _setup() -> None:
+    global _SETUP_DONE
+    if _SETUP_DONE:
+        return
+    from hydra.core.utils import setup_globals
+    from omegaconf import OmegaConf
+
+    setup_globals()  # ${now:...} and friends
+    OmegaConf.register_new_resolver("pp_root", project_path, replace=True)
+    register_configs()
+    _SETUP_DONE = True
+
+
+# ---- argument parsing ---------------------------------------------------------------------
+@dataclass
+class CliArgs:
+    overrides: list[str] = field(default_factory=list)
+    multirun: bool = False
+    json: bool = False
+    help: bool = False
+    cfg: str | None = None
+
+
+def parse_args(argv: Sequence[str]) -> CliArgs:
+    args = CliArgs()
+    it = iter(argv)
+    for a in it:
+        if a in ("-m", "--multirun"):
+            args.multirun = True
+        elif a == "--json":
+            args.json = True
+        elif a in ("-h", "--help"):
+            args.help = True
+        elif a in ("-c", "--cfg") or a.startswith("--cfg="):
+            value = a.split("=", 1)[1] if "=" in a else next(it, None)
+            if value not in ("job", "all"):
+                raise ConfigError(f"--cfg takes 'job' or 'all' (got {value!r})")
+            args.cfg = value
+        elif a.startswith("-"):
+            raise ConfigError(
+                f"unknown option {a!r}; options: -m/--multirun, --json, --cfg job|all, --help "
+                "(configuration is given as key=value overrides)"
+            )
+        else:
+            args.overrides.append(a)
+    return args
+
+
+# ---- error translation --------------------------------------------------------------------
+def _schema_at(root: type, dotted: str) -> type | None:
+    """The dataclass type at ``dotted`` (``"trainer"`` -> TrainerConfig), None if not one."""
+    t: Any = root
+    for part in [p for p in dotted.split(".") if p]:
+        if not dataclasses.is_dataclass(t):
+            return None
+        hints = typing.get_type_hints(t)
+        if part not in hints:
+            return None
+        t = hints[part]
+    return t if dataclasses.is_dataclass(t) else None
+
+
+def _unknown_key_message(root: type, full_key: str) -> str:
+    parent, _, leaf = full_key.rpartition(".")
+    schema = _schema_at(root, parent)
+    if schema is None:
+        return f"unknown config key '{full_key}'"
+    valid = [f.name for f in dataclasses.fields(schema)]
+    where = f"'{parent}'" if parent else "the top level"
+    hint = difflib.get_close_matches(leaf, valid, n=1)
+    suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+    return f"unknown config key '{full_key}'{suggestion}; valid keys in {where}: {', '.join(valid)}"
+
+
+def _one_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    return " ".join(lines[:2]) if lines else ""
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def to_config_error(exc: BaseException, command: str) -> ConfigError:
+    """Translate a Hydra / OmegaConf composition error into a one-line ConfigError."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import (
+        ConfigAttributeError,
+        ConfigKeyError,
+        MissingMandatoryValue,
+        ValidationError,
+    )
+
+    root = COMMANDS[command]
+    for e in _chain(exc):
+        if isinstance(e, ConfigError):
+            return e
+        if isinstance(e, OverrideParseException):
+            return ConfigError(f"cannot parse override: {_one_line(e.message)}")
+        if isinstance(e, MissingConfigException):
+            missing = e.missing_cfg_file or ""
+            group, _, option = missing.rpartition("/")
+            if group and e.options is not None:
+                return ConfigError(
+                    f"unknown {group} '{option}'; valid choices for {group}: "
+                    f"{', '.join(sorted(e.options)) or '(none)'}"
+                )
+            return ConfigError(_one_line(str(e)))
+        if isinstance(e, MissingMandatoryValue):
+            key = getattr(e, "full_key", "") or "value"
+            return ConfigError(f"{key}=... is required for {command}")
+        if isinstance(e, (ConfigKeyError, ConfigAttributeError)):
+            key = getattr(e, "full_key", None)
+            if key:
+                return ConfigError(_unknown_key_message(root, str(key)))
+        if isinstance(e, ValidationError):
+            key = getattr(e, "full_key", None)
+            msg = (str(getattr(e, "msg", None) or e).strip().splitlines() or [""])[0]
+            if "is not a ListConfig" in msg:
+                msg = f"expected a list, e.g. {key}=[a,b] ({msg})"
+            return ConfigError(f"{key}: {msg}" if key else msg)
+    return ConfigError(_one_line(str(exc)) or type(exc).__name__)
+
+
+# ---- composition --------------------------------------------------------------------------
+def _check_extra_keys(node: Any, root: type, schema: type, prefix: str = "") -> None:
+    """Keys added with ``+key=value`` that the schema does not have are errors too."""
+    from omegaconf import DictConfig
+
+    names = {f.name for f in dataclasses.fields(schema)}
+    hints = typing.get_type_hints(schema)
+    for key in node:
+        full = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(_unknown_key_message(root, full))
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and dataclasses.is_dataclass(hints[key]):
+            _check_extra_keys(child, root, hints[key], f"{full}.")
+
+
+def _check_group_overrides(overrides: Sequence[Any]) -> None:
+    """Fail early, with the list of choices, on ``model=foo`` style overrides."""
+    groups = set(config_groups())
+    for o in overrides:
+        key = o.key_or_group
+        if key not in groups or o.is_delete():
+            continue
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.value()]
+        options = group_options(key)
+        for v in values:
+            if v is None:
+                continue
+            if str(v) not in options:
+                raise ConfigError(
+                    f"unknown {key} '{v}'; valid choices for {key}: {', '.join(options)}"
+                )
+
+
+def expand_overrides(overrides: Sequence[str], multirun: bool) -> list[list[str]]:
+    """One override list per job: the cartesian product of every sweep (``k=a,b``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as e:
+        raise to_config_error(e, "train") from None
+    _check_group_overrides(parsed)
+    sweeps = [o for o in parsed if o.is_sweep_override()]
+    if sweeps and not multirun:
+        o = sweeps[0]
+        raise ConfigError(
+            f"'{o.input_line}' is a sweep; add -m/--multirun to run every value "
+            "(or quote a list as key=[a,b])"
+        )
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] for o in sweeps]
+    return [fixed + list(combo) for combo in itertools.product(*choices)] if choices else [fixed]
+
+
+@dataclass
+class ComposedJob:
+    overrides: list[str]
+    config: Any  # TrainConfig | EvalConfig
+    yaml: str
+    run_dir: str
+    sweep_dir: str
+
+
+def compose_job(command: str, overrides: Sequence[str]) -> ComposedJob:
+    """Compose, type-check and validate one job's config."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+
+    _setup()
+    try:
+        with initialize_config_dir(
+            config_dir=str(config_dir()), version_base="1.3", job_name=command
+        ):
+            cfg = compose(config_name=command, overrides=list(overrides), return_hydra_config=True)
+        run_dir = str(cfg.hydra.run.dir)
+        sweep_dir = str(cfg.hydra.sweep.dir)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        _check_extra_keys(cfg, COMMANDS[command], COMMANDS[command])
+        obj = OmegaConf.to_object(cfg)
+        text = OmegaConf.to_yaml(cfg, resolve=True)
+    except ConfigError:
+        raise
+    except Exception as e:
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        if isinstance(e, (HydraException, OmegaConfBaseException)):
+            raise to_config_error(e, command) from None
+        raise
+    if command == "train":
+        validate_train_config(obj)
+    else:
+        validate_eval_config(obj)
+    return ComposedJob(list(overrides), obj, text, run_dir, sweep_dir)
+
+
+# ---- help ---------------------------------------------------------------------------------
+def help_text(command: str) -> str:
+    if command == "train":
+        intro = [
+            "usage: protein-performer train [KEY=VALUE ...] [-m] [--json] [--cfg job|all]",
+            "",
+            "Train a protein language model (Lightning) from Hydra overrides, e.g.",
+            "  protein-performer train experiment=demo",
+            "  protein-performer train model=transformer trainer.max_steps=500 optim.lr=5e-4",
+            "  protein-performer train -m model=performer_relu,performer_softmax,transformer",
+            "  protein-performer train experiment=demo ckpt_path=RUN/checkpoints/last.ckpt",
+            "Outputs go to hydra.run.dir (default outputs/DATE/TIME; multirun: multirun/DATE/TIME/N):",
+            "config.yaml, metrics.csv, checkpoints/{best,last}.ckpt, summary.json.",
+        ]
+    else:
+        intro = [
+            "usage: protein-performer evaluate checkpoint=PATH fasta=PATH [KEY=VALUE ...] [--json]",
+            "",
+            "Perplexity and accuracy of a checkpoint on every record of a FASTA file",
+            "(deterministic masking from seed=...; output=PATH also writes the JSON to a file).",
+        ]
+    lines = [*intro, "", "options:"]
+    lines += [
+        "  -m, --multirun   run every combination of comma-separated values (a sweep)",
+        "  --json           print the result as JSON on stdout (progress goes to stderr)",
+        "  --cfg job|all    print the composed configuration (all: with hydra run dirs), exit",
+        "  -h, --help       this help",
+    ]
+    if command == "train":
+        lines += ["", "config groups (GROUP=OPTION):"]
+        for g in config_groups():
+            lines.append(f"  {g + ':':<12}{', '.join(group_options(g))}")
+    try:
+        text = compose_job(command, []).yaml
+    except ConfigError:
+        text = ""
+    if text:
+        lines += ["", "default configuration (any key can be overridden, e.g. optim.lr=3e-4):"]
+        lines += ["  " + ln for ln in text.rstrip().splitlines()]
+    return "\n".join(lines)
+
+
+# ---- entry point --------------------------------------------------------------------------
+def _ddp_child_job() -> dict[str, Any] | None:
+    """The job a Lightning-launched DDP child process must run (set by its parent)."""
+    raw = os.environ.get(DDP_JOB_ENV)
+    if raw and os.environ.get("LOCAL_RANK", "0") != "0":
+        return json.loads(raw)
+    return None
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def run_hydra(command: str, argv: list[str]) -> int:
+    """Run ``train`` or ``evaluate`` with Hydra-style ``argv``; returns the exit code (0).
+
+    Configuration problems raise :class:`ConfigError`; bad data raises ``DataError``. Results
+    (the train summary, the evaluate metrics) are printed on stdout, as JSON with ``--json``.
+    """
+    if command not in COMMANDS:
+        raise ConfigError(f"unknown command {command!r}; choose one of: {', '.join(COMMANDS)}")
+    args = parse_args(argv)
+    _setup()
+    if args.help:
+        print(help_text(command))
+        return 0
+    if args.multirun and command != "train":
+        raise ConfigError("-m/--multirun is only supported by train")
+    job_lists = expand_overrides(args.overrides, args.multirun)
+    jobs = [compose_job(command, ov) for ov in job_lists]  # fail before any work starts
+    if args.cfg:
+        for job in jobs:
+            if len(jobs) > 1:
+                print(f"# overrides: {' '.join(job.overrides)}")
+            print(job.yaml, end="")
+            if args.cfg == "all":
+                print(f"hydra:\n  run:\n    dir: {job.run_dir}\n  sweep:\n    dir: {job.sweep_dir}")
+        return 0
+    if command == "evaluate":
+        return _run_evaluate(jobs[0], args)
+    child = _ddp_child_job()
+    sweep_dir = jobs[0].sweep_dir
+    if args.multirun and child is None and any(_is_distributed(j.config) for j in jobs):
+        return _run_jobs_in_subprocesses(jobs, sweep_dir, args)
+    for i, job in enumerate(jobs):
+        if child is not None and i != child["index"]:
+            continue
+        if child is not None:
+            run_dir = child["run_dir"]
+        else:
+            run_dir = str(Path(sweep_dir) / str(i)) if args.multirun else job.run_dir
+        if args.multirun and not args.json:
+            print(f"[{i + 1}/{len(jobs)}] {' '.join(job.overrides)} -> {run_dir}", flush=True)
+        _run_train(job, run_dir, i, args)
+    return 0
+
+
+def _is_distributed(cfg: Any) -> bool:
+    t = cfg.trainer
+    return (
+        t.strategy not in ("auto", "single_device") or t.num_nodes > 1 or t.devices not in (1, "1")
+    )
+
+
+def _run_jobs_in_subprocesses(jobs: list[ComposedJob], sweep_dir: str, args: CliArgs) -> int:
+    """A distributed sweep: every job in a fresh process (a process group cannot be set up
+    twice in one process), one after another."""
+    import subprocess
+
+    for i, job in enumerate(jobs):
+        run_dir = str(Path(sweep_dir) / str(i))
+        if not args.json:
+            print(f"[{i + 1}/{len(jobs)}] {' '.join(job.overrides)} -> {run_dir}", flush=True)
+        cmd = [sys.executable, "-m", __name__, "train", *job.overrides, f"hydra.run.dir={run_dir}"]
+        if args.json:
+            cmd.append("--json")
+        code = subprocess.run(cmd, check=False).returncode
+        if code != 0:
+            raise ProteinPerformerError(
+                f"multirun job {i} ({' '.join(job.overrides)}) failed with exit code {code}"
+            )
+    return 0
+
+
+def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> None:
+    from protein_performer.training.run import train, write_text_atomic
+
+    path = Path(run_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path / "overrides.yaml", "".join(f"- {o}\n" for o in job.overrides))
+    marker = json.dumps({"index": index, "run_dir": str(path.resolve())})
+    out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with _env(DDP_JOB_ENV, marker), out:
+        result = train(job.config, path)
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        return  # DDP child: rank 0 reports
+    if args.json:
+        print(json.dumps(result.to_dict()), flush=True)
+    else:
+        print(result.format(), flush=True)
+
+
+def _run_evaluate(job: ComposedJob, args: CliArgs) -> int:
+    from protein_performer.training.run import evaluate
+
+    out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with out:
+        result = evaluate(job.config)
+    if args.json:
+        print(json.dumps(result.to_dict()), flush=True)
+    else:
+        print(result.format(), flush=True)
+        if job.config.output:
+            print(f"written to {job.config.output}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m protein_performer.training.hydra_run train|evaluate [overrides]`` (used for
+    the jobs of a distributed sweep); errors are printed as one line, exit code 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print(
+            "usage: python -m protein_performer.training.hydra_run train|evaluate [KEY=VALUE ...]"
+        )
+        return 2
+    try:
+        return run_hydra(argv[0], argv[1:])
+    except ProteinPerformerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""LightningModule for masked / causal protein language modelling."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+from protein_performer.attention import redraw_all
+from protein_performer.config import OptimConfig
+from protein_performer.data.alphabet import Alphabet, default_alphabet
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
+from protein_performer.training.checkpoints import META_KEY, check_resume_compatible, make_metadata
+from protein_performer.training.metrics import lm_token_stats, perplexity
+from protein_performer.training.optim import build_optimizer, build_scheduler
+
+
+def step_seed(seed: int, step: int, rank: int, batch_idx: int = 0) -> int:
+    """Seed for the dropout RNG of one training batch (a pure function of the position in
+    training, so resuming is exact; ``batch_idx`` separates micro-batches of one step)."""
+    key = f"{seed}:{step}:{rank}:{batch_idx}"
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & ((1 << 63) - 1)
+
+
+class ProteinLMModule(pl.LightningModule):
+    """Trains :class:`ProteinLM` on batches ``{"input_ids", "labels", "padding_mask"}``.
+
+    The loss is the mean cross-entropy over predicted positions (masked ones for MLM, next
+    tokens for causal) of the *global* batch: under DDP each rank divides its summed loss by
+    the token count of all ranks, so gradients equal a single-process run on the same global
+    batch. With ``accumulate_grad_batches > 1`` the step's gradient is the mean of the
+    micro-batches' per-token means (each micro-batch normalised by its own token count), not a
+    per-token mean over all of them. Logged: ``train/loss``, ``train/perplexity``, ``train/accuracy``, ``train/lr`` per
+    step; ``val/loss``, ``val/perplexity``, ``val/accuracy`` per validation.
+
+    Every batch the dropout RNG is reseeded from ``(seed, global_step, rank, batch_idx)``; FAVOR+
+    features are redrawn as a function of ``global_step`` only (same on every rank), so a
+    resumed run continues exactly.
+    """
+
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        optim: OptimConfig | None = None,
+        *,
+        objective: str = "mlm",
+        alphabet: Alphabet | None = None,
+        seed: int = 0,
+        total_steps: int = 1000,
+        data_info: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.alphabet = alphabet or default_alphabet()
+        self.objective = objective
+        self.causal = objective == "causal"
+        self.optim_config = optim or OptimConfig()
+        self.seed = int(seed)
+        self.total_steps = int(total_steps)
+        self.data_info = dict(data_info or {})
+        self.model = ProteinLM(
+            model_config, len(self.alphabet), self.alphabet.pad_idx, causal=self.causal
+        )
+        self.last_batch_tokens = 0
+        self._val_sums = torch.zeros(3, dtype=torch.float64)
+
+    # ---- forward / loss -------------------------------------------------------------------
+    def forward(self, batch: Mapping[str, torch.Tensor], **kwargs: Any) -> dict[str, Any]:
+        return self.model(batch["input_ids"], batch["padding_mask"], **kwargs)
+
+    def _reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        if self._trainer is None or self.trainer.world_size == 1:
+            return t
+        return self.trainer.strategy.reduce(t.clone(), reduce_op="sum")
+
+    def _world_size(self) -> int:
+        return 1 if self._trainer is None else int(self.trainer.world_size)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        step = self.global_step
+        torch.manual_seed(step_seed(self.seed, step, self.global_rank, batch_idx))
+        redraw_all(self.model, step)
+
+    def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        out = self(batch)
+        stats = lm_token_stats(out["logits"], batch["labels"], self.causal)
+        tokens = (~batch["padding_mask"]).sum()
+        local = torch.stack(
+            [
+                stats.nll_sum.detach().double(),
+                stats.count.double(),
+                stats.correct.double(),
+                tokens.double(),
+            ]
+        )
+        total = self._reduce_sum(local)
+        count = total[1].clamp_min(1.0)
+        loss = stats.nll_sum * (self._world_size() / count.float())
+        mean_nll = total[0] / count
+        self.last_batch_tokens = int(total[3].item())
+        self.log("train/loss", mean_nll.float(), prog_bar=True, on_step=True, on_epoch=False)
+        self.log("train/perplexity", mean_nll.exp().float(), on_step=True, on_epoch=False)
+        self.log("train/accuracy", (total[2] / count).float(), on_step=True, on_epoch=False)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    # ---- validation -------------------------------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
+        out = self(batch)
+        stats = lm_token_stats(out["logits"], batch["labels"], self.causal)
+        self._val_sums += torch.stack(
+            [stats.nll_sum.double(), stats.count.double(), stats.correct.double()]
+        )
+
+    def on_validation_epoch_end(self) -> None:
+        nll, count, correct = self._reduce_sum(self._val_sums).tolist()
+        if count == 0:
+            return
+        # Already summed over ranks; sync_dist only averages identical values (no warning).
+        self.log("val/loss", nll / count, sync_dist=True)
+        self.log("val/perplexity", perplexity(nll, count), prog_bar=True, sync_dist=True)
+        self.log("val/accuracy", correct / count, prog_bar=True, sync_dist=True)
+        self.log("val/predicted_tokens", count, sync_dist=True)
+
+    # ---- optimisation -----------------------------------------------------------------------
+    def configure_optimizers(self):
+        optimizer = build_optimizer(self.model, self.optim_config)
+        scheduler = build_scheduler(optimizer, self.optim_config, self.total_steps)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[META_KEY] = make_metadata(
+            self.model, self.alphabet, self.objective, self.data_info
+        )
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_resume_compatible(
+            checkpoint.get(META_KEY), self.model, self.alphabet, self.objective, "checkpoint"
+        )

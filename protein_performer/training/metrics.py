@@ -1,0 +1,45 @@
+"""Language-model loss and metrics over the predicted positions of a batch."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from protein_performer.data.masking import IGNORE_INDEX
+
+
+@dataclass
+class TokenStats:
+    """Sums over predicted positions: ``nll_sum`` (keeps the graph), ``count``, ``correct``."""
+
+    nll_sum: torch.Tensor
+    count: torch.Tensor
+    correct: torch.Tensor
+
+
+def lm_token_stats(logits: torch.Tensor, labels: torch.Tensor, causal: bool) -> TokenStats:
+    """Cross-entropy summed over the positions that have a label.
+
+    ``logits`` ``(B, L, V)``, ``labels`` ``(B, L)`` with ``-100`` = nothing to predict. MLM
+    (``causal=False``): position ``t`` predicts ``labels[t]`` (set only at masked positions).
+    Causal: labels are not shifted; position ``t`` predicts ``labels[t + 1]``.
+    """
+    if causal:
+        logits = logits[:, :-1]
+        labels = labels[:, 1:]
+    selected = labels != IGNORE_INDEX
+    target = labels[selected]
+    picked = logits[selected]
+    if picked.dtype in (torch.float16, torch.bfloat16):
+        picked = picked.float()  # the loss is always computed in at least fp32
+    nll_sum = F.cross_entropy(picked, target, reduction="sum")
+    correct = (picked.detach().argmax(-1) == target).sum()
+    return TokenStats(nll_sum, selected.sum(), correct)
+
+
+def perplexity(nll_sum: float, count: float) -> float:
+    """``exp(mean NLL)`` (nan when nothing was predicted)."""
+    return math.exp(nll_sum / count) if count > 0 else float("nan")

@@ -1,0 +1,415 @@
+"""``train(cfg, run_dir)`` and ``evaluate(cfg)``: the library entry points (no Hydra needed).
+
+A run directory receives ``config.yaml`` (the resolved config), ``metrics.csv`` (CSVLogger),
+``checkpoints/last.ckpt`` and ``checkpoints/best.ckpt`` (lowest val perplexity) and
+``summary.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+from protein_performer.config import (
+    EvalConfig,
+    TrainConfig,
+    eval_fasta_paths,
+    validate_eval_config,
+    validate_train_config,
+)
+from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.datamodule import ProteinDataModule
+from protein_performer.errors import ConfigError, DataError
+from protein_performer.training.callbacks import TokenThroughput, ValidateOnFinalStep
+from protein_performer.training.checkpoints import init_weights_from, load_model
+from protein_performer.training.lm_module import ProteinLMModule
+from protein_performer.training.metrics import lm_token_stats, perplexity
+from protein_performer.training.resumable import ResumableLoader
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+# ---- small helpers --------------------------------------------------------------------------
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file and ``os.replace`` (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def config_to_yaml(cfg: Any) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def _check_paths(cfg: TrainConfig) -> None:
+    d = cfg.data
+    for key in ("files", "val_files", "test_files"):
+        for p in getattr(d, key) or []:
+            if not Path(p).is_file():
+                what = "not found" if not Path(p).exists() else "not a file"
+                raise DataError(f"data.{key}: {what}", path=p)
+    if d.shards and not Path(d.shards).is_dir():
+        raise DataError("data.shards: shard directory not found", path=d.shards)
+    for key in ("init_from", "ckpt_path"):
+        p = getattr(cfg, key)
+        if p and not Path(p).is_file():
+            raise DataError(f"{key}: checkpoint not found", path=p)
+
+
+def _keep_old_metrics(run_path: Path) -> None:
+    """Lightning's CSVLogger deletes an existing metrics.csv; move it aside instead."""
+    old = run_path / "metrics.csv"
+    if not old.exists() or int(os.environ.get("LOCAL_RANK", "0")) != 0:
+        return
+    n = 1
+    while (run_path / f"metrics.{n}.csv").exists():
+        n += 1
+    os.replace(old, run_path / f"metrics.{n}.csv")
+    log.warning("%s existed; moved to metrics.%d.csv", old, n)
+
+
+def resolve_precision(accelerator: str, precision: str) -> str:
+    """``auto``: bf16 autocast on CUDA GPUs, fp32 on CPU."""
+    if precision != "auto":
+        return precision
+    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    return "bf16-mixed" if gpu else "32-true"
+
+
+class TrainingDataModule(ProteinDataModule):
+    """ProteinDataModule whose train loader resumes mid-epoch exactly (see ResumableLoader)."""
+
+    def train_dataloader(self) -> ResumableLoader:  # type: ignore[override]
+        return ResumableLoader(super().train_dataloader(), getattr(self, "trainer", None))
+
+
+def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = TrainingDataModule):
+    d = cfg.data
+    return cls(
+        files=d.files,
+        val_files=d.val_files,
+        test_files=d.test_files,
+        shards=d.shards,
+        split_fractions=tuple(d.split_fractions),
+        split_seed=d.split_seed,
+        objective=cfg.objective,
+        mode=d.mode,
+        max_length=d.max_length,
+        toks_per_batch=d.toks_per_batch,
+        batch_size=d.batch_size,
+        mask_prob=d.mask_prob,
+        seed=d.seed,
+        num_workers=d.num_workers,
+        invalid=d.invalid,
+        max_records=d.max_records,
+        val_max_records=d.val_max_records,
+    )
+
+
+def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
+    data_info = {
+        "mode": cfg.data.mode,
+        "max_length": cfg.data.max_length,
+        "mask_prob": cfg.data.mask_prob,
+    }
+    module = ProteinLMModule(
+        cfg.model,
+        cfg.optim,
+        objective=cfg.objective,
+        alphabet=alphabet,
+        seed=cfg.seed,
+        total_steps=cfg.trainer.max_steps,
+        data_info=data_info,
+    )
+    if cfg.init_from:
+        init_weights_from(module.model, cfg.init_from, alphabet, cfg.objective)
+    return module
+
+
+def build_trainer(
+    cfg: TrainConfig, run_dir: Path, extra_callbacks: list[pl.Callback] | None = None
+) -> tuple[pl.Trainer, TokenThroughput, pl.callbacks.ModelCheckpoint]:
+    from pytorch_lightning.callbacks import ModelCheckpoint
+    from pytorch_lightning.loggers import CSVLogger
+
+    t = cfg.trainer
+    loggers: list[Any] = [CSVLogger(save_dir=str(run_dir), name="", version="")]
+    if t.tensorboard:
+        try:
+            from pytorch_lightning.loggers import TensorBoardLogger
+
+            loggers.append(TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""))
+        except ModuleNotFoundError:
+            raise ConfigError(
+                "trainer.tensorboard=true needs the tensorboard package "
+                "(pip install -c constraints.txt 'protein-performer[tensorboard]')"
+            ) from None
+    throughput = TokenThroughput()
+    checkpoint = ModelCheckpoint(
+        dirpath=str(run_dir / CHECKPOINT_DIR),
+        filename="best",
+        monitor="val/perplexity",
+        mode="min",
+        save_top_k=1,
+        save_last=True,
+        auto_insert_metric_name=False,
+        enable_version_counter=False,
+    )
+    callbacks: list[pl.Callback] = [throughput, checkpoint, ValidateOnFinalStep()]
+    callbacks += list(extra_callbacks or [])
+    trainer = pl.Trainer(
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=t.strategy,
+        precision=resolve_precision(t.accelerator, t.precision),
+        max_steps=t.max_steps,
+        max_epochs=-1,
+        max_time=t.max_time,
+        val_check_interval=t.val_check_interval,
+        check_val_every_n_epoch=None,
+        limit_val_batches=t.limit_val_batches,
+        num_sanity_val_steps=0,
+        log_every_n_steps=t.log_every_n_steps,
+        gradient_clip_val=t.gradient_clip_val or None,
+        accumulate_grad_batches=t.accumulate_grad_batches,
+        enable_progress_bar=t.enable_progress_bar,
+        deterministic=t.deterministic,
+        use_distributed_sampler=False,  # ProteinDataModule shards by rank itself
+        default_root_dir=str(run_dir),
+        logger=loggers,
+        callbacks=callbacks,
+    )
+    return trainer, throughput, checkpoint
+
+
+# ---- train ------------------------------------------------------------------------------------
+@dataclass
+class TrainResult:
+    """What a finished training run reports (also written to ``summary.json``)."""
+
+    run_dir: str
+    attention: str
+    objective: str
+    steps: int
+    val_perplexity: float | None
+    val_accuracy: float | None
+    val_loss: float | None
+    best_val_perplexity: float | None
+    tokens_per_s: float
+    train_seconds: float
+    best_checkpoint: str | None
+    last_checkpoint: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def format(self) -> str:
+        def num(x: float | None, fmt: str) -> str:
+            return "n/a" if x is None else format(x, fmt)
+
+        return "\n".join(
+            [
+                f"training finished: {self.attention} ({self.objective}), {self.steps} steps "
+                f"in {self.train_seconds:.0f} s",
+                f"  val perplexity  {num(self.val_perplexity, '.3f')}"
+                f"  (best {num(self.best_val_perplexity, '.3f')})",
+                f"  val accuracy    {num(self.val_accuracy, '.4f')}",
+                f"  throughput      {self.tokens_per_s:,.0f} tokens/s",
+                f"  run directory   {self.run_dir}",
+                f"  best checkpoint {self.best_checkpoint or 'n/a'}",
+                f"  last checkpoint {self.last_checkpoint or 'n/a'}",
+            ]
+        )
+
+
+def _metric(trainer: pl.Trainer, key: str) -> float | None:
+    value = trainer.callback_metrics.get(key)
+    return None if value is None else float(value)
+
+
+def train(
+    cfg: TrainConfig, run_dir: str | os.PathLike, *, callbacks: list[pl.Callback] | None = None
+) -> TrainResult:
+    """Train (or resume, with ``cfg.ckpt_path``) a protein LM; outputs go to ``run_dir``."""
+    validate_train_config(cfg)
+    _check_paths(cfg)
+    run_path = Path(run_dir).resolve()
+    run_path.mkdir(parents=True, exist_ok=True)
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", "0")) == 0:
+        write_text_atomic(run_path / "config.yaml", config_to_yaml(cfg))
+    _keep_old_metrics(run_path)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    dm = build_datamodule(cfg)
+    module = build_module(cfg, dm.alphabet)
+    trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        # num_workers=0 is the right default on small CPU boxes; the hint is noise there
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        # the run directory already holds config.yaml; old metrics were moved aside above
+        warnings.filterwarnings("ignore", message="Experiment logs directory .* exists")
+        trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path, weights_only=True)
+    elapsed = time.perf_counter() - start
+    best = checkpoint.best_model_path or None
+    last = checkpoint.last_model_path or None
+    best_score = checkpoint.best_model_score
+    result = TrainResult(
+        run_dir=str(run_path),
+        attention=cfg.model.attention,
+        objective=cfg.objective,
+        steps=int(trainer.global_step),
+        val_perplexity=_metric(trainer, "val/perplexity"),
+        val_accuracy=_metric(trainer, "val/accuracy"),
+        val_loss=_metric(trainer, "val/loss"),
+        best_val_perplexity=None if best_score is None else float(best_score),
+        tokens_per_s=throughput.tokens_per_s,
+        train_seconds=elapsed,
+        best_checkpoint=best,
+        last_checkpoint=last,
+    )
+    if trainer.is_global_zero:
+        write_text_atomic(run_path / "summary.json", json.dumps(result.to_dict(), indent=2) + "\n")
+    return result
+
+
+# ---- evaluate ---------------------------------------------------------------------------------
+@dataclass
+class EvalResult:
+    checkpoint: str
+    fasta: str
+    attention: str
+    objective: str
+    sequences: int
+    tokens: int
+    predicted_tokens: int
+    loss: float
+    perplexity: float
+    accuracy: float
+    seconds: float
+    seed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def format(self) -> str:
+        return (
+            f"{self.fasta}: perplexity {self.perplexity:.3f}, accuracy {self.accuracy:.4f} "
+            f"({self.predicted_tokens:,} predicted tokens in {self.sequences:,} sequences; "
+            f"{self.attention}, {self.objective})"
+        )
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but no CUDA device is available; use device=cpu")
+    return torch.device(name)
+
+
+@torch.inference_mode()
+def evaluate(cfg: EvalConfig) -> EvalResult:
+    """Perplexity and accuracy of a checkpoint on FASTA file(s): every record, or one part of
+    their hash split (``cfg.split``).
+
+    MLM masks and crops are drawn from ``cfg.seed`` (deterministic). Writes the result as JSON
+    to ``cfg.output`` when set.
+    """
+    validate_eval_config(cfg)
+    fasta = eval_fasta_paths(cfg)
+    for path in fasta:
+        if not Path(path).is_file():
+            raise DataError("fasta: file not found", path=path)
+    model, meta = load_model(cfg.checkpoint, attention=cfg.attention, nb_features=cfg.nb_features)
+    alphabet = Alphabet.from_dict(meta["alphabet"])
+    stored = meta.get("data") or {}
+    mode = cfg.mode or stored.get("mode", "crop")
+    max_length = cfg.max_length or stored.get("max_length") or model.config.max_len
+    mask_prob = cfg.mask_prob or stored.get("mask_prob", 0.15)
+    split = cfg.split or "test"
+    files = {"files": fasta} if cfg.split else {"test_files": fasta}
+    dm = ProteinDataModule(
+        **files,
+        split_fractions=tuple(cfg.split_fractions),
+        split_seed=cfg.split_seed,
+        objective=meta["objective"],
+        mode=mode,
+        max_length=max_length,
+        toks_per_batch=cfg.toks_per_batch,
+        mask_prob=mask_prob,
+        seed=cfg.seed,
+        invalid=cfg.invalid,
+        max_records=cfg.max_records if split == "train" else None,
+        val_max_records=cfg.max_records,
+        alphabet=alphabet,
+    )
+    stage = {"train": "fit", "val": "validate", "test": "test"}[split]
+    dm.setup(stage)
+    if split not in dm.datasets or len(dm.datasets[split]) == 0:
+        raise DataError(f"the {split} split is empty", path=", ".join(fasta))
+    loader = {
+        "train": dm.train_dataloader,
+        "val": dm.val_dataloader,
+        "test": dm.test_dataloader,
+    }[split]()
+    device = _device(cfg.device)
+    model.to(device)
+    causal = meta["objective"] == "causal"
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if device.type == "cuda"
+        else contextlib.nullcontext()
+    )
+    nll = count = correct = tokens = 0.0
+    start = time.perf_counter()
+    for batch in loader:
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with autocast:
+            logits = model(batch["input_ids"], batch["padding_mask"])["logits"]
+        stats = lm_token_stats(logits, batch["labels"], causal)
+        nll += float(stats.nll_sum)
+        count += float(stats.count)
+        correct += float(stats.correct)
+        tokens += float((~batch["padding_mask"]).sum())
+    if count == 0:
+        raise DataError("nothing to predict (no residues)", path=cfg.fasta)
+    result = EvalResult(
+        checkpoint=str(cfg.checkpoint),
+        fasta=", ".join(fasta),
+        attention=model.config.attention,
+        objective=meta["objective"],
+        sequences=len(dm.datasets[split].source),
+        tokens=int(tokens),
+        predicted_tokens=int(count),
+        loss=nll / count,
+        perplexity=perplexity(nll, count),
+        accuracy=correct / count,
+        seconds=time.perf_counter() - start,
+        seed=cfg.seed,
+    )
+    if cfg.output:
+        write_text_atomic(Path(cfg.output), json.dumps(result.to_dict(), indent=2) + "\n")
+    return result

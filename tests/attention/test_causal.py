@@ -1,0 +1,143 @@
+"""Causal FAVOR attention: exact prefix sums, gradients, no look-ahead, O(m·D) saved memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from protein_performer.attention import FavorAttention
+from protein_performer.attention.causal import causal_linear_attention
+from protein_performer.attention.feature_maps import FeatureParams, KernelSpec
+from tests.attention.reference import explicit_from_features
+
+CONFIGS = [
+    {"kernel": "softmax", "estimator": "oprf"},
+    {"kernel": "softmax", "estimator": "favor+", "orthogonal": False},
+    {"kernel": "relu"},
+    {"kernel": "relu", "projection": "none"},
+]
+
+
+def _qkv(b: int, h: int, length: int, d: int, seed: int = 0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(
+        torch.randn(b, h, length, d, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+        for _ in range(3)
+    )
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize(("chunk", "sub"), [(1, 1), (7, 3), (12, 4), (64, 64)])
+def test_matches_explicit_masked_computation_forward_and_gradients(
+    cfg: dict, chunk: int, sub: int
+) -> None:
+    attn = FavorAttention(16, 40, causal=True, chunk_size=chunk, subchunk_size=sub, **cfg)
+    attn = attn.double()
+    q, k, v = _qkv(2, 3, 29, 16)
+    mask = torch.zeros(2, 29, dtype=torch.bool)
+    mask[1, :4] = True  # left padding: the first rows see no key at all
+    for key_padding_mask in (None, mask):
+        out = attn(q, k, v, key_padding_mask=key_padding_mask)
+        phi_q, phi_k = attn.features(q, k, key_padding_mask=key_padding_mask)
+        ref = explicit_from_features(phi_q, phi_k, v, causal=True)
+        torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+        g = torch.randn_like(out)
+        grads = torch.autograd.grad((out * g).sum(), (q, k, v))
+        ref_grads = torch.autograd.grad((ref * g).sum(), (q, k, v))
+        for got, want in zip(grads, ref_grads, strict=True):
+            torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "relu"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_gradcheck_of_the_custom_function(kind: str, masked: bool) -> None:
+    g = torch.Generator().manual_seed(4)
+    n, lq, lk, d, m = 2, 9, 9, 4, 6
+
+    def rnd(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    wq = rnd(n, m, d)
+    if kind == "softmax":  # [scaled W, 1 (row term), per-feature bias]
+        wk = torch.cat([rnd(n, m, d), torch.ones(n, m, 1, dtype=torch.float64), rnd(n, m, 1)], -1)
+    else:
+        wk = wq
+    params = FeatureParams(spec=KernelSpec(kind=kind), wq=wq, wk=wk, k_sq_coef=0.3)
+    mask = None
+    if masked:
+        mask = torch.zeros(n, lk, dtype=torch.bool)
+        mask[0, 1] = mask[1, -3:] = True
+    q, k, v = (rnd(n, length, d).requires_grad_() for length in (lq, lk, lk))
+
+    def fn(a, b, c):
+        return causal_linear_attention(a, b, c, mask, params, 5, 2)
+
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_outputs_do_not_depend_on_future_positions(cfg: dict) -> None:
+    attn = FavorAttention(16, 32, causal=True, chunk_size=5, **cfg).double()
+    q, k, v = _qkv(1, 2, 24, 16, seed=1)
+    cut = 11
+    with torch.no_grad():
+        base = attn(q, k, v)
+        q2, k2, v2 = q.clone(), k.clone(), v.clone()
+        for t in (q2, k2, v2):
+            t[:, :, cut:] = torch.randn_like(t[:, :, cut:]) * 5
+        moved = attn(q2, k2, v2)
+    torch.testing.assert_close(moved[:, :, :cut], base[:, :, :cut], atol=1e-12, rtol=1e-10)
+    assert not torch.allclose(moved[:, :, cut:], base[:, :, cut:])
+
+
+def test_large_later_key_cannot_underflow_earlier_chunks() -> None:
+    """A key with the largest possible logit late in the sequence leaves earlier chunks
+    bit-identical (the stabiliser is a running max, not a global one)."""
+    attn = FavorAttention(16, 64, causal=True, chunk_size=8, estimator="favor+")
+    q, k, v = (t.detach() for t in _qkv(1, 2, 32, 16, seed=2, dtype=torch.float32))
+    with torch.no_grad():
+        base = attn(q, k, v)
+        k2 = k.clone()
+        # along a projection row, at the norm that maximises its logit: the largest key logit
+        k2[:, :, 30] = attn.projection[0] * 16**0.25
+        moved = attn(q, k2, v)
+    assert torch.isfinite(moved).all()
+    assert torch.equal(moved[:, :, :24], base[:, :, :24])
+
+
+def test_last_position_equals_bidirectional_output() -> None:
+    kwargs = {"estimator": "favor+", "seed": 3, "chunk_size": 6}
+    causal = FavorAttention(16, 32, causal=True, **kwargs).double()
+    bidir = FavorAttention(16, 32, causal=False, **kwargs).double()
+    q, k, v = _qkv(2, 2, 17, 16, seed=3)
+    with torch.no_grad():
+        torch.testing.assert_close(causal(q, k, v)[:, :, -1], bidir(q, k, v)[:, :, -1])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_autograd_saves_no_per_position_feature_matrix(causal: bool) -> None:
+    """Saved tensors are inputs/outputs-sized: nothing of size L·m (features) or L·m·D."""
+    b, h, length, d, m = 1, 2, 512, 16, 256
+    attn = FavorAttention(d, m, causal=causal)
+    q, k, v = _qkv(b, h, length, d, seed=4, dtype=torch.float32)
+    sizes: list[int] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        sizes.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = attn(q, k, v)
+    largest_allowed = b * h * length * (d + 1)  # the [V, 1] matrix
+    assert max(sizes) <= largest_allowed
+    assert max(sizes) < b * h * length * m  # a feature matrix would be this large
+    out.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_lq_must_equal_lk() -> None:
+    attn = FavorAttention(8, 16, causal=True)
+    q = torch.randn(1, 1, 5, 8)
+    k = torch.randn(1, 1, 6, 8)
+    with pytest.raises(ValueError, match="Lq == Lk"):
+        attn(q, k, k)

@@ -1,0 +1,135 @@
+"""Bidirectional FAVOR attention: exactness vs explicit features, gradients, key padding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from protein_performer.attention import FavorAttention
+from protein_performer.attention.feature_maps import FeatureParams, KernelSpec
+from protein_performer.attention.linear_attention import bidirectional_linear_attention
+from tests.attention.reference import explicit_from_features
+
+CONFIGS = [
+    {"kernel": "softmax", "estimator": "oprf"},
+    {"kernel": "softmax", "estimator": "favor+", "antithetic": False},
+    {"kernel": "relu"},
+    {"kernel": "relu", "projection": "none"},
+]
+
+
+def _qkv(b: int, h: int, lq: int, lk: int, d: int, seed: int = 0, scale: float = 1.0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, lq, d, generator=g, dtype=torch.float64) * scale
+    k = torch.randn(b, h, lk, d, generator=g, dtype=torch.float64) * scale
+    v = torch.randn(b, h, lk, d, generator=g, dtype=torch.float64)
+    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+
+
+def _mask(b: int, length: int) -> torch.Tensor:
+    mask = torch.zeros(b, length, dtype=torch.bool)
+    mask[0, -5:] = True
+    mask[-1, :3] = True
+    return mask
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("masked", [False, True])
+def test_matches_explicit_attention_from_the_same_features(cfg: dict, masked: bool) -> None:
+    attn = FavorAttention(16, 40, chunk_size=6, **cfg).double()
+    q, k, v = _qkv(2, 3, 23, 23, 16)
+    mask = _mask(2, 23) if masked else None
+    out = attn(q, k, v, key_padding_mask=mask)
+    phi_q, phi_k = attn.features(q, k, key_padding_mask=mask)
+    ref = explicit_from_features(phi_q, phi_k, v, causal=False)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad((out * g).sum(), (q, k, v))
+    ref_grads = torch.autograd.grad((ref * g).sum(), (q, k, v))
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-11, rtol=1e-9)
+
+
+def test_cross_attention_with_different_lengths() -> None:
+    attn = FavorAttention(8, 24, chunk_size=5).double()
+    q, k, v = _qkv(1, 2, 7, 19, 8, seed=3)
+    out = attn(q, k, v)
+    assert out.shape == (1, 2, 7, 8)
+    phi_q, phi_k = attn.features(q, k)
+    torch.testing.assert_close(out, explicit_from_features(phi_q, phi_k, v, False))
+
+
+@pytest.mark.parametrize("kind", ["softmax", "relu"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_gradcheck_of_the_custom_function(kind: str, masked: bool) -> None:
+    g = torch.Generator().manual_seed(4)
+    n, lq, lk, d, m = 2, 7, 9, 4, 6
+
+    def rnd(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    wq = rnd(n, m, d)
+    if kind == "softmax":  # [scaled W, 1 (row term), per-feature bias]
+        wk = torch.cat([rnd(n, m, d), torch.ones(n, m, 1, dtype=torch.float64), rnd(n, m, 1)], -1)
+    else:
+        wk = wq
+    params = FeatureParams(spec=KernelSpec(kind=kind), wq=wq, wk=wk, k_sq_coef=0.3)
+    mask = None
+    if masked:
+        mask = torch.zeros(n, lk, dtype=torch.bool)
+        mask[0, 1] = mask[1, -3:] = True
+    q, k, v = (rnd(n, length, d).requires_grad_() for length in (lq, lk, lk))
+
+    def fn(a, b, c):
+        return bidirectional_linear_attention(a, b, c, mask, params, 4)
+
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_padded_keys_and_values_do_not_change_valid_outputs(cfg: dict) -> None:
+    attn = FavorAttention(16, 32, chunk_size=8, **cfg).double()
+    q, k, v = _qkv(2, 2, 20, 20, 16, seed=5)
+    mask = _mask(2, 20)
+    out = attn(q, k, v, key_padding_mask=mask)
+    grads = torch.autograd.grad(out[~mask[:, None, :, None].expand_as(out)].sum(), (q, k, v))
+    with torch.no_grad():
+        k2, v2 = k.clone(), v.clone()
+        junk = torch.randn(k.shape, dtype=k.dtype, generator=torch.Generator().manual_seed(9))
+        sel = mask[:, None, :, None].expand_as(k)
+        k2[sel] = junk[sel] * 1e4
+        v2[sel] = -junk[sel] * 1e6
+    k2.requires_grad_()
+    v2.requires_grad_()
+    out2 = attn(q, k2, v2, key_padding_mask=mask)
+    valid = ~mask[:, None, :, None].expand_as(out)
+    assert torch.isfinite(out2).all()
+    torch.testing.assert_close(out2[valid], out[valid], atol=1e-12, rtol=1e-10)
+    grads2 = torch.autograd.grad(out2[valid].sum(), (q, k2, v2))
+    for got, want in zip(grads2, grads, strict=True):
+        torch.testing.assert_close(got[valid], want[valid], atol=1e-11, rtol=1e-9)
+        assert (got[~valid] == 0).all()  # padded positions get no gradient
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_padding_equals_dropping_the_padded_positions(cfg: dict) -> None:
+    """Padded keys leave numerator and normaliser: same as running on the unpadded prefix."""
+    attn = FavorAttention(16, 32, chunk_size=8, **cfg).double()
+    q, k, v = _qkv(1, 2, 20, 20, 16, seed=6)
+    mask = torch.zeros(1, 20, dtype=torch.bool)
+    mask[0, 13:] = True
+    with torch.no_grad():
+        padded = attn(q, k, v, key_padding_mask=mask)[:, :, :13]
+        short = attn(q[:, :, :13], k[:, :, :13], v[:, :, :13])
+    torch.testing.assert_close(padded, short, atol=1e-12, rtol=1e-10)
+
+
+def test_fully_padded_sequence_gives_zeros_and_finite_gradients() -> None:
+    attn = FavorAttention(8, 16).double()
+    q, k, v = _qkv(2, 2, 6, 6, 8, seed=7)
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[1] = True
+    out = attn(q, k, v, key_padding_mask=mask)
+    assert (out[1] == 0).all()
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    assert all(torch.isfinite(gr).all() for gr in grads)

@@ -1,0 +1,169 @@
+"""ProteinLM: shapes, causality, padding, rotary positions, tied head, overfitting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.errors import ConfigError
+from protein_performer.model import ATTENTION_KINDS, ModelConfig, ProteinLM
+from protein_performer.model.rotary import RotaryEmbedding, apply_rotary
+
+ALPHABET = default_alphabet()
+V = len(ALPHABET)
+
+
+def tiny_config(attention: str = "performer_relu", **kw) -> ModelConfig:
+    base = dict(
+        attention=attention,
+        dim=32,
+        depth=2,
+        heads=4,
+        ffn_dim=64,
+        dropout=0.0,
+        max_len=64,
+        nb_features=32,
+        redraw_interval=0,
+    )
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def random_ids(b: int, n: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(6, 26, (b, n), generator=g)
+    ids[:, 0] = ALPHABET.cls_idx
+    ids[:, -1] = ALPHABET.eos_idx
+    return ids
+
+
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+def test_forward_returns_logits_attentions_and_hidden_states(attention):
+    torch.manual_seed(0)
+    model = ProteinLM(tiny_config(attention), V).eval()
+    ids = random_ids(2, 10)
+    out = model(ids, return_attentions=True, return_hidden=True)
+    assert out["logits"].shape == (2, 10, V)
+    assert len(out["attentions"]) == 2
+    for a in out["attentions"]:
+        assert a.shape == (2, 4, 10, 10)
+        torch.testing.assert_close(a.sum(-1), torch.ones(2, 4, 10), atol=1e-4, rtol=0)
+        assert (a >= -1e-6).all()
+    assert len(out["hidden_states"]) == 3
+    assert all(h.shape == (2, 10, 32) for h in out["hidden_states"])
+    assert set(model(ids)) == {"logits"}
+
+
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+@pytest.mark.parametrize("position", ["learned", "rotary"])
+def test_causal_logits_ignore_future_tokens(attention, position):
+    torch.manual_seed(0)
+    model = ProteinLM(tiny_config(attention, position=position), V, causal=True).eval()
+    ids = random_ids(2, 16)
+    changed = ids.clone()
+    t = 7
+    changed[:, t + 1 :] = random_ids(2, 16, seed=1)[:, t + 1 :]
+    with torch.no_grad():
+        a = model(ids)["logits"]
+        b = model(changed)["logits"]
+    torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], atol=1e-5, rtol=1e-5)
+    assert (a[:, t + 1 :] - b[:, t + 1 :]).abs().max() > 1e-3
+    with torch.no_grad():
+        attn = model(ids, return_attentions=True)["attentions"][1]
+    assert attn.triu(1).abs().max() == 0  # no weight on future positions
+    torch.testing.assert_close(attn.sum(-1), torch.ones(2, 4, 16), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+def test_bidirectional_logits_see_future_tokens(attention):
+    torch.manual_seed(0)
+    model = ProteinLM(tiny_config(attention), V).eval()
+    ids = random_ids(1, 16)
+    changed = ids.clone()
+    changed[:, 12] = 6 if ids[0, 12] != 6 else 7
+    with torch.no_grad():
+        diff = (model(ids)["logits"][:, :5] - model(changed)["logits"][:, :5]).abs().max()
+    assert diff > 1e-4
+
+
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+def test_padding_does_not_change_real_positions(attention):
+    # bidirectional only: with right padding a causal model never sees the pads anyway
+    torch.manual_seed(0)
+    model = ProteinLM(tiny_config(attention), V).eval()
+    ids = random_ids(1, 12)
+    padded = torch.cat([ids, torch.full((1, 5), ALPHABET.pad_idx)], dim=1)
+    mask = padded == ALPHABET.pad_idx
+    with torch.no_grad():
+        a = model(ids)["logits"]
+        b = model(padded, mask)["logits"][:, :12]
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_rotary_dot_products_depend_only_on_relative_position():
+    rot = RotaryEmbedding(8)
+    cos, sin = rot(12, torch.device("cpu"), torch.float64)
+    g = torch.Generator().manual_seed(0)
+    q1 = torch.randn(8, generator=g, dtype=torch.float64)
+    k1 = torch.randn(8, generator=g, dtype=torch.float64)
+    q = q1.expand(1, 1, 12, 8)
+    k = k1.expand(1, 1, 12, 8)
+    rq, rk = apply_rotary(q, k, cos, sin)
+    scores = rq[0, 0] @ rk[0, 0].T  # (12, 12): score(m, n)
+    for offset in (0, 1, 3):
+        diag = torch.diagonal(scores, offset=offset)
+        torch.testing.assert_close(diag, diag[0].expand_as(diag))
+    # rotation keeps norms, and is not the identity
+    torch.testing.assert_close(rq.norm(dim=-1), q.norm(dim=-1))
+    assert not torch.allclose(rq[0, 0, 5], q1)
+
+
+def test_learned_positions_limit_is_a_clear_error():
+    model = ProteinLM(tiny_config(max_len=8), V)
+    with pytest.raises(ConfigError, match="max_len=8"):
+        model(random_ids(1, 9))
+
+
+def test_output_head_is_tied_to_the_token_embedding():
+    model = ProteinLM(tiny_config(), V).eval()
+    matrices = [n for n, p in model.named_parameters() if p.shape == (V, 32)]
+    assert matrices == ["embed.tokens.weight"]
+    ids = random_ids(1, 6)
+    with torch.no_grad():
+        before = model(ids)["logits"]
+        model.embed.tokens.weight[10] += torch.linspace(-1, 1, 32)
+        after = model(ids)["logits"]
+    # column 10 of the logits changes through the head even where token 10 is absent
+    assert (after[..., 10] - before[..., 10]).abs().min() > 1e-4
+
+
+def test_invalid_config_is_a_one_line_error():
+    with pytest.raises(ConfigError, match=r"model\.attention='lsh' is not valid; choose one of"):
+        ProteinLM(tiny_config("lsh"), V)
+    with pytest.raises(ConfigError, match="divisible"):
+        ProteinLM(tiny_config(dim=30), V)
+
+
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+def test_overfits_one_batch(attention):
+    from protein_performer.training.metrics import lm_token_stats
+
+    torch.manual_seed(0)
+    model = ProteinLM(tiny_config(attention, dim=64, ffn_dim=128), V)
+    ids = random_ids(4, 24)
+    labels = torch.full_like(ids, -100)
+    g = torch.Generator().manual_seed(1)
+    masked = torch.rand(ids.shape, generator=g) < 0.3
+    masked[:, [0, -1]] = False
+    labels[masked] = ids[masked]
+    inputs = ids.masked_fill(masked, ALPHABET.mask_idx)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(200):
+        stats = lm_token_stats(model(inputs)["logits"], labels, causal=False)
+        loss = stats.nll_sum / stats.count
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.05
+    assert int(stats.correct) == int(stats.count)

@@ -1,0 +1,168 @@
+"""Structured configs and the Hydra glue: composition, one-line errors, sweeps, help."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from protein_performer.config import (
+    DataConfig,
+    TrainConfig,
+    run_hydra,
+    validate_train_config,
+)
+from protein_performer.errors import ConfigError
+from protein_performer.model import ModelConfig
+from protein_performer.training.hydra_run import (
+    compose_job,
+    config_groups,
+    expand_overrides,
+    group_options,
+    project_root,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _error(overrides: list[str], command: str = "train") -> str:
+    with pytest.raises(ConfigError) as info:
+        compose_job(command, expand_overrides(overrides, multirun=False)[0])
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_default_config_composes_to_the_dataclasses(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # conf/ and the sample are found from the package location
+    job = compose_job("train", [])
+    cfg = job.config
+    assert isinstance(cfg, TrainConfig)
+    assert isinstance(cfg.model, ModelConfig) and cfg.model.attention == "performer_relu"
+    sample = Path(cfg.data.files[0])
+    assert sample.is_absolute() and sample == REPO / "data" / "simulated_families.fasta.gz"
+    assert job.run_dir.startswith("outputs/")
+    # keys the YAML files leave alone keep the dataclass defaults
+    assert cfg.model.feature_seed == ModelConfig().feature_seed
+    assert cfg.optim.betas == [0.9, 0.98] and cfg.optim.eps == 1e-9
+    assert cfg.trainer.gradient_clip_val == 0.5
+    assert project_root() == REPO
+
+
+def test_every_group_option_and_experiment_composes():
+    groups = config_groups()
+    assert {"model", "data", "trainer", "optim", "experiment"} <= set(groups)
+    assert group_options("model") == ["performer_relu", "performer_softmax", "transformer"]
+    for group in groups:
+        for option in group_options(group):
+            overrides = [f"{group}={option}"]
+            if option == "fasta":
+                overrides.append("data.files=[x.fasta]")
+            elif option in ("shards", "paper_trembl_1024", "concat8192"):
+                overrides.append("data.shards=x")
+            cfg = compose_job("train", overrides).config
+            validate_train_config(cfg)
+    long = compose_job("train", ["experiment=concat8192", "data.shards=x"]).config
+    assert (long.data.mode, long.data.max_length, long.model.max_len) == ("concat", 8192, 8192)
+
+
+def test_unknown_model_name_lists_the_choices():
+    msg = _error(["model=performer_lsh"])
+    assert msg == (
+        "unknown model 'performer_lsh'; valid choices for model: "
+        "performer_relu, performer_softmax, transformer"
+    )
+
+
+def test_unknown_experiment_lists_the_choices():
+    msg = _error(["experiment=nope"])
+    assert "valid choices for experiment:" in msg and "demo" in msg and "cpu_recipe" in msg
+
+
+def test_unknown_key_names_it_and_lists_valid_keys():
+    msg = _error(["trainer.max_stpes=3"])
+    assert msg.startswith("unknown config key 'trainer.max_stpes' (did you mean 'max_steps'?)")
+    assert "valid keys in 'trainer': accelerator," in msg
+    assert "unknown config key 'foo'" in _error(["+foo=1"])
+    assert "unknown config key 'model.dimm'" in _error(["+model.dimm=1"])
+
+
+def test_wrong_type_names_the_key():
+    assert _error(["trainer.max_steps=abc"]).startswith("trainer.max_steps: Value 'abc'")
+    assert _error(["data.files=x.fasta"]).startswith("data.files: expected a list")
+
+
+def test_negative_lr_and_bad_values_are_rejected():
+    assert _error(["optim.lr=-0.1"]) == "optim.lr must be a positive number (got -0.1)"
+    assert _error(["model.attention=lsh"]) == (
+        "model.attention='lsh' is not valid; choose one of: "
+        "performer_relu, performer_softmax, transformer"
+    )
+    assert "model.dim (100) must be divisible by model.heads (8)" in _error(["model.dim=100"])
+    assert "data.max_length=2048 exceeds model.max_len=1024" in _error(["data.max_length=2048"])
+
+
+def test_bad_overrides_through_run_hydra(capsys):
+    with pytest.raises(ConfigError, match="valid choices for model"):
+        run_hydra("train", ["model=foo"])
+    with pytest.raises(ConfigError, match="unknown option '--frobnicate'"):
+        run_hydra("train", ["--frobnicate"])
+    with pytest.raises(ConfigError, match="add -m/--multirun"):
+        run_hydra("train", ["model=transformer,performer_relu"])
+    with pytest.raises(ConfigError, match=r"checkpoint=\.\.\. is required"):
+        run_hydra("evaluate", [])
+    assert capsys.readouterr().out == ""
+
+
+def test_sweep_expansion_is_a_cartesian_product():
+    jobs = expand_overrides(["seed=1,2", "model=performer_relu,transformer"], True)
+    assert jobs == [
+        ["seed=1", "model=performer_relu"],
+        ["seed=1", "model=transformer"],
+        ["seed=2", "model=performer_relu"],
+        ["seed=2", "model=transformer"],
+    ]
+    with pytest.raises(ConfigError, match="valid choices for model"):
+        expand_overrides(["model=performer_relu,bogus"], True)
+
+
+def test_cfg_job_prints_the_resolved_config(capsys):
+    assert run_hydra("train", ["--cfg", "job", "model=transformer", "optim.lr=3e-4"]) == 0
+    out = capsys.readouterr().out
+    assert "attention: transformer" in out and "lr: 0.0003" in out
+    assert "${" not in out
+
+
+def test_help_lists_groups_and_options(capsys):
+    assert run_hydra("train", ["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "usage: protein-performer train" in out
+    assert "performer_relu, performer_softmax, transformer" in out
+    assert run_hydra("evaluate", ["--help"]) == 0
+    assert "checkpoint=PATH fasta=PATH" in capsys.readouterr().out
+
+
+def test_library_validation_without_hydra():
+    cfg = TrainConfig(data=DataConfig(files=["a.fasta"]))
+    validate_train_config(cfg)
+    bad = dataclasses.replace(cfg, objective="mask")
+    with pytest.raises(
+        ConfigError, match="objective='mask' is not valid; choose one of: mlm, causal"
+    ):
+        validate_train_config(bad)
+    with pytest.raises(ConfigError, match=r"data\.files or data\.shards must be set"):
+        validate_train_config(TrainConfig())
+
+
+def test_evaluate_config_accepts_one_or_several_fasta_files():
+    from protein_performer.config import eval_fasta_paths
+
+    one = compose_job("evaluate", ["checkpoint=c.ckpt", "fasta=a.fasta"]).config
+    assert eval_fasta_paths(one) == ["a.fasta"]
+    two = compose_job("evaluate", ["checkpoint=c.ckpt", "fasta=[a.fasta,b.fa.gz]", "split=test"])
+    assert eval_fasta_paths(two.config) == ["a.fasta", "b.fa.gz"]
+    msg = _error(["checkpoint=c", "fasta=a", "split=holdout"], command="evaluate")
+    assert msg == "split='holdout' is not valid; choose one of: train, val, test"
+    msg = _error(["checkpoint=c", "fasta=a", "attention=lsh"], command="evaluate")
+    assert "choose one of: performer_relu, performer_softmax, transformer" in msg

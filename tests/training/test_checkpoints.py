@@ -1,0 +1,188 @@
+"""Checkpoints: safe loading, round trips, clear errors, exact → Performer conversion."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from protein_performer.data.alphabet import Alphabet, default_alphabet
+from protein_performer.errors import ConfigError, DataError
+from protein_performer.model import ModelConfig, ProteinLM
+from protein_performer.training.checkpoints import (
+    init_weights_from,
+    load_model,
+    model_state,
+    read_checkpoint,
+    save_model_checkpoint,
+)
+from protein_performer.training.run import build_module, train
+from tests.training.helpers import tiny_config
+
+ALPHABET = default_alphabet()
+
+
+def _config(attention: str, **kw) -> ModelConfig:
+    base = dict(
+        attention=attention,
+        dim=32,
+        depth=2,
+        heads=4,
+        ffn_dim=64,
+        max_len=64,
+        nb_features=16,
+        dropout=0.0,
+        redraw_interval=0,
+    )
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def _ids(b=2, n=20, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(6, 26, (b, n), generator=g)
+    ids[:, 0], ids[:, -1] = ALPHABET.cls_idx, ALPHABET.eos_idx
+    return ids
+
+
+def test_trained_checkpoint_round_trip_gives_identical_outputs(tiny_fasta, tmp_path):
+    result = train(tiny_config(tiny_fasta, max_steps=3), tmp_path / "run")
+    ckpt = torch.load(result.last_checkpoint, map_location="cpu", weights_only=True)
+    meta = ckpt["protein_performer"]
+    assert meta["alphabet"] == ALPHABET.to_dict()
+    assert meta["model"]["attention"] == "performer_relu"
+    assert len(meta["projections"]) == 2  # one projection per layer, stored explicitly
+    model, _ = load_model(result.last_checkpoint)
+    again, _ = load_model(result.last_checkpoint)
+    ids = _ids()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids)["logits"], again(ids)["logits"], rtol=0, atol=0)
+    # the stored projections are the ones in the loaded model (not a fresh draw)
+    for name, proj in meta["projections"].items():
+        torch.testing.assert_close(dict(model.named_buffers())[name], proj, rtol=0, atol=0)
+    # and the loaded model computes what the trained weights compute
+    state = {k[len("model.") :]: v for k, v in ckpt["state_dict"].items()}
+    fresh = ProteinLM(ModelConfig(**meta["model"]), len(ALPHABET)).eval()
+    fresh.load_state_dict(state)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids)["logits"], fresh(ids)["logits"], rtol=0, atol=0)
+
+
+def test_save_model_checkpoint_round_trip(tmp_path):
+    torch.manual_seed(0)
+    model = ProteinLM(_config("performer_softmax"), len(ALPHABET), causal=True).eval()
+    path = tmp_path / "m.ckpt"
+    save_model_checkpoint(path, model, ALPHABET, "causal")
+    loaded, meta = load_model(path)
+    assert loaded.causal and meta["objective"] == "causal"
+    ids = _ids()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids)["logits"], model(ids)["logits"], rtol=0, atol=0)
+
+
+class _Payload:
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+def test_unsafe_or_foreign_files_give_clear_errors(tmp_path):
+    with pytest.raises(DataError, match=r"missing\.ckpt: checkpoint not found"):
+        read_checkpoint(tmp_path / "missing.ckpt")
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"not a checkpoint")
+    with pytest.raises(DataError, match="not a readable PyTorch checkpoint"):
+        read_checkpoint(junk)
+    foreign = tmp_path / "foreign.ckpt"
+    torch.save({"state_dict": {}, "epoch": 1}, foreign)
+    with pytest.raises(DataError, match="not a protein-performer checkpoint"):
+        read_checkpoint(foreign)
+    evil = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": _Payload()}, evil)
+    with pytest.raises(DataError, match=r"refusing to load: .* does not allow \(print\)$"):
+        read_checkpoint(evil)
+    legacy = tmp_path / "legacy.ckpt"
+    with open(legacy, "wb") as f:
+        pickle.dump({"state_dict": _Payload()}, f)
+    with pytest.raises(DataError, match="not a readable PyTorch checkpoint"):
+        read_checkpoint(legacy)
+
+
+def test_checkpoint_of_another_alphabet_or_architecture_is_refused(tmp_path):
+    model = ProteinLM(_config("transformer"), len(ALPHABET))
+    path = tmp_path / "t.ckpt"
+    save_model_checkpoint(path, model, ALPHABET, "mlm")
+    other_alphabet = Alphabet(residues="ACDEFGHIKLMNPQRSTVWY", version="pp-aa-test")
+    with pytest.raises(DataError, match=r"alphabet pp-aa-v1 .* but this is pp-aa-test"):
+        load_model(path, alphabet=other_alphabet)
+    wider = ProteinLM(_config("performer_relu", dim=64), len(ALPHABET))
+    with pytest.raises(
+        ConfigError, match=r"another architecture: model\.dim: checkpoint 32, config 64"
+    ):
+        init_weights_from(wider, path, ALPHABET, "mlm")
+    same = ProteinLM(_config("performer_relu"), len(ALPHABET))
+    with pytest.raises(ConfigError, match="objective=mlm, this run uses objective=causal"):
+        init_weights_from(same, path, ALPHABET, "causal")
+
+
+def test_resume_from_another_model_is_refused(tiny_fasta, tmp_path):
+    result = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "a")
+    cfg = tiny_config(tiny_fasta, "transformer", max_steps=4)
+    cfg.ckpt_path = result.last_checkpoint
+    with pytest.raises(ConfigError, match="cannot resume from checkpoint: it is another model"):
+        train(cfg, tmp_path / "b")
+
+
+def test_init_from_converts_exact_attention_to_performer(tiny_fasta, tmp_path):
+    exact = train(tiny_config(tiny_fasta, "transformer", max_steps=2), tmp_path / "exact")
+    cfg = tiny_config(tiny_fasta, "performer_softmax", max_steps=2)
+    cfg.init_from = exact.last_checkpoint
+    # the module built for the run starts from the exact model's weights (not a fresh init)
+    module = build_module(cfg, ALPHABET)
+    source = model_state(read_checkpoint(exact.last_checkpoint))
+    n_shared = 0
+    for k, v in module.model.state_dict().items():
+        if ".attn.favor." not in f".{k}":
+            torch.testing.assert_close(v, source[k], rtol=0, atol=0)
+            n_shared += 1
+    assert n_shared == len(source)
+    tuned = train(cfg, tmp_path / "tuned")
+    assert tuned.steps == 2
+
+
+def test_converted_performer_softmax_approaches_the_exact_model(tmp_path):
+    """A transformer checkpoint run with FAVOR+ softmax features: the output error shrinks as
+    the number of random features grows (the backward-compatibility property)."""
+    torch.manual_seed(0)
+    cfg = _config("transformer", dim=64, heads=4, depth=2, max_len=64)
+    model = ProteinLM(cfg, len(ALPHABET)).double().eval()
+    with torch.no_grad():  # larger q/k weights so attention is clearly not uniform
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(4.0)
+    path = tmp_path / "exact.ckpt"
+    save_model_checkpoint(path, model, ALPHABET, "mlm")
+    ids = _ids(2, 48)
+    with torch.no_grad():
+        reference = model(ids)["logits"].softmax(-1)
+        attn = model(ids, return_attentions=True)["attentions"][0]
+    assert attn.max() > 3.0 / 48  # well above uniform attention (1/48)
+    errors = {}
+    for m in (8, 64, 512):
+        errs = []
+        for seed in range(4):
+            perf, _ = load_model(path, attention="performer_softmax", nb_features=m)
+            perf.config.feature_seed = seed
+            _redraw_with_seed(perf, seed)
+            perf = perf.double()
+            with torch.no_grad():
+                probs = perf(ids)["logits"].softmax(-1)
+            errs.append((probs - reference).abs().mean().item())
+        errors[m] = sum(errs) / len(errs)
+    assert errors[8] > errors[64] > errors[512]
+    assert errors[512] < errors[8] / 4  # ~ 1/sqrt(m): 8x fewer errors for 64x more features
+
+
+def _redraw_with_seed(model: ProteinLM, seed: int) -> None:
+    for module in model.favor_modules():
+        module.seed = seed
+        module.redraw_projection(0)

@@ -1,0 +1,61 @@
+"""Loss and metrics: only labelled positions count; causal loss predicts the next token."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from protein_performer.training.metrics import lm_token_stats, perplexity
+
+
+def _data(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(2, 7, 31, generator=g, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(6, 26, (2, 7), generator=g)
+    return logits, ids
+
+
+def test_mlm_loss_counts_only_masked_positions():
+    logits, ids = _data()
+    labels = torch.full_like(ids, -100)
+    masked = torch.tensor([[0, 1, 0, 0, 1, 0, 0], [1, 0, 0, 0, 0, 0, 1]], dtype=torch.bool)
+    labels[masked] = ids[masked]
+    stats = lm_token_stats(logits, labels, causal=False)
+    expected = F.cross_entropy(logits[masked], ids[masked], reduction="sum")
+    torch.testing.assert_close(stats.nll_sum, expected)
+    assert int(stats.count) == 4
+    assert int(stats.correct) == int((logits[masked].argmax(-1) == ids[masked]).sum())
+    # no gradient reaches unmasked positions, and changing them leaves the loss unchanged
+    stats.nll_sum.backward()
+    assert logits.grad[~masked].abs().max() == 0
+    assert logits.grad[masked].abs().min() > 0
+    other = logits.detach().clone()
+    other[~masked] += torch.randn_like(other[~masked]) * 10
+    torch.testing.assert_close(lm_token_stats(other, labels, causal=False).nll_sum, expected)
+
+
+def test_causal_loss_predicts_next_token_and_skips_padding():
+    logits, ids = _data(1)
+    labels = ids.clone()
+    labels[1, 5:] = -100  # padding of the second row
+    stats = lm_token_stats(logits, labels, causal=True)
+    expected = sum(
+        F.cross_entropy(logits[b, t][None], ids[b, t + 1][None], reduction="sum")
+        for b in range(2)
+        for t in range(6)
+        if labels[b, t + 1] != -100
+    )
+    torch.testing.assert_close(stats.nll_sum, expected)
+    assert int(stats.count) == 6 + 4
+
+
+def test_perplexity_is_exp_of_mean_nll():
+    assert math.isclose(perplexity(2.0 * 10, 10), math.exp(2.0))
+    assert math.isnan(perplexity(0.0, 0))
+    # uniform predictions over 20 residues have perplexity 20
+    logits = torch.zeros(1, 5, 20)
+    labels = torch.arange(5)[None]
+    s = lm_token_stats(logits, labels, causal=False)
+    assert math.isclose(perplexity(float(s.nll_sum), float(s.count)), 20.0, rel_tol=1e-6)

@@ -1,0 +1,72 @@
+"""Optimizer preset, schedules, precision choice, optional TensorBoard."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+
+import pytest
+import torch
+
+from protein_performer.config import OptimConfig
+from protein_performer.errors import ConfigError
+from protein_performer.model import ModelConfig, ProteinLM
+from protein_performer.training.optim import build_optimizer, build_scheduler, lr_factor
+from protein_performer.training.run import build_trainer, resolve_precision
+from tests.training.helpers import tiny_config
+
+
+def test_paper_preset_optimizer():
+    model = ProteinLM(ModelConfig(dim=32, depth=1, heads=4, ffn_dim=64, max_len=16), 31)
+    opt = build_optimizer(model, OptimConfig())
+    assert isinstance(opt, torch.optim.AdamW)
+    decay, no_decay = opt.param_groups
+    assert decay["betas"] == (0.9, 0.98) and decay["eps"] == 1e-9 and decay["lr"] == 1e-3
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"])
+    assert all(p.dim() == 1 for p in no_decay["params"])  # biases and LayerNorm
+    n_params = sum(p.numel() for p in model.parameters())
+    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == n_params
+    adam = build_optimizer(model, OptimConfig(name="adam"))
+    assert type(adam) is torch.optim.Adam
+
+
+def test_warmup_and_cosine_schedule():
+    cfg = OptimConfig(schedule="cosine", warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_factor(0, cfg, 110) == pytest.approx(0.1)
+    assert lr_factor(9, cfg, 110) == pytest.approx(1.0)
+    assert lr_factor(10, cfg, 110) == pytest.approx(1.0)
+    assert lr_factor(60, cfg, 110) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert lr_factor(110, cfg, 110) == pytest.approx(0.1)
+    assert lr_factor(500, cfg, 110) == pytest.approx(0.1)
+    factors = [lr_factor(s, cfg, 110) for s in range(10, 111)]
+    assert all(a >= b for a, b in itertools.pairwise(factors))
+    assert lr_factor(1000, OptimConfig(), 10) == 1.0
+    # the scheduler applies it per optimizer step
+    p = torch.nn.Parameter(torch.zeros(2, 2))
+    opt = torch.optim.SGD([p], lr=1.0)
+    sched = build_scheduler(opt, cfg, 110)
+    for _ in range(60):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.55)  # factor at step 60
+
+
+def test_precision_is_bf16_on_gpu_and_fp32_on_cpu():
+    assert resolve_precision("cpu", "auto") == "32-true"
+    assert resolve_precision("gpu", "auto") == "bf16-mixed"
+    assert resolve_precision("cuda", "auto") == "bf16-mixed"
+    expected = "bf16-mixed" if torch.cuda.is_available() else "32-true"
+    assert resolve_precision("auto", "auto") == expected
+    assert resolve_precision("gpu", "32-true") == "32-true"
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorboard") is not None
+    or importlib.util.find_spec("tensorboardX") is not None,
+    reason="tensorboard is installed",
+)
+def test_tensorboard_without_the_package_is_a_clear_error(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta, tensorboard=True)
+    with pytest.raises(ConfigError, match=r"protein-performer\[tensorboard\]"):
+        build_trainer(cfg, tmp_path)

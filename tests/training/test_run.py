@@ -1,0 +1,150 @@
+"""End-to-end: ``run_hydra("train"/"evaluate", ...)`` and the library ``train``/``evaluate``."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from protein_performer.config import EvalConfig, run_hydra
+from protein_performer.errors import DataError
+from protein_performer.training.run import evaluate, train
+from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _train_losses(run_dir: Path) -> dict[int, float]:
+    out = {}
+    for row in _rows(run_dir / "metrics.csv"):
+        if row.get("train/loss"):
+            out[int(row["step"])] = float(row["train/loss"])
+    return out
+
+
+def test_train_command_runs_end_to_end(tiny_fasta, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert run_hydra("train", tiny_overrides(tiny_fasta, run_dir)) == 0
+    out = capsys.readouterr().out
+    assert "val perplexity" in out and "tokens/s" in out
+    best = run_dir / "checkpoints" / "best.ckpt"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert f"best checkpoint {best}" in out
+    assert best.is_file() and last.is_file()
+    assert (run_dir / "config.yaml").read_text().count("attention: performer_relu") == 1
+    assert (run_dir / "overrides.yaml").is_file()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 4
+    assert 1.0 < summary["val_perplexity"] < 40.0
+    assert 0.0 <= summary["val_accuracy"] <= 1.0
+    assert summary["tokens_per_s"] > 0
+    rows = _rows(run_dir / "metrics.csv")
+    val_steps = [int(r["step"]) for r in rows if r.get("val/perplexity")]
+    assert val_steps == [1, 3]  # after steps 2 and 4 (Lightning logs 0-based steps)
+    assert len(_train_losses(run_dir)) == 4
+    # the checkpoint is safe to load and evaluate reproduces the logged val perplexity style
+    ckpt = torch.load(last, map_location="cpu", weights_only=True)
+    assert ckpt["protein_performer"]["model"]["attention"] == "performer_relu"
+    assert ckpt["global_step"] == 4
+
+
+def test_train_json_and_evaluate_json(tiny_fasta, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert run_hydra("train", [*tiny_overrides(tiny_fasta, run_dir), "--json"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    summary = json.loads(out[-1])
+    assert len(out) == 1  # progress and Lightning output went to stderr
+    ckpt = summary["last_checkpoint"]
+    heldout = write_fasta(tmp_path / "heldout.fasta", n=30, seed=5)
+    args = [f"checkpoint={ckpt}", f"fasta={heldout}", "--json"]
+    assert run_hydra("evaluate", args) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert first["sequences"] == 30
+    assert first["perplexity"] == pytest.approx(2.718281828 ** first["loss"])
+    # deterministic masking: the same numbers again; another seed gives other masks
+    out_file = tmp_path / "eval.json"
+    assert run_hydra("evaluate", [*args[:2], f"output={out_file}"]) == 0
+    assert json.loads(out_file.read_text())["perplexity"] == first["perplexity"]
+    assert "perplexity" in capsys.readouterr().out
+    other = evaluate(EvalConfig(checkpoint=ckpt, fasta=str(heldout), seed=1))
+    assert other.predicted_tokens != first["predicted_tokens"] or other.loss != first["loss"]
+    # the same weights run with exact attention: a valid, different model
+    exact = evaluate(EvalConfig(checkpoint=ckpt, fasta=str(heldout), attention="transformer"))
+    assert exact.attention == "transformer" and exact.predicted_tokens == first["predicted_tokens"]
+    assert exact.loss != pytest.approx(first["loss"], rel=1e-6)
+    # evaluating the training run's val split reproduces its final validation exactly
+    val = evaluate(
+        EvalConfig(
+            checkpoint=ckpt,
+            fasta=[str(tiny_fasta)],
+            split="val",
+            split_fractions=[0.8, 0.2, 0.0],
+            toks_per_batch=640,
+        )
+    )
+    assert val.perplexity == pytest.approx(summary["val_perplexity"], rel=1e-5)
+    assert val.accuracy == pytest.approx(summary["val_accuracy"], rel=1e-5)
+
+
+def test_multirun_sweeps_the_three_attentions(tiny_fasta, tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    overrides = [o for o in tiny_overrides(tiny_fasta, tmp_path / "x") if "model=" not in o[:6]]
+    overrides = [o for o in overrides if not o.startswith("hydra.run.dir")]
+    argv = [
+        "-m",
+        "model=performer_relu,performer_softmax,transformer",
+        *overrides,
+        "trainer.max_steps=2",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    assert run_hydra("train", argv) == 0
+    kinds = [
+        json.loads((sweep / str(i) / "summary.json").read_text())["attention"] for i in range(3)
+    ]
+    assert kinds == ["performer_relu", "performer_softmax", "transformer"]
+    assert capsys.readouterr().out.count("training finished") == 3
+
+
+def test_missing_data_file_is_a_clear_error(tmp_path):
+    cfg = tiny_config(tmp_path / "nope.fasta")
+    with pytest.raises(DataError, match=r"nope\.fasta: data\.files: not found"):
+        train(cfg, tmp_path / "run")
+
+
+def test_resume_continues_exactly(tmp_path):
+    """Losses after resuming from step N equal the uninterrupted run: dropout, FAVOR+ redraws,
+    the data position inside an epoch and the epoch boundaries all continue exactly."""
+    fasta = write_fasta(tmp_path / "t.fasta", n=40)
+    cfg = tiny_config(fasta, max_steps=7, val_check_interval=7)
+    cfg.model.redraw_interval = 2
+    cfg.model.dropout = 0.1
+    snap = ModelCheckpoint(
+        dirpath=tmp_path / "snap",
+        filename="s{step}",
+        every_n_train_steps=1,
+        save_top_k=-1,
+        auto_insert_metric_name=False,
+    )
+    full = train(cfg, tmp_path / "full", callbacks=[snap])
+    assert full.steps == 7
+    a = _train_losses(tmp_path / "full")
+    epochs = [
+        torch.load(tmp_path / "snap" / f"s{n}.ckpt", weights_only=True)["epoch"] for n in (2, 3, 6)
+    ]
+    assert epochs[0] == 0 and epochs[2] >= 1  # the runs below cross epoch boundaries
+    for n in (2, 3):  # step 2 is inside the first epoch, step 3 ends it
+        cfg.ckpt_path = str(tmp_path / "snap" / f"s{n}.ckpt")
+        resumed = train(cfg, tmp_path / f"resumed{n}")
+        assert resumed.steps == 7
+        b = _train_losses(tmp_path / f"resumed{n}")
+        assert sorted(b) == list(range(n, 7))
+        for step in b:
+            assert b[step] == pytest.approx(a[step], rel=1e-6, abs=1e-7), (n, step)
+        assert resumed.val_perplexity == pytest.approx(full.val_perplexity, rel=1e-6)
