@@ -6,31 +6,19 @@ import json
 import os
 import platform
 import resource
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from protein_performer.atomic import write_text_atomic
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (no half files)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_json(path: Path, payload: dict[str, Any]) -> None:
-    write_atomic(path, (json.dumps(payload, indent=2, sort_keys=False) + "\n").encode())
+    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
 def environment() -> dict[str, Any]:

@@ -38,9 +38,10 @@ from _common import (
     PeakRSS,
     environment,
     format_table,
-    write_atomic,
     write_json,
 )
+
+from protein_performer.atomic import write_bytes_atomic
 
 METHODS = [
     "favor-softmax",
@@ -278,7 +279,7 @@ def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    write_bytes_atomic(path, buf.getvalue())
 
 
 def main(argv: list[str] | None = None) -> int:

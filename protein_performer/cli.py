@@ -10,10 +10,10 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from protein_performer import __version__
+from protein_performer.atomic import write_text_atomic
 from protein_performer.errors import ConfigError, ProteinPerformerError
 
 EXIT_USAGE = 2
@@ -26,9 +26,7 @@ DOWNLOAD_URLS = {
 def _print_json(obj: Any, out: str | None) -> None:
     text = json.dumps(obj, indent=2, default=str)
     if out:
-        tmp = Path(out).with_name(Path(out).name + ".tmp")
-        tmp.write_text(text + "\n", encoding="utf-8")
-        tmp.replace(out)
+        write_text_atomic(out, text + "\n")
     else:
         print(text)
 

@@ -125,9 +125,11 @@ class FavorAttention(nn.Module):
         if self._running_oprf:
             # per-head running mean of the OPRF statistic; empty until the first fold
             self.register_buffer("oprf_stat", torch.empty(0))
-            self._stat_sum: torch.Tensor | None = None
-            self._stat_count = 0
-            self._last_fold_step: int | None = None
+            # statistics gathered since the last fold; buffers so a checkpoint taken between
+            # a forward pass and the next fold resumes exactly
+            self.register_buffer("oprf_pending", torch.empty(0, dtype=torch.float64))
+            self.register_buffer("oprf_pending_count", torch.zeros((), dtype=torch.long))
+            self.register_buffer("oprf_last_fold", torch.full((), -1, dtype=torch.long))
 
     # ---- projections and redraws ------------------------------------------------------
 
@@ -175,22 +177,26 @@ class FavorAttention(nn.Module):
 
     @torch.no_grad()
     def _fold_statistics(self, global_step: int) -> None:
-        if self._last_fold_step == global_step or self._stat_sum is None:
+        count = int(self.oprf_pending_count)
+        if int(self.oprf_last_fold) == global_step or count == 0:
             return
-        batch_stat = (self._stat_sum / self._stat_count).to(self.oprf_stat)
+        batch_stat = (self.oprf_pending / count).to(self.oprf_stat)
         if self.oprf_stat.shape != batch_stat.shape:
             # resize in place: the buffer object stays the one DDP broadcasts
             self.oprf_stat.resize_(batch_stat.shape).copy_(batch_stat)
         else:
             self.oprf_stat.lerp_(batch_stat, self.stat_momentum)
-        self._stat_sum, self._stat_count = None, 0
-        self._last_fold_step = global_step
+        self.oprf_pending.zero_()
+        self.oprf_pending_count.zero_()
+        self.oprf_last_fold.fill_(global_step)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-        stat = state_dict.get(prefix + "oprf_stat")
-        if self._running_oprf and stat is not None and stat.shape != self.oprf_stat.shape:
-            with torch.no_grad():
-                self.oprf_stat.resize_(stat.shape)
+        if self._running_oprf:
+            for name in ("oprf_stat", "oprf_pending"):
+                stored, own = state_dict.get(prefix + name), getattr(self, name)
+                if stored is not None and stored.shape != own.shape:
+                    with torch.no_grad():
+                        own.resize_(stored.shape)
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     # ---- feature preparation ------------------------------------------------------------
@@ -212,11 +218,12 @@ class FavorAttention(nn.Module):
             if not self.causal:
                 return oprf_t(stat, self.dim_head)
             if gather and self.training:
-                head_stat = stat.mean(0).to(torch.float64)
-                if self._stat_sum is None or self._stat_sum.shape != head_stat.shape:
-                    self._stat_sum, self._stat_count = torch.zeros_like(head_stat), 0
-                self._stat_sum += head_stat
-                self._stat_count += 1
+                head_stat = stat.mean(0).to(self.oprf_pending)
+                if self.oprf_pending.shape != head_stat.shape:
+                    self.oprf_pending.resize_(head_stat.shape).zero_()
+                    self.oprf_pending_count.zero_()
+                self.oprf_pending += head_stat
+                self.oprf_pending_count += 1
             if self.oprf_stat.numel() != q.shape[1]:
                 return None
             return oprf_t(self.oprf_stat.to(q), self.dim_head).expand(q.shape[:2])

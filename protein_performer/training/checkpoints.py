@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from protein_performer.atomic import write_atomic
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.config import ARCHITECTURE_FIELDS, ModelConfig
@@ -131,7 +132,8 @@ def load_weights(model: ProteinLM, state: Mapping[str, torch.Tensor], source: st
     usable = {
         k: v
         for k, v in state.items()
-        if k in own and (tuple(v.shape) == tuple(own[k].shape) or k.endswith(".oprf_stat"))
+        if k in own
+        and (tuple(v.shape) == tuple(own[k].shape) or k.endswith((".oprf_stat", ".oprf_pending")))
     }
     model.load_state_dict(usable, strict=False)
 
@@ -240,8 +242,6 @@ def save_model_checkpoint(
 ) -> None:
     """Write a weights-only checkpoint (same layout as the training checkpoints, without
     optimizer state) atomically: ``load_model`` and ``init_from`` accept it."""
-    import os
-    import tempfile
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -249,11 +249,4 @@ def save_model_checkpoint(
         "state_dict": {MODEL_PREFIX + k: v.detach().cpu() for k, v in model.state_dict().items()},
         META_KEY: make_metadata(model, alphabet, objective, data),
     }
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(p, lambda fh: torch.save(payload, fh))

@@ -437,7 +437,8 @@ def _run_jobs_in_subprocesses(jobs: list[ComposedJob], sweep_dir: str, args: Cli
 
 
 def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> None:
-    from protein_performer.training.run import train, write_text_atomic
+    from protein_performer.atomic import write_text_atomic
+    from protein_performer.training.run import train
 
     path = Path(run_dir)
     path.mkdir(parents=True, exist_ok=True)

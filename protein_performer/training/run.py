@@ -11,7 +11,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -21,6 +20,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
+from protein_performer.atomic import write_text_atomic
 from protein_performer.config import (
     EvalConfig,
     TrainConfig,
@@ -43,20 +43,6 @@ CHECKPOINT_DIR = "checkpoints"
 
 
 # ---- small helpers --------------------------------------------------------------------------
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file and ``os.replace`` (never half-written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def config_to_yaml(cfg: Any) -> str:
     from omegaconf import OmegaConf
 

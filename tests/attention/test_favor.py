@@ -203,6 +203,26 @@ def test_checkpoint_round_trip_restores_projection_and_outputs(causal: bool) -> 
         torch.testing.assert_close(dst(q, k, v), src(q, k, v), atol=0, rtol=0)
 
 
+def test_statistics_gathered_before_a_checkpoint_survive_resume() -> None:
+    """A checkpoint taken after a training forward but before the next fold (as Lightning
+    saves) must carry the pending causal-OPRF statistics, or a resumed run diverges."""
+    src = FavorAttention(16, 32, causal=True, seed=1)
+    q, k, v = (t.float() for t in _qkv(2, 2, 10, 16, 0.7, seed=8))
+    src(q, k, v)
+    src.maybe_redraw(1)
+    src(q * 1.5, k * 1.5, v)  # gathered, not yet folded
+    buf = io.BytesIO()
+    torch.save(src.state_dict(), buf)
+    buf.seek(0)
+    dst = FavorAttention(16, 32, causal=True, seed=1)
+    dst.load_state_dict(torch.load(buf, weights_only=True))
+    for m in (src, dst):
+        m.maybe_redraw(2)
+    torch.testing.assert_close(dst.oprf_stat, src.oprf_stat, atol=0, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(dst(q, k, v), src(q, k, v), atol=0, rtol=0)
+
+
 def test_causal_oprf_uses_running_statistics_folded_at_step_boundaries() -> None:
     oprf = FavorAttention(16, 32, causal=True, seed=2).double()
     favor = FavorAttention(16, 32, causal=True, seed=2, estimator="favor+").double()
