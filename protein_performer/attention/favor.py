@@ -224,8 +224,13 @@ class FavorAttention(nn.Module):
                     self.oprf_pending_count.zero_()
                 self.oprf_pending += head_stat
                 self.oprf_pending_count += 1
+            if self.oprf_stat.numel() == 0:
+                return None  # nothing folded yet: FAVOR+
             if self.oprf_stat.numel() != q.shape[1]:
-                return None
+                raise ValueError(
+                    f"causal OPRF holds statistics for {self.oprf_stat.numel()} heads but got "
+                    f"{q.shape[1]}; pass all heads (slice the result instead)"
+                )
             return oprf_t(self.oprf_stat.to(q), self.dim_head).expand(q.shape[:2])
 
     def _params(
@@ -358,7 +363,8 @@ class FavorAttention(nn.Module):
         """The normalised ``(B, H, Lq, Lk)`` attention matrix implied by the features.
 
         Built ``chunk_size`` query rows at a time, so peak memory beyond the result is
-        O((B·H)·(L·m + chunk_size·L)); pass a subset of heads for long sequences.
+        O((B·H)·(L·m + chunk_size·L)); pass a subset of heads for long sequences (except for a
+        causal OPRF module with folded per-head statistics, which needs all heads).
         Rows sum to 1 (a row with no visible key is all zeros); ``matrix @ v`` equals
         :meth:`forward`.
         """

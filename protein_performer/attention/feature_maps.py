@@ -75,9 +75,10 @@ def oprf_statistic(
     def moments(t: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         if valid is None:
             return t.pow(2).sum(-1).mean(-1), t.mean(-2)
-        w = valid[:, None, :, None].to(t.dtype)
-        count = w.sum(-2).clamp_min(1)
-        return (t.pow(2) * w).sum((-1, -2)) / count[..., 0], (t * w).sum(-2) / count
+        v = valid[:, None, :, None]
+        count = v.to(t.dtype).sum(-2).clamp_min(1)
+        t = torch.where(v, t, 0.0)  # padded rows may hold inf/NaN: never multiply them
+        return t.pow(2).sum((-1, -2)) / count[..., 0], t.sum(-2) / count
 
     x2, xm = moments(x, x_valid)
     y2, ym = moments(y, y_valid)
@@ -225,8 +226,9 @@ def key_features(
         def vjp(dphi: torch.Tensor) -> torch.Tensor:
             grad_aug = torch.bmm(dphi.mul_(phi), p.wk)  # (N, c, D+2)
             dk = grad_aug[..., :-2]
-            # d(row term)/dk = -2·k_sq_coef·k
-            return dk.addcmul_(k, grad_aug[..., -2:-1], value=-2 * p.k_sq_coef)
+            # d(row term)/dk = -2·k_sq_coef·k (padded keys, which may hold inf, get 0)
+            kk = k if mask is None else k.masked_fill(mask[..., None], 0.0)
+            return dk.addcmul_(kk, grad_aug[..., -2:-1], value=-2 * p.k_sq_coef)
 
         return phi, vjp
     positive = e > 0

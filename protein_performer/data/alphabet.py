@@ -156,21 +156,25 @@ class Alphabet:
         1-based position and character of the first invalid residue.
         """
         policy = InvalidPolicy.parse(policy)
-        raw = sequence.encode("utf-8", errors="surrogateescape")
-        if any(c in raw for c in b" \t\r\n"):
-            raw = raw.translate(None, b" \t\r\n")
-        if raw.endswith(b"*"):
-            raw = raw[:-1]
-        ids = self._lut[np.frombuffer(raw, dtype=np.uint8)]
+        sequence = "".join(sequence.split()) if not sequence.isalnum() else sequence
+        if sequence.endswith("*"):
+            sequence = sequence[:-1]
+        if sequence.isascii():
+            codes = np.frombuffer(sequence.encode("ascii"), dtype=np.uint8)
+            ids = self._lut[codes]
+        else:  # one position per code point, so replacement keeps the length
+            codes = np.frombuffer(sequence.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+            ids = np.where(codes < 256, self._lut[np.minimum(codes, 255)], _INVALID).astype(
+                np.uint8
+            )
         bad = ids == _INVALID
         if not bad.any():
             return CleanResult(ids)
         bad_pos = np.flatnonzero(bad)
-        text = raw.decode("utf-8", errors="replace")
-        chars = "".join(sorted({chr(raw[p]) if raw[p] < 128 else "?" for p in bad_pos}))
+        chars = "".join(sorted({chr(int(codes[p])) for p in bad_pos}))
         if policy is InvalidPolicy.ERROR:
             p = int(bad_pos[0])
-            ch = chr(raw[p]) if raw[p] < 128 else text[p : p + 1] or "?"
+            ch = chr(int(codes[p]))
             raise InvalidResidueError(
                 f"invalid residue {ch!r} at position {p + 1} "
                 f"(policy 'error'; use 'skip' or 'replace' to continue)",

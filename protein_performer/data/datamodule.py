@@ -220,7 +220,9 @@ class ProteinDataModule(pl.LightningDataModule):
         if self._sources[split] is not None:
             src = _head(self._sources[split], cap)
         elif self.shards is not None:
-            src = _head(ShardSource.open(self.shards, split, alphabet=self.alphabet), cap)
+            src = _head(
+                ShardSource.open(self.shards, split, alphabet=self.alphabet, load_ids=False), cap
+            )
         elif explicit:
             paths = {"train": self.files, "val": self.val_files, "test": self.test_files}[split]
             if paths is None:

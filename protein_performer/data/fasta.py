@@ -309,6 +309,8 @@ def load_fasta_source(
         for path in paths:
             reader = FastaReader(path)
             for rec, toks in iter_encoded(reader, alphabet, policy, counts):
+                if max_records is not None and counts.records_read > max_records:
+                    break  # skipped records count too: never read past the limit
                 bar.update(1)
                 if split is None or assigner(rec.header.split_key) == split:
                     seqs.append(toks)

@@ -135,6 +135,8 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
             reader = FastaReader(path)
             for rec in reader:
                 seq = rec.sequence
+                if not seq.isalnum():
+                    seq = "".join(seq.split())  # whitespace is ignored, as when encoding
                 if seq.endswith("*"):
                     seq = seq[:-1]
                     stop_stripped += 1

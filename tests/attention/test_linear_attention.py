@@ -133,3 +133,26 @@ def test_fully_padded_sequence_gives_zeros_and_finite_gradients() -> None:
     assert (out[1] == 0).all()
     grads = torch.autograd.grad(out.sum(), (q, k, v))
     assert all(torch.isfinite(gr).all() for gr in grads)
+
+
+def test_inf_and_nan_in_padded_rows_do_not_leak() -> None:
+    from protein_performer.attention import FavorAttention
+
+    torch.manual_seed(0)
+    for kernel in ("softmax", "relu"):
+        attn = FavorAttention(16, 32, kernel=kernel, seed=3).double()
+        q, k, v = (torch.randn(1, 2, 10, 16, dtype=torch.float64) for _ in range(3))
+        pad = torch.zeros(1, 10, dtype=torch.bool)
+        pad[:, 7:] = True
+        ref = attn(q, k, v, key_padding_mask=pad)[:, :, :7]
+        q2, k2, v2 = (t.clone().requires_grad_(True) for t in (q, k, v))
+        with torch.no_grad():
+            k2[:, :, 7:] = float("inf")
+            q2[:, :, 8:] = 1e3  # padded queries must be finite (as in exact attention)
+            v2[:, :, 7:] = 1e30
+        out = attn(q2, k2, v2, key_padding_mask=pad)
+        torch.testing.assert_close(out[:, :, :7], ref)
+        out[:, :, :7].sum().backward()
+        for g in (q2.grad, k2.grad, v2.grad):
+            assert torch.isfinite(g[:, :, :7]).all()
+        assert torch.isfinite(k2.grad).all()

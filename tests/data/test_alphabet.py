@@ -74,3 +74,10 @@ def test_versioned_serialisation_and_compatibility():
     other = Alphabet(residues=STANDARD_AMINO_ACIDS, version="other-v0")
     with pytest.raises(DataError, match="other-v0"):
         A.check_compatible(other.to_dict())
+
+
+def test_non_ascii_counts_once_per_character():
+    rep = A.clean_encode("MKéV\tL", "replace")
+    assert A.decode(rep.ids) == "MKXVL" and rep.n_replaced == 1 and rep.invalid_chars == "é"
+    with pytest.raises(InvalidResidueError, match="'é' at position 3"):
+        A.encode("MKéV")

@@ -110,7 +110,7 @@ def test_unshuffled_packing_is_greedy_and_ascending():
     assert maxima == sorted(maxima)
     for b, nxt in itertools.pairwise(batches):
         # the next item would not have fitted: batches are as full as the budget allows
-        assert (len(b) + 1) * lengths[nxt].max() > budget or len(b) == 0
+        assert (len(b) + 1) * lengths[nxt].min() > budget
         assert lengths[b].max() <= lengths[nxt].min()
     s.set_epoch(3)
     assert [b.tolist() for b in s.rank_batches()] == [b.tolist() for b in batches]

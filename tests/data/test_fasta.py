@@ -158,3 +158,9 @@ def test_load_source_split_partitions_records(tmp_path):
     other = load_fasta_source(p, split="val", fractions=(0.6, 0.2, 0.2), seed=4)
     assert other.ids != parts["val"].ids
     assert np.array_equal(load_fasta_source(p, max_records=10).lengths, full.lengths[:10])
+
+
+def test_max_records_counts_skipped_records(tmp_path):
+    p = _write(tmp_path / "m.fa", b">a\nMKV\n>b\nM-K\n>c\nWY\n>d\nAC\n")
+    assert load_fasta_source(p, policy="skip", max_records=2).ids == ["a"]
+    assert load_fasta_source(p, policy="skip", max_records=3).ids == ["a", "c"]
