@@ -18,25 +18,14 @@ from protein_performer.training.checkpoints import (
     save_model_checkpoint,
 )
 from protein_performer.training.run import build_module, train
+from tests.model.test_model import tiny_config as tiny_model_config
 from tests.training.helpers import tiny_config
 
 ALPHABET = default_alphabet()
 
 
 def _config(attention: str, **kw) -> ModelConfig:
-    base = dict(
-        attention=attention,
-        dim=32,
-        depth=2,
-        heads=4,
-        ffn_dim=64,
-        max_len=64,
-        nb_features=16,
-        dropout=0.0,
-        redraw_interval=0,
-    )
-    base.update(kw)
-    return ModelConfig(**base)
+    return tiny_model_config(attention, **{"nb_features": 16, **kw})
 
 
 def _ids(b=2, n=20, seed=0):
