@@ -8,7 +8,10 @@ DDP: every rank builds the same global list of batches for the epoch (same seed,
 epoch), pads it by repeating batches from its start until its length is a multiple of
 ``world_size``, and takes every ``world_size``-th batch from position ``rank``. Ranks get
 disjoint batches (apart from the repeated ones, counted in :attr:`num_padding_batches`) and
-the same number of them; nothing is dropped.
+the same number of them; nothing is dropped. With ``score_repeats=False`` (evaluation) the
+repeated batches' keys carry a third element ``0`` ("not scored"): the datasets mark those
+items and the collators give them no labels, so metrics summed over ranks count every item
+exactly once.
 
 Lightning calls ``set_epoch`` on ``dataloader.batch_sampler.sampler``, so the samplers expose
 ``.sampler`` (themselves). With more than one device the Trainer must be built with
@@ -27,7 +30,7 @@ from torch.utils.data import Sampler
 from protein_performer.data.datasets import TAG_BATCH, keyed_rng
 from protein_performer.errors import ConfigError
 
-Key = tuple[int, int]
+Key = tuple[int, int] | tuple[int, int, int]
 
 
 def _check_rank(rank: int, world_size: int) -> None:
@@ -38,7 +41,13 @@ def _check_rank(rank: int, world_size: int) -> None:
 
 
 class ShardedBatchSampler(Sampler[list[Key]]):
-    """Base: per-epoch global batches → this rank's share. Subclasses implement ``_global``."""
+    """Base: per-epoch global batches → this rank's share. Subclasses implement ``_global``.
+
+    ``score_repeats``: whether the batches repeated to even out the ranks count in metrics
+    (True for training; set False for evaluation).
+    """
+
+    score_repeats: bool = True
 
     def __init__(
         self, *, shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1
@@ -76,20 +85,27 @@ class ShardedBatchSampler(Sampler[list[Key]]):
     def __len__(self) -> int:
         return math.ceil(self.num_global_batches / self.world_size)
 
-    def rank_batches(self, epoch: int | None = None) -> list[np.ndarray]:
-        """This rank's batches (arrays of dataset indices) for ``epoch`` (default: current)."""
-        batches = self._global(self.epoch if epoch is None else int(epoch))
+    def _share(self, epoch: int) -> list[tuple[np.ndarray, bool]]:
+        """This rank's ``(batch, is_repeat)`` pairs for ``epoch``."""
+        batches = self._global(epoch)
         n = len(batches)
         if n == 0:
             return []
         total = len(self) * self.world_size
         padded = batches + [batches[i % n] for i in range(total - n)]
-        return padded[self.rank :: self.world_size]
+        return [(padded[p], p >= n) for p in range(self.rank, total, self.world_size)]
+
+    def rank_batches(self, epoch: int | None = None) -> list[np.ndarray]:
+        """This rank's batches (arrays of dataset indices) for ``epoch`` (default: current)."""
+        return [b for b, _ in self._share(self.epoch if epoch is None else int(epoch))]
 
     def __iter__(self) -> Iterator[list[Key]]:
         epoch = self.epoch
-        for batch in self.rank_batches(epoch):
-            yield [(i, epoch) for i in batch.tolist()]
+        for batch, repeat in self._share(epoch):
+            if repeat and not self.score_repeats:
+                yield [(i, epoch, 0) for i in batch.tolist()]
+            else:
+                yield [(i, epoch) for i in batch.tolist()]
 
 
 class TokenBudgetBatchSampler(ShardedBatchSampler):

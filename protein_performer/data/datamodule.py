@@ -260,13 +260,18 @@ class ProteinDataModule(pl.LightningDataModule):
             )
             return ds
         ds = ConcatWindowDataset(source, self.max_length, seed=self.seed, train=train)
+        tail = (
+            f"last window {int(ds.lengths[-1])} tokens"
+            if ds.keep_tail and len(ds)
+            else f"{ds.dropped_tokens} trailing tokens dropped per epoch"
+        )
         log.info(
-            "%s: %d proteins → %d windows of %d tokens; %d trailing tokens dropped per epoch",
+            "%s: %d proteins → %d windows of %d tokens; %s",
             split,
             len(source),
             len(ds),
             self.max_length,
-            ds.dropped_tokens,
+            tail,
         )
         return ds
 
@@ -323,19 +328,24 @@ class ProteinDataModule(pl.LightningDataModule):
         ds = self._require(split)
         rank, world = self.distributed_info()
         shuffle = split == "train"
+        sampler: ShardedBatchSampler
         if self.mode == "concat" or self.batch_size is not None:
             bs = self.batch_size or max(1, self.toks_per_batch // self.max_length)
-            return FixedBatchSampler(
+            sampler = FixedBatchSampler(
                 len(ds), bs, shuffle=shuffle, seed=self.seed, rank=rank, world_size=world
             )
-        return TokenBudgetBatchSampler(
-            ds.lengths,
-            self.toks_per_batch,
-            shuffle=shuffle,
-            seed=self.seed,
-            rank=rank,
-            world_size=world,
-        )
+        else:
+            sampler = TokenBudgetBatchSampler(
+                ds.lengths,
+                self.toks_per_batch,
+                shuffle=shuffle,
+                seed=self.seed,
+                rank=rank,
+                world_size=world,
+            )
+        # evaluation metrics sum over ranks: batches repeated to even them out must not count
+        sampler.score_repeats = split == "train"
+        return sampler
 
     def _loader(self, split: str, stage: str) -> DataLoader:
         if split not in self.datasets:

@@ -67,7 +67,15 @@ class EpochDataset(Dataset[Item]):
     def __len__(self) -> int:
         raise NotImplementedError
 
-    def _resolve(self, key: int | tuple[int, int]) -> tuple[int, int]:
+    @staticmethod
+    def _flags(key: int | tuple[int, ...]) -> dict[str, bool]:
+        """``{"scored": False}`` for a sampler key ``(index, epoch, 0)`` (a batch repeated
+        only to even out DDP ranks, see :mod:`~protein_performer.data.batching`), else ``{}``."""
+        if isinstance(key, tuple) and len(key) > 2 and not key[2]:
+            return {"scored": False}
+        return {}
+
+    def _resolve(self, key: int | tuple[int, ...]) -> tuple[int, int]:
         if isinstance(key, tuple):
             index, epoch = operator.index(key[0]), operator.index(key[1])
         else:
@@ -119,7 +127,7 @@ class CropDataset(EpochDataset):
             epoch = 0
         return int(keyed_rng(TAG_CROP, self.seed, epoch, index).integers(0, excess + 1))
 
-    def __getitem__(self, key: int | tuple[int, int]) -> Item:
+    def __getitem__(self, key: int | tuple[int, ...]) -> Item:
         index, epoch = self._resolve(key)
         residues = self.source[index]
         start = self.crop_start(index, epoch)
@@ -128,7 +136,7 @@ class CropDataset(EpochDataset):
         tokens[0] = self.alphabet.cls_idx
         tokens[1:-1] = residues
         tokens[-1] = self.alphabet.eos_idx
-        return {"tokens": tokens, "index": index, "epoch": epoch}
+        return {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
 
 
 class ConcatWindowDataset(EpochDataset):
@@ -146,8 +154,10 @@ class ConcatWindowDataset(EpochDataset):
     Order: for training, a permutation drawn from ``(seed, epoch)`` (``reshuffle=False``: the
     epoch-0 permutation every epoch); for evaluation (``train=False``) the source order. Each
     process computes the layout of an epoch once (O(n) time, ~16 bytes per record) and caches
-    it. The trailing ``dropped_tokens`` (< ``max_length``) of each epoch's stream are not used;
-    they are logged and exposed, never silently lost.
+    it. Training drops the trailing ``dropped_tokens`` (< ``max_length``) of each epoch's
+    stream (a fresh order every epoch moves the cut; logged and exposed, never silent);
+    evaluation keeps them as one shorter last window (``keep_tail``), so every held-out token
+    is scored.
 
     Args:
         source: proteins (residue ids, no specials).
@@ -155,6 +165,8 @@ class ConcatWindowDataset(EpochDataset):
         seed: order seed.
         train: per-epoch permuted order (True) or source order (False).
         reshuffle: draw a new order every epoch (train only).
+        keep_tail: end with a shorter window holding the stream's remainder (default: for
+            evaluation, ``train=False``).
     """
 
     def __init__(
@@ -165,6 +177,7 @@ class ConcatWindowDataset(EpochDataset):
         seed: int = 0,
         train: bool = True,
         reshuffle: bool = True,
+        keep_tail: bool | None = None,
     ) -> None:
         super().__init__(source, seed=seed, train=train)
         if int(max_length) < 2:
@@ -175,6 +188,11 @@ class ConcatWindowDataset(EpochDataset):
         self.num_windows = self.total_tokens // self.max_length
         self.dropped_tokens = self.total_tokens - self.num_windows * self.max_length
         self.lengths: np.ndarray = np.full(self.num_windows, self.max_length, dtype=np.int64)
+        self.keep_tail = (not self.train) if keep_tail is None else bool(keep_tail)
+        if self.keep_tail and self.dropped_tokens:
+            self.lengths = np.append(self.lengths, self.dropped_tokens)
+            self.num_windows += 1
+            self.dropped_tokens = 0
         self._layout: tuple[int, np.ndarray | None, np.ndarray] | None = None
         if self.num_windows == 0:
             log.warning(
@@ -218,12 +236,12 @@ class ConcatWindowDataset(EpochDataset):
             self._layout = (epoch, order, cum)
         return self._layout[1], self._layout[2]
 
-    def __getitem__(self, key: int | tuple[int, int]) -> Item:
+    def __getitem__(self, key: int | tuple[int, ...]) -> Item:
         index, epoch = self._resolve(key)
         order, cum = self._epoch_layout(epoch)
         src_tokens, src_offsets = self.source.tokens, self.source.offsets
-        length = self.max_length
-        start = index * length
+        length = int(self.lengths[index])
+        start = index * self.max_length
         out = np.empty(length, dtype=np.int64)
         k = int(np.searchsorted(cum, start, side="right")) - 1  # segment holding `start`
         pos = 0
@@ -240,4 +258,4 @@ class ConcatWindowDataset(EpochDataset):
                 out[pos + n_from_res] = self.alphabet.sep_idx
             pos += take
             k += 1
-        return {"tokens": out, "index": index, "epoch": epoch}
+        return {"tokens": out, "index": index, "epoch": epoch, **self._flags(key)}

@@ -127,6 +127,8 @@ class MLMCollator:
                 mask_token_frac=self.mask_token_frac,
                 random_token_frac=self.random_token_frac,
             )
+            if not item.get("scored", True):  # a DDP evening-out repeat: no labels
+                y = np.full_like(y, IGNORE_INDEX)
             inputs.append(x)
             labels.append(y)
         input_ids, padding_mask = pad_batch(inputs, self.alphabet.pad_idx)
@@ -143,6 +145,9 @@ class CausalCollator:
     def __call__(self, items: Sequence[Item]) -> Batch:
         input_ids, padding_mask = pad_batch([it["tokens"] for it in items], self.alphabet.pad_idx)
         labels = causal_labels(input_ids, padding_mask)
+        for row, item in enumerate(items):
+            if not item.get("scored", True):  # a DDP evening-out repeat: no labels
+                labels[row] = IGNORE_INDEX
         return {"input_ids": input_ids, "labels": labels, "padding_mask": padding_mask}
 
 

@@ -224,3 +224,34 @@ def test_pad_batch_pads_to_longest():
     ]
     with pytest.raises(ValueError):
         pad_batch([], 0)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_evaluation_repeats_are_marked_not_scored(world_size):
+    """With score_repeats=False every item is scored on exactly one rank (DDP val metrics)."""
+    from protein_performer.data.datasets import CropDataset
+    from protein_performer.data.masking import IGNORE_INDEX, CausalCollator, MLMCollator
+    from protein_performer.data.sources import FlatSource
+
+    rng = np.random.default_rng(3)
+    seqs = ["".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), size=n)) for n in range(5, 14)]
+    ds = CropDataset(FlatSource.from_strings(seqs), 64, train=False)
+    samplers = [
+        FixedBatchSampler(len(ds), 2, shuffle=False, rank=r, world_size=world_size)
+        for r in range(world_size)
+    ]
+    assert samplers[0].num_padding_batches > 0  # 5 batches of 9 items do not split evenly
+    for collator in (MLMCollator(ds.alphabet, mask_prob=1.0), CausalCollator(ds.alphabet)):
+        scored, counts = [], set()
+        for s in samplers:
+            s.score_repeats = False
+            batches = [collator([ds[key] for key in keys]) for keys in s]
+            counts.add(len(batches))
+            for b in batches:
+                for row in range(len(b["labels"])):
+                    if (b["labels"][row] != IGNORE_INDEX).any():
+                        scored.append(int((~b["padding_mask"][row]).sum()))
+        assert len(counts) == 1  # every rank runs the same number of batches
+        assert sorted(scored) == sorted(len(s) + 2 for s in seqs)  # each protein exactly once
+    train = FixedBatchSampler(len(ds), 2, shuffle=False, rank=world_size - 1, world_size=world_size)
+    assert all(len(key) == 2 for keys in train for key in keys)  # training repeats do count

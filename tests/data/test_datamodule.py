@@ -130,6 +130,26 @@ def test_concat_mode_windows_and_causal_objective():
     assert ProteinDataModule(train_source=src, mode="concat").max_length == 8192
 
 
+def test_concat_mode_evaluation_scores_every_token():
+    seqs = random_seqs(30, 20, 80, seed=6)
+    src = FlatSource.from_strings(seqs)
+    dm = ProteinDataModule(
+        train_source=src,
+        val_source=src,
+        mode="concat",
+        objective="causal",
+        max_length=128,
+        toks_per_batch=512,
+    )
+    dm.setup("validate")
+    total = sum(len(s) + 1 for s in seqs)
+    assert total % 128  # the stream does not end on a window boundary
+    batches = list(dm.val_dataloader())
+    scored = sum(int((b["labels"] != -100).sum()) for b in batches)
+    assert scored == total  # the shorter last window is padded, not dropped
+    assert sum(b["input_ids"].shape[0] for b in batches) == -(-total // 128)
+
+
 def test_ddp_shares_from_trainer_are_disjoint_and_equal():
     seqs = random_seqs(101, 5, 150, seed=6)
     src = FlatSource.from_strings(seqs)
@@ -409,3 +429,12 @@ def test_fixed_batch_size_in_crop_mode():
     batches = list(dm.train_dataloader())
     assert [b["input_ids"].shape[0] for b in batches] == [4] * 6 + [1]
     assert Counter(r for b in batches for r in originals(b)) == Counter(seqs)
+
+
+def test_only_training_batches_repeated_for_ddp_count():
+    src = FlatSource.from_strings(random_seqs(20, 5, 40, seed=21))
+    dm = ProteinDataModule(train_source=src, val_source=src, test_source=src, toks_per_batch=200)
+    dm.setup()
+    assert dm.batch_sampler("train").score_repeats
+    assert not dm.batch_sampler("val").score_repeats
+    assert not dm.batch_sampler("test").score_repeats

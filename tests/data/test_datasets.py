@@ -147,12 +147,17 @@ def reference_stream(src: FlatSource, order) -> np.ndarray:
 
 def check_windows(ds: ConcatWindowDataset, stream: np.ndarray, epoch: int) -> None:
     L = ds.max_length
-    assert len(ds) == len(stream) // L
-    assert ds.dropped_tokens == len(stream) - len(ds) * L
+    tail = len(stream) % L
+    if ds.keep_tail:
+        assert len(ds) == -(-len(stream) // L) and ds.dropped_tokens == 0
+    else:
+        assert len(ds) == len(stream) // L and ds.dropped_tokens == tail
     assert ds.total_tokens == len(stream)
     got = [ds[(w, epoch)]["tokens"] for w in range(len(ds))]
-    for tokens in got:
-        assert tokens.dtype == np.int64 and len(tokens) == L
+    for w, tokens in enumerate(got):
+        short = ds.keep_tail and tail and w == len(ds) - 1
+        assert tokens.dtype == np.int64 and len(tokens) == (tail if short else L)
+        assert ds.lengths[w] == len(tokens)
     joined = np.concatenate(got) if got else np.zeros(0, np.int64)
     # nothing lost but the reported tail
     np.testing.assert_array_equal(joined, stream[: len(stream) - ds.dropped_tokens])
@@ -164,8 +169,11 @@ def test_concat_eval_windows_equal_reference_concatenation():
     assert len(stream) == 70 + 6  # residues + one <sep> per protein
     for L in (2, 3, 7, 16, 45, 76, 77, 100):
         ds = ConcatWindowDataset(src, max_length=L, train=False)
+        assert ds.keep_tail  # evaluation scores every token
         for epoch in (0, 3):
             check_windows(ds, stream, epoch)
+        dropping = ConcatWindowDataset(src, max_length=L, train=False, keep_tail=False)
+        check_windows(dropping, stream, 0)
 
 
 def test_concat_train_order_is_seeded_permutation_per_epoch():
@@ -205,9 +213,11 @@ def test_concat_windows_property(lengths, L, seed, epoch):
 def test_concat_reports_dropped_tail(caplog):
     src = FlatSource.from_strings(["A" * 10, "C" * 10])  # 22 stream tokens
     with caplog.at_level(logging.INFO, logger="protein_performer.data.datasets"):
-        ds = ConcatWindowDataset(src, max_length=8, train=False)
+        ds = ConcatWindowDataset(src, max_length=8)
     assert (len(ds), ds.dropped_tokens) == (2, 6)
     assert "6 of 22" in caplog.text
+    kept = ConcatWindowDataset(src, max_length=8, train=False)
+    assert (len(kept), kept.dropped_tokens, kept.lengths.tolist()) == (3, 0, [8, 8, 6])
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="protein_performer.data.datasets"):
         short = ConcatWindowDataset(src, max_length=100)
