@@ -15,6 +15,14 @@ the average estimated attention matrix ``Ā`` is regressed on the exact one arou
 ``slope = <Ā − 1/L, A − 1/L> / <A − 1/L, A − 1/L>`` (1 = unbiased weights on average, < 1 =
 shrunk toward uniform), on a smaller problem (L=512, one head).
 
+A third table compares errors at *matched shrinkage*. Any estimator can trade variance for
+shrinkage toward uniform (performer-pytorch does it through its epsilon). Ours is given the
+same trade-off through an exactly unbiased kernel re-split: ``q → a·q``, ``k → k/a`` leaves
+``q·k`` (and the exact attention) unchanged and keeps ``φ(q)·φ(k)`` unbiased for every
+``a``, but for ``a > 1`` the normalised attention shrinks toward uniform. Sweeping ``a`` traces
+our error-versus-slope curve; interpolating it at performer-pytorch's slope gives the error
+we would have with exactly its amount of shrinkage.
+
     python benchmarks/approximation.py            # full run (a few minutes)
     python benchmarks/approximation.py --quick    # smoke configuration (seconds)
 """
@@ -22,6 +30,7 @@ shrunk toward uniform), on a smaller problem (L=512, one head).
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -145,6 +154,49 @@ def shrinkage(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def shrinkage_frontier(args: argparse.Namespace, peer_slopes: dict[float, float]):
+    """Our (slope, error) as the q/k split ``a`` grows, and the error at the peer's slope."""
+    points, matched = [], []
+    m = 256
+    for sigma in args.sigmas:
+        q_small, k_small, _ = inputs(sigma, args.bias_length, 1, args.dim, 0)
+        exact_small = torch.softmax(
+            q_small.double() @ k_small.double().transpose(-1, -2) / args.dim**0.5, -1
+        )
+        centred = exact_small - 1.0 / args.bias_length
+        data = []
+        for seed in range(args.seeds):
+            q, k, v = inputs(sigma, args.length, args.heads, args.dim, seed)
+            data.append((q, k, v, exact_attention(q.double(), k.double(), v.double())))
+        curve = []
+        for a in args.splits:
+            with torch.no_grad():
+                total = sum(
+                    FavorAttention(args.dim, m, seed=s).attention_matrix(q_small * a, k_small / a)
+                    for s in range(args.bias_draws)
+                )
+                mean = total.double() / args.bias_draws
+                slope = ((mean - 1.0 / args.bias_length) * centred).sum() / centred.pow(2).sum()
+                err = statistics.mean(
+                    relative_error(FavorAttention(args.dim, m, seed=s)(q * a, k / a, v), ex)
+                    for s, (q, k, v, ex) in enumerate(data)
+                )
+            curve.append((slope.item(), err))
+            points.append({"sigma": sigma, "split": a, "slope": slope.item(), "error": err})
+        target = peer_slopes.get(sigma)
+        if target is not None:
+            matched.append({"sigma": sigma, "peer_slope": target} | _interpolate(curve, target))
+    return points, matched
+
+
+def _interpolate(curve: list[tuple[float, float]], slope: float) -> dict[str, Any]:
+    """Error at ``slope`` by linear interpolation along the curve (None if outside it)."""
+    for (s0, e0), (s1, e1) in itertools.pairwise(curve):
+        if min(s0, s1) <= slope <= max(s0, s1) and s0 != s1:
+            return {"error": e0 + (e1 - e0) * (slope - s0) / (s1 - s0), "bracketed": True}
+    return {"error": None, "bracketed": False}
+
+
 def summarize(rows: list[dict[str, Any]], sigmas: list[float], ms: list[int]):
     names = [UNIFORM, *OURS, PP, PP0]
     table, summary = [], {}
@@ -179,6 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--features", type=int, nargs="+", default=None)
     parser.add_argument("--bias-length", type=int, default=None, help="default 512 (quick 64)")
     parser.add_argument("--bias-draws", type=int, default=None, help="default 128 (quick 4)")
+    parser.add_argument(
+        "--splits",
+        type=float,
+        nargs="+",
+        default=[1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0],
+        help="q/k split factors a of the matched-shrinkage table (q*a, k/a)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     quick = args.quick
@@ -236,6 +295,31 @@ def main(argv: list[str] | None = None) -> int:
             [[b["estimator"], b["sigma"], b["slope"]] for b in bias],
         )
     )
+    peer_slopes = {b["sigma"]: b["slope"] for b in bias if b["estimator"] == PP}
+    points, matched = shrinkage_frontier(args, peer_slopes)
+    print()
+    print("ours (default) with the unbiased q/k split a: slope and error (m=256)")
+    print(
+        format_table(
+            ["sigma", "a", "slope", "error"],
+            [[p["sigma"], p["split"], p["slope"], p["error"]] for p in points],
+        )
+    )
+    for row in matched:
+        peer = summary.get((PP, row["sigma"], 256))
+        row["peer_error"] = peer
+        row["ratio"] = None if row["error"] is None or peer is None else row["error"] / peer
+    print()
+    print("error at performer-pytorch's shrinkage (interpolated along the curve above)")
+    print(
+        format_table(
+            ["sigma", "peer slope", "ours error", "peer error", "ratio"],
+            [
+                [r["sigma"], r["peer_slope"], r["error"], r["peer_error"], r["ratio"]]
+                for r in matched
+            ],
+        )
+    )
     payload = {
         "benchmark": "approximation",
         "config": {
@@ -249,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         "summary": [dict(zip(headers, line, strict=True)) for line in table],
         "targets": goals,
         "shrinkage": bias,
+        "split_curve": points,
+        "matched_shrinkage": matched,
     }
     write_json(args.json, payload)
     print(f"\nwrote {args.json}")
