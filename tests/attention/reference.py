@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from protein_performer.attention.feature_maps import FeatureParams, KernelSpec
+
 
 def explicit_from_features(
     phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, causal: bool
@@ -41,3 +43,30 @@ def explicit_softmax(
 def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
     """``||approx - exact||_F / ||exact||_F``."""
     return ((approx.double() - exact.double()).norm() / exact.double().norm()).item()
+
+
+def gradcheck_inputs(
+    kind: str, masked: bool, lq: int, lk: int, n: int = 2, d: int = 4, m: int = 6
+) -> tuple[FeatureParams, torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random float64 ``(params, mask, q, k, v)`` for gradchecks of the chunked kernels.
+
+    ``q`` ``(n, lq, d)``, ``k``/``v`` ``(n, lk, d)`` require grad; ``mask`` ``(n, lk)`` pads one
+    key of row 0 and the last three of row 1 when ``masked``.
+    """
+    g = torch.Generator().manual_seed(4)
+
+    def rnd(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    wq = rnd(n, m, d)
+    if kind == "softmax":  # [scaled W, 1 (row term), per-feature bias]
+        wk = torch.cat([rnd(n, m, d), torch.ones(n, m, 1, dtype=torch.float64), rnd(n, m, 1)], -1)
+    else:
+        wk = wq
+    params = FeatureParams(spec=KernelSpec(kind=kind), wq=wq, wk=wk, k_sq_coef=0.3)
+    mask = None
+    if masked:
+        mask = torch.zeros(n, lk, dtype=torch.bool)
+        mask[0, 1] = mask[1, -3:] = True
+    q, k, v = (rnd(n, length, d).requires_grad_() for length in (lq, lk, lk))
+    return params, mask, q, k, v

@@ -7,8 +7,7 @@ import torch
 
 from protein_performer.attention import FavorAttention
 from protein_performer.attention.causal import causal_linear_attention
-from protein_performer.attention.feature_maps import FeatureParams, KernelSpec
-from tests.attention.reference import explicit_from_features
+from tests.attention.reference import explicit_from_features, gradcheck_inputs
 
 CONFIGS = [
     {"kernel": "softmax", "estimator": "oprf"},
@@ -51,23 +50,7 @@ def test_matches_explicit_masked_computation_forward_and_gradients(
 @pytest.mark.parametrize("kind", ["softmax", "relu"])
 @pytest.mark.parametrize("masked", [False, True])
 def test_gradcheck_of_the_custom_function(kind: str, masked: bool) -> None:
-    g = torch.Generator().manual_seed(4)
-    n, lq, lk, d, m = 2, 9, 9, 4, 6
-
-    def rnd(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g, dtype=torch.float64)
-
-    wq = rnd(n, m, d)
-    if kind == "softmax":  # [scaled W, 1 (row term), per-feature bias]
-        wk = torch.cat([rnd(n, m, d), torch.ones(n, m, 1, dtype=torch.float64), rnd(n, m, 1)], -1)
-    else:
-        wk = wq
-    params = FeatureParams(spec=KernelSpec(kind=kind), wq=wq, wk=wk, k_sq_coef=0.3)
-    mask = None
-    if masked:
-        mask = torch.zeros(n, lk, dtype=torch.bool)
-        mask[0, 1] = mask[1, -3:] = True
-    q, k, v = (rnd(n, length, d).requires_grad_() for length in (lq, lk, lk))
+    params, mask, q, k, v = gradcheck_inputs(kind, masked, lq=9, lk=9)
 
     def fn(a, b, c):
         return causal_linear_attention(a, b, c, mask, params, 5, 2)

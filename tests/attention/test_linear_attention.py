@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from protein_performer.attention import FavorAttention
-from protein_performer.attention.feature_maps import FeatureParams, KernelSpec
 from protein_performer.attention.linear_attention import bidirectional_linear_attention
-from tests.attention.reference import explicit_from_features
+from tests.attention.reference import explicit_from_features, gradcheck_inputs
 
 CONFIGS = [
     {"kernel": "softmax", "estimator": "oprf"},
@@ -62,23 +61,7 @@ def test_cross_attention_with_different_lengths() -> None:
 @pytest.mark.parametrize("kind", ["softmax", "relu"])
 @pytest.mark.parametrize("masked", [False, True])
 def test_gradcheck_of_the_custom_function(kind: str, masked: bool) -> None:
-    g = torch.Generator().manual_seed(4)
-    n, lq, lk, d, m = 2, 7, 9, 4, 6
-
-    def rnd(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g, dtype=torch.float64)
-
-    wq = rnd(n, m, d)
-    if kind == "softmax":  # [scaled W, 1 (row term), per-feature bias]
-        wk = torch.cat([rnd(n, m, d), torch.ones(n, m, 1, dtype=torch.float64), rnd(n, m, 1)], -1)
-    else:
-        wk = wq
-    params = FeatureParams(spec=KernelSpec(kind=kind), wq=wq, wk=wk, k_sq_coef=0.3)
-    mask = None
-    if masked:
-        mask = torch.zeros(n, lk, dtype=torch.bool)
-        mask[0, 1] = mask[1, -3:] = True
-    q, k, v = (rnd(n, length, d).requires_grad_() for length in (lq, lk, lk))
+    params, mask, q, k, v = gradcheck_inputs(kind, masked, lq=7, lk=9)
 
     def fn(a, b, c):
         return bidirectional_linear_attention(a, b, c, mask, params, 4)
