@@ -431,7 +431,7 @@ def test_fixed_batch_size_in_crop_mode():
     assert Counter(r for b in batches for r in originals(b)) == Counter(seqs)
 
 
-def test_only_training_batches_repeated_for_ddp_count():
+def test_only_training_scores_batches_repeated_for_ddp():
     src = FlatSource.from_strings(random_seqs(20, 5, 40, seed=21))
     dm = ProteinDataModule(train_source=src, val_source=src, test_source=src, toks_per_batch=200)
     dm.setup()
