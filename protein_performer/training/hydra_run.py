@@ -45,19 +45,31 @@ def project_root() -> Path:
     return Path(protein_performer.__file__).resolve().parent.parent
 
 
+def resources_dir() -> Path:
+    """Where an installed wheel keeps its copy of ``conf/`` and the sample data (setup.py)."""
+    return Path(protein_performer.__file__).resolve().parent / "_resources"
+
+
 def config_dir() -> Path:
-    for candidate in (project_root() / "conf", Path(protein_performer.__file__).parent / "conf"):
+    candidates = (project_root() / "conf", resources_dir() / "conf")
+    for candidate in candidates:
         if (candidate / "train.yaml").is_file():
             return candidate
     raise ConfigError(
-        f"Hydra config directory not found (looked for {project_root() / 'conf'}/train.yaml)"
+        "Hydra config directory not found (looked for "
+        + " and ".join(f"{c}/train.yaml" for c in candidates)
+        + "); reinstall protein-performer"
     )
 
 
 def project_path(relative: str) -> str:
-    """Resolver ``${pp_root:data/x.fasta.gz}``: a path relative to the project root, so the
-    embedded sample is found whatever the current directory."""
-    return os.path.normpath(project_root() / str(relative))
+    """Resolver ``${pp_root:data/x.fasta.gz}``: a path relative to the project root (in an
+    installed wheel, to its resources), so the embedded sample is found whatever the current
+    directory."""
+    path = project_root() / str(relative)
+    if not path.exists() and (resources_dir() / str(relative)).exists():
+        path = resources_dir() / str(relative)
+    return os.path.normpath(path)
 
 
 def group_options(group: str) -> list[str]:

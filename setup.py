@@ -1,0 +1,32 @@
+"""Build hook: the wheel carries ``conf/`` and the embedded sample (``data/*.fasta.gz``).
+
+A checkout (and an editable install) reads them from the project root; an installed wheel has
+no project root, so they are copied into ``protein_performer/_resources/`` at build time and
+:mod:`protein_performer.training.hydra_run` falls back to that copy. All metadata lives in
+``pyproject.toml``.
+"""
+
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+RESOURCES = {"conf": "**/*.yaml", "data": "*.fasta.gz"}
+
+
+class BuildPyWithResources(build_py):
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return  # the checkout's own conf/ and data/ are used
+        dest = Path(self.build_lib) / "protein_performer" / "_resources"
+        for folder, pattern in RESOURCES.items():
+            for src in sorted((ROOT / folder).glob(pattern)):
+                target = dest / src.relative_to(ROOT)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, target)
+
+
+setup(cmdclass={"build_py": BuildPyWithResources})
