@@ -43,3 +43,37 @@ def lm_token_stats(logits: torch.Tensor, labels: torch.Tensor, causal: bool) -> 
 def perplexity(nll_sum: float, count: float) -> float:
     """``exp(mean NLL)`` (nan when nothing was predicted)."""
     return math.exp(nll_sum / count) if count > 0 else float("nan")
+
+
+# What the model saw at an MLM-predicted position (BERT's 80/10/10 corruption).
+MLM_INPUT_KINDS: tuple[str, ...] = ("mask", "random", "unchanged")
+
+
+def mlm_input_kind_stats(
+    logits: torch.Tensor, labels: torch.Tensor, input_ids: torch.Tensor, mask_idx: int
+) -> dict[str, TokenStats]:
+    """MLM sums split by what the input showed at each predicted position.
+
+    ``logits`` ``(B, L, V)``; ``labels``, ``input_ids`` ``(B, L)``. ``"mask"``: the input held
+    ``<mask>``; ``"unchanged"``: the true residue (BERT's 10% kept, or a random draw that hit
+    it); ``"random"``: another token. The ``"unchanged"`` positions can be predicted by copying
+    the input, so they flatter the overall perplexity; ``"mask"`` is the number to compare
+    with models evaluated on ``<mask>`` only. Detached (for evaluation).
+    """
+    selected = labels != IGNORE_INDEX
+    target = labels[selected]
+    shown = input_ids[selected]
+    picked = logits[selected].detach()
+    if picked.dtype in (torch.float16, torch.bfloat16):
+        picked = picked.float()
+    nll = F.cross_entropy(picked, target, reduction="none")
+    correct = picked.argmax(-1) == target
+    kinds = {
+        "mask": shown == mask_idx,
+        "unchanged": shown == target,
+        "random": (shown != mask_idx) & (shown != target),
+    }
+    return {
+        kind: TokenStats(nll[sel].sum(), sel.sum(), correct[sel].sum())
+        for kind, sel in ((k, kinds[k]) for k in MLM_INPUT_KINDS)
+    }

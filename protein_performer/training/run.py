@@ -34,7 +34,12 @@ from protein_performer.errors import ConfigError, DataError
 from protein_performer.training.callbacks import TokenThroughput, ValidateOnFinalStep
 from protein_performer.training.checkpoints import init_weights_from, load_model
 from protein_performer.training.lm_module import ProteinLMModule
-from protein_performer.training.metrics import lm_token_stats, perplexity
+from protein_performer.training.metrics import (
+    MLM_INPUT_KINDS,
+    lm_token_stats,
+    mlm_input_kind_stats,
+    perplexity,
+)
 from protein_performer.training.resumable import ResumableLoader
 
 log = logging.getLogger(__name__)
@@ -296,16 +301,28 @@ class EvalResult:
     accuracy: float
     seconds: float
     seed: int
+    # MLM only: the same metrics split by what the input showed at the predicted position
+    # ("mask" / "random" / "unchanged", see metrics.mlm_input_kind_stats); None for causal.
+    by_input: dict[str, dict[str, float]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def format(self) -> str:
-        return (
+        text = (
             f"{self.fasta}: perplexity {self.perplexity:.3f}, accuracy {self.accuracy:.4f} "
             f"({self.predicted_tokens:,} predicted tokens in {self.sequences:,} sequences; "
             f"{self.attention}, {self.objective})"
         )
+        if self.by_input:
+            parts = [
+                f"{kind} {m['perplexity']:.3f} / {m['accuracy']:.4f} ({int(m['predicted_tokens']):,})"
+                for kind, m in self.by_input.items()
+            ]
+            text += "\n  by input at the predicted position (perplexity / accuracy): " + "; ".join(
+                parts
+            )
+        return text
 
 
 def _device(name: str) -> torch.device:
@@ -370,6 +387,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         else contextlib.nullcontext()
     )
     nll = count = correct = tokens = 0.0
+    kinds = None if causal else {k: [0.0, 0.0, 0.0] for k in MLM_INPUT_KINDS}
     start = time.perf_counter()
     for batch in loader:
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -380,8 +398,26 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         count += float(stats.count)
         correct += float(stats.correct)
         tokens += float((~batch["padding_mask"]).sum())
+        if kinds is not None:
+            split_stats = mlm_input_kind_stats(
+                logits, batch["labels"], batch["input_ids"], alphabet.mask_idx
+            )
+            for kind, st in split_stats.items():
+                for i, value in enumerate((st.nll_sum, st.count, st.correct)):
+                    kinds[kind][i] += float(value)
     if count == 0:
         raise DataError("nothing to predict (no residues)", path=cfg.fasta)
+    by_input = None
+    if kinds is not None:
+        by_input = {
+            kind: {
+                "predicted_tokens": n,
+                "loss": s / n if n else float("nan"),
+                "perplexity": perplexity(s, n),
+                "accuracy": c / n if n else float("nan"),
+            }
+            for kind, (s, n, c) in kinds.items()
+        }
     result = EvalResult(
         checkpoint=str(cfg.checkpoint),
         fasta=", ".join(fasta),
@@ -395,6 +431,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         accuracy=correct / count,
         seconds=time.perf_counter() - start,
         seed=cfg.seed,
+        by_input=by_input,
     )
     if cfg.output:
         write_text_atomic(Path(cfg.output), json.dumps(result.to_dict(), indent=2) + "\n")

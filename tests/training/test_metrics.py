@@ -7,7 +7,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from protein_performer.training.metrics import lm_token_stats, perplexity
+from protein_performer.training.metrics import (
+    lm_token_stats,
+    mlm_input_kind_stats,
+    perplexity,
+)
 
 
 def _data(seed: int = 0):
@@ -59,3 +63,31 @@ def test_perplexity_is_exp_of_mean_nll():
     labels = torch.arange(5)[None]
     s = lm_token_stats(logits, labels, causal=False)
     assert math.isclose(perplexity(float(s.nll_sum), float(s.count)), 20.0, rel_tol=1e-6)
+
+
+def test_mlm_stats_split_by_what_the_input_showed():
+    logits, ids = _data(2)
+    mask_idx = 3
+    labels = torch.full_like(ids, -100)
+    inputs = ids.clone()
+    # row 0: <mask> at 1 and 4, kept at 2, random at 6; row 1: <mask> at 0, random at 3
+    kinds = {(0, 1): "mask", (0, 4): "mask", (1, 0): "mask", (0, 2): "unchanged"}
+    kinds.update({(0, 6): "random", (1, 3): "random"})
+    for (b, t), kind in kinds.items():
+        labels[b, t] = ids[b, t]
+        if kind == "mask":
+            inputs[b, t] = mask_idx
+        elif kind == "random":
+            inputs[b, t] = 6 + (ids[b, t] - 6 + 1) % 20  # another residue
+    split = mlm_input_kind_stats(logits, labels, inputs, mask_idx)
+    assert list(split) == ["mask", "random", "unchanged"]
+    for kind in split:
+        pos = [bt for bt, k in kinds.items() if k == kind]
+        rows, cols = torch.tensor([p[0] for p in pos]), torch.tensor([p[1] for p in pos])
+        expected = F.cross_entropy(logits[rows, cols], ids[rows, cols], reduction="sum")
+        torch.testing.assert_close(split[kind].nll_sum, expected.detach())
+        assert int(split[kind].count) == len(pos)
+        hits = (logits[rows, cols].argmax(-1) == ids[rows, cols]).sum()
+        assert int(split[kind].correct) == int(hits)
+    total = lm_token_stats(logits, labels, causal=False)
+    torch.testing.assert_close(sum(st.nll_sum for st in split.values()), total.nll_sum.detach())

@@ -68,6 +68,13 @@ def test_train_json_and_evaluate_json(tiny_fasta, tmp_path, capsys):
     first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert first["sequences"] == 30
     assert first["perplexity"] == pytest.approx(2.718281828 ** first["loss"])
+    # the same numbers split by what the input showed (BERT 80/10/10)
+    parts = first["by_input"]
+    assert list(parts) == ["mask", "random", "unchanged"]
+    assert sum(p["predicted_tokens"] for p in parts.values()) == first["predicted_tokens"]
+    mean_loss = sum(p["loss"] * p["predicted_tokens"] for p in parts.values())
+    assert mean_loss / first["predicted_tokens"] == pytest.approx(first["loss"])
+    assert 0.7 < parts["mask"]["predicted_tokens"] / first["predicted_tokens"] < 0.9
     # deterministic masking: the same numbers again; another seed gives other masks
     out_file = tmp_path / "eval.json"
     assert run_hydra("evaluate", [*args[:2], f"output={out_file}"]) == 0
