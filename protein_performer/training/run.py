@@ -411,7 +411,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     if kinds is not None:
         by_input = {
             kind: {
-                "predicted_tokens": n,
+                "predicted_tokens": int(n),
                 "loss": s / n if n else float("nan"),
                 "perplexity": perplexity(s, n),
                 "accuracy": c / n if n else float("nan"),
