@@ -22,6 +22,7 @@ class BuildPyWithResources(build_py):
         if getattr(self, "editable_mode", False):
             return  # the checkout's own conf/ and data/ are used
         dest = Path(self.build_lib) / "protein_performer" / "_resources"
+        shutil.rmtree(dest, ignore_errors=True)  # a rebuild must not keep removed configs
         for folder, pattern in RESOURCES.items():
             for src in sorted((ROOT / folder).glob(pattern)):
                 target = dest / src.relative_to(ROOT)

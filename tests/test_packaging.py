@@ -1,4 +1,5 @@
-"""An installed wheel (no checkout around it) carries the Hydra configs and the sample data."""
+"""A wheel built from the sdist (no checkout around it) carries the Hydra configs and the
+sample data, and the CLI's configs compose from it."""
 
 from __future__ import annotations
 
@@ -8,21 +9,21 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = (
-    "pyproject.toml",
-    "setup.py",
-    "MANIFEST.in",
-    "README.md",
-    "protein_performer",
-    "conf",
-    "data",
-)
+
+PROBE = """
+import json, protein_performer
+from protein_performer.training.hydra_run import compose_job, config_dir, group_options
+job = compose_job("train", ["experiment=demo"])
+print(json.dumps({"package": protein_performer.__file__, "conf": str(config_dir()),
+                  "models": group_options("model"), "files": list(job.config.data.files)}))
+"""
 
 
 def _setuptools_ok() -> bool:
@@ -33,31 +34,41 @@ def _setuptools_ok() -> bool:
     return int(version("setuptools").split(".")[0]) >= 77
 
 
-PROBE = """
-import json, protein_performer
-from protein_performer.training.hydra_run import config_dir, group_options, project_path
-print(json.dumps({"package": protein_performer.__file__, "conf": str(config_dir()),
-                  "models": group_options("model"),
-                  "sample": project_path("data/simulated_families.fasta.gz")}))
-"""
+def _tracked_copy(dest: Path) -> None:
+    """The files git tracks (what a clean clone has), copied to ``dest``."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("needs a git checkout")
+    listing = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.decode()
+    for name in filter(None, listing.split("\0")):
+        if (REPO / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+
+
+def _run(*args: str, cwd: Path) -> str:
+    proc = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _setuptools_ok(), reason="needs setuptools >= 77 (the dev extra)")
-def test_wheel_ships_configs_and_sample(tmp_path: Path) -> None:
-    src = tmp_path / "src"  # a copy: building in place would leave build/ in the checkout
-    src.mkdir()
-    for name in SOURCES:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(REPO / name, src / name)
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path / "dist"), str(src)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stderr
+def test_wheel_from_sdist_ships_configs_and_sample(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    _tracked_copy(src)
+    # sdist (MANIFEST.in decides what it holds), then a wheel built from the unpacked sdist
+    code = "from setuptools import build_meta as b; print(b.build_sdist('../sdist'))"
+    sdist = tmp_path / "sdist" / _run("-c", code, cwd=src).strip().splitlines()[-1]
+    with tarfile.open(sdist) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(tmp_path / "unpacked", filter="data")
+        else:  # pragma: no cover - Python without extraction filters
+            tar.extractall(tmp_path / "unpacked")
+    (unpacked,) = (tmp_path / "unpacked").iterdir()
+    _run("-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path / "dist"), str(unpacked), cwd=tmp_path)  # fmt: skip
     (wheel,) = (tmp_path / "dist").glob("protein_performer-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     conf = {n.split("_resources/conf/", 1)[1] for n in names if "_resources/conf/" in n}
@@ -75,7 +86,8 @@ def test_wheel_ships_configs_and_sample(tmp_path: Path) -> None:
     site = (tmp_path / "site").resolve()
     assert Path(info["package"]).resolve().is_relative_to(site)  # not the checkout
     assert Path(info["conf"]).resolve() == site / "protein_performer" / "_resources" / "conf"
-    assert info["models"] == ["performer_relu", "performer_softmax", "transformer"]
-    sample = Path(info["sample"])
+    assert info["models"] == sorted(p.stem for p in (REPO / "conf" / "model").glob("*.yaml"))
+    # the demo experiment composes and its data path points into the installed package
+    (sample,) = map(Path, info["files"])
     assert sample.is_file() and sample.resolve().is_relative_to(site)
     assert sample.read_bytes() == (REPO / "data" / "simulated_families.fasta.gz").read_bytes()

@@ -51,7 +51,8 @@ def resources_dir() -> Path:
 
 
 def config_dir() -> Path:
-    candidates = (project_root() / "conf", resources_dir() / "conf")
+    # an installed wheel's own copy first: its project_root() is site-packages
+    candidates = (resources_dir() / "conf", project_root() / "conf")
     for candidate in candidates:
         if (candidate / "train.yaml").is_file():
             return candidate
@@ -66,9 +67,9 @@ def project_path(relative: str) -> str:
     """Resolver ``${pp_root:data/x.fasta.gz}``: a path relative to the project root (in an
     installed wheel, to its resources), so the embedded sample is found whatever the current
     directory."""
-    path = project_root() / str(relative)
-    if not path.exists() and (resources_dir() / str(relative)).exists():
-        path = resources_dir() / str(relative)
+    path = resources_dir() / str(relative)
+    if not path.exists():
+        path = project_root() / str(relative)
     return os.path.normpath(path)
 
 

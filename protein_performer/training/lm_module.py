@@ -15,7 +15,7 @@ from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
 from protein_performer.training.checkpoints import META_KEY, check_resume_compatible, make_metadata
-from protein_performer.training.metrics import lm_token_stats, perplexity
+from protein_performer.training.metrics import lm_token_stats, mlm_input_kind_stats, perplexity
 from protein_performer.training.optim import build_optimizer, build_scheduler
 
 
@@ -35,8 +35,10 @@ class ProteinLMModule(pl.LightningModule):
     the token count of all ranks, so gradients equal a single-process run on the same global
     batch. With ``accumulate_grad_batches > 1`` the step's gradient is the mean of the
     micro-batches' per-token means (each micro-batch normalised by its own token count), not a
-    per-token mean over all of them. Logged: ``train/loss``, ``train/perplexity``, ``train/accuracy``, ``train/lr`` per
-    step; ``val/loss``, ``val/perplexity``, ``val/accuracy`` per validation.
+    per-token mean over all of them. Logged: ``train/loss``, ``train/perplexity``,
+    ``train/accuracy``, ``train/lr`` per step; ``val/loss``, ``val/perplexity``,
+    ``val/accuracy``, ``val/predicted_tokens`` and, for MLM, ``val/perplexity_mask`` and
+    ``val/accuracy_mask`` (positions shown as ``<mask>`` only) per validation.
 
     Every batch the dropout RNG is reseeded from ``(seed, global_step, rank, batch_idx)``; FAVOR+
     features are redrawn as a function of ``global_step`` only (same on every rank), so a
@@ -66,7 +68,7 @@ class ProteinLMModule(pl.LightningModule):
             model_config, len(self.alphabet), self.alphabet.pad_idx, causal=self.causal
         )
         self.last_batch_tokens = 0
-        self._val_sums = torch.zeros(3, dtype=torch.float64)
+        self._val_sums = torch.zeros(6, dtype=torch.float64)
 
     # ---- forward / loss -------------------------------------------------------------------
     def forward(self, batch: Mapping[str, torch.Tensor], **kwargs: Any) -> dict[str, Any]:
@@ -110,17 +112,22 @@ class ProteinLMModule(pl.LightningModule):
 
     # ---- validation -------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
-        self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        # nll, count, correct over all predicted positions, then over MLM <mask> inputs only
+        self._val_sums = torch.zeros(6, dtype=torch.float64, device=self.device)
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         out = self(batch)
-        stats = lm_token_stats(out["logits"], batch["labels"], self.causal)
-        self._val_sums += torch.stack(
-            [stats.nll_sum.double(), stats.count.double(), stats.correct.double()]
-        )
+        stats = [lm_token_stats(out["logits"], batch["labels"], self.causal)]
+        if not self.causal:
+            kinds = mlm_input_kind_stats(
+                out["logits"], batch["labels"], batch["input_ids"], self.alphabet.mask_idx
+            )
+            stats.append(kinds["mask"])
+        sums = [t.double() for st in stats for t in (st.nll_sum, st.count, st.correct)]
+        self._val_sums[: len(sums)] += torch.stack(sums)
 
     def on_validation_epoch_end(self) -> None:
-        nll, count, correct = self._reduce_sum(self._val_sums).tolist()
+        nll, count, correct, m_nll, m_count, m_correct = self._reduce_sum(self._val_sums).tolist()
         if count == 0:
             return
         # Already summed over ranks; sync_dist only averages identical values (no warning).
@@ -128,6 +135,9 @@ class ProteinLMModule(pl.LightningModule):
         self.log("val/perplexity", perplexity(nll, count), prog_bar=True, sync_dist=True)
         self.log("val/accuracy", correct / count, prog_bar=True, sync_dist=True)
         self.log("val/predicted_tokens", count, sync_dist=True)
+        if m_count > 0:  # MLM: positions the model saw as <mask> (no copying the input)
+            self.log("val/perplexity_mask", perplexity(m_nll, m_count), sync_dist=True)
+            self.log("val/accuracy_mask", m_correct / m_count, sync_dist=True)
 
     # ---- optimisation -----------------------------------------------------------------------
     def configure_optimizers(self):

@@ -74,6 +74,6 @@ def mlm_input_kind_stats(
         "random": (shown != mask_idx) & (shown != target),
     }
     return {
-        kind: TokenStats(nll[sel].sum(), sel.sum(), correct[sel].sum())
-        for kind, sel in ((k, kinds[k]) for k in MLM_INPUT_KINDS)
+        k: TokenStats(nll[kinds[k]].sum(), kinds[k].sum(), correct[kinds[k]].sum())
+        for k in MLM_INPUT_KINDS
     }

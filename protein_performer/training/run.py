@@ -213,6 +213,8 @@ class TrainResult:
     train_seconds: float
     best_checkpoint: str | None
     last_checkpoint: str | None
+    # MLM: val perplexity over the positions shown as <mask> only (see EvalResult.by_input)
+    val_perplexity_mask: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -228,6 +230,11 @@ class TrainResult:
                 f"  val perplexity  {num(self.val_perplexity, '.3f')}"
                 f"  (best {num(self.best_val_perplexity, '.3f')})",
                 f"  val accuracy    {num(self.val_accuracy, '.4f')}",
+                *(
+                    [f"  <mask> only     {self.val_perplexity_mask:.3f}  (val perplexity)"]
+                    if self.val_perplexity_mask is not None
+                    else []
+                ),
                 f"  throughput      {self.tokens_per_s:,.0f} tokens/s",
                 f"  run directory   {self.run_dir}",
                 f"  best checkpoint {self.best_checkpoint or 'n/a'}",
@@ -280,6 +287,7 @@ def train(
         train_seconds=elapsed,
         best_checkpoint=best,
         last_checkpoint=last,
+        val_perplexity_mask=_metric(trainer, "val/perplexity_mask"),
     )
     if trainer.is_global_zero:
         write_text_atomic(run_path / "summary.json", json.dumps(result.to_dict(), indent=2) + "\n")
@@ -303,7 +311,7 @@ class EvalResult:
     seed: int
     # MLM only: the same metrics split by what the input showed at the predicted position
     # ("mask" / "random" / "unchanged", see metrics.mlm_input_kind_stats); None for causal.
-    by_input: dict[str, dict[str, float]] | None = None
+    by_input: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -315,8 +323,13 @@ class EvalResult:
             f"{self.attention}, {self.objective})"
         )
         if self.by_input:
+
+            def num(x: float | None, fmt: str) -> str:
+                return "n/a" if x is None else format(x, fmt)
+
             parts = [
-                f"{kind} {m['perplexity']:.3f} / {m['accuracy']:.4f} ({int(m['predicted_tokens']):,})"
+                f"{kind} {num(m['perplexity'], '.3f')} / {num(m['accuracy'], '.4f')} "
+                f"({m['predicted_tokens']:,})"
                 for kind, m in self.by_input.items()
             ]
             text += "\n  by input at the predicted position (perplexity / accuracy): " + "; ".join(
@@ -387,7 +400,9 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         else contextlib.nullcontext()
     )
     nll = count = correct = tokens = 0.0
-    kinds = None if causal else {k: [0.0, 0.0, 0.0] for k in MLM_INPUT_KINDS}
+    # per kind: nll sum, count, correct; summed on the device, read once at the end
+    kinds = None if causal else torch.zeros(len(MLM_INPUT_KINDS), 3, dtype=torch.float64)
+    kinds = None if kinds is None else kinds.to(device)
     start = time.perf_counter()
     for batch in loader:
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -402,21 +417,24 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
             split_stats = mlm_input_kind_stats(
                 logits, batch["labels"], batch["input_ids"], alphabet.mask_idx
             )
-            for kind, st in split_stats.items():
-                for i, value in enumerate((st.nll_sum, st.count, st.correct)):
-                    kinds[kind][i] += float(value)
+            kinds += torch.stack(
+                [
+                    torch.stack([st.nll_sum.double(), st.count.double(), st.correct.double()])
+                    for st in split_stats.values()
+                ]
+            )
     if count == 0:
         raise DataError("nothing to predict (no residues)", path=cfg.fasta)
     by_input = None
     if kinds is not None:
-        by_input = {
+        by_input = {  # None, not NaN, for a kind without positions: the JSON stays valid
             kind: {
                 "predicted_tokens": int(n),
-                "loss": s / n if n else float("nan"),
-                "perplexity": perplexity(s, n),
-                "accuracy": c / n if n else float("nan"),
+                "loss": s / n if n else None,
+                "perplexity": perplexity(s, n) if n else None,
+                "accuracy": c / n if n else None,
             }
-            for kind, (s, n, c) in kinds.items()
+            for kind, (s, n, c) in zip(MLM_INPUT_KINDS, kinds.tolist(), strict=True)
         }
     result = EvalResult(
         checkpoint=str(cfg.checkpoint),

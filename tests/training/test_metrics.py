@@ -91,3 +91,19 @@ def test_mlm_stats_split_by_what_the_input_showed():
         assert int(split[kind].correct) == int(hits)
     total = lm_token_stats(logits, labels, causal=False)
     torch.testing.assert_close(sum(st.nll_sum for st in split.values()), total.nll_sum.detach())
+    # bf16 logits are scored in float32, like the loss
+    half = mlm_input_kind_stats(logits.detach().bfloat16(), labels, inputs, mask_idx)
+    ref = mlm_input_kind_stats(logits.detach().bfloat16().float(), labels, inputs, mask_idx)
+    for kind in split:
+        assert half[kind].nll_sum.dtype == torch.float32
+        torch.testing.assert_close(half[kind].nll_sum, ref[kind].nll_sum)
+
+
+def test_mlm_stats_random_draw_of_the_true_residue_counts_as_unchanged():
+    logits, ids = _data(3)
+    labels = torch.full_like(ids, -100)
+    labels[0, :3] = ids[0, :3]
+    inputs = ids.clone()  # all three predicted positions show their true residue
+    split = mlm_input_kind_stats(logits, labels, inputs, mask_idx=3)
+    assert [int(split[k].count) for k in ("mask", "random", "unchanged")] == [0, 0, 3]
+    assert float(split["mask"].nll_sum) == 0.0 and float(split["random"].nll_sum) == 0.0

@@ -98,6 +98,20 @@ def test_train_json_and_evaluate_json(tiny_fasta, tmp_path, capsys):
     )
     assert val.perplexity == pytest.approx(summary["val_perplexity"], rel=1e-5)
     assert val.accuracy == pytest.approx(summary["val_accuracy"], rel=1e-5)
+    mask_ppl = val.by_input["mask"]["perplexity"]
+    assert mask_ppl == pytest.approx(summary["val_perplexity_mask"], rel=1e-5)
+
+
+def test_causal_run_has_no_mask_breakdown(tiny_fasta, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    argv = [*tiny_overrides(tiny_fasta, run_dir), "objective=causal", "trainer.max_steps=2"]
+    assert run_hydra("train", [*argv, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["val_perplexity"] is not None and summary["val_perplexity_mask"] is None
+    heldout = write_fasta(tmp_path / "heldout.fasta", n=10, seed=6)
+    result = evaluate(EvalConfig(checkpoint=summary["last_checkpoint"], fasta=str(heldout)))
+    assert result.objective == "causal" and result.by_input is None
+    assert "by input" not in result.format()
 
 
 def test_multirun_sweeps_the_three_attentions(tiny_fasta, tmp_path, capsys):
