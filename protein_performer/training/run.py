@@ -19,11 +19,13 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from protein_performer.atomic import write_text_atomic
 from protein_performer.config import (
     EvalConfig,
     TrainConfig,
+    TrainerConfig,
     eval_fasta_paths,
     validate_eval_config,
     validate_train_config,
@@ -170,7 +172,19 @@ def build_trainer(
     )
     callbacks: list[pl.Callback] = [throughput, checkpoint, ValidateOnFinalStep()]
     callbacks += list(extra_callbacks or [])
-    trainer = pl.Trainer(
+    try:
+        trainer = _lightning_trainer(t, run_dir, loggers, callbacks)
+    except (ValueError, TypeError, MisconfigurationException) as e:
+        # Lightning's checks of accelerator/devices/strategy/precision: one line, not a traceback
+        message = " ".join(str(e).split())
+        raise ConfigError(f"trainer settings rejected by Lightning: {message}") from None
+    return trainer, throughput, checkpoint
+
+
+def _lightning_trainer(
+    t: TrainerConfig, run_dir: Path, loggers: list[Any], callbacks: list[pl.Callback]
+) -> pl.Trainer:
+    return pl.Trainer(
         accelerator=t.accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
@@ -193,7 +207,6 @@ def build_trainer(
         logger=loggers,
         callbacks=callbacks,
     )
-    return trainer, throughput, checkpoint
 
 
 # ---- train ------------------------------------------------------------------------------------

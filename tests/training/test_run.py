@@ -11,7 +11,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from protein_performer.config import EvalConfig, run_hydra
-from protein_performer.errors import DataError
+from protein_performer.errors import ConfigError, DataError
 from protein_performer.training.run import evaluate, train
 from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
 
@@ -169,3 +169,16 @@ def test_resume_continues_exactly(tmp_path):
         for step in b:
             assert b[step] == pytest.approx(a[step], rel=1e-6, abs=1e-7), (n, step)
         assert resumed.val_perplexity == pytest.approx(full.val_perplexity, rel=1e-6)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="FSDP is valid where there is a GPU")
+def test_trainer_settings_lightning_rejects_are_one_line_errors(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta)
+    cfg.trainer.strategy = "fsdp"
+    with pytest.raises(ConfigError, match=r"^trainer settings rejected by Lightning: .*fsdp.*GPU"):
+        train(cfg, tmp_path / "run")
+    cfg = tiny_config(tiny_fasta)
+    cfg.trainer.accelerator = "gpu"
+    with pytest.raises(ConfigError, match="rejected by Lightning") as err:
+        train(cfg, tmp_path / "run2")
+    assert "\n" not in str(err.value)
