@@ -1,7 +1,7 @@
 """Forward+backward time and peak memory of attention implementations versus sequence length.
 
 Each (method, length) point runs in a fresh subprocess with 2 torch threads: B=1, H=8, D=64,
-m=256 by default. Methods: FAVOR softmax/ReLU (bidirectional and causal), exact SDPA
+m=256, float32 on the CPU by default (``--device cuda``, ``--dtype bfloat16`` for a GPU run). Methods: FAVOR softmax/ReLU (bidirectional and causal), exact SDPA
 (bidirectional and causal) and performer-pytorch ``FastAttention`` (the peer). Prints a
 table, writes JSON (``--json``) and a log-log PNG (``--png``).
 
@@ -82,14 +82,23 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
     fn = _build(args.method, args.dim, args.features)
+    if isinstance(fn, torch.nn.Module):
+        fn = fn.to(device)
     shape = (args.batch, args.heads, args.length, args.dim)
-    q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
-    grad_out = torch.randn(shape)
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype).requires_grad_() for _ in range(3))
+    grad_out = torch.randn(shape, device=device, dtype=dtype)
+    cuda = device.type == "cuda"
 
     def step() -> float:
+        if cuda:
+            torch.cuda.synchronize()
         start = time.perf_counter()
         fn(q, k, v).backward(grad_out)
+        if cuda:
+            torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
         for t in (q, k, v):  # gradients are allocated inside every measured pass
             t.grad = None
@@ -106,6 +115,13 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             "time_median_s": statistics.median(times),
             "passes": len(times),
         }
+    if cuda:  # the caching allocator's own accounting: bytes held by live tensors
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step()
+        peak = torch.cuda.max_memory_allocated(device) - before
+        return {"peak_mib": peak / 2**20, "peak_exact": True}
     with PeakRSS() as mem:
         step()
     return {"peak_mib": mem.delta_mib, "peak_exact": mem.exact}
@@ -128,6 +144,7 @@ def _run_worker(args: argparse.Namespace, method: str, length: int, mode: str) -
         *("--batch", str(args.batch), "--heads", str(args.heads), "--dim", str(args.dim)),
         *("--features", str(args.features), "--threads", str(args.threads)),
         *("--repeats", str(args.repeats), "--min-time", str(args.min_time)),
+        *("--device", args.device, "--dtype", args.dtype),
     ]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     if mode == "memory":
@@ -294,6 +311,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--features", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu or cuda[:N] (GPU: time with synchronize, peak memory from the caching allocator)",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16"),
+        help="of q, k, v (FAVOR computes features in float32 either way)",
+    )
     parser.add_argument("--repeats", type=int, default=None, help="timed passes (default 2)")
     parser.add_argument("--rounds", type=int, default=None, help="sweeps (default 2; quick 1)")
     parser.add_argument(
@@ -370,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
             "rounds",
             "min_time",
             "quick",
+            "device",
+            "dtype",
         )
     }
     config["lengths"] = lengths
@@ -384,9 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_json(args.json, payload)
     png = args.png or args.json.with_suffix(".png")
+    where = f"{args.threads} threads" if args.device == "cpu" else args.device
     title = (
-        f"B={args.batch} H={args.heads} D={args.dim} m={args.features}, "
-        f"{args.threads} threads, forward+backward"
+        f"B={args.batch} H={args.heads} D={args.dim} m={args.features}, {args.dtype}, "
+        f"{where}, forward+backward"
     )
     plot(points, png, title)
     print(f"\nwrote {args.json} and {png}")
