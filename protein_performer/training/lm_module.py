@@ -15,7 +15,12 @@ from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
 from protein_performer.training.checkpoints import META_KEY, check_resume_compatible, make_metadata
-from protein_performer.training.metrics import lm_token_stats, mlm_input_kind_stats, perplexity
+from protein_performer.training.metrics import (
+    MLM_INPUT_KINDS,
+    batch_sums,
+    lm_token_stats,
+    perplexity,
+)
 from protein_performer.training.optim import build_optimizer, build_scheduler
 
 
@@ -117,14 +122,12 @@ class ProteinLMModule(pl.LightningModule):
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         out = self(batch)
-        stats = [lm_token_stats(out["logits"], batch["labels"], self.causal)]
-        if not self.causal:
-            kinds = mlm_input_kind_stats(
-                out["logits"], batch["labels"], batch["input_ids"], self.alphabet.mask_idx
-            )
-            stats.append(kinds["mask"])
-        sums = [t.double() for st in stats for t in (st.nll_sum, st.count, st.correct)]
-        self._val_sums[: len(sums)] += torch.stack(sums)
+        total, kinds = batch_sums(
+            out["logits"], batch["labels"], batch["input_ids"], self.causal, self.alphabet.mask_idx
+        )
+        self._val_sums[:3] += total
+        if kinds is not None:
+            self._val_sums[3:] += kinds[MLM_INPUT_KINDS.index("mask")]
 
     def on_validation_epoch_end(self) -> None:
         nll, count, correct, m_nll, m_count, m_correct = self._reduce_sum(self._val_sums).tolist()

@@ -77,3 +77,25 @@ def mlm_input_kind_stats(
         k: TokenStats(nll[kinds[k]].sum(), kinds[k].sum(), correct[kinds[k]].sum())
         for k in MLM_INPUT_KINDS
     }
+
+
+def batch_sums(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    input_ids: torch.Tensor,
+    causal: bool,
+    mask_idx: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Detached float64 ``(nll_sum, count, correct)`` of a batch, shape ``(3,)``, and for MLM
+    the same per input kind, ``(len(MLM_INPUT_KINDS), 3)`` (rows partition the total, so the
+    cross-entropy is computed once); causal: ``None``. For evaluation and validation."""
+    if causal:
+        st = lm_token_stats(logits.detach(), labels, causal=True)
+        return _row(st), None
+    kinds = mlm_input_kind_stats(logits, labels, input_ids, mask_idx)
+    rows = torch.stack([_row(kinds[k]) for k in MLM_INPUT_KINDS])
+    return rows.sum(0), rows
+
+
+def _row(st: TokenStats) -> torch.Tensor:
+    return torch.stack([st.nll_sum.detach().double(), st.count.double(), st.correct.double()])

@@ -36,12 +36,7 @@ from protein_performer.errors import ConfigError, DataError
 from protein_performer.training.callbacks import TokenThroughput, ValidateOnFinalStep
 from protein_performer.training.checkpoints import init_weights_from, load_model
 from protein_performer.training.lm_module import ProteinLMModule
-from protein_performer.training.metrics import (
-    MLM_INPUT_KINDS,
-    lm_token_stats,
-    mlm_input_kind_stats,
-    perplexity,
-)
+from protein_performer.training.metrics import MLM_INPUT_KINDS, batch_sums, perplexity
 from protein_performer.training.resumable import ResumableLoader
 
 log = logging.getLogger(__name__)
@@ -412,30 +407,25 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         if device.type == "cuda"
         else contextlib.nullcontext()
     )
-    nll = count = correct = tokens = 0.0
-    # per kind: nll sum, count, correct; summed on the device, read once at the end
-    kinds = None if causal else torch.zeros(len(MLM_INPUT_KINDS), 3, dtype=torch.float64)
-    kinds = None if kinds is None else kinds.to(device)
+    # (nll sum, count, correct) in total and per MLM input kind, summed on the device
+    sums = torch.zeros(3, dtype=torch.float64, device=device)
+    kinds = (
+        None if causal else torch.zeros(len(MLM_INPUT_KINDS), 3, dtype=torch.float64, device=device)
+    )
+    tokens = torch.zeros((), dtype=torch.int64, device=device)
     start = time.perf_counter()
     for batch in loader:
         batch = {k: v.to(device) for k, v in batch.items()}
         with autocast:
             logits = model(batch["input_ids"], batch["padding_mask"])["logits"]
-        stats = lm_token_stats(logits, batch["labels"], causal)
-        nll += float(stats.nll_sum)
-        count += float(stats.count)
-        correct += float(stats.correct)
-        tokens += float((~batch["padding_mask"]).sum())
+        total, per_kind = batch_sums(
+            logits, batch["labels"], batch["input_ids"], causal, alphabet.mask_idx
+        )
+        sums += total
         if kinds is not None:
-            split_stats = mlm_input_kind_stats(
-                logits, batch["labels"], batch["input_ids"], alphabet.mask_idx
-            )
-            kinds += torch.stack(
-                [
-                    torch.stack([st.nll_sum.double(), st.count.double(), st.correct.double()])
-                    for st in split_stats.values()
-                ]
-            )
+            kinds += per_kind
+        tokens += (~batch["padding_mask"]).sum()
+    nll, count, correct = sums.tolist()
     if count == 0:
         raise DataError("nothing to predict (no residues)", path=cfg.fasta)
     by_input = None
