@@ -1,40 +1,93 @@
 #!/usr/bin/env bash
 # One-shot GPU check, prepared so that a lent device machine is used for one short call:
-# correctness of the FAVOR kernels on CUDA against float64 CPU references, bf16 finiteness,
-# then the attention scaling and whole-model throughput benchmarks in bf16.
-# Needs only torch (+ numpy, matplotlib) from the machine's image; performer-pytorch is used
-# when importable (carry its wheels), skipped otherwise. Writes JSON/PNG/logs under $OUT.
+#   1. correctness of the FAVOR kernels on the device against float64 CPU references, bf16;
+#   2. the GPU recipe (experiment=gpu_recipe) on the real proteomes: a short probe measures the
+#      step rate, max_steps is sized to RECIPE_SECONDS, then train + evaluate on the test split;
+#   3. attention scaling (forward+backward vs L, bf16) with performer-pytorch when importable;
+#   4. whole-model training throughput vs L (bf16 autocast).
+# Needs torch, numpy, matplotlib, lightning (+ hydra-core, biopython for stage 2) on the path.
+# Writes at most 7 files (JSON/PNG/CSV) under $OUT; everything else goes to stdout.
 #
-#   bash benchmarks/gpu_check.sh            # ~5-8 min on one H200
+#   OUT=/tmp/gpu bash benchmarks/gpu_check.sh                 # ~8 min on one H200
+#   DEVICE=cpu QUICK=1 OUT=/tmp/dry bash benchmarks/gpu_check.sh   # dry run of the script
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/gpu}
+DEVICE=${DEVICE:-cuda}
+QUICK=${QUICK:-0}
+RECIPE_DATA=${RECIPE_DATA:-../shared/data}     # holds the two proteomes of conf/data/proteomes
+RECIPE_SECONDS=${RECIPE_SECONDS:-180}          # training time the step count is sized for
+RECIPE_OVERRIDES=${RECIPE_OVERRIDES:-}         # extra Hydra overrides (dry runs)
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 status=0
+if [ "$QUICK" = 1 ]; then
+    scaling_lengths="256 512" model_lengths="256" model_dims="--dim 64 --depth 1 --heads 2"
+    probe_dims="--dim 64 --depth 1 --heads 2 --features 16"
+else
+    scaling_lengths="4096 8192 16384 65536" model_lengths="1024 8192 65536" model_dims=""
+    probe_dims="--dim 512 --depth 6 --heads 8 --features 256"
+fi
+stage() { echo; echo "== $* ($(date +%T))"; }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv |
-    tee "$OUT/gpu.txt"
-"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" |
-    tee -a "$OUT/gpu.txt"
+stage "machine"
+if [ "$DEVICE" != cpu ]; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+fi
+"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
-echo "== correctness on CUDA"
-"$PY" benchmarks/device_check.py --device cuda 2>&1 | tee "$OUT/correctness.txt" || status=1
+stage "correctness on $DEVICE"
+timeout 120 "$PY" benchmarks/device_check.py --device "$DEVICE" || status=1
+
+ecoli=$RECIPE_DATA/uniprot_UP000000625_ecoli_k12.fasta
+yeast=$RECIPE_DATA/uniprot_UP000002311_yeast_s288c.fasta.gz
+if [ -f "$ecoli" ] && [ -f "$yeast" ]; then
+    stage "gpu_recipe: step-rate probe"
+    # shellcheck disable=SC2086
+    timeout 120 "$PY" benchmarks/model_throughput.py --device "$DEVICE" --precision bf16 \
+        --lengths 512 --tokens 65536 --steps 5 --attentions performer_relu $probe_dims \
+        --json /tmp/recipe_probe.json || status=1
+    steps=$("$PY" - "$RECIPE_SECONDS" <<'EOF'
+import json, sys
+point = json.load(open("/tmp/recipe_probe.json"))["points"][0]
+rate = point["tokens_per_s"] / 65536  # steps/s of the bare model; 0.7 leaves room for
+print(max(100, int(0.7 * rate * float(sys.argv[1]))))  # data, logging and validation
+EOF
+    ) || steps=1000
+    echo "max_steps=$steps for ${RECIPE_SECONDS} s"
+    run=/tmp/gpu_recipe_run
+    rm -rf "$run"
+    stage "gpu_recipe: train"
+    limit=$((RECIPE_SECONDS + 60))
+    # shellcheck disable=SC2086
+    timeout $((limit + 120)) "$PY" -m protein_performer.cli train experiment=gpu_recipe \
+        "data.files=[$ecoli,$yeast]" trainer.max_steps="$steps" \
+        trainer.max_time="00:00:00:$limit" trainer.enable_progress_bar=false \
+        hydra.run.dir="$run" $RECIPE_OVERRIDES || status=1
+    cp "$run/summary.json" "$OUT/recipe_summary.json" 2>/dev/null
+    cp "$run/metrics.csv" "$OUT/recipe_metrics.csv" 2>/dev/null
+    stage "gpu_recipe: evaluate on the test split"
+    timeout 180 "$PY" -m protein_performer.cli evaluate checkpoint="$run/checkpoints/best.ckpt" \
+        split=test "fasta=[$ecoli,$yeast]" output="$OUT/recipe_eval_test.json" || status=1
+else
+    stage "gpu_recipe skipped: no proteomes in $RECIPE_DATA"
+fi
 
 methods="favor-softmax favor-relu exact favor-softmax-causal favor-relu-causal exact-causal"
 if "$PY" -c "import performer_pytorch" 2>/dev/null; then
     methods="$methods pp-softmax pp-softmax-causal"
 fi
-echo "== attention scaling (bf16 inputs)"
+stage "attention scaling (bf16 inputs)"
 # shellcheck disable=SC2086
-"$PY" benchmarks/attention_scaling.py --device cuda --dtype bfloat16 --methods $methods \
-    --lengths 1024 4096 16384 32768 65536 --rounds 1 --repeats 5 --min-time 0.5 \
-    --pp-causal-max-length 16384 --timeout 300 --json "$OUT/scaling_bf16.json" \
-    2>&1 | tee "$OUT/scaling_bf16.txt" || status=1
+timeout 300 "$PY" benchmarks/attention_scaling.py --device "$DEVICE" --dtype bfloat16 \
+    --methods $methods --lengths $scaling_lengths --rounds 1 --repeats 3 --min-time 0.2 \
+    --pp-causal-max-length 16384 --timeout 60 --json "$OUT/scaling_bf16.json" || status=1
 
-echo "== whole model, bf16 autocast"
-"$PY" benchmarks/model_throughput.py --device cuda --precision bf16 \
-    --lengths 1024 8192 32768 65536 --tokens 65536 --steps 5 --timeout 300 \
-    --json "$OUT/model_bf16.json" 2>&1 | tee "$OUT/model_bf16.txt" || status=1
+stage "whole model, bf16 autocast"
+# shellcheck disable=SC2086
+timeout 200 "$PY" benchmarks/model_throughput.py --device "$DEVICE" --precision bf16 \
+    --lengths $model_lengths --tokens 65536 --steps 5 --timeout 60 $model_dims \
+    --json "$OUT/model_bf16.json" || status=1
+stage "done, status $status"
 exit $status
