@@ -179,8 +179,26 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _in_process(args: argparse.Namespace, method: str, length: int) -> dict[str, Any]:
+    """A GPU point measured in this process (``--in-process``): the caching allocator's
+    counters are per point, and the process start (seconds on a GPU machine) is paid once."""
+    import torch
+
+    worker_args = argparse.Namespace(**(vars(args) | {"method": method, "length": length}))
+    worker_args.mode = "both"
+    torch.cuda.empty_cache()
+    try:
+        return worker(worker_args)
+    except torch.OutOfMemoryError:
+        return {"error": "out of memory"}
+    finally:
+        torch.cuda.empty_cache()
+
+
 def run_point(args: argparse.Namespace, method: str, length: int) -> dict[str, Any]:
     point: dict[str, Any] = {"method": method, "length": length}
+    if args.in_process:
+        return point | _in_process(args, method, length)
     # On a GPU the caching allocator's counters are exact within one process, so one process
     # per point; on the CPU, resident-set growth needs a process of its own.
     modes = ("both",) if args.device.startswith("cuda") else ("time", "memory")
@@ -340,11 +358,18 @@ def main(argv: list[str] | None = None) -> int:
         default=2048,
         help="performer-pytorch's CPU causal path stores (L, m, D) per head: skip above this",
     )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="GPU only: every point in this process (saves a process start per point)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=("time", "memory", "both"), help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.in_process and not args.device.startswith("cuda"):
+        parser.error("--in-process needs --device cuda (CPU memory is measured per process)")
     if args.repeats is None:
         args.repeats = 1 if args.quick else 2
     if args.rounds is None:

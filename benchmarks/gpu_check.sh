@@ -8,7 +8,8 @@
 # Needs torch, numpy, matplotlib, lightning (+ hydra-core, biopython for stage 2) on the path.
 # Writes at most 7 files (JSON/PNG/CSV) under $OUT; everything else goes to stdout.
 #
-#   OUT=/tmp/gpu bash benchmarks/gpu_check.sh                 # ~8 min on one H200
+#   OUT=/tmp/gpu bash benchmarks/gpu_check.sh                 # ~7 min on one H200
+# Knobs (environment): RECIPE_SECONDS, SCALING_LENGTHS, MODEL_LENGTHS, MODEL_ATTENTIONS.
 #   DEVICE=cpu QUICK=1 OUT=/tmp/dry bash benchmarks/gpu_check.sh   # dry run of the script
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,11 @@ else
     scaling_lengths="4096 8192 16384 65536" model_lengths="1024 8192 65536" model_dims=""
     probe_dims="--dim 512 --depth 6 --heads 8 --features 256"
 fi
+scaling_lengths=${SCALING_LENGTHS:-$scaling_lengths}
+model_lengths=${MODEL_LENGTHS:-$model_lengths}
+model_attentions=${MODEL_ATTENTIONS:-performer_relu performer_softmax transformer}
+in_process=""
+[ "$DEVICE" != cpu ] && in_process="--in-process"
 stage() { echo; echo "== $* ($(date +%T))"; }
 
 stage "machine"
@@ -60,10 +66,11 @@ EOF
     rm -rf "$run"
     stage "gpu_recipe: train"
     limit=$((RECIPE_SECONDS + 60))
+    max_time=$(printf '00:%02d:%02d:%02d' $((limit / 3600)) $((limit / 60 % 60)) $((limit % 60)))
     # shellcheck disable=SC2086
     timeout $((limit + 120)) "$PY" -m protein_performer.cli train experiment=gpu_recipe \
         "data.files=[$ecoli,$yeast]" trainer.max_steps="$steps" \
-        trainer.max_time="00:00:00:$limit" trainer.enable_progress_bar=false \
+        trainer.max_time="$max_time" trainer.enable_progress_bar=false \
         hydra.run.dir="$run" $RECIPE_OVERRIDES || status=1
     cp "$run/summary.json" "$OUT/recipe_summary.json" 2>/dev/null
     cp "$run/metrics.csv" "$OUT/recipe_metrics.csv" 2>/dev/null
@@ -81,13 +88,14 @@ fi
 stage "attention scaling (bf16 inputs)"
 # shellcheck disable=SC2086
 timeout 300 "$PY" benchmarks/attention_scaling.py --device "$DEVICE" --dtype bfloat16 \
-    --methods $methods --lengths $scaling_lengths --rounds 1 --repeats 3 --min-time 0.2 \
+    --methods $methods --lengths $scaling_lengths --rounds 1 --repeats 3 --min-time 0.2 $in_process \
     --pp-causal-max-length 16384 --timeout 60 --json "$OUT/scaling_bf16.json" || status=1
 
 stage "whole model, bf16 autocast"
 # shellcheck disable=SC2086
 timeout 200 "$PY" benchmarks/model_throughput.py --device "$DEVICE" --precision bf16 \
-    --lengths $model_lengths --tokens 65536 --steps 5 --timeout 60 $model_dims \
+    --lengths $model_lengths --attentions $model_attentions --tokens 65536 --steps 5 \
+    --timeout 60 $model_dims \
     --json "$OUT/model_bf16.json" || status=1
 stage "done, status $status"
 exit $status

@@ -23,6 +23,9 @@ from .projections import NormKind, draw_projection
 
 Estimator = Literal["oprf", "favor+"]
 
+#: Elements of one ``(B·H, rows, m)`` feature block on accelerators (see ``block_rows``).
+ACCEL_BLOCK_ELEMENTS = 2**25
+
 
 class FavorAttention(nn.Module):
     """Linear-time attention ``φ(Q) (φ(K)ᵀ V)`` with random features, on ``(B, H, L, D)`` tensors.
@@ -50,8 +53,9 @@ class FavorAttention(nn.Module):
     projection for redraw number ``n`` is drawn from ``(seed, layer_idx, n)``, so DDP ranks
     agree without communication), ``eps`` (added to the row-normalised softmax query
     features), ``kernel_eps`` (ReLU kernel), ``chunk_size`` (rows per block of the
-    recomputing kernels), ``subchunk_size`` (causal: rows handled explicitly inside a
-    block), ``stat_momentum`` (causal OPRF running statistics).
+    recomputing kernels; None picks it per device, see :meth:`block_rows`),
+    ``subchunk_size`` (causal: rows handled explicitly inside a block), ``stat_momentum``
+    (causal OPRF running statistics).
 
     Features and normaliser are computed in float32 (float64 for float64 inputs) with
     autocast disabled; the output has the dtype of ``q``. The projection is a buffer (it
@@ -110,7 +114,7 @@ class FavorAttention(nn.Module):
         self.seed = seed
         self.layer_idx = layer_idx
         self.spec = KernelSpec(kind=kernel, eps=eps, kernel_eps=kernel_eps)
-        self.chunk_size = chunk_size or (256 if causal else 1024)
+        self.chunk_size = chunk_size  # None: chosen per call, see block_rows()
         self.subchunk_size = subchunk_size
         self.stat_momentum = stat_momentum
         self.nb_features = dim_head if projection == "none" else nb_features
@@ -279,13 +283,32 @@ class FavorAttention(nn.Module):
                 f"key_padding_mask must be (B, Lk) = {(k.shape[0], k.shape[2])}, got {tuple(mask.shape)}"
             )
 
+    def block_rows(self, device: torch.device, n: int, length: int) -> int:
+        """Rows per block of the recomputing kernels for ``n = B·H`` sequences of ``length``.
+
+        ``chunk_size`` when given. Otherwise 1024 (bidirectional) / 256 (causal) on the CPU,
+        where blocks that stay in cache are fastest; on an accelerator the cost of a small
+        block is kernel launches, so blocks grow until one ``(N, rows, m)`` feature tensor
+        reaches ``ACCEL_BLOCK_ELEMENTS`` (128 MiB in float32); memory stays independent of L.
+        """
+        if self.chunk_size is not None:
+            return self.chunk_size
+        base = 256 if self.causal else 1024
+        if device.type == "cpu":
+            return base
+        rows = ACCEL_BLOCK_ELEMENTS // max(1, n * self.nb_features)
+        if self.causal:  # whole sub-chunks: a block's tail sub-chunk is zero-padded
+            rows -= rows % self.subchunk_size
+        return max(base, min(rows, length))
+
     @staticmethod
     def _flat_mask(mask: torch.Tensor | None, heads: int) -> torch.Tensor | None:
-        """``(B, L)`` -> ``(B·H, L)`` bool, or None when nothing is padded."""
+        """``(B, L)`` -> ``(B·H, L)`` bool, or None when nothing is padded (checked on the CPU
+        only: on an accelerator the check would stall the launch queue on a host sync)."""
         if mask is None:
             return None
         mask = mask.to(torch.bool)
-        if not bool(mask.any()):
+        if mask.device.type == "cpu" and not bool(mask.any()):
             return None
         return mask.repeat_interleave(heads, dim=0)
 
@@ -314,12 +337,13 @@ class FavorAttention(nn.Module):
             params = self._params(q, k, mask, gather=True)
             qf, kf, vf = q.reshape(n, lq, -1), k.reshape(n, lk, -1), v.reshape(n, lk, dv)
             flat_mask = self._flat_mask(mask, heads)
+            chunk = self.block_rows(q.device, n, max(lq, lk))
             if self.causal:
                 out = causal_linear_attention(
-                    qf, kf, vf, flat_mask, params, self.chunk_size, self.subchunk_size
+                    qf, kf, vf, flat_mask, params, chunk, self.subchunk_size
                 )
             else:
-                out = bidirectional_linear_attention(qf, kf, vf, flat_mask, params, self.chunk_size)
+                out = bidirectional_linear_attention(qf, kf, vf, flat_mask, params, chunk)
         return out.reshape(bsz, heads, lq, dv).to(out_dtype)
 
     def features(

@@ -284,6 +284,24 @@ def test_output_dtype_follows_input() -> None:
     assert attn(q.double(), k.double(), v.double()).dtype == torch.float64
 
 
+def test_block_rows_cpu_defaults_accelerator_budget_and_explicit_size() -> None:
+    from protein_performer.attention.favor import ACCEL_BLOCK_ELEMENTS
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")  # only the device type is read
+    bid, causal = FavorAttention(64, 256), FavorAttention(64, 256, causal=True)
+    assert bid.block_rows(cpu, 8, 65536) == 1024 and causal.block_rows(cpu, 8, 65536) == 256
+    # accelerator: as many rows as the budget allows, never fewer than the CPU block...
+    rows = bid.block_rows(gpu, 8, 65536)
+    assert rows == ACCEL_BLOCK_ELEMENTS // (8 * 256) and rows > 1024
+    assert bid.block_rows(gpu, 4096, 65536) == 1024
+    # ...nor more than the sequence; causal blocks hold whole sub-chunks
+    assert bid.block_rows(gpu, 8, 3000) == 3000
+    causal_rows = causal.block_rows(gpu, 3, 10**6)
+    assert causal_rows % causal.subchunk_size == 0
+    assert 3 * causal_rows * 256 <= ACCEL_BLOCK_ELEMENTS < 3 * (causal_rows + 64) * 256
+    assert FavorAttention(64, 256, chunk_size=100).block_rows(gpu, 8, 65536) == 100
+
+
 # ---- configuration and shape errors -----------------------------------------------------------
 
 
