@@ -1,7 +1,9 @@
 """Forward+backward time and peak memory of attention implementations versus sequence length.
 
 Each (method, length) point runs in a fresh subprocess with 2 torch threads: B=1, H=8, D=64,
-m=256, float32 on the CPU by default (``--device cuda``, ``--dtype bfloat16`` for a GPU run). Methods: FAVOR softmax/ReLU (bidirectional and causal), exact SDPA
+m=256, float32 on the CPU by default (``--device cuda``, ``--dtype bfloat16`` for a GPU run;
+there time and memory come from one process per point, or from this process with
+``--in-process``). Methods: FAVOR softmax/ReLU (bidirectional and causal), exact SDPA
 (bidirectional and causal) and performer-pytorch ``FastAttention`` (the peer). Prints a
 table, writes JSON (``--json``) and a log-log PNG (``--png``).
 
@@ -77,7 +79,8 @@ def _build(method: str, dim: int, features: int):
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
-    """One measurement (runs inside its own process): ``--mode time``, ``memory`` or ``both``."""
+    """One measurement (in its own process, or in the parent with ``--in-process``):
+    ``--mode time``, ``memory`` or ``both`` (GPU)."""
     import torch
 
     torch.set_num_threads(args.threads)
@@ -191,6 +194,8 @@ def _in_process(args: argparse.Namespace, method: str, length: int) -> dict[str,
         return worker(worker_args)
     except torch.OutOfMemoryError:
         return {"error": "out of memory"}
+    except Exception as exc:  # one failing point must not lose the others
+        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     finally:
         torch.cuda.empty_cache()
 
@@ -431,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
             "quick",
             "device",
             "dtype",
+            "in_process",
         )
     }
     config["lengths"] = lengths

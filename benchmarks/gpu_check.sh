@@ -6,7 +6,7 @@
 #   3. attention scaling (forward+backward vs L, bf16) with performer-pytorch when importable;
 #   4. whole-model training throughput vs L (bf16 autocast).
 # Needs torch, numpy, matplotlib, lightning (+ hydra-core, biopython for stage 2) on the path.
-# Writes at most 7 files (JSON/PNG/CSV) under $OUT; everything else goes to stdout.
+# Writes at most 6 files (JSON/PNG/CSV) under $OUT; everything else goes to stdout.
 #
 #   OUT=/tmp/gpu bash benchmarks/gpu_check.sh                 # ~7 min on one H200
 # Knobs (environment): RECIPE_SECONDS, SCALING_LENGTHS, MODEL_LENGTHS, MODEL_ATTENTIONS.
@@ -19,6 +19,10 @@ QUICK=${QUICK:-0}
 RECIPE_DATA=${RECIPE_DATA:-../shared/data}     # holds the two proteomes of conf/data/proteomes
 RECIPE_SECONDS=${RECIPE_SECONDS:-180}          # training time the step count is sized for
 RECIPE_OVERRIDES=${RECIPE_OVERRIDES:-}         # extra Hydra overrides (dry runs)
+case $RECIPE_SECONDS in
+    '' | *[!0-9]*) echo "RECIPE_SECONDS must be a whole number of seconds (got '$RECIPE_SECONDS')" >&2
+        exit 2 ;;
+esac
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
@@ -34,7 +38,7 @@ scaling_lengths=${SCALING_LENGTHS:-$scaling_lengths}
 model_lengths=${MODEL_LENGTHS:-$model_lengths}
 model_attentions=${MODEL_ATTENTIONS:-performer_relu performer_softmax transformer}
 in_process=""
-[ "$DEVICE" != cpu ] && in_process="--in-process"
+case $DEVICE in cuda*) in_process="--in-process" ;; esac
 stage() { echo; echo "== $* ($(date +%T))"; }
 
 stage "machine"
@@ -49,7 +53,8 @@ timeout 120 "$PY" benchmarks/device_check.py --device "$DEVICE" || status=1
 ecoli=$RECIPE_DATA/uniprot_UP000000625_ecoli_k12.fasta
 yeast=$RECIPE_DATA/uniprot_UP000002311_yeast_s288c.fasta.gz
 if [ -f "$ecoli" ] && [ -f "$yeast" ]; then
-    stage "gpu_recipe: step-rate probe"
+    stage "gpu_recipe: step-rate probe (model sizes as in conf/experiment/gpu_recipe.yaml)"
+    rm -f /tmp/recipe_probe.json
     # shellcheck disable=SC2086
     timeout 120 "$PY" benchmarks/model_throughput.py --device "$DEVICE" --precision bf16 \
         --lengths 512 --tokens 65536 --steps 5 --attentions performer_relu $probe_dims \
@@ -67,11 +72,13 @@ EOF
     stage "gpu_recipe: train"
     limit=$((RECIPE_SECONDS + 60))
     max_time=$(printf '00:%02d:%02d:%02d' $((limit / 3600)) $((limit / 60 % 60)) $((limit % 60)))
+    set -f  # the overrides are split into words but not globbed ([a,b] is a Hydra list)
     # shellcheck disable=SC2086
     timeout $((limit + 120)) "$PY" -m protein_performer.cli train experiment=gpu_recipe \
         "data.files=[$ecoli,$yeast]" trainer.max_steps="$steps" \
         trainer.max_time="$max_time" trainer.enable_progress_bar=false \
         hydra.run.dir="$run" $RECIPE_OVERRIDES || status=1
+    set +f
     cp "$run/summary.json" "$OUT/recipe_summary.json" 2>/dev/null
     cp "$run/metrics.csv" "$OUT/recipe_metrics.csv" 2>/dev/null
     stage "gpu_recipe: evaluate on the test split"

@@ -9,9 +9,13 @@ of ``sub`` rows that are handled together with batched matmuls:
 
 The custom backward stores no per-position states or ``(L, m)`` features: a forward-order
 scan rebuilds the carried state for the query gradients, a reverse scan carries
-``Σ φ(q_i) g_iᵀ`` for the key and value gradients. Softmax key features are stabilised by a
-running max (state rescaled when it grows), so a large later key cannot underflow earlier
-ones: block outputs never depend on later blocks.
+``Σ φ(q_i) g_iᵀ`` for the key and value gradients.
+
+Softmax key features are stabilised per sub-chunk by the running max of the key logits up
+to the end of that sub-chunk (detached): a large later key cannot underflow earlier ones, at
+any block size, beyond the ``sub`` rows that share one stabiliser. Sums against different
+stabilisers are combined with weights ``exp(ref_s − ref_t) ≤ 1`` (a ``(T, T)`` matrix per
+block instead of a plain cumulative sum).
 """
 
 from __future__ import annotations
@@ -21,16 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .feature_maps import FeatureParams, key_features, query_features
-from .linear_attention import (
-    RunningMax,
-    _rows,
-    blocks,
-    key_block,
-    output_adjoint,
-    split_output,
-    values_with_ones,
-)
+from .feature_maps import FeatureParams, key_features, key_logits, query_features
+from .linear_attention import _rows, blocks, output_adjoint, split_output, values_with_ones
 
 
 def _split(t: torch.Tensor, sub: int) -> torch.Tensor:
@@ -70,6 +66,52 @@ def _suffix_sums(
     return sums[:, :-1].flip(1).reshape(-1, *carry.shape[1:]), sums[:, -1]
 
 
+def _decay(ref_from: torch.Tensor, raw_from: torch.Tensor, ref_to: torch.Tensor) -> torch.Tensor:
+    """``exp(ref_from − ref_to)``, or 0 where no finite logit was seen yet (``raw_from``)."""
+    return torch.where(torch.isfinite(raw_from), torch.exp(ref_from - ref_to), 0.0)
+
+
+def _subchunk_refs(
+    logits: torch.Tensor, sub: int, prev_raw: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sub-chunk stabilisers of a block: the running max of the key logits ``(N, c, m)``
+    up to each sub-chunk's end, continuing from ``prev_raw`` ``(N,)``. Returns ``raw``
+    ``(N, T)`` (``-inf`` while nothing finite was seen) and ``ref`` (0 there instead)."""
+    n, c, m = logits.shape
+    pad = (-c) % sub
+    if pad:
+        logits = F.pad(logits, (0, 0, 0, pad), value=float("-inf"))
+    sub_max = logits.reshape(n, -1, sub * m).amax(-1)
+    raw = torch.cummax(torch.maximum(sub_max, prev_raw[:, None]), dim=1).values
+    return raw, torch.where(torch.isfinite(raw), raw, 0.0)
+
+
+def _weights(raw: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """``(N, T, T)``: entry ``[t, s]`` is ``exp(ref_s − ref_t)`` for ``s < t`` (else 0), the
+    factor that brings sub-chunk ``s``'s sums to sub-chunk ``t``'s stabiliser."""
+    return _decay(ref[:, None, :], raw[:, None, :], ref[:, :, None]).tril_(-1)
+
+
+def _weighted_prefix(
+    fk: torch.Tensor,
+    va: torch.Tensor,
+    carry: torch.Tensor,
+    raw: torch.Tensor,
+    ref: torch.Tensor,
+    prev_raw: torch.Tensor,
+    prev_ref: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_prefix_sums` for per-sub-chunk stabilisers ``raw``/``ref`` ``(N, T)``; ``carry``
+    is relative to ``prev_ref`` ``(N,)``. The returned state is relative to ``ref[:, -1]``."""
+    n, t = ref.shape
+    me = carry.shape[1] * carry.shape[2]
+    u = torch.bmm(fk.transpose(1, 2), va).view(n, t, me)
+    prefix = torch.bmm(_weights(raw, ref), u)
+    prefix += _decay(prev_ref[:, None], prev_raw[:, None], ref)[..., None] * carry.view(n, 1, me)
+    state = (prefix[:, -1] + u[:, -1]).view_as(carry)
+    return prefix.view(-1, *carry.shape[1:]), state
+
+
 class CausalFavorFunction(torch.autograd.Function):
     """Autograd function behind :func:`causal_linear_attention`."""
 
@@ -91,32 +133,42 @@ class CausalFavorFunction(torch.autograd.Function):
         state = k.new_zeros(n, m, e)
         out = q.new_empty(n, length, dv)
         den = q.new_empty(n, length)
-        stab = RunningMax(k)
-        refs, seen = [], []
+        prev_raw = k.new_full((n,), float("-inf"))
+        prev_ref = k.new_zeros(n)
+        raws, refs = [], []
         for sl in blocks(length, chunk):
             c = sl.stop - sl.start
-            mc = _rows(mask, sl)
-            phi_k = key_block(k[:, sl], p, _rows(row_term, sl), mc, stab, state)
+            mc, rt = _rows(mask, sl), _rows(row_term, sl)
             if softmax:
-                refs.append(stab.ref)
-                seen.append(torch.isfinite(stab.raw))
+                logits = key_logits(k[:, sl], p, rt, mc)
+                raw, ref = _subchunk_refs(logits, sub, prev_raw)
+                row_ref = ref.repeat_interleave(sub, dim=1)[:, :c, None]
+                phi_k = key_features(k[:, sl], p, rt, mc, row_ref, logits=logits)[0]
+            else:
+                phi_k = key_features(k[:, sl], p, rt, mc)[0]
             phi_q, _ = query_features(q[:, sl], p)
             fq, fk = _split(phi_q, sub), _split(phi_k, sub)
             va = _split(values_with_ones(v[:, sl], mc), sub)
-            prefix, state = _prefix_sums(fk, va, state, n)
+            if softmax:
+                prefix, state = _weighted_prefix(fk, va, state, raw, ref, prev_raw, prev_ref)
+                prev_raw, prev_ref = raw[:, -1], ref[:, -1]
+                raws.append(raw)
+                refs.append(ref)
+            else:
+                prefix, state = _prefix_sums(fk, va, state, n)
             na = torch.bmm(fq, prefix)
             na.baddbmm_(torch.bmm(fq, fk.transpose(1, 2)).tril_(), va)
             split_output(_merge(na, n, c), out[:, sl], den[:, sl])
-        ref = torch.stack(refs) if refs else None  # (blocks, N, 1, 1)
-        finite = torch.stack(seen) if seen else None
+        raw_all = torch.cat(raws, dim=1) if raws else None  # (N, total sub-chunks)
+        ref_all = torch.cat(refs, dim=1) if refs else None
         ctx.params, ctx.chunk, ctx.sub = p, chunk, sub
-        ctx.save_for_backward(q, k, v, mask, out, den, ref, finite)
+        ctx.save_for_backward(q, k, v, mask, out, den, raw_all, ref_all)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        q, k, v, mask, out, den, ref, finite = ctx.saved_tensors
+        q, k, v, mask, out, den, raw_all, ref_all = ctx.saved_tensors
         p, chunk, sub = ctx.params, ctx.chunk, ctx.sub
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         n, length, dv = v.shape
@@ -124,18 +176,21 @@ class CausalFavorFunction(torch.autograd.Function):
         softmax = p.spec.kind == "softmax"
         slices = blocks(length, chunk)
         row_term = p.key_row_term(k)
+        offsets = [0]  # block b's sub-chunks are columns offsets[b]:offsets[b+1] of raw/ref_all
+        for sl in slices:
+            offsets.append(offsets[-1] + -(-(sl.stop - sl.start) // sub))
 
-        def factor(old: int, new: int) -> torch.Tensor | float:
-            """Rescales a sum against block ``old``'s stabiliser to block ``new``'s."""
-            if not softmax:
-                return 1.0
-            return torch.where(
-                finite[old], torch.exp(ref[old] - ref[new]), torch.zeros_like(ref[new])
-            )
+        def refs(b: int) -> tuple[torch.Tensor, torch.Tensor]:
+            """Block ``b``'s per-sub-chunk stabilisers ``raw``, ``ref`` ``(N, T)``."""
+            window = slice(offsets[b], offsets[b + 1])
+            return raw_all[:, window], ref_all[:, window]
 
         def block_inputs(b: int, sl: slice):
+            c = sl.stop - sl.start
             mc = _rows(mask, sl)
-            stabilizer = ref[b] if softmax else None
+            stabilizer = None
+            if softmax:
+                stabilizer = refs(b)[1].repeat_interleave(sub, dim=1)[:, :c, None]
             phi_k, vjp_k = key_features(k[:, sl], p, _rows(row_term, sl), mc, stabilizer)
             phi_q, vjp_q = query_features(q[:, sl], p)
             va = _split(values_with_ones(v[:, sl], mc), sub)
@@ -148,10 +203,17 @@ class CausalFavorFunction(torch.autograd.Function):
             state = k.new_zeros(n, m, e)
             for b, sl in enumerate(slices):
                 c = sl.stop - sl.start
-                if b > 0:
-                    state.mul_(factor(b - 1, b))
                 _, vjp_q, fq, _, _, fk, va, gp = block_inputs(b, sl)
-                prefix, state = _prefix_sums(fk, va, state, n)
+                if softmax:
+                    raw, ref = refs(b)
+                    if b > 0:
+                        prev_raw, prev_ref = (x[:, -1] for x in refs(b - 1))
+                    else:
+                        prev_raw = k.new_full((n,), float("-inf"))
+                        prev_ref = k.new_zeros(n)
+                    prefix, state = _weighted_prefix(fk, va, state, raw, ref, prev_raw, prev_ref)
+                else:
+                    prefix, state = _prefix_sums(fk, va, state, n)
                 dfq = torch.bmm(gp, prefix.transpose(1, 2))
                 dfq.baddbmm_(torch.bmm(gp, va.transpose(1, 2)).tril_(), fk)
                 dq[:, sl] = vjp_q(_merge(dfq, n, c))
@@ -159,14 +221,28 @@ class CausalFavorFunction(torch.autograd.Function):
         dk = torch.empty_like(k) if need_k else None
         dv_ = torch.empty_like(v) if need_v else None
         if dk is not None or dv_ is not None:  # reverse scan: carry Σ φ(q) g'ᵀ of later rows
+            # softmax: the carry is relative to the stabiliser of the block's last sub-chunk
             carry = k.new_zeros(n, m, e)
             for b in range(len(slices) - 1, -1, -1):
                 sl = slices[b]
                 c = sl.stop - sl.start
-                if b < len(slices) - 1:
-                    carry.mul_(factor(b, b + 1))
                 _, _, fq, _, vjp_k, fk, va, gp = block_inputs(b, sl)
-                suffix, carry = _suffix_sums(fq, gp, carry, n)
+                if softmax:
+                    raw, ref = refs(b)
+                    t = ref.shape[1]
+                    y = torch.bmm(fq.transpose(1, 2), gp).view(n, t, m * e)
+                    suffix = torch.bmm(_weights(raw, ref).transpose(1, 2), y)
+                    to_last = _decay(ref, raw, ref[:, -1:])  # (N, T)
+                    suffix += to_last[..., None] * carry.view(n, 1, m * e)
+                    suffix = suffix.view(-1, m, e)
+                    if b > 0:  # the carry for block b - 1, relative to its last stabiliser
+                        raw_p, ref_p = (x[:, -1:] for x in refs(b - 1))
+                        f = _decay(ref_p, raw_p, ref)  # (N, T)
+                        carry = (f[..., None] * y).sum(1).view(n, m, e) + _decay(
+                            ref_p, raw_p, ref[:, -1:]
+                        )[..., None] * carry
+                else:
+                    suffix, carry = _suffix_sums(fq, gp, carry, n)
                 if dv_ is not None:
                     dva = torch.bmm(fk, suffix[..., :-1])
                     scores = torch.bmm(fq, fk.transpose(1, 2)).tril_()

@@ -124,3 +124,23 @@ def test_lq_must_equal_lk() -> None:
     k = torch.randn(1, 1, 6, 8)
     with pytest.raises(ValueError, match="Lq == Lk"):
         attn(q, k, k)
+
+
+@pytest.mark.parametrize("chunk", [64, 1024])
+def test_large_later_keys_do_not_underflow_earlier_rows_at_any_block_size(chunk: int) -> None:
+    # Keys 0..255 have a large norm (their logits sit far below those of the ordinary keys
+    # after them): a stabiliser shared with later rows would underflow their features.
+    g = torch.Generator().manual_seed(0)
+    length, d = 1024, 32
+    q, k, v = (torch.randn(1, 2, length, d, generator=g, dtype=torch.float64) for _ in range(3))
+    k[:, :, :256] *= 50.0 / k[:, :, :256].norm(dim=-1, keepdim=True)
+    kwargs = {"causal": True, "estimator": "favor+", "chunk_size": chunk, "subchunk_size": 32}
+    reference = FavorAttention(d, 128, **kwargs).double()
+    ref = explicit_from_features(*reference.features(q, k), v, causal=True)
+    with torch.no_grad():
+        out = FavorAttention(d, 128, **kwargs)(q.float(), k.float(), v.float()).double()
+    early = slice(0, 256)
+    assert bool((out[:, :, early].abs().sum(-1) > 0).all())
+    err = (out - ref)[:, :, early].norm() / ref[:, :, early].norm()
+    assert err < 1e-4
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-3)

@@ -19,7 +19,8 @@ def test_device_check_on_cpu_passes_and_fails_at_an_impossible_tolerance(capsys)
     check = _load()
     assert check.main(["--device", "cpu", "--length", "300", "--bf16-length", "512"]) == 0
     out = capsys.readouterr().out
-    assert out.count("float32 on cpu vs float64 CPU") == 4 and out.strip().endswith("PASS")
+    assert out.count("float32 on cpu vs float64 CPU") == 8 and out.strip().endswith("PASS")
+    assert out.count("blocks=auto") == 4 and out.count("blocks=75 ") == 4
     # float32 cannot match float64 to 1e-12: the gate must say so
     assert (
         check.main(["--device", "cpu", "--length", "300", "--bf16-length", "512", "--tol", "1e-12"])
