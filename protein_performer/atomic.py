@@ -11,12 +11,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from protein_performer.errors import DataError
+
+
+def current_umask() -> int:
+    """The process umask (reading it means setting it; it is restored at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def make_temp_file(path: Path) -> tuple[int, str]:
+    """``mkstemp`` next to ``path`` with the permissions a plain ``open`` would give (mkstemp
+    makes it private: 0600), so that the renamed output is readable like any other file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o666 & ~current_umask())
+    return fd, tmp
+
 
 def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
     """Call ``write(fh)`` on a temporary binary file next to ``path``, then rename it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = make_temp_file(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
@@ -32,3 +49,33 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     write_atomic(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+def _reason(e: OSError) -> str:
+    return e.strerror or type(e).__name__
+
+
+def make_output_dir(path: str | os.PathLike, key: str) -> Path:
+    """``mkdir -p path``; a one-line :class:`DataError` naming ``key`` when that fails."""
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"{key}: cannot create this directory ({_reason(e)})", path=p) from None
+    return p
+
+
+def check_output_file(path: str | os.PathLike, key: str) -> Path:
+    """Check before long work that ``path`` can be written atomically: its folder is created
+    and a temporary file is made there and removed again. One-line :class:`DataError` if not."""
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"{key}: is a directory, expected a file name", path=p)
+    make_output_dir(p.parent, key)
+    try:
+        fd, tmp = make_temp_file(p)
+    except OSError as e:
+        raise DataError(f"{key}: cannot write here ({_reason(e)})", path=p) from None
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
+    return p

@@ -12,12 +12,13 @@ import contextlib
 import gzip
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
+
+from protein_performer.atomic import make_temp_file
 
 __all__ = ["AtomicFastaWriter", "FastaWriteSummary", "write_fasta"]
 
@@ -106,7 +107,7 @@ class AtomicFastaWriter:
         parent = self.path.parent
         if not parent.is_dir():
             raise FileNotFoundError(f"{parent}: output directory does not exist")
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent)
+        fd, tmp = make_temp_file(self.path)
         self._tmp_path = Path(tmp)
         self._raw = os.fdopen(fd, "wb")
         self._hashing = _HashingFile(self._raw)

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from protein_performer.atomic import current_umask
 from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
 from protein_performer.data.fasta import EncodeCounts, FastaReader, PathLike, iter_encoded
 from protein_performer.data.sources import FlatSource
@@ -125,9 +126,7 @@ def preprocess(
     readers = [(FastaReader(p), split) for p, split in plan]  # fail fast on missing files
     outdir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result should not be
+    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it private; the result should not be
     try:
         writers = {s: _SplitWriter(tmp / s) for s in SPLITS}
         counts = EncodeCounts()

@@ -1,11 +1,13 @@
-"""Training callbacks: token throughput and a validation at the final step."""
+"""Training callbacks: token throughput, a validation at the final step, ``last.ckpt``."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 
 class TokenThroughput(pl.Callback):
@@ -49,3 +51,38 @@ class ValidateOnFinalStep(pl.Callback):
     ) -> None:
         if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
             trainer.should_stop = True
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """``last.ckpt``: the model after every validation and at the end of training.
+
+    Lightning's ``save_last`` rewrites ``last.ckpt`` only when the monitored checkpoint is
+    saved too (i.e. when validation improved), so a run whose last validations did not improve
+    would resume from an older step. This one saves unconditionally (no monitor, one file).
+    """
+
+    def __init__(self, dirpath: str | Path) -> None:
+        super().__init__(
+            dirpath=str(dirpath),
+            filename="last",
+            monitor=None,
+            save_top_k=1,
+            enable_version_counter=False,
+        )
+        self._step_written: int | None = None
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dirpath) / f"last{self.FILE_EXTENSION}"
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if self.best_model_path:
+            self._step_written = trainer.global_step
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # training stopped without a validation at its last step (e.g. no validation data)
+        if trainer.global_step > 0 and self._step_written != trainer.global_step:
+            trainer.save_checkpoint(self.path)
+            self._step_written = trainer.global_step
+            self.best_model_path = str(self.path)

@@ -450,11 +450,10 @@ def _run_jobs_in_subprocesses(jobs: list[ComposedJob], sweep_dir: str, args: Cli
 
 
 def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> None:
-    from protein_performer.atomic import write_text_atomic
+    from protein_performer.atomic import make_output_dir, write_text_atomic
     from protein_performer.training.run import train
 
-    path = Path(run_dir)
-    path.mkdir(parents=True, exist_ok=True)
+    path = make_output_dir(run_dir, "run directory (hydra.run.dir)")
     write_text_atomic(path / "overrides.yaml", "".join(f"- {o}\n" for o in job.overrides))
     marker = json.dumps({"index": index, "run_dir": str(path.resolve())})
     out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()

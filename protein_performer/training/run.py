@@ -21,7 +21,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from protein_performer.atomic import write_text_atomic
+from protein_performer.atomic import check_output_file, make_output_dir, write_text_atomic
 from protein_performer.config import (
     EvalConfig,
     TrainConfig,
@@ -33,8 +33,12 @@ from protein_performer.config import (
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.training.callbacks import TokenThroughput, ValidateOnFinalStep
-from protein_performer.training.checkpoints import init_weights_from, load_model
+from protein_performer.training.callbacks import (
+    LastCheckpoint,
+    TokenThroughput,
+    ValidateOnFinalStep,
+)
+from protein_performer.training.checkpoints import init_weights_from, load_model, read_checkpoint
 from protein_performer.training.lm_module import ProteinLMModule
 from protein_performer.training.metrics import MLM_INPUT_KINDS, batch_sums, perplexity
 from protein_performer.training.resumable import ResumableLoader
@@ -60,10 +64,20 @@ def _check_paths(cfg: TrainConfig) -> None:
                 raise DataError(f"data.{key}: {what}", path=p)
     if d.shards and not Path(d.shards).is_dir():
         raise DataError("data.shards: shard directory not found", path=d.shards)
-    for key in ("init_from", "ckpt_path"):
-        p = getattr(cfg, key)
-        if p and not Path(p).is_file():
-            raise DataError(f"{key}: checkpoint not found", path=p)
+    if cfg.init_from and not Path(cfg.init_from).is_file():
+        what = "not found" if not Path(cfg.init_from).exists() else "not a file"
+        raise DataError(f"init_from: checkpoint {what}", path=cfg.init_from)
+    if cfg.ckpt_path:
+        try:
+            ckpt = read_checkpoint(cfg.ckpt_path)
+        except DataError as e:
+            raise DataError(f"ckpt_path: {e.problem}", path=cfg.ckpt_path) from None
+        if "loops" not in ckpt or "optimizer_states" not in ckpt:
+            raise DataError(
+                "ckpt_path: not a training checkpoint (no trainer state; a model-only export?); "
+                "use init_from=PATH to start a new run from its weights",
+                path=cfg.ckpt_path,
+            )
 
 
 def _keep_old_metrics(run_path: Path) -> None:
@@ -161,11 +175,11 @@ def build_trainer(
         monitor="val/perplexity",
         mode="min",
         save_top_k=1,
-        save_last=True,
         auto_insert_metric_name=False,
         enable_version_counter=False,
     )
-    callbacks: list[pl.Callback] = [throughput, checkpoint, ValidateOnFinalStep()]
+    last = LastCheckpoint(run_dir / CHECKPOINT_DIR)
+    callbacks: list[pl.Callback] = [throughput, checkpoint, last, ValidateOnFinalStep()]
     callbacks += list(extra_callbacks or [])
     try:
         trainer = _lightning_trainer(t, run_dir, loggers, callbacks)
@@ -262,8 +276,7 @@ def train(
     """Train (or resume, with ``cfg.ckpt_path``) a protein LM; outputs go to ``run_dir``."""
     validate_train_config(cfg)
     _check_paths(cfg)
-    run_path = Path(run_dir).resolve()
-    run_path.mkdir(parents=True, exist_ok=True)
+    run_path = make_output_dir(Path(run_dir).resolve(), "run directory")
     if int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", "0")) == 0:
         write_text_atomic(run_path / "config.yaml", config_to_yaml(cfg))
     _keep_old_metrics(run_path)
@@ -280,7 +293,8 @@ def train(
         trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path, weights_only=True)
     elapsed = time.perf_counter() - start
     best = checkpoint.best_model_path or None
-    last = checkpoint.last_model_path or None
+    last_cb = next(c for c in trainer.callbacks if isinstance(c, LastCheckpoint))
+    last = str(last_cb.path) if last_cb.path.is_file() else None
     best_score = checkpoint.best_model_score
     result = TrainResult(
         run_dir=str(run_path),
@@ -366,7 +380,10 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     fasta = eval_fasta_paths(cfg)
     for path in fasta:
         if not Path(path).is_file():
-            raise DataError("fasta: file not found", path=path)
+            what = "not found" if not Path(path).exists() else "not a file (a directory?)"
+            raise DataError(f"fasta: {what}", path=path)
+    if cfg.output:
+        check_output_file(cfg.output, "output")
     model, meta = load_model(cfg.checkpoint, attention=cfg.attention, nb_features=cfg.nb_features)
     alphabet = Alphabet.from_dict(meta["alphabet"])
     stored = meta.get("data") or {}
@@ -455,5 +472,8 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         by_input=by_input,
     )
     if cfg.output:
-        write_text_atomic(Path(cfg.output), json.dumps(result.to_dict(), indent=2) + "\n")
+        try:
+            write_text_atomic(Path(cfg.output), json.dumps(result.to_dict(), indent=2) + "\n")
+        except OSError as e:
+            raise DataError(f"output: not written ({e.strerror or e})", path=cfg.output) from None
     return result

@@ -10,6 +10,7 @@ import torch
 from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model import ModelConfig, ProteinLM
+from protein_performer.training import lm_module
 from protein_performer.training.checkpoints import (
     init_weights_from,
     load_model,
@@ -175,3 +176,39 @@ def _redraw_with_seed(model: ProteinLM, seed: int) -> None:
     for module in model.favor_modules():
         module.seed = seed
         module.redraw_projection(0)
+
+
+def test_last_checkpoint_is_the_final_step_even_when_validation_did_not_improve(
+    tiny_fasta, tmp_path, monkeypatch
+):
+    calls = iter(range(1, 1000))  # every validation reports a worse perplexity than the last
+    monkeypatch.setattr(lm_module, "perplexity", lambda nll, count: float(next(calls)))
+    result = train(tiny_config(tiny_fasta, max_steps=6, val_check_interval=2), tmp_path / "run")
+    best = torch.load(result.best_checkpoint, weights_only=True)
+    last = torch.load(result.last_checkpoint, weights_only=True)
+    assert best["global_step"] == 2 and last["global_step"] == 6 == result.steps
+
+
+def test_last_checkpoint_is_written_without_validation_data(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta, max_steps=3)
+    cfg.data.split_fractions = [1.0, 0.0, 0.0]
+    result = train(cfg, tmp_path / "run")
+    assert result.best_checkpoint is None
+    assert torch.load(result.last_checkpoint, weights_only=True)["global_step"] == 3
+
+
+def test_resume_from_a_file_that_is_not_a_training_checkpoint_is_one_line(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta, max_steps=2)
+    junk = tmp_path / "junk.ckpt"
+    junk.write_text(">not a checkpoint\nACDE\n")
+    model_only = tmp_path / "model.ckpt"
+    save_model_checkpoint(model_only, build_module(cfg, ALPHABET).model, ALPHABET, "mlm")
+    for path, problem in [
+        (junk, "not a readable PyTorch checkpoint"),
+        (model_only, "not a training checkpoint .* use init_from=PATH"),
+        (tmp_path, "checkpoint path is not a file"),
+    ]:
+        cfg.ckpt_path = str(path)
+        with pytest.raises(DataError, match=f"^{path}: ckpt_path: {problem}") as err:
+            train(cfg, tmp_path / "run")
+        assert "\n" not in str(err.value)

@@ -182,3 +182,40 @@ def test_trainer_settings_lightning_rejects_are_one_line_errors(tiny_fasta, tmp_
     with pytest.raises(ConfigError, match="rejected by Lightning") as err:
         train(cfg, tmp_path / "run2")
     assert "\n" not in str(err.value)
+
+
+def test_bad_output_locations_are_one_line_errors_before_any_work(tiny_fasta, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    cfg = tiny_config(tiny_fasta)
+    with pytest.raises(DataError, match=r"a_file: run directory: cannot create this directory"):
+        train(cfg, a_file)
+    result = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "run")
+    ckpt = result.last_checkpoint
+    for output, problem in [
+        (tmp_path, "output: is a directory, expected a file name"),
+        (a_file / "x.json", "output: cannot create this directory"),
+    ]:
+        with pytest.raises(DataError, match=problem) as err:
+            evaluate(EvalConfig(checkpoint=ckpt, fasta=str(tiny_fasta), output=str(output)))
+        assert "\n" not in str(err.value)
+    with pytest.raises(DataError, match=r"fasta: not a file \(a directory\?\)"):
+        evaluate(EvalConfig(checkpoint=ckpt, fasta=str(tmp_path)))
+
+
+def test_outputs_are_readable_like_plain_files(tiny_fasta, tmp_path):
+    """Atomic writes go through mkstemp (mode 0600); the results get the umask's mode."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        result = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "run")
+        out = tmp_path / "eval.json"
+        evaluate(
+            EvalConfig(checkpoint=result.last_checkpoint, fasta=str(tiny_fasta), output=str(out))
+        )
+    finally:
+        os.umask(old)
+    for path in (tmp_path / "run" / "config.yaml", tmp_path / "run" / "summary.json", out):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
