@@ -217,6 +217,8 @@ def validate_eval_config(cfg: EvalConfig) -> None:
     _positive("toks_per_batch", cfg.toks_per_batch)
     if cfg.max_length is not None:
         _positive("max_length", cfg.max_length)
+    if cfg.max_records is not None:
+        _positive("max_records", cfg.max_records)
     if cfg.mask_prob is not None and not 0.0 < cfg.mask_prob < 1.0:
         raise ConfigError(f"mask_prob must be in (0, 1) (got {cfg.mask_prob!r})")
 

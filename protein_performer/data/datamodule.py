@@ -212,6 +212,7 @@ class ProteinDataModule(pl.LightningDataModule):
             self.objective, self.alphabet, mask_prob=self.mask_prob, seed=self.seed
         )
         self.datasets: dict[str, EpochDataset] = {}
+        self._reported: set[tuple[str, ...]] = set()
 
     # ---- loading --------------------------------------------------------------------------
     def _load_source(self, split: str) -> FlatSource | None:
@@ -236,7 +237,7 @@ class ProteinDataModule(pl.LightningDataModule):
         return src
 
     def _read_fasta(self, paths: list[str], split: str | None, cap: int | None) -> FlatSource:
-        return load_fasta_source(
+        source = load_fasta_source(
             paths,
             split=split,
             fractions=self.split_fractions,
@@ -246,6 +247,11 @@ class ProteinDataModule(pl.LightningDataModule):
             alphabet=self.alphabet,
             progress=self.progress,
         )
+        changes = source.encode_counts.changes() if source.encode_counts else None
+        if changes and tuple(paths) not in self._reported:  # each split rereads the files
+            self._reported.add(tuple(paths))
+            log.warning("%s: invalid=%s: %s", ", ".join(paths), self.invalid, changes)
+        return source
 
     def _make_dataset(self, source: FlatSource, split: str) -> EpochDataset:
         train = split == "train"
@@ -289,6 +295,14 @@ class ProteinDataModule(pl.LightningDataModule):
                 self.datasets[split] = self._make_dataset(source, split)
         if stage == "fit":
             self._require("train")
+            val = self.datasets.get("val")
+            if val is not None and len(val) == 0:
+                log.warning(
+                    "the validation split is empty (%d proteins, split_fractions=%s): no "
+                    "validation metrics and no best checkpoint; last.ckpt holds the final weights",
+                    len(val.source),
+                    list(self.split_fractions) if self.split_fractions else "n/a",
+                )
 
     def _require(self, split: str) -> EpochDataset:
         ds = self.datasets.get(split)

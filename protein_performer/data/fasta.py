@@ -228,6 +228,23 @@ class EncodeCounts:
     residues_replaced: int = 0
     invalid_characters: dict[str, int] = field(default_factory=dict)
 
+    def changes(self) -> str | None:
+        """What the invalid-residue policy did, in words, or None when nothing changed."""
+        parts = []
+        if self.skipped_invalid:
+            parts.append(f"{self.skipped_invalid:,} of {self.records_read:,} records skipped")
+        if self.records_replaced:
+            had = "record had" if self.records_replaced == 1 else "records had"
+            residues = "residue" if self.residues_replaced == 1 else "residues"
+            parts.append(
+                f"{self.records_replaced:,} {had} {self.residues_replaced:,} {residues} "
+                "replaced by X"
+            )
+        if not parts:
+            return None
+        chars = ", ".join(repr(c) for c in sorted(self.invalid_characters))
+        return "; ".join(parts) + (f" (invalid characters: {chars})" if chars else "")
+
     def to_dict(self) -> dict:
         return {
             "records_read": self.records_read,
@@ -319,4 +336,6 @@ def load_fasta_source(
                     break
             if max_records is not None and counts.records_read >= max_records:
                 break
-    return FlatSource.from_arrays(seqs, ids, alphabet)
+    source = FlatSource.from_arrays(seqs, ids, alphabet)
+    source.encode_counts = counts
+    return source

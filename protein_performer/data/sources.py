@@ -8,6 +8,7 @@ offsets, in memory (from FASTA) or memory-mapped (from preprocessed shards): rec
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,8 @@ class FlatSource:
         self.ids = ids
         self.alphabet = alphabet or default_alphabet()
         self.lengths: np.ndarray = np.diff(offsets)
+        # what reading FASTA input skipped or replaced (an EncodeCounts), when known
+        self.encode_counts: Any = None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

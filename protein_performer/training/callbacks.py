@@ -83,6 +83,6 @@ class LastCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # training stopped without a validation at its last step (e.g. no validation data)
         if trainer.global_step > 0 and self._step_written != trainer.global_step:
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)  # full state: resumable
             self._step_written = trainer.global_step
             self.best_model_path = str(self.path)

@@ -334,16 +334,21 @@ class EvalResult:
     # MLM only: the same metrics split by what the input showed at the predicted position
     # ("mask" / "random" / "unchanged", see metrics.mlm_input_kind_stats); None for causal.
     by_input: dict[str, dict[str, Any]] | None = None
+    # what invalid=skip/replace did to the input (None: nothing)
+    input_changes: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def format(self) -> str:
+        seqs = "sequence" if self.sequences == 1 else "sequences"
         text = (
             f"{self.fasta}: perplexity {self.perplexity:.3f}, accuracy {self.accuracy:.4f} "
-            f"({self.predicted_tokens:,} predicted tokens in {self.sequences:,} sequences; "
+            f"({self.predicted_tokens:,} predicted tokens in {self.sequences:,} {seqs}; "
             f"{self.attention}, {self.objective})"
         )
+        if self.input_changes:
+            text += f"\n  input: {self.input_changes}"
         if self.by_input:
 
             def num(x: float | None, fmt: str) -> str:
@@ -390,6 +395,11 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     mode = cfg.mode or stored.get("mode", "crop")
     max_length = cfg.max_length or stored.get("max_length") or model.config.max_len
     mask_prob = cfg.mask_prob or stored.get("mask_prob", 0.15)
+    if model.config.position == "learned" and max_length > model.config.max_len:
+        raise ConfigError(
+            f"max_length={max_length} exceeds the checkpoint's model.max_len="
+            f"{model.config.max_len} (learned positions); use max_length<={model.config.max_len}"
+        )
     split = cfg.split or "test"
     files = {"files": fasta} if cfg.split else {"test_files": fasta}
     dm = ProteinDataModule(
@@ -409,8 +419,17 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     )
     stage = {"train": "fit", "val": "validate", "test": "test"}[split]
     dm.setup(stage)
-    if split not in dm.datasets or len(dm.datasets[split]) == 0:
-        raise DataError(f"the {split} split is empty", path=", ".join(fasta))
+    source = dm.datasets[split].source if split in dm.datasets else None
+    counts = getattr(source, "encode_counts", None)
+    changes = counts.changes() if counts is not None else None
+    if source is None or len(dm.datasets[split]) == 0:
+        if counts is not None and counts.records_kept == 0 and counts.skipped_invalid:
+            problem = f"no usable records ({changes})"
+        elif cfg.split is None:
+            problem = "no records to evaluate"
+        else:
+            problem = f"the {split} split is empty"
+        raise DataError(problem, path=", ".join(fasta))
     loader = {
         "train": dm.train_dataloader,
         "val": dm.val_dataloader,
@@ -470,6 +489,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         seconds=time.perf_counter() - start,
         seed=cfg.seed,
         by_input=by_input,
+        input_changes=changes,
     )
     if cfg.output:
         try:

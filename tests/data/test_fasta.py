@@ -139,6 +139,12 @@ def test_load_source_policies(tmp_path):
     r = load_fasta_source(p, policy="replace")
     a = default_alphabet()
     assert [a.decode(r[i]) for i in range(len(r))] == ["MKV", "MKXV", "ACX", "WY"]
+    # what the policy did is kept with the source and said in words (reported to users)
+    assert s.encode_counts.changes() == "2 of 4 records skipped (invalid characters: '-', '1')"
+    assert r.encode_counts.changes() == (
+        "2 records had 2 residues replaced by X (invalid characters: '-', '1')"
+    )
+    assert load_fasta_source(p, max_records=1).encode_counts.changes() is None
 
 
 def test_load_source_split_partitions_records(tmp_path):

@@ -189,10 +189,11 @@ def test_last_checkpoint_is_the_final_step_even_when_validation_did_not_improve(
     assert best["global_step"] == 2 and last["global_step"] == 6 == result.steps
 
 
-def test_last_checkpoint_is_written_without_validation_data(tiny_fasta, tmp_path):
+def test_last_checkpoint_is_written_without_validation_data(tiny_fasta, tmp_path, caplog):
     cfg = tiny_config(tiny_fasta, max_steps=3)
     cfg.data.split_fractions = [1.0, 0.0, 0.0]
     result = train(cfg, tmp_path / "run")
+    assert "the validation split is empty (0 proteins" in caplog.text  # said, not silent
     assert result.best_checkpoint is None
     assert torch.load(result.last_checkpoint, weights_only=True)["global_step"] == 3
 

@@ -219,3 +219,24 @@ def test_outputs_are_readable_like_plain_files(tiny_fasta, tmp_path):
         os.umask(old)
     for path in (tmp_path / "run" / "config.yaml", tmp_path / "run" / "summary.json", out):
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_evaluate_reports_skipped_records_and_checks_its_settings(tiny_fasta, tmp_path, caplog):
+    result = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "run")
+    ckpt = result.last_checkpoint
+    mixed = tmp_path / "mixed.fasta"
+    mixed.write_text(">a\nACDEFGHIKLMNPQ12\n>b\nACDEFGHIKLMNPQRST\n")
+    out = evaluate(EvalConfig(checkpoint=ckpt, fasta=str(mixed), invalid="skip"))
+    assert out.sequences == 1 and out.input_changes.startswith("1 of 2 records skipped")
+    assert "input: 1 of 2 records skipped" in out.format()
+    assert "invalid=skip: 1 of 2 records skipped" in caplog.text
+    bad = tmp_path / "bad.fasta"
+    bad.write_text(">a\nAC1\n>b\nAC2\n")
+    with pytest.raises(DataError, match=r"bad\.fasta: no usable records \(2 of 2 records skipped"):
+        evaluate(EvalConfig(checkpoint=ckpt, fasta=str(bad), invalid="skip"))
+    with pytest.raises(ConfigError, match=r"^max_records must be a positive number"):
+        evaluate(EvalConfig(checkpoint=ckpt, fasta=str(mixed), max_records=0))
+    with pytest.raises(
+        ConfigError, match=r"max_length=128 exceeds the checkpoint's model\.max_len=64"
+    ):
+        evaluate(EvalConfig(checkpoint=ckpt, fasta=str(tiny_fasta), max_length=128))
