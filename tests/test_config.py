@@ -9,6 +9,7 @@ import pytest
 
 from protein_performer.config import (
     DataConfig,
+    EvalConfig,
     TrainConfig,
     run_hydra,
     validate_train_config,
@@ -140,7 +141,15 @@ def test_help_lists_groups_and_options(capsys):
     assert "usage: protein-performer train" in out
     assert "performer_relu, performer_softmax, transformer" in out
     assert run_hydra("evaluate", ["--help"]) == 0
-    assert "checkpoint=PATH fasta=PATH" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "checkpoint=PATH fasta=PATH" in out and "--multirun" not in out
+    # every evaluate key is listed with its default
+    for key in ("split:", "invalid:", "device:", "seed:", "attention:", "output:"):
+        assert key in out, key
+    assert "[error]" in out and "[16384]" in out
+    from protein_performer.training.hydra_run import _EVALUATE_KEYS
+
+    assert set(_EVALUATE_KEYS) == {f.name for f in dataclasses.fields(EvalConfig)}
 
 
 def test_library_validation_without_hydra():

@@ -149,6 +149,35 @@ class FastaReader:
             raw = lzma.LZMAFile(raw, mode="rb")  # type: ignore[assignment]  # noqa: SIM115
         return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline=None)  # type: ignore[arg-type]
 
+    def _stream_problem(self) -> str | None:
+        """Decompress the whole file, discarding the data: what is wrong with the compressed
+        stream (bad checksum, damaged data, truncation), or None when it is intact."""
+        opener = {"gzip": gzip.open, "bzip2": bz2.open, "xz": lzma.open}.get(self.compression)
+        if opener is None:
+            return None
+        try:
+            with opener(self.path, "rb") as fh:
+                while fh.read(1 << 20):
+                    pass
+        except EOFError:
+            return "the file ends mid-stream"
+        except (gzip.BadGzipFile, zlib.error, OSError, lzma.LZMAError) as e:
+            return str(e) or type(e).__name__
+        return None
+
+    def explain(self, error: DataError) -> DataError:
+        """A content error in a compressed file may come from damage to the file: when the
+        stream fails its integrity check, say that first (the content error follows)."""
+        problem = self._stream_problem()
+        if problem is None:
+            return error
+        return DataError(
+            f"corrupt {self.compression} file ({problem}), which explains: {error.problem}",
+            path=self.path,
+            record=error.record,
+            record_id=error.record_id,
+        )
+
     def _error(self, problem: str, index: int | None = None, title: str | None = None) -> DataError:
         record_id = title.split(None, 1)[0] if title and title.strip() else None
         return DataError(
@@ -188,9 +217,9 @@ class FastaReader:
                 )
             for title, seq in SimpleFastaParser(itertools.chain([first], lines)):
                 if not title.strip():
-                    raise self._error("empty header line ('>' with no id)", index)
+                    raise self.explain(self._error("empty header line ('>' with no id)", index))
                 if not seq and not self.allow_empty_sequence:
-                    raise self._error("header has no sequence", index, title)
+                    raise self.explain(self._error("header has no sequence", index, title))
                 yield FastaRecord(index, title, seq)
                 index += 1
                 self.records_read = index
@@ -266,9 +295,12 @@ def iter_encoded(
     policy = InvalidPolicy.parse(policy)
     for rec in reader:
         counts.records_read += 1
-        res = alphabet.clean_encode(
-            rec.sequence, policy, path=reader.path, record=rec.number, record_id=rec.id
-        )
+        try:
+            res = alphabet.clean_encode(
+                rec.sequence, policy, path=reader.path, record=rec.number, record_id=rec.id
+            )
+        except DataError as e:
+            raise reader.explain(e) from None
         for ch in res.invalid_chars:
             counts.invalid_characters[ch] = counts.invalid_characters.get(ch, 0) + 1
         if res.ids is None:

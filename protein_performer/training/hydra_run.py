@@ -336,8 +336,9 @@ def help_text(command: str) -> str:
             "(deterministic masking from seed=...; output=PATH also writes the JSON to a file).",
         ]
     lines = [*intro, "", "options:"]
+    if command == "train":
+        lines.append("  -m, --multirun   run every combination of comma-separated values (a sweep)")
     lines += [
-        "  -m, --multirun   run every combination of comma-separated values (a sweep)",
         "  --json           print the result as JSON on stdout (progress goes to stderr)",
         "  --cfg job|all    print the composed configuration (all: with hydra run dirs), exit",
         "  -h, --help       this help",
@@ -346,6 +347,9 @@ def help_text(command: str) -> str:
         lines += ["", "config groups (GROUP=OPTION):"]
         for g in config_groups():
             lines.append(f"  {g + ':':<12}{', '.join(group_options(g))}")
+    else:
+        lines += ["", "keys (KEY=VALUE, default in brackets):"]
+        lines += [f"  {line}" for line in _evaluate_keys()]
     try:
         text = compose_job(command, []).yaml
     except ConfigError:
@@ -354,6 +358,37 @@ def help_text(command: str) -> str:
         lines += ["", "default configuration (any key can be overridden, e.g. optim.lr=3e-4):"]
         lines += ["  " + ln for ln in text.rstrip().splitlines()]
     return "\n".join(lines)
+
+
+_EVALUATE_KEYS = {
+    "checkpoint": "a checkpoint written by train (required)",
+    "fasta": "FASTA file, or a list [a.fa,b.fa.gz] (required)",
+    "split": "score one part (train, val or test) of the hash split; unset: every record",
+    "split_fractions": "train/val/test fractions of that split (as in training)",
+    "split_seed": "seed of that split (as in training)",
+    "max_length": "tokens per sequence (unset: the checkpoint's training value)",
+    "mode": "crop or concat (unset: the checkpoint's training value)",
+    "mask_prob": "MLM masking rate (unset: the checkpoint's training value)",
+    "toks_per_batch": "tokens per batch",
+    "seed": "masking and cropping seed (same seed, same numbers)",
+    "invalid": "invalid residues: error, skip (drop the record) or replace (by X)",
+    "max_records": "read at most this many records",
+    "device": "auto, cpu or cuda",
+    "output": "also write the JSON result to this file",
+    "attention": "run the weights with another attention kind (e.g. transformer)",
+    "nb_features": "random features for a Performer attention",
+}
+
+
+def _evaluate_keys() -> list[str]:
+    from protein_performer.config import EvalConfig
+
+    out = []
+    for f in dataclasses.fields(EvalConfig):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        shown = "" if default in ("???", None) else f" [{default}]"
+        out.append(f"{f.name + ':':<17}{_EVALUATE_KEYS.get(f.name, '')}{shown}")
+    return out
 
 
 # ---- entry point --------------------------------------------------------------------------

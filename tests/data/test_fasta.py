@@ -170,3 +170,22 @@ def test_max_records_counts_skipped_records(tmp_path):
     p = _write(tmp_path / "m.fa", b">a\nMKV\n>b\nM-K\n>c\nWY\n>d\nAC\n")
     assert load_fasta_source(p, policy="skip", max_records=2).ids == ["a"]
     assert load_fasta_source(p, policy="skip", max_records=3).ids == ["a", "c"]
+
+
+def test_content_errors_in_a_damaged_gzip_file_name_the_damage(tmp_path):
+    """Damage inside a gzip stream can decompress to garbage that looks like bad residues; the
+    checksum at the end tells the two apart, so the error says which one it is."""
+    body = "".join(f">r{i}\n{'ACDEFGHIKLMNPQRSTVWY' * 3}\n" for i in range(50))
+    body += ">bad\nACD=EF\n" + "".join(f">s{i}\nMKV\n" for i in range(50))
+    data = bytearray(gzip.compress(body.encode(), mtime=0))
+    intact = _write(tmp_path / "intact.fa.gz", bytes(data))
+    with pytest.raises(DataError, match=r"record 51 \(bad\): invalid residue '='") as ei:
+        load_fasta_source(intact)
+    assert "corrupt" not in str(ei.value)
+    data[-8] ^= 0xFF  # the CRC-32 of the uncompressed data
+    damaged = _write(tmp_path / "damaged.fa.gz", bytes(data))
+    with pytest.raises(DataError) as ei:
+        load_fasta_source(damaged)
+    message = str(ei.value)
+    assert message.startswith(f"{damaged}: record 51 (bad): corrupt gzip file (")
+    assert "which explains: invalid residue '='" in message and "\n" not in message
