@@ -16,6 +16,7 @@ import difflib
 import itertools
 import json
 import os
+import shutil
 import sys
 import typing
 from collections.abc import Iterator, Sequence
@@ -488,18 +489,33 @@ def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> Non
     from protein_performer.atomic import make_output_dir, write_text_atomic
     from protein_performer.training.run import train
 
+    created = not Path(run_dir).exists()
     path = make_output_dir(run_dir, "run directory (hydra.run.dir)")
     write_text_atomic(path / "overrides.yaml", "".join(f"- {o}\n" for o in job.overrides))
     marker = json.dumps({"index": index, "run_dir": str(path.resolve())})
     out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    with _env(DDP_JOB_ENV, marker), out:
-        result = train(job.config, path)
+    try:
+        with _env(DDP_JOB_ENV, marker), out:
+            result = train(job.config, path)
+    except ProteinPerformerError:
+        if created:
+            _remove_unused_run_dir(path)
+        raise
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return  # DDP child: rank 0 reports
     if args.json:
         print(json.dumps(result.to_dict()), flush=True)
     else:
         print(result.format(), flush=True)
+
+
+def _remove_unused_run_dir(path: Path) -> None:
+    """A run that failed before training (bad data, settings) leaves no directory behind
+    that holds only its config files: it would look like a run. Anything else stays."""
+    ours = {"config.yaml", "overrides.yaml", "metrics.csv", "hparams.yaml"}
+    names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+    if names <= ours | {"checkpoints"} and not any((path / "checkpoints").glob("*")):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _run_evaluate(job: ComposedJob, args: CliArgs) -> int:

@@ -240,3 +240,18 @@ def test_evaluate_reports_skipped_records_and_checks_its_settings(tiny_fasta, tm
         ConfigError, match=r"max_length=128 exceeds the checkpoint's model\.max_len=64"
     ):
         evaluate(EvalConfig(checkpoint=ckpt, fasta=str(tiny_fasta), max_length=128))
+
+
+def test_a_run_that_fails_on_its_data_leaves_no_run_directory(tiny_fasta, tmp_path):
+    bad = tmp_path / "bad.fasta"
+    bad.write_text(">a\nAC1\n")
+    run_dir = tmp_path / "run"
+    overrides = [o for o in tiny_overrides(tiny_fasta, run_dir) if not o.startswith("data.files")]
+    with pytest.raises(DataError, match="invalid residue '1'"):
+        run_hydra("train", [*overrides, f"data.files=['{bad}']"])
+    assert not run_dir.exists()
+    run_dir.mkdir()  # a directory the user made is left alone
+    (run_dir / "notes.txt").write_text("mine")
+    with pytest.raises(DataError):
+        run_hydra("train", [*overrides, f"data.files=['{bad}']"])
+    assert (run_dir / "notes.txt").exists()
