@@ -48,6 +48,16 @@ log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoints"
 
 
+class _NoAdverts(logging.Filter):
+    """Drops Lightning's product tips (``💡 Tip: ... install litlogger``) from the run output."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
+logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdverts())
+
+
 # ---- small helpers --------------------------------------------------------------------------
 def config_to_yaml(cfg: Any) -> str:
     from omegaconf import OmegaConf
