@@ -5,6 +5,7 @@ A reader (or a crash) never sees a half-written output.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -15,7 +16,15 @@ from protein_performer.errors import DataError
 
 
 def current_umask() -> int:
-    """The process umask (reading it means setting it; it is restored at once)."""
+    """The process umask: from ``/proc/self/status`` where there is one (no race with other
+    threads), else by setting and restoring it."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -23,9 +32,11 @@ def current_umask() -> int:
 
 def make_temp_file(path: Path) -> tuple[int, str]:
     """``mkstemp`` next to ``path`` with the permissions a plain ``open`` would give (mkstemp
-    makes it private: 0600), so that the renamed output is readable like any other file."""
+    makes it private: 0600), so that the renamed output is readable like any other file.
+    Where the file system refuses the mode change, the file stays as mkstemp made it."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.fchmod(fd, 0o666 & ~current_umask())
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.fchmod
+        os.fchmod(fd, 0o666 & ~current_umask())
     return fd, tmp
 
 

@@ -48,19 +48,29 @@ def values_with_ones(v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor
     return va if mask is None else va.masked_fill_(mask[..., None], 0.0)
 
 
+def den_floor(dtype: torch.dtype) -> float:
+    """Normalisers below this count as 0 (no visible key). Subnormal ones (all features of
+    the row underflowed) carry no precision, and 1/den would overflow in the backward."""
+    return torch.finfo(dtype).tiny * 2.0**24
+
+
 def split_output(na: torch.Tensor, out: torch.Tensor, den: torch.Tensor) -> None:
     """Write ``[numerator, normaliser]`` ``(N, c, Dv+1)`` into ``out`` ``(N, c, Dv)`` (the
-    ratio) and ``den`` ``(N, c)``. A row whose normaliser is 0 (no visible key) gets 0."""
+    ratio) and ``den`` ``(N, c)``. A row whose normaliser is (nearly) 0 gets 0."""
     den.copy_(na[..., -1])
-    torch.div(na[..., :-1], den.clamp_min(torch.finfo(na.dtype).tiny)[..., None], out=out)
+    floor = den_floor(na.dtype)
+    torch.div(na[..., :-1], den.clamp_min(floor)[..., None], out=out)
+    out.masked_fill_((den < floor)[..., None], 0.0)
 
 
 def output_adjoint(g: torch.Tensor, out: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     """dLoss/d[numerator, normaliser] ``(N, c, Dv+1)`` from dLoss/dout, output, normaliser.
 
-    Rows without visible keys have a constant output, hence a zero adjoint.
+    Rows without visible keys (normaliser below :func:`den_floor`) have a constant output,
+    hence a zero adjoint.
     """
-    inv = torch.where(den > 0, den.reciprocal(), torch.zeros_like(den))[..., None]
+    ok = den >= den_floor(den.dtype)
+    inv = torch.where(ok, den.reciprocal(), torch.zeros_like(den))[..., None]
     return torch.cat([g * inv, (g * out).sum(-1, keepdim=True).neg_().mul_(inv)], dim=-1)
 
 

@@ -85,7 +85,9 @@ def _head(source: FlatSource, n: int | None) -> FlatSource:
         return source
     end = int(source.offsets[n])
     ids = None if source.ids is None else list(source.ids[:n])
-    return FlatSource(source.tokens[:end], source.offsets[: n + 1], ids, source.alphabet)
+    head = FlatSource(source.tokens[:end], source.offsets[: n + 1], ids, source.alphabet)
+    head.encode_counts = source.encode_counts  # what reading the input skipped or replaced
+    return head
 
 
 class ProteinDataModule(pl.LightningDataModule):

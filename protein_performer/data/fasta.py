@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import io
 import itertools
+import logging
 import lzma
 import os
 import zlib
@@ -28,6 +29,8 @@ from protein_performer.data.headers import HeaderInfo, parse_header
 from protein_performer.data.sources import FlatSource
 from protein_performer.data.splits import SPLITS, SplitAssigner
 from protein_performer.errors import DataError
+
+log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike
 
@@ -168,6 +171,10 @@ class FastaReader:
     def explain(self, error: DataError) -> DataError:
         """A content error in a compressed file may come from damage to the file: when the
         stream fails its integrity check, say that first (the content error follows)."""
+        if self.compression == "plain":
+            return error
+        if self.size > 100 * 2**20:
+            log.warning("%s: checking the %s stream for damage…", self.path, self.compression)
         problem = self._stream_problem()
         if problem is None:
             return error
@@ -226,10 +233,12 @@ class FastaReader:
             self._hasher.drain()  # type: ignore[union-attr]
             self.sha256 = self._hasher.sha256.hexdigest()  # type: ignore[union-attr]
         except UnicodeDecodeError as e:
-            raise self._error(
-                f"not UTF-8 text (byte 0x{e.object[e.start]:02x}); is this a FASTA file?",
-                index,
-                title,
+            raise self.explain(
+                self._error(
+                    f"not UTF-8 text (byte 0x{e.object[e.start]:02x}); is this a FASTA file?",
+                    index,
+                    title,
+                )
             ) from None
         except EOFError:
             raise self._error(
@@ -290,10 +299,17 @@ def iter_encoded(
     alphabet: Alphabet,
     policy: InvalidPolicy | str,
     counts: EncodeCounts,
+    max_records: int | None = None,
 ) -> Iterator[tuple[FastaRecord, object]]:
-    """Yield ``(record, uint8 ids)`` for kept records, applying the invalid-residue policy."""
+    """Yield ``(record, uint8 ids)`` for kept records, applying the invalid-residue policy.
+
+    ``max_records``: stop once ``counts.records_read`` reaches it (skipped records count), so
+    no record past the limit is read or counted.
+    """
     policy = InvalidPolicy.parse(policy)
     for rec in reader:
+        if max_records is not None and counts.records_read >= max_records:
+            return
         counts.records_read += 1
         try:
             res = alphabet.clean_encode(
@@ -357,15 +373,11 @@ def load_fasta_source(
     ) as bar:
         for path in paths:
             reader = FastaReader(path)
-            for rec, toks in iter_encoded(reader, alphabet, policy, counts):
-                if max_records is not None and counts.records_read > max_records:
-                    break  # skipped records count too: never read past the limit
+            for rec, toks in iter_encoded(reader, alphabet, policy, counts, max_records):
                 bar.update(1)
                 if split is None or assigner(rec.header.split_key) == split:
                     seqs.append(toks)
                     ids.append(rec.id)
-                if max_records is not None and counts.records_read >= max_records:
-                    break
             if max_records is not None and counts.records_read >= max_records:
                 break
     source = FlatSource.from_arrays(seqs, ids, alphabet)

@@ -53,8 +53,9 @@ def make_metadata(
     }
 
 
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a protein-performer checkpoint on CPU with ``weights_only=True``.
+def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
+    """Load a protein-performer checkpoint on CPU with ``weights_only=True`` (``mmap``: map
+    the tensors instead of reading them, for a check that needs the metadata only).
 
     Raises :class:`DataError` (one line, naming the file) when it is missing, unreadable, holds
     anything but plain data, or was not written by protein-performer.
@@ -65,7 +66,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise DataError("checkpoint path is not a file", path=p)
     try:
-        ckpt = torch.load(p, map_location="cpu", weights_only=True)
+        ckpt = torch.load(p, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
         if found:

@@ -512,7 +512,7 @@ def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> Non
 def _remove_unused_run_dir(path: Path) -> None:
     """A run that failed before training (bad data, settings) leaves no directory behind
     that holds only its config files: it would look like a run. Anything else stays."""
-    ours = {"config.yaml", "overrides.yaml", "metrics.csv", "hparams.yaml"}
+    ours = {"config.yaml", "overrides.yaml", "hparams.yaml"}
     names = {p.name for p in path.iterdir()} if path.is_dir() else set()
     if names <= ours | {"checkpoints"} and not any((path / "checkpoints").glob("*")):
         shutil.rmtree(path, ignore_errors=True)

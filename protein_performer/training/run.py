@@ -79,7 +79,7 @@ def _check_paths(cfg: TrainConfig) -> None:
         raise DataError(f"init_from: checkpoint {what}", path=cfg.init_from)
     if cfg.ckpt_path:
         try:
-            ckpt = read_checkpoint(cfg.ckpt_path)
+            ckpt = read_checkpoint(cfg.ckpt_path, mmap=True)
         except DataError as e:
             raise DataError(f"ckpt_path: {e.problem}", path=cfg.ckpt_path) from None
         if "loops" not in ckpt or "optimizer_states" not in ckpt:

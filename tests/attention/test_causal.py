@@ -144,3 +144,17 @@ def test_large_later_keys_do_not_underflow_earlier_rows_at_any_block_size(chunk:
     err = (out - ref)[:, :, early].norm() / ref[:, :, early].norm()
     assert err < 1e-4
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-3)
+
+
+def test_rows_whose_features_all_underflow_give_zero_not_nan_gradients() -> None:
+    # large-norm early keys: in float32 some rows' normalisers become subnormal; 1/den would
+    # overflow in the backward (inf * 0 = NaN in every gradient of the batch)
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 300, 32, generator=g) for _ in range(3))
+    k[:, :, :150] *= 10.0
+    attn = FavorAttention(32, 64, causal=True, chunk_size=300, estimator="favor+")
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out = attn(q, k, v)
+    out.sum().backward()
+    assert bool(torch.isfinite(out).all())
+    assert all(bool(torch.isfinite(t.grad).all()) for t in (q, k, v))

@@ -170,6 +170,11 @@ def test_max_records_counts_skipped_records(tmp_path):
     p = _write(tmp_path / "m.fa", b">a\nMKV\n>b\nM-K\n>c\nWY\n>d\nAC\n")
     assert load_fasta_source(p, policy="skip", max_records=2).ids == ["a"]
     assert load_fasta_source(p, policy="skip", max_records=3).ids == ["a", "c"]
+    # the limit stops reading at once, also when the records after it would be skipped
+    q = _write(tmp_path / "q.fa", b">a\nM-V\n>b\nM-K\n>c\nWY\n")
+    first = load_fasta_source(q, policy="skip", max_records=1)
+    assert first.ids == [] and first.encode_counts.records_kept == 0
+    assert first.encode_counts.changes() == "1 of 1 records skipped (invalid characters: '-')"
 
 
 def test_content_errors_in_a_damaged_gzip_file_name_the_damage(tmp_path):
@@ -189,3 +194,12 @@ def test_content_errors_in_a_damaged_gzip_file_name_the_damage(tmp_path):
     message = str(ei.value)
     assert message.startswith(f"{damaged}: record 51 (bad): corrupt gzip file (")
     assert "which explains: invalid residue '='" in message and "\n" not in message
+
+
+def test_the_first_records_of_a_source_keep_what_reading_it_changed(tmp_path):
+    from protein_performer.data.datamodule import _head
+
+    p = _write(tmp_path / "h.fa", b">a\nM-V\n>b\nMKV\n>c\nWY\n>d\nAC\n")
+    source = load_fasta_source(p, policy="skip")
+    head = _head(source, 2)
+    assert len(head) == 2 and head.encode_counts is source.encode_counts
