@@ -67,11 +67,16 @@ def config_to_yaml(cfg: Any) -> str:
 
 def _check_paths(cfg: TrainConfig) -> None:
     d = cfg.data
+    seen: dict[Path, str] = {}
     for key in ("files", "val_files", "test_files"):
         for p in getattr(d, key) or []:
             if not Path(p).is_file():
                 what = "not found" if not Path(p).exists() else "not a file"
                 raise DataError(f"data.{key}: {what}", path=p)
+            real = Path(p).resolve()
+            if real in seen:  # its proteins would count twice (or leak between splits)
+                raise ConfigError(f"data.{key}: {p} is already listed in data.{seen[real]}")
+            seen[real] = key
     if d.shards and not Path(d.shards).is_dir():
         raise DataError("data.shards: shard directory not found", path=d.shards)
     if cfg.init_from and not Path(cfg.init_from).is_file():

@@ -255,3 +255,16 @@ def test_a_run_that_fails_on_its_data_leaves_no_run_directory(tiny_fasta, tmp_pa
     with pytest.raises(DataError):
         run_hydra("train", [*overrides, f"data.files=['{bad}']"])
     assert (run_dir / "notes.txt").exists()
+
+
+def test_a_data_file_listed_twice_is_refused(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta)
+    cfg.data.files = [str(tiny_fasta), str(tiny_fasta)]
+    with pytest.raises(
+        ConfigError, match=r"data\.files: .*tiny\.fasta is already listed in data\.files"
+    ):
+        train(cfg, tmp_path / "run")
+    cfg = tiny_config(tiny_fasta)
+    cfg.data.val_files = [str(tiny_fasta)]
+    with pytest.raises(ConfigError, match=r"data\.val_files: .* already listed in data\.files"):
+        train(cfg, tmp_path / "run")
