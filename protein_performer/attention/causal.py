@@ -238,7 +238,7 @@ class CausalFavorFunction(torch.autograd.Function):
                     if b > 0:  # the carry for block b - 1, relative to its last stabiliser
                         raw_p, ref_p = (x[:, -1:] for x in refs(b - 1))
                         f = _decay(ref_p, raw_p, ref)  # (N, T)
-                        carry = (f[..., None] * y).sum(1).view(n, m, e) + _decay(
+                        carry = torch.bmm(f[:, None], y).view(n, m, e) + _decay(
                             ref_p, raw_p, ref[:, -1:]
                         )[..., None] * carry
                 else:

@@ -289,7 +289,8 @@ class FavorAttention(nn.Module):
         ``chunk_size`` when given. Otherwise 1024 (bidirectional) / 256 (causal) on the CPU,
         where blocks that stay in cache are fastest; on an accelerator the cost of a small
         block is kernel launches, so blocks grow until one ``(N, rows, m)`` feature tensor
-        reaches ``ACCEL_BLOCK_ELEMENTS`` (128 MiB in float32); memory stays independent of L.
+        reaches ``ACCEL_BLOCK_ELEMENTS`` (128 MiB in float32), so memory is bounded by that
+        budget rather than by L.
         """
         if self.chunk_size is not None:
             return self.chunk_size

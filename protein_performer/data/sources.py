@@ -8,11 +8,14 @@ offsets, in memory (from FASTA) or memory-mapped (from preprocessed shards): rec
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from protein_performer.data.alphabet import Alphabet, default_alphabet
+
+if TYPE_CHECKING:  # fasta.py imports this module
+    from protein_performer.data.fasta import EncodeCounts
 
 
 class FlatSource:
@@ -45,7 +48,7 @@ class FlatSource:
         self.alphabet = alphabet or default_alphabet()
         self.lengths: np.ndarray = np.diff(offsets)
         # what reading FASTA input skipped or replaced (an EncodeCounts), when known
-        self.encode_counts: Any = None
+        self.encode_counts: EncodeCounts | None = None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

@@ -65,23 +65,32 @@ def config_to_yaml(cfg: Any) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
+def _require_file(path: str, what: str) -> None:
+    """One-line :class:`DataError` ``PATH: WHAT: not found`` (or ``not a file``)."""
+    p = Path(path)
+    if not p.is_file():
+        problem = "not found" if not p.exists() else "not a file (a directory?)"
+        raise DataError(f"{what}: {problem}", path=path)
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
 def _check_paths(cfg: TrainConfig) -> None:
     d = cfg.data
     seen: dict[Path, str] = {}
     for key in ("files", "val_files", "test_files"):
         for p in getattr(d, key) or []:
-            if not Path(p).is_file():
-                what = "not found" if not Path(p).exists() else "not a file"
-                raise DataError(f"data.{key}: {what}", path=p)
+            _require_file(p, f"data.{key}")
             real = Path(p).resolve()
             if real in seen:  # its proteins would count twice (or leak between splits)
                 raise ConfigError(f"data.{key}: {p} is already listed in data.{seen[real]}")
             seen[real] = key
     if d.shards and not Path(d.shards).is_dir():
         raise DataError("data.shards: shard directory not found", path=d.shards)
-    if cfg.init_from and not Path(cfg.init_from).is_file():
-        what = "not found" if not Path(cfg.init_from).exists() else "not a file"
-        raise DataError(f"init_from: checkpoint {what}", path=cfg.init_from)
+    if cfg.init_from:
+        _require_file(cfg.init_from, "init_from: checkpoint")
     if cfg.ckpt_path:
         try:
             ckpt = read_checkpoint(cfg.ckpt_path, mmap=True)
@@ -257,16 +266,13 @@ class TrainResult:
         return asdict(self)
 
     def format(self) -> str:
-        def num(x: float | None, fmt: str) -> str:
-            return "n/a" if x is None else format(x, fmt)
-
         return "\n".join(
             [
                 f"training finished: {self.attention} ({self.objective}), {self.steps} steps "
                 f"in {self.train_seconds:.0f} s",
-                f"  val perplexity  {num(self.val_perplexity, '.3f')}"
-                f"  (best {num(self.best_val_perplexity, '.3f')})",
-                f"  val accuracy    {num(self.val_accuracy, '.4f')}",
+                f"  val perplexity  {_num(self.val_perplexity, '.3f')}"
+                f"  (best {_num(self.best_val_perplexity, '.3f')})",
+                f"  val accuracy    {_num(self.val_accuracy, '.4f')}",
                 *(
                     [f"  <mask> only     {self.val_perplexity_mask:.3f}  (val perplexity)"]
                     if self.val_perplexity_mask is not None
@@ -365,12 +371,8 @@ class EvalResult:
         if self.input_changes:
             text += f"\n  input: {self.input_changes}"
         if self.by_input:
-
-            def num(x: float | None, fmt: str) -> str:
-                return "n/a" if x is None else format(x, fmt)
-
             parts = [
-                f"{kind} {num(m['perplexity'], '.3f')} / {num(m['accuracy'], '.4f')} "
+                f"{kind} {_num(m['perplexity'], '.3f')} / {_num(m['accuracy'], '.4f')} "
                 f"({m['predicted_tokens']:,})"
                 for kind, m in self.by_input.items()
             ]
@@ -399,9 +401,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     validate_eval_config(cfg)
     fasta = eval_fasta_paths(cfg)
     for path in fasta:
-        if not Path(path).is_file():
-            what = "not found" if not Path(path).exists() else "not a file (a directory?)"
-            raise DataError(f"fasta: {what}", path=path)
+        _require_file(path, "fasta")
     if cfg.output:
         check_output_file(cfg.output, "output")
     model, meta = load_model(cfg.checkpoint, attention=cfg.attention, nb_features=cfg.nb_features)
