@@ -238,9 +238,10 @@ class CausalFavorFunction(torch.autograd.Function):
                     if b > 0:  # the carry for block b - 1, relative to its last stabiliser
                         raw_p, ref_p = (x[:, -1:] for x in refs(b - 1))
                         f = _decay(ref_p, raw_p, ref)  # (N, T)
-                        carry = torch.bmm(f[:, None], y).view(n, m, e) + _decay(
-                            ref_p, raw_p, ref[:, -1:]
-                        )[..., None] * carry
+                        carry = (
+                            torch.bmm(f[:, None], y).view(n, m, e)
+                            + _decay(ref_p, raw_p, ref[:, -1:])[..., None] * carry
+                        )
                 else:
                     suffix, carry = _suffix_sums(fq, gp, carry, n)
                 if dv_ is not None:
