@@ -10,11 +10,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from protein_performer import __version__
 from protein_performer.atomic import write_text_atomic
 from protein_performer.errors import ConfigError, ProteinPerformerError
+from protein_performer.outputs import check_output_file, json_with_keys
 
 EXIT_USAGE = 2
 DOWNLOAD_URLS = {
@@ -31,10 +33,35 @@ def _print_json(obj: Any, out: str | None) -> None:
         print(text)
 
 
+STATS_JSON_KEYS = ("files", "records", "residues", "composition")
+
+
+def _is_simulated_fasta(path: Path) -> bool:
+    from protein_performer.data.fasta import first_header
+    from protein_performer.data.simulate import SIMULATED_ID_PREFIX
+
+    header = first_header(path)
+    return header is not None and header[1:].startswith(SIMULATED_ID_PREFIX)
+
+
+def _is_fasta(path: Path) -> bool:
+    from protein_performer.data.fasta import first_header
+
+    return first_header(path) is not None
+
+
 # ---- data commands ----------------------------------------------------------------------
 def _cmd_stats(args: argparse.Namespace) -> int:
     from protein_performer.data.stats import fasta_stats
 
+    if args.output:
+        check_output_file(
+            args.output,
+            "-o/--output",
+            overwrite=args.overwrite,
+            is_ours=json_with_keys(STATS_JSON_KEYS),
+            what="statistics JSON file",
+        )
     stats = fasta_stats(args.inputs, progress=not args.no_progress)
     if args.json or args.output:
         _print_json(stats, args.output)
@@ -80,7 +107,10 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
     from protein_performer.data.shards import preprocess
 
     if len(args.paths) < 2:
-        raise ConfigError("preprocess needs at least one INPUT and an OUTDIR")
+        raise ConfigError(
+            "preprocess needs at least one INPUT and an OUTDIR "
+            "(usage: protein-performer data preprocess INPUT [INPUT ...] OUTDIR)"
+        )
     *inputs, outdir = args.paths
     try:
         manifest = preprocess(
@@ -147,6 +177,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                     f"--gamma-shape must be a number or 'none', got {value!r}"
                 ) from None
         kwargs[kw] = value
+    check_output_file(
+        args.output,
+        "OUT",
+        overwrite=args.overwrite,
+        is_ours=_is_simulated_fasta,
+        allow_input_name=True,
+        what="simulated FASTA file",
+    )
     summary = simulate_fasta(args.output, progress=not args.no_progress, **kwargs)
     if args.json:
         _print_json(summary, None)
@@ -162,6 +200,14 @@ def _cmd_download(args: argparse.Namespace) -> int:
     from protein_performer.data.download import download
 
     url = args.url or DOWNLOAD_URLS[args.dataset]
+    check_output_file(
+        args.output,
+        "OUT",
+        overwrite=args.overwrite,
+        is_ours=_is_fasta,
+        allow_input_name=True,
+        what="FASTA file",
+    )
     summary = download(
         url,
         args.output,
@@ -209,11 +255,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="FASTA file(s), plain or gzip")
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     p.add_argument("-o", "--output", help="write JSON to this file")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace an existing -o file (stats JSON only)"
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_stats)
 
     p = dsub.add_parser(
         "preprocess",
+        usage="protein-performer data preprocess [options] INPUT [INPUT ...] OUTDIR",
         help="tokenize FASTA into per-split shards + manifest",
         description="Tokenize INPUT FASTA file(s) into OUTDIR/{train,val,test} token shards "
         "and OUTDIR/manifest.json. Records are split by hashing the UniRef cluster id "
@@ -230,7 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="error",
         help="records with non-residue characters: fail, drop, or map them to X",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing OUTDIR")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing OUTDIR written by preprocess (never anything else)",
+    )
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_preprocess)
@@ -239,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("output", metavar="OUT", help="FASTA to write (.gz for gzip)")
     for flag, (_, typ, help_) in _SIMULATE_FLAGS.items():
         p.add_argument("--" + flag.replace("_", "-"), type=typ, help=help_ + " (library default)")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace an existing OUT written by simulate"
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_simulate)
@@ -251,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, help="network timeout (s)")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing OUT.part")
     p.add_argument("--no-verify", action="store_true", help="skip the final gzip check")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing FASTA OUT")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_download)

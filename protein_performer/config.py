@@ -81,12 +81,16 @@ class TrainerConfig:
     precision: str = "auto"
     max_steps: int = 1000
     max_time: str | None = None
+    # also write checkpoints/last.ckpt every this many minutes of training (0/None: only at
+    # validations and at the end), so that a crash loses at most this much work
+    checkpoint_every_minutes: float | None = 5.0
     val_check_interval: int = 200
     limit_val_batches: int | None = None
     log_every_n_steps: int = 10
     gradient_clip_val: float = 0.5
     accumulate_grad_batches: int = 1
-    enable_progress_bar: bool = True
+    enable_progress_bar: bool = True  # a bar on a terminal, a line every 30 s in a log
+    model_summary: bool = False  # print Lightning's layer table at the start
     tensorboard: bool = False
     deterministic: bool = False
 
@@ -132,6 +136,7 @@ class EvalConfig:
     max_records: int | None = None
     device: str = "auto"
     output: str | None = None
+    overwrite: bool = False
     attention: str | None = None
     nb_features: int | None = None
 
@@ -185,6 +190,8 @@ def validate_train_config(cfg: TrainConfig) -> None:
     _positive("trainer.num_nodes", t.num_nodes)
     _positive("trainer.accumulate_grad_batches", t.accumulate_grad_batches)
     _positive("trainer.gradient_clip_val", t.gradient_clip_val, allow_zero=True)
+    if t.checkpoint_every_minutes is not None:
+        _positive("trainer.checkpoint_every_minutes", t.checkpoint_every_minutes, allow_zero=True)
     if t.limit_val_batches is not None:
         _positive("trainer.limit_val_batches", t.limit_val_batches)
 

@@ -35,6 +35,7 @@ from protein_performer.data.sources import FlatSource
 from protein_performer.data.splits import SPLITS, SplitAssigner, parse_fractions
 from protein_performer.data.stats import DuplicateFinder, LengthHistogram
 from protein_performer.errors import DataError
+from protein_performer.outputs import check_output_dir
 
 FORMAT = "protein-performer-shards"
 FORMAT_VERSION = 1
@@ -78,10 +79,39 @@ class _SplitWriter:
             fh.close()
 
 
+SHARD_DIR_ENTRIES = frozenset({MANIFEST, *SPLITS})
+
+
+def is_shard_dir(path: PathLike) -> bool:
+    """Whether ``path`` is a shard directory written by :func:`preprocess` and holds nothing
+    else (only such a directory may be replaced by ``overwrite``)."""
+    p = Path(path)
+    try:
+        names = {c.name for c in p.iterdir()}
+        manifest = json.loads((p / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return (
+        isinstance(manifest, dict)
+        and manifest.get("format") == FORMAT
+        and MANIFEST in names
+        and names <= SHARD_DIR_ENTRIES
+    )
+
+
+def check_shard_outdir(outdir: PathLike, overwrite: bool) -> Path:
+    """Refuse, before any work, an OUTDIR that would replace something a user owns."""
+    return check_output_dir(
+        outdir, "OUTDIR", overwrite=overwrite, is_ours=is_shard_dir, what="shard directory"
+    )
+
+
 def _atomic_replace_dir(tmp: Path, outdir: Path, overwrite: bool) -> None:
-    if outdir.exists():
-        if not overwrite:
-            raise DataError("output directory exists (use --overwrite to replace it)", path=outdir)
+    if outdir.exists() or outdir.is_symlink():
+        check_shard_outdir(outdir, overwrite)  # again: it may have changed while we worked
+        if outdir.is_dir() and not any(outdir.iterdir()):
+            os.replace(tmp, outdir)  # rename(2) replaces an empty directory
+            return
         trash = outdir.with_name(f".{outdir.name}.old-{os.getpid()}")
         os.replace(outdir, trash)
         os.replace(tmp, outdir)
@@ -120,9 +150,7 @@ def preprocess(
     assigner = SplitAssigner(frac, seed)
     plan: list[tuple[PathLike, str | None]] = [(p, "train" if explicit else None) for p in inputs]
     plan += [(p, "val") for p in val_inputs] + [(p, "test") for p in test_inputs]
-    outdir = Path(outdir)
-    if outdir.exists() and not overwrite:
-        raise DataError("output directory exists (use --overwrite to replace it)", path=outdir)
+    outdir = check_shard_outdir(outdir, overwrite)
     readers = [(FastaReader(p), split) for p, split in plan]  # fail fast on missing files
     outdir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))

@@ -249,11 +249,14 @@ def evolve_branch(
     return substitute(residues, events, rng, model), rates
 
 
+SIMULATED_ID_PREFIX = "UniRef50_SIMF"
+
+
 def family_record_id(family: int, member: int) -> tuple[str, str]:
     """UniRef-style ``(id, description)`` for a 1-based family and member number."""
     rep = f"SIMF{family:05d}M{member:03d}"
     return (
-        f"UniRef50_{rep}",
+        f"{SIMULATED_ID_PREFIX[:-4]}{rep}",
         f"Simulated family {family} member {member} n=1 {_TAXON} RepID={rep}",
     )
 

@@ -54,14 +54,16 @@ class ValidateOnFinalStep(pl.Callback):
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """``last.ckpt``: the model after every validation and at the end of training.
+    """``last.ckpt``: the model after every validation, every ``every_minutes`` of training
+    (independent of validation, so a crash loses at most that much work) and at the end.
 
     Lightning's ``save_last`` rewrites ``last.ckpt`` only when the monitored checkpoint is
     saved too (i.e. when validation improved), so a run whose last validations did not improve
     would resume from an older step. This one saves unconditionally (no monitor, one file).
+    Every save is a full training state: resumable with ``ckpt_path``.
     """
 
-    def __init__(self, dirpath: str | Path) -> None:
+    def __init__(self, dirpath: str | Path, every_minutes: float | None = None) -> None:
         super().__init__(
             dirpath=str(dirpath),
             filename="last",
@@ -70,19 +72,41 @@ class LastCheckpoint(ModelCheckpoint):
             enable_version_counter=False,
         )
         self._step_written: int | None = None
+        self.every_seconds = every_minutes * 60.0 if every_minutes else None
+        self._saved_at = time.monotonic()
 
     @property
     def path(self) -> Path:
         return Path(self.dirpath) / f"last{self.FILE_EXTENSION}"
 
+    def _save_now(self, trainer: pl.Trainer) -> None:
+        trainer.save_checkpoint(self.path, weights_only=False)  # full state: resumable
+        self._step_written = trainer.global_step
+        self._saved_at = time.monotonic()
+        self.best_model_path = str(self.path)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._saved_at = time.monotonic()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, idx)
+        if self.every_seconds is None or self._step_written == trainer.global_step:
+            return
+        due = time.monotonic() - self._saved_at >= self.every_seconds
+        if trainer.world_size > 1:  # saving is collective: rank 0's clock decides for all
+            due = bool(trainer.strategy.broadcast(due, src=0))
+        if due:
+            self._save_now(trainer)
+
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
         if self.best_model_path:
             self._step_written = trainer.global_step
+            self._saved_at = time.monotonic()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # training stopped without a validation at its last step (e.g. no validation data)
+        # training stopped without a validation at its last step (no validation data, Ctrl-C)
         if trainer.global_step > 0 and self._step_written != trainer.global_step:
-            trainer.save_checkpoint(self.path, weights_only=False)  # full state: resumable
-            self._step_written = trainer.global_step
-            self.best_model_path = str(self.path)
+            self._save_now(trainer)

@@ -16,7 +16,9 @@ import difflib
 import itertools
 import json
 import os
+import shlex
 import shutil
+import signal
 import sys
 import typing
 from collections.abc import Iterator, Sequence
@@ -376,6 +378,7 @@ _EVALUATE_KEYS = {
     "max_records": "read at most this many records",
     "device": "auto, cpu or cuda",
     "output": "also write the JSON result to this file",
+    "overwrite": "replace an existing output file (a result JSON of evaluate only)",
     "attention": "run the weights with another attention kind (e.g. transformer)",
     "nb_features": "random features for a Performer attention",
 }
@@ -450,11 +453,17 @@ def run_hydra(command: str, argv: list[str]) -> int:
             continue
         if child is not None:
             run_dir = child["run_dir"]
+        elif args.multirun:
+            run_dir = str(Path(sweep_dir) / str(i))
         else:
-            run_dir = str(Path(sweep_dir) / str(i)) if args.multirun else job.run_dir
+            run_dir = resume_run_dir(job) or job.run_dir
+            if run_dir != job.run_dir and not args.json:
+                print(f"resuming in {run_dir}", file=sys.stderr, flush=True)
         if args.multirun and not args.json:
             print(f"[{i + 1}/{len(jobs)}] {' '.join(job.overrides)} -> {run_dir}", flush=True)
-        _run_train(job, run_dir, i, args)
+        code = _run_train(job, run_dir, i, args)
+        if code != 0:
+            return code  # an interrupted sweep stops here
     return 0
 
 
@@ -478,6 +487,8 @@ def _run_jobs_in_subprocesses(jobs: list[ComposedJob], sweep_dir: str, args: Cli
         if args.json:
             cmd.append("--json")
         code = subprocess.run(cmd, check=False).returncode
+        if code in (130, 143):
+            return code
         if code != 0:
             raise ProteinPerformerError(
                 f"multirun job {i} ({' '.join(job.overrides)}) failed with exit code {code}"
@@ -485,11 +496,40 @@ def _run_jobs_in_subprocesses(jobs: list[ComposedJob], sweep_dir: str, args: Cli
     return 0
 
 
-def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> None:
+def resume_run_dir(job: ComposedJob) -> str | None:
+    """The run directory a resumed job continues in: the one its ``ckpt_path`` belongs to
+    (``RUN/checkpoints/last.ckpt`` -> ``RUN``), unless the overrides name a new
+    ``hydra.run.dir``. None when not resuming or the checkpoint is not in a run directory."""
+    ckpt = getattr(job.config, "ckpt_path", None)
+    if not ckpt or any(o.split("=", 1)[0].lstrip("+~") == "hydra.run.dir" for o in job.overrides):
+        return None
+    from protein_performer.training.run import CHECKPOINT_DIR
+
+    folder = Path(ckpt).resolve().parent
+    if folder.name == CHECKPOINT_DIR and (folder.parent / "config.yaml").is_file():
+        return str(folder.parent)
+    return None
+
+
+def resume_command(job: ComposedJob, last_checkpoint: str) -> str:
+    """The command that continues an interrupted job from its ``last.ckpt``."""
+    keep = [
+        o
+        for o in job.overrides
+        if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "hydra.run.dir")
+    ]
+    words = ["protein-performer", "train", *keep, f"ckpt_path={last_checkpoint}"]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> int:
+    """Run one training job; returns its exit code (130/143 when interrupted)."""
     from protein_performer.atomic import make_output_dir, write_text_atomic
-    from protein_performer.training.run import train
+    from protein_performer.training.run import check_run_dir, is_rank_zero, train
 
     created = not Path(run_dir).exists()
+    if is_rank_zero() and _ddp_child_job() is None:
+        check_run_dir(run_dir, job.config.ckpt_path, "run directory (hydra.run.dir)")
     path = make_output_dir(run_dir, "run directory (hydra.run.dir)")
     write_text_atomic(path / "overrides.yaml", "".join(f"- {o}\n" for o in job.overrides))
     marker = json.dumps({"index": index, "run_dir": str(path.resolve())})
@@ -497,16 +537,26 @@ def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> Non
     try:
         with _env(DDP_JOB_ENV, marker), out:
             result = train(job.config, path)
-    except ProteinPerformerError:
+    except BaseException:
         if created:
             _remove_unused_run_dir(path)
         raise
     if os.environ.get("LOCAL_RANK", "0") != "0":
-        return  # DDP child: rank 0 reports
+        return 0  # DDP child: rank 0 reports
     if args.json:
         print(json.dumps(result.to_dict()), flush=True)
     else:
         print(result.format(), flush=True)
+    if not result.interrupted:
+        return 0
+    if result.last_checkpoint:
+        print(
+            f"interrupted at step {result.steps:,}; resume with:\n  "
+            + resume_command(job, result.last_checkpoint),
+            file=sys.stderr,
+            flush=True,
+        )
+    return 128 + int(getattr(signal, result.stopped_by))
 
 
 def _remove_unused_run_dir(path: Path) -> None:
@@ -547,6 +597,9 @@ def main(argv: list[str] | None = None) -> int:
     except ProteinPerformerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -73,6 +73,7 @@ class ProteinLMModule(pl.LightningModule):
             model_config, len(self.alphabet), self.alphabet.pad_idx, causal=self.causal
         )
         self.last_batch_tokens = 0
+        self.last_val_step: int | None = None  # global step of the last validation
         self._val_sums = torch.zeros(6, dtype=torch.float64)
 
     # ---- forward / loss -------------------------------------------------------------------
@@ -133,6 +134,8 @@ class ProteinLMModule(pl.LightningModule):
         nll, count, correct, m_nll, m_count, m_correct = self._reduce_sum(self._val_sums).tolist()
         if count == 0:
             return
+        if not self.trainer.sanity_checking:
+            self.last_val_step = int(self.trainer.global_step)
         # Already summed over ranks; sync_dist only averages identical values (no warning).
         self.log("val/loss", nll / count, sync_dist=True)
         self.log("val/perplexity", perplexity(nll, count), prog_bar=True, sync_dist=True)

@@ -11,6 +11,9 @@ import contextlib
 import json
 import logging
 import os
+import re
+import signal
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -21,7 +24,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from protein_performer.atomic import check_output_file, make_output_dir, write_text_atomic
+from protein_performer.atomic import make_output_dir, write_text_atomic
 from protein_performer.config import (
     EvalConfig,
     TrainConfig,
@@ -33,14 +36,18 @@ from protein_performer.config import (
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.errors import ConfigError, DataError
+from protein_performer.outputs import check_output_dir, check_output_file, entries, json_with_keys
 from protein_performer.training.callbacks import (
     LastCheckpoint,
     TokenThroughput,
     ValidateOnFinalStep,
 )
 from protein_performer.training.checkpoints import init_weights_from, load_model, read_checkpoint
+from protein_performer.training.interrupt import GracefulInterrupt
 from protein_performer.training.lm_module import ProteinLMModule
 from protein_performer.training.metrics import MLM_INPUT_KINDS, batch_sums, perplexity
+from protein_performer.training.metrics_log import RunCSVLogger
+from protein_performer.training.progress import StepProgressBar
 from protein_performer.training.resumable import ResumableLoader
 
 log = logging.getLogger(__name__)
@@ -48,14 +55,24 @@ log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoints"
 
 
-class _NoAdverts(logging.Filter):
-    """Drops Lightning's product tips (``💡 Tip: ... install litlogger``) from the run output."""
+class _QuietLightning(logging.Filter):
+    """Drops Lightning's lines that say nothing about this run: product tips, the
+    ``GPU available: False`` / ``TPU available`` banner on machines without them, and the
+    ``Trainer.fit stopped`` line (the run summary says why it stopped)."""
+
+    NOISE = (
+        "💡 Tip",
+        "GPU available: False",
+        "TPU available",
+        "HPU available",
+        "`Trainer.fit` stopped",
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip")
+        return not str(record.msg).startswith(self.NOISE)
 
 
-logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdverts())
+logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_QuietLightning())
 
 
 # ---- small helpers --------------------------------------------------------------------------
@@ -77,7 +94,9 @@ def _num(x: float | None, fmt: str) -> str:
     return "n/a" if x is None else format(x, fmt)
 
 
-def _check_paths(cfg: TrainConfig) -> None:
+def _check_paths(cfg: TrainConfig) -> int | None:
+    """Check every input path before any work; returns the global step of ``cfg.ckpt_path``
+    (None when not resuming)."""
     d = cfg.data
     seen: dict[Path, str] = {}
     for key in ("files", "val_files", "test_files"):
@@ -102,18 +121,81 @@ def _check_paths(cfg: TrainConfig) -> None:
                 "use init_from=PATH to start a new run from its weights",
                 path=cfg.ckpt_path,
             )
+        return int(ckpt.get("global_step", 0))
+    return None
 
 
-def _keep_old_metrics(run_path: Path) -> None:
-    """Lightning's CSVLogger deletes an existing metrics.csv; move it aside instead."""
-    old = run_path / "metrics.csv"
-    if not old.exists() or int(os.environ.get("LOCAL_RANK", "0")) != 0:
-        return
-    n = 1
-    while (run_path / f"metrics.{n}.csv").exists():
-        n += 1
-    os.replace(old, run_path / f"metrics.{n}.csv")
-    log.warning("%s existed; moved to metrics.%d.csv", old, n)
+RUN_DIR_ENTRIES = re.compile(
+    r"(config(\.\d+)?\.yaml|overrides\.yaml|hparams\.yaml|metrics(\.\d+)?\.csv|summary\.json"
+    rf"|{CHECKPOINT_DIR}|tensorboard)"
+)
+
+
+def is_rank_zero() -> bool:
+    """Global rank 0 (or no distributed launcher): the process that owns the run directory."""
+    for var in ("RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "0") != "0":
+            return False
+    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
+
+
+def _holds_run(path: Path) -> list[str]:
+    """What in ``path`` shows a run was trained there (checkpoints, metrics, summary)."""
+    found = sorted(p.name for p in path.glob(f"{CHECKPOINT_DIR}/*.ckpt"))
+    found = [f"{CHECKPOINT_DIR}/{n}" for n in found]
+    return found + [n for n in ("metrics.csv", "summary.json") if (path / n).exists()]
+
+
+def check_run_dir(
+    run_dir: str | os.PathLike, ckpt_path: str | None = None, key: str = "run directory"
+) -> Path:
+    """Refuse, before any work, a run directory whose files a run would replace.
+
+    A fresh or empty directory is fine, and so is one holding only the config files of a run
+    that failed before training. A directory with a trained run is only continued by resuming
+    from one of its own checkpoints (``ckpt_path=RUN/checkpoints/last.ckpt``); a directory
+    with anything else in it (a user's files) is never written into.
+    """
+    p = Path(run_dir)
+    if p.is_symlink() and p.is_dir():
+        p = p.resolve()  # writing into the directory a link points to replaces nothing
+    p = check_output_dir(p, key, is_ours=lambda _: True, overwrite=True, what=key)
+    if not p.is_dir():
+        return p
+    foreign = sorted(n for n in entries(p) if not RUN_DIR_ENTRIES.fullmatch(n))
+    if foreign:
+        shown = ", ".join(foreign[:4]) + (", ..." if len(foreign) > 4 else "")
+        raise DataError(
+            f"{key}: holds files that are not a protein-performer run ({shown}); nothing is "
+            "written there (choose a new hydra.run.dir)",
+            path=p,
+        )
+    previous = _holds_run(p)
+    if not previous:
+        return p
+    resuming_here = ckpt_path is not None and Path(ckpt_path).resolve().parent == (
+        p.resolve() / CHECKPOINT_DIR
+    )
+    if not resuming_here:
+        last = p / CHECKPOINT_DIR / "last.ckpt"
+        raise DataError(
+            f"{key}: already holds a run ({', '.join(previous[:3])}); continue it with "
+            f"ckpt_path={last}, or choose a new hydra.run.dir",
+            path=p,
+        )
+    return p
+
+
+def _write_config(run_path: Path, text: str) -> None:
+    """``config.yaml``; a resumed run whose config changed keeps the old one as config.N.yaml."""
+    path = run_path / "config.yaml"
+    if path.is_file() and path.read_text(encoding="utf-8") != text:
+        n = 1
+        while (run_path / f"config.{n}.yaml").exists():
+            n += 1
+        os.replace(path, run_path / f"config.{n}.yaml")
+        log.warning("the config changed on resuming; the previous one is config.%d.yaml", n)
+    write_text_atomic(path, text)
 
 
 def resolve_precision(accelerator: str, precision: str) -> str:
@@ -175,13 +257,15 @@ def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
 
 
 def build_trainer(
-    cfg: TrainConfig, run_dir: Path, extra_callbacks: list[pl.Callback] | None = None
+    cfg: TrainConfig,
+    run_dir: Path,
+    extra_callbacks: list[pl.Callback] | None = None,
+    resume_step: int | None = None,
 ) -> tuple[pl.Trainer, TokenThroughput, pl.callbacks.ModelCheckpoint]:
     from pytorch_lightning.callbacks import ModelCheckpoint
-    from pytorch_lightning.loggers import CSVLogger
 
     t = cfg.trainer
-    loggers: list[Any] = [CSVLogger(save_dir=str(run_dir), name="", version="")]
+    loggers: list[Any] = [RunCSVLogger(run_dir, resume_step)]
     if t.tensorboard:
         try:
             from pytorch_lightning.loggers import TensorBoardLogger
@@ -202,8 +286,16 @@ def build_trainer(
         auto_insert_metric_name=False,
         enable_version_counter=False,
     )
-    last = LastCheckpoint(run_dir / CHECKPOINT_DIR)
-    callbacks: list[pl.Callback] = [throughput, checkpoint, last, ValidateOnFinalStep()]
+    last = LastCheckpoint(run_dir / CHECKPOINT_DIR, every_minutes=t.checkpoint_every_minutes)
+    callbacks: list[pl.Callback] = [
+        GracefulInterrupt(),
+        throughput,
+        checkpoint,
+        last,
+        ValidateOnFinalStep(),
+    ]
+    if t.enable_progress_bar:
+        callbacks.append(StepProgressBar())
     callbacks += list(extra_callbacks or [])
     try:
         trainer = _lightning_trainer(t, run_dir, loggers, callbacks)
@@ -234,6 +326,7 @@ def _lightning_trainer(
         gradient_clip_val=t.gradient_clip_val or None,
         accumulate_grad_batches=t.accumulate_grad_batches,
         enable_progress_bar=t.enable_progress_bar,
+        enable_model_summary=t.model_summary,
         deterministic=t.deterministic,
         use_distributed_sampler=False,  # ProteinDataModule shards by rank itself
         default_root_dir=str(run_dir),
@@ -245,7 +338,7 @@ def _lightning_trainer(
 # ---- train ------------------------------------------------------------------------------------
 @dataclass
 class TrainResult:
-    """What a finished training run reports (also written to ``summary.json``)."""
+    """What a training run reports (also written to ``summary.json``)."""
 
     run_dir: str
     attention: str
@@ -261,17 +354,35 @@ class TrainResult:
     last_checkpoint: str | None
     # MLM: val perplexity over the positions shown as <mask> only (see EvalResult.by_input)
     val_perplexity_mask: float | None = None
+    max_steps: int | None = None
+    # why training ended: "max_steps", "max_time", "SIGINT"/"SIGTERM" (interrupted), "stopped"
+    stopped_by: str = "max_steps"
+    # the step of the last validation (the val_* numbers); None when none ran
+    val_step: int | None = None
+    resumed_from_step: int | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by in ("SIGINT", "SIGTERM")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "interrupted": self.interrupted}
 
     def format(self) -> str:
+        verb = "interrupted" if self.interrupted else "finished"
+        of = f" of {self.max_steps:,}" if self.max_steps else ""
+        why = "" if self.stopped_by == "max_steps" else f" (stopped by {self.stopped_by})"
+        at = (
+            f" at step {self.val_step:,}"
+            if self.val_step is not None and self.val_step != self.steps
+            else ""
+        )
         return "\n".join(
             [
-                f"training finished: {self.attention} ({self.objective}), {self.steps} steps "
-                f"in {self.train_seconds:.0f} s",
+                f"training {verb}: {self.attention} ({self.objective}), {self.steps:,}{of} steps "
+                f"in {self.train_seconds:.0f} s{why}",
                 f"  val perplexity  {_num(self.val_perplexity, '.3f')}"
-                f"  (best {_num(self.best_val_perplexity, '.3f')})",
+                f"  (best {_num(self.best_val_perplexity, '.3f')}){at}",
                 f"  val accuracy    {_num(self.val_accuracy, '.4f')}",
                 *(
                     [f"  <mask> only     {self.val_perplexity_mask:.3f}  (val perplexity)"]
@@ -291,37 +402,69 @@ def _metric(trainer: pl.Trainer, key: str) -> float | None:
     return None if value is None else float(value)
 
 
+def _stopped_by(cfg: TrainConfig, steps: int, interrupt: GracefulInterrupt) -> str:
+    if interrupt.stopped_at is not None and interrupt.received:
+        return interrupt.received
+    if steps >= cfg.trainer.max_steps:
+        return "max_steps"
+    return "max_time" if cfg.trainer.max_time else "stopped"
+
+
 def train(
     cfg: TrainConfig, run_dir: str | os.PathLike, *, callbacks: list[pl.Callback] | None = None
 ) -> TrainResult:
-    """Train (or resume, with ``cfg.ckpt_path``) a protein LM; outputs go to ``run_dir``."""
+    """Train (or resume, with ``cfg.ckpt_path``) a protein LM; outputs go to ``run_dir``.
+
+    SIGINT/SIGTERM stop the run after the current step with its checkpoint and summary
+    written (``result.interrupted``); a second signal raises ``KeyboardInterrupt``.
+    """
     validate_train_config(cfg)
-    _check_paths(cfg)
+    resume_step = _check_paths(cfg)
+    rank_zero = is_rank_zero()
+    if rank_zero:
+        check_run_dir(run_dir, cfg.ckpt_path)
     run_path = make_output_dir(Path(run_dir).resolve(), "run directory")
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", "0")) == 0:
-        write_text_atomic(run_path / "config.yaml", config_to_yaml(cfg))
-    _keep_old_metrics(run_path)
+    if rank_zero:
+        _write_config(run_path, config_to_yaml(cfg))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     dm = build_datamodule(cfg)
     module = build_module(cfg, dm.alphabet)
-    trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks)
+    trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks, resume_step)
+    interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))
+    sigint = signal.getsignal(signal.SIGINT)
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        # num_workers=0 is the right default on small CPU boxes; the hint is noise there
-        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        # the run directory already holds config.yaml; old metrics were moved aside above
-        warnings.filterwarnings("ignore", message="Experiment logs directory .* exists")
-        trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path, weights_only=True)
+    try:
+        with warnings.catch_warnings():
+            # num_workers=0 is the right default on small CPU boxes; the hint is noise there
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            # a resumed run continues in its own checkpoint directory
+            warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not")
+            # third-party deprecations are for their developers, not for this run's user
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path, weights_only=True)
+    except SystemExit as e:
+        # Lightning turns a KeyboardInterrupt (Ctrl-C before the first step, or twice) into
+        # sys.exit(1) after its own cleanup; the caller gets the KeyboardInterrupt back
+        if interrupt.aborted or isinstance(e.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        interrupt.restore()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after Ctrl-C
     elapsed = time.perf_counter() - start
     best = checkpoint.best_model_path or None
     last_cb = next(c for c in trainer.callbacks if isinstance(c, LastCheckpoint))
     last = str(last_cb.path) if last_cb.path.is_file() else None
     best_score = checkpoint.best_model_score
+    steps = int(trainer.global_step)
+    val_step = module.last_val_step
     result = TrainResult(
         run_dir=str(run_path),
         attention=cfg.model.attention,
         objective=cfg.objective,
-        steps=int(trainer.global_step),
+        steps=steps,
         val_perplexity=_metric(trainer, "val/perplexity"),
         val_accuracy=_metric(trainer, "val/accuracy"),
         val_loss=_metric(trainer, "val/loss"),
@@ -331,6 +474,10 @@ def train(
         best_checkpoint=best,
         last_checkpoint=last,
         val_perplexity_mask=_metric(trainer, "val/perplexity_mask"),
+        max_steps=cfg.trainer.max_steps,
+        stopped_by=_stopped_by(cfg, steps, interrupt),
+        val_step=val_step,
+        resumed_from_step=resume_step,
     )
     if trainer.is_global_zero:
         write_text_atomic(run_path / "summary.json", json.dumps(result.to_dict(), indent=2) + "\n")
@@ -338,6 +485,9 @@ def train(
 
 
 # ---- evaluate ---------------------------------------------------------------------------------
+EVAL_JSON_KEYS = ("checkpoint", "fasta", "perplexity")
+
+
 @dataclass
 class EvalResult:
     checkpoint: str
@@ -403,7 +553,14 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     for path in fasta:
         _require_file(path, "fasta")
     if cfg.output:
-        check_output_file(cfg.output, "output")
+        check_output_file(
+            cfg.output,
+            "output",
+            overwrite=cfg.overwrite,
+            is_ours=json_with_keys(EVAL_JSON_KEYS),
+            what="evaluation JSON file",
+            overwrite_hint="overwrite=true",
+        )
     model, meta = load_model(cfg.checkpoint, attention=cfg.attention, nb_features=cfg.nb_features)
     alphabet = Alphabet.from_dict(meta["alphabet"])
     stored = meta.get("data") or {}

@@ -188,12 +188,15 @@ def test_bad_output_locations_are_one_line_errors_before_any_work(tiny_fasta, tm
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     cfg = tiny_config(tiny_fasta)
-    with pytest.raises(DataError, match=r"a_file: run directory: cannot create this directory"):
+    with pytest.raises(
+        DataError, match=r"a_file: run directory: an existing file .* is in the way"
+    ):
         train(cfg, a_file)
+    assert a_file.read_text() == "x"
     result = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "run")
     ckpt = result.last_checkpoint
     for output, problem in [
-        (tmp_path, "output: is a directory, expected a file name"),
+        (tmp_path, "output: an existing directory holding .* is in the way; expected a file name"),
         (a_file / "x.json", "output: cannot create this directory"),
     ]:
         with pytest.raises(DataError, match=problem) as err:

@@ -1,0 +1,191 @@
+"""Where a command may write: checks that run before any work, so that no output ever replaces
+something a user owns.
+
+The rules, shared by every command that writes:
+
+- an output whose name looks like an input (a FASTA file, a checkpoint) is refused: it is
+  almost always a forgotten or swapped argument;
+- an existing file is never replaced by a directory, nor a directory by a file;
+- an existing non-empty directory is replaced (``overwrite``) only when this project wrote it
+  (``is_ours`` recognises its manifest and finds nothing else in it);
+- an existing file is replaced only with ``overwrite`` and, where the caller can tell, only when
+  it is the same kind of output (``is_ours``).
+
+Every refusal is a one-line :class:`~protein_performer.errors.DataError` naming the path, what is
+there and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from protein_performer.atomic import check_output_file as _check_writable_file
+from protein_performer.errors import DataError
+
+FASTA_SUFFIXES = frozenset(
+    [
+        ".fasta",
+        ".fa",
+        ".faa",
+        ".fas",
+        ".fna",
+        ".ffn",
+        ".frn",
+        ".fsa",
+        ".mpfa",
+        ".pep",
+        ".seq",
+        ".aln",
+        ".a2m",
+        ".a3m",
+        ".sto",
+    ]
+)
+CHECKPOINT_SUFFIXES = frozenset([".ckpt", ".pt", ".pth", ".safetensors"])
+COMPRESSION_SUFFIXES = (".gz", ".bgz", ".bz2", ".xz", ".zst", ".zip")
+
+
+def input_like_name(path: str | os.PathLike) -> str | None:
+    """``"a FASTA file"`` / ``"a checkpoint"`` / ``"a compressed file"`` when the name says the
+    path holds input data, else None."""
+    name = Path(path).name.lower()
+    compressed = False
+    for c in COMPRESSION_SUFFIXES:
+        if name.endswith(c):
+            name, compressed = name[: -len(c)], True
+            break
+    suffix = Path(name).suffix
+    if suffix in FASTA_SUFFIXES:
+        return "a FASTA file"
+    if suffix in CHECKPOINT_SUFFIXES:
+        return "a checkpoint"
+    return "a compressed file" if compressed else None
+
+
+def describe_existing(path: Path) -> str:
+    """What is at ``path``, for an error message (``an existing file (12,345 bytes)``)."""
+    if path.is_symlink():
+        return f"a symbolic link to {os.readlink(path)}"
+    if path.is_dir():
+        names = sorted(p.name for p in path.iterdir())
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        return f"an existing directory holding {len(names):,} {'entry' if len(names) == 1 else 'entries'} ({shown})"
+    if path.is_file():
+        return f"an existing file ({path.stat().st_size:,} bytes)"
+    return "an existing special file"
+
+
+def entries(path: Path) -> set[str]:
+    return {p.name for p in path.iterdir()}
+
+
+def check_output_dir(
+    path: str | os.PathLike,
+    key: str,
+    *,
+    overwrite: bool = False,
+    is_ours: Callable[[Path], bool] | None = None,
+    what: str = "output directory",
+    overwrite_hint: str = "--overwrite",
+) -> Path:
+    """Check that ``path`` may become an output directory that replaces what is there.
+
+    Returns the path. Passes when nothing is there, an empty directory is there, or (with
+    ``overwrite``) a directory that ``is_ours`` recognises. Raises a one-line DataError before
+    any work otherwise; nothing is created or removed here.
+    """
+    p = Path(path)
+    kind = input_like_name(p)
+    if kind is not None:
+        raise DataError(
+            f"{key}: the name looks like {kind}, not the {what} (arguments in the wrong order, "
+            "or the output forgotten?); nothing was written",
+            path=p,
+        )
+    if not (p.exists() or p.is_symlink()):
+        return p
+    if p.is_symlink() or not p.is_dir():
+        raise DataError(
+            f"{key}: {describe_existing(p)} is in the way; the {what} never replaces it "
+            "(choose another name)",
+            path=p,
+        )
+    if not any(p.iterdir()):
+        return p
+    ours = is_ours is not None and is_ours(p)
+    if not ours:
+        raise DataError(
+            f"{key}: {describe_existing(p)}, not (only) what protein-performer wrote; "
+            f"it is never replaced (choose a new {what})",
+            path=p,
+        )
+    if not overwrite:
+        raise DataError(f"{key}: {what} exists (use {overwrite_hint} to replace it)", path=p)
+    return p
+
+
+def check_output_file(
+    path: str | os.PathLike,
+    key: str,
+    *,
+    overwrite: bool = False,
+    is_ours: Callable[[Path], bool] | None = None,
+    allow_input_name: bool = False,
+    what: str = "output file",
+    overwrite_hint: str = "--overwrite",
+) -> Path:
+    """Check that ``path`` may be written (atomically) as an output file.
+
+    Refused: a directory, an input-like name (unless ``allow_input_name``: the output *is* a
+    FASTA), an existing file without ``overwrite``, or one that ``is_ours`` does not recognise.
+    The folder is created and a temporary file tried there, so a run does not fail at its end.
+    """
+    p = Path(path)
+    if not allow_input_name:
+        kind = input_like_name(p)
+        if kind is not None:
+            raise DataError(
+                f"{key}: the name looks like {kind}, not the {what}; nothing was written", path=p
+            )
+    if p.is_symlink() or (p.exists() and not p.is_file()):
+        raise DataError(
+            f"{key}: {describe_existing(p)} is in the way; expected a file name", path=p
+        )
+    if p.exists():
+        if not overwrite:
+            raise DataError(f"{key}: file exists (use {overwrite_hint} to replace it)", path=p)
+        if is_ours is not None and not is_ours(p):
+            raise DataError(
+                f"{key}: {describe_existing(p)} that is not a {what} of protein-performer; "
+                "it is never replaced (choose another name)",
+                path=p,
+            )
+    return _check_writable_file(p, key)
+
+
+def json_with_keys(keys: Iterable[str]) -> Callable[[Path], bool]:
+    """``is_ours`` for JSON outputs: the file is a JSON object holding all of ``keys``."""
+    wanted = set(keys)
+
+    def check(path: Path) -> bool:
+        try:
+            if path.stat().st_size > 64 << 20:
+                return False
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return False
+        return isinstance(obj, dict) and wanted <= set(obj)
+
+    return check
+
+
+__all__ = [
+    "check_output_dir",
+    "check_output_file",
+    "describe_existing",
+    "input_like_name",
+    "json_with_keys",
+]

@@ -1,0 +1,85 @@
+"""Ctrl-C (SIGINT) and SIGTERM while training: finish the step, save, stop cleanly.
+
+The first signal asks the run to stop after the current optimizer step: the final
+``checkpoints/last.ckpt`` and ``summary.json`` are written as for any run (marked interrupted)
+and the CLI prints how to resume. A second signal aborts at once (``KeyboardInterrupt``), as a
+user pressing Ctrl-C twice expects. Under DDP every rank stops at the same step (the request is
+reduced across ranks). Signals that arrive before the first step (data loading) abort at once:
+there is nothing to save yet.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Any
+
+import pytorch_lightning as pl
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class GracefulInterrupt(pl.Callback):
+    """Turns SIGINT/SIGTERM during ``fit`` into ``trainer.should_stop`` after the current step."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self.aborted = False
+        self.stopped_at: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.received is not None:
+            self.aborted = True
+            self.restore()
+            raise KeyboardInterrupt
+        self.received = name
+        print(
+            f"\n{name} received: stopping after this step and saving checkpoints/last.ckpt "
+            "(press Ctrl-C again to abort without saving)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread() or self._previous:
+            return
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    def _stop_requested(self, trainer: pl.Trainer) -> bool:
+        flag = self.received is not None
+        if trainer.world_size > 1:  # every rank must stop at the same step
+            flag = bool(trainer.strategy.reduce_boolean_decision(flag, all=False))
+        return flag
+
+    # Lightning installs its own SIGTERM handler when fit starts; ours goes on top of it then.
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.install()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        if self.stopped_at is None and self._stop_requested(trainer):
+            self.stopped_at = trainer.global_step
+            trainer.should_stop = True
+            # Lightning validates when a run stops early; an interrupted run should not wait
+            trainer.limit_val_batches = 0
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.restore()
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self.restore()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.restore()

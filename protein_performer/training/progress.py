@@ -1,0 +1,112 @@
+"""Training progress: one bar over the run's optimizer steps (not per epoch), with the total
+and an ETA, on stderr and only on a terminal; a redirected log gets a line every
+``log_every_s`` seconds instead of redraws."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks.progress import ProgressBar
+
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+class StepProgressBar(ProgressBar):
+    """``train 1,200/6,000 [..] loss=2.91 val_ppl=14.2`` (the total survives a resume)."""
+
+    def __init__(self, log_every_s: float = 30.0, stream: Any = None) -> None:
+        super().__init__()
+        self._enabled = True
+        self.log_every_s = log_every_s
+        self.stream = stream
+        self._bar: Any = None
+        self._t0 = 0.0
+        self._step0 = 0
+        self._last_line = 0.0
+
+    # the ProgressBar interface Lightning expects
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    @property
+    def _out(self) -> Any:
+        return self.stream if self.stream is not None else sys.stderr
+
+    def _metrics(self, trainer: pl.Trainer) -> dict[str, str]:
+        m = trainer.callback_metrics
+        out = {}
+        for key, name in (("train/loss", "loss"), ("val/perplexity", "val_ppl")):
+            if key in m:
+                out[name] = f"{float(m[key]):.3f}"
+        return out
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not (self._enabled and trainer.is_global_zero):
+            return
+        self._t0 = self._last_line = time.monotonic()
+        self._step0 = trainer.global_step
+        isatty = getattr(self._out, "isatty", None)
+        if isatty is not None and isatty():
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(
+                total=trainer.max_steps,
+                initial=trainer.global_step,
+                desc="train",
+                unit="step",
+                file=self._out,
+                dynamic_ncols=True,
+                leave=True,
+            )
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        if not (self._enabled and trainer.is_global_zero):
+            return
+        step, total = trainer.global_step, trainer.max_steps
+        if self._bar is not None:
+            self._bar.update(step - self._bar.n)
+            self._bar.set_postfix(self._metrics(trainer), refresh=False)
+            return
+        now = time.monotonic()
+        if now - self._last_line < self.log_every_s and step < total:
+            return
+        self._last_line = now
+        done = step - self._step0
+        rate = done / (now - self._t0) if now > self._t0 else 0.0
+        eta = f", ETA {_fmt_duration((total - step) / rate)}" if rate > 0 and total > 0 else ""
+        metrics = "".join(f" {k} {v}" for k, v in self._metrics(trainer).items())
+        pct = f" ({100 * step / total:.0f}%)" if total > 0 else ""
+        print(
+            f"step {step:,}/{total:,}{pct}{metrics} · {rate * 60:,.0f} steps/min{eta}",
+            file=self._out,
+            flush=True,
+        )
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self.on_train_end(trainer, pl_module)

@@ -1,0 +1,190 @@
+"""No command replaces what a user owns: output paths are checked before any work
+(``protein_performer.outputs``), for every command that writes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from protein_performer.cli import main
+from protein_performer.config import EvalConfig, run_hydra
+from protein_performer.errors import DataError
+from protein_performer.outputs import check_output_dir, check_output_file, input_like_name
+from protein_performer.training.run import evaluate, train
+from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
+
+
+@pytest.fixture
+def tiny_fasta(tmp_path: Path) -> Path:
+    return write_fasta(tmp_path / "tiny.fasta")
+
+
+FASTA = b">sp|P1|A_HUMAN a\nMKVLAAGICW\n>sp|P2|B_HUMAN b\nACDEWMKKLV\n"
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([*argv, "--no-progress"] if argv[0] == "data" else list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line_error(code: int, err: str, *needles: str) -> None:
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in err, (n, err)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("x.fasta", "a FASTA file"),
+        ("x.FA.GZ", "a FASTA file"),
+        ("x.faa.bz2", "a FASTA file"),
+        ("uniref50.fasta.xz", "a FASTA file"),
+        ("model.ckpt", "a checkpoint"),
+        ("x.tar.gz", "a compressed file"),
+        ("shards", None),
+        ("run.v2", None),
+    ],
+)
+def test_input_like_names(name, kind):
+    assert input_like_name(name) == kind
+
+
+def test_preprocess_never_replaces_a_fasta_given_as_outdir(tmp_path, capsys):
+    src, other = tmp_path / "in.fasta", tmp_path / "other.fasta"
+    src.write_bytes(FASTA)
+    other.write_bytes(FASTA + b">sp|P3|C_HUMAN c\nMMMM\n")
+    kept = other.read_bytes()
+    for extra in ([], ["--overwrite"]):
+        code, _, err = _cli(capsys, "data", "preprocess", str(src), str(other), *extra)
+        _one_line_error(code, err, str(other), "looks like a FASTA file", "wrong order")
+        assert other.read_bytes() == kept
+    # the arguments swapped: the input is named as OUTDIR, refused before anything is read
+    code, _, err = _cli(capsys, "data", "preprocess", str(tmp_path / "shards"), str(src))
+    _one_line_error(code, err, f"error: {src}: OUTDIR", "looks like a FASTA file")
+    assert src.read_bytes() == FASTA and not (tmp_path / "shards").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fasta", "other.fasta"]
+
+
+def test_preprocess_overwrite_replaces_only_its_own_shard_directory(tmp_path, capsys):
+    src = tmp_path / "in.fasta"
+    src.write_bytes(FASTA)
+    plain = tmp_path / "notes"  # an existing file without a FASTA name
+    plain.write_text("mine")
+    code, _, err = _cli(capsys, "data", "preprocess", str(src), str(plain), "--overwrite")
+    _one_line_error(code, err, "an existing file (4 bytes) is in the way")
+    assert plain.read_text() == "mine"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.txt").write_text("mine")
+    code, _, err = _cli(capsys, "data", "preprocess", str(src), str(home), "--overwrite")
+    _one_line_error(code, err, "thesis.txt", "never replaced")
+    assert (home / "thesis.txt").read_text() == "mine"
+    # an empty directory is used; a shard directory is replaced only with --overwrite
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _cli(capsys, "data", "preprocess", str(src), str(empty))[0] == 0
+    assert (empty / "manifest.json").is_file()
+    code, _, err = _cli(capsys, "data", "preprocess", str(src), str(empty))
+    _one_line_error(code, err, "shard directory exists (use --overwrite to replace it)")
+    assert _cli(capsys, "data", "preprocess", str(src), str(empty), "--overwrite")[0] == 0
+    # a shard directory a user added a file to is theirs now
+    (empty / "README.txt").write_text("my notes")
+    code, _, err = _cli(capsys, "data", "preprocess", str(src), str(empty), "--overwrite")
+    _one_line_error(code, err, "README.txt", "never replaced")
+    assert (empty / "README.txt").read_text() == "my notes"
+    # a link to a shard directory is not replaced (the link would be lost, not the target)
+    shards = tmp_path / "shards"
+    assert _cli(capsys, "data", "preprocess", str(src), str(shards))[0] == 0
+    link = tmp_path / "link"
+    link.symlink_to(shards)
+    code, _, err = _cli(capsys, "data", "preprocess", str(src), str(link), "--overwrite")
+    _one_line_error(code, err, "symbolic link")
+    assert link.is_symlink() and (shards / "manifest.json").is_file()
+
+
+def test_file_outputs_of_data_commands(tmp_path, capsys):
+    src = tmp_path / "in.fasta"
+    src.write_bytes(FASTA)
+    # stats -o: never onto a FASTA; an existing file needs --overwrite and must be stats JSON
+    code, _, err = _cli(capsys, "data", "stats", str(src), "-o", str(tmp_path / "x.fa.gz"))
+    _one_line_error(code, err, "looks like a FASTA file")
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"my": "data"}')
+    for extra in ([], ["--overwrite"]):
+        code, _, err = _cli(capsys, "data", "stats", str(src), "-o", str(mine), *extra)
+        _one_line_error(code, err, str(mine))
+        assert mine.read_text() == '{"my": "data"}'
+    stats = tmp_path / "stats.json"
+    assert _cli(capsys, "data", "stats", str(src), "-o", str(stats))[0] == 0
+    code, _, err = _cli(capsys, "data", "stats", str(src), "-o", str(stats))
+    _one_line_error(code, err, "file exists (use --overwrite to replace it)")
+    assert _cli(capsys, "data", "stats", str(src), "-o", str(stats), "--overwrite")[0] == 0
+    # simulate: --overwrite replaces a simulated file, never a user's FASTA
+    sim = ["--families", "2", "--min-members", "2", "--max-members", "2"]
+    code, _, err = _cli(capsys, "data", "simulate", str(src), *sim, "--overwrite")
+    _one_line_error(code, err, "not a simulated FASTA file of protein-performer")
+    assert src.read_bytes() == FASTA
+    out = tmp_path / "sim.fa.gz"
+    assert _cli(capsys, "data", "simulate", str(out), *sim)[0] == 0
+    code, _, err = _cli(capsys, "data", "simulate", str(out), *sim)
+    _one_line_error(code, err, "file exists")
+    assert _cli(capsys, "data", "simulate", str(out), *sim, "--seed", "3", "--overwrite")[0] == 0
+    assert gzip.decompress(out.read_bytes()).startswith(b">UniRef50_SIMF")
+    # download: checked before any connection (this URL would fail otherwise)
+    url = "http://127.0.0.1:9/uniref50.fasta.gz"
+    code, _, err = _cli(capsys, "data", "download", "uniref50", str(src), "--url", url)
+    _one_line_error(code, err, "file exists (use --overwrite to replace it)")
+    code, _, err = _cli(capsys, "data", "download", "uniref50", str(tmp_path), "--url", url)
+    _one_line_error(code, err, "is in the way")
+
+
+def test_evaluate_output_is_checked_before_work(tiny_fasta, tmp_path):
+    ckpt = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "run").last_checkpoint
+    cfg = {"checkpoint": ckpt, "fasta": str(tiny_fasta)}
+    with pytest.raises(DataError, match="looks like a FASTA file"):
+        evaluate(EvalConfig(**cfg, output=str(tmp_path / "result.fasta")))
+    mine = tmp_path / "notes.json"
+    mine.write_text("[1, 2]")
+    for overwrite in (False, True):
+        with pytest.raises(DataError, match=r"notes\.json: output"):
+            evaluate(EvalConfig(**cfg, output=str(mine), overwrite=overwrite))
+    assert mine.read_text() == "[1, 2]"
+    out = tmp_path / "eval.json"
+    evaluate(EvalConfig(**cfg, output=str(out)))
+    with pytest.raises(DataError, match=r"file exists \(use overwrite=true to replace it\)"):
+        evaluate(EvalConfig(**cfg, output=str(out)))
+    evaluate(EvalConfig(**cfg, output=str(out), overwrite=True, seed=1))
+    assert json.loads(out.read_text())["seed"] == 1
+
+
+def test_train_never_writes_into_a_users_directory_or_file(tiny_fasta, tmp_path, capsys):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("my own config")
+    (home / "data.csv").write_text("1,2")
+    with pytest.raises(DataError, match=r"holds files that are not a protein-performer run"):
+        run_hydra("train", tiny_overrides(tiny_fasta, home))
+    assert (home / "config.yaml").read_text() == "my own config"
+    assert sorted(p.name for p in home.iterdir()) == ["config.yaml", "data.csv"]
+    with pytest.raises(DataError, match="looks like a FASTA file"):
+        run_hydra("train", tiny_overrides(tiny_fasta, tmp_path / "run.fasta"))
+    assert not (tmp_path / "run.fasta").exists()
+
+
+def test_check_output_dir_and_file_directly(tmp_path):
+    assert check_output_dir(tmp_path / "new", "k") == tmp_path / "new"
+    assert not (tmp_path / "new").exists()  # a check creates nothing
+    f = tmp_path / "f.txt"
+    f.write_text("x")
+    with pytest.raises(DataError, match="is in the way"):
+        check_output_dir(f, "k", overwrite=True, is_ours=lambda _: True)
+    with pytest.raises(DataError, match="is in the way; expected a file name"):
+        check_output_file(tmp_path, "k", overwrite=True)
+    assert check_output_file(f, "k", overwrite=True) == f and f.read_text() == "x"
+    assert not any(p.name.endswith(".tmp") for p in Path(tmp_path).iterdir())

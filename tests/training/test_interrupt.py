@@ -1,0 +1,172 @@
+"""Ctrl-C / SIGTERM while training: the step finishes, last.ckpt and summary.json are written,
+the run resumes in its own directory with one metrics.csv; time-based checkpoints."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from protein_performer.training.run import train
+from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
+
+
+class SignalAt(pl.Callback):
+    """Sends ``signum`` to this process (``times`` times) while step ``step`` runs."""
+
+    def __init__(self, step: int, signum: int = signal.SIGINT, times: int = 1) -> None:
+        self.step, self.signum, self.times = step, signum, times
+
+    def on_train_batch_start(self, trainer, pl_module, batch, idx) -> None:
+        if trainer.global_step == self.step - 1:
+            for _ in range(self.times):
+                os.kill(os.getpid(), self.signum)
+
+
+def _train_steps(run_dir: Path) -> list[int]:
+    with open(run_dir / "metrics.csv") as f:
+        return [int(r["step"]) for r in csv.DictReader(f) if r.get("train/loss")]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_after_the_step_with_checkpoint_and_summary(tiny_fasta, tmp_path, signum):
+    before = signal.getsignal(signum)
+    cfg = tiny_config(tiny_fasta, max_steps=40, val_check_interval=2)
+    run_dir = tmp_path / "run"
+    result = train(cfg, run_dir, callbacks=[SignalAt(5, signum)])
+    name = signal.Signals(signum).name
+    assert result.interrupted and result.stopped_by == name and result.steps == 5
+    assert "interrupted" in result.format() and "5 of 40 steps" in result.format()
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    assert ckpt["global_step"] == 5  # the state after the step that was running
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["stopped_by"] == name
+    assert summary["steps"] == 5 and summary["max_steps"] == 40
+    assert summary["val_step"] == 4  # no validation was run for the interruption
+    assert signal.getsignal(signum) == before  # handlers restored after the run
+
+    # resuming continues in the same directory: one metrics.csv, every step once
+    cfg.ckpt_path = str(run_dir / "checkpoints" / "last.ckpt")
+    cfg.trainer.max_steps = 9
+    resumed = train(cfg, run_dir)
+    assert not resumed.interrupted and resumed.steps == 9 and resumed.resumed_from_step == 5
+    assert _train_steps(run_dir) == list(range(9))
+    assert sorted(p.name for p in run_dir.glob("metrics*.csv")) == ["metrics.csv"]
+
+
+def test_a_second_signal_aborts_at_once(tiny_fasta, tmp_path):
+    before = signal.getsignal(signal.SIGINT)
+    cfg = tiny_config(tiny_fasta, max_steps=40)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "run", callbacks=[SignalAt(3, times=2)])
+    assert signal.getsignal(signal.SIGINT) == before
+
+
+class LastCkptStep(pl.Callback):
+    """Records the global step stored in last.ckpt at each step (None: no file yet)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.seen = path, []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, idx) -> None:
+        if self.path.is_file():
+            ckpt = torch.load(self.path, weights_only=True, map_location="cpu")
+            self.seen.append(ckpt["global_step"])
+        else:
+            self.seen.append(None)
+
+
+@pytest.mark.parametrize("minutes", [1e-6, None])
+def test_time_based_checkpoints_do_not_wait_for_validation(tiny_fasta, tmp_path, minutes):
+    run_dir = tmp_path / "run"
+    cfg = tiny_config(tiny_fasta, max_steps=5, val_check_interval=100)
+    cfg.trainer.checkpoint_every_minutes = minutes
+    probe = LastCkptStep(run_dir / "checkpoints" / "last.ckpt")
+    train(cfg, run_dir, callbacks=[probe])
+    if minutes:
+        assert probe.seen == [None, 1, 2, 3, 4]  # saved after every step (interval elapsed)
+    else:
+        assert probe.seen == [None] * 5  # only at the end
+
+
+def test_resuming_after_a_crash_drops_the_rows_of_redone_steps(tmp_path):
+    fasta = write_fasta(tmp_path / "t.fasta", n=40)
+    run_dir = tmp_path / "run"
+    cfg = tiny_config(fasta, max_steps=6, val_check_interval=3)
+    first = train(cfg, run_dir)
+    assert first.steps == 6 and _train_steps(run_dir) == list(range(6))
+    # the run "died" after step 3's checkpoint: steps 3..5 are redone from it
+    snap = run_dir / "checkpoints" / "snap.ckpt"
+    cfg3 = tiny_config(fasta, max_steps=3, val_check_interval=3)
+    train(cfg3, tmp_path / "other")
+    os.replace(tmp_path / "other" / "checkpoints" / "last.ckpt", snap)
+    cfg.ckpt_path = str(snap)
+    train(cfg, run_dir)
+    assert _train_steps(run_dir) == list(range(6))
+
+
+def test_a_run_directory_with_a_run_is_only_continued_by_resuming(tiny_fasta, tmp_path):
+    from protein_performer.errors import DataError
+
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_fasta, max_steps=2), run_dir)
+    before = (run_dir / "checkpoints" / "last.ckpt").read_bytes()
+    with pytest.raises(DataError, match=r"already holds a run .*continue it with ckpt_path="):
+        train(tiny_config(tiny_fasta, max_steps=2), run_dir)
+    other = tmp_path / "other"
+    train(tiny_config(tiny_fasta, max_steps=2), other)
+    cfg = tiny_config(tiny_fasta, max_steps=3)
+    cfg.ckpt_path = str(other / "checkpoints" / "last.ckpt")  # another run's checkpoint
+    with pytest.raises(DataError, match="already holds a run"):
+        train(cfg, run_dir)
+    assert (run_dir / "checkpoints" / "last.ckpt").read_bytes() == before
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "protein_performer.cli", *args]
+
+
+def test_ctrl_c_on_the_command_line_saves_and_prints_how_to_resume(tmp_path):
+    fasta = write_fasta(tmp_path / "t.fasta", n=60)
+    run_dir = tmp_path / "run"
+    argv = [o for o in tiny_overrides(fasta, run_dir) if not o.startswith("trainer.max_steps")]
+    argv += ["trainer.max_steps=100000", "trainer.val_check_interval=100000"]
+    argv += ["trainer.checkpoint_every_minutes=0.0001"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        _cli("train", *argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    last = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 120
+    while not last.is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "training interrupted" in out and "stopped by SIGINT" in out
+    assert "Traceback" not in err and "resume with:" in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    steps = summary["steps"]
+    assert summary["interrupted"] and 0 < steps < 100000
+    assert torch.load(last, weights_only=True)["global_step"] == steps
+    # the printed command resumes in the same run directory (here with a near total)
+    command = shlex.split(err.split("resume with:")[1].strip().splitlines()[0])
+    assert command[:2] == ["protein-performer", "train"]
+    command = [w for w in command[2:] if not w.startswith("trainer.max_steps")]
+    command.append(f"trainer.max_steps={steps + 3}")
+    r = subprocess.run(_cli("train", *command), capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"resuming in {run_dir}" in r.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == steps + 3 and summary["resumed_from_step"] == steps
+    assert sorted(p.name for p in run_dir.iterdir() if p.suffix == ".csv") == ["metrics.csv"]
