@@ -15,7 +15,7 @@ from typing import Any
 
 from protein_performer import __version__
 from protein_performer.atomic import write_text_atomic
-from protein_performer.errors import ConfigError, ProteinPerformerError
+from protein_performer.errors import ConfigError, DataError, ProteinPerformerError
 from protein_performer.outputs import check_output_file, json_with_keys
 
 EXIT_USAGE = 2
@@ -33,6 +33,13 @@ def _print_json(obj: Any, out: str | None) -> None:
         print(text)
 
 
+# option names in data error messages -> preprocess's flags
+PREPROCESS_OPTIONS = {
+    "invalid=skip": "--invalid skip",
+    "invalid=replace": "--invalid replace",
+    "allow_nucleotide=true": "--allow-nucleotide",
+    "strip_gaps": "--strip-gaps",
+}
 STATS_JSON_KEYS = ("files", "records", "residues", "composition")
 
 
@@ -86,6 +93,12 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         "invalid characters (records): "
         + (", ".join(f"{c!r}: {n}" for c, n in inv.items()) if inv else "none")
     )
+    nuc = stats["nucleotide_like_records"]
+    if nuc:
+        print(
+            f"nucleotide-like records: {nuc:,} of {stats['records']:,} "
+            "(>= 90% A/C/G/T/U/N: this looks like DNA/RNA, not protein)"
+        )
     print(f"header kinds: {stats['header_kinds']}")
     dup = stats["duplicate_ids"]
     print(
@@ -123,7 +136,11 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
             policy=args.invalid,
             overwrite=args.overwrite,
             progress=not args.no_progress,
+            strip_gaps=args.strip_gaps,
+            allow_nucleotide=args.allow_nucleotide,
         )
+    except DataError as e:
+        raise e.with_options(PREPROCESS_OPTIONS) from None
     except ValueError as e:
         if isinstance(e, ProteinPerformerError):
             raise
@@ -278,7 +295,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--invalid",
         choices=["error", "skip", "replace"],
         default="error",
-        help="records with non-residue characters: fail, drop, or map them to X",
+        help="records with non-residue characters: fail, drop, or map them to X (default: error)",
+    )
+    p.add_argument(
+        "--strip-gaps",
+        action="store_true",
+        help="remove alignment gaps (-, .) instead of treating them as invalid characters",
+    )
+    p.add_argument(
+        "--allow-nucleotide",
+        action="store_true",
+        help="accept records that look like DNA/RNA (refused by default)",
     )
     p.add_argument(
         "--overwrite",

@@ -50,6 +50,8 @@ class DataConfig:
     seed: int = 0
     num_workers: int = 0
     invalid: str = "error"
+    strip_gaps: bool = False  # remove alignment gaps (-, .) instead of treating them as invalid
+    allow_nucleotide: bool = False  # read records that look like DNA/RNA (an error otherwise)
     max_records: int | None = None
     val_max_records: int | None = None
 
@@ -132,7 +134,10 @@ class EvalConfig:
     mask_prob: float | None = None
     toks_per_batch: int = 16384
     seed: int = 0
+    crop: str = "random"
     invalid: str = "error"
+    strip_gaps: bool = False
+    allow_nucleotide: bool = False
     max_records: int | None = None
     device: str = "auto"
     output: str | None = None
@@ -220,6 +225,7 @@ def validate_eval_config(cfg: EvalConfig) -> None:
     if cfg.mode is not None:
         _choice("mode", cfg.mode, DATA_MODES)
     _choice("invalid", cfg.invalid, INVALID_POLICIES)
+    _choice("crop", cfg.crop, ("random", "sliding"))
     _choice("device", cfg.device, ("auto", "cpu", "cuda"))
     _positive("toks_per_batch", cfg.toks_per_batch)
     if cfg.max_length is not None:

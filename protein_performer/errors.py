@@ -24,6 +24,20 @@ class DataError(ProteinPerformerError, ValueError):
         self.record_id = record_id
         super().__init__(self._format())
 
+    def with_options(self, names: dict[str, str]) -> DataError:
+        """The same error with option names of the message (``invalid=``) renamed to the
+        keys of the command at hand (``data.invalid=``, ``--invalid ``)."""
+        import re
+
+        problem = self.problem
+        for old, new in names.items():
+            problem = re.sub(rf"(?<![\w.-]){re.escape(old)}", new, problem)
+        err = type(self).__new__(type(self))
+        DataError.__init__(
+            err, problem, path=self.path, record=self.record, record_id=self.record_id
+        )
+        return err
+
     def _format(self) -> str:
         parts = []
         if self.path is not None:

@@ -49,6 +49,10 @@ class InvalidPolicy(str, enum.Enum):
             ) from None
 
 
+# Each command replaces this placeholder with its own key (data.invalid=, invalid=, --invalid).
+INVALID_HINT = "invalid=skip drops such records, invalid=replace maps the character to X"
+
+
 class InvalidResidueError(DataError):
     """A sequence holds a character that is not a residue letter."""
 
@@ -149,14 +153,18 @@ class Alphabet:
         path: object | None = None,
         record: int | None = None,
         record_id: str | None = None,
+        strip_gaps: bool = False,
     ) -> CleanResult:
         """Validate and encode one raw sequence to ``uint8`` residue ids (no specials).
 
-        Raises :class:`InvalidResidueError` (policy ``error``) naming the file, record,
-        1-based position and character of the first invalid residue.
+        ``strip_gaps`` removes alignment gaps (``-`` and ``.``) first, so aligned FASTA reads
+        as its unaligned sequences. Raises :class:`InvalidResidueError` (policy ``error``)
+        naming the file, record, 1-based position and character of the first invalid residue.
         """
         policy = InvalidPolicy.parse(policy)
         sequence = "".join(sequence.split()) if not sequence.isalnum() else sequence
+        if strip_gaps:
+            sequence = sequence.replace("-", "").replace(".", "")
         if sequence.endswith("*"):
             sequence = sequence[:-1]
         if sequence.isascii():
@@ -175,9 +183,9 @@ class Alphabet:
         if policy is InvalidPolicy.ERROR:
             p = int(bad_pos[0])
             ch = chr(int(codes[p]))
+            gap = " (an alignment gap: strip_gaps removes them)" if ch in "-." else ""
             raise InvalidResidueError(
-                f"invalid residue {ch!r} at position {p + 1} "
-                f"(policy 'error'; use 'skip' or 'replace' to continue)",
+                f"invalid residue {ch!r} at position {p + 1}{gap}; {INVALID_HINT}",
                 path=path,
                 record=record,
                 record_id=record_id,

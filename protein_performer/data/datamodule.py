@@ -32,13 +32,14 @@ from protein_performer.data.datasets import ConcatWindowDataset, CropDataset, Ep
 from protein_performer.data.fasta import load_fasta_source
 from protein_performer.data.masking import OBJECTIVES, make_collator
 from protein_performer.data.shards import ShardSource
-from protein_performer.data.sources import FlatSource
+from protein_performer.data.sources import FlatSource, split_long_records
 from protein_performer.data.splits import parse_fractions
 from protein_performer.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 MODES = ("crop", "concat")
+CROPS = ("random", "sliding")
 DEFAULT_MAX_LENGTH = {"crop": 1024, "concat": 8192}
 SPLIT_NAMES = ("train", "val", "test")
 _STAGE_SPLITS: dict[str | None, tuple[str, ...]] = {
@@ -115,6 +116,11 @@ class ProteinDataModule(pl.LightningDataModule):
         seed: seed of crops, concat order, batch shuffling and masks.
         num_workers, persistent_workers, pin_memory: DataLoader settings.
         invalid: invalid residue policy for FASTA (``error``/``skip``/``replace``).
+        strip_gaps: remove alignment gaps (``-``, ``.``) from FASTA sequences first.
+        allow_nucleotide: read records that look like DNA/RNA (an error by default).
+        crop: crop mode's treatment of proteins longer than ``max_length``: ``random`` (one
+            seeded window each) or ``sliding`` (cut into consecutive windows: every residue
+            is in exactly one item).
         max_records: read at most this many FASTA records for training (before the hash
             split, so it also bounds val/test of a hash split); also caps shard/source train
             sets.
@@ -150,6 +156,9 @@ class ProteinDataModule(pl.LightningDataModule):
         val_max_records: int | None = None,
         progress: bool = False,
         alphabet: Alphabet | None = None,
+        strip_gaps: bool = False,
+        allow_nucleotide: bool = False,
+        crop: str = "random",
     ) -> None:
         super().__init__()
         self.files = _paths("files", files)
@@ -195,6 +204,11 @@ class ProteinDataModule(pl.LightningDataModule):
         self.persistent_workers = bool(persistent_workers)
         self.pin_memory = bool(pin_memory)
         self.invalid = _choice("invalid", invalid, [p.value for p in InvalidPolicy])
+        self.strip_gaps = bool(strip_gaps)
+        self.crop = _choice("crop", crop, CROPS)
+        # split -> (records, items, records cut) when crop="sliding" cut long records
+        self.windows: dict[str, tuple[int, int]] = {}
+        self.allow_nucleotide = bool(allow_nucleotide)
         self.max_records = _int("max_records", max_records, 1, optional=True)
         self.val_max_records = _int("val_max_records", val_max_records, 1, optional=True)
         self.progress = bool(progress)
@@ -248,6 +262,8 @@ class ProteinDataModule(pl.LightningDataModule):
             max_records=cap,
             alphabet=self.alphabet,
             progress=self.progress,
+            strip_gaps=self.strip_gaps,
+            allow_nucleotide=self.allow_nucleotide,
         )
         changes = source.encode_counts.changes() if source.encode_counts else None
         if changes and tuple(paths) not in self._reported:  # each split rereads the files
@@ -257,6 +273,11 @@ class ProteinDataModule(pl.LightningDataModule):
 
     def _make_dataset(self, source: FlatSource, split: str) -> EpochDataset:
         train = split == "train"
+        if self.mode == "crop" and self.crop == "sliding":
+            n_records = len(source)
+            n_long = int((source.lengths > self.max_length - 2).sum())
+            source = split_long_records(source, self.max_length - 2)
+            self.windows[split] = (n_records, len(source), n_long)
         if self.mode == "crop":
             ds: EpochDataset = CropDataset(source, self.max_length, seed=self.seed, train=train)
             log.info(

@@ -132,6 +132,8 @@ def preprocess(
     alphabet: Alphabet | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    strip_gaps: bool = False,
+    allow_nucleotide: bool = False,
 ) -> dict[str, Any]:
     """Tokenize FASTA file(s) into per-split shards under ``outdir``; return the manifest.
 
@@ -175,7 +177,15 @@ def preprocess(
             for reader, fixed_split in readers:
                 kept_before = counts.records_kept
                 last = 0
-                for rec, ids in iter_encoded(reader, alphabet, policy, counts):
+                encoded = iter_encoded(
+                    reader,
+                    alphabet,
+                    policy,
+                    counts,
+                    strip_gaps=strip_gaps,
+                    allow_nucleotide=allow_nucleotide,
+                )
+                for rec, ids in encoded:
                     split = fixed_split or assigner(rec.header.split_key)
                     writers[split].add(rec.id, ids)  # type: ignore[arg-type]
                     dups.add(rec.id)
@@ -214,6 +224,8 @@ def preprocess(
                 "key": None if explicit else "UniRef cluster id, else UniProt accession, else id",
             },
             "invalid_policy": policy.value,
+            "strip_gaps": strip_gaps,
+            "allow_nucleotide": allow_nucleotide,
             "counts": counts.to_dict(),
             "duplicate_ids": dups.result(),
             "splits": {},

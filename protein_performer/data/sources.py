@@ -7,6 +7,7 @@ offsets, in memory (from FASTA) or memory-mapped (from preprocessed shards): rec
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -96,3 +97,24 @@ class FlatSource:
         """Build an in-memory source from residue strings (invalid letters raise)."""
         alphabet = alphabet or default_alphabet()
         return cls.from_arrays([alphabet.encode(s) for s in sequences], ids, alphabet)
+
+
+def split_long_records(source: FlatSource, max_residues: int) -> FlatSource:
+    """Each record longer than ``max_residues`` cut into the fewest near-equal consecutive
+    pieces that fit (ids ``ID[start-end]``, 1-based, inclusive), so that a cropping dataset
+    sees every residue exactly once. Shorter records are kept as they are."""
+    if max_residues < 1:
+        raise ValueError(f"max_residues must be >= 1, got {max_residues}")
+    pieces: list[np.ndarray] = []
+    ids: list[str] = []
+    for i in range(len(source)):
+        seq = source[i]
+        n = len(seq)
+        k = max(1, -(-n // max_residues))
+        bounds = np.linspace(0, n, k + 1).round().astype(int)
+        for a, b in itertools.pairwise(bounds.tolist()):
+            pieces.append(seq[a:b])
+            ids.append(source.record_id(i) if k == 1 else f"{source.record_id(i)}[{a + 1}-{b}]")
+    out = FlatSource.from_arrays(pieces, ids, source.alphabet)
+    out.encode_counts = getattr(source, "encode_counts", None)
+    return out

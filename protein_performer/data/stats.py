@@ -113,11 +113,19 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
 
     Returns a JSON-ready dict: files (path, compression, sha256, bytes), records, residues,
     lengths (min/max/mean/percentiles), composition (letter → count, uppercase), invalid
-    characters (char → records containing it), lowercase records, header kinds, duplicates.
+    characters (char → records containing it), lowercase records, nucleotide-like records
+    (DNA/RNA given as protein), header kinds, duplicates.
     """
     from tqdm.auto import tqdm
 
-    from protein_performer.data.fasta import FastaReader
+    from protein_performer.data.fasta import (
+        NUCLEOTIDE_LETTERS,
+        NUCLEOTIDE_MIN_LENGTH,
+        NUCLEOTIDE_SHARE,
+        FastaReader,
+    )
+
+    _NUCLEOTIDE_BYTES = np.frombuffer(NUCLEOTIDE_LETTERS.encode(), dtype=np.uint8)
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -126,7 +134,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
     byte_counts = np.zeros(256, dtype=np.int64)
     invalid_records: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
-    lowercase = stop_stripped = 0
+    lowercase = stop_stripped = nucleotide_like = 0
     files = []
     t0 = time.perf_counter()
     total_bytes = 0
@@ -150,6 +158,10 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
                 for b in bad:
                     invalid_records[chr(b) if b < 128 else f"\\x{b:02x}"] += 1
                 lengths.add(len(raw))
+                if len(raw) >= NUCLEOTIDE_MIN_LENGTH:
+                    nuc = int(counts[_NUCLEOTIDE_BYTES].sum())
+                    if nuc >= NUCLEOTIDE_SHARE * len(raw):
+                        nucleotide_like += 1
                 kinds[rec.header.kind] += 1
                 dups.add(rec.id)
                 bar.update(1)
@@ -178,6 +190,8 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
         "invalid_characters": dict(sorted(invalid_records.items())),
         "records_with_lowercase": lowercase,
         "records_with_stop": stop_stripped,
+        # records of >= 30 letters that are >= 90% A/C/G/T/U/N: DNA/RNA, not protein
+        "nucleotide_like_records": nucleotide_like,
         "header_kinds": dict(kinds),
         "duplicate_ids": dups.result(),
         "elapsed_s": round(elapsed, 3),

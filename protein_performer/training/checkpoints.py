@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pickle
 import re
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -66,6 +65,15 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     if not p.is_file():
         raise DataError("checkpoint path is not a file", path=p)
     try:
+        with open(p, "rb") as fh:
+            head = fh.read(4)
+    except OSError as e:
+        raise DataError(f"cannot read the checkpoint ({e.strerror or e})", path=p) from None
+    # torch.save writes a zip archive (legacy files: a pickle, protocol byte 0x80)
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
+        what = "an empty file" if not head else "a text file" if head.isascii() else "other data"
+        raise DataError(f"not a PyTorch checkpoint ({what})", path=p)
+    try:
         ckpt = torch.load(p, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
@@ -78,7 +86,9 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
         raise DataError(
             "not a readable PyTorch checkpoint (corrupt or unknown format)", path=p
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # torch raises many kinds (IndexError, KeyError, ...) on bad bytes
         raise DataError(f"not a readable PyTorch checkpoint ({type(e).__name__})", path=p) from None
     if not isinstance(ckpt, dict) or META_KEY not in ckpt or "state_dict" not in ckpt:
         raise DataError("not a protein-performer checkpoint (no model metadata)", path=p)

@@ -17,7 +17,6 @@ import itertools
 import json
 import os
 import shlex
-import shutil
 import signal
 import sys
 import typing
@@ -373,8 +372,11 @@ _EVALUATE_KEYS = {
     "mode": "crop or concat (unset: the checkpoint's training value)",
     "mask_prob": "MLM masking rate (unset: the checkpoint's training value)",
     "toks_per_batch": "tokens per batch",
+    "crop": "proteins longer than max_length: random (one window) or sliding (every residue)",
     "seed": "masking and cropping seed (same seed, same numbers)",
     "invalid": "invalid residues: error, skip (drop the record) or replace (by X)",
+    "strip_gaps": "remove alignment gaps (-, .) before reading sequences",
+    "allow_nucleotide": "read records that look like DNA/RNA (an error otherwise)",
     "max_records": "read at most this many records",
     "device": "auto, cpu or cuda",
     "output": "also write the JSON result to this file",
@@ -525,7 +527,12 @@ def resume_command(job: ComposedJob, last_checkpoint: str) -> str:
 def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> int:
     """Run one training job; returns its exit code (130/143 when interrupted)."""
     from protein_performer.atomic import make_output_dir, write_text_atomic
-    from protein_performer.training.run import check_run_dir, is_rank_zero, train
+    from protein_performer.training.run import (
+        check_run_dir,
+        is_rank_zero,
+        remove_unused_run_dir,
+        train,
+    )
 
     created = not Path(run_dir).exists()
     if is_rank_zero() and _ddp_child_job() is None:
@@ -539,7 +546,7 @@ def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> int
             result = train(job.config, path)
     except BaseException:
         if created:
-            _remove_unused_run_dir(path)
+            remove_unused_run_dir(path)
         raise
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return 0  # DDP child: rank 0 reports
@@ -557,15 +564,6 @@ def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> int
             flush=True,
         )
     return 128 + int(getattr(signal, result.stopped_by))
-
-
-def _remove_unused_run_dir(path: Path) -> None:
-    """A run that failed before training (bad data, settings) leaves no directory behind
-    that holds only its config files: it would look like a run. Anything else stays."""
-    ours = {"config.yaml", "overrides.yaml", "hparams.yaml"}
-    names = {p.name for p in path.iterdir()} if path.is_dir() else set()
-    if names <= ours | {"checkpoints"} and not any((path / "checkpoints").glob("*")):
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _run_evaluate(job: ComposedJob, args: CliArgs) -> int:

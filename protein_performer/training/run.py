@@ -12,7 +12,9 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -20,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
@@ -33,7 +36,7 @@ from protein_performer.config import (
     validate_eval_config,
     validate_train_config,
 )
-from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, check_output_file, entries, json_with_keys
@@ -45,6 +48,13 @@ from protein_performer.training.callbacks import (
 from protein_performer.training.checkpoints import init_weights_from, load_model, read_checkpoint
 from protein_performer.training.interrupt import GracefulInterrupt
 from protein_performer.training.lm_module import ProteinLMModule
+from protein_performer.training.memory import (
+    MemoryEstimate,
+    check_fits_cpu,
+    estimate_memory,
+    is_out_of_memory,
+    out_of_memory_error,
+)
 from protein_performer.training.metrics import MLM_INPUT_KINDS, batch_sums, perplexity
 from protein_performer.training.metrics_log import RunCSVLogger
 from protein_performer.training.progress import StepProgressBar
@@ -231,6 +241,8 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
         seed=d.seed,
         num_workers=d.num_workers,
         invalid=d.invalid,
+        strip_gaps=d.strip_gaps,
+        allow_nucleotide=d.allow_nucleotide,
         max_records=d.max_records,
         val_max_records=d.val_max_records,
     )
@@ -410,29 +422,14 @@ def _stopped_by(cfg: TrainConfig, steps: int, interrupt: GracefulInterrupt) -> s
     return "max_time" if cfg.trainer.max_time else "stopped"
 
 
-def train(
-    cfg: TrainConfig, run_dir: str | os.PathLike, *, callbacks: list[pl.Callback] | None = None
-) -> TrainResult:
-    """Train (or resume, with ``cfg.ckpt_path``) a protein LM; outputs go to ``run_dir``.
-
-    SIGINT/SIGTERM stop the run after the current step with its checkpoint and summary
-    written (``result.interrupted``); a second signal raises ``KeyboardInterrupt``.
-    """
-    validate_train_config(cfg)
-    resume_step = _check_paths(cfg)
-    rank_zero = is_rank_zero()
-    if rank_zero:
-        check_run_dir(run_dir, cfg.ckpt_path)
-    run_path = make_output_dir(Path(run_dir).resolve(), "run directory")
-    if rank_zero:
-        _write_config(run_path, config_to_yaml(cfg))
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    dm = build_datamodule(cfg)
-    module = build_module(cfg, dm.alphabet)
-    trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks, resume_step)
-    interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))
+def _fit(
+    trainer: pl.Trainer,
+    module: ProteinLMModule,
+    dm: ProteinDataModule,
+    cfg: TrainConfig,
+    interrupt: GracefulInterrupt,
+) -> None:
     sigint = signal.getsignal(signal.SIGINT)
-    start = time.perf_counter()
     try:
         with warnings.catch_warnings():
             # num_workers=0 is the right default on small CPU boxes; the hint is noise there
@@ -453,6 +450,99 @@ def train(
         interrupt.restore()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after Ctrl-C
+
+
+def _print_header(
+    cfg: TrainConfig,
+    run_path: Path,
+    estimate: MemoryEstimate,
+    warning: str | None,
+    resume_step: int | None,
+) -> None:
+    m, t = cfg.model, cfg.trainer
+    shape = f"{m.depth}×{m.dim}, {m.heads} heads" + (
+        f", {m.nb_features} features" if m.attention != "transformer" else ""
+    )
+    steps = f"{t.max_steps:,} steps" + (
+        f" (resuming at step {resume_step:,})" if resume_step is not None else ""
+    )
+    lines = [
+        f"run directory: {run_path}",
+        f"model: {m.attention} ({shape}): {estimate.format()}",
+        f"training: {steps}, validation every {t.val_check_interval:,}, last.ckpt "
+        + (
+            f"every {t.checkpoint_every_minutes:g} min"
+            if t.checkpoint_every_minutes
+            else "at validations"
+        ),
+    ]
+    if warning:
+        lines.append(f"warning: {warning}")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+# option names in data error messages -> the keys that set them for train / evaluate
+TRAIN_OPTIONS = {
+    "invalid=": "data.invalid=",
+    "allow_nucleotide=": "data.allow_nucleotide=",
+    "strip_gaps": "data.strip_gaps=true",
+}
+EVAL_OPTIONS = {"strip_gaps": "strip_gaps=true"}
+
+RUN_CONFIG_FILES = frozenset({"config.yaml", "overrides.yaml", "hparams.yaml"})
+
+
+def remove_unused_run_dir(path: Path) -> None:
+    """A run that failed before training (bad data, settings, out of memory, Ctrl-C while
+    loading) leaves no directory behind that holds only its config files: it would look like
+    a run. Anything else stays."""
+    names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+    ckpts = path / CHECKPOINT_DIR
+    if names <= RUN_CONFIG_FILES | {CHECKPOINT_DIR} and not (
+        ckpts.is_dir() and any(ckpts.iterdir())
+    ):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def train(
+    cfg: TrainConfig, run_dir: str | os.PathLike, *, callbacks: list[pl.Callback] | None = None
+) -> TrainResult:
+    """Train (or resume, with ``cfg.ckpt_path``) a protein LM; outputs go to ``run_dir``.
+
+    SIGINT/SIGTERM stop the run after the current step with its checkpoint and summary
+    written (``result.interrupted``); a second signal raises ``KeyboardInterrupt``.
+    """
+    validate_train_config(cfg)
+    resume_step = _check_paths(cfg)
+    rank_zero = is_rank_zero()
+    if rank_zero:
+        check_run_dir(run_dir, cfg.ckpt_path)
+    estimate = estimate_memory(cfg, len(default_alphabet()))
+    on_cpu = resolve_precision(cfg.trainer.accelerator, "auto") == "32-true"
+    warning = check_fits_cpu(estimate) if on_cpu else None
+    created = not Path(run_dir).exists()
+    run_path = make_output_dir(Path(run_dir).resolve(), "run directory")
+    trainer = None
+    try:
+        if rank_zero:
+            _write_config(run_path, config_to_yaml(cfg))
+            _print_header(cfg, run_path, estimate, warning, resume_step)
+        pl.seed_everything(cfg.seed, workers=True, verbose=False)
+        dm = build_datamodule(cfg)
+        module = build_module(cfg, dm.alphabet)
+        trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks, resume_step)
+        interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))
+        start = time.perf_counter()
+        _fit(trainer, module, dm, cfg, interrupt)
+    except BaseException as e:
+        if created:
+            remove_unused_run_dir(run_path)
+        if is_out_of_memory(e):
+            step = int(trainer.global_step) if trainer is not None else None
+            raise out_of_memory_error(e, cfg, step) from None
+        if isinstance(e, DataError):
+            raise e.with_options(TRAIN_OPTIONS) from None
+        raise
     elapsed = time.perf_counter() - start
     best = checkpoint.best_model_path or None
     last_cb = next(c for c in trainer.callbacks if isinstance(c, LastCheckpoint))
@@ -507,6 +597,12 @@ class EvalResult:
     by_input: dict[str, dict[str, Any]] | None = None
     # what invalid=skip/replace did to the input (None: nothing)
     input_changes: str | None = None
+    # crop mode: proteins longer than max_length (crop=random scores one window of each;
+    # crop=sliding cuts them into `windows` items); share of all residues inside the items
+    crop: str | None = None
+    cropped_records: int = 0
+    residues_in_windows: float = 1.0
+    windows: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -520,6 +616,17 @@ class EvalResult:
         )
         if self.input_changes:
             text += f"\n  input: {self.input_changes}"
+        if self.cropped_records and self.crop == "random":
+            text += (
+                f"\n  cropped: {self.cropped_records:,} of {self.sequences:,} proteins are longer "
+                f"than max_length; {100 * self.residues_in_windows:.1f}% of all residues were in "
+                "the scored windows (crop=sliding scores every residue)"
+            )
+        elif self.cropped_records:
+            text += (
+                f"\n  windows: {self.cropped_records:,} proteins longer than max_length were cut "
+                f"into consecutive windows ({self.windows:,} items); every residue was in one"
+            )
         if self.by_input:
             parts = [
                 f"{kind} {_num(m['perplexity'], '.3f')} / {_num(m['accuracy'], '.4f')} "
@@ -530,6 +637,25 @@ class EvalResult:
                 parts
             )
         return text
+
+
+def _cropping(dm: ProteinDataModule, split: str, mode: str, max_length: int) -> dict[str, Any]:
+    """How many records crop mode cut, and the share of residues inside the scored items."""
+    ds = dm.datasets[split]
+    if split in dm.windows:  # crop=sliding: every residue is in exactly one item
+        records, items, cut = dm.windows[split]
+        return {"records": records, "cropped": cut, "share": 1.0, "windows": items}
+    if mode != "crop":
+        return {"records": len(ds.source), "cropped": 0, "share": 1.0, "windows": None}
+    lengths = ds.source.lengths
+    total = int(lengths.sum())
+    inside = int(np.minimum(lengths, max_length - 2).sum())
+    return {
+        "records": len(ds.source),
+        "cropped": int(np.count_nonzero(lengths > max_length - 2)),
+        "share": inside / total if total else 1.0,
+        "windows": None,
+    }
 
 
 def _device(name: str) -> torch.device:
@@ -585,12 +711,18 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         mask_prob=mask_prob,
         seed=cfg.seed,
         invalid=cfg.invalid,
+        strip_gaps=cfg.strip_gaps,
+        allow_nucleotide=cfg.allow_nucleotide,
+        crop=cfg.crop,
         max_records=cfg.max_records if split == "train" else None,
         val_max_records=cfg.max_records,
         alphabet=alphabet,
     )
     stage = {"train": "fit", "val": "validate", "test": "test"}[split]
-    dm.setup(stage)
+    try:
+        dm.setup(stage)
+    except DataError as e:
+        raise e.with_options(EVAL_OPTIONS) from None
     source = dm.datasets[split].source if split in dm.datasets else None
     counts = getattr(source, "encode_counts", None)
     changes = counts.changes() if counts is not None else None
@@ -634,6 +766,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
             kinds += per_kind
         tokens += (~batch["padding_mask"]).sum()
     nll, count, correct = sums.tolist()
+    cropping = _cropping(dm, split, mode, max_length)
     if count == 0:
         raise DataError("nothing to predict (no residues)", path=cfg.fasta)
     by_input = None
@@ -652,7 +785,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         fasta=", ".join(fasta),
         attention=model.config.attention,
         objective=meta["objective"],
-        sequences=len(dm.datasets[split].source),
+        sequences=cropping["records"],
         tokens=int(tokens),
         predicted_tokens=int(count),
         loss=nll / count,
@@ -662,6 +795,10 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         seed=cfg.seed,
         by_input=by_input,
         input_changes=changes,
+        crop=cfg.crop if mode == "crop" else None,
+        cropped_records=cropping["cropped"],
+        residues_in_windows=cropping["share"],
+        windows=cropping["windows"],
     )
     if cfg.output:
         try:

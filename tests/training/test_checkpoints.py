@@ -81,8 +81,21 @@ def test_unsafe_or_foreign_files_give_clear_errors(tmp_path):
         read_checkpoint(tmp_path / "missing.ckpt")
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(b"not a checkpoint")
-    with pytest.raises(DataError, match="not a readable PyTorch checkpoint"):
+    with pytest.raises(DataError, match=r"junk\.ckpt: not a PyTorch checkpoint \(a text file\)"):
         read_checkpoint(junk)
+    # a run's other files given as checkpoint= (torch.load ended in IndexError on a CSV)
+    csv_file = tmp_path / "metrics.csv"
+    csv_file.write_text("epoch,step,train/loss\n0,0,3.4\n")
+    with pytest.raises(DataError, match=r"metrics\.csv: not a PyTorch checkpoint \(a text"):
+        read_checkpoint(csv_file)
+    empty = tmp_path / "empty.ckpt"
+    empty.write_bytes(b"")
+    with pytest.raises(DataError, match=r"not a PyTorch checkpoint \(an empty file\)"):
+        read_checkpoint(empty)
+    broken_zip = tmp_path / "broken.ckpt"
+    broken_zip.write_bytes(b"PK\x03\x04" + bytes(range(256)))
+    with pytest.raises(DataError, match=r"broken\.ckpt: not a readable PyTorch checkpoint"):
+        read_checkpoint(broken_zip)
     foreign = tmp_path / "foreign.ckpt"
     torch.save({"state_dict": {}, "epoch": 1}, foreign)
     with pytest.raises(DataError, match="not a protein-performer checkpoint"):
@@ -205,7 +218,7 @@ def test_resume_from_a_file_that_is_not_a_training_checkpoint_is_one_line(tiny_f
     model_only = tmp_path / "model.ckpt"
     save_model_checkpoint(model_only, build_module(cfg, ALPHABET).model, ALPHABET, "mlm")
     for path, problem in [
-        (junk, "not a readable PyTorch checkpoint"),
+        (junk, r"not a PyTorch checkpoint \(a text file\)"),
         (model_only, "not a training checkpoint .* use init_from=PATH"),
         (tmp_path, "checkpoint path is not a file"),
     ]:

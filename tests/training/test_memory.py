@@ -1,0 +1,99 @@
+"""Memory estimate printed before a run, the up-front refusal of a model that cannot fit, and
+out-of-memory errors as one line with no stray run directory."""
+
+from __future__ import annotations
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.errors import ConfigError
+from protein_performer.model.performer import ProteinLM
+from protein_performer.training.memory import count_parameters, estimate_memory
+from protein_performer.training.run import train
+from tests.training.helpers import tiny_config
+
+
+@pytest.mark.parametrize("attention", ["performer_relu", "transformer"])
+def test_parameter_count_is_exact_without_allocating(tiny_fasta, attention):
+    cfg = tiny_config(tiny_fasta, attention)
+    n = len(default_alphabet())
+    real = ProteinLM(cfg.model, n, default_alphabet().pad_idx)
+    assert count_parameters(cfg.model, n) == sum(p.numel() for p in real.parameters())
+    # 7 billion parameters are counted instantly on the meta device
+    cfg.model.dim, cfg.model.ffn_dim, cfg.model.depth = 4096, 16384, 32
+    assert count_parameters(cfg.model, n) > 6e9
+
+
+def test_activation_estimate_scales_like_the_attention(tiny_fasta):
+    cfg = tiny_config(tiny_fasta, "transformer")
+    cfg.model.max_len = cfg.data.max_length = 4096
+    n = len(default_alphabet())
+    exact_4k = estimate_memory(cfg, n).activation_bytes
+    cfg.model.attention = "performer_relu"
+    favor_4k = estimate_memory(cfg, n).activation_bytes
+    cfg.data.max_length = cfg.model.max_len = 1024
+    favor_1k = estimate_memory(cfg, n).activation_bytes
+    cfg.model.attention = "transformer"
+    exact_1k = estimate_memory(cfg, n).activation_bytes
+    # same tokens per batch: FAVOR's memory does not depend on the length, exact attention's
+    # grows with it (scores per query ~ L)
+    assert favor_4k == favor_1k
+    assert exact_4k > 2 * exact_1k > 2 * favor_1k
+
+
+def test_a_model_larger_than_memory_is_refused_before_any_work(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta)
+    cfg.model.ffn_dim = 2**31  # 2 x 32 x 2^31 weights: terabytes with optimizer state
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=r"^the model needs ≈ .* GB .*reduce model\.dim") as err:
+        train(cfg, run_dir)
+    assert "\n" not in str(err.value) and not run_dir.exists()
+
+
+class RaiseAt(pl.Callback):
+    def __init__(self, exc: BaseException, step: int = 0) -> None:
+        self.exc, self.step = exc, step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, idx) -> None:
+        if trainer.global_step == self.step:
+            raise self.exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "asked"),
+    [
+        (
+            RuntimeError(
+                "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                "allocate memory: you tried to allocate 274877906944 bytes. Error code 12"
+            ),
+            "asked for 274.9 GB",
+        ),
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB."), "2.00 GiB"),
+    ],
+)
+def test_out_of_memory_is_one_line_that_says_what_to_reduce(tiny_fasta, tmp_path, exc, asked):
+    cfg = tiny_config(tiny_fasta, "transformer", max_steps=5)
+    cfg.trainer.checkpoint_every_minutes = None
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError) as err:
+        train(cfg, run_dir, callbacks=[RaiseAt(exc)])
+    message = str(err.value)
+    assert message.startswith("out of memory while building the model or the first step")
+    assert asked in message
+    assert "data.toks_per_batch (now 640)" in message and "model=performer_relu" in message
+    assert "\n" not in message
+    # a run that never wrote a checkpoint leaves no directory that looks like a run
+    assert not run_dir.exists()
+    # later in a run: the step is named, and the checkpoints written so far stay
+    with pytest.raises(ConfigError, match=r"^out of memory at step 3"):
+        train(cfg, run_dir, callbacks=[RaiseAt(exc, step=3)])
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_other_errors_are_not_called_out_of_memory(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta, max_steps=5)
+    with pytest.raises(RuntimeError, match="something else"):
+        train(cfg, tmp_path / "run", callbacks=[RaiseAt(RuntimeError("something else"))])

@@ -1,0 +1,62 @@
+"""What runs say: evaluate reports cropping (and crop=sliding scores every residue), a run
+stopped by max_time says so, and a redirected log is quiet (no banners, tables or redraws)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from protein_performer.config import EvalConfig
+from protein_performer.training.run import evaluate, train
+from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
+
+
+def test_evaluate_reports_cropping_and_sliding_windows_cover_every_residue(tmp_path):
+    fasta = write_fasta(tmp_path / "t.fasta", n=40)
+    ckpt = train(tiny_config(fasta, max_steps=2), tmp_path / "run").last_checkpoint
+    long = write_fasta(tmp_path / "long.fasta", n=6, seed=3, min_len=150, max_len=200)
+    lengths = [len(line.strip()) for line in long.read_text().splitlines()[1::2]]
+    base = {"checkpoint": ckpt, "fasta": str(long), "mask_prob": 0.5}
+    cropped = evaluate(EvalConfig(**base))
+    assert cropped.crop == "random" and cropped.cropped_records == 6 and cropped.sequences == 6
+    assert cropped.residues_in_windows == pytest.approx(6 * 62 / sum(lengths))
+    assert "cropped: 6 of 6 proteins are longer than max_length" in cropped.format()
+    sliding = evaluate(EvalConfig(**base, crop="sliding"))
+    assert sliding.sequences == 6 and sliding.residues_in_windows == 1.0
+    assert sliding.windows == sum(-(-n // 62) for n in lengths)  # fewest windows of <= 62
+    assert sliding.tokens == sum(lengths) + 2 * sliding.windows  # every residue, once
+    assert "windows: 6 proteins" in sliding.format()
+    short = evaluate(EvalConfig(checkpoint=ckpt, fasta=str(fasta)))
+    assert short.cropped_records == 0 and "cropped" not in short.format()
+
+
+def test_a_run_stopped_by_max_time_says_so(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta, max_steps=100000, max_time="00:00:00:02")
+    result = train(cfg, tmp_path / "run")
+    assert 0 < result.steps < 100000 and result.stopped_by == "max_time"
+    assert f"{result.steps:,} of 100,000 steps" in result.format()
+    assert "(stopped by max_time)" in result.format() and not result.interrupted
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stopped_by"] == "max_time" and summary["interrupted"] is False
+
+
+def test_a_redirected_log_is_quiet(tmp_path):
+    fasta = write_fasta(tmp_path / "t.fasta", n=40)
+    argv = [o for o in tiny_overrides(fasta, tmp_path / "run") if "progress_bar" not in o]
+    r = subprocess.run(
+        [sys.executable, "-m", "protein_performer.cli", "train", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "default"},
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    log = r.stdout + r.stderr
+    for noise in ("GPU available", "TPU available", "| Name", "Epoch 0:", "\r", "Deprecat"):
+        assert noise not in log, noise
+    assert "0.02 M parameters" in r.stderr and "activations ≈" in r.stderr  # the run header
+    assert "step 4/4 (100%)" in r.stderr  # one progress line, not redraws
+    assert r.stdout.startswith("training finished: performer_relu (mlm), 4 of 4 steps")
