@@ -1,6 +1,6 @@
 """Preprocessing / stats throughput on the shared proteomes, and peak memory vs input size.
 
-    python benchmarks/data_throughput.py [--json out.json] [--repeats 3] [--synthetic 400000]
+    python benchmarks/data_throughput.py [--json out.json] [--repeats 2] [--synthetic 400000]
 
 Each case runs in a fresh subprocess so peak RSS (``ru_maxrss``) belongs to that case alone.
 MB/s counts bytes as stored on disk (compressed for .gz) and, separately, uncompressed FASTA.
@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from _common import environment, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO / ".." / "shared" / "data"
@@ -97,7 +98,7 @@ def _run(mode: str, paths: list[Path], repeats: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write results to this JSON file")
-    ap.add_argument("--repeats", type=int, default=3, help="best of N runs per case")
+    ap.add_argument("--repeats", type=int, default=2, help="best of N runs per case")
     ap.add_argument(
         "--synthetic",
         type=int,
@@ -105,6 +106,11 @@ def main() -> None:
         help="records in the synthetic file for the memory check (0 to skip)",
     )
     args = ap.parse_args()
+    env = environment()
+    print(
+        f"CPU: {env['processor']} ({env['cpu_count']} cores visible, {env['machine']}); "
+        f"best of {args.repeats} per case"
+    )
     cases = []
     if ECOLI.exists() and YEAST.exists():
         for mode in ("stats", "preprocess"):
@@ -134,7 +140,7 @@ def main() -> None:
     for r in rows:
         print("  ".join(str(r[c]).ljust(w) for c, w in zip(cols, widths, strict=True)))
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+        write_json(Path(args.json), {"environment": env, "repeats": args.repeats, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ def _print_json(obj: Any, out: str | None) -> None:
         print(text)
 
 
+COMPRESSIONS = "plain, gzip, bzip2 or xz"
 # option names in data error messages -> preprocess's flags
 PREPROCESS_OPTIONS = {
     "invalid=skip": "--invalid skip",
@@ -150,8 +151,8 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
         return 0
     c = manifest["counts"]
     print(
-        f"wrote {outdir}  ({manifest['elapsed_s']} s, {manifest['records_per_s']:,} records/s, "
-        f"{manifest['mb_per_s']} MB/s)"
+        f"wrote {outdir}  ({manifest['elapsed_s']:.1f} s, "
+        f"{manifest['records_per_s'] or 0:,.0f} records/s, {manifest['mb_per_s']} MB/s)"
     )
     for split, s in manifest["splits"].items():
         print(f"  {split:5s} {s['records']:>10,} records {s['residues']:>14,} residues")
@@ -176,6 +177,15 @@ _SIMULATE_FLAGS = {
     "gamma_shape": ("gamma_shape", str, "site-rate gamma shape, or 'none' for equal rates"),
     "seed": ("seed", int, "random seed"),
 }
+
+
+def _simulate_defaults() -> dict[str, Any]:
+    import inspect
+
+    from protein_performer.data.simulate import simulate_fasta
+
+    params = inspect.signature(simulate_fasta).parameters
+    return {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -269,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     dsub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", required=True)
 
     p = dsub.add_parser("stats", help="records, lengths, composition and problems of FASTA files")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="FASTA file(s), plain or gzip")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help=f"FASTA file(s): {COMPRESSIONS}")
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     p.add_argument("-o", "--output", help="write JSON to this file")
     p.add_argument(
@@ -286,11 +296,20 @@ def build_parser() -> argparse.ArgumentParser:
         "and OUTDIR/manifest.json. Records are split by hashing the UniRef cluster id "
         "(else accession) unless --val/--test give explicit files.",
     )
-    p.add_argument("paths", nargs="+", metavar="INPUT... OUTDIR")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="INPUT... OUTDIR",
+        help=f"FASTA file(s) ({COMPRESSIONS}), then the output directory",
+    )
     p.add_argument("--val", action="append", metavar="FASTA", help="explicit validation file")
     p.add_argument("--test", action="append", metavar="FASTA", help="explicit test file")
-    p.add_argument("--fractions", default="0.9,0.05,0.05", help="train,val,test (hash split)")
-    p.add_argument("--seed", type=int, default=0, help="split seed")
+    p.add_argument(
+        "--fractions",
+        default="0.9,0.05,0.05",
+        help="train,val,test (hash split; default: %(default)s)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="split seed (default: %(default)s)")
     p.add_argument(
         "--invalid",
         choices=["error", "skip", "replace"],
@@ -318,8 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = dsub.add_parser("simulate", help="evolve protein families along random trees (BLOSUM62)")
     p.add_argument("output", metavar="OUT", help="FASTA to write (.gz for gzip)")
-    for flag, (_, typ, help_) in _SIMULATE_FLAGS.items():
-        p.add_argument("--" + flag.replace("_", "-"), type=typ, help=help_ + " (library default)")
+    defaults = _simulate_defaults()
+    for flag, (kw, typ, help_) in _SIMULATE_FLAGS.items():
+        default = defaults[kw]
+        p.add_argument(
+            "--" + flag.replace("_", "-"), type=typ, help=f"{help_} (default: {default})"
+        )
     p.add_argument(
         "--overwrite", action="store_true", help="replace an existing OUT written by simulate"
     )

@@ -33,6 +33,7 @@ class StepProgressBar(ProgressBar):
         self._t0 = 0.0
         self._step0 = 0
         self._last_line = 0.0
+        self._lines = 0
 
     # the ProgressBar interface Lightning expects
     def disable(self) -> None:
@@ -87,8 +88,11 @@ class StepProgressBar(ProgressBar):
             self._bar.set_postfix(self._metrics(trainer), refresh=False)
             return
         now = time.monotonic()
-        if now - self._last_line < self.log_every_s and step < total:
+        # the first line after a few seconds (the ETA early), then every log_every_s
+        wait = self.log_every_s if self._lines else min(5.0, self.log_every_s)
+        if now - self._last_line < wait and step < total:
             return
+        self._lines += 1
         self._last_line = now
         done = step - self._step0
         rate = done / (now - self._t0) if now > self._t0 else 0.0
