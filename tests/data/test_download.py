@@ -368,9 +368,23 @@ def test_invalid_arguments_are_config_errors(tmp_path, kwargs, match):
     assert files(tmp_path) == []
 
 
-def test_default_url_constant():
-    assert UNIREF50_URL.startswith("https://ftp.uniprot.org/")
-    assert UNIREF50_URL.endswith("/uniref50/uniref50.fasta.gz")
+@pytest.mark.parametrize("level", ["uniref50", "uniref90", "uniref100"])
+def test_cli_requests_the_uniprot_url_of_each_release(tmp_path, monkeypatch, level):
+    import protein_performer.data.download as download_module
+    from protein_performer.cli import main
+
+    urls: list[str] = []
+
+    def fake_download(url, out, **kwargs):
+        urls.append(url)
+        return {"path": str(out)}
+
+    monkeypatch.setattr(download_module, "download", fake_download)
+    assert main(["data", "download", level, str(tmp_path / "u.fa.gz"), "--no-progress"]) == 0
+    base = "https://ftp.uniprot.org/pub/databases/uniprot/uniref"
+    assert urls == [f"{base}/{level}/{level}.fasta.gz"]
+    if level == "uniref50":  # the library constant is the URL the CLI uses
+        assert urls == [UNIREF50_URL]
 
 
 # ---------------------------------------------------------------- through the CLI

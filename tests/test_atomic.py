@@ -1,0 +1,60 @@
+"""write_atomic: a failure mid-write leaves the old file intact and no temporary files."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from protein_performer.atomic import (
+    current_umask,
+    write_atomic,
+    write_bytes_atomic,
+    write_text_atomic,
+)
+
+
+class _Boom(Exception):
+    pass
+
+
+def _failing_writer(exc: BaseException):
+    def write(fh):
+        fh.write(b"NEW CONTENT, partly written")
+        fh.flush()
+        raise exc
+
+    return write
+
+
+@pytest.mark.parametrize("exc", [_Boom("disk on fire"), KeyboardInterrupt()])
+def test_failure_mid_write_keeps_the_old_file_and_leaves_no_temp_files(tmp_path, exc):
+    target = tmp_path / "out.json"
+    target.write_bytes(b"old content\n")
+    with pytest.raises(type(exc)):
+        write_atomic(target, _failing_writer(exc))
+    assert target.read_bytes() == b"old content\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_failure_mid_write_of_a_new_file_creates_nothing(tmp_path):
+    target = tmp_path / "sub" / "new.bin"
+    with pytest.raises(_Boom):
+        write_atomic(target, _failing_writer(_Boom()))
+    assert not target.exists()
+    assert list(target.parent.iterdir()) == []
+
+
+def test_successful_write_replaces_the_file_with_plain_permissions(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_bytes(b"old content that is longer than the new one\n")
+    old_inode = target.stat().st_ino
+    write_text_atomic(target, "new\n")
+    assert target.read_text() == "new\n"
+    # a new file renamed into place (readers of the old one are never disturbed)
+    assert target.stat().st_ino != old_inode
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~current_umask()
+    write_bytes_atomic(target, b"\x00\x01")
+    assert target.read_bytes() == b"\x00\x01"
+    assert os.listdir(tmp_path) == ["out.txt"]
