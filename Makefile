@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,cluster]'
 	touch $(STAMP)
 
 demo: venv
@@ -26,7 +26,7 @@ lint: venv
 	$(BIN)/python -m ruff format --check .
 
 bench: venv
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,cluster,bench]'
 	$(BIN)/python benchmarks/attention_scaling.py
 	$(BIN)/python benchmarks/approximation.py
 

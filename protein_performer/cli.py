@@ -118,6 +118,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_preprocess(args: argparse.Namespace) -> int:
+    from protein_performer.data.cluster import read_members
     from protein_performer.data.shards import preprocess
 
     if len(args.paths) < 2:
@@ -139,6 +140,7 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             strip_gaps=args.strip_gaps,
             allow_nucleotide=args.allow_nucleotide,
+            cluster_of=read_members(args.clusters) if args.clusters else None,
         )
     except DataError as e:
         raise e.with_options(PREPROCESS_OPTIONS) from None
@@ -160,6 +162,39 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
         f"  skipped (invalid) {c['skipped_invalid']:,}, records with replacements "
         f"{c['records_replaced']:,}, duplicate ids {manifest['duplicate_ids']['count']:,}"
     )
+    return 0
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    from protein_performer.data.cluster import cluster_fasta
+
+    if len(args.paths) < 2:
+        raise ConfigError(
+            "cluster needs at least one INPUT and an OUTDIR "
+            "(usage: protein-performer data cluster INPUT [INPUT ...] OUTDIR)"
+        )
+    *inputs, outdir = args.paths
+    try:
+        manifest = cluster_fasta(
+            inputs,
+            outdir,
+            min_seq_id=args.min_seq_id,
+            coverage=args.coverage,
+            cov_mode=args.cov_mode,
+            method=args.method,
+            threads=args.threads,
+            tmp_dir=args.tmp_dir,
+            memory=args.memory,
+            policy=args.invalid,
+            strip_gaps=args.strip_gaps,
+            allow_nucleotide=args.allow_nucleotide,
+            overwrite=args.overwrite,
+            quiet=args.json,
+        )
+    except DataError as e:
+        raise e.with_options(PREPROCESS_OPTIONS) from None
+    if args.json:
+        _print_json(manifest, None)
     return 0
 
 
@@ -311,6 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="split seed (default: %(default)s)")
     p.add_argument(
+        "--clusters",
+        metavar="DIR",
+        help="`data cluster` output: split whole clusters (no homolog across splits)",
+    )
+    p.add_argument(
         "--invalid",
         choices=["error", "skip", "replace"],
         default="error",
@@ -334,6 +374,56 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_preprocess)
+
+    p = dsub.add_parser(
+        "cluster",
+        usage="protein-performer data cluster [options] INPUT [INPUT ...] OUTDIR",
+        help="cluster proteins with MMseqs2 into UniRef-style clusters",
+        description="Cluster the records of INPUT FASTA file(s) with MMseqs2 and write "
+        "OUTDIR/representatives.fasta (UniRef headers), OUTDIR/members.tsv (cluster_id, "
+        "member_id) and OUTDIR/manifest.json. Train with data.clusters=OUTDIR "
+        "data.split_by=cluster to hold out whole clusters.",
+    )
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="INPUT... OUTDIR",
+        help=f"FASTA file(s) ({COMPRESSIONS}), then the output directory",
+    )
+    p.add_argument(
+        "--min-seq-id", type=float, default=0.5, help="sequence identity (default: %(default)s)"
+    )
+    p.add_argument(
+        "--coverage", type=float, default=0.8, help="alignment coverage (default: %(default)s)"
+    )
+    p.add_argument(
+        "--cov-mode",
+        type=int,
+        default=0,
+        help="MMseqs2 coverage mode: 0 both, 1 target, 2 query (default: %(default)s)",
+    )
+    p.add_argument(
+        "--method",
+        choices=["linclust", "cluster"],
+        default="linclust",
+        help="easy-linclust (fast, linear) or easy-cluster (sensitive) (default: %(default)s)",
+    )
+    p.add_argument("--threads", type=int, help="MMseqs2 threads (default: all cores)")
+    p.add_argument("--tmp-dir", help="MMseqs2 temporary directory (default: next to OUTDIR)")
+    p.add_argument("--memory", help="MMseqs2 --split-memory-limit, e.g. 8G (default: all)")
+    p.add_argument(
+        "--invalid",
+        choices=["error", "skip", "replace"],
+        default="error",
+        help="records with non-residue characters: fail, drop, or map them to X (default: error)",
+    )
+    p.add_argument("--strip-gaps", action="store_true", help="remove alignment gaps (-, .)")
+    p.add_argument(
+        "--allow-nucleotide", action="store_true", help="accept records that look like DNA/RNA"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an OUTDIR written by cluster")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.set_defaults(func=_cmd_cluster)
 
     p = dsub.add_parser("simulate", help="evolve protein families along random trees (BLOSUM62)")
     p.add_argument("output", metavar="OUT", help="FASTA to write (.gz for gzip)")

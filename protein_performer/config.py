@@ -16,6 +16,8 @@ from protein_performer.model.config import ATTENTION_KINDS, ModelConfig, _choice
 
 OBJECTIVES: tuple[str, ...] = ("mlm", "causal")
 DATA_MODES: tuple[str, ...] = ("crop", "concat")
+SPLIT_BY: tuple[str, ...] = ("record", "cluster")
+SAMPLING: tuple[str, ...] = ("record", "cluster", "cluster_sqrt")
 INVALID_POLICIES: tuple[str, ...] = ("error", "skip", "replace")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adam")
 SCHEDULES: tuple[str, ...] = ("constant", "cosine")
@@ -42,6 +44,11 @@ class DataConfig:
     shards: str | None = None
     split_fractions: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])
     split_seed: int = 0
+    # `data cluster` output (directory or members.tsv): split_by=cluster holds out whole
+    # clusters; sample=cluster|cluster_sqrt draws members of clusters for training
+    clusters: str | None = None
+    split_by: str = "record"
+    sample: str = "record"
     mode: str = "crop"
     max_length: int = 1024
     toks_per_batch: int = 16384
@@ -129,6 +136,8 @@ class EvalConfig:
     split: str | None = None
     split_fractions: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])
     split_seed: int = 0
+    clusters: str | None = None
+    split_by: str = "record"
     max_length: int | None = None
     mode: str | None = None
     mask_prob: float | None = None
@@ -161,6 +170,11 @@ def validate_train_config(cfg: TrainConfig) -> None:
     d = cfg.data
     _choice("data.mode", d.mode, DATA_MODES)
     _choice("data.invalid", d.invalid, INVALID_POLICIES)
+    _choice("data.split_by", d.split_by, SPLIT_BY)
+    _choice("data.sample", d.sample, SAMPLING)
+    if (d.split_by == "cluster" or d.sample != "record") and not d.clusters:
+        what = "data.split_by=cluster" if d.split_by == "cluster" else f"data.sample={d.sample}"
+        raise ConfigError(f"{what} needs data.clusters=DIR (the output of `data cluster`)")
     if not d.files and not d.shards:
         raise ConfigError("data.files or data.shards must be set (no training data given)")
     _positive("data.max_length", d.max_length)
@@ -218,6 +232,9 @@ def validate_eval_config(cfg: EvalConfig) -> None:
     eval_fasta_paths(cfg)
     if cfg.split is not None:
         _choice("split", cfg.split, ("train", "val", "test"))
+    _choice("split_by", cfg.split_by, SPLIT_BY)
+    if cfg.split_by == "cluster" and not cfg.clusters:
+        raise ConfigError("split_by=cluster needs clusters=DIR (the output of `data cluster`)")
     if cfg.attention is not None:
         _choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
@@ -28,18 +29,26 @@ from protein_performer.data.batching import (
     ShardedBatchSampler,
     TokenBudgetBatchSampler,
 )
-from protein_performer.data.datasets import ConcatWindowDataset, CropDataset, EpochDataset
+from protein_performer.data.cluster import read_members
+from protein_performer.data.datasets import (
+    CLUSTER_SAMPLING,
+    ClusterCropDataset,
+    ConcatWindowDataset,
+    CropDataset,
+    EpochDataset,
+)
 from protein_performer.data.fasta import load_fasta_source
 from protein_performer.data.masking import OBJECTIVES, make_collator
 from protein_performer.data.shards import ShardSource
 from protein_performer.data.sources import FlatSource, split_long_records
 from protein_performer.data.splits import parse_fractions
-from protein_performer.errors import ConfigError
+from protein_performer.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
 MODES = ("crop", "concat")
 CROPS = ("random", "sliding")
+SPLIT_BY = ("record", "cluster")
 DEFAULT_MAX_LENGTH = {"crop": 1024, "concat": 8192}
 SPLIT_NAMES = ("train", "val", "test")
 _STAGE_SPLITS: dict[str | None, tuple[str, ...]] = {
@@ -118,6 +127,12 @@ class ProteinDataModule(pl.LightningDataModule):
         invalid: invalid residue policy for FASTA (``error``/``skip``/``replace``).
         strip_gaps: remove alignment gaps (``-``, ``.``) from FASTA sequences first.
         allow_nucleotide: read records that look like DNA/RNA (an error by default).
+        clusters: ``data cluster``'s output directory (or its members.tsv, or a mapping
+            record id -> cluster id); needed by ``split_by="cluster"`` and cluster sampling.
+        split_by: ``record`` (hash each record's key) or ``cluster`` (hash its cluster: whole
+            clusters land in one split, no homolog of a test protein in training).
+        sample: training items: ``record`` (every protein once per epoch), ``cluster`` (one
+            random member per cluster per epoch) or ``cluster_sqrt`` (sqrt(size) draws).
         crop: crop mode's treatment of proteins longer than ``max_length``: ``random`` (one
             seeded window each) or ``sliding`` (cut into consecutive windows: every residue
             is in exactly one item).
@@ -159,6 +174,9 @@ class ProteinDataModule(pl.LightningDataModule):
         strip_gaps: bool = False,
         allow_nucleotide: bool = False,
         crop: str = "random",
+        clusters: str | os.PathLike | Mapping[str, str] | None = None,
+        split_by: str = "record",
+        sample: str = "record",
     ) -> None:
         super().__init__()
         self.files = _paths("files", files)
@@ -206,6 +224,20 @@ class ProteinDataModule(pl.LightningDataModule):
         self.invalid = _choice("invalid", invalid, [p.value for p in InvalidPolicy])
         self.strip_gaps = bool(strip_gaps)
         self.crop = _choice("crop", crop, CROPS)
+        self.split_by = _choice("split_by", split_by, SPLIT_BY)
+        self.sample = _choice("sample", sample, ("record", *CLUSTER_SAMPLING))
+        self.clusters = clusters
+        self._cluster_of: Mapping[str, str] | None = None
+        if (self.split_by == "cluster" or self.sample != "record") and clusters is None:
+            what = "split_by=cluster" if self.split_by == "cluster" else f"sample={self.sample}"
+            raise ConfigError(f"{what} needs clusters (the output of `data cluster`)")
+        if self.split_by == "cluster" and self.shards is not None:
+            raise ConfigError(
+                "shards are split when they are made: use `data preprocess --clusters DIR` "
+                "instead of split_by=cluster"
+            )
+        if self.sample != "record" and self.mode != "crop":
+            raise ConfigError(f"sample={self.sample} needs mode=crop (one protein per item)")
         # split -> (records, items, records cut) when crop="sliding" cut long records
         self.windows: dict[str, tuple[int, int]] = {}
         self.allow_nucleotide = bool(allow_nucleotide)
@@ -252,6 +284,30 @@ class ProteinDataModule(pl.LightningDataModule):
         self.alphabet.check_compatible(src.alphabet.to_dict(), where=f"{split} data")
         return src
 
+    @property
+    def cluster_of(self) -> Mapping[str, str]:
+        """Record id -> cluster id (read once from ``clusters``)."""
+        if self._cluster_of is None:
+            if isinstance(self.clusters, Mapping):
+                self._cluster_of = self.clusters
+            else:
+                self._cluster_of = read_members(self.clusters)  # type: ignore[arg-type]
+        return self._cluster_of
+
+    def _clusters_of_source(self, source: FlatSource) -> list[np.ndarray]:
+        if source.ids is None:
+            raise ConfigError(f"sample={self.sample} needs record ids (FASTA input, not shards)")
+        groups: dict[str, list[int]] = {}
+        table = self.cluster_of
+        for i, rid in enumerate(source.ids):
+            if rid not in table:
+                raise DataError(
+                    f"record {rid} is not in the clusters table (cluster the same files)",
+                    path=self.clusters if not isinstance(self.clusters, Mapping) else None,
+                )
+            groups.setdefault(table[rid], []).append(i)
+        return [np.asarray(v, dtype=np.int64) for v in groups.values()]
+
     def _read_fasta(self, paths: list[str], split: str | None, cap: int | None) -> FlatSource:
         source = load_fasta_source(
             paths,
@@ -264,6 +320,7 @@ class ProteinDataModule(pl.LightningDataModule):
             progress=self.progress,
             strip_gaps=self.strip_gaps,
             allow_nucleotide=self.allow_nucleotide,
+            cluster_of=self.cluster_of if self.split_by == "cluster" else None,
         )
         changes = source.encode_counts.changes() if source.encode_counts else None
         if changes and tuple(paths) not in self._reported:  # each split rereads the files
@@ -278,6 +335,25 @@ class ProteinDataModule(pl.LightningDataModule):
             n_long = int((source.lengths > self.max_length - 2).sum())
             source = split_long_records(source, self.max_length - 2)
             self.windows[split] = (n_records, len(source), n_long)
+        if self.mode == "crop" and train and self.sample != "record":
+            clusters = self._clusters_of_source(source)
+            ds = ClusterCropDataset(
+                source,
+                clusters,
+                self.max_length,
+                weighting=self.sample,
+                seed=self.seed,
+                train=train,
+            )
+            log.info(
+                "%s: %d proteins in %d clusters -> %d items per epoch (sample=%s)",
+                split,
+                len(source),
+                len(clusters),
+                len(ds),
+                self.sample,
+            )
+            return ds
         if self.mode == "crop":
             ds: EpochDataset = CropDataset(source, self.max_length, seed=self.seed, train=train)
             log.info(

@@ -36,6 +36,7 @@ TAG_CROP = 1
 TAG_ORDER = 2
 TAG_MASK = 3
 TAG_BATCH = 4
+TAG_MEMBER = 5
 
 _U64 = (1 << 64) - 1
 
@@ -131,6 +132,72 @@ class CropDataset(EpochDataset):
         index, epoch = self._resolve(key)
         residues = self.source[index]
         start = self.crop_start(index, epoch)
+        residues = residues[start : start + self.max_length - 2]
+        tokens = np.empty(len(residues) + 2, dtype=np.int64)
+        tokens[0] = self.alphabet.cls_idx
+        tokens[1:-1] = residues
+        tokens[-1] = self.alphabet.eos_idx
+        return {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
+
+
+CLUSTER_SAMPLING = ("cluster", "cluster_sqrt")
+
+
+class ClusterCropDataset(CropDataset):
+    """Training on clusters (UniRef50 -> UniRef90-style, as ESM does): an item is a cluster
+    and draws one of its members anew every epoch, keyed by ``(seed, epoch, item)``, then crops
+    it like :class:`CropDataset`. So one large family is one item per epoch instead of one per
+    member. ``weighting="cluster_sqrt"`` gives a cluster of ``n`` members ``round(sqrt(n))``
+    items (a middle ground, each item drawing its own member).
+
+    Args:
+        source: the proteins.
+        clusters: ``(n_clusters,)`` arrays of record indices into ``source``.
+        weighting: ``cluster`` (one item per cluster) or ``cluster_sqrt``.
+    """
+
+    def __init__(
+        self,
+        source: FlatSource,
+        clusters: list[np.ndarray],
+        max_length: int = 1024,
+        *,
+        weighting: str = "cluster",
+        seed: int = 0,
+        train: bool = True,
+    ) -> None:
+        super().__init__(source, max_length, seed=seed, train=train)
+        if weighting not in CLUSTER_SAMPLING:
+            raise ConfigError(f"weighting must be one of {CLUSTER_SAMPLING}, got {weighting!r}")
+        if not clusters or any(len(c) == 0 for c in clusters):
+            raise ConfigError("every cluster needs at least one member")
+        copies = [
+            1 if weighting == "cluster" else max(1, round(float(np.sqrt(len(c))))) for c in clusters
+        ]
+        self.items: list[np.ndarray] = [
+            c for c, k in zip(clusters, copies, strict=True) for _ in range(k)
+        ]
+        self.n_clusters = len(clusters)
+        member_lengths = np.minimum(source.lengths + 2, self.max_length)
+        # batching packs by these lengths: the longest member bounds what an item can hold
+        self.lengths = np.array([int(member_lengths[m].max()) for m in self.items], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def member(self, index: int, epoch: int) -> int:
+        """The record that item ``index`` uses in ``epoch``."""
+        members = self.items[index]
+        if len(members) == 1:
+            return int(members[0])
+        pick = keyed_rng(TAG_MEMBER, self.seed, epoch if self.train else 0, index)
+        return int(members[int(pick.integers(len(members)))])
+
+    def __getitem__(self, key: int | tuple[int, ...]) -> Item:
+        index, epoch = self._resolve(key)
+        record = self.member(index, epoch)
+        residues = self.source[record]
+        start = self.crop_start(record, epoch)
         residues = residues[start : start + self.max_length - 2]
         tokens = np.empty(len(residues) + 2, dtype=np.int64)
         tokens[0] = self.alphabet.cls_idx

@@ -16,7 +16,7 @@ import logging
 import lzma
 import os
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -390,6 +390,24 @@ def iter_encoded(
         yield rec, res.ids
 
 
+def split_key(
+    rec: FastaRecord, cluster_of: Mapping[str, str] | None, path: PathLike | None = None
+) -> str:
+    """The key hashed into a split: the record's cluster from ``cluster_of`` when given, else
+    its header's key (UniRef cluster id, UniProtKB accession without isoform suffix, id)."""
+    if cluster_of is None:
+        return rec.header.split_key
+    try:
+        return cluster_of[rec.id]
+    except KeyError:
+        raise DataError(
+            "not in the clusters table (cluster the same files with `data cluster`)",
+            path=path,
+            record=rec.number,
+            record_id=rec.id,
+        ) from None
+
+
 def load_fasta_source(
     paths: PathLike | Sequence[PathLike],
     *,
@@ -402,6 +420,7 @@ def load_fasta_source(
     progress: bool = False,
     strip_gaps: bool = False,
     allow_nucleotide: bool = False,
+    cluster_of: Mapping[str, str] | None = None,
 ) -> FlatSource:
     """Read FASTA file(s) into an in-memory :class:`FlatSource`.
 
@@ -413,6 +432,8 @@ def load_fasta_source(
         policy: invalid residue policy (``error`` | ``skip`` | ``replace``).
         max_records: stop after this many records are *read* (before splitting), or None.
         strip_gaps, allow_nucleotide: see :func:`iter_encoded`.
+        cluster_of: record id -> cluster id (``data cluster``'s members table): the split
+            then hashes the cluster id, so whole clusters land in one split.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -441,7 +462,7 @@ def load_fasta_source(
             )
             for rec, toks in encoded:
                 bar.update(1)
-                if split is None or assigner(rec.header.split_key) == split:
+                if split is None or assigner(split_key(rec, cluster_of, reader.path)) == split:
                     seqs.append(toks)
                     ids.append(rec.id)
             if max_records is not None and counts.records_read >= max_records:

@@ -17,7 +17,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-_UNIREF_ID = re.compile(r"^(UniRef(?:50|90|100))_(\S+)$")
+# UniRef50/90/100, and other identity levels written by `data cluster` (UniRef30_...)
+_UNIREF_ID = re.compile(r"^(UniRef(?:\d{1,3}))_(\S+)$")
 _UNIPROT_ID = re.compile(r"^(sp|tr)\|([^|\s]+)\|([^|\s]*)$")
 _UNIREF_KEYS = ("n", "Tax", "TaxID", "RepID")
 _UNIPROT_KEYS = ("OS", "OX", "GN", "PE", "SV")

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -30,7 +30,13 @@ import numpy as np
 
 from protein_performer.atomic import current_umask
 from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
-from protein_performer.data.fasta import EncodeCounts, FastaReader, PathLike, iter_encoded
+from protein_performer.data.fasta import (
+    EncodeCounts,
+    FastaReader,
+    PathLike,
+    iter_encoded,
+    split_key,
+)
 from protein_performer.data.sources import FlatSource
 from protein_performer.data.splits import SPLITS, SplitAssigner, parse_fractions
 from protein_performer.data.stats import DuplicateFinder, LengthHistogram
@@ -134,12 +140,14 @@ def preprocess(
     progress: bool = True,
     strip_gaps: bool = False,
     allow_nucleotide: bool = False,
+    cluster_of: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Tokenize FASTA file(s) into per-split shards under ``outdir``; return the manifest.
 
     With ``val_inputs``/``test_inputs`` the splits are explicit (``inputs`` → train);
     otherwise every record goes to the split given by hashing its key (UniRef cluster id,
-    else accession) with ``fractions`` and ``seed``.
+    else accession; with ``cluster_of``, its cluster from ``data cluster``) with ``fractions``
+    and ``seed``.
     """
     from tqdm.auto import tqdm
 
@@ -186,7 +194,7 @@ def preprocess(
                     allow_nucleotide=allow_nucleotide,
                 )
                 for rec, ids in encoded:
-                    split = fixed_split or assigner(rec.header.split_key)
+                    split = fixed_split or assigner(split_key(rec, cluster_of, reader.path))
                     writers[split].add(rec.id, ids)  # type: ignore[arg-type]
                     dups.add(rec.id)
                     if counts.records_kept % 2048 == 0:
@@ -221,7 +229,11 @@ def preprocess(
                 "method": "explicit" if explicit else "hash",
                 "fractions": None if explicit else list(frac),
                 "seed": None if explicit else seed,
-                "key": None if explicit else "UniRef cluster id, else UniProt accession, else id",
+                "key": None
+                if explicit
+                else "cluster of the members table"
+                if cluster_of is not None
+                else "UniRef cluster id, else UniProt accession, else id",
             },
             "invalid_policy": policy.value,
             "strip_gaps": strip_gaps,

@@ -368,6 +368,8 @@ _EVALUATE_KEYS = {
     "split": "score one part (train, val or test) of the hash split; unset: every record",
     "split_fractions": "train/val/test fractions of that split (as in training)",
     "split_seed": "seed of that split (as in training)",
+    "clusters": "`data cluster` output, for split_by=cluster (as in training)",
+    "split_by": "record or cluster: how that split was made (as in training)",
     "max_length": "tokens per sequence (unset: the checkpoint's training value)",
     "mode": "crop or concat (unset: the checkpoint's training value)",
     "mask_prob": "MLM masking rate (unset: the checkpoint's training value)",

