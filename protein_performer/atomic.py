@@ -77,16 +77,26 @@ def make_output_dir(path: str | os.PathLike, key: str) -> Path:
 
 
 def check_output_file(path: str | os.PathLike, key: str) -> Path:
-    """Check before long work that ``path`` can be written atomically: its folder is created
-    and a temporary file is made there and removed again. One-line :class:`DataError` if not."""
+    """Check before long work that ``path`` can be written atomically: a temporary file is made
+    in its folder and removed again (or, when the folder does not exist yet, the nearest
+    existing one must be writable; nothing is created). One-line :class:`DataError` if not."""
     p = Path(path)
     if p.is_dir():
         raise DataError(f"{key}: is a directory, expected a file name", path=p)
-    make_output_dir(p.parent, key)
-    try:
-        fd, tmp = make_temp_file(p)
-    except OSError as e:
-        raise DataError(f"{key}: cannot write here ({_reason(e)})", path=p) from None
-    os.close(fd)
-    Path(tmp).unlink(missing_ok=True)
+    if p.parent.is_dir():
+        try:
+            fd, tmp = make_temp_file(p)
+        except OSError as e:
+            raise DataError(f"{key}: cannot write here ({_reason(e)})", path=p) from None
+        os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
+        return p
+    # folders are created only when writing: the nearest existing one must be writable
+    folder = Path(os.path.abspath(p)).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise DataError(f"{key}: cannot create this directory ({folder} is a file)", path=p)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise DataError(f"{key}: cannot write here (permission denied in {folder})", path=p)
     return p

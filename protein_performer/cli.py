@@ -15,6 +15,7 @@ from typing import Any
 
 from protein_performer import __version__
 from protein_performer.atomic import write_text_atomic
+from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.errors import ConfigError, DataError, ProteinPerformerError
 from protein_performer.outputs import check_output_file, json_with_keys
 
@@ -45,17 +46,14 @@ STATS_JSON_KEYS = ("files", "records", "residues", "composition")
 
 
 def _is_simulated_fasta(path: Path) -> bool:
-    from protein_performer.data.fasta import first_header
+    """Every record of ``path`` is a simulated one (a file simulate wrote, unchanged)."""
+    from protein_performer.data.fasta import read_fasta
     from protein_performer.data.simulate import SIMULATED_ID_PREFIX
 
-    header = first_header(path)
-    return header is not None and header[1:].startswith(SIMULATED_ID_PREFIX)
-
-
-def _is_fasta(path: Path) -> bool:
-    from protein_performer.data.fasta import first_header
-
-    return first_header(path) is not None
+    try:
+        return all(rec.id.startswith(SIMULATED_ID_PREFIX) for rec in read_fasta(path))
+    except (DataError, OSError):
+        return False
 
 
 # ---- data commands ----------------------------------------------------------------------
@@ -70,6 +68,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             is_ours=json_with_keys(STATS_JSON_KEYS),
             what="statistics JSON file",
         )
+    check_distinct_inputs({"INPUT": args.inputs})
     stats = fasta_stats(args.inputs, progress=not args.no_progress)
     if args.json or args.output:
         _print_json(stats, args.output)
@@ -127,6 +126,7 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
             "(usage: protein-performer data preprocess INPUT [INPUT ...] OUTDIR)"
         )
     *inputs, outdir = args.paths
+    check_distinct_inputs({"INPUT": inputs, "--val": args.val, "--test": args.test})
     try:
         manifest = preprocess(
             inputs,
@@ -174,6 +174,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             "(usage: protein-performer data cluster INPUT [INPUT ...] OUTDIR)"
         )
     *inputs, outdir = args.paths
+    check_distinct_inputs({"INPUT": inputs})
     try:
         manifest = cluster_fasta(
             inputs,
@@ -262,13 +263,9 @@ def _cmd_download(args: argparse.Namespace) -> int:
     from protein_performer.data.download import download
 
     url = args.url or DOWNLOAD_URLS[args.dataset]
+    # a downloaded FASTA cannot be told from a user's: an existing OUT is never replaced
     check_output_file(
-        args.output,
-        "OUT",
-        overwrite=args.overwrite,
-        is_ours=_is_fasta,
-        allow_input_name=True,
-        what="FASTA file",
+        args.output, "OUT", allow_input_name=True, what="FASTA file", overwrite_hint=None
     )
     summary = download(
         url,
@@ -448,7 +445,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, help="network timeout (s)")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing OUT.part")
     p.add_argument("--no-verify", action="store_true", help="skip the final gzip check")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing FASTA OUT")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_download)
@@ -470,11 +466,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if debug:
             raise
-        print("interrupted", file=sys.stderr)
-        return 130
+        from protein_performer.training.interrupt import Terminated
+
+        terminated = isinstance(e, Terminated)
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        return 143 if terminated else 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -65,6 +65,10 @@ def input_like_name(path: str | os.PathLike) -> str | None:
     return "a compressed file" if compressed else None
 
 
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
 def describe_existing(path: Path) -> str:
     """What is at ``path``, for an error message (``an existing file (12,345 bytes)``)."""
     if path.is_symlink():
@@ -105,6 +109,7 @@ def check_output_dir(
             "or the output forgotten?); nothing was written",
             path=p,
         )
+    _check_parents(p, key)
     if not (p.exists() or p.is_symlink()):
         return p
     if p.is_symlink() or not p.is_dir():
@@ -135,7 +140,7 @@ def check_output_file(
     is_ours: Callable[[Path], bool] | None = None,
     allow_input_name: bool = False,
     what: str = "output file",
-    overwrite_hint: str = "--overwrite",
+    overwrite_hint: str | None = "--overwrite",
 ) -> Path:
     """Check that ``path`` may be written (atomically) as an output file.
 
@@ -143,6 +148,8 @@ def check_output_file(
     FASTA), an existing file without ``overwrite``, or one that ``is_ours`` does not recognise.
     The folder is created and a temporary file tried there, so a run does not fail at its end.
     """
+    if str(path).endswith(("/", os.sep)):
+        raise DataError(f"{key}: names a directory (trailing '/'); expected a file name", path=path)
     p = Path(path)
     if not allow_input_name:
         kind = input_like_name(p)
@@ -156,14 +163,28 @@ def check_output_file(
         )
     if p.exists():
         if not overwrite:
-            raise DataError(f"{key}: file exists (use {overwrite_hint} to replace it)", path=p)
+            hint = (
+                f"use {overwrite_hint} to replace it" if overwrite_hint else "choose another name"
+            )
+            raise DataError(f"{key}: file exists ({hint})", path=p)
         if is_ours is not None and not is_ours(p):
             raise DataError(
-                f"{key}: {describe_existing(p)} that is not a {what} of protein-performer; "
+                f"{key}: {describe_existing(p)} that is not {_article(what)} {what} of "
+                "protein-performer; "
                 "it is never replaced (choose another name)",
                 path=p,
             )
+    _check_parents(p, key)
     return _check_writable_file(p, key)
+
+
+def _check_parents(p: Path, key: str) -> None:
+    """Every existing ancestor of ``p`` must be a directory (``notes.txt/out`` is an error)."""
+    for parent in Path(os.path.abspath(p)).parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise DataError(f"{key}: {parent} is a file, not a directory", path=p)
+            return
 
 
 def json_with_keys(keys: Iterable[str]) -> Callable[[Path], bool]:

@@ -139,7 +139,12 @@ def test_file_outputs_of_data_commands(tmp_path, capsys):
     # download: checked before any connection (this URL would fail otherwise)
     url = "http://127.0.0.1:9/uniref50.fasta.gz"
     code, _, err = _cli(capsys, "data", "download", "uniref50", str(src), "--url", url)
-    _one_line_error(code, err, "file exists (use --overwrite to replace it)")
+    _one_line_error(code, err, "file exists (choose another name)")
+    # a downloaded FASTA cannot be told from a user's copy: no --overwrite for download
+    with pytest.raises(SystemExit) as exit_info:  # argparse: unrecognized argument
+        main(["data", "download", "uniref50", str(src), "--url", url, "--overwrite"])
+    assert exit_info.value.code == 2 and src.read_bytes() == FASTA
+    capsys.readouterr()
     code, _, err = _cli(capsys, "data", "download", "uniref50", str(tmp_path), "--url", url)
     _one_line_error(code, err, "is in the way")
 
@@ -168,7 +173,7 @@ def test_train_never_writes_into_a_users_directory_or_file(tiny_fasta, tmp_path,
     home.mkdir()
     (home / "config.yaml").write_text("my own config")
     (home / "data.csv").write_text("1,2")
-    with pytest.raises(DataError, match=r"holds files that are not a protein-performer run"):
+    with pytest.raises(DataError, match=r"not empty \(config.yaml, data.csv\); a new run needs"):
         run_hydra("train", tiny_overrides(tiny_fasta, home))
     assert (home / "config.yaml").read_text() == "my own config"
     assert sorted(p.name for p in home.iterdir()) == ["config.yaml", "data.csv"]
@@ -188,3 +193,50 @@ def test_check_output_dir_and_file_directly(tmp_path):
         check_output_file(tmp_path, "k", overwrite=True)
     assert check_output_file(f, "k", overwrite=True) == f and f.read_text() == "x"
     assert not any(p.name.endswith(".tmp") for p in Path(tmp_path).iterdir())
+
+
+def test_more_misuse_from_a_user_pass(tmp_path, capsys):
+    src = tmp_path / "in.fasta"
+    src.write_bytes(FASTA)
+    # user files inside a shard directory's split folders make it the user's
+    shards = tmp_path / "shards"
+    assert _cli(capsys, "data", "preprocess", str(src), str(shards))[0] == 0
+    (shards / "train" / "mine.txt").write_text("mine")
+    code, _, err = _cli(capsys, "data", "preprocess", str(src), str(shards), "--overwrite")
+    _one_line_error(code, err, "never replaced")
+    assert (shards / "train" / "mine.txt").read_text() == "mine"
+    # an output under a file: one line, no traceback
+    notes = tmp_path / "notes.txt"
+    notes.write_text("n")
+    code, _, err = _cli(capsys, "data", "preprocess", str(src), str(notes / "sub"))
+    _one_line_error(code, err, "is a file, not a directory")
+    # refused commands create no folders
+    code, _, err = _cli(
+        capsys, "data", "stats", str(tmp_path / "missing.fa"), "-o", str(tmp_path / "a/b/s.json")
+    )
+    assert code == 2 and not (tmp_path / "a").exists()
+    code, _, err = _cli(capsys, "data", "simulate", str(tmp_path / "c/x.fa"), "--families", "-1")
+    assert code == 2 and not (tmp_path / "c").exists()
+    # a trailing slash names a directory, not a file
+    code, _, err = _cli(capsys, "data", "simulate", str(tmp_path / "sim") + "/")
+    _one_line_error(code, err, "trailing '/'")
+    assert not (tmp_path / "sim").exists()
+    # simulate --overwrite: a simulated file a user appended their own record to is theirs
+    sim = tmp_path / "sim.fa"
+    flags = ["--families", "2", "--min-members", "2", "--max-members", "2"]
+    assert _cli(capsys, "data", "simulate", str(sim), *flags)[0] == 0
+    with open(sim, "ab") as fh:
+        fh.write(FASTA)
+    before = sim.read_bytes()
+    code, _, err = _cli(capsys, "data", "simulate", str(sim), *flags, "--overwrite")
+    _one_line_error(code, err, "not a simulated FASTA file")
+    assert sim.read_bytes() == before
+    # the same input twice counts its proteins twice (or leaks them into validation)
+    code, _, err = _cli(capsys, "data", "preprocess", str(src), str(src), str(tmp_path / "o"))
+    _one_line_error(code, err, "INPUT: ", "is already listed")
+    code, _, err = _cli(
+        capsys, "data", "preprocess", str(src), str(tmp_path / "o"), "--val", str(src)
+    )
+    _one_line_error(code, err, "--val: ", "already listed in INPUT")
+    code, _, err = _cli(capsys, "data", "stats", str(src), str(tmp_path / "." / "in.fasta"))
+    _one_line_error(code, err, "is already listed")

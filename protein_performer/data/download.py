@@ -159,6 +159,7 @@ def download(
     if max_records is None:
         part = out.with_name(out.name + ".part")
         meta = out.with_name(out.name + ".part.json")
+        _check_own_partial(part, meta)
         resumed, length_known = _download_full(
             url, part, meta, progress=progress, timeout=timeout, resume=resume
         )
@@ -276,6 +277,26 @@ class _Body:
                 return
             self.received += len(chunk)
             yield chunk
+
+
+def _check_own_partial(part: Path, meta: Path) -> None:
+    """A ``.part`` file is resumed (or replaced) only when its ``.part.json`` says this module
+    wrote it; anything else under those names belongs to the user and is left alone."""
+    for path in (part, meta):
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise DataError("is in the way of the partial download; remove or rename it", path=path)
+    info = _read_meta(meta) if meta.exists() else None
+    if meta.exists() and (info is None or "url" not in info):
+        raise DataError(
+            "exists but is not a partial download of protein-performer; remove or rename it",
+            path=meta,
+        )
+    if part.exists() and info is None:
+        raise DataError(
+            f"exists without {meta.name}: not a partial download of protein-performer; "
+            "remove or rename it",
+            path=part,
+        )
 
 
 def _read_meta(path: Path) -> dict[str, Any] | None:

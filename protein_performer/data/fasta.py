@@ -106,6 +106,22 @@ def detect_compression(path: PathLike) -> str:
     return "plain"
 
 
+def check_distinct_inputs(groups: Mapping[str, Sequence[PathLike] | None]) -> None:
+    """One-line :class:`ConfigError` when a file is listed twice, within or across the named
+    groups (``{"data.files": [...], "data.val_files": [...]}``): its proteins would count twice
+    or leak between splits. Paths are compared after resolving links and ``..``."""
+    from protein_performer.errors import ConfigError
+
+    seen: dict[Path, str] = {}
+    for key, paths in groups.items():
+        for p in paths or []:
+            real = Path(p).resolve()
+            if real in seen:
+                where = "" if seen[real] == key and len(groups) == 1 else f" in {seen[real]}"
+                raise ConfigError(f"{key}: {p} is already listed{where}")
+            seen[real] = key
+
+
 def check_readable_file(path: PathLike) -> None:
     p = Path(path)
     if not p.exists():

@@ -86,6 +86,7 @@ class _SplitWriter:
 
 
 SHARD_DIR_ENTRIES = frozenset({MANIFEST, *SPLITS})
+SPLIT_FILES = frozenset({"tokens.bin", "offsets.bin", "ids.txt"})
 
 
 def is_shard_dir(path: PathLike) -> bool:
@@ -97,12 +98,21 @@ def is_shard_dir(path: PathLike) -> bool:
         manifest = json.loads((p / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
-    return (
+    if not (
         isinstance(manifest, dict)
         and manifest.get("format") == FORMAT
         and MANIFEST in names
         and names <= SHARD_DIR_ENTRIES
-    )
+    ):
+        return False
+    for split in names - {MANIFEST}:  # nothing of the user's inside the split folders either
+        d = p / split
+        if d.is_symlink() or not d.is_dir():
+            return False
+        for child in d.iterdir():
+            if child.name not in SPLIT_FILES or child.is_symlink() or not child.is_file():
+                return False
+    return (p / MANIFEST).is_file() and not (p / MANIFEST).is_symlink()
 
 
 def check_shard_outdir(outdir: PathLike, overwrite: bool) -> Path:

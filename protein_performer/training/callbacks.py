@@ -53,6 +53,15 @@ class ValidateOnFinalStep(pl.Callback):
             trainer.should_stop = True
 
 
+class BestCheckpoint(ModelCheckpoint):
+    """``best.ckpt`` (lowest validation perplexity); an interrupted, skipped validation is no
+    candidate."""
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not getattr(pl_module, "skip_validation", False):
+            super().on_validation_end(trainer, pl_module)
+
+
 class LastCheckpoint(ModelCheckpoint):
     """``last.ckpt``: the model after every validation, every ``every_minutes`` of training
     (independent of validation, so a crash loses at most that much work) and at the end.
@@ -101,6 +110,8 @@ class LastCheckpoint(ModelCheckpoint):
             self._save_now(trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if getattr(pl_module, "skip_validation", False):
+            return  # an interrupted validation; on_train_end saves the final state
         super().on_validation_end(trainer, pl_module)
         if self.best_model_path:
             self._step_written = trainer.global_step

@@ -111,7 +111,7 @@ class CliArgs:
     cfg: str | None = None
 
 
-def parse_args(argv: Sequence[str]) -> CliArgs:
+def parse_args(argv: Sequence[str], command: str = "train") -> CliArgs:
     args = CliArgs()
     it = iter(argv)
     for a in it:
@@ -130,6 +130,11 @@ def parse_args(argv: Sequence[str]) -> CliArgs:
             raise ConfigError(
                 f"unknown option {a!r}; options: -m/--multirun, --json, --cfg job|all, --help "
                 "(configuration is given as key=value overrides)"
+            )
+        elif "=" not in a and not a.startswith("~"):
+            example = "checkpoint=PATH fasta=PATH" if command == "evaluate" else "model=transformer"
+            raise ConfigError(
+                f"expected KEY=VALUE, got {a!r} (settings are key=value overrides, e.g. {example})"
             )
         else:
             args.overrides.append(a)
@@ -429,7 +434,7 @@ def run_hydra(command: str, argv: list[str]) -> int:
     """
     if command not in COMMANDS:
         raise ConfigError(f"unknown command {command!r}; choose one of: {', '.join(COMMANDS)}")
-    args = parse_args(argv)
+    args = parse_args(argv, command)
     _setup()
     if args.help:
         print(help_text(command))
@@ -465,7 +470,10 @@ def run_hydra(command: str, argv: list[str]) -> int:
                 print(f"resuming in {run_dir}", file=sys.stderr, flush=True)
         if args.multirun and not args.json:
             print(f"[{i + 1}/{len(jobs)}] {' '.join(job.overrides)} -> {run_dir}", flush=True)
-        code = _run_train(job, run_dir, i, args)
+        # a default (timestamped) directory taken by a run started in the same second: the
+        # next free one; a directory the user named is theirs to choose
+        default_dir = child is None and not args.multirun and not _names_run_dir(job)
+        code = _run_train(job, run_dir, i, args, find_free=default_dir)
         if code != 0:
             return code  # an interrupted sweep stops here
     return 0
@@ -515,6 +523,12 @@ def resume_run_dir(job: ComposedJob) -> str | None:
     return None
 
 
+def _names_run_dir(job: ComposedJob) -> bool:
+    return any(o.split("=", 1)[0].lstrip("+~") == "hydra.run.dir" for o in job.overrides) or (
+        resume_run_dir(job) is not None
+    )
+
+
 def resume_command(job: ComposedJob, last_checkpoint: str) -> str:
     """The command that continues an interrupted job from its ``last.ckpt``."""
     keep = [
@@ -523,33 +537,31 @@ def resume_command(job: ComposedJob, last_checkpoint: str) -> str:
         if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "hydra.run.dir")
     ]
     words = ["protein-performer", "train", *keep, f"ckpt_path={last_checkpoint}"]
-    return " ".join(shlex.quote(w) for w in words)
+    # relative paths in the overrides are relative to where this run was started
+    return f"cd {shlex.quote(os.getcwd())} && " + " ".join(shlex.quote(w) for w in words)
 
 
-def _run_train(job: ComposedJob, run_dir: str, index: int, args: CliArgs) -> int:
+def _run_train(
+    job: ComposedJob, run_dir: str, index: int, args: CliArgs, *, find_free: bool = False
+) -> int:
     """Run one training job; returns its exit code (130/143 when interrupted)."""
-    from protein_performer.atomic import make_output_dir, write_text_atomic
-    from protein_performer.training.run import (
-        check_run_dir,
-        is_rank_zero,
-        remove_unused_run_dir,
-        train,
-    )
+    from protein_performer.training.run import claim_run_dir, config_to_yaml, is_rank_zero, train
 
-    created = not Path(run_dir).exists()
-    if is_rank_zero() and _ddp_child_job() is None:
-        check_run_dir(run_dir, job.config.ckpt_path, "run directory (hydra.run.dir)")
-    path = make_output_dir(run_dir, "run directory (hydra.run.dir)")
-    write_text_atomic(path / "overrides.yaml", "".join(f"- {o}\n" for o in job.overrides))
+    claimed = is_rank_zero() and _ddp_child_job() is None
+    if claimed:
+        path = claim_run_dir(
+            run_dir,
+            job.config.ckpt_path,
+            config_to_yaml(job.config),
+            key="run directory (hydra.run.dir)",
+            find_free=find_free,
+        )
+    else:
+        path = Path(run_dir)
     marker = json.dumps({"index": index, "run_dir": str(path.resolve())})
     out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    try:
-        with _env(DDP_JOB_ENV, marker), out:
-            result = train(job.config, path)
-    except BaseException:
-        if created:
-            remove_unused_run_dir(path)
-        raise
+    with _env(DDP_JOB_ENV, marker), out:
+        result = train(job.config, path, overrides=job.overrides, run_dir_claimed=claimed)
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return 0  # DDP child: rank 0 reports
     if args.json:
@@ -597,9 +609,12 @@ def main(argv: list[str] | None = None) -> int:
     except ProteinPerformerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        from protein_performer.training.interrupt import Terminated
+
+        terminated = isinstance(e, Terminated)
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        return 143 if terminated else 130
 
 
 if __name__ == "__main__":

@@ -10,14 +10,39 @@ there is nothing to save yet.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytorch_lightning as pl
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM turned into an exception, so that the same cleanup as for Ctrl-C runs (exit
+    code 143 instead of 130)."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """While loading (before the first step) SIGTERM raises :class:`Terminated` instead of
+    killing the process, so a run directory with nothing in it is still removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 class GracefulInterrupt(pl.Callback):
@@ -34,11 +59,12 @@ class GracefulInterrupt(pl.Callback):
         if self.received is not None:
             self.aborted = True
             self.restore()
-            raise KeyboardInterrupt
+            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
         self.received = name
+        again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
         print(
             f"\n{name} received: stopping after this step and saving checkpoints/last.ckpt "
-            "(press Ctrl-C again to abort without saving)",
+            f"({again} to abort without saving)",
             file=sys.stderr,
             flush=True,
         )
@@ -72,6 +98,19 @@ class GracefulInterrupt(pl.Callback):
             trainer.should_stop = True
             # Lightning validates when a run stops early; an interrupted run should not wait
             trainer.limit_val_batches = 0
+
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, idx: int, *args: Any
+    ) -> None:
+        # a stop asked for during validation skips the rest of it (one process only: under DDP
+        # every rank must run the same collectives, so the validation finishes)
+        if self.received and trainer.world_size == 1 and hasattr(pl_module, "skip_validation"):
+            pl_module.skip_validation = True
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.received and not trainer.sanity_checking and self._stop_requested(trainer):
+            self.stopped_at = trainer.global_step
+            trainer.should_stop = True  # before the next step, not after it
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.restore()

@@ -74,6 +74,8 @@ class ProteinLMModule(pl.LightningModule):
         )
         self.last_batch_tokens = 0
         self.last_val_step: int | None = None  # global step of the last validation
+        # set by GracefulInterrupt (one process only): the rest of a validation is skipped
+        self.skip_validation = False
         self._val_sums = torch.zeros(6, dtype=torch.float64)
 
     # ---- forward / loss -------------------------------------------------------------------
@@ -122,6 +124,8 @@ class ProteinLMModule(pl.LightningModule):
         self._val_sums = torch.zeros(6, dtype=torch.float64, device=self.device)
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
+        if self.skip_validation:  # the run was interrupted: finish without the rest
+            return
         out = self(batch)
         total, kinds = batch_sums(
             out["logits"], batch["labels"], batch["input_ids"], self.causal, self.alphabet.mask_idx
@@ -131,6 +135,9 @@ class ProteinLMModule(pl.LightningModule):
             self._val_sums[3:] += kinds[MLM_INPUT_KINDS.index("mask")]
 
     def on_validation_epoch_end(self) -> None:
+        if self.skip_validation:  # partial sums describe nothing: log no val metrics
+            self._val_sums.zero_()
+            return
         nll, count, correct, m_nll, m_count, m_correct = self._reduce_sum(self._val_sums).tolist()
         if count == 0:
             return

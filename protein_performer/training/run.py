@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,15 +39,17 @@ from protein_performer.config import (
 )
 from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.data.datamodule import ProteinDataModule
+from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, check_output_file, entries, json_with_keys
 from protein_performer.training.callbacks import (
+    BestCheckpoint,
     LastCheckpoint,
     TokenThroughput,
     ValidateOnFinalStep,
 )
 from protein_performer.training.checkpoints import init_weights_from, load_model, read_checkpoint
-from protein_performer.training.interrupt import GracefulInterrupt
+from protein_performer.training.interrupt import GracefulInterrupt, sigterm_raises
 from protein_performer.training.lm_module import ProteinLMModule
 from protein_performer.training.memory import (
     MemoryEstimate,
@@ -108,14 +111,12 @@ def _check_paths(cfg: TrainConfig) -> int | None:
     """Check every input path before any work; returns the global step of ``cfg.ckpt_path``
     (None when not resuming)."""
     d = cfg.data
-    seen: dict[Path, str] = {}
     for key in ("files", "val_files", "test_files"):
         for p in getattr(d, key) or []:
             _require_file(p, f"data.{key}")
-            real = Path(p).resolve()
-            if real in seen:  # its proteins would count twice (or leak between splits)
-                raise ConfigError(f"data.{key}: {p} is already listed in data.{seen[real]}")
-            seen[real] = key
+    check_distinct_inputs(
+        {f"data.{k}": getattr(d, k) for k in ("files", "val_files", "test_files")}
+    )
     if d.clusters and not Path(d.clusters).exists():
         raise DataError("data.clusters: not found (the output of `data cluster`)", path=d.clusters)
     if d.shards and not Path(d.shards).is_dir():
@@ -158,55 +159,123 @@ def _holds_run(path: Path) -> list[str]:
     return found + [n for n in ("metrics.csv", "summary.json") if (path / n).exists()]
 
 
+def _resuming_in(p: Path, ckpt_path: str | None) -> bool:
+    return ckpt_path is not None and Path(ckpt_path).resolve().parent == (
+        p.resolve() / CHECKPOINT_DIR
+    )
+
+
+def _is_run_config(path: Path) -> bool:
+    """A ``config.yaml`` that a training run wrote (its top-level sections), not a user's."""
+    try:
+        text = path.read_text(encoding="utf-8")[: 1 << 20]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return all(re.search(rf"^{k}:", text, re.M) for k in ("model", "data", "trainer", "objective"))
+
+
 def check_run_dir(
     run_dir: str | os.PathLike, ckpt_path: str | None = None, key: str = "run directory"
 ) -> Path:
     """Refuse, before any work, a run directory whose files a run would replace.
 
-    A fresh or empty directory is fine, and so is one holding only the config files of a run
-    that failed before training. A directory with a trained run is only continued by resuming
-    from one of its own checkpoints (``ckpt_path=RUN/checkpoints/last.ckpt``); a directory
-    with anything else in it (a user's files) is never written into.
+    A new run needs a directory that does not exist yet or is empty. A directory holding a run
+    is only continued by resuming from one of its own checkpoints
+    (``ckpt_path=RUN/checkpoints/last.ckpt``); anything else (a user's files, another run) is
+    never written into.
     """
     p = Path(run_dir)
     if p.is_symlink() and p.is_dir():
         p = p.resolve()  # writing into the directory a link points to replaces nothing
     p = check_output_dir(p, key, is_ours=lambda _: True, overwrite=True, what=key)
-    if not p.is_dir():
+    if not p.is_dir() or not any(p.iterdir()) or _resuming_in(p, ckpt_path):
         return p
-    foreign = sorted(n for n in entries(p) if not RUN_DIR_ENTRIES.fullmatch(n))
-    if foreign:
-        shown = ", ".join(foreign[:4]) + (", ..." if len(foreign) > 4 else "")
+    names = sorted(entries(p))
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    config = p / "config.yaml"
+    ours = not config.exists() or _is_run_config(config)
+    if not ours or any(not RUN_DIR_ENTRIES.fullmatch(n) for n in names):
         raise DataError(
-            f"{key}: holds files that are not a protein-performer run ({shown}); nothing is "
-            "written there (choose a new hydra.run.dir)",
+            f"{key}: not empty ({shown}); a new run needs a new or empty directory "
+            "(choose another hydra.run.dir)",
             path=p,
         )
-    previous = _holds_run(p)
-    if not previous:
-        return p
-    resuming_here = ckpt_path is not None and Path(ckpt_path).resolve().parent == (
-        p.resolve() / CHECKPOINT_DIR
+    last = p / CHECKPOINT_DIR / "last.ckpt"
+    if last.is_file():
+        raise DataError(
+            f"{key}: already holds a run ({shown}); continue it with ckpt_path={last}, or "
+            "choose a new hydra.run.dir",
+            path=p,
+        )
+    if set(names) <= RUN_CONFIG_FILES:
+        raise DataError(
+            f"{key}: holds a run that has not trained yet ({shown}: another run starting now, "
+            "or one stopped while loading); choose a new hydra.run.dir",
+            path=p,
+        )
+    raise DataError(
+        f"{key}: holds a run that saved no checkpoint to resume from ({shown}); choose a new "
+        "hydra.run.dir (or remove that directory)",
+        path=p,
     )
-    if not resuming_here:
-        last = p / CHECKPOINT_DIR / "last.ckpt"
-        raise DataError(
-            f"{key}: already holds a run ({', '.join(previous[:3])}); continue it with "
-            f"ckpt_path={last}, or choose a new hydra.run.dir",
-            path=p,
-        )
-    return p
 
 
-def _write_config(run_path: Path, text: str) -> None:
-    """``config.yaml``; a resumed run whose config changed keeps the old one as config.N.yaml."""
-    path = run_path / "config.yaml"
-    if path.is_file() and path.read_text(encoding="utf-8") != text:
+def claim_run_dir(
+    run_dir: str | os.PathLike,
+    ckpt_path: str | None,
+    config_text: str,
+    *,
+    key: str = "run directory",
+    find_free: bool = False,
+) -> Path:
+    """Check ``run_dir`` (see :func:`check_run_dir`) and claim it by writing ``config.yaml``.
+
+    A new run creates ``config.yaml`` exclusively, so two runs started at once into one
+    directory cannot both have it: the second gets an error, or with ``find_free`` the next
+    free ``RUN_1``, ``RUN_2``, ... (for default, timestamped directories). A resumed run keeps
+    a changed config as ``config.N.yaml``.
+    """
+    base = Path(run_dir)
+    for n in range(1000 if find_free else 1):
+        candidate = base if n == 0 else base.with_name(f"{base.name}_{n}")
+        try:
+            p = check_run_dir(candidate, ckpt_path, key)
+        except DataError:
+            if find_free and ckpt_path is None:
+                continue
+            raise
+        p = make_output_dir(p.resolve(), key)
+        if _resuming_in(p, ckpt_path):
+            _write_versioned(p / "config.yaml", config_text)
+            return p
+        try:
+            fd = os.open(p / "config.yaml", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            if find_free:
+                continue
+            raise DataError(
+                f"{key}: another run started in this directory at the same time", path=p
+            ) from None
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(config_text)
+        return p
+    raise DataError(f"{key}: no free directory next to it (tried {base}_1 to _999)", path=base)
+
+
+def _write_versioned(path: Path, text: str) -> None:
+    """Write ``path``; when it exists with other content (ignoring ``ckpt_path``, which a resume
+    always changes) keep the old one as ``NAME.N.EXT``."""
+
+    def meaningful(t: str) -> list[str]:
+        return [ln for ln in t.splitlines() if not re.match(r"^-? ?ckpt_path[:=]", ln)]
+
+    if path.is_file() and meaningful(path.read_text(encoding="utf-8")) != meaningful(text):
         n = 1
-        while (run_path / f"config.{n}.yaml").exists():
+        while path.with_name(f"{path.stem}.{n}{path.suffix}").exists():
             n += 1
-        os.replace(path, run_path / f"config.{n}.yaml")
-        log.warning("the config changed on resuming; the previous one is config.%d.yaml", n)
+        old = path.with_name(f"{path.stem}.{n}{path.suffix}")
+        os.replace(path, old)
+        log.warning("%s changed on resuming; the previous one is %s", path.name, old.name)
     write_text_atomic(path, text)
 
 
@@ -279,7 +348,6 @@ def build_trainer(
     extra_callbacks: list[pl.Callback] | None = None,
     resume_step: int | None = None,
 ) -> tuple[pl.Trainer, TokenThroughput, pl.callbacks.ModelCheckpoint]:
-    from pytorch_lightning.callbacks import ModelCheckpoint
 
     t = cfg.trainer
     loggers: list[Any] = [RunCSVLogger(run_dir, resume_step)]
@@ -294,7 +362,7 @@ def build_trainer(
                 "(pip install -c constraints.txt 'protein-performer[tensorboard]')"
             ) from None
     throughput = TokenThroughput()
-    checkpoint = ModelCheckpoint(
+    checkpoint = BestCheckpoint(
         dirpath=str(run_dir / CHECKPOINT_DIR),
         filename="best",
         monitor="val/perplexity",
@@ -436,7 +504,7 @@ def _fit(
 ) -> None:
     sigint = signal.getsignal(signal.SIGINT)
     try:
-        with warnings.catch_warnings():
+        with sigterm_raises(), warnings.catch_warnings():
             # num_workers=0 is the right default on small CPU boxes; the hint is noise there
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
             # a resumed run continues in its own checkpoint directory
@@ -448,7 +516,9 @@ def _fit(
     except SystemExit as e:
         # Lightning turns a KeyboardInterrupt (Ctrl-C before the first step, or twice) into
         # sys.exit(1) after its own cleanup; the caller gets the KeyboardInterrupt back
-        if interrupt.aborted or isinstance(e.__context__, KeyboardInterrupt):
+        if isinstance(e.__context__, KeyboardInterrupt):
+            raise e.__context__ from None
+        if interrupt.aborted:
             raise KeyboardInterrupt from None
         raise
     finally:
@@ -510,9 +580,18 @@ def remove_unused_run_dir(path: Path) -> None:
 
 
 def train(
-    cfg: TrainConfig, run_dir: str | os.PathLike, *, callbacks: list[pl.Callback] | None = None
+    cfg: TrainConfig,
+    run_dir: str | os.PathLike,
+    *,
+    callbacks: list[pl.Callback] | None = None,
+    overrides: Sequence[str] | None = None,
+    run_dir_claimed: bool = False,
 ) -> TrainResult:
     """Train (or resume, with ``cfg.ckpt_path``) a protein LM; outputs go to ``run_dir``.
+
+    A new run needs a new or empty ``run_dir`` (see :func:`claim_run_dir`; pass
+    ``run_dir_claimed=True`` when the caller claimed it already). ``overrides`` (the command
+    line's) are saved as ``overrides.yaml``.
 
     SIGINT/SIGTERM stop the run after the current step with its checkpoint and summary
     written (``result.interrupted``); a second signal raises ``KeyboardInterrupt``.
@@ -520,17 +599,24 @@ def train(
     validate_train_config(cfg)
     resume_step = _check_paths(cfg)
     rank_zero = is_rank_zero()
-    if rank_zero:
+    if rank_zero and not run_dir_claimed:
         check_run_dir(run_dir, cfg.ckpt_path)
     estimate = estimate_memory(cfg, len(default_alphabet()))
     on_cpu = resolve_precision(cfg.trainer.accelerator, "auto") == "32-true"
     warning = check_fits_cpu(estimate) if on_cpu else None
-    created = not Path(run_dir).exists()
-    run_path = make_output_dir(Path(run_dir).resolve(), "run directory")
+    # a new run's directory held nothing before (claim_run_dir): on an early failure it goes
+    created = cfg.ckpt_path is None
+    if rank_zero and not run_dir_claimed:
+        run_path = claim_run_dir(run_dir, cfg.ckpt_path, config_to_yaml(cfg))
+    else:
+        run_path = make_output_dir(Path(run_dir).resolve(), "run directory")
     trainer = None
     try:
         if rank_zero:
-            _write_config(run_path, config_to_yaml(cfg))
+            if overrides is not None:
+                _write_versioned(
+                    run_path / "overrides.yaml", "".join(f"- {o}\n" for o in overrides)
+                )
             _print_header(cfg, run_path, estimate, warning, resume_step)
         pl.seed_everything(cfg.seed, workers=True, verbose=False)
         dm = build_datamodule(cfg)

@@ -155,21 +155,30 @@ def test_interrupted_download_resumes_with_range(server, gz_fasta, tmp_path):
     assert files(tmp_path) == ["u.gz"]
 
 
-def test_precreated_part_without_metadata_resumes(server, gz_fasta, tmp_path):
+def test_a_part_file_this_module_did_not_write_is_left_alone(server, gz_fasta, tmp_path):
+    """OUT.part without OUT.part.json (or with a foreign one) is the user's: never resumed,
+    replaced or deleted."""
     _, blob = gz_fasta
     server.routes["/u.gz"] = Route(blob)
     out = tmp_path / "u.gz"
-    (tmp_path / "u.gz.part").write_bytes(blob[:100])
-    r = download(server.url("/u.gz"), out, progress=False)
-    assert out.read_bytes() == blob and r["resumed"] is True
-    assert server.requests[-1]["Range"] == "bytes=100-"
-    assert "If-Range" not in server.requests[-1]
+    part = tmp_path / "u.gz.part"
+    part.write_bytes(blob[:100])
+    with pytest.raises(DataError, match=r"u\.gz\.part: exists without u\.gz\.part\.json"):
+        download(server.url("/u.gz"), out, progress=False)
+    assert part.read_bytes() == blob[:100] and not out.exists() and not server.requests
+    meta = tmp_path / "u.gz.part.json"
+    meta.write_text("my notes")
+    with pytest.raises(DataError, match="not a partial download of protein-performer"):
+        download(server.url("/u.gz"), out, progress=False)
+    assert meta.read_text() == "my notes" and part.read_bytes() == blob[:100]
 
 
 def test_server_without_range_support_restarts(server, gz_fasta, tmp_path):
     _, blob = gz_fasta
     server.routes["/u.gz"] = Route(blob, ranges=False)
     (tmp_path / "u.gz.part").write_bytes(b"garbage that must be discarded")
+    # a partial download of this module (its metadata names the URL)
+    (tmp_path / "u.gz.part.json").write_text(json.dumps({"url": server.url("/u.gz")}))
     r = download(server.url("/u.gz"), tmp_path / "u.gz", progress=False)
     assert (tmp_path / "u.gz").read_bytes() == blob and r["resumed"] is False
     assert server.requests[-1]["Range"] == f"bytes={len(b'garbage that must be discarded')}-"
@@ -201,6 +210,7 @@ def test_complete_part_is_finalised_after_416(server, gz_fasta, tmp_path):
     _, blob = gz_fasta
     server.routes["/u.gz"] = Route(blob)
     (tmp_path / "u.gz.part").write_bytes(blob)
+    (tmp_path / "u.gz.part.json").write_text(json.dumps({"url": server.url("/u.gz")}))
     r = download(server.url("/u.gz"), tmp_path / "u.gz", progress=False)
     assert (tmp_path / "u.gz").read_bytes() == blob and r["resumed"] is True
     assert r["records"] == 60 and files(tmp_path) == ["u.gz"]
@@ -210,6 +220,7 @@ def test_resume_false_ignores_part(server, gz_fasta, tmp_path):
     _, blob = gz_fasta
     server.routes["/u.gz"] = Route(blob)
     (tmp_path / "u.gz.part").write_bytes(blob[:10])
+    (tmp_path / "u.gz.part.json").write_text(json.dumps({"url": server.url("/u.gz")}))
     r = download(server.url("/u.gz"), tmp_path / "u.gz", progress=False, resume=False)
     assert (tmp_path / "u.gz").read_bytes() == blob and r["resumed"] is False
     assert "Range" not in server.requests[-1]

@@ -160,7 +160,10 @@ def test_ctrl_c_on_the_command_line_saves_and_prints_how_to_resume(tmp_path):
     assert summary["interrupted"] and 0 < steps < 100000
     assert torch.load(last, weights_only=True)["global_step"] == steps
     # the printed command resumes in the same run directory (here with a near total)
-    command = shlex.split(err.split("resume with:")[1].strip().splitlines()[0])
+    line = err.split("resume with:")[1].strip().splitlines()[0]
+    cd, _, rest = line.partition(" && ")
+    assert shlex.split(cd) == ["cd", os.getcwd()]  # relative paths work from anywhere
+    command = shlex.split(rest)
     assert command[:2] == ["protein-performer", "train"]
     command = [w for w in command[2:] if not w.startswith("trainer.max_steps")]
     command.append(f"trainer.max_steps={steps + 3}")
@@ -170,3 +173,93 @@ def test_ctrl_c_on_the_command_line_saves_and_prints_how_to_resume(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == steps + 3 and summary["resumed_from_step"] == steps
     assert sorted(p.name for p in run_dir.iterdir() if p.suffix == ".csv") == ["metrics.csv"]
+
+
+class SignalDuringValidation(pl.Callback):
+    def __init__(self) -> None:
+        self.sent = False
+        self.val_batches = 0
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, idx, *args) -> None:
+        self.val_batches += 1
+        if not self.sent and not trainer.sanity_checking:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_ctrl_c_during_validation_skips_the_rest_and_the_next_step(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta, max_steps=40, val_check_interval=3)
+    cfg.data.split_fractions = [0.5, 0.5, 0.0]  # several validation batches
+    cfg.data.toks_per_batch = 128
+    probe = SignalDuringValidation()
+    result = train(cfg, tmp_path / "run", callbacks=[probe])
+    assert result.interrupted and result.steps == 3  # no step after the interrupted validation
+    assert result.val_step is None and result.best_checkpoint is None  # no partial metrics
+    ckpt = torch.load(result.last_checkpoint, weights_only=True, map_location="cpu")
+    assert ckpt["global_step"] == 3
+
+
+class TermDuringSetup(pl.Callback):
+    def setup(self, trainer, pl_module, stage) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_while_loading_cleans_up_like_ctrl_c(tiny_fasta, tmp_path):
+    from protein_performer.training.interrupt import Terminated
+
+    before = signal.getsignal(signal.SIGTERM)
+    run_dir = tmp_path / "run"
+    with pytest.raises(Terminated):
+        train(tiny_config(tiny_fasta), run_dir, callbacks=[TermDuringSetup()])
+    assert not run_dir.exists()  # nothing trained: no directory that looks like a run
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_two_runs_cannot_share_a_directory(tiny_fasta, tmp_path):
+    from protein_performer.errors import DataError
+    from protein_performer.training.run import claim_run_dir, config_to_yaml
+
+    run_dir = tmp_path / "run"
+    text = config_to_yaml(tiny_config(tiny_fasta))
+    assert claim_run_dir(run_dir, None, text) == run_dir.resolve()
+    with pytest.raises(
+        DataError, match=r"has not trained yet \(config\.yaml: another run starting"
+    ):
+        claim_run_dir(run_dir, None, text)
+    assert (run_dir / "config.yaml").read_text() == text
+    # default (timestamped) directories move on to the next free name instead
+    assert claim_run_dir(run_dir, None, text, find_free=True).name == "run_1"
+    # a user's config.yaml in a directory is never taken for a run's
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "config.yaml").write_text("mine")
+    with pytest.raises(DataError, match="not empty"):
+        train(tiny_config(tiny_fasta), mine)
+    assert (mine / "config.yaml").read_text() == "mine"
+
+
+def test_resuming_unchanged_keeps_one_config_and_ignores_extra_files(tiny_fasta, tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = tiny_config(tiny_fasta, max_steps=2)
+    train(cfg, run_dir, overrides=["model=performer_relu"])
+    (run_dir / "eval.json").write_text("{}")  # a user's result saved next to the run
+    cfg.ckpt_path = str(run_dir / "checkpoints" / "last.ckpt")
+    train(cfg, run_dir, overrides=["model=performer_relu", f"ckpt_path={cfg.ckpt_path}"])
+    names = sorted(p.name for p in run_dir.iterdir())
+    assert "config.1.yaml" not in names and "overrides.1.yaml" not in names
+    assert (run_dir / "eval.json").read_text() == "{}"
+    cfg.trainer.max_steps = 4  # a real change is kept, not lost
+    train(cfg, run_dir)
+    assert (run_dir / "config.1.yaml").is_file()
+
+
+def test_a_run_without_a_checkpoint_says_there_is_nothing_to_resume(tiny_fasta, tmp_path):
+    from protein_performer.errors import DataError
+    from protein_performer.training.run import config_to_yaml
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(config_to_yaml(tiny_config(tiny_fasta)))
+    (run_dir / "metrics.csv").write_text("step\n0\n")
+    with pytest.raises(DataError, match="saved no checkpoint to resume from"):
+        train(tiny_config(tiny_fasta), run_dir)
