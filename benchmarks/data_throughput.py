@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import environment, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO / ".." / "shared" / "data"
@@ -106,11 +105,6 @@ def main() -> None:
         help="records in the synthetic file for the memory check (0 to skip)",
     )
     args = ap.parse_args()
-    env = environment()
-    print(
-        f"CPU: {env['processor']} ({env['cpu_count']} cores visible, {env['machine']}); "
-        f"best of {args.repeats} per case"
-    )
     cases = []
     if ECOLI.exists() and YEAST.exists():
         for mode in ("stats", "preprocess"):
@@ -135,6 +129,15 @@ def main() -> None:
         "fasta_mb_per_s",
         "peak_rss_mb",
     ]
+    # imported only now: _common imports torch, and a child's peak RSS (ru_maxrss) starts
+    # from this process's at fork time
+    from _common import environment, write_json
+
+    env = environment()
+    print(
+        f"CPU: {env['processor']} ({env['cpu_count']} cores visible, {env['machine']}); "
+        f"best of {args.repeats} per case"
+    )
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
     for r in rows:

@@ -62,8 +62,14 @@ def test_every_group_option_and_experiment_composes():
                 overrides.append("data.files=[x.fasta]")
             elif option in ("shards", "paper_trembl_1024", "concat8192"):
                 overrides.append("data.shards=x")
+            elif option == "cpu_recipe_14":
+                overrides.append("data.clusters=clusters14")
             cfg = compose_job("train", overrides).config
             validate_train_config(cfg)
+    c14 = compose_job("train", ["experiment=cpu_recipe_14", "data.clusters=c"]).config
+    assert (c14.data.split_by, c14.data.sample, len(c14.data.files)) == ("cluster", "cluster", 14)
+    with pytest.raises(ConfigError, match="needs data.clusters"):
+        compose_job("train", ["experiment=cpu_recipe_14"])
     long = compose_job("train", ["experiment=concat8192", "data.shards=x"]).config
     assert (long.data.mode, long.data.max_length, long.model.max_len) == ("concat", 8192, 8192)
 

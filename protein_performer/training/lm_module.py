@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 
@@ -160,6 +161,15 @@ class ProteinLMModule(pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
         }
+
+    def on_fit_start(self) -> None:
+        # residue counts of the training data: evaluate's unigram baseline comes from them
+        dm = getattr(self.trainer, "datamodule", None)
+        train = getattr(dm, "datasets", {}).get("train") if dm is not None else None
+        if train is not None:
+            tokens = np.asarray(train.source.tokens)
+            counts = np.bincount(tokens, minlength=len(self.alphabet))[: len(self.alphabet)]
+            self.data_info["unigram_counts"] = [int(c) for c in counts]
 
     # ---- checkpoints ------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

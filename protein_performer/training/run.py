@@ -688,6 +688,9 @@ class EvalResult:
     by_input: dict[str, dict[str, Any]] | None = None
     # what invalid=skip/replace did to the input (None: nothing)
     input_changes: str | None = None
+    # the baseline on the same positions: residue frequencies of the training data (stored in
+    # the checkpoint; older checkpoints: of the evaluated data), "from" says which
+    unigram: dict[str, Any] | None = None
     # crop mode: proteins longer than max_length (crop=random scores one window of each;
     # crop=sliding cuts them into `windows` items); share of all residues inside the items
     crop: str | None = None
@@ -718,6 +721,20 @@ class EvalResult:
                 f"\n  windows: {self.cropped_records:,} proteins longer than max_length were cut "
                 f"into consecutive windows ({self.windows:,} items); every residue was in one"
             )
+        if self.unigram:
+            u = self.unigram
+            line = (
+                f"\n  unigram baseline ({u['from']} frequencies): perplexity {u['perplexity']:.3f}"
+            )
+            mask = (self.by_input or {}).get("mask") or {}
+            if u.get("mask_perplexity") and mask.get("perplexity"):
+                ratio = mask["perplexity"] / u["mask_perplexity"]
+                line += (
+                    f"; on <mask> positions {u['mask_perplexity']:.3f} (model/unigram {ratio:.3f})"
+                )
+            else:
+                line += f" (model/unigram {self.perplexity / u['perplexity']:.3f})"
+            text += line
         if self.by_input:
             parts = [
                 f"{kind} {_num(m['perplexity'], '.3f')} / {_num(m['accuracy'], '.4f')} "
@@ -728,6 +745,37 @@ class EvalResult:
                 parts
             )
         return text
+
+
+def unigram_log_probs(counts: Any, alphabet: Alphabet) -> torch.Tensor:
+    """``(V,)`` log-probabilities of residue frequencies (add-one smoothed over the residue
+    letters; special tokens get -inf): the unigram baseline of masked-LM perplexity."""
+    counts = torch.as_tensor(np.asarray(counts, dtype=np.float64)[: len(alphabet)])
+    residue = torch.tensor([len(t) == 1 for t in alphabet.tokens], dtype=torch.bool)
+    weights = torch.where(residue, counts + 1.0, torch.zeros_like(counts))
+    logp = torch.log(weights / weights.sum())
+    return logp.float()
+
+
+def _unigram_summary(
+    sums: torch.Tensor, kinds: torch.Tensor | None, counts_from: str
+) -> dict[str, Any] | None:
+    nll, n, correct = sums.tolist()
+    if not n:
+        return None
+    out: dict[str, Any] = {
+        "from": counts_from,
+        "perplexity": perplexity(nll, n),
+        "accuracy": correct / n,
+        "mask_perplexity": None,
+        "mask_accuracy": None,
+    }
+    if kinds is not None:
+        m_nll, m_n, m_correct = kinds[MLM_INPUT_KINDS.index("mask")].tolist()
+        if m_n:
+            out["mask_perplexity"] = perplexity(m_nll, m_n)
+            out["mask_accuracy"] = m_correct / m_n
+    return out
 
 
 def _cropping(dm: ProteinDataModule, split: str, mode: str, max_length: int) -> dict[str, Any]:
@@ -846,6 +894,14 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         None if causal else torch.zeros(len(MLM_INPUT_KINDS), 3, dtype=torch.float64, device=device)
     )
     tokens = torch.zeros((), dtype=torch.int64, device=device)
+    counts_from = "training data" if stored.get("unigram_counts") else "evaluated data"
+    unigram_counts = stored.get("unigram_counts") or np.bincount(
+        np.asarray(dm.datasets[split].source.tokens), minlength=len(alphabet)
+    )
+    uni_logp = unigram_log_probs(unigram_counts, alphabet).to(device)
+    # the same sums for the unigram baseline on the same positions
+    uni_sums = torch.zeros_like(sums)
+    uni_kinds = None if kinds is None else torch.zeros_like(kinds)
     start = time.perf_counter()
     for batch in loader:
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -857,8 +913,16 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         sums += total
         if kinds is not None:
             kinds += per_kind
+        uni = uni_logp.expand(*batch["labels"].shape, -1)
+        total, per_kind = batch_sums(
+            uni, batch["labels"], batch["input_ids"], causal, alphabet.mask_idx
+        )
+        uni_sums += total
+        if uni_kinds is not None:
+            uni_kinds += per_kind
         tokens += (~batch["padding_mask"]).sum()
     nll, count, correct = sums.tolist()
+    unigram = _unigram_summary(uni_sums, uni_kinds, counts_from)
     cropping = _cropping(dm, split, mode, max_length)
     if count == 0:
         raise DataError("nothing to predict (no residues)", path=cfg.fasta)
@@ -888,6 +952,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         seed=cfg.seed,
         by_input=by_input,
         input_changes=changes,
+        unigram=unigram,
         crop=cfg.crop if mode == "crop" else None,
         cropped_records=cropping["cropped"],
         residues_in_windows=cropping["share"],

@@ -60,3 +60,42 @@ def test_a_redirected_log_is_quiet(tmp_path):
     assert "0.02 M parameters" in r.stderr and "activations ≈" in r.stderr  # the run header
     assert "step 4/4 (100%)" in r.stderr  # one progress line, not redraws
     assert r.stdout.startswith("training finished: performer_relu (mlm), 4 of 4 steps")
+
+
+def test_evaluate_reports_the_unigram_baseline_of_the_training_data(tmp_path):
+    import numpy as np
+    import torch
+
+    from protein_performer.data.alphabet import default_alphabet
+    from protein_performer.training.checkpoints import META_KEY
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=40)
+    cfg = tiny_config(fasta, max_steps=2)
+    result = train(cfg, tmp_path / "run")
+    ckpt = torch.load(result.last_checkpoint, weights_only=True)
+    counts = ckpt[META_KEY]["data"]["unigram_counts"]
+    alphabet = default_alphabet()
+    # the counts are those of the training split's residues
+    from protein_performer.training.run import build_datamodule
+
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    expected = np.bincount(np.asarray(dm.datasets["train"].source.tokens), minlength=len(alphabet))
+    assert counts == expected.tolist()
+    out = evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta)))
+    assert out.unigram["from"] == "training data"
+    assert out.unigram["perplexity"] > 1 and out.unigram["mask_perplexity"] > 1
+    assert "unigram baseline (training data frequencies)" in out.format()
+    # equal counts: the baseline is uniform over the residue letters, whatever the positions
+    ckpt[META_KEY]["data"]["unigram_counts"] = [7] * len(alphabet)
+    uniform = tmp_path / "uniform.ckpt"
+    torch.save(ckpt, uniform)
+    flat = evaluate(EvalConfig(checkpoint=str(uniform), fasta=str(fasta)))
+    n_residues = sum(1 for t in alphabet.tokens if len(t) == 1)
+    assert flat.unigram["perplexity"] == pytest.approx(n_residues, rel=1e-6)
+    assert flat.unigram["mask_perplexity"] == pytest.approx(n_residues, rel=1e-6)
+    # a checkpoint without counts (older runs) falls back to the evaluated data, and says so
+    del ckpt[META_KEY]["data"]["unigram_counts"]
+    torch.save(ckpt, tmp_path / "old.ckpt")
+    old = evaluate(EvalConfig(checkpoint=str(tmp_path / "old.ckpt"), fasta=str(fasta)))
+    assert old.unigram["from"] == "evaluated data"
