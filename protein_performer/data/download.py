@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 from protein_performer import __version__
 from protein_performer.data.fasta_writer import AtomicFastaWriter
 from protein_performer.errors import ConfigError, DataError
+from protein_performer.outputs import make_parents, remove_empty
 
 __all__ = ["UNIREF50_URL", "download"]
 
@@ -154,7 +155,23 @@ def download(
     """
     _check_args(url, max_records, timeout)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    made = make_parents(out)
+    try:
+        return _download(url, out, max_records, progress, timeout, resume, verify)
+    except BaseException:
+        remove_empty(made)  # folders made for a download that failed (a .part keeps them)
+        raise
+
+
+def _download(
+    url: str,
+    out: Path,
+    max_records: int | None,
+    progress: bool,
+    timeout: float,
+    resume: bool,
+    verify: bool,
+) -> dict[str, Any]:
     start = time.monotonic()
     if max_records is None:
         part = out.with_name(out.name + ".part")

@@ -41,7 +41,7 @@ from protein_performer.data.sources import FlatSource
 from protein_performer.data.splits import SPLITS, SplitAssigner, parse_fractions
 from protein_performer.data.stats import DuplicateFinder, LengthHistogram
 from protein_performer.errors import DataError
-from protein_performer.outputs import check_output_dir
+from protein_performer.outputs import check_output_dir, make_parents, remove_empty
 
 FORMAT = "protein-performer-shards"
 FORMAT_VERSION = 1
@@ -172,7 +172,7 @@ def preprocess(
     plan += [(p, "val") for p in val_inputs] + [(p, "test") for p in test_inputs]
     outdir = check_shard_outdir(outdir, overwrite)
     readers = [(FastaReader(p), split) for p, split in plan]  # fail fast on missing files
-    outdir.parent.mkdir(parents=True, exist_ok=True)
+    made = make_parents(outdir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
     os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it private; the result should not be
     try:
@@ -268,6 +268,7 @@ def preprocess(
         _atomic_replace_dir(tmp, outdir, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty(made)
         raise
     return manifest
 

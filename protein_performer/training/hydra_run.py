@@ -16,6 +16,7 @@ import difflib
 import itertools
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -371,10 +372,10 @@ _EVALUATE_KEYS = {
     "checkpoint": "a checkpoint written by train (required)",
     "fasta": "FASTA file, or a list [a.fa,b.fa.gz] (required)",
     "split": "score one part (train, val or test) of the hash split; unset: every record",
-    "split_fractions": "train/val/test fractions of that split (as in training)",
-    "split_seed": "seed of that split (as in training)",
-    "clusters": "`data cluster` output, for split_by=cluster (as in training)",
-    "split_by": "record or cluster: how that split was made (as in training)",
+    "split_fractions": "train/val/test fractions of that split (unset: the training run's)",
+    "split_seed": "seed of that split (unset: the training run's)",
+    "clusters": "`data cluster` output for split_by=cluster (unset: the training run's)",
+    "split_by": "record or cluster: how that split was made (unset: the training run's)",
     "max_length": "tokens per sequence (unset: the checkpoint's training value)",
     "mode": "crop or concat (unset: the checkpoint's training value)",
     "mask_prob": "MLM masking rate (unset: the checkpoint's training value)",
@@ -529,6 +530,16 @@ def _names_run_dir(job: ComposedJob) -> bool:
     )
 
 
+def _hydra_value(text: str) -> str:
+    """``text`` as a Hydra override value: quoted when it holds characters the override
+    grammar would parse (spaces, quotes, brackets, commas ...)."""
+    if re.fullmatch(r"[\w/.:+@~-]+", text):
+        return text
+    if "'" not in text:
+        return f"'{text}'"
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def resume_command(job: ComposedJob, last_checkpoint: str) -> str:
     """The command that continues an interrupted job from its ``last.ckpt``."""
     keep = [
@@ -536,7 +547,7 @@ def resume_command(job: ComposedJob, last_checkpoint: str) -> str:
         for o in job.overrides
         if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "hydra.run.dir")
     ]
-    words = ["protein-performer", "train", *keep, f"ckpt_path={last_checkpoint}"]
+    words = ["protein-performer", "train", *keep, f"ckpt_path={_hydra_value(last_checkpoint)}"]
     # relative paths in the overrides are relative to where this run was started
     return f"cd {shlex.quote(os.getcwd())} && " + " ".join(shlex.quote(w) for w in words)
 
@@ -545,10 +556,18 @@ def _run_train(
     job: ComposedJob, run_dir: str, index: int, args: CliArgs, *, find_free: bool = False
 ) -> int:
     """Run one training job; returns its exit code (130/143 when interrupted)."""
-    from protein_performer.training.run import claim_run_dir, config_to_yaml, is_rank_zero, train
+    from protein_performer.training.run import (
+        check_train_inputs,
+        claim_run_dir,
+        config_to_yaml,
+        is_rank_zero,
+        remove_unused_run_dir,
+        train,
+    )
 
     claimed = is_rank_zero() and _ddp_child_job() is None
     if claimed:
+        check_train_inputs(job.config)  # a typo in a path must not leave a claimed directory
         path = claim_run_dir(
             run_dir,
             job.config.ckpt_path,
@@ -560,8 +579,13 @@ def _run_train(
         path = Path(run_dir)
     marker = json.dumps({"index": index, "run_dir": str(path.resolve())})
     out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    with _env(DDP_JOB_ENV, marker), out:
-        result = train(job.config, path, overrides=job.overrides, run_dir_claimed=claimed)
+    try:
+        with _env(DDP_JOB_ENV, marker), out:
+            result = train(job.config, path, overrides=job.overrides, run_dir_claimed=claimed)
+    except BaseException:
+        if claimed and job.config.ckpt_path is None:
+            remove_unused_run_dir(path)  # claimed a moment ago; nothing trained
+        raise
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return 0  # DDP child: rank 0 reports
     if args.json:
@@ -604,17 +628,19 @@ def main(argv: list[str] | None = None) -> int:
             "usage: python -m protein_performer.training.hydra_run train|evaluate [KEY=VALUE ...]"
         )
         return 2
+    from protein_performer.interrupts import sigterm_raises
+
     try:
-        return run_hydra(argv[0], argv[1:])
+        with sigterm_raises():
+            return run_hydra(argv[0], argv[1:])
     except ProteinPerformerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        from protein_performer.training.interrupt import Terminated
+        from protein_performer.interrupts import Terminated, exit_code
 
-        terminated = isinstance(e, Terminated)
-        print("terminated" if terminated else "interrupted", file=sys.stderr)
-        return 143 if terminated else 130
+        print("terminated" if isinstance(e, Terminated) else "interrupted", file=sys.stderr)
+        return exit_code(e)
 
 
 if __name__ == "__main__":

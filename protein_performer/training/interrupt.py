@@ -10,39 +10,18 @@ there is nothing to save yet.
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytorch_lightning as pl
 
+from protein_performer.interrupts import Terminated, sigterm_raises
+
+__all__ = ["GracefulInterrupt", "Terminated", "sigterm_raises"]
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM turned into an exception, so that the same cleanup as for Ctrl-C runs (exit
-    code 143 instead of 130)."""
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated
-
-
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """While loading (before the first step) SIGTERM raises :class:`Terminated` instead of
-    killing the process, so a run directory with nothing in it is still removed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 class GracefulInterrupt(pl.Callback):

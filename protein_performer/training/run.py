@@ -107,6 +107,13 @@ def _num(x: float | None, fmt: str) -> str:
     return "n/a" if x is None else format(x, fmt)
 
 
+def check_train_inputs(cfg: TrainConfig) -> int | None:
+    """Validate ``cfg`` and every input path it names, before anything is written; returns
+    the global step of ``cfg.ckpt_path`` (None when not resuming)."""
+    validate_train_config(cfg)
+    return _check_paths(cfg)
+
+
 def _check_paths(cfg: TrainConfig) -> int | None:
     """Check every input path before any work; returns the global step of ``cfg.ckpt_path``
     (None when not resuming)."""
@@ -263,11 +270,15 @@ def claim_run_dir(
 
 
 def _write_versioned(path: Path, text: str) -> None:
-    """Write ``path``; when it exists with other content (ignoring ``ckpt_path``, which a resume
-    always changes) keep the old one as ``NAME.N.EXT``."""
+    """Write ``path``; when it exists with other content (ignoring ``ckpt_path`` and
+    ``hydra.run.dir``, which a resume changes) keep the old one as ``NAME.N.EXT``."""
 
     def meaningful(t: str) -> list[str]:
-        return [ln for ln in t.splitlines() if not re.match(r"^-? ?ckpt_path[:=]", ln)]
+        return [
+            ln
+            for ln in t.splitlines()
+            if not re.match(r"^(- )?(ckpt_path|hydra\.run\.dir)[:=]", ln)
+        ]
 
     if path.is_file() and meaningful(path.read_text(encoding="utf-8")) != meaningful(text):
         n = 1
@@ -323,10 +334,16 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
 
 
 def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
+    d = cfg.data
     data_info = {
-        "mode": cfg.data.mode,
-        "max_length": cfg.data.max_length,
-        "mask_prob": cfg.data.mask_prob,
+        "mode": d.mode,
+        "max_length": d.max_length,
+        "mask_prob": d.mask_prob,
+        # how the train/val/test split was made, so that evaluate split=test reproduces it
+        "split_by": d.split_by,
+        "split_fractions": list(d.split_fractions),
+        "split_seed": d.split_seed,
+        "clusters": os.path.abspath(d.clusters) if d.clusters else None,
     }
     module = ProteinLMModule(
         cfg.model,
@@ -747,6 +764,36 @@ class EvalResult:
         return text
 
 
+def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
+    """The split evaluate reproduces: the values given, else the checkpoint's training run's
+    (so ``split=test`` scores that run's held-out proteins), else the defaults."""
+    by = cfg.split_by or ("cluster" if cfg.clusters else None) or stored.get("split_by") or "record"
+    clusters = cfg.clusters or (stored.get("clusters") if by == "cluster" else None)
+    if cfg.split is None:
+        given = [
+            k
+            for k in ("split_by", "clusters", "split_fractions", "split_seed")
+            if getattr(cfg, k) is not None
+        ]
+        if given:
+            log.warning(
+                "%s only apply with split=train|val|test; every record is scored", ", ".join(given)
+            )
+    elif by == "cluster" and not clusters:
+        raise ConfigError("split_by=cluster needs clusters=DIR (the output of `data cluster`)")
+    elif by == "cluster" and not Path(clusters).exists():
+        raise DataError(
+            "clusters: not found (the training run's clusters table; give clusters=DIR)",
+            path=clusters,
+        )
+    return {
+        "by": by,
+        "clusters": clusters if by == "cluster" else None,
+        "fractions": cfg.split_fractions or stored.get("split_fractions") or [0.9, 0.05, 0.05],
+        "seed": cfg.split_seed if cfg.split_seed is not None else stored.get("split_seed", 0),
+    }
+
+
 def unigram_log_probs(counts: Any, alphabet: Alphabet) -> torch.Tensor:
     """``(V,)`` log-probabilities of residue frequencies (add-one smoothed over the residue
     letters; special tokens get -inf): the unigram baseline of masked-LM perplexity."""
@@ -837,14 +884,15 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
             f"max_length={max_length} exceeds the checkpoint's model.max_len="
             f"{model.config.max_len} (learned positions); use max_length<={model.config.max_len}"
         )
+    split_settings = _eval_split(cfg, stored)
     split = cfg.split or "test"
     files = {"files": fasta} if cfg.split else {"test_files": fasta}
     dm = ProteinDataModule(
         **files,
-        split_fractions=tuple(cfg.split_fractions),
-        split_seed=cfg.split_seed,
-        clusters=cfg.clusters,
-        split_by=cfg.split_by,
+        split_fractions=tuple(split_settings["fractions"]),
+        split_seed=split_settings["seed"],
+        clusters=split_settings["clusters"],
+        split_by=split_settings["by"],
         objective=meta["objective"],
         mode=mode,
         max_length=max_length,

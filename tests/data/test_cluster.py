@@ -192,3 +192,68 @@ def test_a_failed_mmseqs_run_leaves_no_output(tmp_path, monkeypatch, capsys):
     assert code == 2 and "easy-linclust failed (exit 3): Error: out of disk space" in err
     assert err.strip().splitlines()[-1].startswith("error: ")
     assert sorted(os.listdir(tmp_path)) == before  # no output, no temporary directory
+
+
+@needs_mmseqs
+def test_tmp_dir_is_never_the_users_and_options_are_checked_first(families, tmp_path, capsys):
+    tmp = tmp_path / "scratch"
+    tmp.mkdir()
+    (tmp / "latest").write_text("precious")  # MMseqs2 writes a `latest` link into its tmp dir
+    out = tmp_path / "cl"
+    cluster_fasta(families, out, threads=1, tmp_dir=tmp, quiet=True)
+    assert sorted(p.name for p in tmp.iterdir()) == ["latest"]
+    assert (tmp / "latest").read_text() == "precious"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    target = str(tmp_path / "x" / "y")
+    for outdir, args, problem in [
+        (target, ["--tmp-dir", str(tmp_path / "nope")], "not an existing directory"),
+        (str(empty), ["--tmp-dir", str(empty)], "must not be inside OUTDIR"),
+        (target, ["--threads", "-3"], "--threads must be >= 1"),
+        (target, ["--memory", "lots"], "--memory must look like"),
+    ]:
+        code = main(["data", "cluster", str(families), outdir, *args])
+        err = capsys.readouterr().err
+        assert code == 2 and problem in err and err.count("\n") == 1, err
+    assert not (tmp_path / "x").exists() and not any(empty.iterdir())  # nothing made
+
+
+@needs_mmseqs
+def test_cluster_ids_stay_unique_when_accessions_repeat(tmp_path):
+    fasta = tmp_path / "dup.fasta"
+    seqs = [
+        "MKVLAAGICWMKVLAAGICWPPLLKKRRDDEE",
+        "WWYYHHGGSSTTNNQQCCMMAAVVIILLFFPP",
+        "DEDEDEKRKRKRSTSTNQNQGAGAVLIMFWYC",
+    ]
+    fasta.write_text(
+        f">sp|P99999|TEST_HUMAN a\n{seqs[0]}\n>tr|P99999|TEST_MOUSE b\n{seqs[1]}\n"
+        f">P99999 c\n{seqs[2]}\n"
+    )
+    out = tmp_path / "cl"
+    cluster_fasta(fasta, out, threads=1, quiet=True)
+    ids = [r.id for r in read_fasta(out / "representatives.fasta")]
+    assert len(ids) == 3 and len(set(ids)) == 3
+    assert len(set(read_members(out).values())) == 3
+
+
+def test_members_table_from_a_spreadsheet_reads(tmp_path):
+    table = tmp_path / "members.tsv"
+    table.write_bytes("\ufeffcluster_id\tmember_id\r\nUniRef50_A \t a \r\n".encode())
+    assert read_members(table) == {"a": "UniRef50_A"}
+
+
+def test_an_interrupted_preprocess_or_cluster_leaves_nothing(tmp_path, monkeypatch, capsys):
+    from protein_performer.data import shards
+    from protein_performer.interrupts import Terminated
+
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(">a\nMKVLAAGICW\n>b\nMKVLAAGICWW\n")
+
+    def dies(*args, **kwargs):
+        raise Terminated
+
+    monkeypatch.setattr(shards, "iter_encoded", dies)
+    code = main(["data", "preprocess", str(fasta), str(tmp_path / "new" / "shards")])
+    assert code == 143 and capsys.readouterr().err.strip() == "terminated"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fasta"]  # no temp dir, no parents

@@ -263,3 +263,34 @@ def test_a_run_without_a_checkpoint_says_there_is_nothing_to_resume(tiny_fasta, 
     (run_dir / "metrics.csv").write_text("step\n0\n")
     with pytest.raises(DataError, match="saved no checkpoint to resume from"):
         train(tiny_config(tiny_fasta), run_dir)
+
+
+def test_a_typo_in_a_data_path_leaves_no_run_directory(tiny_fasta, tmp_path):
+    from protein_performer.config import run_hydra
+    from protein_performer.errors import DataError
+
+    run_dir = tmp_path / "myrun"
+    overrides = [o for o in tiny_overrides(tiny_fasta, run_dir) if "data.files" not in o]
+    with pytest.raises(DataError, match=r"typo\.fasta: data\.files: not found"):
+        run_hydra("train", [*overrides, f"data.files=['{tmp_path / 'typo.fasta'}']"])
+    assert not run_dir.exists()
+    assert run_hydra("train", [*overrides, f"data.files=['{tiny_fasta}']"]) == 0
+
+
+def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
+    from protein_performer.config import EvalConfig
+    from protein_performer.training.run import evaluate
+
+    cfg = tiny_config(tiny_fasta, max_steps=2)
+    cfg.data.split_fractions = [0.6, 0.4, 0.0]
+    cfg.data.split_seed = 7
+    result = train(cfg, tmp_path / "run")
+    val = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint,
+            fasta=str(tiny_fasta),
+            split="val",
+            toks_per_batch=640,
+        )
+    )
+    assert val.perplexity == pytest.approx(result.val_perplexity, rel=1e-5)
