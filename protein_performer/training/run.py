@@ -629,14 +629,13 @@ def train(
         run_path = make_output_dir(Path(run_dir).resolve(), "run directory")
     trainer = None
     try:
-        if rank_zero:
-            if overrides is not None:
-                _write_versioned(
-                    run_path / "overrides.yaml", "".join(f"- {o}\n" for o in overrides)
-                )
-            _print_header(cfg, run_path, estimate, warning, resume_step)
+        if rank_zero and overrides is not None:
+            _write_versioned(run_path / "overrides.yaml", "".join(f"- {o}\n" for o in overrides))
         pl.seed_everything(cfg.seed, workers=True, verbose=False)
         dm = build_datamodule(cfg)
+        dm.setup("fit")  # data errors before anything is printed (fit reuses what is loaded)
+        if rank_zero:
+            _print_header(cfg, run_path, estimate, warning, resume_step)
         module = build_module(cfg, dm.alphabet)
         trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks, resume_step)
         interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))

@@ -99,3 +99,17 @@ def test_evaluate_reports_the_unigram_baseline_of_the_training_data(tmp_path):
     torch.save(ckpt, tmp_path / "old.ckpt")
     old = evaluate(EvalConfig(checkpoint=str(tmp_path / "old.ckpt"), fasta=str(fasta)))
     assert old.unigram["from"] == "evaluated data"
+
+
+def test_data_errors_come_before_anything_is_printed(tmp_path, capsys):
+    from protein_performer.config import run_hydra
+    from protein_performer.errors import DataError
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=10)
+    bad = tmp_path / "bad.fasta"
+    bad.write_text(">a\nMKV1\n")
+    overrides = [o for o in tiny_overrides(fasta, tmp_path / "run") if "data.files" not in o]
+    with pytest.raises(DataError, match="invalid residue '1'"):
+        run_hydra("train", [*overrides, f"data.files=['{bad}']"])
+    out, err = capsys.readouterr()
+    assert out == "" and err == ""  # no header, no banner before the error
