@@ -159,6 +159,14 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
     )
     for split, s in manifest["splits"].items():
         print(f"  {split:5s} {s['records']:>10,} records {s['residues']:>14,} residues")
+    empty = [split for split, s in manifest["splits"].items() if not s["records"]]
+    if empty and manifest["split"]["method"] != "explicit":
+        print(
+            f"warning: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} "
+            f"empty (fractions {manifest['split']['fractions']}, {c['records_kept']:,} records "
+            "kept): too few records or clusters to split",
+            file=sys.stderr,
+        )
     print(
         f"  skipped (invalid) {c['skipped_invalid']:,}, records with replacements "
         f"{c['records_replaced']:,}, duplicate ids {manifest['duplicate_ids']['count']:,}"

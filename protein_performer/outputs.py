@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -185,6 +186,24 @@ def _check_parents(p: Path, key: str) -> None:
             if not parent.is_dir():
                 raise DataError(f"{key}: {parent} is a file, not a directory", path=p)
             return
+
+
+def replace_dir(new: Path, outdir: Path, recheck: Callable[[], object]) -> None:
+    """Move the finished directory ``new`` to ``outdir``. When something is there by now,
+    ``recheck()`` (the command's output check, run again: it may have changed while the command
+    worked) must pass; an empty directory is replaced directly, one of this project's is
+    swapped out and removed."""
+    if outdir.exists() or outdir.is_symlink():
+        recheck()
+        if outdir.is_dir() and not any(outdir.iterdir()):
+            os.replace(new, outdir)  # rename(2) replaces an empty directory
+            return
+        trash = outdir.with_name(f".{outdir.name}.old-{os.getpid()}")
+        os.replace(outdir, trash)
+        os.replace(new, outdir)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(new, outdir)
 
 
 def make_parents(path: str | os.PathLike) -> list[Path]:

@@ -42,7 +42,7 @@ from protein_performer.data.alphabet import InvalidPolicy, default_alphabet
 from protein_performer.data.fasta import EncodeCounts, FastaReader, PathLike, iter_encoded
 from protein_performer.data.headers import HeaderInfo
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.outputs import check_output_dir, make_parents, remove_empty
+from protein_performer.outputs import check_output_dir, make_parents, remove_empty, replace_dir
 
 FORMAT = "protein-performer-clusters"
 FORMAT_VERSION = 1
@@ -345,7 +345,17 @@ def cluster_fasta(
             json.dump(manifest, fh, indent=2)
             fh.write("\n")
         os.chmod(final, 0o777 & ~current_umask())
-        _replace_dir(final, outdir, overwrite)
+        replace_dir(
+            final,
+            outdir,
+            lambda: check_output_dir(
+                outdir,
+                "OUTDIR",
+                overwrite=overwrite,
+                is_ours=is_cluster_dir,
+                what="cluster directory",
+            ),
+        )
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         remove_empty(made)
@@ -397,22 +407,6 @@ def _read_reps(path: Path) -> dict[int, str]:
     if key is not None:
         out[key] = "".join(parts)
     return out
-
-
-def _replace_dir(new: Path, outdir: Path, overwrite: bool) -> None:
-    if outdir.exists() or outdir.is_symlink():
-        check_output_dir(
-            outdir, "OUTDIR", overwrite=overwrite, is_ours=is_cluster_dir, what="cluster directory"
-        )
-        if outdir.is_dir() and not any(outdir.iterdir()):
-            os.replace(new, outdir)
-            return
-        trash = outdir.with_name(f".{outdir.name}.old-{os.getpid()}")
-        os.replace(outdir, trash)
-        os.replace(new, outdir)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(new, outdir)
 
 
 def read_members(path: PathLike) -> dict[str, str]:

@@ -128,15 +128,20 @@ class CropDataset(EpochDataset):
             epoch = 0
         return int(keyed_rng(TAG_CROP, self.seed, epoch, index).integers(0, excess + 1))
 
-    def __getitem__(self, key: int | tuple[int, ...]) -> Item:
-        index, epoch = self._resolve(key)
-        residues = self.source[index]
-        start = self.crop_start(index, epoch)
+    def _cropped(self, record: int, epoch: int) -> np.ndarray:
+        """``<cls> residues <eos>`` of ``record``, cropped for ``epoch``."""
+        residues = self.source[record]
+        start = self.crop_start(record, epoch)
         residues = residues[start : start + self.max_length - 2]
         tokens = np.empty(len(residues) + 2, dtype=np.int64)
         tokens[0] = self.alphabet.cls_idx
         tokens[1:-1] = residues
         tokens[-1] = self.alphabet.eos_idx
+        return tokens
+
+    def __getitem__(self, key: int | tuple[int, ...]) -> Item:
+        index, epoch = self._resolve(key)
+        tokens = self._cropped(index, epoch)
         return {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
 
 
@@ -195,14 +200,7 @@ class ClusterCropDataset(CropDataset):
 
     def __getitem__(self, key: int | tuple[int, ...]) -> Item:
         index, epoch = self._resolve(key)
-        record = self.member(index, epoch)
-        residues = self.source[record]
-        start = self.crop_start(record, epoch)
-        residues = residues[start : start + self.max_length - 2]
-        tokens = np.empty(len(residues) + 2, dtype=np.int64)
-        tokens[0] = self.alphabet.cls_idx
-        tokens[1:-1] = residues
-        tokens[-1] = self.alphabet.eos_idx
+        tokens = self._cropped(self.member(index, epoch), epoch)
         return {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
 
 

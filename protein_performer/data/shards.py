@@ -41,7 +41,7 @@ from protein_performer.data.sources import FlatSource
 from protein_performer.data.splits import SPLITS, SplitAssigner, parse_fractions
 from protein_performer.data.stats import DuplicateFinder, LengthHistogram
 from protein_performer.errors import DataError
-from protein_performer.outputs import check_output_dir, make_parents, remove_empty
+from protein_performer.outputs import check_output_dir, make_parents, remove_empty, replace_dir
 
 FORMAT = "protein-performer-shards"
 FORMAT_VERSION = 1
@@ -120,20 +120,6 @@ def check_shard_outdir(outdir: PathLike, overwrite: bool) -> Path:
     return check_output_dir(
         outdir, "OUTDIR", overwrite=overwrite, is_ours=is_shard_dir, what="shard directory"
     )
-
-
-def _atomic_replace_dir(tmp: Path, outdir: Path, overwrite: bool) -> None:
-    if outdir.exists() or outdir.is_symlink():
-        check_shard_outdir(outdir, overwrite)  # again: it may have changed while we worked
-        if outdir.is_dir() and not any(outdir.iterdir()):
-            os.replace(tmp, outdir)  # rename(2) replaces an empty directory
-            return
-        trash = outdir.with_name(f".{outdir.name}.old-{os.getpid()}")
-        os.replace(outdir, trash)
-        os.replace(tmp, outdir)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, outdir)
 
 
 def preprocess(
@@ -265,7 +251,7 @@ def preprocess(
         with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh, indent=2)
             fh.write("\n")
-        _atomic_replace_dir(tmp, outdir, overwrite)
+        replace_dir(tmp, outdir, lambda: check_shard_outdir(outdir, overwrite))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         remove_empty(made)
