@@ -336,12 +336,19 @@ NUCLEOTIDE_MIN_LENGTH = 30
 NUCLEOTIDE_HINT = "allow_nucleotide=true reads it anyway"
 
 
+_NUCLEOTIDE_LUT: dict[tuple[str, ...], np.ndarray] = {}
+
+
 def nucleotide_share(ids: np.ndarray, alphabet: Alphabet) -> float | None:
     """Share of A/C/G/T/U/N among residue ids, or None when too short to tell."""
     if len(ids) < NUCLEOTIDE_MIN_LENGTH:
         return None
-    letters = np.array([alphabet.index(c) for c in NUCLEOTIDE_LETTERS], dtype=ids.dtype)
-    return float(np.isin(ids, letters).mean())
+    lut = _NUCLEOTIDE_LUT.get(alphabet.tokens)
+    if lut is None:  # one boolean per token id, built once per alphabet
+        lut = np.zeros(256, dtype=bool)
+        lut[[alphabet.index(c) for c in NUCLEOTIDE_LETTERS]] = True
+        _NUCLEOTIDE_LUT[alphabet.tokens] = lut
+    return np.count_nonzero(lut[ids]) / len(ids)
 
 
 def iter_encoded(

@@ -719,8 +719,10 @@ class EvalResult:
 
     def format(self) -> str:
         seqs = "sequence" if self.sequences == 1 else "sequences"
+        files = self.fasta.split(", ")
+        name = self.fasta if len(files) <= 2 else f"{files[0]} and {len(files) - 1} more files"
         text = (
-            f"{self.fasta}: perplexity {self.perplexity:.3f}, accuracy {self.accuracy:.4f} "
+            f"{name}: perplexity {self.perplexity:.3f}, accuracy {self.accuracy:.4f} "
             f"({self.predicted_tokens:,} predicted tokens in {self.sequences:,} {seqs}; "
             f"{self.attention}, {self.objective})"
         )
