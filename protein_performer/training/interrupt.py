@@ -87,7 +87,10 @@ class GracefulInterrupt(pl.Callback):
             pl_module.skip_validation = True
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.received and not trainer.sanity_checking and self._stop_requested(trainer):
+        if trainer.sanity_checking or self.stopped_at is not None:
+            return
+        # under DDP a collective: every rank asks, whatever it received itself
+        if self._stop_requested(trainer):
             self.stopped_at = trainer.global_step
             trainer.should_stop = True  # before the next step, not after it
 
