@@ -76,7 +76,7 @@ def make_output_dir(path: str | os.PathLike, key: str) -> Path:
     return p
 
 
-def check_output_file(path: str | os.PathLike, key: str) -> Path:
+def check_writable_file(path: str | os.PathLike, key: str) -> Path:
     """Check before long work that ``path`` can be written atomically: a temporary file is made
     in its folder and removed again (or, when the folder does not exist yet, the nearest
     existing one must be writable; nothing is created). One-line :class:`DataError` if not."""

@@ -23,7 +23,7 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from protein_performer.atomic import check_output_file as _check_writable_file
+from protein_performer.atomic import check_writable_file
 from protein_performer.errors import DataError
 
 FASTA_SUFFIXES = frozenset(
@@ -176,7 +176,7 @@ def check_output_file(
                 path=p,
             )
     _check_parents(p, key)
-    return _check_writable_file(p, key)
+    return check_writable_file(p, key)
 
 
 def _check_parents(p: Path, key: str) -> None:

@@ -136,18 +136,6 @@ class NucleotideError(DataError):
     """A record that looks like a DNA/RNA sequence where proteins are expected."""
 
 
-def first_header(path: PathLike) -> str | None:
-    """The first line of a FASTA file (any supported compression) when it is a header
-    (``>...``), else None; never raises (used to recognise files before replacing them)."""
-    try:
-        reader = FastaReader(path)
-        with reader._open_text() as fh:
-            line = fh.readline(4096)
-    except (OSError, EOFError, ValueError, DataError):
-        return None
-    return line.rstrip("\r\n") if line.startswith(">") else None
-
-
 class FastaReader:
     """Iterate :class:`FastaRecord` from one file, validating as it goes.
 

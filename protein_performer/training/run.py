@@ -159,13 +159,6 @@ def is_rank_zero() -> bool:
     return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
 
 
-def _holds_run(path: Path) -> list[str]:
-    """What in ``path`` shows a run was trained there (checkpoints, metrics, summary)."""
-    found = sorted(p.name for p in path.glob(f"{CHECKPOINT_DIR}/*.ckpt"))
-    found = [f"{CHECKPOINT_DIR}/{n}" for n in found]
-    return found + [n for n in ("metrics.csv", "summary.json") if (path / n).exists()]
-
-
 def _resuming_in(p: Path, ckpt_path: str | None) -> bool:
     return ckpt_path is not None and Path(ckpt_path).resolve().parent == (
         p.resolve() / CHECKPOINT_DIR
