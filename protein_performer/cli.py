@@ -298,6 +298,9 @@ def _cmd_hydra(command: str, argv: list[str]) -> int:
     return run_hydra(command, argv)
 
 
+HYDRA_COMMANDS = ("train", "evaluate", "extract", "aa-similarity", "plot-heads")
+
+
 # ---- parser -----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -312,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_ in (
         ("train", "train a model (Hydra overrides: model=performer_softmax trainer.max_steps=..)"),
         ("evaluate", "perplexity/accuracy of a checkpoint on a FASTA (checkpoint=.. fasta=..)"),
+        ("extract", "attention maps / representations, one .npz per record (out=DIR)"),
+        ("aa-similarity", "amino-acid similarity from a model vs BLOSUM62 (out=DIR)"),
+        ("plot-heads", "layers × heads attention figures of one protein (out=DIR)"),
     ):
         p = sub.add_parser(name, help=help_, add_help=False)
         p.add_argument("overrides", nargs=argparse.REMAINDER)
@@ -467,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         with sigterm_raises():  # SIGTERM cleans up like Ctrl-C (no half-written output)
-            if argv and argv[0] in ("train", "evaluate"):
+            if argv and argv[0] in HYDRA_COMMANDS:
                 return _cmd_hydra(argv[0], argv[1:])
             args = parser.parse_args(argv)
             return int(args.func(args) or 0)

@@ -105,6 +105,18 @@ class TrainerConfig:
 
 
 @dataclass
+class TrainAnalysisConfig:
+    """Analysis during training: ``similarity_every_n_steps`` (unset: off) logs the amino-acid
+    similarity r values (``analysis/r_attention`` ...) of a seeded sample of validation
+    proteins to ``metrics.csv``."""
+
+    similarity_every_n_steps: int | None = None
+    similarity_proteins: int = 100
+    similarity_threshold: float = 0.3
+    similarity_min_arcs: int = 100
+
+
+@dataclass
 class TrainConfig:
     """Everything ``train`` needs. ``init_from``: start from another checkpoint's weights (e.g. an
     exact-attention model converted to a Performer); ``ckpt_path``: resume a run exactly."""
@@ -113,6 +125,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    analysis: TrainAnalysisConfig = field(default_factory=TrainAnalysisConfig)
     objective: str = "mlm"
     seed: int = 0
     init_from: str | None = None
@@ -154,6 +167,106 @@ class EvalConfig:
     overwrite: bool = False
     attention: str | None = None
     nb_features: int | None = None
+
+
+def _key(default: Any, help: str) -> Any:
+    """A config field with its ``--help`` line."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class _AnalysisInputs:
+    checkpoint: str = _key("???", "a checkpoint written by train (required)")
+    fasta: Any = _key("???", "FASTA file, or a list [a.fa,b.fa.gz] (required)")
+    out: str = _key("???", "output directory (created; never replaces what is not ours)")
+    layers: Any = _key(None, "attention layers: 0-3, [0,2], -1 (last) (unset: all)")
+    heads: Any = _key(None, "attention heads, same syntax (unset: all)")
+    invalid: str = _key("error", "invalid residues: error, skip (drop the record) or replace (X)")
+    device: str = _key("auto", "auto, cpu or cuda")
+    overwrite: bool = _key(False, "replace an out directory this command wrote before")
+    attention: str | None = _key(None, "run the weights with another attention kind")
+    nb_features: int | None = _key(None, "random features for a Performer attention")
+
+
+@dataclass
+class ExtractConfig(_AnalysisInputs):
+    """``extract``: one ``RECORD.npz`` per FASTA record (attention maps, representations)."""
+
+    include: list[str] = _key(["attention", "mean"], "any of attention, per_tok, mean")
+    repr_layers: Any = _key([-1], "representation layers (0: embeddings, -1: the last)")
+    max_length: int | None = _key(None, "tokens per record with <cls>/<eos> (unset: the model's)")
+    truncate: bool = _key(False, "keep the first residues of longer records (else an error)")
+    keep_specials: bool = _key(False, "keep the <cls>/<eos> rows and columns")
+    float16: bool = _key(False, "store float16 (half the size)")
+    toks_per_batch: int = _key(4096, "tokens per batch for representations")
+    chunk_size: int = _key(256, "attention rows computed at a time")
+
+
+@dataclass
+class SimilarityConfig(_AnalysisInputs):
+    """``aa-similarity``: amino-acid similarity views of a model against BLOSUM62."""
+
+    split: str | None = _key(None, "use only this part (train/val/test) of the training split")
+    clusters: str | None = _key(
+        None, "`data cluster` output for a cluster split (unset: the run's)"
+    )
+    n_proteins: int | None = _key(800, "proteins sampled (seeded; null: all)")
+    max_residues: int = _key(510, "residues kept per protein (its first ones)")
+    threshold: float = _key(0.3, "attention weight counted as an arc (Vig et al.: 0.3; 0.1)")
+    min_arcs: int = _key(100, "heads with fewer arcs are dropped")
+    mask_prob: float = _key(0.15, "masking rate of the substitution view")
+    seed: int = _key(0, "sampling, masking and null seed")
+
+
+@dataclass
+class PlotHeadsConfig(_AnalysisInputs):
+    """``plot-heads``: a layers × heads attention grid of one protein, and a head ranking."""
+
+    record: str | None = _key(None, "record id to plot (unset: the first record)")
+    zoom: int | None = _key(25, "also plot the first N residues (null: no zoom figure)")
+    shared_scale: bool = _key(False, "one colour scale for every panel")
+    max_length: int | None = _key(None, "tokens with <cls>/<eos> (unset: the model's)")
+    truncate: bool = _key(False, "keep the first residues of a longer record (else an error)")
+
+
+ANALYSIS_COMMANDS: dict[str, type] = {
+    "extract": ExtractConfig,
+    "aa-similarity": SimilarityConfig,
+    "plot-heads": PlotHeadsConfig,
+}
+
+
+def validate_analysis_config(cfg: _AnalysisInputs) -> None:
+    for key in ("checkpoint", "out"):
+        if getattr(cfg, key) in (None, "", "???"):
+            raise ConfigError(f"{key}=PATH is required")
+    eval_fasta_paths(cfg)  # type: ignore[arg-type]
+    _choice("invalid", cfg.invalid, INVALID_POLICIES)
+    _choice("device", cfg.device, ("auto", "cpu", "cuda"))
+    if cfg.attention is not None:
+        _choice("attention", cfg.attention, ATTENTION_KINDS)
+    if cfg.nb_features is not None:
+        _positive("nb_features", cfg.nb_features)
+    if isinstance(cfg, ExtractConfig):
+        _positive("toks_per_batch", cfg.toks_per_batch)
+        _positive("chunk_size", cfg.chunk_size)
+    if isinstance(cfg, SimilarityConfig):
+        if cfg.split is not None:
+            _choice("split", cfg.split, ("train", "val", "test"))
+        if cfg.n_proteins is not None:
+            _positive("n_proteins", cfg.n_proteins)
+        _positive("max_residues", cfg.max_residues)
+        _positive("min_arcs", cfg.min_arcs)
+        if not 0.0 < cfg.threshold <= 1.0:
+            raise ConfigError(f"threshold must be in (0, 1] (got {cfg.threshold!r})")
+        if not 0.0 < cfg.mask_prob < 1.0:
+            raise ConfigError(f"mask_prob must be in (0, 1) (got {cfg.mask_prob!r})")
+    if isinstance(cfg, (ExtractConfig, PlotHeadsConfig)) and cfg.max_length is not None:
+        _positive("max_length", cfg.max_length)
+    if isinstance(cfg, PlotHeadsConfig) and cfg.zoom is not None:
+        _positive("zoom", cfg.zoom)
 
 
 def _positive(key: str, value: Any, *, allow_zero: bool = False) -> None:
@@ -214,6 +327,15 @@ def validate_train_config(cfg: TrainConfig) -> None:
         _positive("trainer.checkpoint_every_minutes", t.checkpoint_every_minutes, allow_zero=True)
     if t.limit_val_batches is not None:
         _positive("trainer.limit_val_batches", t.limit_val_batches)
+    a = cfg.analysis
+    if a.similarity_every_n_steps is not None:
+        _positive("analysis.similarity_every_n_steps", a.similarity_every_n_steps)
+    _positive("analysis.similarity_proteins", a.similarity_proteins)
+    _positive("analysis.similarity_min_arcs", a.similarity_min_arcs)
+    if not 0.0 < a.similarity_threshold <= 1.0:
+        raise ConfigError(
+            f"analysis.similarity_threshold must be in (0, 1] (got {a.similarity_threshold!r})"
+        )
 
 
 def eval_fasta_paths(cfg: EvalConfig) -> list[str]:
@@ -221,9 +343,7 @@ def eval_fasta_paths(cfg: EvalConfig) -> list[str]:
     value = cfg.fasta
     paths = [value] if isinstance(value, str) else list(value or [])
     if not paths or not all(isinstance(p, str) and p not in ("", "???") for p in paths):
-        raise ConfigError(
-            "fasta=PATH (or fasta=[A,B]) is required (evaluate checkpoint=... fasta=...)"
-        )
+        raise ConfigError("fasta=PATH (or fasta=[A,B]) is required")
     return paths
 
 
@@ -260,6 +380,8 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="evaluate_schema", node=EvalConfig)
+    for name, node in ANALYSIS_COMMANDS.items():
+        cs.store(name=f"{name}_schema", node=node)
 
 
 def run_hydra(command: str, argv: list[str]) -> int:

@@ -17,13 +17,15 @@ there and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from protein_performer.atomic import check_writable_file
+from protein_performer.atomic import check_writable_file, current_umask
 from protein_performer.errors import DataError
 
 FASTA_SUFFIXES = frozenset(
@@ -206,6 +208,23 @@ def replace_dir(new: Path, outdir: Path, recheck: Callable[[], object]) -> None:
         os.replace(new, outdir)
 
 
+@contextlib.contextmanager
+def staged_dir(outdir: Path, recheck: Callable[[], object]) -> Iterator[Path]:
+    """A temporary folder next to ``outdir`` to write into; when the block ends without an
+    error it becomes ``outdir`` (:func:`replace_dir`), otherwise it is removed with any parent
+    folders made for it, so a failed or interrupted command leaves nothing behind."""
+    made = make_parents(outdir)
+    work = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
+    try:
+        yield work
+        os.chmod(work, 0o777 & ~current_umask())
+        replace_dir(work, outdir, recheck)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        remove_empty(made)
+        raise
+
+
 def make_parents(path: str | os.PathLike) -> list[Path]:
     """Create the missing folders above ``path``; return them (deepest first) so that a
     command that fails can take them away again (:func:`remove_empty`)."""
@@ -251,3 +270,24 @@ __all__ = [
     "input_like_name",
     "json_with_keys",
 ]
+
+
+def dir_with_manifest(
+    manifest: str, fmt: str, names: Callable[[dict], Iterable[str]] | Iterable[str] = ()
+) -> Callable[[Path], bool]:
+    """``is_ours`` for output directories: ``manifest`` is a JSON object whose ``format`` is
+    ``fmt`` and the directory holds nothing but it and ``names`` (a set, or a function of the
+    manifest giving the file names it lists)."""
+
+    def is_ours(path: Path) -> bool:
+        try:
+            data = json.loads((Path(path) / manifest).read_text(encoding="utf-8"))
+            present = entries(Path(path))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return False
+        if not isinstance(data, dict) or data.get("format") != fmt:
+            return False
+        allowed = set(names(data) if callable(names) else names) | {manifest}
+        return present <= allowed
+
+    return is_ours

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import torch
@@ -377,6 +378,38 @@ class FavorAttention(nn.Module):
             phi_k, _ = key_features(kf, params, row_term, flat_mask, stab)
         return phi_q.reshape(bsz, heads, lq, -1), phi_k.reshape(bsz, heads, lk, -1)
 
+    def attention_rows(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        *,
+        chunk_size: int = 256,
+        heads: Sequence[int] | None = None,
+    ) -> Iterator[tuple[int, torch.Tensor]]:
+        """Yield ``(start, rows)``: the normalised attention rows ``start:start+chunk_size``,
+        ``(B, H', rows, Lk)``, implied by the features, for the heads in ``heads`` (all: None).
+
+        Features are computed for every head (a causal OPRF module's folded statistics are
+        per head) and then sliced, so peak memory beyond one block is O((B·H)·L·m). Rows sum
+        to 1; a row with no visible key is all zeros.
+        """
+        phi_q, phi_k = self.features(q, k, key_padding_mask)
+        if heads is not None:
+            index = torch.as_tensor(list(heads), dtype=torch.long, device=phi_q.device)
+            phi_q, phi_k = phi_q.index_select(1, index), phi_k.index_select(1, index)
+        lq, lk = phi_q.shape[2], phi_k.shape[2]
+        tiny = torch.finfo(phi_q.dtype).tiny
+        key_t = phi_k.transpose(-1, -2)
+        for start in range(0, lq, chunk_size):
+            stop = min(start + chunk_size, lq)
+            scores = torch.matmul(phi_q[:, :, start:stop], key_t)
+            if self.causal:
+                rows = torch.arange(start, stop, device=scores.device)[:, None]
+                cols = torch.arange(lk, device=scores.device)[None, :]
+                scores = scores.masked_fill(cols > rows, 0.0)
+            yield start, scores / scores.sum(-1, keepdim=True).clamp_min(tiny)
+
     def attention_matrix(
         self,
         q: torch.Tensor,
@@ -387,25 +420,14 @@ class FavorAttention(nn.Module):
     ) -> torch.Tensor:
         """The normalised ``(B, H, Lq, Lk)`` attention matrix implied by the features.
 
-        Built ``chunk_size`` query rows at a time, so peak memory beyond the result is
-        O((B·H)·(L·m + chunk_size·L)); pass a subset of heads for long sequences (except for a
-        causal OPRF module with folded per-head statistics, which needs all heads).
-        Rows sum to 1 (a row with no visible key is all zeros); ``matrix @ v`` equals
-        :meth:`forward`.
+        Built ``chunk_size`` query rows at a time (see :meth:`attention_rows`, which also
+        selects heads and never holds the whole matrix). Rows sum to 1 (a row with no visible
+        key is all zeros); ``matrix @ v`` equals :meth:`forward`.
         """
-        phi_q, phi_k = self.features(q, k, key_padding_mask)
-        lq, lk = phi_q.shape[2], phi_k.shape[2]
-        out = phi_q.new_empty(*phi_q.shape[:2], lq, lk)
-        tiny = torch.finfo(out.dtype).tiny
-        for start in range(0, lq, chunk_size):
-            stop = min(start + chunk_size, lq)
-            scores = torch.matmul(phi_q[:, :, start:stop], phi_k.transpose(-1, -2))
-            if self.causal:
-                rows = torch.arange(start, stop, device=out.device)[:, None]
-                cols = torch.arange(lk, device=out.device)[None, :]
-                scores = scores.masked_fill(cols > rows, 0.0)
-            out[:, :, start:stop] = scores / scores.sum(-1, keepdim=True).clamp_min(tiny)
-        return out
+        blocks = [
+            rows for _, rows in self.attention_rows(q, k, key_padding_mask, chunk_size=chunk_size)
+        ]
+        return torch.cat(blocks, dim=2)
 
     def extra_repr(self) -> str:
         parts = [

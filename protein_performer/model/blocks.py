@@ -8,6 +8,7 @@ load into another.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,18 +18,35 @@ from protein_performer.attention import FavorAttention, exact_attention
 from protein_performer.model.rotary import apply_rotary
 
 
+def exact_attention_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None,
+    chunk_size: int = 256,
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """Yield ``(start, rows)``: softmax attention rows ``(B, H, rows, Lk)`` for ``(B, H, L, D)``
+    queries/keys, ``chunk_size`` query rows at a time. A row with no visible key is all zeros."""
+    lq, lk = q.shape[2], k.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    for start in range(0, lq, chunk_size):
+        stop = min(start + chunk_size, lq)
+        scores = torch.einsum("bhid,bhjd->bhij", q[:, :, start:stop], k) * scale
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        if causal:
+            rows = torch.arange(start, stop, device=q.device)[:, None]
+            cols = torch.arange(lk, device=q.device)[None, :]
+            scores = scores.masked_fill(cols > rows, float("-inf"))
+        yield start, torch.softmax(scores, dim=-1).nan_to_num(0.0)
+
+
 def exact_attention_weights(
     q: torch.Tensor, k: torch.Tensor, causal: bool, key_padding_mask: torch.Tensor | None
 ) -> torch.Tensor:
     """Softmax attention matrix ``(B, H, L, L)`` for ``(B, H, L, D)`` queries/keys."""
-    scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(q.shape[-1])
-    if key_padding_mask is not None:
-        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
-    if causal:
-        n = q.shape[2]
-        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(future, float("-inf"))
-    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    rows = exact_attention_rows(q, k, causal, key_padding_mask, chunk_size=max(1, q.shape[2]))
+    return next(rows)[1]
 
 
 class SelfAttention(nn.Module):
@@ -72,6 +90,32 @@ class SelfAttention(nn.Module):
         b, n, _ = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.dim_head).permute(2, 0, 3, 1, 4)
         return q, k, v
+
+    @torch.no_grad()
+    def attention_rows(
+        self,
+        x: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        *,
+        heads: Sequence[int] | None = None,
+        chunk_size: int = 256,
+    ) -> Iterator[tuple[int, torch.Tensor]]:
+        """Yield ``(start, rows)``: attention rows ``(B, H', rows, L)`` of the heads in
+        ``heads`` (all: None) for the normalised input ``x`` ``(B, L, dim)``, a block of
+        ``chunk_size`` query rows at a time (exact softmax, or the matrix FAVOR+ implies)."""
+        q, k, _ = self._split(x)
+        if rotary is not None:
+            q, k = apply_rotary(q, k, *rotary)
+        if self.favor is not None:
+            yield from self.favor.attention_rows(
+                q, k, padding_mask, chunk_size=chunk_size, heads=heads
+            )
+            return
+        if heads is not None:
+            index = torch.as_tensor(list(heads), dtype=torch.long, device=q.device)
+            q, k = q.index_select(1, index), k.index_select(1, index)
+        yield from exact_attention_rows(q, k, self.causal, padding_mask, chunk_size)
 
     def forward(
         self,

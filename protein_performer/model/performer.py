@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -76,6 +77,49 @@ class ProteinLM(nn.Module):
     def favor_modules(self) -> list[FavorAttention]:
         return [m for m in self.modules() if isinstance(m, FavorAttention)]
 
+    def _check_length(self, n: int) -> None:
+        if n > self.config.max_len and self.rotary is None:
+            raise ConfigError(
+                f"sequence length {n} exceeds model.max_len={self.config.max_len} "
+                "(learned positions); use a larger model.max_len or model.position=rotary"
+            )
+
+    @torch.no_grad()
+    def iter_attention(
+        self,
+        input_ids: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        *,
+        layers: Sequence[int] | None = None,
+        heads: Sequence[int] | None = None,
+        chunk_size: int = 256,
+    ) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """Yield ``(layer, start, rows)`` for each selected layer (ascending; all: None) and
+        block of ``chunk_size`` query rows: ``rows`` is ``(B, H', rows, L)``, the attention of
+        the heads in ``heads`` (all: None). Only one block is held at a time, so the attention
+        of a long sequence never needs its L×L matrices at once. Runs in eval semantics (no
+        dropout); the caller sets ``eval()``.
+        """
+        n = input_ids.shape[1]
+        self._check_length(n)
+        if padding_mask is None:
+            padding_mask = input_ids == self.pad_idx
+        key_padding_mask = padding_mask if bool(padding_mask.any()) else None
+        wanted = set(range(self.config.depth)) if layers is None else set(layers)
+        last = max(wanted, default=-1)
+        x = self.embed(input_ids)
+        rotary = None if self.rotary is None else self.rotary(n, x.device, x.dtype)
+        for i, block in enumerate(self.blocks):
+            if i > last:
+                return
+            if i in wanted:
+                rows = block.attn.attention_rows(
+                    block.norm1(x), key_padding_mask, rotary, heads=heads, chunk_size=chunk_size
+                )
+                for start, weights in rows:
+                    yield i, start, weights
+            x, _ = block(x, key_padding_mask, rotary)
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -93,11 +137,7 @@ class ProteinLM(nn.Module):
         the embedding output and each block's output, ``depth + 1`` tensors ``(B, L, dim)``.
         """
         n = input_ids.shape[1]
-        if n > self.config.max_len and self.rotary is None:
-            raise ConfigError(
-                f"sequence length {n} exceeds model.max_len={self.config.max_len} "
-                "(learned positions); use a larger model.max_len or model.position=rotary"
-            )
+        self._check_length(n)
         if padding_mask is None:
             padding_mask = input_ids == self.pad_idx
         key_padding_mask = padding_mask if bool(padding_mask.any()) else None

@@ -28,15 +28,17 @@ from typing import Any
 
 import protein_performer
 from protein_performer.config import (
+    ANALYSIS_COMMANDS,
     EvalConfig,
     TrainConfig,
     register_configs,
+    validate_analysis_config,
     validate_eval_config,
     validate_train_config,
 )
 from protein_performer.errors import ConfigError, ProteinPerformerError
 
-COMMANDS: dict[str, type] = {"train": TrainConfig, "evaluate": EvalConfig}
+COMMANDS: dict[str, type] = {"train": TrainConfig, "evaluate": EvalConfig, **ANALYSIS_COMMANDS}
 # A DDP child process started by Lightning re-runs the same command line; this variable tells
 # it which sweep job and run directory its parent is on.
 DDP_JOB_ENV = "PROTEIN_PERFORMER_DDP_JOB"
@@ -133,7 +135,7 @@ def parse_args(argv: Sequence[str], command: str = "train") -> CliArgs:
                 "(configuration is given as key=value overrides)"
             )
         elif "=" not in a and not a.startswith("~"):
-            example = "checkpoint=PATH fasta=PATH" if command == "evaluate" else "model=transformer"
+            example = "model=transformer" if command == "train" else "checkpoint=PATH fasta=PATH"
             raise ConfigError(
                 f"expected KEY=VALUE, got {a!r} (settings are key=value overrides, e.g. {example})"
             )
@@ -317,8 +319,10 @@ def compose_job(command: str, overrides: Sequence[str]) -> ComposedJob:
         raise
     if command == "train":
         validate_train_config(obj)
-    else:
+    elif command == "evaluate":
         validate_eval_config(obj)
+    else:
+        validate_analysis_config(obj)
     return ComposedJob(list(overrides), obj, text, run_dir, sweep_dir)
 
 
@@ -336,12 +340,19 @@ def help_text(command: str) -> str:
             "Outputs go to hydra.run.dir (default outputs/DATE/TIME; multirun: multirun/DATE/TIME/N):",
             "config.yaml, metrics.csv, checkpoints/{best,last}.ckpt, summary.json.",
         ]
-    else:
+    elif command == "evaluate":
         intro = [
             "usage: protein-performer evaluate checkpoint=PATH fasta=PATH [KEY=VALUE ...] [--json]",
             "",
             "Perplexity and accuracy of a checkpoint on every record of a FASTA file",
             "(deterministic masking from seed=...; output=PATH also writes the JSON to a file).",
+        ]
+    else:
+        intro = [
+            f"usage: protein-performer {command} checkpoint=PATH fasta=PATH out=DIR "
+            "[KEY=VALUE ...] [--json]",
+            "",
+            *(COMMANDS[command].__doc__ or "").replace("``", "").strip().splitlines()[:1],
         ]
     lines = [*intro, "", "options:"]
     if command == "train":
@@ -357,7 +368,7 @@ def help_text(command: str) -> str:
             lines.append(f"  {g + ':':<12}{', '.join(group_options(g))}")
     else:
         lines += ["", "keys (KEY=VALUE, default in brackets):"]
-        lines += [f"  {line}" for line in _evaluate_keys()]
+        lines += [f"  {line}" for line in _command_keys(command)]
     try:
         text = compose_job(command, []).yaml
     except ConfigError:
@@ -394,14 +405,14 @@ _EVALUATE_KEYS = {
 }
 
 
-def _evaluate_keys() -> list[str]:
-    from protein_performer.config import EvalConfig
-
+def _command_keys(command: str) -> list[str]:
+    """``key:  help [default]`` for every key of an evaluate or analysis command."""
     out = []
-    for f in dataclasses.fields(EvalConfig):
+    for f in dataclasses.fields(COMMANDS[command]):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         shown = "" if default in ("???", None) else f" [{default}]"
-        out.append(f"{f.name + ':':<17}{_EVALUATE_KEYS.get(f.name, '')}{shown}")
+        text = f.metadata.get("help") or _EVALUATE_KEYS.get(f.name, "")
+        out.append(f"{f.name + ':':<17}{text}{shown}")
     return out
 
 
@@ -454,6 +465,8 @@ def run_hydra(command: str, argv: list[str]) -> int:
         return 0
     if command == "evaluate":
         return _run_evaluate(jobs[0], args)
+    if command in ANALYSIS_COMMANDS:
+        return _run_analysis(command, jobs[0], args)
     child = _ddp_child_job()
     sweep_dir = jobs[0].sweep_dir
     if args.multirun and child is None and any(_is_distributed(j.config) for j in jobs):
@@ -616,6 +629,19 @@ def _run_evaluate(job: ComposedJob, args: CliArgs) -> int:
         print(result.format(), flush=True)
         if job.config.output:
             print(f"written to {job.config.output}")
+    return 0
+
+
+def _run_analysis(command: str, job: ComposedJob, args: CliArgs) -> int:
+    from protein_performer.analysis.commands import run_command
+
+    out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with out:
+        result = run_command(command, job.config)
+    if args.json:
+        print(json.dumps(result.to_dict()), flush=True)
+    else:
+        print(result.format(), flush=True)
     return 0
 
 

@@ -40,6 +40,7 @@ from protein_performer.config import (
 from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.fasta import check_distinct_inputs
+from protein_performer.devices import pick_device
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, check_output_file, entries, json_with_keys
 from protein_performer.training.callbacks import (
@@ -391,6 +392,19 @@ def build_trainer(
     ]
     if t.enable_progress_bar:
         callbacks.append(StepProgressBar())
+    a = cfg.analysis
+    if a.similarity_every_n_steps:
+        from protein_performer.analysis.callback import SimilarityCallback
+
+        callbacks.append(
+            SimilarityCallback(
+                a.similarity_every_n_steps,
+                a.similarity_proteins,
+                a.similarity_threshold,
+                a.similarity_min_arcs,
+                cfg.seed,
+            )
+        )
     callbacks += list(extra_callbacks or [])
     try:
         trainer = _lightning_trainer(t, run_dir, loggers, callbacks)
@@ -838,14 +852,6 @@ def _cropping(dm: ProteinDataModule, split: str, mode: str, max_length: int) -> 
     }
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device=cuda but no CUDA device is available; use device=cpu")
-    return torch.device(name)
-
-
 @torch.inference_mode()
 def evaluate(cfg: EvalConfig) -> EvalResult:
     """Perplexity and accuracy of a checkpoint on FASTA file(s): every record, or one part of
@@ -922,7 +928,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         "val": dm.val_dataloader,
         "test": dm.test_dataloader,
     }[split]()
-    device = _device(cfg.device)
+    device = pick_device(cfg.device)
     model.to(device)
     causal = meta["objective"] == "causal"
     autocast = (

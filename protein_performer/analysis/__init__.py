@@ -1,0 +1,34 @@
+"""Look inside a trained model: attention maps and representations (:mod:`.extract`), amino-acid
+similarity views against BLOSUM62 (:mod:`.similarity`), figures (:mod:`.figures`).
+
+From Python::
+
+    from protein_performer.analysis import load_for_analysis, read_proteins, attention_maps
+    model, alphabet, meta = load_for_analysis("run/checkpoints/best.ckpt")
+    (protein,) = read_proteins("BPT1_BOVIN.fasta", alphabet)
+    maps = attention_maps(model, protein, alphabet)  # (layers, heads, L, L)
+
+The CLI commands ``extract``, ``aa-similarity`` and ``plot-heads`` are
+:func:`.commands.run_command` on their configs.
+"""
+
+from protein_performer.analysis.extract import (
+    attention_maps,
+    extract,
+    load_for_analysis,
+    representations,
+)
+from protein_performer.analysis.inputs import Protein, read_proteins
+from protein_performer.analysis.similarity import aa_similarity, blosum62, sample_proteins
+
+__all__ = [
+    "Protein",
+    "aa_similarity",
+    "attention_maps",
+    "blosum62",
+    "extract",
+    "load_for_analysis",
+    "read_proteins",
+    "representations",
+    "sample_proteins",
+]

@@ -1,0 +1,278 @@
+"""The analysis commands (``extract``, ``aa-similarity``, ``plot-heads``) as library calls on
+their plain configs; the CLI and notebooks call these, so they cannot drift apart.
+
+Every command checks its output directory and reads its inputs before computing, writes into a
+temporary folder renamed at the end (a failure or Ctrl-C leaves nothing), and returns a result
+with ``format()`` (text) and ``to_dict()`` (JSON).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from protein_performer.analysis.extract import (
+    attention_maps,
+    extract,
+    is_extract_dir,
+    load_for_analysis,
+)
+from protein_performer.analysis.figures import (
+    head_grid_figure,
+    head_ranking_figure,
+    head_stats,
+    similarity_figure,
+)
+from protein_performer.analysis.inputs import (
+    checkpoint_label,
+    max_tokens,
+    parse_indices,
+    read_proteins,
+    split_filter,
+)
+from protein_performer.analysis.similarity import (
+    AA_ORDER,
+    SimilarityResult,
+    aa_similarity,
+    blosum62,
+    sample_proteins,
+)
+from protein_performer.config import (
+    ExtractConfig,
+    PlotHeadsConfig,
+    SimilarityConfig,
+    eval_fasta_paths,
+)
+from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
+
+SIMILARITY_FORMAT = "protein-performer-aa-similarity/1"
+SIMILARITY_JSON = "similarity.json"
+SIMILARITY_FILES = {
+    *(
+        f"{name}.csv"
+        for name in ("attention", "attention_null", "flow", "substitution", "embedding", "blosum62")
+    ),
+    "similarity.png",
+    "similarity.pdf",
+}
+HEADS_FORMAT = "protein-performer-plot-heads/1"
+HEADS_JSON = "heads.json"
+HEADS_FILES = {
+    f"{stem}.{ext}" for stem in ("heads", "heads_zoom", "head_ranking") for ext in ("png", "pdf")
+}
+
+is_similarity_dir = dir_with_manifest(SIMILARITY_JSON, SIMILARITY_FORMAT, SIMILARITY_FILES)
+is_heads_dir = dir_with_manifest(HEADS_JSON, HEADS_FORMAT, HEADS_FILES)
+
+
+@dataclass
+class CommandResult:
+    summary: dict[str, Any]
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.summary
+
+    def format(self) -> str:
+        return self.text
+
+
+def _out_dir(cfg: Any, is_ours: Any, what: str) -> Path:
+    return check_output_dir(
+        cfg.out,
+        "out",
+        overwrite=cfg.overwrite,
+        is_ours=is_ours,
+        what=what,
+        overwrite_hint="overwrite=true",
+    )
+
+
+def _staged(cfg: Any, outdir: Path, is_ours: Any, what: str):
+    return staged_dir(outdir, lambda: _out_dir(cfg, is_ours, what))
+
+
+def _matrix_csv(m: np.ndarray) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["", *AA_ORDER])
+    for aa, row in zip(AA_ORDER, m, strict=True):
+        w.writerow([aa, *(f"{x:.6g}" for x in row)])
+    return buf.getvalue()
+
+
+def run_extract(cfg: ExtractConfig) -> CommandResult:
+    fasta = eval_fasta_paths(cfg)  # type: ignore[arg-type]
+    _out_dir(cfg, is_extract_dir, "extract directory")  # fail on it before loading anything
+    model, alphabet, _ = load_for_analysis(
+        cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
+    )
+    manifest = extract(
+        model,
+        alphabet,
+        fasta,
+        cfg.out,
+        include=cfg.include,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        repr_layers=cfg.repr_layers,
+        max_length=cfg.max_length,
+        truncate=cfg.truncate,
+        keep_specials=cfg.keep_specials,
+        float16=cfg.float16,
+        toks_per_batch=cfg.toks_per_batch,
+        chunk_size=cfg.chunk_size,
+        invalid=cfg.invalid,
+        overwrite=cfg.overwrite,
+        source=str(cfg.checkpoint),
+    )
+    n = len(manifest["records"])
+    cropped = sum(1 for r in manifest["records"] if r["cropped"])
+    text = f"wrote {n:,} record file{'s' if n != 1 else ''} ({', '.join(manifest['include'])}) to {cfg.out}"
+    if cropped:
+        text += f" ({cropped:,} truncated to max_length)"
+    return CommandResult({"out": str(cfg.out), **manifest}, text)
+
+
+def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
+    fasta = eval_fasta_paths(cfg)  # type: ignore[arg-type]
+    outdir = _out_dir(cfg, is_similarity_dir, "similarity directory")
+    model, alphabet, meta = load_for_analysis(
+        cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
+    )
+    layers = parse_indices(cfg.layers, model.config.depth, "layers")
+    heads = parse_indices(cfg.heads, model.config.heads, "heads")
+    keep = (
+        None if cfg.split is None else split_filter(cfg.split, meta.get("data", {}), cfg.clusters)
+    )
+    proteins = read_proteins(fasta, alphabet, invalid=cfg.invalid, keep=keep)
+    limit = max_tokens(model, None)
+    max_residues = cfg.max_residues if limit is None else min(cfg.max_residues, limit - 2)
+    sample = sample_proteins(proteins, cfg.n_proteins, max_residues, cfg.seed)
+    result = aa_similarity(
+        model,
+        sample,
+        alphabet,
+        threshold=cfg.threshold,
+        min_arcs=cfg.min_arcs,
+        layers=layers,
+        heads=heads,
+        mask_prob=cfg.mask_prob,
+        seed=cfg.seed,
+        progress=True,
+    )
+    label = checkpoint_label(cfg.checkpoint)
+    summary = {
+        "format": SIMILARITY_FORMAT,
+        "checkpoint": str(cfg.checkpoint),
+        "attention_kind": model.config.attention,
+        "fasta": fasta,
+        "split": cfg.split,
+        "proteins_available": len(proteins),
+        "layers": layers,
+        "heads": heads,
+        **result.to_dict(),
+    }
+    with _staged(cfg, outdir, is_similarity_dir, "similarity directory") as work:
+        _write_similarity(work, result, summary, f"{label} ({model.config.attention})")
+    return CommandResult(
+        {"out": str(outdir), **summary}, result.format() + f"\nwritten to {outdir}"
+    )
+
+
+def _write_similarity(work: Path, result: SimilarityResult, summary: dict, title: str) -> None:
+    ref = blosum62()
+    (work / "blosum62.csv").write_text(_matrix_csv(ref), encoding="utf-8")
+    for name, m in result.matrices.items():
+        if m is not None:
+            (work / f"{name}.csv").write_text(_matrix_csv(m), encoding="utf-8")
+    similarity_figure(result.matrices, result.r, ref, work / "similarity", title=title)
+    (work / SIMILARITY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
+    fasta = eval_fasta_paths(cfg)  # type: ignore[arg-type]
+    outdir = _out_dir(cfg, is_heads_dir, "figure directory")
+    model, alphabet, _ = load_for_analysis(
+        cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
+    )
+    layers = parse_indices(cfg.layers, model.config.depth, "layers")
+    heads = parse_indices(cfg.heads, model.config.heads, "heads")
+    limit = max_tokens(model, cfg.max_length)
+    proteins = read_proteins(
+        fasta,
+        alphabet,
+        max_tokens=limit,
+        truncate=cfg.truncate,
+        invalid=cfg.invalid,
+        ids=None if cfg.record is None else [cfg.record],
+        max_records=1 if cfg.record is None else None,
+    )
+    protein = proteins[0]
+    att = attention_maps(model, protein, alphabet, layers=layers, heads=heads)
+    sequence = alphabet.decode(protein.residues)
+    stats = head_stats(att)
+    kind = model.config.attention
+    title = f"{protein.id} ({protein.sequence_length} residues) · {checkpoint_label(cfg.checkpoint)} ({kind})"
+    per_head = [
+        {"layer": layer, "head": head, **{k: float(v[i, j]) for k, v in stats.items()}}
+        for i, layer in enumerate(layers)
+        for j, head in enumerate(heads)
+    ]
+    summary = {
+        "format": HEADS_FORMAT,
+        "checkpoint": str(cfg.checkpoint),
+        "attention_kind": kind,
+        "record": protein.id,
+        "length": protein.sequence_length,
+        "cropped": protein.cropped,
+        "layers": layers,
+        "heads": heads,
+        "uniform_entropy": float(np.log(protein.sequence_length)),
+        "heads_stats": per_head,
+    }
+    with _staged(cfg, outdir, is_heads_dir, "figure directory") as work:
+        head_grid_figure(
+            att, layers, heads, sequence, work / "heads", shared_scale=cfg.shared_scale, title=title
+        )
+        if cfg.zoom:
+            head_grid_figure(
+                att,
+                layers,
+                heads,
+                sequence,
+                work / "heads_zoom",
+                zoom=cfg.zoom,
+                shared_scale=cfg.shared_scale,
+                title=f"{title}, first {min(cfg.zoom, protein.sequence_length)} residues",
+            )
+        head_ranking_figure(
+            stats, layers, heads, protein.sequence_length, work / "head_ranking", title=title
+        )
+        (work / HEADS_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    lowest = min(per_head, key=lambda h: h["entropy"])
+    text = (
+        f"{protein.id}: {len(layers)} layers × {len(heads)} heads plotted to {outdir}; "
+        f"lowest-entropy head L{lowest['layer']}H{lowest['head']}: {lowest['entropy']:.2f} nats "
+        f"(uniform: {np.log(protein.sequence_length):.2f}), mean distance "
+        f"{lowest['distance']:.1f} residues"
+    )
+    return CommandResult({"out": str(outdir), **summary}, text)
+
+
+COMMANDS = {
+    "extract": run_extract,
+    "aa-similarity": run_aa_similarity,
+    "plot-heads": run_plot_heads,
+}
+
+
+def run_command(command: str, cfg: Any) -> CommandResult:
+    """Run an analysis command on its config (see :data:`COMMANDS`)."""
+    return COMMANDS[command](cfg)

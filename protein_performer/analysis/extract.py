@@ -1,0 +1,357 @@
+"""Attention maps and representations of proteins, in memory or as one ``.npz`` per record.
+
+Like ESM's ``extract.py``: one FASTA in, one file per record out. Each ``RECORD.npz`` holds
+``id``, ``description``, ``sequence``; with ``attention``: ``attention`` ``(layers, heads, L, L)``
+(row = query, column = key; exact softmax, or for FAVOR+ layers the matrix its features imply)
+with ``attention_layers`` / ``attention_heads`` naming the selection; with ``per_tok``:
+``per_tok`` ``(repr_layers, L, dim)``; with ``mean``: ``mean`` ``(repr_layers, dim)``, the mean
+over residues; ``repr_layers`` names them (0 = embeddings, ``depth`` = the last block after the
+final LayerNorm, as in ESM). ``L`` counts residues: the ``<cls>``/``<eos>`` rows and columns are
+dropped unless ``keep_specials`` (so attention rows sum to 1 minus what went to them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from protein_performer.analysis.inputs import (
+    PathLike,
+    Protein,
+    max_tokens,
+    parse_indices,
+    read_proteins,
+)
+from protein_performer.analysis.npz import NpzWriter
+from protein_performer.data.alphabet import Alphabet
+from protein_performer.devices import pick_device
+from protein_performer.errors import ConfigError
+from protein_performer.model.performer import ProteinLM
+from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
+
+FORMAT = "protein-performer-extract/1"
+MANIFEST = "manifest.json"
+INCLUDE = ("attention", "per_tok", "mean")
+# Attention of one layer is computed for all selected heads in one pass while it fits this many
+# bytes; beyond it (long records) each head is computed on its own, block of rows by block.
+LAYER_BUFFER_BYTES = 256 * 2**20
+
+
+def _span(protein: Protein, keep_specials: bool) -> slice:
+    n = protein.sequence_length
+    return slice(0, n + 2) if keep_specials else slice(1, n + 1)
+
+
+@torch.no_grad()
+def attention_blocks(
+    model: ProteinLM,
+    tokens: torch.Tensor,
+    layer: int,
+    head: int,
+    *,
+    keep_specials: bool = False,
+    chunk_size: int = 256,
+) -> Iterator[np.ndarray]:
+    """The attention matrix of one ``(layer, head)`` for ``tokens`` ``(1, L+2)``, as float32
+    row blocks ``(rows, L')`` in order (``L'`` drops ``<cls>``/``<eos>`` unless ``keep_specials``)."""
+    lo, hi = (0, tokens.shape[1]) if keep_specials else (1, tokens.shape[1] - 1)
+    for _, start, rows in model.iter_attention(
+        tokens, layers=[layer], heads=[head], chunk_size=chunk_size
+    ):
+        a, b = max(start, lo), min(start + rows.shape[2], hi)
+        if a < b:
+            yield rows[0, 0, a - start : b - start, lo:hi].float().cpu().numpy()
+
+
+@torch.no_grad()
+def attention_maps(
+    model: ProteinLM,
+    protein: Protein,
+    alphabet: Alphabet,
+    *,
+    layers: Sequence[int] | None = None,
+    heads: Sequence[int] | None = None,
+    keep_specials: bool = False,
+    chunk_size: int = 256,
+) -> np.ndarray:
+    """``(layers, heads, L, L)`` float32 attention of one protein (all layers/heads: None).
+
+    Holds the whole result; for long proteins use :func:`extract` (it streams) or
+    :func:`attention_blocks`.
+    """
+    device = next(model.parameters()).device
+    tokens = protein.tokens(alphabet).to(device)
+    layers = parse_indices(layers, model.config.depth, "layers")
+    heads = parse_indices(heads, model.config.heads, "heads")
+    span = _span(protein, keep_specials)
+    n = span.stop - span.start
+    out = np.zeros((len(layers), len(heads), n, n), dtype=np.float32)
+    li = {layer: i for i, layer in enumerate(layers)}
+    for layer, start, rows in model.iter_attention(
+        tokens, layers=layers, heads=heads, chunk_size=chunk_size
+    ):
+        block = rows[0, :, :, span].float().cpu().numpy()  # (H', rows, L')
+        a, b = max(start, span.start), min(start + block.shape[1], span.stop)
+        if a < b:
+            out[li[layer], :, a - span.start : b - span.start] = block[:, a - start : b - start]
+    return out
+
+
+@torch.no_grad()
+def representations(
+    model: ProteinLM,
+    proteins: Sequence[Protein],
+    alphabet: Alphabet,
+    *,
+    repr_layers: Sequence[int] = (-1,),
+    toks_per_batch: int = 4096,
+    keep_specials: bool = False,
+) -> Iterator[tuple[Protein, np.ndarray]]:
+    """Yield ``(protein, per_tok)`` with ``per_tok`` float32 ``(len(repr_layers), L, dim)`` for
+    each protein in order, batching proteins up to ``toks_per_batch`` tokens. Layer ``0`` is the
+    embedding output, ``depth`` the last block after the final LayerNorm (ESM's convention)."""
+    device = next(model.parameters()).device
+    depth = model.config.depth
+    layers = parse_indices(list(repr_layers), depth + 1, "repr_layers")
+    batch: list[Protein] = []
+
+    def run(batch: list[Protein]) -> Iterator[tuple[Protein, np.ndarray]]:
+        width = max(p.sequence_length for p in batch) + 2
+        ids = torch.full((len(batch), width), alphabet.pad_idx, dtype=torch.long)
+        for i, p in enumerate(batch):
+            ids[i, : p.sequence_length + 2] = p.tokens(alphabet)[0]
+        hidden = model(ids.to(device), return_hidden=True)["hidden_states"]
+        hidden[depth] = model.norm(hidden[depth])
+        stacked = torch.stack([hidden[i] for i in layers], dim=1).float().cpu().numpy()
+        for i, p in enumerate(batch):
+            yield p, stacked[i, :, _span(p, keep_specials)]
+
+    longest = 0
+    for p in proteins:
+        longest = max(longest, p.sequence_length + 2)
+        if batch and (len(batch) + 1) * longest > toks_per_batch:
+            yield from run(batch)
+            batch, longest = [], p.sequence_length + 2
+        batch.append(p)
+    if batch:
+        yield from run(batch)
+
+
+def record_file_names(ids: Sequence[str]) -> list[str]:
+    """One safe, distinct file name per record id (``sp|P00974|BPT1_BOVIN.npz``; characters
+    other than letters, digits and ``._-|`` become ``_``; repeats get ``-2``, ``-3``)."""
+    names, seen = [], set()
+    for rid in ids:
+        base = re.sub(r"[^A-Za-z0-9._|-]", "_", rid).lstrip(".") or "record"
+        name, k = base, 1
+        while name.lower() in seen:
+            k += 1
+            name = f"{base}-{k}"
+        seen.add(name.lower())
+        names.append(f"{name}.npz")
+    return names
+
+
+def _listed_files(manifest: dict) -> set[str]:
+    records = manifest.get("records")
+    return (
+        {r.get("file") for r in records if isinstance(r, dict)}
+        if isinstance(records, list)
+        else set()
+    )
+
+
+#: Whether a directory holds an :func:`extract` output and nothing else.
+is_extract_dir = dir_with_manifest(MANIFEST, FORMAT, _listed_files)
+
+
+def check_include(include: Sequence[str]) -> list[str]:
+    chosen = [include] if isinstance(include, str) else list(include)
+    unknown = [x for x in chosen if x not in INCLUDE]
+    if unknown or not chosen:
+        raise ConfigError(f"include must list some of {', '.join(INCLUDE)} (got {chosen})")
+    return chosen
+
+
+def extract(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    fasta: PathLike | Sequence[PathLike],
+    out: PathLike,
+    *,
+    include: Sequence[str] = ("attention", "mean"),
+    layers: Any = None,
+    heads: Any = None,
+    repr_layers: Any = (-1,),
+    max_length: int | None = None,
+    truncate: bool = False,
+    keep_specials: bool = False,
+    float16: bool = False,
+    toks_per_batch: int = 4096,
+    chunk_size: int = 256,
+    invalid: str = "error",
+    overwrite: bool = False,
+    progress: bool = True,
+    source: str | None = None,
+) -> dict[str, Any]:
+    """Write one ``RECORD.npz`` per FASTA record into ``out`` plus ``manifest.json``.
+
+    Everything is checked and read before the first file is written; the directory appears
+    complete or not at all (a temporary folder renamed at the end). Returns the manifest.
+    """
+    include = check_include(include)
+    outdir = check_output_dir(
+        out,
+        "out",
+        overwrite=overwrite,
+        is_ours=is_extract_dir,
+        what="extract directory",
+        overwrite_hint="overwrite=true",
+    )
+    depth, n_heads = model.config.depth, model.config.heads
+    sel_layers = parse_indices(layers, depth, "layers")
+    sel_heads = parse_indices(heads, n_heads, "heads")
+    sel_repr = parse_indices(repr_layers, depth + 1, "repr_layers")
+    if toks_per_batch < 1 or chunk_size < 1:
+        raise ConfigError("toks_per_batch and chunk_size must be >= 1")
+    limit = max_tokens(model, max_length)
+    proteins = read_proteins(fasta, alphabet, max_tokens=limit, truncate=truncate, invalid=invalid)
+    files = record_file_names([p.id for p in proteins])
+    dtype = np.float16 if float16 else np.float32
+    device = next(model.parameters()).device
+    from tqdm.auto import tqdm
+
+    reprs = None
+    if "per_tok" in include or "mean" in include:
+        reprs = representations(
+            model,
+            proteins,
+            alphabet,
+            repr_layers=sel_repr,
+            toks_per_batch=toks_per_batch,
+            keep_specials=keep_specials,
+        )
+    records = []
+    with staged_dir(
+        outdir,
+        lambda: check_output_dir(
+            outdir,
+            "out",
+            overwrite=overwrite,
+            is_ours=is_extract_dir,
+            what="extract directory",
+            overwrite_hint="overwrite=true",
+        ),
+    ) as work:
+        bar = tqdm(proteins, unit="protein", desc="extract", disable=None if progress else True)
+        for protein, name in zip(bar, files, strict=True):
+            span = _span(protein, keep_specials)
+            n = span.stop - span.start
+            with NpzWriter(work / name) as npz:
+                npz.add("id", protein.id)
+                npz.add("description", protein.description)
+                npz.add("sequence", alphabet.decode(protein.residues))
+                if "attention" in include:
+                    npz.add("attention_layers", np.asarray(sel_layers))
+                    npz.add("attention_heads", np.asarray(sel_heads))
+                    shape = (len(sel_layers), len(sel_heads), n, n)
+                    npz.add_blocks(
+                        "attention",
+                        shape,
+                        dtype,
+                        _attention_stream(
+                            model,
+                            protein,
+                            alphabet,
+                            sel_layers,
+                            sel_heads,
+                            keep_specials,
+                            chunk_size,
+                            device,
+                        ),
+                    )
+                if reprs is not None:
+                    got, per_tok = next(reprs)
+                    assert got is protein
+                    npz.add("repr_layers", np.asarray(sel_repr))
+                    if "per_tok" in include:
+                        npz.add("per_tok", per_tok.astype(dtype))
+                    if "mean" in include:
+                        residues = per_tok[:, 1:-1] if keep_specials else per_tok
+                        npz.add("mean", residues.mean(axis=1).astype(dtype))
+            records.append(
+                {
+                    "id": protein.id,
+                    "file": name,
+                    "length": protein.sequence_length,
+                    "cropped": protein.cropped,
+                }
+            )
+        manifest = {
+            "format": FORMAT,
+            "checkpoint": source,
+            "fasta": [str(p) for p in ([fasta] if isinstance(fasta, (str, Path)) else fasta)],
+            "include": include,
+            "attention_layers": sel_layers if "attention" in include else None,
+            "attention_heads": sel_heads if "attention" in include else None,
+            "repr_layers": sel_repr if reprs is not None else None,
+            "keep_specials": keep_specials,
+            "dtype": np.dtype(dtype).name,
+            "records": records,
+        }
+        (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def _attention_stream(
+    model: ProteinLM,
+    protein: Protein,
+    alphabet: Alphabet,
+    layers: list[int],
+    heads: list[int],
+    keep_specials: bool,
+    chunk_size: int,
+    device: torch.device,
+) -> Iterator[np.ndarray]:
+    """Blocks of ``(layers, heads, L, L)`` in C order: one layer in one pass when it fits
+    :data:`LAYER_BUFFER_BYTES`, else head by head, row block by row block."""
+    tokens = protein.tokens(alphabet).to(device)
+    n = tokens.shape[1]
+    if len(heads) * n * n * 4 <= LAYER_BUFFER_BYTES:
+        for layer in layers:
+            maps = attention_maps(
+                model,
+                protein,
+                alphabet,
+                layers=[layer],
+                heads=heads,
+                keep_specials=keep_specials,
+                chunk_size=chunk_size,
+            )
+            yield from maps[0]
+        return
+    for layer in layers:
+        for head in heads:
+            yield from attention_blocks(
+                model, tokens, layer, head, keep_specials=keep_specials, chunk_size=chunk_size
+            )
+
+
+def load_for_analysis(
+    checkpoint: PathLike,
+    device: str = "auto",
+    attention: str | None = None,
+    nb_features: int | None = None,
+) -> tuple[ProteinLM, Alphabet, dict[str, Any]]:
+    """The checkpoint's model in eval mode on ``device``, its alphabet and metadata."""
+    from protein_performer.training.checkpoints import load_model
+
+    model, meta = load_model(checkpoint, attention=attention, nb_features=nb_features)
+    model.to(pick_device(device))
+    return model, Alphabet.from_dict(meta["alphabet"]), meta

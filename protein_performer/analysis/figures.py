@@ -1,0 +1,182 @@
+"""Figures: a similarity matrix beside BLOSUM62, a layers × heads attention grid (the Performer
+paper's BPT1_BOVIN figure), and a ranking of heads by entropy and attention distance.
+
+Each figure is written as PNG and PDF (atomically); matplotlib runs headless (Agg).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from protein_performer.analysis.similarity import AA_GROUPS, AA_ORDER
+from protein_performer.atomic import write_atomic
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, stem: Path) -> list[Path]:
+    """Write ``stem.png`` and ``stem.pdf`` atomically; returns their paths."""
+    plt = _pyplot()
+    paths = []
+    for ext in ("png", "pdf"):
+        path = stem.with_name(f"{stem.name}.{ext}")
+        write_atomic(
+            path, lambda fh, ext=ext: fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight")
+        )
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def _group_lines(ax, n: int) -> None:
+    pos = 0
+    for letters, _ in AA_GROUPS[:-1]:
+        pos += len(letters)
+        ax.axhline(pos - 0.5, color="0.3", lw=0.6)
+        ax.axvline(pos - 0.5, color="0.3", lw=0.6)
+
+
+def _matrix_panel(ax, m: np.ndarray, title: str) -> None:
+    plt = _pyplot()
+    shown = np.where(np.eye(20, dtype=bool), np.nan, m)  # the diagonal is not compared
+    finite = shown[np.isfinite(shown)]
+    vmax = float(np.abs(finite).max()) if finite.size else 1.0
+    im = ax.imshow(shown, cmap="RdBu_r", vmin=-vmax or -1, vmax=vmax or 1)
+    ax.set_xticks(range(20), list(AA_ORDER), fontsize=7)
+    ax.set_yticks(range(20), list(AA_ORDER), fontsize=7)
+    _group_lines(ax, 20)
+    ax.set_title(title, fontsize=9)
+    plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+
+
+def similarity_figure(
+    matrices: dict[str, np.ndarray | None],
+    r: dict[str, float | None],
+    blosum: np.ndarray,
+    stem: Path,
+    title: str = "",
+) -> list[Path]:
+    """Every available view beside BLOSUM62, amino acids grouped by physico-chemistry,
+    a diverging colour map centred at 0 (diagonal blank), r with BLOSUM62 in each title."""
+    plt = _pyplot()
+    labels = {
+        "attention": "attention (Vig et al.)",
+        "flow": "attention flow log-odds",
+        "substitution": "model substitution log-odds",
+        "embedding": "token embedding cosine",
+    }
+    views = [(k, v) for k, v in labels.items() if matrices.get(k) is not None]
+    fig, axes = plt.subplots(1, len(views) + 1, figsize=(3.6 * (len(views) + 1), 3.6))
+    axes = np.atleast_1d(axes)
+    _matrix_panel(axes[0], blosum, "BLOSUM62")
+    for ax, (key, label) in zip(axes[1:], views, strict=True):
+        value = r.get(key)
+        shown = "n/a" if value is None else f"{value:+.2f}"
+        _matrix_panel(ax, matrices[key], f"{label}\nr = {shown}")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, stem)
+
+
+def head_grid_figure(
+    attention: np.ndarray,
+    layers: Sequence[int],
+    heads: Sequence[int],
+    sequence: str,
+    stem: Path,
+    *,
+    zoom: int | None = None,
+    shared_scale: bool = False,
+    title: str = "",
+) -> list[Path]:
+    """Layers × heads grid of ``attention`` ``(layers, heads, L, L)`` for one protein; with
+    ``zoom`` only its first ``zoom`` residues. Residue letters label the axes when at most 40
+    residues are shown."""
+    plt = _pyplot()
+    if zoom:
+        attention = attention[:, :, :zoom, :zoom]
+        sequence = sequence[:zoom]
+    nl, nh, n = attention.shape[0], attention.shape[1], attention.shape[2]
+    size = 2.0 if n > 40 else 2.6
+    fig, axes = plt.subplots(nl, nh, figsize=(size * nh, size * nl), squeeze=False)
+    vmax = float(attention.max()) if shared_scale else None
+    for i, layer in enumerate(layers):
+        for j, head in enumerate(heads):
+            ax = axes[i, j]
+            im = ax.imshow(
+                attention[i, j], cmap="viridis", vmin=0, vmax=vmax, interpolation="nearest"
+            )
+            if n <= 40:
+                ax.set_xticks(range(n), list(sequence), fontsize=4)
+                ax.set_yticks(range(n), list(sequence), fontsize=4)
+            else:
+                ax.set_xticks([])
+                ax.set_yticks([])
+            ax.set_title(f"layer {layer} head {head}", fontsize=7)
+            if not shared_scale:
+                cb = plt.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+                cb.ax.tick_params(labelsize=5)
+    if shared_scale:
+        fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.02)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return save_figure(fig, stem)
+
+
+def head_stats(attention: np.ndarray) -> dict[str, np.ndarray]:
+    """Per head of ``(layers, heads, L, L)``: ``entropy`` (mean row entropy, nats; uniform
+    rows give log L), ``distance`` (mean |i - j| weighted by attention, residues) and
+    ``max_weight`` (mean of each row's largest weight)."""
+    a = attention.astype(np.float64)
+    n = a.shape[-1]
+    rows = a / np.clip(a.sum(-1, keepdims=True), 1e-30, None)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ent = -np.where(rows > 0, rows * np.log(rows), 0.0).sum(-1).mean(-1)
+    idx = np.arange(n)
+    dist = np.abs(idx[:, None] - idx[None, :])
+    return {
+        "entropy": ent,
+        "distance": (rows * dist).sum(-1).mean(-1),
+        "max_weight": rows.max(-1).mean(-1),
+    }
+
+
+def head_ranking_figure(
+    stats: dict[str, np.ndarray],
+    layers: Sequence[int],
+    heads: Sequence[int],
+    length: int,
+    stem: Path,
+    title: str = "",
+) -> list[Path]:
+    """Heads ranked by attention entropy and by mean attention distance (local vs global),
+    with the uniform-attention values (log L, (L²−1)/(3L)) as reference lines."""
+    plt = _pyplot()
+    names = [f"L{layer}H{head}" for layer in layers for head in heads]
+    fig, axes = plt.subplots(1, 2, figsize=(max(6.0, 0.35 * len(names)) * 2 / 1.4, 3.4))
+    for ax, key, label, uniform in (
+        (axes[0], "entropy", "mean row entropy (nats)", float(np.log(length))),
+        (axes[1], "distance", "mean attention distance (residues)", (length**2 - 1) / (3 * length)),
+    ):
+        values = stats[key].ravel()
+        order = np.argsort(values)
+        ax.bar(range(len(values)), values[order], color="tab:blue")
+        ax.axhline(uniform, color="tab:red", ls="--", lw=1, label="uniform attention")
+        ax.set_xticks(range(len(values)), [names[k] for k in order], rotation=90, fontsize=6)
+        ax.set_ylabel(label, fontsize=8)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, stem)

@@ -1,0 +1,203 @@
+"""What the analysis commands read: proteins from FASTA (as the model saw them in training,
+``<cls> residues <eos>``), the checkpoint's model, and layer/head selections."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from protein_performer.data.alphabet import Alphabet, InvalidPolicy
+from protein_performer.data.fasta import (
+    EncodeCounts,
+    FastaReader,
+    FastaRecord,
+    iter_encoded,
+    split_key,
+)
+from protein_performer.data.splits import SPLITS, SplitAssigner
+from protein_performer.errors import ConfigError, DataError
+from protein_performer.model.performer import ProteinLM
+
+PathLike = str | os.PathLike
+
+
+@dataclass
+class Protein:
+    """One FASTA record to analyse: ``residues`` are uint8 token ids (no specials);
+    ``cropped`` counts residues dropped from its end (``truncate``)."""
+
+    id: str
+    description: str
+    residues: np.ndarray
+    cropped: int = 0
+
+    @property
+    def sequence_length(self) -> int:
+        return len(self.residues)
+
+    def tokens(self, alphabet: Alphabet) -> torch.Tensor:
+        """``(1, L + 2)`` int64 ``<cls> residues <eos>``, the layout the model trained on."""
+        ids = np.empty(len(self.residues) + 2, dtype=np.int64)
+        ids[0], ids[-1] = alphabet.cls_idx, alphabet.eos_idx
+        ids[1:-1] = self.residues
+        return torch.from_numpy(ids)[None]
+
+
+def max_tokens(model: ProteinLM, max_length: int | None) -> int | None:
+    """Tokens per protein the model accepts: ``max_length`` when given (checked against the
+    model's learned positions), else the model's ``max_len`` (None for rotary positions)."""
+    limit = None if model.rotary is not None else model.config.max_len
+    if max_length is None:
+        return limit
+    if max_length < 3:
+        raise ConfigError(f"max_length must be >= 3 (got {max_length})")
+    if limit is not None and max_length > limit:
+        raise ConfigError(
+            f"max_length={max_length} exceeds the checkpoint's max_len={limit} (learned positions)"
+        )
+    return max_length
+
+
+def read_proteins(
+    paths: PathLike | Sequence[PathLike],
+    alphabet: Alphabet,
+    *,
+    max_tokens: int | None = None,
+    truncate: bool = False,
+    invalid: InvalidPolicy | str = InvalidPolicy.ERROR,
+    strip_gaps: bool = False,
+    allow_nucleotide: bool = False,
+    max_records: int | None = None,
+    ids: Sequence[str] | None = None,
+    keep: Callable[[FastaRecord, PathLike], bool] | None = None,
+) -> list[Protein]:
+    """Read and validate every record of ``paths`` (or only those whose id is in ``ids``).
+
+    A record longer than ``max_tokens - 2`` residues is an error naming it, unless
+    ``truncate`` (its first residues are kept, like ESM's ``truncation_seq_length``). No
+    record at all, or an id of ``ids`` not found, is an error too. ``keep(record, path)``
+    filters records (e.g. :func:`split_filter`).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    wanted = None if ids is None else set(ids)
+    out: list[Protein] = []
+    counts = EncodeCounts()
+    for path in paths:
+        reader = FastaReader(path)
+        encoded = iter_encoded(
+            reader,
+            alphabet,
+            invalid,
+            counts,
+            max_records,
+            strip_gaps=strip_gaps,
+            allow_nucleotide=allow_nucleotide,
+        )
+        for rec, residues in encoded:
+            if wanted is not None and rec.id not in wanted:
+                continue
+            if keep is not None and not keep(rec, path):
+                continue
+            residues = np.asarray(residues)
+            cropped = 0
+            if max_tokens is not None and len(residues) > max_tokens - 2:
+                if not truncate:
+                    raise DataError(
+                        f"{len(residues):,} residues exceed the {max_tokens - 2:,} the model "
+                        f"takes (max_length={max_tokens} tokens with <cls>/<eos>); "
+                        "truncate=true keeps the first ones",
+                        path=path,
+                        record=rec.number,
+                        record_id=rec.id,
+                    )
+                cropped = len(residues) - (max_tokens - 2)
+                residues = residues[: max_tokens - 2]
+            out.append(Protein(rec.id, rec.title, residues, cropped))
+    names = ", ".join(str(p) for p in paths)
+    if wanted is not None:
+        missing = sorted(wanted - {p.id for p in out})
+        if missing:
+            shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+            raise DataError(f"no record with id {shown}", path=names)
+    if not out:
+        skipped = counts.changes()
+        raise DataError("no protein records" + (f" ({skipped})" if skipped else ""), path=names)
+    return out
+
+
+def split_filter(
+    split: str, stored: Mapping[str, Any], clusters: PathLike | None = None
+) -> Callable[[FastaRecord, PathLike], bool]:
+    """``keep`` for :func:`read_proteins`: the records that the checkpoint's training run put
+    in ``split`` (its ``split_by``, clusters table, fractions and seed; ``clusters`` overrides
+    where the table is now)."""
+    if split not in SPLITS:
+        raise ConfigError(f"split must be one of {', '.join(SPLITS)} (got {split!r})")
+    if "split_fractions" not in stored:
+        raise ConfigError(
+            f"split={split}: the checkpoint does not record how its training data was split "
+            "(a weights-only checkpoint?); leave split unset and pass the proteins to use"
+        )
+    cluster_of = None
+    if stored.get("split_by") == "cluster":
+        table = clusters or stored.get("clusters")
+        if not table:
+            raise ConfigError("the run split by cluster: give clusters=DIR (`data cluster` output)")
+        from protein_performer.data.cluster import read_members
+
+        cluster_of = read_members(table)
+    assigner = SplitAssigner(
+        stored.get("split_fractions") or (0.9, 0.05, 0.05), int(stored.get("split_seed") or 0)
+    )
+
+    def keep(rec: FastaRecord, path: PathLike) -> bool:
+        return assigner(split_key(rec, cluster_of, path)) == split
+
+    return keep
+
+
+def parse_indices(spec: Any, size: int, key: str) -> list[int]:
+    """Resolve a selection of layers or heads into sorted indices in ``[0, size)``.
+
+    Accepts None or ``"all"`` (everything), an int, ``"0-3"`` (inclusive range), ``"1,3"``,
+    or a list of ints/ranges; negative indices count from the end (``-1``: the last).
+    """
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() == "all"):
+        return list(range(size))
+    items: list[Any] = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    chosen: set[int] = set()
+    for item in items:
+        parts = item.split(",") if isinstance(item, str) else [item]
+        for part in parts:
+            if isinstance(part, bool):
+                raise ConfigError(f"{key}: expected indices, got {part!r}")
+            if isinstance(part, int):
+                lo = hi = part
+            else:
+                m = re.fullmatch(r"\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?", str(part))
+                if not m:
+                    raise ConfigError(f"{key}: cannot read {part!r} (use e.g. 0-3, [0,2] or all)")
+                lo = int(m.group(1))
+                hi = int(m.group(2)) if m.group(2) is not None else lo
+            lo, hi = (lo + size if lo < 0 else lo), (hi + size if hi < 0 else hi)
+            if not (0 <= lo < size and 0 <= hi < size) or lo > hi:
+                raise ConfigError(f"{key}: {part!r} is outside 0-{size - 1} (the model has {size})")
+            chosen.update(range(lo, hi + 1))
+    if not chosen:
+        raise ConfigError(f"{key}: selects nothing")
+    return sorted(chosen)
+
+
+def checkpoint_label(path: PathLike) -> str:
+    """A short name for figures: ``run/checkpoints/best.ckpt`` -> ``run/best``."""
+    p = Path(path)
+    run = p.parent.parent.name if p.parent.name == "checkpoints" else p.parent.name
+    return f"{run}/{p.stem}" if run else p.stem

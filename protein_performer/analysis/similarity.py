@@ -1,0 +1,359 @@
+"""Amino-acid similarity read out of a model, compared with BLOSUM62 over the 190 pairs.
+
+Four views, each a symmetric 20×20 matrix in :data:`AA_ORDER` (physico-chemical groups):
+
+- ``attention`` — Vig et al. 2020 ("BERTology Meets Biology", §4.3), the method the Performer
+  paper applied: per head, the attention arcs of weight ≥ θ whose target is a standard residue;
+  the share of those arcs landing on each amino acid gives a 20-vector per head; heads with
+  fewer than ``min_arcs`` arcs are dropped; the similarity of amino acids a and b is the
+  Pearson correlation of their shares across the remaining heads. ``attention_null``: the same
+  with each arc's target redrawn uniformly within its protein (the row-permutation null).
+- ``flow`` — attention-weighted co-occurrence: attention mass flowing from residues of type a
+  to residues of type b (all selected heads), as log2-odds against the mass expected if every
+  row spread its residue attention uniformly over its own protein's residues.
+- ``substitution`` — the model's own substitution matrix: at masked positions whose true residue
+  is a, the mean predicted probability of b (renormalised over the 20), turned into symmetric
+  log2-odds against the marginals, the way BLOSUM is built from aligned blocks.
+- ``embedding`` — cosine similarity of the input token embeddings.
+
+``<cls>``/``<eos>`` are dropped (arcs to them do not count); only the 20 standard residues
+take part (X, B, Z, U, O are neither sources nor targets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from protein_performer.analysis.extract import attention_maps
+from protein_performer.analysis.inputs import Protein
+from protein_performer.data.alphabet import Alphabet
+from protein_performer.model.performer import ProteinLM
+
+#: Amino acids by physico-chemical group (aliphatic, aromatic, C, G/P, polar, basic, acidic).
+AA_ORDER = "AVLIMFWYCGPSTNQHKRDE"
+AA_GROUPS = (
+    ("AVLIM", "aliphatic"),
+    ("FWY", "aromatic"),
+    ("C", ""),
+    ("GP", ""),
+    ("STNQ", "polar"),
+    ("HKR", "basic"),
+    ("DE", "acidic"),
+)
+VIEWS = ("attention", "flow", "substitution", "embedding")
+#: Published reference points (Pearson r with BLOSUM62 over the off-diagonal pairs).
+REFERENCE_POINTS = {
+    "TAPE BERT (Pfam), Vig et al. 2020": 0.73,
+    "ProtBert / ProtBert-BFD / ProtXLNet, Vig et al. 2020": "0.68-0.75",
+    "row-permuted attention null, Vig et al. 2020": "-0.05 to 0.21",
+}
+
+
+def blosum62() -> np.ndarray:
+    """BLOSUM62 (biopython) as a 20×20 float array in :data:`AA_ORDER`."""
+    from Bio.Align import substitution_matrices
+
+    m = substitution_matrices.load("BLOSUM62")
+    return np.array([[m[a, b] for b in AA_ORDER] for a in AA_ORDER], dtype=np.float64)
+
+
+def offdiag_pairs(matrix: np.ndarray | None) -> int:
+    """How many of the 190 upper off-diagonal entries of ``matrix`` are finite."""
+    if matrix is None:
+        return 0
+    return int(np.isfinite(np.asarray(matrix, dtype=np.float64)[np.triu_indices(20, k=1)]).sum())
+
+
+def offdiag_pearson(
+    matrix: np.ndarray | None, reference: np.ndarray, min_pairs: int = 20
+) -> float | None:
+    """Pearson r between the upper off-diagonal entries of two 20×20 matrices, over the pairs
+    where ``matrix`` is finite (an amino acid no head ever targets has no correlation); None
+    when fewer than ``min_pairs`` remain or either side is constant there."""
+    if matrix is None:
+        return None
+    iu = np.triu_indices(len(reference), k=1)
+    x, y = np.asarray(matrix, dtype=np.float64)[iu], np.asarray(reference, dtype=np.float64)[iu]
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if len(x) < min_pairs or x.std() == 0 or y.std() == 0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def _aa_index(alphabet: Alphabet) -> np.ndarray:
+    """``(V,)`` position of each token in :data:`AA_ORDER`, -1 for others."""
+    idx = np.full(len(alphabet), -1, dtype=np.int64)
+    for i, aa in enumerate(AA_ORDER):
+        idx[alphabet.index(aa)] = i
+    return idx
+
+
+@dataclass
+class AttentionCounts:
+    """What the attention views accumulate over proteins (see :meth:`add`)."""
+
+    n_heads: int
+    threshold: float
+    seed: int = 0
+    arcs: np.ndarray = field(init=False)  # (heads, 20) arcs >= threshold by target type
+    null_arcs: np.ndarray = field(init=False)
+    flow: np.ndarray = field(init=False)  # (20, 20) attention mass from type a to type b
+    expected: np.ndarray = field(init=False)
+    proteins: int = 0
+    residues: int = 0
+
+    def __post_init__(self) -> None:
+        self.arcs = np.zeros((self.n_heads, 20), dtype=np.int64)
+        self.null_arcs = np.zeros((self.n_heads, 20), dtype=np.int64)
+        self.flow = np.zeros((20, 20), dtype=np.float64)
+        self.expected = np.zeros((20, 20), dtype=np.float64)
+        self._rng = np.random.default_rng(self.seed)
+
+    def add(self, attention: np.ndarray, types: np.ndarray) -> None:
+        """``attention`` ``(heads, L, L)`` over one protein's residues (specials removed),
+        ``types`` ``(L,)`` index in :data:`AA_ORDER` or -1 (non-standard)."""
+        std = types >= 0
+        if not std.any():
+            return
+        att = attention[:, std][:, :, std].astype(np.float64)  # (H, n, n)
+        t = types[std]
+        onehot = np.zeros((len(t), 20), dtype=np.float64)
+        onehot[np.arange(len(t)), t] = 1.0
+        comp = onehot.sum(0) / len(t)
+        # Vig: arcs >= threshold, counted by the target's type; null: targets redrawn
+        high = att >= self.threshold  # (H, n, n)
+        self.arcs += np.einsum("hij,ja->ha", high, onehot).astype(np.int64)
+        per_head = high.sum(axis=(1, 2))
+        for h, k in enumerate(per_head):
+            if k:
+                self.null_arcs[h] += self._rng.multinomial(int(k), comp)
+        # flow: mass from type a to type b, against uniform spread over this protein
+        total = att.sum(0)  # (n, n)
+        self.flow += onehot.T @ total @ onehot
+        self.expected += np.outer(onehot.T @ total.sum(1), comp)
+        self.proteins += 1
+        self.residues += len(t)
+
+
+def vig_similarity(arcs: np.ndarray, min_arcs: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """``(similarity or None, kept heads mask)``: Pearson correlation across heads of the
+    amino acids' shares of each head's high-attention arcs (heads with ≥ ``min_arcs``)."""
+    totals = arcs.sum(1)
+    kept = totals >= min_arcs
+    if kept.sum() < 3:
+        return None, kept
+    shares = arcs[kept] / totals[kept, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sim = np.corrcoef(shares.T)
+    return sim, kept
+
+
+def flow_log_odds(flow: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
+    """Symmetric log2-odds ``log2((F + Fᵀ) / (E + Eᵀ))``; cells without mass become 0."""
+    f, e = flow + flow.T, expected + expected.T
+    if e.sum() <= 0:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.log2(f / e)
+    return np.where(np.isfinite(out), out, 0.0)
+
+
+def substitution_log_odds(joint: np.ndarray) -> np.ndarray | None:
+    """``joint[a, b]``: summed predicted probability of b at masked positions of true a.
+    Returns symmetric log2-odds ``log2(q_ab / (p_a p_b))`` with ``q`` the symmetrised, normalised
+    joint and ``p`` its marginal (BLOSUM's construction)."""
+    total = joint.sum()
+    if total <= 0:
+        return None
+    q = (joint + joint.T) / (2 * total)
+    p = q.sum(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.log2(q / np.outer(p, p))
+    return np.where(np.isfinite(out), out, 0.0)
+
+
+def embedding_cosine(model: ProteinLM, alphabet: Alphabet) -> np.ndarray:
+    ids = [alphabet.index(a) for a in AA_ORDER]
+    w = model.embed.tokens.weight.detach().double().cpu()[ids]
+    w = w / w.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return (w @ w.T).numpy()
+
+
+@torch.no_grad()
+def substitution_joint(
+    model: ProteinLM,
+    proteins: Sequence[Protein],
+    alphabet: Alphabet,
+    *,
+    mask_prob: float = 0.15,
+    seed: int = 0,
+    toks_per_batch: int = 8192,
+) -> tuple[np.ndarray, int]:
+    """``(joint, positions)``: summed predicted distribution over the 20 (renormalised) at
+    masked positions, by true residue; each protein gets its own seeded mask (at least one
+    position), every masked position shows ``<mask>``."""
+    device = next(model.parameters()).device
+    types = _aa_index(alphabet)
+    cols = torch.tensor([alphabet.index(a) for a in AA_ORDER], device=device)
+    joint = np.zeros((20, 20), dtype=np.float64)
+    positions = 0
+    order = sorted(range(len(proteins)), key=lambda i: proteins[i].sequence_length)
+    batches: list[list[int]] = [[]]
+    for i in order:
+        width = proteins[i].sequence_length + 2
+        if batches[-1] and (len(batches[-1]) + 1) * width > toks_per_batch:
+            batches.append([])
+        batches[-1].append(i)
+    for batch in batches:
+        width = max(proteins[i].sequence_length for i in batch) + 2
+        ids = torch.full((len(batch), width), alphabet.pad_idx, dtype=torch.long)
+        masked = torch.zeros_like(ids, dtype=torch.bool)
+        for row, i in enumerate(batch):
+            p = proteins[i]
+            n = p.sequence_length
+            ids[row, : n + 2] = p.tokens(alphabet)[0]
+            rng = np.random.default_rng([seed, i])
+            pick = rng.random(n) < mask_prob
+            if not pick.any():
+                pick[rng.integers(n)] = True
+            masked[row, 1 : n + 1] = torch.from_numpy(pick)
+        truth = ids[masked]
+        ids[masked] = alphabet.mask_idx
+        logits = model(ids.to(device))["logits"][masked.to(device)]
+        probs = torch.softmax(logits.float()[:, cols], dim=-1).double().cpu().numpy()
+        t = types[truth.numpy()]
+        ok = t >= 0
+        np.add.at(joint, t[ok], probs[ok])
+        positions += int(ok.sum())
+    return joint, positions
+
+
+@dataclass
+class SimilarityResult:
+    """Matrices (20×20 in :data:`AA_ORDER`, None when a view has nothing to show) and the
+    Pearson r of each with BLOSUM62 over the 190 off-diagonal pairs."""
+
+    matrices: dict[str, np.ndarray | None]
+    r: dict[str, float | None]
+    info: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"r_vs_blosum62": self.r, **self.info, "reference_points": REFERENCE_POINTS}
+
+    def format(self) -> str:
+        def show(x: float | None) -> str:
+            return "n/a" if x is None else f"{x:+.3f}"
+
+        i = self.info
+        lines = [
+            f"amino-acid similarity vs BLOSUM62 (Pearson r, 190 pairs), {i['proteins']:,} "
+            f"proteins / {i['residues']:,} residues:",
+            f"  attention (Vig et al., θ={i['threshold']}): r = {show(self.r['attention'])}, "
+            f"{i['heads_kept']} of {i['heads_total']} heads with ≥ {i['min_arcs']} arcs "
+            f"(row-permutation null: r = {show(self.r['attention_null'])}; "
+            f"{i['pairs']['attention']} of 190 pairs defined)",
+            f"  attention flow log-odds:  r = {show(self.r['flow'])}",
+            f"  model substitution log-odds: r = {show(self.r['substitution'])} "
+            f"({i['masked_positions']:,} masked positions)",
+            f"  token embedding cosine:   r = {show(self.r['embedding'])}",
+            "  published: TAPE BERT 0.73, ProtBert/ProtXLNet 0.68-0.75, permuted null -0.05..0.21",
+        ]
+        if i.get("note"):
+            lines.append(f"  note: {i['note']}")
+        return "\n".join(lines)
+
+
+@torch.no_grad()
+def aa_similarity(
+    model: ProteinLM,
+    proteins: Sequence[Protein],
+    alphabet: Alphabet,
+    *,
+    threshold: float = 0.3,
+    min_arcs: int = 100,
+    layers: Sequence[int] | None = None,
+    heads: Sequence[int] | None = None,
+    mask_prob: float = 0.15,
+    seed: int = 0,
+    progress: bool = False,
+) -> SimilarityResult:
+    """Compute every view over ``proteins`` (already sampled and cropped by the caller)."""
+    from tqdm.auto import tqdm
+
+    model.eval()
+    depth, n_heads = model.config.depth, model.config.heads
+    layers = list(range(depth)) if layers is None else list(layers)
+    heads = list(range(n_heads)) if heads is None else list(heads)
+    types = _aa_index(alphabet)
+    counts = AttentionCounts(len(layers) * len(heads), threshold, seed)
+    for p in tqdm(proteins, unit="protein", desc="attention", disable=None if progress else True):
+        maps = attention_maps(model, p, alphabet, layers=layers, heads=heads)
+        counts.add(maps.reshape(-1, *maps.shape[2:]), types[p.residues.astype(np.int64)])
+    sim, kept = vig_similarity(counts.arcs, min_arcs)
+    null, _ = vig_similarity(np.where(kept[:, None], counts.null_arcs, 0), min_arcs)
+    joint, positions = substitution_joint(model, proteins, alphabet, mask_prob=mask_prob, seed=seed)
+    matrices = {
+        "attention": sim,
+        "attention_null": null,
+        "flow": flow_log_odds(counts.flow, counts.expected),
+        "substitution": substitution_log_odds(joint),
+        "embedding": embedding_cosine(model, alphabet),
+    }
+    ref = blosum62()
+    r = {name: offdiag_pearson(m, ref) for name, m in matrices.items()}
+    max_weight_note = None
+    if sim is None:
+        max_weight_note = (
+            f"{int(kept.sum())} of {len(kept)} heads have >= {min_arcs} attention weights "
+            f">= {threshold} (3 are needed for the attention view; try threshold=0.1)"
+        )
+    info = {
+        "proteins": counts.proteins,
+        "residues": counts.residues,
+        "threshold": threshold,
+        "min_arcs": min_arcs,
+        "heads_total": len(kept),
+        "heads_kept": int(kept.sum()),
+        "arcs": int(counts.arcs.sum()),
+        "arcs_per_head": {
+            f"L{layer}H{head}": int(n)
+            for (layer, head), n in zip(
+                [(a, b) for a in layers for b in heads], counts.arcs.sum(1), strict=True
+            )
+        },
+        "pairs": {name: offdiag_pairs(m) for name, m in matrices.items()},
+        "masked_positions": positions,
+        "mask_prob": mask_prob,
+        "seed": seed,
+        "amino_acid_order": AA_ORDER,
+        "note": max_weight_note,
+    }
+    return SimilarityResult(matrices, r, info)
+
+
+def sample_proteins(
+    proteins: Sequence[Protein], n: int | None, max_residues: int, seed: int
+) -> list[Protein]:
+    """A seeded sample of ``n`` proteins (all when fewer or None), each cropped to its first
+    ``max_residues`` residues (Vig et al. used sequences of at most 512 tokens)."""
+    idx = np.arange(len(proteins))
+    if n is not None and n < len(proteins):
+        idx = np.sort(np.random.default_rng(seed).choice(len(proteins), n, replace=False))
+    out = []
+    for i in idx:
+        p = proteins[int(i)]
+        if p.sequence_length > max_residues:
+            p = Protein(
+                p.id,
+                p.description,
+                p.residues[:max_residues],
+                p.cropped + p.sequence_length - max_residues,
+            )
+        out.append(p)
+    return out

@@ -1,0 +1,178 @@
+"""The analysis commands from the CLI: the files they promise, one-line errors, nothing left
+behind on failure."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from protein_performer.cli import main
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.training.checkpoints import save_model_checkpoint
+from tests.analysis.planted import planted_model, random_proteins
+from tests.analysis.test_extract import tiny_model, write_fasta
+
+ALPHABET = default_alphabet()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("analysis")
+    save_model_checkpoint(d / "planted.ckpt", planted_model(), ALPHABET, "mlm")
+    save_model_checkpoint(d / "relu.ckpt", tiny_model("performer_relu"), ALPHABET, "mlm")
+    write_fasta(d / "proteins.fasta", random_proteins(60, 30, seed=0))
+    (d / "empty.fasta").write_text("")
+    return d
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_aa_similarity_writes_matrices_json_and_figure(files, tmp_path, capsys) -> None:
+    out = tmp_path / "sim"
+    code, text, _ = run(
+        capsys,
+        "aa-similarity",
+        f"checkpoint={files / 'planted.ckpt'}",
+        f"fasta={files / 'proteins.fasta'}",
+        f"out={out}",
+        "threshold=0.1",
+        "min_arcs=10",
+    )
+    assert code == 0, text
+    names = {p.name for p in out.iterdir()}
+    assert names == {
+        "similarity.json",
+        "similarity.png",
+        "similarity.pdf",
+        "blosum62.csv",
+        "attention.csv",
+        "attention_null.csv",
+        "flow.csv",
+        "substitution.csv",
+        "embedding.csv",
+    }
+    summary = json.loads((out / "similarity.json").read_text())
+    assert summary["r_vs_blosum62"]["attention"] > 0.3
+    assert summary["heads_kept"] == 8 and summary["proteins"] == 60
+    rows = (out / "attention.csv").read_text().splitlines()
+    assert len(rows) == 21 and rows[0].startswith(",A,V,L")
+    assert "attention (Vig et al., θ=0.1): r = +" in text
+
+
+def test_aa_similarity_says_when_no_head_passes(files, tmp_path, capsys) -> None:
+    out = tmp_path / "sim"
+    code, text, _ = run(
+        capsys,
+        "aa-similarity",
+        f"checkpoint={files / 'relu.ckpt'}",
+        f"fasta={files / 'proteins.fasta'}",
+        f"out={out}",
+        "n_proteins=10",
+    )
+    assert code == 0
+    assert "r = n/a, 0 of 8 heads" in text and "nan" not in text.lower()
+    assert not (out / "attention.csv").exists() and (out / "flow.csv").exists()
+    summary = json.loads((out / "similarity.json").read_text())
+    assert summary["r_vs_blosum62"]["attention"] is None and summary["proteins"] == 10
+
+
+def test_plot_heads_writes_grid_zoom_and_ranking(files, tmp_path, capsys) -> None:
+    out = tmp_path / "heads"
+    code, text, _ = run(
+        capsys,
+        "plot-heads",
+        f"checkpoint={files / 'relu.ckpt'}",
+        f"fasta={files / 'proteins.fasta'}",
+        f"out={out}",
+        "record=p3",
+        "layers=1",
+        "zoom=10",
+    )
+    assert code == 0, text
+    names = {p.name for p in out.iterdir()}
+    assert names == {
+        f"{s}.{e}" for s in ("heads", "heads_zoom", "head_ranking") for e in ("png", "pdf")
+    } | {"heads.json"}
+    summary = json.loads((out / "heads.json").read_text())
+    assert summary["record"] == "p3" and summary["layers"] == [1]
+    assert len(summary["heads_stats"]) == 4
+    for h in summary["heads_stats"]:
+        assert 0 < h["entropy"] <= np.log(30) + 1e-6
+
+
+def test_extract_cli(files, tmp_path, capsys) -> None:
+    out = tmp_path / "ex"
+    code, text, _ = run(
+        capsys,
+        "extract",
+        f"checkpoint={files / 'relu.ckpt'}",
+        f"fasta={files / 'proteins.fasta'}",
+        f"out={out}",
+        "include=[attention,per_tok]",
+        "heads=0-1",
+        "--json",
+    )
+    assert code == 0
+    result = json.loads(text)
+    assert len(result["records"]) == 60 and result["attention_heads"] == [0, 1]
+    assert np.load(out / "p0.npz")["attention"].shape == (2, 2, 30, 30)
+
+
+@pytest.mark.parametrize(
+    "command, args, message",
+    [
+        ("extract", ["checkpoint=MISSING"], "checkpoint not found"),
+        ("plot-heads", ["fasta=EMPTY"], "empty file"),
+        ("plot-heads", ["record=nope"], "no record with id nope"),
+        ("aa-similarity", ["split=test"], "split"),
+        ("extract", ["include=[attention,contacts]"], "include must list"),
+        ("plot-heads", ["layers=5"], "layers: 5 is outside 0-1"),
+        ("extract", ["bogus=1"], "bogus"),
+    ],
+)
+def test_bad_input_is_one_line_and_leaves_nothing(files, tmp_path, capsys, command, args, message):
+    values = {
+        "checkpoint": str(files / "relu.ckpt"),
+        "fasta": str(files / "proteins.fasta"),
+        "out": str(tmp_path / "deep" / "out"),
+    }
+    extra = []
+    for a in args:
+        key, value = a.split("=", 1)
+        value = {"MISSING": str(tmp_path / "no.ckpt"), "EMPTY": str(files / "empty.fasta")}.get(
+            value, value
+        )
+        if key in values:
+            values[key] = value
+        else:
+            extra.append(f"{key}={value}")
+    code, _, err = run(capsys, command, *(f"{k}={v}" for k, v in values.items()), *extra)
+    assert code == 2
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "deep").exists()
+
+
+def test_interrupt_leaves_nothing(files, tmp_path, capsys, monkeypatch) -> None:
+    from protein_performer.analysis import commands
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "similarity_figure", interrupted)
+    out = tmp_path / "new" / "sim"
+    code, _, err = run(
+        capsys,
+        "aa-similarity",
+        f"checkpoint={files / 'relu.ckpt'}",
+        f"fasta={files / 'proteins.fasta'}",
+        f"out={out}",
+        "n_proteins=5",
+    )
+    assert code == 130 and err.strip() == "interrupted"
+    assert not (tmp_path / "new").exists()

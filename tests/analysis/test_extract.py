@@ -1,0 +1,227 @@
+"""Attention and representation extraction: equal to the model's own matrices, streamed for long
+records, one file per record."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from protein_performer.analysis import extract as extract_mod
+from protein_performer.analysis.extract import (
+    attention_maps,
+    extract,
+    record_file_names,
+    representations,
+)
+from protein_performer.analysis.inputs import parse_indices
+from protein_performer.analysis.npz import NpzWriter
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.errors import ConfigError, DataError
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
+from tests.analysis.planted import random_proteins
+
+ALPHABET = default_alphabet()
+KINDS = ["transformer", "performer_relu", "performer_softmax"]
+
+
+def tiny_model(attention: str, causal: bool = False, seed: int = 0, **kw) -> ProteinLM:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        attention=attention,
+        dim=32,
+        depth=2,
+        heads=4,
+        ffn_dim=64,
+        dropout=0.0,
+        max_len=64,
+        nb_features=16,
+        **kw,
+    )
+    return ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx, causal=causal).eval()
+
+
+def write_fasta(path, proteins) -> None:
+    path.write_text(
+        "".join(f">{p.id} {p.description}\n{ALPHABET.decode(p.residues)}\n" for p in proteins)
+    )
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_iter_attention_equals_full_matrices(kind: str, causal: bool) -> None:
+    model = tiny_model(kind, causal)
+    ids = torch.randint(5, 25, (2, 21))
+    ids[1, 15:] = ALPHABET.pad_idx
+    full = model(ids, return_attentions=True)["attentions"]
+    blocks: dict[int, list[torch.Tensor]] = {}
+    for layer, start, rows in model.iter_attention(ids, layers=[1], heads=[3, 0], chunk_size=4):
+        assert start == sum(b.shape[2] for b in blocks.get(layer, []))
+        blocks.setdefault(layer, []).append(rows)
+    assert list(blocks) == [1]
+    torch.testing.assert_close(torch.cat(blocks[1], 2), full[1][:, [3, 0]], rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_extracted_matrices_are_the_models(tmp_path, kind: str, causal: bool) -> None:
+    model = tiny_model(kind, causal)
+    proteins = random_proteins(3, 20, seed=1)
+    fasta = tmp_path / "in.fasta"
+    write_fasta(fasta, proteins)
+    manifest = extract(
+        model,
+        ALPHABET,
+        fasta,
+        tmp_path / "out",
+        include=["attention"],
+        keep_specials=True,
+        progress=False,
+    )
+    assert [r["id"] for r in manifest["records"]] == ["p0", "p1", "p2"]
+    for protein, rec in zip(proteins, manifest["records"], strict=True):
+        data = np.load(tmp_path / "out" / rec["file"])
+        att = data["attention"]
+        assert att.shape == (2, 4, 22, 22)
+        full = model(protein.tokens(ALPHABET), return_attentions=True)["attentions"]
+        for layer in range(2):
+            np.testing.assert_allclose(att[layer], full[layer][0].numpy(), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(att.sum(-1), 1.0, rtol=1e-5)
+        if causal:
+            assert np.all(np.triu(att, k=1) == 0)
+        assert str(data["id"]) == protein.id
+        assert str(data["sequence"]) == ALPHABET.decode(protein.residues)
+
+
+def test_favor_extraction_equals_attention_matrix() -> None:
+    model = tiny_model("performer_softmax")
+    protein = random_proteins(1, 30, seed=2)[0]
+    tokens = protein.tokens(ALPHABET)
+    block = model.blocks[0]
+    x = block.norm1(model.embed(tokens))
+    q, k, _ = block.attn._split(x)
+    expected = block.attn.favor.attention_matrix(q, k)[0, :, 1:-1, 1:-1]
+    got = attention_maps(model, protein, ALPHABET, layers=[0])
+    np.testing.assert_allclose(got[0], expected.detach().numpy(), rtol=1e-6, atol=1e-7)
+    assert got[0].sum(-1).max() < 1.0  # without <cls>/<eos> the rows miss their share
+
+
+def test_streamed_long_records_equal_buffered(tmp_path, monkeypatch) -> None:
+    model = tiny_model("performer_relu", position="rotary")
+    proteins = random_proteins(2, 150, seed=3)
+    fasta = tmp_path / "in.fasta"
+    write_fasta(fasta, proteins)
+    extract(
+        model,
+        ALPHABET,
+        fasta,
+        tmp_path / "a",
+        include=["attention"],
+        layers="1",
+        heads=[0, 2],
+        chunk_size=16,
+        progress=False,
+    )
+    monkeypatch.setattr(extract_mod, "LAYER_BUFFER_BYTES", 0)  # head by head, rows by rows
+    extract(
+        model,
+        ALPHABET,
+        fasta,
+        tmp_path / "b",
+        include=["attention"],
+        layers="1",
+        heads=[0, 2],
+        chunk_size=16,
+        progress=False,
+    )
+    for name in ("p0.npz", "p1.npz"):
+        a, b = np.load(tmp_path / "a" / name), np.load(tmp_path / "b" / name)
+        assert a["attention"].shape == (1, 2, 150, 150)
+        np.testing.assert_array_equal(a["attention"], b["attention"])
+        assert a["attention_heads"].tolist() == [0, 2]
+
+
+def test_representations_follow_esm_conventions(tmp_path) -> None:
+    model = tiny_model("transformer")
+    proteins = random_proteins(5, 12, seed=4) + random_proteins(2, 30, seed=5)
+    fasta = tmp_path / "in.fasta"
+    write_fasta(fasta, proteins[:5])
+    got = list(representations(model, proteins, ALPHABET, repr_layers=[0, -1], toks_per_batch=40))
+    assert [p.id for p, _ in got] == [p.id for p in proteins]
+    for protein, per_tok in got:
+        hidden = model(protein.tokens(ALPHABET), return_hidden=True)["hidden_states"]
+        np.testing.assert_allclose(per_tok[0], hidden[0][0, 1:-1].detach().numpy(), atol=1e-5)
+        last = model.norm(hidden[2])[0, 1:-1]
+        np.testing.assert_allclose(per_tok[1], last.detach().numpy(), atol=1e-5)
+    extract(
+        model,
+        ALPHABET,
+        fasta,
+        tmp_path / "o",
+        include=["per_tok", "mean"],
+        float16=True,
+        progress=False,
+    )
+    data = np.load(tmp_path / "o" / "p0.npz")
+    assert data["per_tok"].dtype == np.float16 and data["per_tok"].shape == (1, 12, 32)
+    np.testing.assert_allclose(
+        data["mean"][0], data["per_tok"][0].astype(np.float32).mean(0), atol=2e-3
+    )
+    assert "attention" not in data.files
+
+
+def test_long_record_is_an_error_or_truncated(tmp_path) -> None:
+    model = tiny_model("transformer")  # learned positions: 64 tokens
+    proteins = random_proteins(1, 20, seed=6) + random_proteins(1, 80, seed=7)
+    proteins[1].id = "long"
+    fasta = tmp_path / "in.fasta"
+    write_fasta(fasta, proteins)
+    with pytest.raises(DataError, match=r"record 2 \(long\): 80 residues exceed the 62"):
+        extract(model, ALPHABET, fasta, tmp_path / "o", progress=False)
+    assert not (tmp_path / "o").exists()
+    manifest = extract(model, ALPHABET, fasta, tmp_path / "o", truncate=True, progress=False)
+    assert manifest["records"][1]["cropped"] == 18
+    assert np.load(tmp_path / "o" / "long.npz")["attention"].shape[-1] == 62
+
+
+def test_output_directory_rules(tmp_path) -> None:
+    model = tiny_model("transformer")
+    fasta = tmp_path / "in.fasta"
+    write_fasta(fasta, random_proteins(2, 10, seed=8))
+    out = tmp_path / "o"
+    extract(model, ALPHABET, fasta, out, progress=False)
+    with pytest.raises(DataError, match=r"exists \(use overwrite=true"):
+        extract(model, ALPHABET, fasta, out, progress=False)
+    extract(model, ALPHABET, fasta, out, overwrite=True, progress=False)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(DataError, match="never replaced"):
+        extract(model, ALPHABET, fasta, out, overwrite=True, progress=False)
+    assert (out / "notes.txt").read_text() == "mine"
+    with pytest.raises(DataError, match="looks like a FASTA"):
+        extract(model, ALPHABET, fasta, tmp_path / "x.fasta", progress=False)
+
+
+def test_file_names_are_safe_and_distinct() -> None:
+    names = record_file_names(["sp|P1|A", "a/b", "A", "a", "..x", ""])
+    assert names == ["sp|P1|A.npz", "a_b.npz", "A.npz", "a-2.npz", "x.npz", "record.npz"]
+
+
+def test_parse_indices() -> None:
+    assert parse_indices(None, 4, "layers") == [0, 1, 2, 3]
+    assert parse_indices("all", 4, "layers") == [0, 1, 2, 3]
+    assert parse_indices("1-2", 4, "layers") == [1, 2]
+    assert parse_indices([3, "0"], 4, "layers") == [0, 3]
+    assert parse_indices(-1, 4, "layers") == [3]
+    assert parse_indices("0,2", 4, "layers") == [0, 2]
+    for bad in ("4", "2-1", "x", True, []):
+        with pytest.raises(ConfigError, match="layers"):
+            parse_indices(bad, 4, "layers")
+
+
+def test_npz_blocks_must_fill_the_shape(tmp_path) -> None:
+    with NpzWriter(tmp_path / "a.npz") as npz:
+        npz.add_blocks("x", (2, 3), np.float32, [np.ones((1, 3)), np.zeros((1, 3))])
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npz")["x"], [[1, 1, 1], [0, 0, 0]])
+    with NpzWriter(tmp_path / "b.npz") as npz, pytest.raises(ValueError, match="needs"):
+        npz.add_blocks("x", (2, 3), np.float32, [np.ones((1, 3))])

@@ -1,0 +1,178 @@
+"""Similarity views: each recovers planted structure; BLOSUM62 against itself; null and random
+models stay near zero."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from protein_performer.analysis.similarity import (
+    AA_ORDER,
+    AttentionCounts,
+    aa_similarity,
+    blosum62,
+    embedding_cosine,
+    offdiag_pearson,
+    sample_proteins,
+    substitution_joint,
+    substitution_log_odds,
+    vig_similarity,
+)
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
+from tests.analysis.planted import GROUPS, group_of, planted_model, random_proteins
+
+ALPHABET = default_alphabet()
+
+
+def idx(aa: str) -> int:
+    return AA_ORDER.index(aa)
+
+
+def test_blosum62_is_20x20_symmetric_and_matches_itself() -> None:
+    b = blosum62()
+    assert b.shape == (20, 20)
+    np.testing.assert_array_equal(b, b.T)
+    assert b[idx("W"), idx("W")] == 11 and b[idx("D"), idx("E")] == 2
+    assert offdiag_pearson(b, b) == pytest.approx(1.0)
+    assert offdiag_pearson(-b, b) == pytest.approx(-1.0)
+
+
+def test_pearson_is_none_when_undefined() -> None:
+    b = blosum62()
+    assert offdiag_pearson(None, b) is None
+    assert offdiag_pearson(np.ones((20, 20)), b) is None  # constant: no correlation
+    few = np.full((20, 20), np.nan)
+    few[0, 1:5] = [1, 2, 3, 4]
+    assert offdiag_pearson(few, b) is None  # under 20 defined pairs
+
+
+@pytest.fixture(scope="module")
+def planted_result():
+    model = planted_model()
+    proteins = random_proteins(200, 30, seed=0)
+    return aa_similarity(model, proteins, ALPHABET, threshold=0.1, min_arcs=10, seed=0)
+
+
+def test_planted_attention_view_recovers_the_groups(planted_result) -> None:
+    sim = planted_result.matrices["attention"]
+    assert sim.shape == (20, 20)
+    np.testing.assert_allclose(sim, sim.T, atol=1e-12)
+    for members in GROUPS:
+        for a in members:
+            for b in members:
+                assert sim[idx(a), idx(b)] > 0.9, (a, b)
+    assert sim[idx("D"), idx("K")] < 0 and sim[idx("F"), idx("S")] < 0
+    assert planted_result.info["heads_kept"] == 8
+    # groups chosen like BLOSUM62's blocks, so the view correlates with it; the null does not
+    r, null = planted_result.r["attention"], planted_result.r["attention_null"]
+    assert r > 0.4
+    assert abs(null) < r - 0.15
+
+
+def test_planted_flow_view_is_high_within_groups() -> None:
+    """The last planted head attends within the query's group: its flow shows the groups."""
+    res = aa_similarity(
+        planted_model(), random_proteins(100, 30, seed=1), ALPHABET, heads=[len(GROUPS)]
+    )
+    flow = res.matrices["flow"]
+    np.testing.assert_allclose(flow, flow.T, atol=1e-12)
+    within = [flow[idx(a), idx(b)] for m in GROUPS for a in m for b in m if a != b]
+    across = [
+        flow[i, j]
+        for i in range(20)
+        for j in range(20)
+        if i != j and group_of(AA_ORDER[i]) != group_of(AA_ORDER[j])
+    ]
+    assert min(within) > max(across)
+    assert res.r["flow"] > 0.25
+
+
+def test_uniform_attention_flow_is_zero_log_odds() -> None:
+    counts = AttentionCounts(n_heads=2, threshold=0.3)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        n = 40
+        types = rng.integers(0, 20, n)
+        counts.add(np.full((2, n, n), 1.0 / n), types)
+    from protein_performer.analysis.similarity import flow_log_odds
+
+    lo = flow_log_odds(counts.flow, counts.expected)
+    seen = counts.expected > 0
+    np.testing.assert_allclose(lo[seen & seen.T], 0.0, atol=1e-9)
+    assert counts.arcs.sum() == 0  # 1/40 < 0.3: no arcs
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_model_attention_view_is_near_zero(seed: int) -> None:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(attention="transformer", dim=64, depth=2, heads=8, ffn_dim=64, max_len=64)
+    model = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx).eval()
+    with torch.no_grad():  # sharper random attention, so that arcs pass the threshold
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(20)
+    res = aa_similarity(model, random_proteins(200, 30, seed), ALPHABET, threshold=0.1, min_arcs=10)
+    assert res.info["heads_kept"] >= 8
+    assert abs(res.r["attention"]) < 0.25
+    assert abs(res.r["flow"]) < 0.25
+
+
+def test_vig_drops_heads_with_few_arcs() -> None:
+    arcs = np.zeros((5, 20), dtype=np.int64)
+    arcs[:4] = np.random.default_rng(0).integers(0, 50, (4, 20))
+    arcs[4, 0] = 5
+    sim, kept = vig_similarity(arcs, min_arcs=100)
+    assert kept.tolist() == [True] * 4 + [False]
+    assert sim.shape == (20, 20)
+    sim_none, kept_none = vig_similarity(arcs, min_arcs=10**6)
+    assert sim_none is None and not kept_none.any()
+
+
+def test_substitution_log_odds_recovers_blosum_from_its_target_frequencies() -> None:
+    """BLOSUM's entries are 2·log2(q_ab / p_a p_b): a joint built from them comes back."""
+    b = blosum62()
+    p = np.random.default_rng(0).dirichlet(np.full(20, 20.0))
+    joint = np.outer(p, p) * 2.0 ** (b / 2)
+    lo = substitution_log_odds(joint * 1234.5)
+    assert offdiag_pearson(lo, b) > 0.9  # up to the marginals, which are re-estimated
+    np.testing.assert_allclose(lo, lo.T, atol=1e-12)
+    assert substitution_log_odds(np.zeros((20, 20))) is None
+
+
+def test_substitution_joint_counts_masked_standard_positions() -> None:
+    model = planted_model()
+    proteins = random_proteins(20, 30, seed=3)
+    joint, positions = substitution_joint(model, proteins, ALPHABET, mask_prob=0.2, seed=1)
+    assert joint.shape == (20, 20)
+    assert joint.sum() == pytest.approx(positions)  # each position adds one distribution
+    again, _ = substitution_joint(model, proteins, ALPHABET, mask_prob=0.2, seed=1)
+    np.testing.assert_array_equal(joint, again)  # seeded
+    other, _ = substitution_joint(model, proteins, ALPHABET, mask_prob=0.2, seed=2)
+    assert not np.array_equal(joint, other)
+
+
+def test_embedding_view_recovers_planted_embeddings() -> None:
+    model = planted_model()
+    rng = np.random.default_rng(0)
+    with torch.no_grad():
+        w = model.embed.tokens.weight
+        for aa in AA_ORDER:
+            vec = np.zeros(w.shape[1])
+            vec[group_of(aa)] = 1.0
+            vec += 0.05 * rng.standard_normal(w.shape[1])
+            w[ALPHABET.index(aa)] = torch.from_numpy(vec)
+    cos = embedding_cosine(model, ALPHABET)
+    assert cos[idx("D"), idx("E")] > 0.7 > cos[idx("D"), idx("K")]
+    assert offdiag_pearson(cos, blosum62()) > 0.3
+
+
+def test_sample_is_seeded_and_cropped() -> None:
+    proteins = random_proteins(50, 40, seed=0)
+    a = sample_proteins(proteins, 10, 25, seed=1)
+    b = sample_proteins(proteins, 10, 25, seed=1)
+    c = sample_proteins(proteins, 10, 25, seed=2)
+    assert [p.id for p in a] == [p.id for p in b] != [p.id for p in c]
+    assert all(p.sequence_length == 25 and p.cropped == 15 for p in a)
+    assert len(sample_proteins(proteins, None, 100, 0)) == 50
