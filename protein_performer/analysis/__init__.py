@@ -1,4 +1,4 @@
-"""Look inside a trained model: attention maps and representations (:mod:`.extract`), amino-acid
+"""Look inside a trained model: attention maps and representations (:mod:`.extraction`), amino-acid
 similarity views against BLOSUM62 (:mod:`.similarity`), figures (:mod:`.figures`).
 
 From Python::
@@ -12,7 +12,7 @@ The CLI commands ``extract``, ``aa-similarity`` and ``plot-heads`` are
 :func:`.commands.run_command` on their configs.
 """
 
-from protein_performer.analysis.extract import (
+from protein_performer.analysis.extraction import (
     attention_maps,
     extract,
     load_for_analysis,

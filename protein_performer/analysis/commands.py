@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from protein_performer.analysis.extract import (
+from protein_performer.analysis.extraction import (
     attention_maps,
     extract,
     is_extract_dir,

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from protein_performer.analysis.extract import attention_maps
+from protein_performer.analysis.extraction import attention_maps
 from protein_performer.analysis.inputs import Protein
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.model.performer import ProteinLM

@@ -12,7 +12,7 @@ from protein_performer.cli import main
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.training.checkpoints import save_model_checkpoint
 from tests.analysis.planted import planted_model, random_proteins
-from tests.analysis.test_extract import tiny_model, write_fasta
+from tests.analysis.test_extraction import tiny_model, write_fasta
 
 ALPHABET = default_alphabet()
 

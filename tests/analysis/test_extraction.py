@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from protein_performer.analysis import extract as extract_mod
-from protein_performer.analysis.extract import (
+from protein_performer.analysis import extraction as extract_mod
+from protein_performer.analysis.extraction import (
     attention_maps,
     extract,
     record_file_names,
