@@ -298,7 +298,7 @@ def _cmd_hydra(command: str, argv: list[str]) -> int:
     return run_hydra(command, argv)
 
 
-HYDRA_COMMANDS = ("train", "evaluate", "extract", "aa-similarity", "plot-heads")
+HYDRA_COMMANDS = ("train", "evaluate", "extract", "aa-similarity", "plot-heads", "score")
 
 
 # ---- parser -----------------------------------------------------------------------------
@@ -318,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("extract", "attention maps / representations, one .npz per record (out=DIR)"),
         ("aa-similarity", "amino-acid similarity from a model vs BLOSUM62 (out=DIR)"),
         ("plot-heads", "layers × heads attention figures of one protein (out=DIR)"),
+        ("score", "zero-shot mutation scores, masked marginals (mutations=CSV out=CSV)"),
     ):
         p = sub.add_parser(name, help=help_, add_help=False)
         p.add_argument("overrides", nargs=argparse.REMAINDER)

@@ -231,14 +231,63 @@ class PlotHeadsConfig(_AnalysisInputs):
     truncate: bool = _key(False, "keep the first residues of a longer record (else an error)")
 
 
+@dataclass
+class ScoreConfig:
+    """``score``: zero-shot variant-effect scores (masked marginals, ESM-1v style)."""
+
+    checkpoint: str = _key("???", "a checkpoint written by train (required)")
+    mutations: str = _key("???", "CSV with a column of mutants like H24C or H24C:P25A (required)")
+    out: str = _key("???", "output CSV: the input plus one column per score (required)")
+    sequence: str | None = _key(None, "the wild-type sequence (or fasta=)")
+    fasta: str | None = _key(None, "FASTA holding the wild type (its first record, or record=)")
+    record: str | None = _key(None, "record id of the wild type in fasta")
+    method: Any = _key(["masked-marginal"], "masked-marginal, wt-marginal, pseudo-ll (or a list)")
+    offset: int = _key(1, "the number of the sequence's first residue in the mutant notation")
+    mutation_col: str = _key("mutant", "CSV column with the mutants")
+    fitness_col: str | None = _key(
+        None, "CSV column with measured fitness: Spearman + scatter plot"
+    )
+    skip_mismatched: bool = _key(False, "leave rows whose wild type does not match unscored")
+    toks_per_batch: int = _key(8192, "tokens per forward batch")
+    device: str = _key("auto", "auto, cpu or cuda")
+    overwrite: bool = _key(False, "replace an existing out CSV written by score")
+    attention: str | None = _key(None, "run the weights with another attention kind")
+    nb_features: int | None = _key(None, "random features for a Performer attention")
+
+
 ANALYSIS_COMMANDS: dict[str, type] = {
+    "score": ScoreConfig,
     "extract": ExtractConfig,
     "aa-similarity": SimilarityConfig,
     "plot-heads": PlotHeadsConfig,
 }
 
 
-def validate_analysis_config(cfg: _AnalysisInputs) -> None:
+def _validate_score_config(cfg: ScoreConfig) -> None:
+    for key in ("checkpoint", "mutations", "out"):
+        if getattr(cfg, key) in (None, "", "???"):
+            raise ConfigError(f"{key}=PATH is required")
+    if (cfg.sequence is None) == (cfg.fasta is None):
+        raise ConfigError("give the wild type as sequence=SEQ or fasta=PATH (one of them)")
+    if cfg.record is not None and cfg.fasta is None:
+        raise ConfigError("record= picks a record of fasta=; give fasta=PATH")
+    methods = [cfg.method] if isinstance(cfg.method, str) else list(cfg.method or [])
+    if not methods:
+        raise ConfigError("method: give at least one of masked-marginal, wt-marginal, pseudo-ll")
+    for m in methods:
+        _choice("method", m, ("masked-marginal", "wt-marginal", "pseudo-ll"))
+    _positive("toks_per_batch", cfg.toks_per_batch)
+    _choice("device", cfg.device, ("auto", "cpu", "cuda"))
+    if cfg.attention is not None:
+        _choice("attention", cfg.attention, ATTENTION_KINDS)
+    if cfg.nb_features is not None:
+        _positive("nb_features", cfg.nb_features)
+
+
+def validate_analysis_config(cfg: Any) -> None:
+    if isinstance(cfg, ScoreConfig):
+        _validate_score_config(cfg)
+        return
     for key in ("checkpoint", "out"):
         if getattr(cfg, key) in (None, "", "???"):
             raise ConfigError(f"{key}=PATH is required")

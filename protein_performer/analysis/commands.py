@@ -46,9 +46,11 @@ from protein_performer.analysis.similarity import (
 from protein_performer.config import (
     ExtractConfig,
     PlotHeadsConfig,
+    ScoreConfig,
     SimilarityConfig,
     eval_fasta_paths,
 )
+from protein_performer.errors import DataError
 from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
 
 SIMILARITY_FORMAT = "protein-performer-aa-similarity/1"
@@ -276,3 +278,162 @@ COMMANDS = {
 def run_command(command: str, cfg: Any) -> CommandResult:
     """Run an analysis command on its config (see :data:`COMMANDS`)."""
     return COMMANDS[command](cfg)
+
+
+def _read_mutations_csv(path: str, column: str) -> tuple[list[str], list[dict[str, str]]]:
+    from protein_performer.data.fasta import check_readable_file
+
+    check_readable_file(path)
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            reader = csv.DictReader(fh)
+            fields = list(reader.fieldnames or [])
+            rows = list(reader)
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise DataError(f"not a readable CSV ({e})", path=path) from None
+    if not fields:
+        raise DataError("empty CSV (no header line)", path=path)
+    if column not in fields:
+        raise DataError(
+            f"no column {column!r} (columns: {', '.join(fields)}); set mutation_col=", path=path
+        )
+    if not rows:
+        raise DataError("no mutations (only a header line)", path=path)
+    return fields, rows
+
+
+def run_score(cfg: ScoreConfig) -> CommandResult:
+    import time
+
+    from protein_performer.analysis import mutations as mut
+    from protein_performer.atomic import write_text_atomic
+    from protein_performer.outputs import check_output_file
+
+    methods = [cfg.method] if isinstance(cfg.method, str) else list(cfg.method)
+    fields, rows = _read_mutations_csv(cfg.mutations, cfg.mutation_col)
+    if cfg.fitness_col is not None and cfg.fitness_col not in fields:
+        raise DataError(
+            f"no column {cfg.fitness_col!r} (columns: {', '.join(fields)}); set fitness_col=",
+            path=cfg.mutations,
+        )
+    out = Path(cfg.out)
+    if out.resolve() == Path(cfg.mutations).resolve():
+        raise DataError("out: is the mutations CSV itself; choose another name", path=out)
+    side = [out.with_suffix(".json"), out.with_suffix(".png")] if cfg.fitness_col else []
+    for path in [out, *side]:
+        check_output_file(path, "out", overwrite=cfg.overwrite, overwrite_hint="overwrite=true")
+    model, alphabet, meta = load_for_analysis(
+        cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
+    )
+    if cfg.sequence is not None:
+        sequence = "".join(str(cfg.sequence).split()).upper()
+        alphabet.encode(sequence)  # invalid letters: one line
+        source = "sequence="
+    else:
+        (protein,) = read_proteins(
+            cfg.fasta,
+            alphabet,
+            ids=None if cfg.record is None else [cfg.record],
+            max_records=1 if cfg.record is None else None,
+        )[:1]
+        sequence = alphabet.decode(protein.residues)
+        source = f"{cfg.fasta} ({protein.id})"
+    parsed: list[list[mut.Substitution]] = []
+    for n, row in enumerate(rows, start=2):
+        try:
+            parsed.append(mut.parse_mutant(row.get(cfg.mutation_col) or "", cfg.offset))
+        except ValueError as e:
+            raise DataError(f"line {n}: {e}", path=cfg.mutations) from None
+    problems = mut.check_mutants(parsed, sequence, cfg.offset)
+    bad_rows = {i for i, _ in problems}
+    if problems and not cfg.skip_mismatched:
+        lines = [f"line {i + 2} ({p})" for i, p in problems[:3]]
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        shown = "; ".join(lines) + more
+        raise DataError(
+            f"{len(problems)} of {len(rows)} mutants do not fit the wild type ({source}): {shown} "
+            "(check offset=, or skip_mismatched=true leaves them unscored)",
+            path=cfg.mutations,
+        )
+    good = [i for i in range(len(rows)) if i not in bad_rows]
+    t0 = time.perf_counter()
+    scores = mut.score_mutants(
+        model,
+        alphabet,
+        sequence,
+        [parsed[i] for i in good],
+        methods=methods,
+        max_tokens=max_tokens(model, None),
+        toks_per_batch=cfg.toks_per_batch,
+        progress=True,
+    )
+    elapsed = time.perf_counter() - t0
+    counts = meta.get("data", {}).get("unigram_counts")
+    columns = {mut.column_name(m): v for m, v in scores.items()}
+    columns.update(
+        mut.baseline_columns(
+            [parsed[i] for i in good], alphabet, None if counts is None else np.asarray(counts)
+        )
+    )
+    names = {name: name if name not in fields else f"{name}_pp" for name in columns}
+    full = {name: np.full(len(rows), np.nan) for name in columns}
+    for name, values in columns.items():
+        full[name][good] = values
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=[*fields, *names.values()], lineterminator="\n")
+    writer.writeheader()
+    for i, row in enumerate(rows):
+        extra = {names[k]: ("" if np.isnan(v[i]) else f"{v[i]:.6g}") for k, v in full.items()}
+        writer.writerow({**row, **extra})
+    summary: dict[str, Any] = {
+        "checkpoint": str(cfg.checkpoint),
+        "mutations": str(cfg.mutations),
+        "wild_type": source,
+        "length": len(sequence),
+        "methods": methods,
+        "mutants": len(rows),
+        "scored": len(good),
+        "skipped_mismatched": len(rows) - len(good),
+        "seconds": round(elapsed, 2),
+        "out": str(out),
+    }
+    text = (
+        f"scored {len(good):,} of {len(rows):,} mutants ({', '.join(methods)}) in {elapsed:.1f} s "
+        f"-> {out}"
+    )
+    make = list(side)
+    if cfg.fitness_col:
+        fitness = np.array([_float(rows[i].get(cfg.fitness_col)) for i in range(len(rows))])
+        rho = {names[k]: mut.spearman(v, fitness) for k, v in full.items()}
+        n_pairs = int(np.sum(np.isfinite(fitness) & np.isfinite(next(iter(full.values())))))
+        summary.update({"fitness_col": cfg.fitness_col, "spearman": rho, "pairs": n_pairs})
+        text += (
+            "\n  Spearman with "
+            + cfg.fitness_col
+            + f" (n={n_pairs:,}): "
+            + ", ".join(f"{k} {'n/a' if r is None else f'{r:+.3f}'}" for k, r in rho.items())
+        )
+    write_text_atomic(out, buf.getvalue())
+    if make:
+        from protein_performer.analysis.figures import score_scatter_figure
+
+        write_text_atomic(make[0], json.dumps(summary, indent=2) + "\n")
+        score_scatter_figure(
+            {names[k]: v for k, v in full.items()},
+            fitness,
+            cfg.fitness_col,
+            summary["spearman"],
+            make[1].with_suffix(""),
+            formats=("png",),
+        )
+    return CommandResult(summary, text)
+
+
+def _float(value: str | None) -> float:
+    try:
+        return float(value) if value not in (None, "") else float("nan")
+    except ValueError:
+        return float("nan")
+
+
+COMMANDS["score"] = run_score

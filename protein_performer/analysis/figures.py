@@ -24,11 +24,11 @@ def _pyplot():
     return plt
 
 
-def save_figure(fig, stem: Path) -> list[Path]:
-    """Write ``stem.png`` and ``stem.pdf`` atomically; returns their paths."""
+def save_figure(fig, stem: Path, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
+    """Write ``stem.png`` and ``stem.pdf`` (``formats``) atomically; returns their paths."""
     plt = _pyplot()
     paths = []
-    for ext in ("png", "pdf"):
+    for ext in formats:
         path = stem.with_name(f"{stem.name}.{ext}")
         write_atomic(
             path, lambda fh, ext=ext: fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight")
@@ -180,3 +180,25 @@ def head_ranking_figure(
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return save_figure(fig, stem)
+
+
+def score_scatter_figure(
+    scores: dict[str, np.ndarray],
+    fitness: np.ndarray,
+    fitness_name: str,
+    rho: dict[str, float | None],
+    stem: Path,
+    formats: Sequence[str] = ("png",),
+) -> list[Path]:
+    """One scatter panel per score column against measured fitness, Spearman in each title."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(scores), figsize=(3.4 * len(scores), 3.2), squeeze=False)
+    for ax, (name, values) in zip(axes[0], scores.items(), strict=True):
+        ok = np.isfinite(values) & np.isfinite(fitness)
+        ax.scatter(values[ok], fitness[ok], s=4, alpha=0.4, color="tab:blue", linewidths=0)
+        value = rho.get(name)
+        ax.set_title(f"{name}\nSpearman {'n/a' if value is None else f'{value:+.3f}'}", fontsize=9)
+        ax.set_xlabel(name, fontsize=8)
+        ax.set_ylabel(fitness_name, fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, stem, formats)

@@ -349,8 +349,13 @@ def help_text(command: str) -> str:
         ]
     else:
         intro = [
-            f"usage: protein-performer {command} checkpoint=PATH fasta=PATH out=DIR "
-            "[KEY=VALUE ...] [--json]",
+            f"usage: protein-performer {command} "
+            + (
+                "checkpoint=PATH sequence=SEQ|fasta=PATH mutations=CSV out=CSV"
+                if command == "score"
+                else "checkpoint=PATH fasta=PATH out=DIR"
+            )
+            + " [KEY=VALUE ...] [--json]",
             "",
             *(COMMANDS[command].__doc__ or "").replace("``", "").strip().splitlines()[:1],
         ]

@@ -1,0 +1,290 @@
+"""Zero-shot variant-effect scores from a masked LM (ESM-1v's scoring rules).
+
+A mutant is written as in ProteinGym / ESM (``H24C``; ``H24C:P25A`` for a multi-mutant), with
+1-based positions; ``offset`` is the number the sequence's first residue has. Scores are
+``log p(mutant) − log p(wild type)`` at each mutated site, summed over the sites of a
+multi-mutant:
+
+- ``masked-marginal``: the site is masked (one forward pass per distinct mutated position, not
+  per mutant; ESM-1v's best rule);
+- ``wt-marginal``: the wild-type sequence unmasked (one forward pass per window);
+- ``pseudo-ll``: the pseudo-log-likelihood (every position masked in turn) of the mutant
+  sequence minus that of the wild type: one pass per residue per mutant, so slow.
+
+Proteins longer than the model's window (learned positions) are scored on a window of the
+model's length centred on each site, as ESM-1v does (clamped at the protein's ends).
+Baselines for context: the BLOSUM62 score of each substitution and the unigram log-ratio
+``log f(mutant) − log f(wild type)`` from the training data's residue frequencies.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
+from protein_performer.errors import DataError
+from protein_performer.model.performer import ProteinLM
+
+METHODS = ("masked-marginal", "wt-marginal", "pseudo-ll")
+_SITE = re.compile(r"([A-Za-z])(-?\d+)([A-Za-z])")
+
+
+@dataclass(frozen=True)
+class Substitution:
+    """One site: 0-based ``index`` into the sequence, wild-type and mutant letters."""
+
+    index: int
+    wt: str
+    mt: str
+
+
+def parse_mutant(text: str, offset: int = 1) -> list[Substitution]:
+    """``"H24C:P25A"`` -> substitutions (0-based index = position − offset). Raises ValueError
+    with the problem in words for anything else (empty, malformed, a site repeated)."""
+    sites = []
+    parts = str(text).strip().split(":")
+    for part in parts:
+        m = _SITE.fullmatch(part.strip())
+        if not m:
+            raise ValueError(f"cannot read mutation {text!r} (expected e.g. H24C or H24C:P25A)")
+        wt, pos, mt = m.group(1).upper(), int(m.group(2)), m.group(3).upper()
+        sites.append(Substitution(pos - offset, wt, mt))
+    indices = [s.index for s in sites]
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"mutation {text!r} names a position twice")
+    return sites
+
+
+def check_mutants(
+    mutants: Sequence[Sequence[Substitution]], sequence: str, offset: int = 1
+) -> list[tuple[int, str]]:
+    """``(index, problem)`` for each mutant (0-based, in order) that does not fit the wild-type
+    ``sequence``: a position outside it, a wild-type letter that differs, or a mutant letter
+    that is not one of the 20 amino acids."""
+    problems = []
+    for i, sites in enumerate(mutants):
+        for s in sites:
+            pos = s.index + offset
+            name = f"{s.wt}{pos}{s.mt}"
+            if not 0 <= s.index < len(sequence):
+                last = len(sequence) + offset - 1
+                problems.append((i, f"{name}: position {pos} is outside {offset}-{last}"))
+            elif sequence[s.index] != s.wt:
+                problems.append((i, f"{name}: the sequence has {sequence[s.index]} at {pos}"))
+            elif s.mt not in STANDARD_AMINO_ACIDS:
+                problems.append((i, f"{name}: {s.mt!r} is not one of the 20 amino acids"))
+            else:
+                continue
+            break
+    return problems
+
+
+def _window(n: int, index: int, width: int | None) -> int:
+    """First residue of the window of ``width`` residues centred on ``index``."""
+    if width is None or n <= width:
+        return 0
+    return int(min(max(index - width // 2, 0), n - width))
+
+
+def _batches(items: list, width: int, toks_per_batch: int) -> list[list]:
+    size = max(1, toks_per_batch // max(1, width))
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+@torch.no_grad()
+def _site_log_probs(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    ids: np.ndarray,
+    sites: Sequence[int],
+    *,
+    masked: bool,
+    width: int | None,
+    toks_per_batch: int,
+    progress: bool = False,
+) -> dict[int, np.ndarray]:
+    """``{site: (V,) log-probabilities}`` at each 0-based ``site`` of the residue ids ``ids``,
+    with the site masked or not, each on its window."""
+    from tqdm.auto import tqdm
+
+    device = next(model.parameters()).device
+    n = len(ids)
+    span = n if width is None else min(n, width)
+    jobs = [(s, _window(n, s, width)) for s in sorted(set(sites))]
+    if not masked:  # one pass per distinct window serves every site in it
+        starts = sorted({start for _, start in jobs})
+        windows = {start: [s for s, st in jobs if st == start] for start in starts}
+    out: dict[int, np.ndarray] = {}
+    groups = _batches(jobs if masked else list(windows.items()), span + 2, toks_per_batch)
+    bar = tqdm(total=len(jobs), unit="site", desc="scoring", disable=None if progress else True)
+    for group in groups:
+        tokens = torch.empty((len(group), span + 2), dtype=torch.long)
+        for row, job in enumerate(group):
+            start = job[1] if masked else job[0]
+            tokens[row, 0], tokens[row, -1] = alphabet.cls_idx, alphabet.eos_idx
+            tokens[row, 1:-1] = torch.from_numpy(ids[start : start + span].astype(np.int64))
+            if masked:
+                tokens[row, job[0] - start + 1] = alphabet.mask_idx
+        logp = torch.log_softmax(model(tokens.to(device))["logits"].float(), dim=-1).cpu()
+        for row, job in enumerate(group):
+            if masked:
+                site, start = job
+                out[site] = logp[row, site - start + 1].numpy()
+            else:
+                start, members = job
+                for site in members:
+                    out[site] = logp[row, site - start + 1].numpy()
+        bar.update(len(group) if masked else sum(len(m) for _, m in group))
+    bar.close()
+    return out
+
+
+@torch.no_grad()
+def pseudo_log_likelihood(
+    model: ProteinLM, alphabet: Alphabet, ids: np.ndarray, *, toks_per_batch: int = 8192
+) -> float:
+    """Σ_i log p(x_i | x with i masked) over every residue (the protein must fit the model)."""
+    logp = _site_log_probs(
+        model,
+        alphabet,
+        ids,
+        range(len(ids)),
+        masked=True,
+        width=None,
+        toks_per_batch=toks_per_batch,
+    )
+    return float(sum(logp[i][int(ids[i])] for i in range(len(ids))))
+
+
+def blosum62_scores(mutants: Sequence[Sequence[Substitution]]) -> np.ndarray:
+    """Σ over sites of BLOSUM62(wt, mt)."""
+    from Bio.Align import substitution_matrices
+
+    m = substitution_matrices.load("BLOSUM62")
+    return np.array([sum(m[s.wt, s.mt] for s in sites) for sites in mutants], dtype=np.float64)
+
+
+def unigram_scores(
+    mutants: Sequence[Sequence[Substitution]], counts: np.ndarray, alphabet: Alphabet
+) -> np.ndarray:
+    """Σ over sites of log f(mt) − log f(wt), f the add-one smoothed residue frequencies."""
+    counts = np.asarray(counts, dtype=np.float64)
+    freq = {aa: counts[alphabet.index(aa)] + 1.0 for aa in STANDARD_AMINO_ACIDS}
+    total = sum(freq.values())
+    logf = {aa: np.log(v / total) for aa, v in freq.items()}
+    return np.array([sum(logf[s.mt] - logf[s.wt] for s in sites) for sites in mutants])
+
+
+def score_mutants(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    sequence: str,
+    mutants: Sequence[Sequence[Substitution]],
+    *,
+    methods: Sequence[str] = ("masked-marginal",),
+    max_tokens: int | None = None,
+    toks_per_batch: int = 8192,
+    progress: bool = False,
+) -> dict[str, np.ndarray]:
+    """``{method: (n,) scores}`` for parsed, checked ``mutants`` of the wild-type ``sequence``.
+
+    ``max_tokens``: the model's window in tokens (with ``<cls>``/``<eos>``); None: no limit.
+    """
+    model.eval()
+    ids = alphabet.encode(sequence)
+    width = None if max_tokens is None else max_tokens - 2
+    sites = sorted({s.index for m in mutants for s in m})
+    out: dict[str, np.ndarray] = {}
+
+    def marginal(masked: bool) -> np.ndarray:
+        logp = _site_log_probs(
+            model,
+            alphabet,
+            ids,
+            sites,
+            masked=masked,
+            width=width,
+            toks_per_batch=toks_per_batch,
+            progress=progress,
+        )
+        return np.array(
+            [
+                sum(
+                    logp[s.index][alphabet.index(s.mt)] - logp[s.index][alphabet.index(s.wt)]
+                    for s in m
+                )
+                for m in mutants
+            ],
+            dtype=np.float64,
+        )
+
+    for method in methods:
+        if method == "masked-marginal":
+            out[method] = marginal(True)
+        elif method == "wt-marginal":
+            out[method] = marginal(False)
+        elif method == "pseudo-ll":
+            if width is not None and len(ids) > width:
+                raise DataError(
+                    f"method=pseudo-ll needs the whole protein in the model's window "
+                    f"({len(ids)} residues > {width}); use masked-marginal"
+                )
+            wt = pseudo_log_likelihood(model, alphabet, ids, toks_per_batch=toks_per_batch)
+            scores = []
+            for m in mutants:
+                mut = ids.copy()
+                for s in m:
+                    mut[s.index] = alphabet.index(s.mt)
+                scores.append(
+                    pseudo_log_likelihood(model, alphabet, mut, toks_per_batch=toks_per_batch) - wt
+                )
+            out[method] = np.array(scores, dtype=np.float64)
+        else:
+            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    return out
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's rho (average ranks for ties) over pairs where both are finite; None when
+    fewer than 3 pairs or a side is constant."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    if len(a) < 3:
+        return None
+    ra, rb = _ranks(a), _ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return None
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x), dtype=np.float64)
+    sorted_x = x[order]
+    i = 0
+    while i < len(x):
+        j = i
+        while j + 1 < len(x) and sorted_x[j + 1] == sorted_x[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2.0
+        i = j + 1
+    return ranks
+
+
+def column_name(method: str) -> str:
+    return method.replace("-", "_")
+
+
+def baseline_columns(
+    mutants: Sequence[Sequence[Substitution]], alphabet: Alphabet, counts: np.ndarray | None
+) -> Mapping[str, np.ndarray]:
+    cols = {"blosum62": blosum62_scores(mutants)}
+    if counts is not None:
+        cols["unigram_log_ratio"] = unigram_scores(mutants, counts, alphabet)
+    return cols

@@ -1,0 +1,276 @@
+"""Mutation scoring: exact scores from a model whose logits are a fixed table, notation,
+wild-type checks, windows, the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from protein_performer.analysis import mutations as mut
+from protein_performer.cli import main
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
+from protein_performer.training.checkpoints import save_model_checkpoint
+
+ALPHABET = default_alphabet()
+WT = "MKTAYIAKQRQISFVKSHFSRQ"
+
+
+class TableModel(nn.Module):
+    """Logits that depend only on the token at the position (masked or not) and its
+    position in the window: ``table[token] + pos_bias[pos]`` over the vocabulary."""
+
+    def __init__(self, max_len: int = 64) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.table = torch.randn(len(ALPHABET), len(ALPHABET), generator=g)
+        self.pos = torch.randn(max_len, len(ALPHABET), generator=g)
+        self.calls: list[torch.Tensor] = []
+        self.config = ModelConfig(attention="transformer", dim=8, depth=1, heads=1, max_len=max_len)
+        self.anchor = nn.Parameter(torch.zeros(1))
+
+    def forward(self, ids: torch.Tensor) -> dict:
+        self.calls.append(ids.clone())
+        n = ids.shape[1]
+        return {"logits": self.table[ids] + self.pos[:n][None]}
+
+    def logp(self, token: int, pos: int) -> torch.Tensor:
+        return torch.log_softmax(self.table[token] + self.pos[pos], -1)
+
+
+def test_parse_mutant_notation() -> None:
+    assert mut.parse_mutant("H24C") == [mut.Substitution(23, "H", "C")]
+    assert mut.parse_mutant("h24c:P25A", offset=24) == [
+        mut.Substitution(0, "H", "C"),
+        mut.Substitution(1, "P", "A"),
+    ]
+    for bad in ("", "H24", "24C", "H24C:", "HH24C", "H24C:H24A"):
+        with pytest.raises(ValueError):
+            mut.parse_mutant(bad)
+
+
+def test_wild_type_checks() -> None:
+    parsed = [mut.parse_mutant(m) for m in ("M1A", "K1A", "Q22A", "Q23A", "M1X", "K2R:T3C")]
+    problems = mut.check_mutants(parsed, WT)
+    assert problems == [
+        (1, "K1A: the sequence has M at 1"),
+        (3, "Q23A: position 23 is outside 1-22"),
+        (4, "M1X: 'X' is not one of the 20 amino acids"),
+    ]
+    assert mut.check_mutants([mut.parse_mutant("M11A", offset=11)], WT, offset=11) == []
+
+
+def test_masked_marginal_equals_the_table_and_batches_positions() -> None:
+    model = TableModel()
+    mutants = [mut.parse_mutant(m) for m in ("K2R", "K2A", "T3C", "K2R:T3C")]
+    scores = mut.score_mutants(model, ALPHABET, WT, mutants, methods=["masked-marginal"])
+    masked = model.logp(ALPHABET.mask_idx, 2)  # site 1 (K2) at token 2
+    masked3 = model.logp(ALPHABET.mask_idx, 3)
+    ix = ALPHABET.index
+    k2r = masked[ix("R")] - masked[ix("K")]
+    expected = [k2r, masked[ix("A")] - masked[ix("K")], masked3[ix("C")] - masked3[ix("T")]]
+    expected.append(expected[0] + expected[2])  # multi-mutants sum over sites
+    np.testing.assert_allclose(scores["masked-marginal"], torch.stack(expected).numpy(), rtol=1e-5)
+    rows = sum(c.shape[0] for c in model.calls)
+    assert rows == 2  # one masked sequence per distinct position, not per mutant
+
+
+def test_wt_marginal_uses_the_unmasked_sequence() -> None:
+    model = TableModel()
+    ix = ALPHABET.index
+    scores = mut.score_mutants(
+        model, ALPHABET, WT, [mut.parse_mutant("Y5W")], methods=["wt-marginal"]
+    )
+    lp = model.logp(ix("Y"), 5)
+    assert scores["wt-marginal"][0] == pytest.approx(float(lp[ix("W")] - lp[ix("Y")]), rel=1e-5)
+    assert sum(c.shape[0] for c in model.calls) == 1
+
+
+def test_pseudo_ll_is_the_difference_of_pseudo_likelihoods() -> None:
+    model = TableModel()
+    ix = ALPHABET.index
+    scores = mut.score_mutants(
+        model, ALPHABET, WT, [mut.parse_mutant("Y5W")], methods=["pseudo-ll"]
+    )
+
+    def pll(seq: str) -> float:
+        return sum(float(model.logp(ALPHABET.mask_idx, i + 1)[ix(a)]) for i, a in enumerate(seq))
+
+    assert scores["pseudo-ll"][0] == pytest.approx(pll(WT[:4] + "W" + WT[5:]) - pll(WT), abs=1e-4)
+
+
+def test_long_proteins_use_a_window_centred_on_the_site() -> None:
+    model = TableModel(max_len=12)  # 10 residues per window
+    seq = "ACDEFGHIKLMNPQRSTVWY" * 2
+    scored = []
+    for site in (0, 4, 20, 39):
+        model.calls.clear()
+        m = [mut.Substitution(site, seq[site], "A" if seq[site] != "A" else "C")]
+        mut.score_mutants(model, ALPHABET, seq, [m], max_tokens=12)
+        (call,) = model.calls
+        window = ALPHABET.decode(call[0])
+        masked_at = int((call[0] == ALPHABET.mask_idx).nonzero()) - 1
+        start = min(max(site - 5, 0), 30)
+        assert call.shape[1] == 12
+        assert window == (
+            seq[start : start + 10][:masked_at] + seq[start + masked_at + 1 : start + 10]
+        )
+        assert masked_at == site - start
+        scored.append(masked_at)
+    assert scored == [0, 4, 5, 9]  # clamped at the ends, centred inside
+
+
+def test_spearman_with_ties_and_missing() -> None:
+    x = [1, 2, 2, 3, np.nan, 5]
+    y = [10, 20, 20, 30, 1, 50]
+    assert mut.spearman(x, y) == pytest.approx(1.0)
+    assert mut.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert mut.spearman([1, 1, 1], [1, 2, 3]) is None
+
+    def ranks(v: np.ndarray) -> np.ndarray:  # average ranks, by counting
+        return (v[:, None] > v[None, :]).sum(1) + ((v[:, None] == v[None, :]).sum(1) - 1) / 2
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 5, 50).astype(float), rng.normal(size=50)
+    assert mut.spearman(a, b) == pytest.approx(np.corrcoef(ranks(a), ranks(b))[0, 1])
+
+
+def test_baselines() -> None:
+    parsed = [mut.parse_mutant(m) for m in ("D1E", "D1W", "D1E:K2R")]
+    np.testing.assert_array_equal(mut.blosum62_scores(parsed), [2, -4, 4])
+    counts = np.zeros(len(ALPHABET))
+    counts[ALPHABET.index("E")] = 99
+    u = mut.unigram_scores(parsed, counts, ALPHABET)
+    assert u[0] == pytest.approx(np.log(100.0)) and u[1] == pytest.approx(0.0)
+
+
+# ---- CLI -------------------------------------------------------------------------------
+@pytest.fixture
+def ckpt(tmp_path):
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        attention="performer_relu", dim=16, depth=1, heads=2, ffn_dim=16, max_len=32, nb_features=8
+    )
+    model = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx)
+    counts = np.arange(len(ALPHABET), dtype=float)
+    save_model_checkpoint(
+        tmp_path / "m.ckpt", model, ALPHABET, "mlm", {"unigram_counts": counts.tolist()}
+    )
+    return tmp_path / "m.ckpt"
+
+
+def write_csv(path, rows, header=("mutant", "fitness")) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def test_score_cli_writes_columns_spearman_and_plot(ckpt, tmp_path, capsys) -> None:
+    rng = np.random.default_rng(0)
+    rows = [
+        (f"{WT[i]}{i + 11}{aa}", f"{rng.normal():.3f}")
+        for i in range(len(WT))
+        for aa in "ACDE"
+        if aa != WT[i]
+    ]
+    write_csv(tmp_path / "m.csv", rows)
+    code = main(
+        [
+            "score",
+            f"checkpoint={ckpt}",
+            f"sequence={WT}",
+            f"mutations={tmp_path / 'm.csv'}",
+            f"out={tmp_path / 's.csv'}",
+            "offset=11",
+            "fitness_col=fitness",
+            "method=[masked-marginal,wt-marginal]",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert len(got) == len(rows)
+    assert set(got[0]) == {
+        "mutant",
+        "fitness",
+        "masked_marginal",
+        "wt_marginal",
+        "blosum62",
+        "unigram_log_ratio",
+    }
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert set(summary["spearman"]) == {
+        "masked_marginal",
+        "wt_marginal",
+        "blosum62",
+        "unigram_log_ratio",
+    }
+    assert (tmp_path / "s.png").stat().st_size > 0
+    assert "Spearman with fitness" in out
+
+
+@pytest.mark.parametrize(
+    "rows, extra, message",
+    [
+        (
+            [("M1A", "1")],
+            ["mutation_col=variant"],
+            "no column 'variant' (columns: mutant, fitness)",
+        ),
+        ([("M1A", "1"), ("1A", "2")], [], "line 3: cannot read mutation '1A'"),
+        ([("K1A", "1"), ("M1A", "2")], [], "1 of 2 mutants do not fit the wild type"),
+        ([], [], "no mutations"),
+        ([("M1A", "1")], ["fitness_col=score"], "no column 'score'"),
+    ],
+)
+def test_score_bad_input_is_one_line(ckpt, tmp_path, capsys, rows, extra, message) -> None:
+    write_csv(tmp_path / "m.csv", rows)
+    code = main(
+        [
+            "score",
+            f"checkpoint={ckpt}",
+            f"sequence={WT}",
+            f"mutations={tmp_path / 'm.csv'}",
+            f"out={tmp_path / 'o' / 's.csv'}",
+            *extra,
+        ]
+    )
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "o" / "s.csv").exists()
+
+
+def test_score_skip_mismatched_leaves_rows_blank(ckpt, tmp_path, capsys) -> None:
+    write_csv(tmp_path / "m.csv", [("K1A", "1"), ("M1A", "2")])
+    code = main(
+        [
+            "score",
+            f"checkpoint={ckpt}",
+            f"sequence={WT}",
+            f"mutations={tmp_path / 'm.csv'}",
+            f"out={tmp_path / 's.csv'}",
+            "skip_mismatched=true",
+        ]
+    )
+    assert code == 0
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert got[0]["masked_marginal"] == "" and got[1]["masked_marginal"] != ""
+    code = main(
+        [
+            "score",
+            f"checkpoint={ckpt}",
+            f"sequence={WT}",
+            f"mutations={tmp_path / 'm.csv'}",
+            f"out={tmp_path / 'm.csv'}",
+        ]
+    )
+    assert code == 2 and "mutations CSV itself" in capsys.readouterr().err
