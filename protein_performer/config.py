@@ -237,7 +237,9 @@ class ScoreConfig:
 
     checkpoint: str = _key("???", "a checkpoint written by train (required)")
     mutations: str = _key("???", "CSV with a column of mutants like H24C or H24C:P25A (required)")
-    out: str = _key("???", "output CSV: the input plus one column per score (required)")
+    out: str = _key(
+        "???", "output CSV: the input plus one column per score; OUT.json summary (required)"
+    )
     sequence: str | None = _key(None, "the wild-type sequence (or fasta=)")
     fasta: str | None = _key(None, "FASTA holding the wild type (its first record, or record=)")
     record: str | None = _key(None, "record id of the wild type in fasta")

@@ -126,7 +126,7 @@ def check_output_dir(
     ours = is_ours is not None and is_ours(p)
     if not ours:
         raise DataError(
-            f"{key}: {describe_existing(p)}, not (only) what protein-performer wrote; "
+            f"{key}: {describe_existing(p)}, not (only) what this command writes; "
             f"it is never replaced (choose a new {what})",
             path=p,
         )

@@ -50,7 +50,8 @@ from protein_performer.config import (
     SimilarityConfig,
     eval_fasta_paths,
 )
-from protein_performer.errors import DataError
+from protein_performer.data.fasta import EncodeCounts
+from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
 
 SIMILARITY_FORMAT = "protein-performer-aa-similarity/1"
@@ -139,6 +140,11 @@ def run_extract(cfg: ExtractConfig) -> CommandResult:
     text = f"wrote {n:,} record file{'s' if n != 1 else ''} ({', '.join(manifest['include'])}) to {cfg.out}"
     if cropped:
         text += f" ({cropped:,} truncated to max_length)"
+    if manifest.get("input_changes"):
+        text += f"\n  input: {manifest['input_changes']}"
+    duplicates = sum(1 for r in manifest["records"] if r["file"] != f"{r['id']}.npz")
+    if duplicates:
+        text += f"\n  {duplicates:,} record ids were repeated or unsafe as file names: see manifest.json"
     return CommandResult({"out": str(cfg.out), **manifest}, text)
 
 
@@ -153,9 +159,11 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
     keep = (
         None if cfg.split is None else split_filter(cfg.split, meta.get("data", {}), cfg.clusters)
     )
-    proteins = read_proteins(fasta, alphabet, invalid=cfg.invalid, keep=keep)
+    counts = EncodeCounts()
+    proteins = read_proteins(fasta, alphabet, invalid=cfg.invalid, keep=keep, counts=counts)
     limit = max_tokens(model, None)
     max_residues = cfg.max_residues if limit is None else min(cfg.max_residues, limit - 2)
+    capped = max_residues < cfg.max_residues
     sample = sample_proteins(proteins, cfg.n_proteins, max_residues, cfg.seed)
     result = aa_similarity(
         model,
@@ -177,15 +185,20 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
         "fasta": fasta,
         "split": cfg.split,
         "proteins_available": len(proteins),
+        "input_changes": counts.changes(),
+        "max_residues": max_residues,
         "layers": layers,
         "heads": heads,
         **result.to_dict(),
     }
     with _staged(cfg, outdir, is_similarity_dir, "similarity directory") as work:
         _write_similarity(work, result, summary, f"{label} ({model.config.attention})")
-    return CommandResult(
-        {"out": str(outdir), **summary}, result.format() + f"\nwritten to {outdir}"
-    )
+    text = result.format()
+    if capped:
+        text += f"\n  max_residues={cfg.max_residues} capped at {max_residues} (the model's window)"
+    if counts.changes():
+        text += f"\n  input: {counts.changes()}"
+    return CommandResult({"out": str(outdir), **summary}, text + f"\nwritten to {outdir}")
 
 
 def _write_similarity(work: Path, result: SimilarityResult, summary: dict, title: str) -> None:
@@ -243,7 +256,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         head_grid_figure(
             att, layers, heads, sequence, work / "heads", shared_scale=cfg.shared_scale, title=title
         )
-        if cfg.zoom:
+        if cfg.zoom and cfg.zoom < protein.sequence_length:
             head_grid_figure(
                 att,
                 layers,
@@ -265,6 +278,8 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         f"(uniform: {np.log(protein.sequence_length):.2f}), mean distance "
         f"{lowest['distance']:.1f} residues"
     )
+    if cfg.zoom and cfg.zoom >= protein.sequence_length:
+        text += f" (no zoom figure: zoom={cfg.zoom} covers all {protein.sequence_length} residues)"
     return CommandResult({"out": str(outdir), **summary}, text)
 
 
@@ -280,26 +295,97 @@ def run_command(command: str, cfg: Any) -> CommandResult:
     return COMMANDS[command](cfg)
 
 
-def _read_mutations_csv(path: str, column: str) -> tuple[list[str], list[dict[str, str]]]:
+def _read_mutations_csv(path: str, column: str) -> tuple[list[str], list[dict[str, str]], str]:
+    """Header, rows and delimiter of the mutations table (comma, tab or semicolon)."""
     from protein_performer.data.fasta import check_readable_file
 
     check_readable_file(path)
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
-            reader = csv.DictReader(fh)
+            first = fh.readline()
+            delimiter = ","
+            if "," not in first:
+                delimiter = next((d for d in "\t;" if d in first), ",")
+            fh.seek(0)
+            if fh.read(1) != "\ufeff":
+                fh.seek(0)
+            reader = csv.DictReader(fh, delimiter=delimiter)
             fields = list(reader.fieldnames or [])
             rows = list(reader)
     except (UnicodeDecodeError, csv.Error) as e:
         raise DataError(f"not a readable CSV ({e})", path=path) from None
     if not fields:
         raise DataError("empty CSV (no header line)", path=path)
+    if first.startswith(">"):
+        raise DataError(
+            "a FASTA file, not a CSV of mutations (mutations= and fasta= swapped?)", path=path
+        )
     if column not in fields:
         raise DataError(
             f"no column {column!r} (columns: {', '.join(fields)}); set mutation_col=", path=path
         )
     if not rows:
         raise DataError("no mutations (only a header line)", path=path)
-    return fields, rows
+    return fields, rows, delimiter
+
+
+def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
+    from protein_performer.outputs import json_with_keys
+
+    summary_ours = json_with_keys(["methods", "scored", "mutations"])
+
+    def csv_ours(path: Path) -> bool:
+        try:
+            with open(path, encoding="utf-8-sig", newline="") as fh:
+                header = next(csv.reader(fh), [])
+        except (OSError, UnicodeDecodeError, csv.Error):
+            return False
+        return "blosum62" in header and any(
+            c in header for c in ("masked_marginal", "wt_marginal", "pseudo_ll")
+        )
+
+    def plot_ours(path: Path) -> bool:  # a PNG cannot say who made it: its summary can
+        return summary_ours(out.with_suffix(".json"))
+
+    return csv_ours, summary_ours, plot_ours
+
+
+def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
+    if cfg.sequence is not None:
+        sequence = "".join(str(cfg.sequence).split()).upper()
+        if not sequence:
+            raise ConfigError("sequence= is empty")
+        bad = [c for c in sequence if c not in alphabet.residues]
+        if bad:
+            pos = sequence.index(bad[0]) + 1
+            raise DataError(f"sequence=: {bad[0]!r} at position {pos} is not a residue letter")
+        return sequence, "sequence="
+    (protein,) = read_proteins(
+        cfg.fasta,
+        alphabet,
+        ids=None if cfg.record is None else [cfg.record],
+        max_records=1 if cfg.record is None else None,
+    )[:1]
+    return alphabet.decode(protein.residues), f"{cfg.fasta} ({protein.id})"
+
+
+def _offset_hint(parsed: list, sequence: str, offset: int) -> str:
+    """``"; offset=126 would fit 40 of 40"`` when another numbering fits the wild type."""
+    from collections import Counter
+
+    votes: Counter[int] = Counter()
+    sites = [s for m in parsed if m for s in m][:500]
+    for s in sites:
+        pos = s.index + offset
+        for i, aa in enumerate(sequence):
+            if aa == s.wt:
+                votes[pos - i] += 1
+    if not votes:
+        return ""
+    best, n = votes.most_common(1)[0]
+    if best == offset or n < 0.9 * len(sites):
+        return ""
+    return f"; offset={best} would fit {n} of {len(sites)} sites"
 
 
 def run_score(cfg: ScoreConfig) -> CommandResult:
@@ -309,60 +395,89 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     from protein_performer.atomic import write_text_atomic
     from protein_performer.outputs import check_output_file
 
-    methods = [cfg.method] if isinstance(cfg.method, str) else list(cfg.method)
-    fields, rows = _read_mutations_csv(cfg.mutations, cfg.mutation_col)
+    methods = list(dict.fromkeys([cfg.method] if isinstance(cfg.method, str) else cfg.method))
+    fields, rows, delimiter = _read_mutations_csv(cfg.mutations, cfg.mutation_col)
     if cfg.fitness_col is not None and cfg.fitness_col not in fields:
         raise DataError(
             f"no column {cfg.fitness_col!r} (columns: {', '.join(fields)}); set fitness_col=",
             path=cfg.mutations,
         )
     out = Path(cfg.out)
-    if out.resolve() == Path(cfg.mutations).resolve():
+    if out.exists() and out.resolve() == Path(cfg.mutations).resolve():
         raise DataError("out: is the mutations CSV itself; choose another name", path=out)
-    side = [out.with_suffix(".json"), out.with_suffix(".png")] if cfg.fitness_col else []
-    for path in [out, *side]:
-        check_output_file(path, "out", overwrite=cfg.overwrite, overwrite_hint="overwrite=true")
+    csv_ours, summary_ours, plot_ours = _score_outputs_are_ours(out)
+    check_output_file(
+        out,
+        "out",
+        overwrite=cfg.overwrite,
+        is_ours=csv_ours,
+        what="scores CSV",
+        overwrite_hint="overwrite=true",
+    )
+    side = {
+        out.with_suffix(".json"): ("its summary", summary_ours),
+        out.with_suffix(".png"): ("its scatter plot", plot_ours),
+    }
+    for path, (what, ours) in side.items():
+        try:
+            check_output_file(
+                path,
+                "out",
+                overwrite=cfg.overwrite,
+                is_ours=ours,
+                what="output of score",
+                overwrite_hint="overwrite=true",
+            )
+        except DataError as e:
+            raise DataError(
+                f"out: score also writes {what} {path.name} next to {out.name}, "
+                f"and {e.problem.removeprefix('out: ')}",
+                path=path,
+            ) from None
     model, alphabet, meta = load_for_analysis(
         cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
     )
-    if cfg.sequence is not None:
-        sequence = "".join(str(cfg.sequence).split()).upper()
-        alphabet.encode(sequence)  # invalid letters: one line
-        source = "sequence="
-    else:
-        (protein,) = read_proteins(
-            cfg.fasta,
-            alphabet,
-            ids=None if cfg.record is None else [cfg.record],
-            max_records=1 if cfg.record is None else None,
-        )[:1]
-        sequence = alphabet.decode(protein.residues)
-        source = f"{cfg.fasta} ({protein.id})"
-    parsed: list[list[mut.Substitution]] = []
-    for n, row in enumerate(rows, start=2):
+    sequence, source = _wild_type(cfg, alphabet)
+    parsed: list[list[mut.Substitution] | None] = []
+    problems: list[tuple[int, str]] = []
+    for i, row in enumerate(rows):
         try:
             parsed.append(mut.parse_mutant(row.get(cfg.mutation_col) or "", cfg.offset))
         except ValueError as e:
-            raise DataError(f"line {n}: {e}", path=cfg.mutations) from None
-    problems = mut.check_mutants(parsed, sequence, cfg.offset)
+            parsed.append(None)
+            problems.append((i, str(e)))
+    readable = [i for i, m in enumerate(parsed) if m is not None]
+    problems += [
+        (readable[j], p)
+        for j, p in mut.check_mutants([parsed[i] for i in readable], sequence, cfg.offset)
+    ]
+    problems.sort()
     bad_rows = {i for i, _ in problems}
-    if problems and not cfg.skip_mismatched:
-        lines = [f"line {i + 2} ({p})" for i, p in problems[:3]]
+    good = [i for i in range(len(rows)) if i not in bad_rows]
+    if problems and (not cfg.skip_mismatched or not good):
+        lines = [f"line {i + 2}: {p}" for i, p in problems[:3]]
         more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-        shown = "; ".join(lines) + more
+        hint = _offset_hint([m for m in parsed if m], sequence, cfg.offset)
+        n = f"{len(rows):,}"
+        what = (
+            f"none of the {n} mutants fit"
+            if not good
+            else (f"{len(problems):,} of {n} mutants do not fit")
+        )
         raise DataError(
-            f"{len(problems)} of {len(rows)} mutants do not fit the wild type ({source}): {shown} "
-            "(check offset=, or skip_mismatched=true leaves them unscored)",
+            f"{what} the wild type ({source}, numbered from offset={cfg.offset}): "
+            f"{'; '.join(lines)}{more}{hint}"
+            + ("" if not good else " (skip_mismatched=true leaves such rows unscored)"),
             path=cfg.mutations,
         )
-    good = [i for i in range(len(rows)) if i not in bad_rows]
     t0 = time.perf_counter()
+    good_mutants = [parsed[i] for i in good]
     scores = mut.score_mutants(
         model,
         alphabet,
         sequence,
-        [parsed[i] for i in good],
-        methods=methods,
+        good_mutants,
+        methods=methods,  # type: ignore[arg-type]
         max_tokens=max_tokens(model, None),
         toks_per_batch=cfg.toks_per_batch,
         progress=True,
@@ -372,28 +487,33 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     columns = {mut.column_name(m): v for m, v in scores.items()}
     columns.update(
         mut.baseline_columns(
-            [parsed[i] for i in good], alphabet, None if counts is None else np.asarray(counts)
+            good_mutants,
+            alphabet,  # type: ignore[arg-type]
+            None if counts is None else np.asarray(counts),
         )
     )
     names = {name: name if name not in fields else f"{name}_pp" for name in columns}
-    full = {name: np.full(len(rows), np.nan) for name in columns}
+    full = {names[k]: np.full(len(rows), np.nan) for k in columns}
     for name, values in columns.items():
-        full[name][good] = values
+        full[names[name]][good] = values
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=[*fields, *names.values()], lineterminator="\n")
+    writer = csv.DictWriter(
+        buf, fieldnames=[*fields, *full], lineterminator="\n", delimiter=delimiter
+    )
     writer.writeheader()
     for i, row in enumerate(rows):
-        extra = {names[k]: ("" if np.isnan(v[i]) else f"{v[i]:.6g}") for k, v in full.items()}
+        extra = {k: ("" if np.isnan(v[i]) else f"{v[i]:.6g}") for k, v in full.items()}
         writer.writerow({**row, **extra})
     summary: dict[str, Any] = {
         "checkpoint": str(cfg.checkpoint),
         "mutations": str(cfg.mutations),
         "wild_type": source,
         "length": len(sequence),
+        "offset": cfg.offset,
         "methods": methods,
         "mutants": len(rows),
         "scored": len(good),
-        "skipped_mismatched": len(rows) - len(good),
+        "unscored": [{"line": i + 2, "problem": p} for i, p in problems[:100]],
         "seconds": round(elapsed, 2),
         "out": str(out),
     }
@@ -401,31 +521,44 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         f"scored {len(good):,} of {len(rows):,} mutants ({', '.join(methods)}) in {elapsed:.1f} s "
         f"-> {out}"
     )
-    make = list(side)
+    if problems:
+        text += f"\n  {len(problems):,} rows left unscored (first: line {problems[0][0] + 2}: {problems[0][1]})"
+    fitness = None
     if cfg.fitness_col:
-        fitness = np.array([_float(rows[i].get(cfg.fitness_col)) for i in range(len(rows))])
-        rho = {names[k]: mut.spearman(v, fitness) for k, v in full.items()}
-        n_pairs = int(np.sum(np.isfinite(fitness) & np.isfinite(next(iter(full.values())))))
-        summary.update({"fitness_col": cfg.fitness_col, "spearman": rho, "pairs": n_pairs})
-        text += (
-            "\n  Spearman with "
-            + cfg.fitness_col
-            + f" (n={n_pairs:,}): "
-            + ", ".join(f"{k} {'n/a' if r is None else f'{r:+.3f}'}" for k, r in rho.items())
+        fitness = np.array([_float(r.get(cfg.fitness_col)) for r in rows])
+        rho = {k: mut.spearman(v, fitness) for k, v in full.items()}
+        n_pairs = int(np.sum(np.isfinite(fitness[good]))) if good else 0
+        no_value = len(good) - n_pairs
+        summary.update(
+            {
+                "fitness_col": cfg.fitness_col,
+                "spearman": rho,
+                "pairs": n_pairs,
+                "rows_without_numeric_fitness": no_value,
+            }
+        )
+        text += "\n  Spearman with " + cfg.fitness_col + f" (n={n_pairs:,}"
+        text += f"; {no_value:,} scored rows without a numeric value)" if no_value else ")"
+        text += ": " + ", ".join(
+            f"{k} {'n/a' if r is None else f'{r:+.3f}'}" for k, r in rho.items()
         )
     write_text_atomic(out, buf.getvalue())
-    if make:
+    summary_path, plot_path = list(side)
+    write_text_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
+    if fitness is not None:
         from protein_performer.analysis.figures import score_scatter_figure
 
-        write_text_atomic(make[0], json.dumps(summary, indent=2) + "\n")
         score_scatter_figure(
-            {names[k]: v for k, v in full.items()},
+            full,
             fitness,
             cfg.fitness_col,
             summary["spearman"],
-            make[1].with_suffix(""),
+            plot_path.with_suffix(""),
             formats=("png",),
         )
+    elif plot_path.exists() and cfg.overwrite:
+        plot_path.unlink()  # a plot of an earlier run (checked to be ours) would mislead
+    text += f"\n  summary: {summary_path}" + (f", plot: {plot_path}" if fitness is not None else "")
     return CommandResult(summary, text)
 
 

@@ -30,6 +30,7 @@ from protein_performer.analysis.inputs import (
 )
 from protein_performer.analysis.npz import NpzWriter
 from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.fasta import EncodeCounts
 from protein_performer.devices import pick_device
 from protein_performer.errors import ConfigError
 from protein_performer.model.performer import ProteinLM
@@ -172,7 +173,7 @@ is_extract_dir = dir_with_manifest(MANIFEST, FORMAT, _listed_files)
 
 
 def check_include(include: Sequence[str]) -> list[str]:
-    chosen = [include] if isinstance(include, str) else list(include)
+    chosen = list(dict.fromkeys([include] if isinstance(include, str) else include))
     unknown = [x for x in chosen if x not in INCLUDE]
     if unknown or not chosen:
         raise ConfigError(f"include must list some of {', '.join(INCLUDE)} (got {chosen})")
@@ -221,7 +222,10 @@ def extract(
     if toks_per_batch < 1 or chunk_size < 1:
         raise ConfigError("toks_per_batch and chunk_size must be >= 1")
     limit = max_tokens(model, max_length)
-    proteins = read_proteins(fasta, alphabet, max_tokens=limit, truncate=truncate, invalid=invalid)
+    counts = EncodeCounts()
+    proteins = read_proteins(
+        fasta, alphabet, max_tokens=limit, truncate=truncate, invalid=invalid, counts=counts
+    )
     files = record_file_names([p.id for p in proteins])
     dtype = np.float16 if float16 else np.float32
     device = next(model.parameters()).device
@@ -303,6 +307,7 @@ def extract(
             "repr_layers": sel_repr if reprs is not None else None,
             "keep_specials": keep_specials,
             "dtype": np.dtype(dtype).name,
+            "input_changes": counts.changes(),
             "records": records,
         }
         (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

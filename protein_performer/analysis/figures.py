@@ -109,7 +109,9 @@ def head_grid_figure(
         sequence = sequence[:zoom]
     nl, nh, n = attention.shape[0], attention.shape[1], attention.shape[2]
     size = 2.0 if n > 40 else 2.6
-    fig, axes = plt.subplots(nl, nh, figsize=(size * nh, size * nl), squeeze=False)
+    fig, axes = plt.subplots(
+        nl, nh, figsize=(size * nh * 1.15, size * nl), squeeze=False, layout="constrained"
+    )
     vmax = float(attention.max()) if shared_scale else None
     for i, layer in enumerate(layers):
         for j, head in enumerate(heads):

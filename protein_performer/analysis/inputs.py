@@ -77,19 +77,23 @@ def read_proteins(
     max_records: int | None = None,
     ids: Sequence[str] | None = None,
     keep: Callable[[FastaRecord, PathLike], bool] | None = None,
+    counts: EncodeCounts | None = None,
 ) -> list[Protein]:
     """Read and validate every record of ``paths`` (or only those whose id is in ``ids``).
 
     A record longer than ``max_tokens - 2`` residues is an error naming it, unless
     ``truncate`` (its first residues are kept, like ESM's ``truncation_seq_length``). No
     record at all, or an id of ``ids`` not found, is an error too. ``keep(record, path)``
-    filters records (e.g. :func:`split_filter`).
+    filters records (e.g. :func:`split_filter`). ``counts`` receives what the ``invalid``
+    policy dropped or changed.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     wanted = None if ids is None else set(ids)
     out: list[Protein] = []
-    counts = EncodeCounts()
+    counts = EncodeCounts() if counts is None else counts
+    seen: list[str] = []  # ids of records not asked for, for suggestions
+    filtered = 0
     for path in paths:
         reader = FastaReader(path)
         encoded = iter_encoded(
@@ -103,16 +107,19 @@ def read_proteins(
         )
         for rec, residues in encoded:
             if wanted is not None and rec.id not in wanted:
+                if len(seen) < 100_000:
+                    seen.append(rec.id)
                 continue
             if keep is not None and not keep(rec, path):
+                filtered += 1
                 continue
             residues = np.asarray(residues)
             cropped = 0
             if max_tokens is not None and len(residues) > max_tokens - 2:
                 if not truncate:
                     raise DataError(
-                        f"{len(residues):,} residues exceed the {max_tokens - 2:,} the model "
-                        f"takes (max_length={max_tokens} tokens with <cls>/<eos>); "
+                        f"{len(residues):,} residues exceed the {max_tokens - 2:,} that fit "
+                        f"max_length={max_tokens} tokens (with <cls>/<eos>); "
                         "truncate=true keeps the first ones",
                         path=path,
                         record=rec.number,
@@ -126,9 +133,20 @@ def read_proteins(
         missing = sorted(wanted - {p.id for p in out})
         if missing:
             shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
-            raise DataError(f"no record with id {shown}", path=names)
+            like = [i for i in seen if any(m.lower() in i.lower() for m in missing)][:3]
+            hint = (
+                f"; did you mean {', '.join(like)}?"
+                if like
+                else " (a record's id is the first word of its header)"
+            )
+            skipped = counts.changes()
+            if skipped:
+                hint += f"; {skipped}"
+            raise DataError(f"no record with id {shown}{hint}", path=names)
     if not out:
         skipped = counts.changes()
+        if filtered:
+            raise DataError(f"none of the {filtered:,} records falls in this split", path=names)
         raise DataError("no protein records" + (f" ({skipped})" if skipped else ""), path=names)
     return out
 
@@ -188,7 +206,9 @@ def parse_indices(spec: Any, size: int, key: str) -> list[int]:
                 lo = int(m.group(1))
                 hi = int(m.group(2)) if m.group(2) is not None else lo
             lo, hi = (lo + size if lo < 0 else lo), (hi + size if hi < 0 else hi)
-            if not (0 <= lo < size and 0 <= hi < size) or lo > hi:
+            if lo > hi and 0 <= hi < size and 0 <= lo < size:
+                raise ConfigError(f"{key}: {part!r} is a reversed range (write {hi}-{lo})")
+            if not (0 <= lo < size and 0 <= hi < size):
                 raise ConfigError(f"{key}: {part!r} is outside 0-{size - 1} (the model has {size})")
             chosen.update(range(lo, hi + 1))
     if not chosen:

@@ -31,6 +31,8 @@ from protein_performer.errors import DataError
 from protein_performer.model.performer import ProteinLM
 
 METHODS = ("masked-marginal", "wt-marginal", "pseudo-ll")
+#: How scan files name the unmutated sequence (scored 0).
+WILD_TYPE_NAMES = ("wt", "_wt", "wildtype", "wild-type", "wild_type")
 _SITE = re.compile(r"([A-Za-z])(-?\d+)([A-Za-z])")
 
 
@@ -44,8 +46,11 @@ class Substitution:
 
 
 def parse_mutant(text: str, offset: int = 1) -> list[Substitution]:
-    """``"H24C:P25A"`` -> substitutions (0-based index = position − offset). Raises ValueError
-    with the problem in words for anything else (empty, malformed, a site repeated)."""
+    """``"H24C:P25A"`` -> substitutions (0-based index = position − offset); ``WT``/``_wt``
+    -> ``[]`` (the wild type). Raises ValueError with the problem in words for anything else
+    (empty, malformed, a stop ``*``, a site repeated)."""
+    if str(text).strip().lower() in WILD_TYPE_NAMES:
+        return []  # the wild type itself: score 0
     sites = []
     parts = str(text).strip().split(":")
     for part in parts:

@@ -309,9 +309,10 @@ def aa_similarity(
     r = {name: offdiag_pearson(m, ref) for name, m in matrices.items()}
     max_weight_note = None
     if sim is None:
+        lower = "; a lower threshold (e.g. 0.1) finds more arcs" if threshold > 0.1 else ""
         max_weight_note = (
             f"{int(kept.sum())} of {len(kept)} heads have >= {min_arcs} attention weights "
-            f">= {threshold} (3 are needed for the attention view; try threshold=0.1)"
+            f">= {threshold} (3 are needed for the attention view{lower})"
         )
     info = {
         "proteins": counts.proteins,

@@ -419,6 +419,14 @@ def read_members(path: PathLike) -> dict[str, str]:
         p = p / MEMBERS
     if not p.is_file():
         raise DataError("cluster members table not found (expected members.tsv)", path=p)
+    try:
+        return _read_members(p)
+    except (UnicodeDecodeError, csv.Error) as e:
+        what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else str(e)
+        raise DataError(f"not a members table ({what})", path=p) from None
+
+
+def _read_members(p: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     with open(p, encoding="utf-8-sig", newline="") as fh:  # -sig: a BOM from a spreadsheet
         reader = csv.reader(fh, delimiter="\t")

@@ -147,6 +147,11 @@ class FastaReader:
         self.path = Path(path)
         self.allow_empty_sequence = allow_empty_sequence
         self.compression = detect_compression(path)
+        if self.compression == "zip" and self.path.suffix in (".ckpt", ".pt", ".pth"):
+            raise DataError(
+                "a PyTorch checkpoint, not a FASTA file (checkpoint= and fasta= swapped?)",
+                path=path,
+            )
         if self.compression not in ("plain", "gzip", "bzip2", "xz"):
             raise DataError(
                 f"{self.compression}-compressed files are not supported "

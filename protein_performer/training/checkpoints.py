@@ -72,6 +72,8 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     # torch.save writes a zip archive (legacy files: a pickle, protocol byte 0x80)
     if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
         what = "an empty file" if not head else "a text file" if head.isascii() else "other data"
+        if head[:1] == b">":
+            what = "a text file that looks like FASTA: a sequence file given as the checkpoint?"
         raise DataError(f"not a PyTorch checkpoint ({what})", path=p)
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=True, mmap=mmap)

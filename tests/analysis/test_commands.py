@@ -176,3 +176,25 @@ def test_interrupt_leaves_nothing(files, tmp_path, capsys, monkeypatch) -> None:
     )
     assert code == 130 and err.strip() == "interrupted"
     assert not (tmp_path / "new").exists()
+
+
+def test_helpful_lookups(files, tmp_path, capsys) -> None:
+    (tmp_path / "u.fasta").write_text(">sp|P1|ONE_HUMAN x\nMKTAYIAKQR\n>sp|P2|TWO_HUMAN y\nMKTAY\n")
+    base = [f"checkpoint={files / 'relu.ckpt'}", f"out={tmp_path / 'o'}"]
+    code, _, err = run(capsys, "plot-heads", *base, f"fasta={tmp_path / 'u.fasta'}", "record=P2")
+    assert code == 2 and "did you mean sp|P2|TWO_HUMAN?" in err
+    code, _, err = run(
+        capsys, "plot-heads", *base, f"fasta={files / 'proteins.fasta'}", "layers=1-0"
+    )
+    assert code == 2 and "reversed range (write 0-1)" in err
+    code, _, err = run(capsys, "plot-heads", *base, f"fasta={files / 'relu.ckpt'}")
+    assert code == 2 and "checkpoint= and fasta= swapped?" in err
+    code, _, err = run(
+        capsys,
+        "plot-heads",
+        f"checkpoint={tmp_path / 'u.fasta'}",
+        f"fasta={tmp_path / 'u.fasta'}",
+        f"out={tmp_path / 'o'}",
+    )
+    assert code == 2 and "looks like FASTA: a sequence file given as the checkpoint?" in err
+    assert not (tmp_path / "o").exists()

@@ -274,3 +274,51 @@ def test_score_skip_mismatched_leaves_rows_blank(ckpt, tmp_path, capsys) -> None
         ]
     )
     assert code == 2 and "mutations CSV itself" in capsys.readouterr().err
+
+
+def _score(ckpt, tmp_path, *extra, csv_name="m.csv", out="s.csv"):
+    return main(
+        [
+            "score",
+            f"checkpoint={ckpt}",
+            f"sequence={WT}",
+            f"mutations={tmp_path / csv_name}",
+            f"out={tmp_path / out}",
+            *extra,
+        ]
+    )
+
+
+def test_score_never_replaces_a_file_it_did_not_write(ckpt, tmp_path, capsys) -> None:
+    write_csv(tmp_path / "m.csv", [("M1A", "1"), ("K2R", "2"), ("T3C", "0.5")])
+    (tmp_path / "payroll.csv").write_text("name,salary\nbob,10\n")
+    assert _score(ckpt, tmp_path, "overwrite=true", out="payroll.csv") == 2
+    assert "never replaced" in capsys.readouterr().err
+    assert (tmp_path / "payroll.csv").read_text() == "name,salary\nbob,10\n"
+    (tmp_path / "s.png").write_text("my plot")
+    assert _score(ckpt, tmp_path, "fitness_col=fitness", "overwrite=true") == 2
+    assert "score also writes its scatter plot s.png" in capsys.readouterr().err
+    (tmp_path / "s.png").unlink()
+    assert _score(ckpt, tmp_path, "fitness_col=fitness") == 0
+    assert (tmp_path / "s.png").exists()
+    # again without fitness: the old plot (ours) would describe another run; it goes
+    assert _score(ckpt, tmp_path, "overwrite=true") == 0
+    assert not (tmp_path / "s.png").exists()
+    assert "spearman" not in json.loads((tmp_path / "s.json").read_text())
+
+
+def test_score_reads_tabs_wild_type_rows_and_hints_the_offset(ckpt, tmp_path, capsys) -> None:
+    (tmp_path / "m.tsv").write_text("mutant\tfitness\n_wt\t0\nK2R\t1\nT3C:Y5W\t2\n")
+    assert _score(ckpt, tmp_path, csv_name="m.tsv") == 0
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = list(csv.DictReader(fh, delimiter="\t"))
+    assert float(got[0]["masked_marginal"]) == 0.0 and got[2]["blosum62"] == "1"  # T>C -1, Y>W +2
+    write_csv(tmp_path / "m.csv", [("K11R", "1"), ("T12C", "2"), ("Y14W", "3")])
+    assert _score(ckpt, tmp_path, "out=x.csv") == 2
+    err = capsys.readouterr().err
+    assert "none of the 3 mutants fit" in err and "offset=10 would fit 3 of 3 sites" in err
+    write_csv(tmp_path / "m.csv", [("K2*", "1"), ("K2R", "2")])
+    assert _score(ckpt, tmp_path, "skip_mismatched=true", out="y.csv") == 0
+    assert (
+        "1 rows left unscored (first: line 2: cannot read mutation 'K2*'" in capsys.readouterr().out
+    )

@@ -257,3 +257,10 @@ def test_an_interrupted_preprocess_or_cluster_leaves_nothing(tmp_path, monkeypat
     code = main(["data", "preprocess", str(fasta), str(tmp_path / "new" / "shards")])
     assert code == 143 and capsys.readouterr().err.strip() == "terminated"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fasta"]  # no temp dir, no parents
+
+
+def test_members_table_that_is_not_text_is_one_line(tmp_path) -> None:
+    bad = tmp_path / "members.tsv"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00garbage")
+    with pytest.raises(DataError, match="not a members table"):
+        read_members(bad)

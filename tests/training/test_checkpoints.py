@@ -215,7 +215,7 @@ def test_resume_from_a_file_that_is_not_a_training_checkpoint_is_one_line(tiny_f
     model_only = tmp_path / "model.ckpt"
     save_model_checkpoint(model_only, build_module(cfg, ALPHABET).model, ALPHABET, "mlm")
     for path, problem in [
-        (junk, r"not a PyTorch checkpoint \(a text file\)"),
+        (junk, r"not a PyTorch checkpoint \(a text file that looks like FASTA"),
         (model_only, "not a training checkpoint .* use init_from=PATH"),
         (tmp_path, "checkpoint path is not a file"),
     ]:
