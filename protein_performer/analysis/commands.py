@@ -97,6 +97,19 @@ def _out_dir(cfg: Any, is_ours: Any, what: str) -> Path:
     )
 
 
+def _prepare(cfg: Any, is_ours: Any, what: str) -> tuple:
+    """Inputs, checked output directory, model and layer/head selections of a figure command:
+    ``(fasta, outdir, model, alphabet, metadata, layers, heads)``."""
+    fasta = eval_fasta_paths(cfg)
+    outdir = _out_dir(cfg, is_ours, what)
+    model, alphabet, meta = load_for_analysis(
+        cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
+    )
+    layers = parse_indices(cfg.layers, model.config.depth, "layers")
+    heads = parse_indices(cfg.heads, model.config.heads, "heads")
+    return fasta, outdir, model, alphabet, meta, layers, heads
+
+
 def _staged(cfg: Any, outdir: Path, is_ours: Any, what: str):
     return staged_dir(outdir, lambda: _out_dir(cfg, is_ours, what))
 
@@ -149,13 +162,9 @@ def run_extract(cfg: ExtractConfig) -> CommandResult:
 
 
 def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
-    fasta = eval_fasta_paths(cfg)  # type: ignore[arg-type]
-    outdir = _out_dir(cfg, is_similarity_dir, "similarity directory")
-    model, alphabet, meta = load_for_analysis(
-        cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
+    fasta, outdir, model, alphabet, meta, layers, heads = _prepare(
+        cfg, is_similarity_dir, "similarity directory"
     )
-    layers = parse_indices(cfg.layers, model.config.depth, "layers")
-    heads = parse_indices(cfg.heads, model.config.heads, "heads")
     keep = (
         None if cfg.split is None else split_filter(cfg.split, meta.get("data", {}), cfg.clusters)
     )
@@ -212,13 +221,9 @@ def _write_similarity(work: Path, result: SimilarityResult, summary: dict, title
 
 
 def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
-    fasta = eval_fasta_paths(cfg)  # type: ignore[arg-type]
-    outdir = _out_dir(cfg, is_heads_dir, "figure directory")
-    model, alphabet, _ = load_for_analysis(
-        cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
+    fasta, outdir, model, alphabet, _, layers, heads = _prepare(
+        cfg, is_heads_dir, "figure directory"
     )
-    layers = parse_indices(cfg.layers, model.config.depth, "layers")
-    heads = parse_indices(cfg.heads, model.config.heads, "heads")
     limit = max_tokens(model, cfg.max_length)
     proteins = read_proteins(
         fasta,
