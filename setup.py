@@ -1,4 +1,5 @@
-"""Build hook: the wheel carries ``conf/`` and the embedded sample (``data/*.fasta.gz``).
+"""Build hook: the wheel carries ``conf/``, the embedded sample (``data/*.fasta.gz``) and the
+shipped checkpoint (``data/pretrained/``).
 
 A checkout (and an editable install) reads them from the project root; an installed wheel has
 no project root, so they are copied into ``protein_performer/_resources/`` at build time and
@@ -13,7 +14,12 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-RESOURCES = {"conf": "**/*.yaml", "data": "*.fasta.gz"}
+RESOURCES = [
+    ("conf", "**/*.yaml"),
+    ("data", "*.fasta.gz"),
+    ("data", "pretrained/*.ckpt"),
+    ("data", "pretrained/*.md"),
+]
 
 
 class BuildPyWithResources(build_py):
@@ -23,7 +29,7 @@ class BuildPyWithResources(build_py):
             return  # the checkout's own conf/ and data/ are used
         dest = Path(self.build_lib) / "protein_performer" / "_resources"
         shutil.rmtree(dest, ignore_errors=True)  # a rebuild must not keep removed configs
-        for folder, pattern in RESOURCES.items():
+        for folder, pattern in RESOURCES:
             for src in sorted((ROOT / folder).glob(pattern)):
                 target = dest / src.relative_to(ROOT)
                 target.parent.mkdir(parents=True, exist_ok=True)

@@ -144,7 +144,7 @@ class EvalConfig:
     checkpoint as ``performer_softmax``, before any fine-tuning).
     """
 
-    checkpoint: str = "???"
+    checkpoint: str = "default"
     fasta: Any = "???"
     split: str | None = None
     # unset: the checkpoint's training run's values (so split=test is that run's test split)
@@ -178,7 +178,7 @@ def _key(default: Any, help: str) -> Any:
 
 @dataclass
 class _AnalysisInputs:
-    checkpoint: str = _key("???", "a checkpoint written by train (required)")
+    checkpoint: str = _key("default", "a checkpoint written by train (default: the shipped one)")
     fasta: Any = _key("???", "FASTA file, or a list [a.fa,b.fa.gz] (required)")
     out: str = _key("???", "output directory (created; never replaces what is not ours)")
     layers: Any = _key(None, "attention layers: 0-3, [0,2], -1 (last) (unset: all)")
@@ -235,7 +235,7 @@ class PlotHeadsConfig(_AnalysisInputs):
 class ScoreConfig:
     """``score``: zero-shot variant-effect scores (masked marginals, ESM-1v style)."""
 
-    checkpoint: str = _key("???", "a checkpoint written by train (required)")
+    checkpoint: str = _key("default", "a checkpoint written by train (default: the shipped one)")
     mutations: str = _key("???", "CSV with a column of mutants like H24C or H24C:P25A (required)")
     out: str = _key(
         "???", "output CSV: the input plus one column per score; OUT.json summary (required)"

@@ -117,7 +117,7 @@ def test_bad_overrides_through_run_hydra(capsys):
         run_hydra("train", ["--frobnicate"])
     with pytest.raises(ConfigError, match="add -m/--multirun"):
         run_hydra("train", ["model=transformer,performer_relu"])
-    with pytest.raises(ConfigError, match=r"checkpoint=\.\.\. is required"):
+    with pytest.raises(ConfigError, match=r"fasta=\.\.\. is required"):
         run_hydra("evaluate", [])
     assert capsys.readouterr().out == ""
 

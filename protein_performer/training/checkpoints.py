@@ -52,14 +52,34 @@ def make_metadata(
     }
 
 
+#: ``checkpoint=default``: the model shipped with the package (data/pretrained/README.md).
+DEFAULT_CHECKPOINT = "data/pretrained/performer_relu_14.ckpt"
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """``"default"`` -> the shipped checkpoint (in a checkout or an installed wheel); any other
+    value is taken as a path."""
+    if str(path) != "default":
+        return Path(path)
+    from protein_performer.training.hydra_run import project_path
+
+    p = Path(project_path(DEFAULT_CHECKPOINT))
+    if not p.is_file():
+        raise DataError(
+            "the shipped checkpoint is not in this installation; give checkpoint=PATH", path=p
+        )
+    return p
+
+
 def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     """Load a protein-performer checkpoint on CPU with ``weights_only=True`` (``mmap``: map
     the tensors instead of reading them, for a check that needs the metadata only).
 
     Raises :class:`DataError` (one line, naming the file) when it is missing, unreadable, holds
-    anything but plain data, or was not written by protein-performer.
+    anything but plain data, or was not written by protein-performer. ``"default"`` reads the
+    shipped checkpoint (:data:`DEFAULT_CHECKPOINT`).
     """
-    p = Path(path)
+    p = resolve_checkpoint(path)
     if not p.exists():
         raise DataError("checkpoint not found", path=p)
     if not p.is_file():

@@ -198,3 +198,17 @@ def test_helpful_lookups(files, tmp_path, capsys) -> None:
     )
     assert code == 2 and "looks like FASTA: a sequence file given as the checkpoint?" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_default_checkpoint_is_the_shipped_one() -> None:
+    from protein_performer.analysis import load_for_analysis
+    from protein_performer.training.checkpoints import DEFAULT_CHECKPOINT, resolve_checkpoint
+
+    assert resolve_checkpoint("default").as_posix().endswith(DEFAULT_CHECKPOINT)
+    model, _, meta = load_for_analysis("default", "cpu")
+    assert (model.config.attention, model.config.depth, model.config.heads) == (
+        "performer_relu",
+        4,
+        4,
+    )
+    assert meta["data"]["split_by"] == "cluster" and len(meta["data"]["unigram_counts"]) == 31
