@@ -29,6 +29,7 @@ from protein_performer.analysis.inputs import (
     read_proteins,
 )
 from protein_performer.analysis.npz import NpzWriter
+from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.fasta import EncodeCounts
 from protein_performer.devices import pick_device
@@ -229,8 +230,6 @@ def extract(
     files = record_file_names([p.id for p in proteins])
     dtype = np.float16 if float16 else np.float32
     device = next(model.parameters()).device
-    from tqdm.auto import tqdm
-
     reprs = None
     if "per_tok" in include or "mean" in include:
         reprs = representations(
@@ -253,7 +252,7 @@ def extract(
             overwrite_hint="overwrite=true",
         ),
     ) as work:
-        bar = tqdm(proteins, unit="protein", desc="extract", disable=None if progress else True)
+        bar = progress_bar(proteins, desc="extract", unit="protein", enabled=progress)
         for protein, name in zip(bar, files, strict=True):
             span = _span(protein, keep_specials)
             n = span.stop - span.start

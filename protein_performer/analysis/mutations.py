@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
 from protein_performer.errors import DataError
 from protein_performer.model.performer import ProteinLM
@@ -115,8 +116,6 @@ def _site_log_probs(
 ) -> dict[int, np.ndarray]:
     """``{site: (V,) log-probabilities}`` at each 0-based ``site`` of the residue ids ``ids``,
     with the site masked or not, each on its window."""
-    from tqdm.auto import tqdm
-
     device = next(model.parameters()).device
     n = len(ids)
     span = n if width is None else min(n, width)
@@ -126,7 +125,7 @@ def _site_log_probs(
         windows = {start: [s for s, st in jobs if st == start] for start in starts}
     out: dict[int, np.ndarray] = {}
     groups = _batches(jobs if masked else list(windows.items()), span + 2, toks_per_batch)
-    bar = tqdm(total=len(jobs), unit="site", desc="scoring", disable=None if progress else True)
+    bar = progress_bar(total=len(jobs), desc="scoring", unit="site", enabled=progress)
     for group in groups:
         tokens = torch.empty((len(group), span + 2), dtype=torch.long)
         for row, job in enumerate(group):

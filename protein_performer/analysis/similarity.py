@@ -31,6 +31,7 @@ import torch
 
 from protein_performer.analysis.extraction import attention_maps
 from protein_performer.analysis.inputs import Protein
+from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.model.performer import ProteinLM
 
@@ -284,15 +285,13 @@ def aa_similarity(
     progress: bool = False,
 ) -> SimilarityResult:
     """Compute every view over ``proteins`` (already sampled and cropped by the caller)."""
-    from tqdm.auto import tqdm
-
     model.eval()
     depth, n_heads = model.config.depth, model.config.heads
     layers = list(range(depth)) if layers is None else list(layers)
     heads = list(range(n_heads)) if heads is None else list(heads)
     types = _aa_index(alphabet)
     counts = AttentionCounts(len(layers) * len(heads), threshold, seed)
-    for p in tqdm(proteins, unit="protein", desc="attention", disable=None if progress else True):
+    for p in progress_bar(proteins, desc="attention", unit="protein", enabled=progress):
         maps = attention_maps(model, p, alphabet, layers=layers, heads=heads)
         counts.add(maps.reshape(-1, *maps.shape[2:]), types[p.residues.astype(np.int64)])
     sim, kept = vig_similarity(counts.arcs, min_arcs)

@@ -1,0 +1,82 @@
+"""Progress of the analysis commands on stderr: a tqdm bar on a terminal; a redirected log gets
+a plain line every ``every_s`` seconds (and one at the end) instead of carriage returns."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class LineProgress:
+    """The part of tqdm's interface the commands use (iterate, ``update``, ``close``)."""
+
+    def __init__(
+        self,
+        iterable: Iterable[Any] | None,
+        total: int | None,
+        desc: str,
+        unit: str,
+        every_s: float = 30.0,
+        stream: Any = None,
+    ) -> None:
+        self.iterable, self.desc, self.unit, self.every_s = iterable, desc, unit, every_s
+        self.total = total if total is not None else _len(iterable)
+        self.stream = stream or sys.stderr
+        self.n = 0
+        self._t0 = self._last = time.monotonic()
+
+    def __iter__(self) -> Iterator[Any]:
+        assert self.iterable is not None
+        for item in self.iterable:
+            yield item
+            self.update(1)
+        self.close()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self._last >= self.every_s:
+            self._last = now
+            self._line(now)
+
+    def _line(self, now: float) -> None:
+        of = f"/{self.total:,}" if self.total else ""
+        print(
+            f"{self.desc}: {self.n:,}{of} {self.unit}s, {now - self._t0:.0f} s",
+            file=self.stream,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self.n and time.monotonic() - self._t0 >= self.every_s:
+            self._line(time.monotonic())
+            self.n = 0  # once
+
+
+def _len(iterable: Any) -> int | None:
+    try:
+        return len(iterable)
+    except TypeError:
+        return None
+
+
+def progress(
+    iterable: Iterable[T] | None = None,
+    *,
+    total: int | None = None,
+    desc: str,
+    unit: str,
+    enabled: bool = True,
+) -> Any:
+    """A progress wrapper for ``iterable`` (or a manual one with ``total``)."""
+    from tqdm.auto import tqdm
+
+    if not enabled:
+        return tqdm(iterable, total=total, disable=True)
+    if sys.stderr.isatty():
+        return tqdm(iterable, total=total, desc=desc, unit=unit, leave=False)
+    return LineProgress(iterable, total, desc, unit)

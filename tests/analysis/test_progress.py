@@ -1,0 +1,21 @@
+"""Progress lines for redirected logs."""
+
+from __future__ import annotations
+
+import io
+
+from protein_performer.analysis.progress import LineProgress
+
+
+def test_line_progress_prints_plain_lines() -> None:
+    out = io.StringIO()
+    items = list(LineProgress(range(3), None, "extract", "protein", every_s=0.0, stream=out))
+    assert items == [0, 1, 2]
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("extract: 1/3 proteins, ") and "\r" not in out.getvalue()
+    assert lines[-1].startswith("extract: 3/3 proteins")
+    quiet = io.StringIO()
+    bar = LineProgress(None, 10, "scoring", "site", every_s=3600.0, stream=quiet)
+    bar.update(4)
+    bar.close()
+    assert quiet.getvalue() == ""  # nothing within the interval
