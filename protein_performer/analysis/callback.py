@@ -59,6 +59,8 @@ class SimilarityCallback(pl.Callback):
         step = trainer.global_step
         if step == 0 or step % self.every_n_steps or not trainer.is_global_zero:
             return
+        if self.history and self.history[-1]["step"] == step:
+            return  # gradient accumulation: several batches end on the same optimizer step
         model = pl_module.model
         was_training = model.training
         try:

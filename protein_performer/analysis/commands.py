@@ -232,7 +232,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         truncate=cfg.truncate,
         invalid=cfg.invalid,
         ids=None if cfg.record is None else [cfg.record],
-        max_records=1 if cfg.record is None else None,
+        max_kept=1 if cfg.record is None else None,
     )
     protein = proteins[0]
     att = attention_maps(model, protein, alphabet, layers=layers, heads=heads)
@@ -331,6 +331,13 @@ def _read_mutations_csv(path: str, column: str) -> tuple[list[str], list[dict[st
         )
     if not rows:
         raise DataError("no mutations (only a header line)", path=path)
+    ragged = [i + 2 for i, row in enumerate(rows) if None in row or None in row.values()]
+    if ragged:
+        shown = ", ".join(str(n) for n in ragged[:5]) + (" ..." if len(ragged) > 5 else "")
+        raise DataError(
+            f"{len(ragged):,} rows do not have the header's {len(fields)} fields (lines {shown})",
+            path=path,
+        )
     return fields, rows, delimiter
 
 
@@ -342,15 +349,22 @@ def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
     def csv_ours(path: Path) -> bool:
         try:
             with open(path, encoding="utf-8-sig", newline="") as fh:
-                header = next(csv.reader(fh), [])
-        except (OSError, UnicodeDecodeError, csv.Error):
+                first = fh.readline()
+        except (OSError, UnicodeDecodeError):
             return False
+        header = [h.strip() for h in first.replace("\t", ",").replace(";", ",").split(",")]
         return "blosum62" in header and any(
             c in header for c in ("masked_marginal", "wt_marginal", "pseudo_ll")
         )
 
     def plot_ours(path: Path) -> bool:  # a PNG cannot say who made it: its summary can
-        return summary_ours(out.with_suffix(".json"))
+        summary = out.with_suffix(".json")
+        if not summary_ours(summary):
+            return False
+        try:
+            return bool(json.loads(summary.read_text(encoding="utf-8")).get("fitness_col"))
+        except (OSError, ValueError):
+            return False
 
     return csv_ours, summary_ours, plot_ours
 
@@ -408,6 +422,12 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             path=cfg.mutations,
         )
     out = Path(cfg.out)
+    if out.suffix.lower() in (".json", ".png"):
+        raise DataError(
+            f"out: names the scores CSV; {out.suffix} is the name of a side output "
+            "(use e.g. out=scores.csv)",
+            path=out,
+        )
     if out.exists() and out.resolve() == Path(cfg.mutations).resolve():
         raise DataError("out: is the mutations CSV itself; choose another name", path=out)
     csv_ours, summary_ours, plot_ours = _score_outputs_are_ours(out)

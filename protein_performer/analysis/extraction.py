@@ -12,6 +12,7 @@ dropped unless ``keep_specials`` (so attention rows sum to 1 minus what went to 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -151,6 +152,8 @@ def record_file_names(ids: Sequence[str]) -> list[str]:
     names, seen = [], set()
     for rid in ids:
         base = re.sub(r"[^A-Za-z0-9._|-]", "_", rid).lstrip(".") or "record"
+        if len(base) > 150:  # file names end at 255 bytes: cut, keep a hash of the whole id
+            base = f"{base[:140]}~{hashlib.sha1(rid.encode()).hexdigest()[:8]}"
         name, k = base, 1
         while name.lower() in seen:
             k += 1

@@ -78,6 +78,7 @@ def read_proteins(
     ids: Sequence[str] | None = None,
     keep: Callable[[FastaRecord, PathLike], bool] | None = None,
     counts: EncodeCounts | None = None,
+    max_kept: int | None = None,
 ) -> list[Protein]:
     """Read and validate every record of ``paths`` (or only those whose id is in ``ids``).
 
@@ -85,7 +86,7 @@ def read_proteins(
     ``truncate`` (its first residues are kept, like ESM's ``truncation_seq_length``). No
     record at all, or an id of ``ids`` not found, is an error too. ``keep(record, path)``
     filters records (e.g. :func:`split_filter`). ``counts`` receives what the ``invalid``
-    policy dropped or changed.
+    policy dropped or changed; ``max_kept`` stops after that many proteins.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -128,6 +129,10 @@ def read_proteins(
                 cropped = len(residues) - (max_tokens - 2)
                 residues = residues[: max_tokens - 2]
             out.append(Protein(rec.id, rec.title, residues, cropped))
+            if max_kept is not None and len(out) >= max_kept:
+                break
+        if max_kept is not None and len(out) >= max_kept:
+            break
     names = ", ".join(str(p) for p in paths)
     if wanted is not None:
         missing = sorted(wanted - {p.id for p in out})

@@ -156,13 +156,13 @@ def vig_similarity(arcs: np.ndarray, min_arcs: int) -> tuple[np.ndarray | None, 
 
 
 def flow_log_odds(flow: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
-    """Symmetric log2-odds ``log2((F + Fᵀ) / (E + Eᵀ))``; cells without mass become 0."""
+    """Symmetric log2-odds ``log2((F + Fᵀ) / (E + Eᵀ))``; cells without mass are NaN."""
     f, e = flow + flow.T, expected + expected.T
     if e.sum() <= 0:
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.log2(f / e)
-    return np.where(np.isfinite(out), out, 0.0)
+    return np.where(np.isfinite(out), out, np.nan)  # no data: left out of r
 
 
 def substitution_log_odds(joint: np.ndarray) -> np.ndarray | None:
@@ -176,7 +176,7 @@ def substitution_log_odds(joint: np.ndarray) -> np.ndarray | None:
     p = q.sum(1)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.log2(q / np.outer(p, p))
-    return np.where(np.isfinite(out), out, 0.0)
+    return np.where(np.isfinite(out), out, np.nan)  # no data: left out of r
 
 
 def embedding_cosine(model: ProteinLM, alphabet: Alphabet) -> np.ndarray:

@@ -59,7 +59,7 @@ DEFAULT_CHECKPOINT = "data/pretrained/performer_relu_14.ckpt"
 def resolve_checkpoint(path: str | Path) -> Path:
     """``"default"`` -> the shipped checkpoint (in a checkout or an installed wheel); any other
     value is taken as a path."""
-    if str(path) != "default":
+    if str(path) != "default" or Path(path).exists():  # a file named "default" is the user's
         return Path(path)
     from protein_performer.training.hydra_run import project_path
 

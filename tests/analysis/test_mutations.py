@@ -322,3 +322,12 @@ def test_score_reads_tabs_wild_type_rows_and_hints_the_offset(ckpt, tmp_path, ca
     assert (
         "1 rows left unscored (first: line 2: cannot read mutation 'K2*'" in capsys.readouterr().out
     )
+
+
+def test_score_refuses_ragged_rows_and_side_output_names(ckpt, tmp_path, capsys) -> None:
+    (tmp_path / "m.csv").write_text("mutant,fitness\nK2R,1\nT3C,2,\n")
+    assert _score(ckpt, tmp_path) == 2
+    assert "1 rows do not have the header's 2 fields (lines 3)" in capsys.readouterr().err
+    write_csv(tmp_path / "m.csv", [("K2R", "1")])
+    assert _score(ckpt, tmp_path, out="s.json") == 2
+    assert ".json is the name of a side output" in capsys.readouterr().err
