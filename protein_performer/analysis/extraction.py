@@ -1,7 +1,8 @@
 """Attention maps and representations of proteins, in memory or as one ``.npz`` per record.
 
 Like ESM's ``extract.py``: one FASTA in, one file per record out. Each ``RECORD.npz`` holds
-``id``, ``description``, ``sequence``; with ``attention``: ``attention`` ``(layers, heads, L, L)``
+``id``, ``description``, ``sequence``, ``tokens`` (the token ids of the rows/columns below,
+alphabet ``pp-aa-v1``); with ``attention``: ``attention`` ``(layers, heads, L, L)``
 (row = query, column = key; exact softmax, or for FAVOR+ layers the matrix its features imply)
 with ``attention_layers`` / ``attention_heads`` naming the selection; with ``per_tok``:
 ``per_tok`` ``(repr_layers, L, dim)``; with ``mean``: ``mean`` ``(repr_layers, dim)``, the mean
@@ -263,6 +264,7 @@ def extract(
                 npz.add("id", protein.id)
                 npz.add("description", protein.description)
                 npz.add("sequence", alphabet.decode(protein.residues))
+                npz.add("tokens", protein.tokens(alphabet)[0, span].numpy().astype(np.uint8))
                 if "attention" in include:
                     npz.add("attention_layers", np.asarray(sel_layers))
                     npz.add("attention_heads", np.asarray(sel_heads))

@@ -92,6 +92,7 @@ def test_extracted_matrices_are_the_models(tmp_path, kind: str, causal: bool) ->
             assert np.all(np.triu(att, k=1) == 0)
         assert str(data["id"]) == protein.id
         assert str(data["sequence"]) == ALPHABET.decode(protein.residues)
+        np.testing.assert_array_equal(data["tokens"], protein.tokens(ALPHABET)[0].numpy())
 
 
 def test_favor_extraction_equals_attention_matrix() -> None:
