@@ -110,6 +110,12 @@ def _prepare(cfg: Any, is_ours: Any, what: str) -> tuple:
     return fasta, outdir, model, alphabet, meta, layers, heads
 
 
+def _trained_length(meta: dict[str, Any]) -> int | None:
+    """The crop length (tokens) the checkpoint's run trained on, when it says so."""
+    value = (meta.get("data") or {}).get("max_length")
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
 def _staged(cfg: Any, outdir: Path, is_ours: Any, what: str):
     return staged_dir(outdir, lambda: _out_dir(cfg, is_ours, what))
 
@@ -126,7 +132,7 @@ def _matrix_csv(m: np.ndarray) -> str:
 def run_extract(cfg: ExtractConfig) -> CommandResult:
     fasta = eval_fasta_paths(cfg)  # type: ignore[arg-type]
     _out_dir(cfg, is_extract_dir, "extract directory")  # fail on it before loading anything
-    model, alphabet, _ = load_for_analysis(
+    model, alphabet, meta = load_for_analysis(
         cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
     )
     manifest = extract(
@@ -139,6 +145,7 @@ def run_extract(cfg: ExtractConfig) -> CommandResult:
         heads=cfg.heads,
         repr_layers=cfg.repr_layers,
         max_length=cfg.max_length,
+        trained_length=_trained_length(meta),
         truncate=cfg.truncate,
         keep_specials=cfg.keep_specials,
         float16=cfg.float16,
@@ -170,7 +177,7 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
     )
     counts = EncodeCounts()
     proteins = read_proteins(fasta, alphabet, invalid=cfg.invalid, keep=keep, counts=counts)
-    limit = max_tokens(model, None)
+    limit = max_tokens(model, None, _trained_length(meta))
     max_residues = cfg.max_residues if limit is None else min(cfg.max_residues, limit - 2)
     capped = max_residues < cfg.max_residues
     sample = sample_proteins(proteins, cfg.n_proteins, max_residues, cfg.seed)
@@ -221,10 +228,10 @@ def _write_similarity(work: Path, result: SimilarityResult, summary: dict, title
 
 
 def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
-    fasta, outdir, model, alphabet, _, layers, heads = _prepare(
+    fasta, outdir, model, alphabet, meta, layers, heads = _prepare(
         cfg, is_heads_dir, "figure directory"
     )
-    limit = max_tokens(model, cfg.max_length)
+    limit = max_tokens(model, cfg.max_length, _trained_length(meta))
     proteins = read_proteins(
         fasta,
         alphabet,
@@ -503,7 +510,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         sequence,
         good_mutants,
         methods=methods,  # type: ignore[arg-type]
-        max_tokens=max_tokens(model, None),
+        max_tokens=max_tokens(model, None, _trained_length(meta)),
         toks_per_batch=cfg.toks_per_batch,
         progress=True,
     )

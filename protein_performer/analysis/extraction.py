@@ -196,6 +196,7 @@ def extract(
     heads: Any = None,
     repr_layers: Any = (-1,),
     max_length: int | None = None,
+    trained_length: int | None = None,
     truncate: bool = False,
     keep_specials: bool = False,
     float16: bool = False,
@@ -208,6 +209,7 @@ def extract(
 ) -> dict[str, Any]:
     """Write one ``RECORD.npz`` per FASTA record into ``out`` plus ``manifest.json``.
 
+    ``trained_length`` (the checkpoint's training crop, in tokens) caps the default window.
     Everything is checked and read before the first file is written; the directory appears
     complete or not at all (a temporary folder renamed at the end). Returns the manifest.
     """
@@ -226,7 +228,7 @@ def extract(
     sel_repr = parse_indices(repr_layers, depth + 1, "repr_layers")
     if toks_per_batch < 1 or chunk_size < 1:
         raise ConfigError("toks_per_batch and chunk_size must be >= 1")
-    limit = max_tokens(model, max_length)
+    limit = max_tokens(model, max_length, trained_length)
     counts = EncodeCounts()
     proteins = read_proteins(
         fasta, alphabet, max_tokens=limit, truncate=truncate, invalid=invalid, counts=counts

@@ -50,11 +50,17 @@ class Protein:
         return torch.from_numpy(ids)[None]
 
 
-def max_tokens(model: ProteinLM, max_length: int | None) -> int | None:
+def max_tokens(
+    model: ProteinLM, max_length: int | None, trained_length: int | None = None
+) -> int | None:
     """Tokens per protein the model accepts: ``max_length`` when given (checked against the
-    model's learned positions), else the model's ``max_len`` (None for rotary positions)."""
+    model's learned positions), else the model's ``max_len`` capped at ``trained_length`` (the
+    crop length it trained on: learned positions beyond it never trained), None for rotary
+    positions."""
     limit = None if model.rotary is not None else model.config.max_len
     if max_length is None:
+        if limit is not None and trained_length:
+            return min(limit, int(trained_length))
         return limit
     if max_length < 3:
         raise ConfigError(f"max_length must be >= 3 (got {max_length})")

@@ -228,3 +228,16 @@ def test_npz_blocks_must_fill_the_shape(tmp_path) -> None:
     np.testing.assert_array_equal(np.load(tmp_path / "a.npz")["x"], [[1, 1, 1], [0, 0, 0]])
     with NpzWriter(tmp_path / "b.npz") as npz, pytest.raises(ValueError, match="needs"):
         npz.add_blocks("x", (2, 3), np.float32, [np.ones((1, 3))])
+
+
+def test_default_window_stops_at_the_trained_crop() -> None:
+    from protein_performer.analysis.inputs import max_tokens
+
+    model = tiny_model("transformer")  # 64 learned positions
+    assert max_tokens(model, None) == 64
+    assert max_tokens(model, None, trained_length=40) == 40  # positions 40-63 never trained
+    assert max_tokens(model, 60, trained_length=40) == 60  # asked for explicitly
+    with pytest.raises(ConfigError, match="exceeds the checkpoint's max_len=64"):
+        max_tokens(model, 65)
+    rotary = tiny_model("transformer", position="rotary")
+    assert max_tokens(rotary, None, trained_length=40) is None
