@@ -330,10 +330,19 @@ def _attention_stream(
     chunk_size: int,
     device: torch.device,
 ) -> Iterator[np.ndarray]:
-    """Blocks of ``(layers, heads, L, L)`` in C order: one layer in one pass when it fits
-    :data:`LAYER_BUFFER_BYTES`, else head by head, row block by row block."""
+    """Blocks of ``(layers, heads, L, L)`` in C order: every layer in one pass when they fit
+    :data:`LAYER_BUFFER_BYTES`, else a layer at a time, else head by head, row block by row
+    block (each rerunning the blocks below it: memory, not time, is what long records lack)."""
     tokens = protein.tokens(alphabet).to(device)
     n = tokens.shape[1]
+    if len(layers) * len(heads) * n * n * 4 <= LAYER_BUFFER_BYTES:  # one pass for all layers
+        maps = attention_maps(
+            model, protein, alphabet, layers=layers, heads=heads,
+            keep_specials=keep_specials, chunk_size=chunk_size,
+        )
+        for layer_maps in maps:
+            yield from layer_maps
+        return
     if len(heads) * n * n * 4 <= LAYER_BUFFER_BYTES:
         for layer in layers:
             maps = attention_maps(

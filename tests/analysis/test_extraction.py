@@ -113,34 +113,31 @@ def test_streamed_long_records_equal_buffered(tmp_path, monkeypatch) -> None:
     proteins = random_proteins(2, 150, seed=3)
     fasta = tmp_path / "in.fasta"
     write_fasta(fasta, proteins)
-    extract(
-        model,
-        ALPHABET,
-        fasta,
-        tmp_path / "a",
-        include=["attention"],
-        layers="1",
-        heads=[0, 2],
-        chunk_size=16,
-        progress=False,
-    )
-    monkeypatch.setattr(extract_mod, "LAYER_BUFFER_BYTES", 0)  # head by head, rows by rows
-    extract(
-        model,
-        ALPHABET,
-        fasta,
-        tmp_path / "b",
-        include=["attention"],
-        layers="1",
-        heads=[0, 2],
-        chunk_size=16,
-        progress=False,
-    )
+    one_layer = 2 * 152 * 152 * 4  # bytes of one layer's two heads (with <cls>/<eos>)
+    # all layers in one pass, a layer at a time, head by head in row blocks
+    for out, budget in (("a", 10**9), ("b", one_layer), ("c", 0)):
+        monkeypatch.setattr(extract_mod, "LAYER_BUFFER_BYTES", budget)
+        extract(
+            model,
+            ALPHABET,
+            fasta,
+            tmp_path / out,
+            include=["attention"],
+            layers="0-1",
+            heads=[0, 2],
+            chunk_size=16,
+            progress=False,
+        )
     for name in ("p0.npz", "p1.npz"):
-        a, b = np.load(tmp_path / "a" / name), np.load(tmp_path / "b" / name)
-        assert a["attention"].shape == (1, 2, 150, 150)
-        np.testing.assert_array_equal(a["attention"], b["attention"])
+        a = np.load(tmp_path / "a" / name)
+        assert a["attention"].shape == (2, 2, 150, 150)
         assert a["attention_heads"].tolist() == [0, 2]
+        for other in ("b", "c"):
+            np.testing.assert_array_equal(
+                a["attention"], np.load(tmp_path / other / name)["attention"]
+            )
+    full = attention_maps(model, proteins[0], ALPHABET, layers=[0, 1], heads=[0, 2])
+    np.testing.assert_array_equal(np.load(tmp_path / "c" / "p0.npz")["attention"], full)
 
 
 def test_representations_follow_esm_conventions(tmp_path) -> None:
