@@ -337,8 +337,13 @@ def _attention_stream(
     n = tokens.shape[1]
     if len(layers) * len(heads) * n * n * 4 <= LAYER_BUFFER_BYTES:  # one pass for all layers
         maps = attention_maps(
-            model, protein, alphabet, layers=layers, heads=heads,
-            keep_specials=keep_specials, chunk_size=chunk_size,
+            model,
+            protein,
+            alphabet,
+            layers=layers,
+            heads=heads,
+            keep_specials=keep_specials,
+            chunk_size=chunk_size,
         )
         for layer_maps in maps:
             yield from layer_maps

@@ -1,0 +1,27 @@
+"""Every notebook in notebooks/ runs top to bottom (small settings: PP_NOTEBOOK_SMALL=1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_runs(path: Path, monkeypatch) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(path, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), (
+        "commit notebooks with outputs stripped"
+    )
+    monkeypatch.setenv("PP_NOTEBOOK_SMALL", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
+    client.execute()
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
