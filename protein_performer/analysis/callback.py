@@ -10,7 +10,7 @@ import numpy as np
 import pytorch_lightning as pl
 
 from protein_performer.analysis.inputs import Protein
-from protein_performer.analysis.similarity import aa_similarity, sample_proteins
+from protein_performer.analysis.similarity import aa_similarity, sample_indices, sample_proteins
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +41,18 @@ class SimilarityCallback(pl.Callback):
             datasets = getattr(trainer.datamodule, "datasets", {})
             ds = datasets.get("val") if len(datasets.get("val") or []) else datasets["train"]
             source = ds.source
+            # pick the sample first: only those records become Protein objects
+            idx = sample_indices(len(source), self.n_proteins, self.seed)
             proteins = [
                 Protein(
-                    source.record_id(i) if source.ids is not None else str(i),
+                    source.record_id(int(i)) if source.ids is not None else str(i),
                     "",
-                    np.asarray(source[i]),
+                    np.asarray(source[int(i)]),
                 )
-                for i in range(len(source))
+                for i in idx
             ]
             max_residues = pl_module.model.config.max_len - 2
-            self._proteins = sample_proteins(proteins, self.n_proteins, max_residues, self.seed)
+            self._proteins = sample_proteins(proteins, None, max_residues, self.seed)
         return self._proteins
 
     def on_train_batch_end(

@@ -27,8 +27,10 @@ from protein_performer.analysis.inputs import (
     PathLike,
     Protein,
     max_tokens,
+    padded_tokens,
     parse_indices,
     read_proteins,
+    token_batches,
 )
 from protein_performer.analysis.npz import NpzWriter
 from protein_performer.analysis.progress import progress as progress_bar
@@ -123,28 +125,14 @@ def representations(
     device = next(model.parameters()).device
     depth = model.config.depth
     layers = parse_indices(list(repr_layers), depth + 1, "repr_layers")
-    batch: list[Protein] = []
-
-    def run(batch: list[Protein]) -> Iterator[tuple[Protein, np.ndarray]]:
-        width = max(p.sequence_length for p in batch) + 2
-        ids = torch.full((len(batch), width), alphabet.pad_idx, dtype=torch.long)
-        for i, p in enumerate(batch):
-            ids[i, : p.sequence_length + 2] = p.tokens(alphabet)[0]
-        hidden = model(ids.to(device), return_hidden=True)["hidden_states"]
-        hidden[depth] = model.norm(hidden[depth])
-        stacked = torch.stack([hidden[i] for i in layers], dim=1).float().cpu().numpy()
-        for i, p in enumerate(batch):
-            yield p, stacked[i, :, _span(p, keep_specials)]
-
-    longest = 0
-    for p in proteins:
-        longest = max(longest, p.sequence_length + 2)
-        if batch and (len(batch) + 1) * longest > toks_per_batch:
-            yield from run(batch)
-            batch, longest = [], p.sequence_length + 2
-        batch.append(p)
-    if batch:
-        yield from run(batch)
+    for batch in token_batches(proteins, toks_per_batch):
+        members = [proteins[i] for i in batch]
+        hidden = model(padded_tokens(members, alphabet).to(device), return_hidden=True)
+        states = hidden["hidden_states"]
+        states[depth] = model.norm(states[depth])
+        stacked = torch.stack([states[i] for i in layers], dim=1).float().cpu().numpy()
+        for row, p in enumerate(members):
+            yield p, stacked[row, :, _span(p, keep_specials)]
 
 
 def record_file_names(ids: Sequence[str]) -> list[str]:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from protein_performer.data.alphabet import Alphabet, InvalidPolicy
+from protein_performer.data.batching import pad_batch
 from protein_performer.data.fasta import (
     EncodeCounts,
     FastaReader,
@@ -48,6 +49,27 @@ class Protein:
         ids[0], ids[-1] = alphabet.cls_idx, alphabet.eos_idx
         ids[1:-1] = self.residues
         return torch.from_numpy(ids)[None]
+
+
+def token_batches(proteins: Sequence[Protein], toks_per_batch: int) -> list[list[int]]:
+    """Indices of ``proteins`` grouped in order so that a padded batch (``<cls>``/``<eos>``
+    included) holds at most ``toks_per_batch`` tokens (a longer protein is a batch alone)."""
+    batches: list[list[int]] = []
+    longest = 0
+    for i, p in enumerate(proteins):
+        width = p.sequence_length + 2
+        if batches and (len(batches[-1]) + 1) * max(longest, width) <= toks_per_batch:
+            batches[-1].append(i)
+            longest = max(longest, width)
+        else:
+            batches.append([i])
+            longest = width
+    return batches
+
+
+def padded_tokens(proteins: Sequence[Protein], alphabet: Alphabet) -> torch.Tensor:
+    """``(B, L)`` int64 ``<cls> residues <eos>`` of each protein, right-padded."""
+    return pad_batch([p.tokens(alphabet)[0] for p in proteins], alphabet.pad_idx)[0]
 
 
 def max_tokens(

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from protein_performer.analysis.extraction import attention_maps
-from protein_performer.analysis.inputs import Protein
+from protein_performer.analysis.inputs import Protein, padded_tokens, token_batches
 from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.model.performer import ProteinLM
@@ -205,20 +205,12 @@ def substitution_joint(
     joint = np.zeros((20, 20), dtype=np.float64)
     positions = 0
     order = sorted(range(len(proteins)), key=lambda i: proteins[i].sequence_length)
-    batches: list[list[int]] = [[]]
-    for i in order:
-        width = proteins[i].sequence_length + 2
-        if batches[-1] and (len(batches[-1]) + 1) * width > toks_per_batch:
-            batches.append([])
-        batches[-1].append(i)
-    for batch in batches:
-        width = max(proteins[i].sequence_length for i in batch) + 2
-        ids = torch.full((len(batch), width), alphabet.pad_idx, dtype=torch.long)
+    ordered = [proteins[i] for i in order]
+    for batch in token_batches(ordered, toks_per_batch):
+        ids = padded_tokens([ordered[j] for j in batch], alphabet)
         masked = torch.zeros_like(ids, dtype=torch.bool)
-        for row, i in enumerate(batch):
-            p = proteins[i]
-            n = p.sequence_length
-            ids[row, : n + 2] = p.tokens(alphabet)[0]
+        for row, j in enumerate(batch):
+            i, n = order[j], ordered[j].sequence_length
             rng = np.random.default_rng([seed, i])
             pick = rng.random(n) < mask_prob
             if not pick.any():
@@ -337,14 +329,19 @@ def aa_similarity(
     return SimilarityResult(matrices, r, info)
 
 
+def sample_indices(total: int, n: int | None, seed: int) -> np.ndarray:
+    """Sorted indices of a seeded sample of ``n`` of ``total`` items (all when fewer or None)."""
+    if n is None or n >= total:
+        return np.arange(total)
+    return np.sort(np.random.default_rng(seed).choice(total, n, replace=False))
+
+
 def sample_proteins(
     proteins: Sequence[Protein], n: int | None, max_residues: int, seed: int
 ) -> list[Protein]:
     """A seeded sample of ``n`` proteins (all when fewer or None), each cropped to its first
     ``max_residues`` residues (Vig et al. used sequences of at most 512 tokens)."""
-    idx = np.arange(len(proteins))
-    if n is not None and n < len(proteins):
-        idx = np.sort(np.random.default_rng(seed).choice(len(proteins), n, replace=False))
+    idx = sample_indices(len(proteins), n, seed)
     out = []
     for i in idx:
         p = proteins[int(i)]
