@@ -176,3 +176,27 @@ def test_sample_is_seeded_and_cropped() -> None:
     assert [p.id for p in a] == [p.id for p in b] != [p.id for p in c]
     assert all(p.sequence_length == 25 and p.cropped == 15 for p in a)
     assert len(sample_proteins(proteins, None, 100, 0)) == 50
+
+
+def test_substitution_log_odds_symmetrises_the_joint() -> None:
+    joint = np.random.default_rng(1).random((20, 20)) + 0.1
+    lo = substitution_log_odds(joint)
+    np.testing.assert_allclose(lo, lo.T, atol=1e-12)
+    np.testing.assert_allclose(lo, substitution_log_odds((joint + joint.T) / 2), atol=1e-12)
+
+
+def test_null_redraws_targets_from_the_proteins_own_composition() -> None:
+    """Row-permutation null: an arc's target is redrawn among the same protein's residues, so
+    a protein that is 90% A sends ~90% of the null arcs to A, whatever the real targets."""
+    n = 100
+    types = np.full(n, idx("A"))
+    types[:10] = idx("W")
+    att = np.zeros((1, n, n))
+    att[:, :, 0] = 0.5  # every row: one strong arc, to the W at position 0
+    att[:, :, 1:] = 0.5 / (n - 1)
+    counts = AttentionCounts(n_heads=1, threshold=0.3, seed=0)
+    for _ in range(5):
+        counts.add(att, types)
+    assert counts.arcs[0, idx("W")] == 5 * n and counts.arcs.sum() == 5 * n
+    share_a = counts.null_arcs[0, idx("A")] / counts.null_arcs.sum()
+    assert 0.85 < share_a < 0.95
