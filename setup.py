@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent
 RESOURCES = [
     ("conf", "**/*.yaml"),
     ("data", "*.fasta.gz"),
+    ("data", "*.members.tsv"),
     ("data", "pretrained/*.ckpt"),
     ("data", "pretrained/*.md"),
 ]

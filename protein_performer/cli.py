@@ -224,6 +224,15 @@ _SIMULATE_FLAGS = {
 }
 
 
+def _is_members_table(path: Path) -> bool:
+    """``path`` starts like a members table (``cluster_id<TAB>member_id``)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.readline().rstrip("\r\n").split("\t")[:2] == ["cluster_id", "member_id"]
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _simulate_defaults() -> dict[str, Any]:
     import inspect
 
@@ -257,6 +266,17 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         allow_input_name=True,
         what="simulated FASTA file",
     )
+    if args.members is not None:
+        check_output_file(
+            args.members,
+            "--members",
+            overwrite=args.overwrite,
+            is_ours=_is_members_table,
+            what="members table",
+        )
+        if Path(args.members).resolve() == Path(args.output).resolve():
+            raise ConfigError("--members must name another file than OUT")
+        kwargs["members"] = args.members
     summary = simulate_fasta(args.output, progress=not args.no_progress, **kwargs)
     if args.json:
         _print_json(summary, None)
@@ -446,6 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--" + flag.replace("_", "-"), type=typ, help=f"{help_} (default: {default})"
         )
+    p.add_argument(
+        "--members",
+        metavar="TSV",
+        help="also write the families as a cluster members table (for data.packing=family, "
+        "data.split_by=cluster)",
+    )
     p.add_argument(
         "--overwrite", action="store_true", help="replace an existing OUT written by simulate"
     )

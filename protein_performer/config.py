@@ -18,6 +18,7 @@ OBJECTIVES: tuple[str, ...] = ("mlm", "causal")
 DATA_MODES: tuple[str, ...] = ("crop", "concat")
 SPLIT_BY: tuple[str, ...] = ("record", "cluster")
 SAMPLING: tuple[str, ...] = ("record", "cluster", "cluster_sqrt")
+PACKINGS: tuple[str, ...] = ("stream", "family")
 INVALID_POLICIES: tuple[str, ...] = ("error", "skip", "replace")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adam")
 SCHEDULES: tuple[str, ...] = ("constant", "cosine")
@@ -50,6 +51,8 @@ class DataConfig:
     split_by: str = "record"
     sample: str = "record"
     mode: str = "crop"
+    # concat mode: stream (proteins in random order) or family (a cluster's members together)
+    packing: str = "stream"
     max_length: int = 1024
     toks_per_batch: int = 16384
     batch_size: int | None = None
@@ -337,8 +340,20 @@ def validate_train_config(cfg: TrainConfig) -> None:
     _choice("data.invalid", d.invalid, INVALID_POLICIES)
     _choice("data.split_by", d.split_by, SPLIT_BY)
     _choice("data.sample", d.sample, SAMPLING)
-    if (d.split_by == "cluster" or d.sample != "record") and not d.clusters:
-        what = "data.split_by=cluster" if d.split_by == "cluster" else f"data.sample={d.sample}"
+    _choice("data.packing", d.packing, PACKINGS)
+    if d.packing == "family" and d.mode != "concat":
+        raise ConfigError("data.packing=family needs data.mode=concat")
+    needs = [
+        what
+        for what, on in (
+            ("data.split_by=cluster", d.split_by == "cluster"),
+            (f"data.sample={d.sample}", d.sample != "record"),
+            ("data.packing=family", d.packing == "family"),
+        )
+        if on
+    ]
+    if needs and not d.clusters:
+        what = needs[0]
         raise ConfigError(f"{what} needs data.clusters=DIR (the output of `data cluster`)")
     if not d.files and not d.shards:
         raise ConfigError("data.files or data.shards must be set (no training data given)")

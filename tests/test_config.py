@@ -70,6 +70,17 @@ def test_every_group_option_and_experiment_composes():
     assert (c14.data.split_by, c14.data.sample, len(c14.data.files)) == ("cluster", "cluster", 14)
     with pytest.raises(ConfigError, match=r"needs data\.clusters"):
         compose_job("train", ["experiment=cpu_recipe_14"])
+    with pytest.raises(ConfigError, match=r"data\.packing=family needs data\.mode=concat"):
+        validate_train_config(compose_job("train", ["data.packing=family"]).config)
+    fam = compose_job("train", ["data.packing=family", "data.mode=concat"]).config
+    validate_train_config(fam)  # the sample's configured families are the clusters
+    assert fam.data.clusters.endswith("simulated_families.members.tsv")
+    with pytest.raises(ConfigError, match=r"data\.packing=family needs data\.clusters"):
+        validate_train_config(
+            compose_job(
+                "train", ["data.packing=family", "data.mode=concat", "data.clusters=null"]
+            ).config
+        )
     long = compose_job("train", ["experiment=concat8192", "data.shards=x"]).config
     assert (long.data.mode, long.data.max_length, long.model.max_len) == ("concat", 8192, 8192)
 

@@ -74,6 +74,7 @@ def test_wheel_from_sdist_ships_configs_and_sample(tmp_path: Path) -> None:
     conf = {n.split("_resources/conf/", 1)[1] for n in names if "_resources/conf/" in n}
     assert conf == {str(p.relative_to(REPO / "conf")) for p in (REPO / "conf").rglob("*.yaml")}
     assert "protein_performer/_resources/data/simulated_families.fasta.gz" in names
+    assert "protein_performer/_resources/data/simulated_families.members.tsv" in names
     assert "protein_performer/_resources/data/pretrained/performer_relu_14.ckpt" in names
 
     with zipfile.ZipFile(wheel) as zf:

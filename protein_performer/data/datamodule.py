@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 MODES = ("crop", "concat")
 CROPS = ("random", "sliding")
 SPLIT_BY = ("record", "cluster")
+PACKINGS = ("stream", "family")
 DEFAULT_MAX_LENGTH = {"crop": 1024, "concat": 8192}
 SPLIT_NAMES = ("train", "val", "test")
 _STAGE_SPLITS: dict[str | None, tuple[str, ...]] = {
@@ -133,6 +134,9 @@ class ProteinDataModule(pl.LightningDataModule):
             clusters land in one split, no homolog of a test protein in training).
         sample: training items: ``record`` (every protein once per epoch), ``cluster`` (one
             random member per cluster per epoch) or ``cluster_sqrt`` (sqrt(size) draws).
+        packing: concat mode's window filling: ``stream`` (proteins in a random order) or
+            ``family`` (members of one cluster back to back, then the next cluster; needs
+            ``clusters``), see :class:`~protein_performer.data.datasets.ConcatWindowDataset`.
         crop: crop mode's treatment of proteins longer than ``max_length``: ``random`` (one
             seeded window each) or ``sliding`` (cut into consecutive windows: every residue
             is in exactly one item).
@@ -177,6 +181,7 @@ class ProteinDataModule(pl.LightningDataModule):
         clusters: str | os.PathLike | Mapping[str, str] | None = None,
         split_by: str = "record",
         sample: str = "record",
+        packing: str = "stream",
     ) -> None:
         super().__init__()
         self.files = _paths("files", files)
@@ -226,10 +231,22 @@ class ProteinDataModule(pl.LightningDataModule):
         self.crop = _choice("crop", crop, CROPS)
         self.split_by = _choice("split_by", split_by, SPLIT_BY)
         self.sample = _choice("sample", sample, ("record", *CLUSTER_SAMPLING))
+        self.packing = _choice("packing", packing, PACKINGS)
         self.clusters = clusters
         self._cluster_of: Mapping[str, str] | None = None
-        if (self.split_by == "cluster" or self.sample != "record") and clusters is None:
-            what = "split_by=cluster" if self.split_by == "cluster" else f"sample={self.sample}"
+        if self.packing == "family" and self.mode != "concat":
+            raise ConfigError("packing=family needs mode=concat (windows of several proteins)")
+        needs = [
+            what
+            for what, on in (
+                ("split_by=cluster", self.split_by == "cluster"),
+                (f"sample={self.sample}", self.sample != "record"),
+                ("packing=family", self.packing == "family"),
+            )
+            if on
+        ]
+        if needs and clusters is None:
+            what = needs[0]
             raise ConfigError(f"{what} needs clusters (the output of `data cluster`)")
         if self.split_by == "cluster" and self.shards is not None:
             raise ConfigError(
@@ -296,7 +313,8 @@ class ProteinDataModule(pl.LightningDataModule):
 
     def _clusters_of_source(self, source: FlatSource) -> list[np.ndarray]:
         if source.ids is None:
-            raise ConfigError(f"sample={self.sample} needs record ids (FASTA input, not shards)")
+            what = f"sample={self.sample}" if self.sample != "record" else "packing=family"
+            raise ConfigError(f"{what} needs record ids (FASTA input, not shards)")
         groups: dict[str, list[int]] = {}
         table = self.cluster_of
         for i, rid in enumerate(source.ids):
@@ -364,7 +382,12 @@ class ProteinDataModule(pl.LightningDataModule):
                 self.max_length,
             )
             return ds
-        ds = ConcatWindowDataset(source, self.max_length, seed=self.seed, train=train)
+        groups = self._clusters_of_source(source) if self.packing == "family" else None
+        ds = ConcatWindowDataset(
+            source, self.max_length, seed=self.seed, train=train, groups=groups
+        )
+        if groups is not None:
+            log.info("%s: family packing of %d clusters", split, len(groups))
         tail = (
             f"last window {int(ds.lengths[-1])} tokens"
             if ds.keep_tail and len(ds)

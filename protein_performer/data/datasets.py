@@ -217,7 +217,15 @@ class ConcatWindowDataset(EpochDataset):
     across two windows.
 
     Order: for training, a permutation drawn from ``(seed, epoch)`` (``reshuffle=False``: the
-    epoch-0 permutation every epoch); for evaluation (``train=False``) the source order. Each
+    epoch-0 permutation every epoch); for evaluation (``train=False``) the source order.
+
+    Family packing (``groups`` given, ``data.packing=family``): the stream holds the members of
+    one group (a cluster, a family) back to back, in a random order, then the next group: the
+    groups are permuted and each group's members shuffled, all from ``(seed, epoch)`` (evaluation:
+    the epoch-0 layout). Windows are cut from that stream as above, so a window starts with
+    members of one family and tops up with the next family when the first is used up; a family
+    longer than a window continues in the next one. Every protein is in the stream exactly once
+    per epoch, as in stream packing (the same tail policy). Each
     process computes the layout of an epoch once (O(n) time, ~16 bytes per record) and caches
     it. Training drops the trailing ``dropped_tokens`` (< ``max_length``) of each epoch's
     stream (a fresh order every epoch moves the cut; logged and exposed, never silent);
@@ -232,6 +240,8 @@ class ConcatWindowDataset(EpochDataset):
         reshuffle: draw a new order every epoch (train only).
         keep_tail: end with a shorter window holding the stream's remainder (default: for
             evaluation, ``train=False``).
+        groups: family packing: ``(n_groups,)`` arrays of record indices that together hold
+            every record exactly once (None: stream packing).
     """
 
     def __init__(
@@ -243,11 +253,16 @@ class ConcatWindowDataset(EpochDataset):
         train: bool = True,
         reshuffle: bool = True,
         keep_tail: bool | None = None,
+        groups: list[np.ndarray] | None = None,
     ) -> None:
         super().__init__(source, seed=seed, train=train)
         if int(max_length) < 2:
             raise ConfigError(f"max_length must be >= 2 for concat mode, got {max_length}")
         self.max_length = int(max_length)
+        self.group_of: np.ndarray | None = None
+        """``(n,)`` group number of each record (family packing), else None."""
+        if groups is not None:
+            self.group_of = _group_numbers(groups, len(source))
         self.reshuffle = bool(reshuffle)
         self.total_tokens = int(source.lengths.sum()) + len(source)
         self.num_windows = self.total_tokens // self.max_length
@@ -293,7 +308,13 @@ class ConcatWindowDataset(EpochDataset):
         if self._layout is None or self._layout[0] != epoch:
             seg = self.source.lengths + 1
             order = None
-            if self.train:
+            if self.group_of is not None:
+                rng = keyed_rng(TAG_ORDER, self.seed, epoch)
+                rank = rng.permutation(int(self.group_of.max()) + 1)
+                # members of a group together (groups in `rank` order), shuffled inside it
+                order = np.lexsort((rng.random(len(self.source)), rank[self.group_of]))
+                seg = seg[order]
+            elif self.train:
                 order = keyed_rng(TAG_ORDER, self.seed, epoch).permutation(len(self.source))
                 seg = seg[order]
             cum = np.zeros(len(seg) + 1, dtype=np.int64)
@@ -324,3 +345,21 @@ class ConcatWindowDataset(EpochDataset):
             pos += take
             k += 1
         return {"tokens": out, "index": index, "epoch": epoch, **self._flags(key)}
+
+
+def _group_numbers(groups: list[np.ndarray], n: int) -> np.ndarray:
+    """``(n,)`` int64 group number of each record; every record must be in exactly one group."""
+    group_of = np.full(n, -1, dtype=np.int64)
+    for g, members in enumerate(groups):
+        members = np.asarray(members, dtype=np.int64)
+        if len(members) == 0:
+            raise ConfigError(f"group {g} has no members")
+        if members.min() < 0 or members.max() >= n:
+            raise ConfigError(f"group {g} names a record outside 0..{n - 1}")
+        if (group_of[members] != -1).any() or len(np.unique(members)) != len(members):
+            raise ConfigError(f"group {g} repeats a record that another group (or it) holds")
+        group_of[members] = g
+    missing = np.flatnonzero(group_of < 0)
+    if len(missing):
+        raise ConfigError(f"{len(missing)} records are in no group (first: record {missing[0]})")
+    return group_of

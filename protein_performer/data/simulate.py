@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from protein_performer.atomic import write_text_atomic
 from protein_performer.data.fasta_writer import write_fasta
 from protein_performer.errors import ConfigError
 
@@ -336,20 +337,29 @@ def simulate_fasta(
     gamma_shape: float | None = 1.0,
     seed: int = 0,
     progress: bool = True,
+    members: str | Path | None = None,
 ) -> dict[str, Any]:
     """Simulate families and write them atomically to ``out`` (gzip when it ends with ``.gz``).
 
-    Returns ``{"path", "records", "residues", "families", "bytes", "sha256", "params"}``.
+    ``members``: also write a cluster members table there (``cluster_id<TAB>member_id``, the
+    format of ``data cluster``'s ``members.tsv``): the families are the clusters, which is what
+    ``data.split_by=cluster``, ``data.sample=cluster`` and ``data.packing=family`` read.
+
+    Returns ``{"path", "records", "residues", "families", "bytes", "sha256", "params"}`` (and
+    ``"members"``: its path, when written).
     """
     kwargs = dict(locals())
-    del kwargs["out"], kwargs["progress"]
+    del kwargs["out"], kwargs["progress"], kwargs["members"]
     params = SimulationParams(**kwargs)  # validate before creating any file
     bar = tqdm(
         total=params.n_families, unit="fam", desc="simulate", disable=None if progress else True
     )
 
+    table = ["cluster_id\tmember_id\n"]
+
     def records() -> Iterator[tuple[str, str, str]]:
-        for family in simulate_families(**kwargs):
+        for number, family in enumerate(simulate_families(**kwargs), start=1):
+            table.extend(f"SIMF{number:05d}\t{rid}\n" for rid, _, _ in family)
             yield from family
             bar.update(1)
 
@@ -357,6 +367,10 @@ def simulate_fasta(
         summary = write_fasta(out, records())
     finally:
         bar.close()
+    extra: dict[str, Any] = {}
+    if members is not None:
+        write_text_atomic(members, "".join(table))
+        extra["members"] = str(members)
     return {
         "path": str(summary.path),
         "records": summary.records,
@@ -365,4 +379,5 @@ def simulate_fasta(
         "bytes": summary.bytes,
         "sha256": summary.sha256,
         "params": params.to_dict(),
+        **extra,
     }

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from protein_performer.attention import FavorAttention, exact_attention
+from protein_performer.attention.local import local_attention, local_attention_rows
 from protein_performer.model.rotary import apply_rotary
 
 
@@ -50,7 +51,11 @@ def exact_attention_weights(
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention on ``(B, L, dim)``; the kernel is exact or FAVOR+."""
+    """Multi-head self-attention on ``(B, L, dim)``; the kernel is exact or FAVOR+.
+
+    With ``local_heads`` > 0 the first ``local_heads`` heads are exact softmax attention within
+    ``local_window`` positions and the others use ``attention`` (a hybrid block).
+    """
 
     def __init__(
         self,
@@ -64,16 +69,20 @@ class SelfAttention(nn.Module):
         redraw_interval: int,
         feature_seed: int,
         layer_idx: int,
+        local_heads: int = 0,
+        local_window: int = 64,
     ) -> None:
         super().__init__()
         self.heads = heads
         self.dim_head = dim // heads
         self.causal = causal
         self.attention = attention
+        self.local_heads = local_heads
+        self.local_window = local_window
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
         self.favor: FavorAttention | None = None
-        if attention != "transformer":
+        if attention != "transformer" and local_heads < heads:
             kernel = attention.removeprefix("performer_")
             self.favor = FavorAttention(
                 self.dim_head,
@@ -107,6 +116,27 @@ class SelfAttention(nn.Module):
         q, k, _ = self._split(x)
         if rotary is not None:
             q, k = apply_rotary(q, k, *rotary)
+        lh = self.local_heads
+        if lh:
+            local = local_attention_rows(
+                q[:, :lh], k[:, :lh], self.local_window, self.causal, padding_mask, chunk_size
+            )
+            rest = self._global_rows(q[:, lh:], k[:, lh:], padding_mask, chunk_size, None)
+            index = None
+            if heads is not None:
+                index = torch.as_tensor(list(heads), dtype=torch.long, device=q.device)
+            for (start, a), (_, g) in zip(local, rest, strict=True):
+                rows = torch.cat([a, g], dim=1)
+                yield start, rows if index is None else rows.index_select(1, index)
+            return
+        yield from self._global_rows(q, k, padding_mask, chunk_size, heads)
+
+    def _global_rows(self, q, k, padding_mask, chunk_size, heads):
+        if q.shape[1] == 0:  # every head is local: empty rows of the right shape
+            for start in range(0, q.shape[2], chunk_size):
+                rows = min(chunk_size, q.shape[2] - start)
+                yield start, q.new_zeros(q.shape[0], 0, rows, k.shape[2])
+            return
         if self.favor is not None:
             yield from self.favor.attention_rows(
                 q, k, padding_mask, chunk_size=chunk_size, heads=heads
@@ -130,14 +160,32 @@ class SelfAttention(nn.Module):
         q, k, v = self._split(x)
         if rotary is not None:
             q, k = apply_rotary(q, k, *rotary)
-        if self.favor is None:
-            o = exact_attention(q, k, v, causal=self.causal, key_padding_mask=padding_mask)
-        else:
-            o = self.favor(q, k, v, key_padding_mask=padding_mask)
+        lh = self.local_heads
+        parts = []
+        if lh:
+            parts.append(
+                local_attention(
+                    q[:, :lh], k[:, :lh], v[:, :lh], self.local_window, self.causal, padding_mask
+                )
+            )
+        if lh < self.heads:
+            qg, kg, vg = (q, k, v) if not lh else (q[:, lh:], k[:, lh:], v[:, lh:])
+            if self.favor is None:
+                parts.append(
+                    exact_attention(qg, kg, vg, causal=self.causal, key_padding_mask=padding_mask)
+                )
+            else:
+                parts.append(self.favor(qg, kg, vg, key_padding_mask=padding_mask))
+        o = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         weights = None
         if need_weights:
             with torch.no_grad():
-                if self.favor is None:
+                if lh:
+                    weights = torch.cat(
+                        [r for _, r in self.attention_rows(x, padding_mask, rotary, chunk_size=n)],
+                        dim=2,
+                    )
+                elif self.favor is None:
                     weights = exact_attention_weights(q, k, self.causal, padding_mask)
                 else:
                     weights = self.favor.attention_matrix(q, k, key_padding_mask=padding_mask)

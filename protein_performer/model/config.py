@@ -22,6 +22,11 @@ class ModelConfig:
     ``attention`` picks the attention: ``performer_relu`` / ``performer_softmax`` (FAVOR+ with
     ReLU or positive-softmax random features) or ``transformer`` (exact softmax). All three share
     the same parameters, so weights move freely between them.
+
+    Hybrid: ``local_heads`` > 0 makes the first ``local_heads`` heads of every layer exact
+    softmax attention within ``local_window`` positions (O(L·window)); the other heads keep
+    ``attention``. ``checkpointing`` recomputes each block's activations in the backward pass
+    (activation checkpointing: less memory for long windows, about one more forward in time).
     """
 
     attention: str = "performer_relu"
@@ -36,6 +41,9 @@ class ModelConfig:
     orthogonal: bool = True
     redraw_interval: int = 1000
     feature_seed: int = 0
+    local_heads: int = 0
+    local_window: int = 64
+    checkpointing: bool = False
 
     @property
     def dim_head(self) -> int:
@@ -63,6 +71,15 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"{prefix}.dropout must be in [0, 1) (got {self.dropout!r})")
+        if not isinstance(self.local_heads, int) or not 0 <= self.local_heads <= self.heads:
+            raise ConfigError(
+                f"{prefix}.local_heads must be an integer in 0..{prefix}.heads ({self.heads}); "
+                f"got {self.local_heads!r}"
+            )
+        if not isinstance(self.local_window, int) or self.local_window < 1:
+            raise ConfigError(
+                f"{prefix}.local_window must be a positive integer (got {self.local_window!r})"
+            )
         if self.redraw_interval < 0:
             raise ConfigError(
                 f"{prefix}.redraw_interval must be >= 0 (0 = never redraw; got {self.redraw_interval})"

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from protein_performer.attention import FavorAttention
 from protein_performer.errors import ConfigError
@@ -54,6 +55,8 @@ class ProteinLM(nn.Module):
                 redraw_interval=config.redraw_interval,
                 feature_seed=config.feature_seed,
                 layer_idx=i,
+                local_heads=config.local_heads,
+                local_window=config.local_window,
             )
             for i in range(config.depth)
         )
@@ -147,8 +150,14 @@ class ProteinLM(nn.Module):
             rotary = self.rotary(n, x.device, x.dtype)
         hidden = [x] if return_hidden else None
         attentions = [] if return_attentions else None
+        recompute = self.config.checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            x, weights = block(x, key_padding_mask, rotary, need_weights=return_attentions)
+            if recompute and not return_attentions:
+                # activation checkpointing: keep only the block's input, recompute the rest in
+                # backward (RNG state replayed, so dropout masks and gradients are unchanged)
+                x, weights = checkpoint(block, x, key_padding_mask, rotary, use_reentrant=False)
+            else:
+                x, weights = block(x, key_padding_mask, rotary, need_weights=return_attentions)
             if attentions is not None:
                 attentions.append(weights)
             if hidden is not None:

@@ -311,6 +311,7 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
         clusters=d.clusters,
         split_by=d.split_by,
         sample=d.sample,
+        packing=d.packing,
         objective=cfg.objective,
         mode=d.mode,
         max_length=d.max_length,

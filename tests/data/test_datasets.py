@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import pickle
 
@@ -237,3 +238,66 @@ def test_concat_pickle_roundtrip_and_validation():
         np.testing.assert_array_equal(clone[(w, 2)]["tokens"], tokens)
     with pytest.raises(ConfigError, match="max_length"):
         ConcatWindowDataset(src, max_length=1)
+
+
+# ---- family packing ---------------------------------------------------------------------------
+def family_groups(sizes: list[int], seed: int = 0) -> list[np.ndarray]:
+    """Groups of the given sizes over records 0..sum-1, members scattered over the source."""
+    perm = np.random.default_rng(seed).permutation(sum(sizes))
+    bounds = np.cumsum([0, *sizes])
+    return [np.sort(perm[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+def test_family_packing_keeps_each_family_together_in_random_order():
+    sizes = [5, 1, 3, 8, 2, 4]
+    src = random_source(sum(sizes), 3, 30, seed=1)
+    groups = family_groups(sizes, seed=2)
+    ds = ConcatWindowDataset(src, max_length=24, seed=7, groups=groups)
+    group_of = {int(r): g for g, members in enumerate(groups) for r in members}
+    orders = [ds.order(e) for e in range(3)]
+    for e, order in enumerate(orders):
+        assert sorted(order.tolist()) == list(range(sum(sizes)))  # each protein once
+        runs = [group_of[int(r)] for r in order]
+        # a family's members are contiguous: the run of group ids changes once per family
+        changes = [g for i, g in enumerate(runs) if i == 0 or runs[i - 1] != g]
+        assert sorted(changes) == list(range(len(sizes)))
+        check_windows(ds, reference_stream(src, order), e)  # windows cut from that stream
+    # seeded: groups and members reshuffled per epoch, reproducibly
+    assert orders[0].tolist() != orders[1].tolist()
+    again = ConcatWindowDataset(src, max_length=24, seed=7, groups=groups)
+    assert again.order(1).tolist() == orders[1].tolist()
+    assert ConcatWindowDataset(src, max_length=24, seed=8, groups=groups).order(1).tolist() != (
+        orders[1].tolist()
+    )
+    member_orders = {tuple(int(r) for r in o if group_of[int(r)] == 3) for o in orders}
+    assert len(member_orders) > 1  # members shuffled inside the family too
+    # evaluation: one fixed family layout, every token kept
+    ev = ConcatWindowDataset(src, max_length=24, seed=7, train=False, groups=groups)
+    assert ev.order(0).tolist() == ev.order(5).tolist()
+    check_windows(ev, reference_stream(src, ev.order(0)), 3)
+
+
+def test_family_packing_window_starts_with_one_family():
+    # families of exactly one window each: every window holds one family and nothing else
+    src = FlatSource.from_strings(["A" * 7, "C" * 7, "D" * 7, "E" * 7, "F" * 7, "G" * 7])
+    groups = [np.array([0, 2]), np.array([1, 3]), np.array([4, 5])]  # 16 tokens each
+    ds = ConcatWindowDataset(src, max_length=16, seed=0, groups=groups)
+    letters = {A.index(c): c for c in "ACDEFG"}
+    windows = ["".join(letters.get(int(t), "|") for t in ds[(w, 0)]["tokens"]) for w in range(3)]
+    families = [{"A", "D"}, {"C", "E"}, {"F", "G"}]
+    for w in windows:
+        assert set(w) - {"|"} in families and w.endswith("|")
+
+
+@pytest.mark.parametrize(
+    "groups, match",
+    [
+        ([np.array([0, 1]), np.array([1, 2, 3])], "repeats a record"),
+        ([np.array([0, 1, 2])], "1 records are in no group"),
+        ([np.array([0, 1, 2, 9])], "outside"),
+        ([np.array([0, 1, 2, 3]), np.array([], dtype=np.int64)], "no members"),
+    ],
+)
+def test_family_packing_rejects_bad_groups(groups, match):
+    with pytest.raises(ConfigError, match=match):
+        ConcatWindowDataset(random_source(4, 2, 5), max_length=8, groups=groups)

@@ -334,7 +334,7 @@ def test_public_defaults_match_params_dataclass():
     defaults = SimulationParams()
     for fn in (simulate_records, simulate_fasta):
         for name, p in inspect.signature(fn).parameters.items():
-            if name in ("out", "progress"):
+            if name in ("out", "progress", "members"):
                 continue
             assert p.default == getattr(defaults, name), (fn.__name__, name)
 
@@ -347,7 +347,9 @@ def test_committed_sample_regenerates_identically(tmp_path):
         pytest.skip("data/simulated_families.fasta.gz not generated yet")
     assert SAMPLE.stat().st_size <= 2 * 1024 * 1024
     regenerated = tmp_path / "sample.fasta.gz"
-    summary = simulate_fasta(regenerated, progress=False, **SAMPLE_KWARGS)
+    table = tmp_path / "members.tsv"
+    summary = simulate_fasta(regenerated, progress=False, members=table, **SAMPLE_KWARGS)
+    assert table.read_bytes() == SAMPLE.with_name("simulated_families.members.tsv").read_bytes()
     # Compare decompressed text: gzip bytes may differ between zlib builds.
     committed = gzip.decompress(SAMPLE.read_bytes())
     assert gzip.decompress(regenerated.read_bytes()) == committed

@@ -167,3 +167,98 @@ def test_overfits_one_batch(attention):
         opt.step()
     assert loss.item() < 0.05
     assert int(stats.correct) == int(stats.count)
+
+
+# ---- hybrid blocks and activation checkpointing -----------------------------------------------
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+def test_hybrid_heads_match_their_own_attention_matrices(attention, causal):
+    torch.manual_seed(0)
+    model = ProteinLM(
+        tiny_config(attention, local_heads=2, local_window=3), V, causal=causal
+    ).eval()
+    ids = random_ids(2, 20)
+    ids[1, 15:] = ALPHABET.pad_idx
+    out = model(ids, return_attentions=True)
+    attn = out["attentions"][0]
+    assert attn.shape == (2, 4, 20, 20)
+    offset = torch.arange(20)[None, :] - torch.arange(20)[:, None]
+    outside = offset.abs() > 3
+    if causal:
+        outside |= offset > 0
+    # local heads: zero outside the window, rows sum to 1 (over valid keys)
+    assert (attn[:, :2][..., outside] == 0).all()
+    assert (attn[1, :, :, 15:] == 0).all()
+    torch.testing.assert_close(attn[0].sum(-1), torch.ones(4, 20), atol=1e-5, rtol=0)
+    # the block's output is exactly those matrices applied to the values
+    block = model.blocks[0]
+    x = block.norm1(model.embed(ids))
+    _q, _k, v = block.attn._split(x)
+    head_out = torch.einsum("bhij,bhjd->bhid", attn, v)
+    mixed = block.attn.out(head_out.transpose(1, 2).reshape(2, 20, -1))
+    expected, _ = block.attn(x, ids == ALPHABET.pad_idx)
+    torch.testing.assert_close(mixed[0], expected[0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(mixed[1, :15], expected[1, :15], atol=1e-5, rtol=1e-4)
+    # weights transfer between plain and hybrid models (same parameters)
+    plain = ProteinLM(tiny_config(attention), V, causal=causal)
+    plain.load_state_dict(model.state_dict())
+
+
+def test_hybrid_config_is_validated():
+    with pytest.raises(
+        ConfigError, match=r"model\.local_heads must be an integer in 0\.\.model\.heads"
+    ):
+        ProteinLM(tiny_config(local_heads=5), V)
+    with pytest.raises(ConfigError, match=r"model\.local_window must be a positive integer"):
+        ProteinLM(tiny_config(local_heads=1, local_window=0), V)
+
+
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+def test_activation_checkpointing_gives_the_same_gradients(attention, monkeypatch):
+    import protein_performer.model.performer as performer
+
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return torch.utils.checkpoint.checkpoint(*args, **kwargs)
+
+    monkeypatch.setattr(performer, "checkpoint", counting)
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = ProteinLM(
+            tiny_config(attention, dropout=0.1, checkpointing=checkpointing, local_heads=1), V
+        ).double()
+        ids = random_ids(2, 24)
+        torch.manual_seed(1)  # the same dropout masks in both runs
+        loss = model(ids)["logits"].logsumexp(-1).mean()
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert len(calls) == 2  # one per block, in the checkpointed run only
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-12, rtol=1e-10)
+
+
+def test_training_step_at_8192_tokens():
+    torch.manual_seed(0)
+    config = tiny_config(
+        "performer_relu",
+        dim=16,
+        heads=2,
+        depth=1,
+        ffn_dim=32,
+        max_len=8192,
+        nb_features=16,
+        checkpointing=True,
+        local_heads=1,
+        local_window=32,
+    )
+    model = ProteinLM(config, V)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ids = random_ids(1, 8192)
+    loss = model(ids)["logits"].logsumexp(-1).mean()
+    loss.backward()
+    opt.step()
+    assert torch.isfinite(loss) and all(torch.isfinite(p).all() for p in model.parameters())

@@ -1,0 +1,291 @@
+"""Can the model retrieve from earlier in the window? A copy / homolog-context training probe.
+
+Each training window is ``<cls> context <sep> target <eos>`` (``protein_performer.data.context``)
+with only the target's residues masked (15%, BERT-style). The context is the target itself
+(``--context copy``: retrieval is exact copying), another member of its simulated family
+(``--context family``: alignment through substitutions and indels) or nothing (``none``). A small
+model (default 2 layers × 128, rotary positions, as in the issue's pilot) trains from scratch on
+the embedded simulated sample; every ``--eval-every`` steps the target's ``<mask>`` perplexity
+is measured on held-out families, with the context and without it (``<cls> target <eos>``, the
+same masked positions), next to the training unigram baseline. A model that retrieves shows
+the with-context perplexity falling far below the without-context one (for a copy: toward 1).
+
+    python benchmarks/retrieval.py --attention transformer performer_relu --steps 600
+    python benchmarks/retrieval.py --quick        # smoke run (seconds)
+
+Each attention kind trains in its own subprocess (same seed, same batches); a table, a JSON
+with the curves and a PNG go to ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS, environment, format_table, write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "data" / "simulated_families.fasta.gz"
+FAMILY = re.compile(r"(?:UniRef\d+_)?SIMF(\d+)M")
+
+
+def load_families(path: Path) -> dict[int, list[Any]]:
+    """Family number -> member token arrays of the simulated sample."""
+    from protein_performer.data.alphabet import default_alphabet
+    from protein_performer.data.fasta import read_fasta
+
+    alphabet = default_alphabet()
+    families: dict[int, list[Any]] = {}
+    for rec in read_fasta(path):
+        m = FAMILY.match(rec.id)
+        if m is None:
+            raise SystemExit(f"{path}: record {rec.id} is not a simulated family member")
+        families.setdefault(int(m.group(1)), []).append(alphabet.encode(rec.sequence))
+    return families
+
+
+def make_window(rng, members, args, alphabet, eval_mode: bool = False):
+    """(context window, single window, labels for each) for one target drawn from a family."""
+    import numpy as np
+
+    from protein_performer.data.context import context_window, single_window
+    from protein_performer.data.masking import IGNORE_INDEX, mask_tokens
+
+    i = int(rng.integers(len(members)))
+    target = members[i]
+    if len(target) > args.crop:
+        start = int(rng.integers(len(target) - args.crop + 1))
+        target = target[start : start + args.crop]
+    else:
+        start = 0
+    single = single_window(target, alphabet)
+    inputs, labels = mask_tokens(single, alphabet, rng)
+    if args.context == "copy":
+        context = [target]
+    elif args.context == "family":
+        others = [m for j, m in enumerate(members) if j != i]
+        context = [others[int(rng.integers(len(others)))]] if others else []
+    else:
+        context = []
+    tokens, tstart, _ = context_window(inputs[1:-1], context, alphabet, args.crop * 2 + 3)
+    ctx_labels = np.full(len(tokens), IGNORE_INDEX, dtype=np.int64)
+    ctx_labels[tstart : tstart + len(target)] = labels[1:-1]
+    return tokens, ctx_labels, inputs, labels
+
+
+def batch(windows, alphabet):
+    import torch
+
+    from protein_performer.data.batching import pad_batch
+    from protein_performer.data.masking import IGNORE_INDEX
+
+    ids, pad = pad_batch([w[0] for w in windows], alphabet.pad_idx)
+    labels, _ = pad_batch([w[1] for w in windows], IGNORE_INDEX)
+    return ids, pad, labels.to(torch.int64)
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from protein_performer.data.alphabet import default_alphabet
+    from protein_performer.model.config import ModelConfig
+    from protein_performer.model.performer import ProteinLM
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    alphabet = default_alphabet()
+    families = load_families(Path(args.fasta))
+    keys = sorted(families)
+    held = [f for f in keys if f % 10 == 0]
+    train = [f for f in keys if f % 10 != 0]
+    counts = np.bincount(
+        np.concatenate([m for f in train for m in families[f]]), minlength=len(alphabet)
+    ).astype(np.float64)
+    uni = np.log(np.maximum(counts, 1e-12) / counts.sum())
+    eval_rng = np.random.default_rng([args.seed, 1])
+    eval_windows = [
+        make_window(eval_rng, families[held[int(eval_rng.integers(len(held)))]], args, alphabet)
+        for _ in range(args.eval_windows)
+    ]
+    extra = {"attention_window": args.window} if args.window else {}
+    config = ModelConfig(
+        attention=args.attention,
+        dim=args.dim,
+        depth=args.depth,
+        heads=args.heads,
+        ffn_dim=4 * args.dim,
+        dropout=0.0,
+        max_len=2 * args.crop + 8,
+        position=args.position,
+        nb_features=args.features,
+        redraw_interval=args.redraw,
+        **extra,
+    )
+    model = ProteinLM(config, len(alphabet), alphabet.pad_idx)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    warm = max(1, args.steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (
+            min(1.0, (s + 1) / warm)
+            * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps))))
+        ),
+    )
+    from protein_performer.attention.favor import redraw_all
+
+    @torch.no_grad()
+    def evaluate() -> dict[str, float]:
+        model.eval()
+        out = {}
+        for name, (tok_i, lab_i) in {"context": (0, 1), "single": (2, 3)}.items():
+            nll = n = 0.0
+            for i in range(0, len(eval_windows), 32):
+                chunk = eval_windows[i : i + 32]
+                ids, pad, labels = batch([(w[tok_i], w[lab_i]) for w in chunk], alphabet)
+                logits = model(ids, pad)["logits"]
+                sel = labels != -100
+                nll += float(F.cross_entropy(logits[sel], labels[sel], reduction="sum"))
+                n += int(sel.sum())
+            out[name] = math.exp(nll / n)
+        labels = np.concatenate([w[3][w[3] != -100] for w in eval_windows])
+        out["unigram"] = math.exp(-float(uni[labels].mean()))
+        out["positions"] = len(labels)
+        model.train()
+        return out
+
+    rng = np.random.default_rng([args.seed, 0])
+    curve = []
+    start = time.perf_counter()
+    model.train()
+    for step in range(args.steps + 1):
+        if step % args.eval_every == 0 or step == args.steps:
+            point = {"step": step, "seconds": time.perf_counter() - start, **evaluate()}
+            curve.append(point)
+            print(
+                f"[{args.attention}] step {step}: context {point['context']:.2f} "
+                f"single {point['single']:.2f} unigram {point['unigram']:.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
+        if step == args.steps:
+            break
+        redraw_all(model, step)
+        windows = [
+            make_window(rng, families[train[int(rng.integers(len(train)))]], args, alphabet)
+            for _ in range(args.batch)
+        ]
+        ids, pad, labels = batch([(w[0], w[1]) for w in windows], alphabet)
+        logits = model(ids, pad)["logits"]
+        sel = labels != -100
+        loss = F.cross_entropy(logits[sel], labels[sel])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    return {"attention": args.attention, "window": args.window, "curve": curve}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--attention", nargs="+", default=["transformer", "performer_relu"])
+    p.add_argument("--context", choices=["copy", "family", "none"], default="copy")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--eval-windows", type=int, default=128)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--crop", type=int, default=200, help="target residues at most")
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--depth", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--features", type=int, default=256)
+    p.add_argument("--redraw", type=int, default=0)
+    p.add_argument("--window", type=int, default=0, help="model.attention_window (hybrids)")
+    p.add_argument("--position", default="rotary")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--fasta", default=str(SAMPLE))
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--png", type=Path, default=None)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.quick:
+        args.steps, args.eval_every, args.eval_windows, args.crop = 20, 10, 16, 60
+    if args.worker:
+        args.attention = args.attention[0]
+        print(json.dumps(worker(args)))
+        return
+    runs = []
+    for kind in args.attention:
+        cmd = [sys.executable, __file__, "--worker", "--attention", kind]
+        for key, value in vars(args).items():
+            if key in ("attention", "worker", "quick", "json", "png"):
+                continue
+            cmd += [f"--{key.replace('_', '-')}", str(value)]
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+        if done.returncode:
+            raise SystemExit(f"{kind}: worker failed (exit {done.returncode})")
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    rows = []
+    for run in runs:
+        last = run["curve"][-1]
+        rows.append(
+            [
+                run["attention"] + (f" (w={run['window']})" if run["window"] else ""),
+                last["step"],
+                f"{last['seconds']:.0f}",
+                f"{last['single']:.2f}",
+                f"{last['context']:.2f}",
+                f"{last['context'] / last['single']:.3f}",
+                f"{last['unigram']:.2f}",
+            ]
+        )
+    headers = ["attention", "steps", "s", "ppl alone", "ppl w/ context", "ratio", "unigram"]
+    print(
+        f"context={args.context}, held-out families, {runs[0]['curve'][-1]['positions']} "
+        "<mask> positions"
+    )
+    print(format_table(headers, rows))
+    tag = f"retrieval_{args.context}"
+    payload = {"env": environment(), "args": vars(args) | {"json": None, "png": None}, "runs": runs}
+    write_json(args.json or RESULTS / f"{tag}.json", payload)
+    plot(runs, args, args.png or RESULTS / f"{tag}.png")
+
+
+def plot(runs: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, run in enumerate(runs):
+        steps = [c["step"] for c in run["curve"]]
+        label = run["attention"] + (f" w={run['window']}" if run["window"] else "")
+        ax.plot(steps, [c["context"] for c in run["curve"]], color=f"C{i}", label=label)
+        ax.plot(steps, [c["single"] for c in run["curve"]], color=f"C{i}", ls=":")
+    ax.axhline(runs[0]["curve"][-1]["unigram"], color="grey", lw=0.8, label="unigram")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("<mask> perplexity (target)")
+    ax.set_title(f"context={args.context}: solid with context, dotted alone")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

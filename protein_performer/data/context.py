@@ -1,0 +1,80 @@
+"""Homolog-conditioned windows: context proteins placed before a target protein.
+
+A context window is ``<cls> c_1 <sep> c_2 <sep> … c_k <sep> target <eos>``: the target comes
+last, so a causal model sees its context too. The target is masked exactly as it would be on
+its own (``<cls> target <eos>``, same generator), so its ``<mask>`` perplexity with and without
+context is a paired comparison over the very same positions.
+
+Context members are taken in the order given while they fit; the first one that does not fit
+is cut to the remaining budget (its N-terminal part) when at least ``min_context`` residues
+remain, and the rest are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from protein_performer.data.alphabet import Alphabet
+from protein_performer.errors import ConfigError
+
+#: a context member cut shorter than this is left out rather than kept as a stub
+MIN_CONTEXT_RESIDUES = 16
+
+
+def single_window(residues: np.ndarray, alphabet: Alphabet) -> np.ndarray:
+    """``<cls> residues <eos>`` as int64 ``(len + 2,)``."""
+    out = np.empty(len(residues) + 2, dtype=np.int64)
+    out[0], out[-1] = alphabet.cls_idx, alphabet.eos_idx
+    out[1:-1] = residues
+    return out
+
+
+def context_window(
+    target: np.ndarray,
+    context: Sequence[np.ndarray],
+    alphabet: Alphabet,
+    max_length: int,
+    *,
+    min_context: int = MIN_CONTEXT_RESIDUES,
+) -> tuple[np.ndarray, int, int]:
+    """Tokens of ``<cls> c_1 <sep> … c_k <sep> target <eos>`` and how much context they hold.
+
+    Args:
+        target: ``(n,)`` token ids of the target (residues, possibly already masked); it
+            must fit on its own: ``n + 2 <= max_length``.
+        context: token ids of context proteins (residues), in the order to place them.
+        max_length: window length bound in tokens.
+        min_context: shortest cut of a context member worth keeping.
+    Returns:
+        ``(tokens, start, n_context)``: int64 tokens, the index of the target's first residue
+        in them, and how many context members (whole or cut) they hold.
+    """
+    n = len(target)
+    if n + 2 > max_length:
+        raise ConfigError(f"target of {n} residues does not fit a window of {max_length} tokens")
+    budget = max_length - n - 2
+    parts: list[np.ndarray] = []
+    for member in context:
+        if budget < min(len(member), min_context) + 1:
+            break
+        take = min(len(member), budget - 1)
+        parts.append(np.asarray(member[:take], dtype=np.int64))
+        parts.append(np.array([alphabet.sep_idx], dtype=np.int64))
+        budget -= take + 1
+        if take < len(member):
+            break
+    start = 1 + sum(len(p) for p in parts)
+    tokens = np.concatenate(
+        [
+            np.array([alphabet.cls_idx], dtype=np.int64),
+            *parts,
+            np.asarray(target, dtype=np.int64),
+            np.array([alphabet.eos_idx], dtype=np.int64),
+        ]
+    )
+    return tokens, start, len(parts) // 2
+
+
+__all__ = ["MIN_CONTEXT_RESIDUES", "context_window", "single_window"]
