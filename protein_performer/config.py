@@ -170,6 +170,10 @@ class EvalConfig:
     overwrite: bool = False
     attention: str | None = None
     nb_features: int | None = None
+    # homolog-conditioned scoring besides the plain one: "cluster" (each protein's cluster
+    # members among the evaluated records) or a FASTA of context proteins for every record
+    context: str | None = None
+    context_min_members: int = 2  # context=cluster: clusters smaller than this are left out
 
 
 def _key(default: Any, help: str) -> Any:
@@ -287,6 +291,12 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         _choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:
         _positive("nb_features", cfg.nb_features)
+    if cfg.context is not None and (not isinstance(cfg.context, str) or not cfg.context):
+        raise ConfigError("context must be 'cluster' or a FASTA path")
+    if not isinstance(cfg.context_min_members, int) or cfg.context_min_members < 2:
+        raise ConfigError(
+            f"context_min_members must be an integer >= 2 (got {cfg.context_min_members!r})"
+        )
 
 
 def validate_analysis_config(cfg: Any) -> None:

@@ -1,7 +1,9 @@
 """Homolog-conditioned windows: context proteins placed before a target protein.
 
-A context window is ``<cls> c_1 <sep> c_2 <sep> … c_k <sep> target <eos>``: the target comes
-last, so a causal model sees its context too. The target is masked exactly as it would be on
+A context window is ``<cls> c_1 <sep> c_2 <sep> … c_k <sep> target <eos>`` (``style="crop"``,
+the layout of one-protein training) or ``c_1 <sep> … c_k <sep> target <sep>`` (``style="concat"``,
+the layout of concatenated windows): the target comes last, so a causal model sees its context
+too. The target is masked exactly as it would be on
 its own (``<cls> target <eos>``, same generator), so its ``<mask>`` perplexity with and without
 context is a paired comparison over the very same positions.
 
@@ -23,12 +25,23 @@ from protein_performer.errors import ConfigError
 MIN_CONTEXT_RESIDUES = 16
 
 
-def single_window(residues: np.ndarray, alphabet: Alphabet) -> np.ndarray:
-    """``<cls> residues <eos>`` as int64 ``(len + 2,)``."""
-    out = np.empty(len(residues) + 2, dtype=np.int64)
-    out[0], out[-1] = alphabet.cls_idx, alphabet.eos_idx
-    out[1:-1] = residues
-    return out
+STYLES = ("crop", "concat")
+
+
+def _ends(alphabet: Alphabet, style: str) -> tuple[list[int], list[int]]:
+    if style == "crop":
+        return [alphabet.cls_idx], [alphabet.eos_idx]
+    if style == "concat":
+        return [], [alphabet.sep_idx]
+    raise ConfigError(f"style must be one of {', '.join(STYLES)}; got {style!r}")
+
+
+def single_window(residues: np.ndarray, alphabet: Alphabet, style: str = "crop") -> np.ndarray:
+    """``<cls> residues <eos>`` (``crop``) or ``residues <sep>`` (``concat``) as int64."""
+    head, tail = _ends(alphabet, style)
+    return np.concatenate(
+        [np.array(head, dtype=np.int64), np.asarray(residues, dtype=np.int64), np.array(tail)]
+    ).astype(np.int64)
 
 
 def context_window(
@@ -38,8 +51,10 @@ def context_window(
     max_length: int,
     *,
     min_context: int = MIN_CONTEXT_RESIDUES,
+    style: str = "crop",
 ) -> tuple[np.ndarray, int, int]:
-    """Tokens of ``<cls> c_1 <sep> … c_k <sep> target <eos>`` and how much context they hold.
+    """Tokens of ``<cls> c_1 <sep> … c_k <sep> target <eos>`` (or the ``concat`` style) and how
+    much context they hold.
 
     Args:
         target: ``(n,)`` token ids of the target (residues, possibly already masked); it
@@ -51,10 +66,11 @@ def context_window(
         ``(tokens, start, n_context)``: int64 tokens, the index of the target's first residue
         in them, and how many context members (whole or cut) they hold.
     """
+    head, tail = _ends(alphabet, style)
     n = len(target)
-    if n + 2 > max_length:
+    if n + len(head) + len(tail) > max_length:
         raise ConfigError(f"target of {n} residues does not fit a window of {max_length} tokens")
-    budget = max_length - n - 2
+    budget = max_length - n - len(head) - len(tail)
     parts: list[np.ndarray] = []
     for member in context:
         if budget < min(len(member), min_context) + 1:
@@ -65,16 +81,16 @@ def context_window(
         budget -= take + 1
         if take < len(member):
             break
-    start = 1 + sum(len(p) for p in parts)
+    start = len(head) + sum(len(p) for p in parts)
     tokens = np.concatenate(
         [
-            np.array([alphabet.cls_idx], dtype=np.int64),
+            np.array(head, dtype=np.int64),
             *parts,
             np.asarray(target, dtype=np.int64),
-            np.array([alphabet.eos_idx], dtype=np.int64),
+            np.array(tail, dtype=np.int64),
         ]
     )
     return tokens, start, len(parts) // 2
 
 
-__all__ = ["MIN_CONTEXT_RESIDUES", "context_window", "single_window"]
+__all__ = ["MIN_CONTEXT_RESIDUES", "STYLES", "context_window", "single_window"]

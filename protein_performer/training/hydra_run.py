@@ -407,6 +407,8 @@ _EVALUATE_KEYS = {
     "overwrite": "replace an existing output file (a result JSON of evaluate only)",
     "attention": "run the weights with another attention kind (e.g. transformer)",
     "nb_features": "random features for a Performer attention",
+    "context": "also score with homologs before each protein: cluster or a FASTA of them",
+    "context_min_members": "context=cluster: smallest cluster (members) scored",
 }
 
 

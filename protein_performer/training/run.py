@@ -38,8 +38,9 @@ from protein_performer.config import (
     validate_train_config,
 )
 from protein_performer.data.alphabet import Alphabet, default_alphabet
+from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
-from protein_performer.data.fasta import check_distinct_inputs
+from protein_performer.data.fasta import check_distinct_inputs, load_fasta_source
 from protein_performer.devices import pick_device
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, check_output_file, entries, json_with_keys
@@ -50,6 +51,12 @@ from protein_performer.training.callbacks import (
     ValidateOnFinalStep,
 )
 from protein_performer.training.checkpoints import init_weights_from, load_model, read_checkpoint
+from protein_performer.training.context_eval import (
+    Target,
+    cluster_targets,
+    context_perplexity,
+    fixed_targets,
+)
 from protein_performer.training.interrupt import GracefulInterrupt, sigterm_raises
 from protein_performer.training.lm_module import ProteinLMModule
 from protein_performer.training.memory import (
@@ -721,6 +728,8 @@ class EvalResult:
     cropped_records: int = 0
     residues_in_windows: float = 1.0
     windows: int | None = None
+    # context=...: the paired with/without-context scores (training.context_eval)
+    context: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -770,6 +779,21 @@ class EvalResult:
             text += "\n  by input at the predicted position (perplexity / accuracy): " + "; ".join(
                 parts
             )
+        if self.context:
+            c = self.context
+            text += (
+                f"\n  with context ({c['source']}): {c['proteins']:,} proteins, "
+                f"{c['positions']:,} <mask> positions, {c['mean_context_proteins']:.1f} context "
+                f"proteins ({c['mean_context_tokens']:.0f} tokens) on average: perplexity "
+                f"{_num(c['with_context']['perplexity'], '.3f')} with context vs "
+                f"{_num(c['without_context']['perplexity'], '.3f')} alone (ratio "
+                f"{_num(c['ratio'], '.3f')}); unigram {_num(c['unigram_perplexity'], '.3f')}"
+            )
+            if c["targets_with_identical_context"]:
+                text += (
+                    f"\n    {c['targets_with_identical_context']:,} of them had an identical "
+                    "sequence in their context"
+                )
         return text
 
 
@@ -782,7 +806,7 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
         given = [
             k
             for k in ("split_by", "clusters", "split_fractions", "split_seed")
-            if getattr(cfg, k) is not None
+            if getattr(cfg, k) is not None and not (k == "clusters" and cfg.context == "cluster")
         ]
         if given:
             log.warning(
@@ -851,6 +875,37 @@ def _cropping(dm: ProteinDataModule, split: str, mode: str, max_length: int) -> 
         "share": inside / total if total else 1.0,
         "windows": None,
     }
+
+
+def _context_targets(
+    cfg: EvalConfig, source: Any, stored: dict[str, Any], alphabet: Alphabet
+) -> list[Target]:
+    """The proteins ``context=`` scores, each with its context proteins."""
+    if cfg.context == "cluster":
+        clusters = cfg.clusters or stored.get("clusters")
+        if not clusters:
+            raise ConfigError("context=cluster needs clusters=DIR (the output of `data cluster`)")
+        targets = cluster_targets(
+            source, read_members(clusters), min_members=cfg.context_min_members
+        )
+        if not targets:
+            raise DataError(
+                f"context=cluster: no evaluated protein has {cfg.context_min_members - 1} or "
+                "more cluster members among the evaluated records",
+                path=clusters,
+            )
+        return targets
+    _require_file(cfg.context, "context")
+    homologs = load_fasta_source(
+        [cfg.context],
+        policy=cfg.invalid,
+        alphabet=alphabet,
+        strip_gaps=cfg.strip_gaps,
+        allow_nucleotide=cfg.allow_nucleotide,
+    )
+    if len(homologs) == 0:
+        raise DataError("context: no records", path=cfg.context)
+    return fixed_targets(source, [homologs[i] for i in range(len(homologs))])
 
 
 @torch.inference_mode()
@@ -972,6 +1027,28 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         tokens += (~batch["padding_mask"]).sum()
     nll, count, correct = sums.tolist()
     unigram = _unigram_summary(uni_sums, uni_kinds, counts_from)
+    context = None
+    if cfg.context:
+        if causal:
+            raise ConfigError("context= scores masked-LM checkpoints; this one is causal")
+        targets = _context_targets(cfg, dm.datasets[split].source, stored, alphabet)
+        context = context_perplexity(
+            model,
+            alphabet,
+            targets,
+            max_length=max_length,
+            style="concat" if mode == "concat" else "crop",
+            mask_prob=mask_prob,
+            seed=cfg.seed,
+            toks_per_batch=cfg.toks_per_batch,
+            device=device,
+            unigram_log_probs=uni_logp,
+        )
+        context["source"] = (
+            f"each protein's cluster, >= {cfg.context_min_members} members"
+            if cfg.context == "cluster"
+            else cfg.context
+        )
     cropping = _cropping(dm, split, mode, max_length)
     if count == 0:
         raise DataError("nothing to predict (no residues)", path=cfg.fasta)
@@ -1006,6 +1083,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         cropped_records=cropping["cropped"],
         residues_in_windows=cropping["share"],
         windows=cropping["windows"],
+        context=context,
     )
     if cfg.output:
         try:

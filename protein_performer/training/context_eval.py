@@ -1,0 +1,201 @@
+"""Homolog-conditioned evaluation: a protein's ``<mask>`` perplexity with homologs placed before
+it in the window, next to the same positions scored without them.
+
+Each target is masked once (generator keyed by ``(seed, index)``, as evaluation always is) and
+scored twice: alone (``<cls> target <eos>``) and after its context
+(``<cls> c_1 <sep> … <sep> target <eos>``, see :mod:`protein_performer.data.context`), so the
+two perplexities are over the very same ``<mask>`` positions. A target longer than half the
+window is cropped to half (a seeded window, the same in both runs), so context has room.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.batching import pad_batch
+from protein_performer.data.context import context_window, single_window
+from protein_performer.data.datasets import TAG_CROP, TAG_MASK, TAG_ORDER, keyed_rng
+from protein_performer.data.masking import mask_tokens
+from protein_performer.data.sources import FlatSource
+from protein_performer.model.performer import ProteinLM
+
+
+@dataclass
+class Target:
+    """One protein to score: ``residues`` (token ids) and its context proteins."""
+
+    id: str
+    residues: np.ndarray
+    context: list[np.ndarray]
+
+
+def cluster_targets(
+    source: FlatSource, cluster_of: Mapping[str, str], *, min_members: int = 2
+) -> list[Target]:
+    """Every record of ``source`` whose cluster has at least ``min_members`` members in
+    ``source`` (itself included), with the cluster's other members as context (source order).
+    Records missing from ``cluster_of`` are their own cluster."""
+    if source.ids is None:
+        raise ValueError("cluster context needs record ids")
+    groups: dict[str, list[int]] = {}
+    for i, rid in enumerate(source.ids):
+        groups.setdefault(cluster_of.get(rid, f"\0{rid}"), []).append(i)
+    targets = []
+    for i, rid in enumerate(source.ids):
+        members = groups[cluster_of.get(rid, f"\0{rid}")]
+        if len(members) >= min_members:
+            context = [np.asarray(source[j]) for j in members if j != i]
+            targets.append(Target(rid, np.asarray(source[i]), context))
+    return targets
+
+
+def fixed_targets(source: FlatSource, context: Sequence[np.ndarray]) -> list[Target]:
+    """Every record of ``source`` with the same ``context`` proteins (e.g. a FASTA of homologs)."""
+    ids = source.ids or [str(i) for i in range(len(source))]
+    return [Target(ids[i], np.asarray(source[i]), list(context)) for i in range(len(source))]
+
+
+def _windows(
+    targets: Sequence[Target],
+    alphabet: Alphabet,
+    *,
+    max_length: int,
+    style: str,
+    mask_prob: float,
+    seed: int,
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray], dict]:
+    """Masked single and context windows with their labels (``<mask>`` positions only)."""
+    ends = 2 if style == "crop" else 1
+    half = max(1, max_length // 2 - ends)
+    single, single_y, ctx, ctx_y = [], [], [], []
+    members = tokens = identical = 0
+    for index, t in enumerate(targets):
+        res = t.residues
+        if len(res) > half:
+            start = int(keyed_rng(TAG_CROP, seed, 0, index).integers(0, len(res) - half + 1))
+            res = res[start : start + half]
+        window = single_window(res, alphabet, style)
+        x, y = mask_tokens(
+            window, alphabet, keyed_rng(TAG_MASK, seed, 0, index), mask_prob=mask_prob
+        )
+        y = np.where(x == alphabet.mask_idx, y, -100)  # score the <mask> positions
+        order = keyed_rng(TAG_ORDER, seed, 0, index).permutation(len(t.context))
+        context = [t.context[k] for k in order]
+        head = 1 if style == "crop" else 0
+        body = x[head : head + len(res)]
+        cx, start, n_ctx = context_window(body, context, alphabet, max_length, style=style)
+        cy = np.full(len(cx), -100, dtype=np.int64)
+        cy[start : start + len(res)] = y[head : head + len(res)]
+        single.append(x)
+        single_y.append(y)
+        ctx.append(cx)
+        ctx_y.append(cy)
+        members += n_ctx
+        tokens += start - head
+        identical += any(np.array_equal(c, t.residues) for c in context[:n_ctx])
+    n = max(1, len(targets))
+    info = {
+        "mean_context_proteins": members / n,
+        "mean_context_tokens": tokens / n,
+        "targets_with_identical_context": int(identical),
+    }
+    return single, single_y, ctx, ctx_y, info
+
+
+def _score(
+    model: ProteinLM,
+    inputs: list[np.ndarray],
+    labels: list[np.ndarray],
+    *,
+    pad_idx: int,
+    toks_per_batch: int,
+    device: torch.device,
+    uni_logp: torch.Tensor,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-position ``(nll, correct, unigram nll)`` at labelled positions, in input order."""
+    order = np.argsort([len(x) for x in inputs], kind="stable")
+    results: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    i = 0
+    while i < len(order):
+        width = len(inputs[order[i]])
+        j = i + 1
+        while j < len(order) and (j - i + 1) * max(width, len(inputs[order[j]])) <= toks_per_batch:
+            width = max(width, len(inputs[order[j]]))
+            j += 1
+        rows = order[i:j]
+        ids, pad = pad_batch([inputs[r] for r in rows], pad_idx)
+        y, _ = pad_batch([labels[r] for r in rows], -100)
+        ids, pad, y = ids.to(device), pad.to(device), y.to(device)
+        logp = torch.log_softmax(model(ids, pad)["logits"].float(), -1)
+        for row, r in enumerate(rows):
+            sel = y[row] != -100
+            target = y[row][sel]
+            lp = logp[row][sel]
+            nll = -lp.gather(-1, target[:, None])[:, 0]
+            correct = lp.argmax(-1) == target
+            uni = -uni_logp[target]
+            results[int(r)] = (nll.cpu().numpy(), correct.cpu().numpy(), uni.cpu().numpy())
+        i = j
+    parts = [results[r] for r in range(len(inputs))]
+    return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))  # type: ignore[return-value]
+
+
+@torch.inference_mode()
+def context_perplexity(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    targets: Sequence[Target],
+    *,
+    max_length: int,
+    style: str = "crop",
+    mask_prob: float = 0.15,
+    seed: int = 0,
+    toks_per_batch: int = 16384,
+    device: torch.device | str = "cpu",
+    unigram_log_probs: torch.Tensor | None = None,
+) -> dict[str, Any]:
+    """Score ``targets`` with and without their context (the model in eval mode on ``device``).
+
+    Returns ``{"proteins", "positions", "with_context": {"perplexity", "accuracy"},
+    "without_context": {...}, "unigram_perplexity", "ratio", "mean_context_proteins",
+    "mean_context_tokens", "targets_with_identical_context"}``; ``ratio`` is with / without.
+    """
+    device = torch.device(device)
+    single, single_y, ctx, ctx_y, info = _windows(
+        targets, alphabet, max_length=max_length, style=style, mask_prob=mask_prob, seed=seed
+    )
+    uni = unigram_log_probs
+    if uni is None:
+        uni = torch.full((len(alphabet),), -math.log(len(alphabet.standard_ids)))
+    uni = uni.to(device)
+    kw = {"pad_idx": alphabet.pad_idx, "toks_per_batch": toks_per_batch, "device": device}
+    alone = _score(model, single, single_y, uni_logp=uni, **kw)
+    with_ctx = _score(model, ctx, ctx_y, uni_logp=uni, **kw)
+    n = len(alone[0])
+
+    def summary(nll: np.ndarray, correct: np.ndarray) -> dict[str, float | None]:
+        if not n:
+            return {"perplexity": None, "accuracy": None}
+        return {"perplexity": math.exp(float(nll.mean())), "accuracy": float(correct.mean())}
+
+    out = {
+        "proteins": len(targets),
+        "positions": int(n),
+        "with_context": summary(with_ctx[0], with_ctx[1]),
+        "without_context": summary(alone[0], alone[1]),
+        "unigram_perplexity": math.exp(float(alone[2].mean())) if n else None,
+        **info,
+    }
+    w, a = out["with_context"]["perplexity"], out["without_context"]["perplexity"]
+    out["ratio"] = w / a if w and a else None
+    return out
+
+
+__all__ = ["Target", "cluster_targets", "context_perplexity", "fixed_targets"]

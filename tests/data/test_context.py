@@ -1,0 +1,48 @@
+"""Context windows: layout, budget, the cut member, both styles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.data.context import context_window, single_window
+from protein_performer.errors import ConfigError
+
+A = default_alphabet()
+
+
+def enc(s: str) -> np.ndarray:
+    return A.encode(s).astype(np.int64)
+
+
+def text(tokens: np.ndarray) -> str:
+    return A.decode(tokens, keep_specials=True)
+
+
+def test_context_comes_first_target_last_and_the_budget_holds():
+    target = enc("MKVL")
+    ctx = [enc("AAAAA"), enc("CCCCCCCCCC"), enc("DDD")]
+    tokens, start, n = context_window(target, ctx, A, 40, min_context=2)
+    assert text(tokens) == "<cls>AAAAA<sep>CCCCCCCCCC<sep>DDD<sep>MKVL<eos>"
+    assert n == 3 and text(tokens[start : start + 4]) == "MKVL"
+    # 16 tokens: room for 10 of context: AAAAA<sep> then CCC<sep> (cut to the budget)
+    tokens, start, n = context_window(target, ctx, A, 16, min_context=2)
+    assert text(tokens) == "<cls>AAAAA<sep>CCC<sep>MKVL<eos>" and len(tokens) == 16 and n == 2
+    # a cut shorter than min_context is left out
+    tokens, _, n = context_window(target, ctx, A, 16, min_context=4)
+    assert text(tokens) == "<cls>AAAAA<sep>MKVL<eos>" and n == 1
+    # no room at all: the target alone, the same as single_window
+    tokens, start, n = context_window(target, ctx, A, 6)
+    assert n == 0 and start == 1
+    np.testing.assert_array_equal(tokens, single_window(target, A))
+    with pytest.raises(ConfigError, match="does not fit"):
+        context_window(target, ctx, A, 5)
+
+
+def test_concat_style_has_no_cls_or_eos():
+    tokens, start, n = context_window(enc("MK"), [enc("AAA")], A, 20, style="concat")
+    assert text(tokens) == "AAA<sep>MK<sep>" and start == 4 and n == 1
+    assert text(single_window(enc("MK"), A, "concat")) == "MK<sep>"
+    with pytest.raises(ConfigError, match="style"):
+        single_window(enc("MK"), A, "window")

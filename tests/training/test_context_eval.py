@@ -1,0 +1,129 @@
+"""Homolog-conditioned evaluation: pairing of positions, targets from clusters, evaluate context=."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from protein_performer.config import EvalConfig
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.data.sources import FlatSource
+from protein_performer.errors import ConfigError, DataError
+from protein_performer.training.context_eval import (
+    cluster_targets,
+    context_perplexity,
+    fixed_targets,
+)
+from protein_performer.training.run import evaluate, train
+from tests.training.helpers import tiny_config, write_fasta
+
+A = default_alphabet()
+AA = "ACDEFGHIKLMNPQRSTVWY"
+
+
+class CopyModel(nn.Module):
+    """Test double: at each position of the target (after the first ``<sep>``) it predicts the
+    token at the same offset in the first context protein (certain), elsewhere uniform. So it is
+    perfect with an identical copy in context and uniform without context."""
+
+    def forward(self, ids: torch.Tensor, pad: torch.Tensor | None = None) -> dict:
+        b, n = ids.shape
+        logits = torch.zeros(b, n, len(A))
+        for r in range(b):
+            seps = (ids[r] == A.sep_idx).nonzero().flatten().tolist()
+            if not seps:
+                continue
+            tstart = seps[0] + 1
+            for p in range(tstart, n):
+                src = 1 + (p - tstart)
+                if src < seps[0]:
+                    logits[r, p, int(ids[r, src])] = 50.0
+        return {"logits": logits}
+
+
+def random_seq(rng: np.random.Generator, n: int) -> str:
+    return "".join(rng.choice(list(AA), size=n))
+
+
+def test_an_identical_context_copy_is_scored_on_the_same_positions():
+    rng = np.random.default_rng(0)
+    seqs = [random_seq(rng, int(rng.integers(30, 80))) for _ in range(12)]
+    source = FlatSource.from_strings(seqs, ids=[f"p{i}" for i in range(12)])
+    copies = cluster_targets(source, {f"p{i}": f"c{i}" for i in range(12)}, min_members=1)
+    for t in copies:
+        t.context = [t.residues.copy()]  # the protein itself as its context
+    out = context_perplexity(CopyModel(), A, copies, max_length=256, seed=3)
+    assert out["proteins"] == 12 and out["positions"] > 12
+    assert out["with_context"]["perplexity"] == pytest.approx(1.0, abs=1e-6)
+    assert out["with_context"]["accuracy"] == 1.0
+    assert out["without_context"]["perplexity"] == pytest.approx(len(A), rel=1e-6)  # uniform
+    assert out["ratio"] == pytest.approx(1 / len(A), rel=1e-6)
+    assert out["targets_with_identical_context"] == 12 and out["mean_context_proteins"] == 1
+    # masks are keyed by the seed: the same positions again, other positions with another seed
+    again = context_perplexity(CopyModel(), A, copies, max_length=256, seed=3)
+    assert again["positions"] == out["positions"]
+    # an unrelated context does not help the copy model
+    other = fixed_targets(source, [np.asarray(source[0])])
+    unrelated = context_perplexity(CopyModel(), A, other[1:], max_length=256, seed=3)
+    assert unrelated["with_context"]["perplexity"] > 5
+
+
+def test_long_targets_are_cropped_to_half_the_window_in_both_runs():
+    rng = np.random.default_rng(1)
+    source = FlatSource.from_strings([random_seq(rng, 300)], ids=["long"])
+    (t,) = fixed_targets(source, [np.asarray(source[0])])
+    out = context_perplexity(CopyModel(), A, [t], max_length=100, mask_prob=1.0, seed=0)
+    # 48 residues of the target (100 // 2 - 2), 80% of them <mask>ed
+    assert 30 <= out["positions"] <= 48
+    assert out["mean_context_tokens"] == 50  # the rest of the window: 49 context + <sep>
+
+
+def test_cluster_targets_use_the_other_members_and_skip_small_clusters():
+    source = FlatSource.from_strings(["AAAA", "CCCC", "DDDD", "EEEE", "FFFF"], ids=list("abcde"))
+    table = {"a": "x", "b": "x", "c": "x", "d": "y"}  # e is in no cluster: its own
+    targets = cluster_targets(source, table, min_members=2)
+    assert [t.id for t in targets] == ["a", "b", "c"]
+    assert [A.decode(c) for c in targets[1].context] == ["AAAA", "DDDD"]
+    assert [t.id for t in cluster_targets(source, table, min_members=3)] == ["a", "b", "c"]
+    assert cluster_targets(source, table, min_members=4) == []
+
+
+def test_evaluate_context_cluster_and_fasta(tmp_path):
+    fasta = write_fasta(tmp_path / "t.fasta", n=30)
+    result = train(tiny_config(fasta, max_steps=2), tmp_path / "run")
+    members = tmp_path / "members.tsv"
+    ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
+    members.write_text(
+        "cluster_id\tmember_id\n" + "".join(f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids))
+    )
+    out = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
+            clusters=str(members),
+        )
+    )  # fmt: skip
+    c = out.context
+    # 64-token windows: the target takes up to 30 residues, one homolog (maybe cut) fits
+    assert c["proteins"] == 30 and c["mean_context_proteins"] == 1
+    assert c["positions"] > 0 and math.isfinite(c["with_context"]["perplexity"])
+    assert "with context (each protein's cluster, >= 2 members): 30 proteins" in out.format()
+    homologs = write_fasta(tmp_path / "h.fasta", n=2, seed=5)
+    out = evaluate(
+        EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(homologs))
+    )
+    assert out.context["proteins"] == 30 and out.context["mean_context_proteins"] >= 1
+    with pytest.raises(ConfigError, match="context=cluster needs clusters"):
+        evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster"))
+    with pytest.raises(DataError, match="context: not found"):
+        evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context="no.fa"))
+    with pytest.raises(DataError, match="no evaluated protein has 3 or more"):
+        evaluate(
+            EvalConfig(
+                checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
+                clusters=str(members), context_min_members=4,
+            )
+        )  # fmt: skip
