@@ -29,10 +29,10 @@ PY=${PYTHON:-python3}
 status=0
 if [ "$QUICK" = 1 ]; then
     scaling_lengths="256 512" model_lengths="256" model_dims="--dim 64 --depth 1 --heads 2"
-    probe_dims="--dim 64 --depth 1 --heads 2 --features 16"
+    probe_dims="--dim 64 --depth 1 --heads 2 --ffn-dim 256 --features 16"
 else
     scaling_lengths="4096 8192 16384 65536" model_lengths="1024 8192 65536" model_dims=""
-    probe_dims="--dim 512 --depth 6 --heads 8 --features 256"
+    probe_dims="--size regular --features 256"
 fi
 scaling_lengths=${SCALING_LENGTHS:-$scaling_lengths}
 model_lengths=${MODEL_LENGTHS:-$model_lengths}
@@ -56,7 +56,7 @@ if [ -f "$ecoli" ] && [ -f "$yeast" ]; then
     stage "gpu_recipe: step-rate probe (model sizes as in conf/experiment/gpu_recipe.yaml)"
     rm -f /tmp/recipe_probe.json
     # shellcheck disable=SC2086
-    timeout 120 "$PY" benchmarks/model_throughput.py --device "$DEVICE" --precision bf16 \
+    timeout 120 "$PY" benchmarks/model_scaling.py --device "$DEVICE" --precision bf16 \
         --lengths 512 --tokens 65536 --steps 5 --attentions performer_relu $probe_dims \
         --json /tmp/recipe_probe.json || status=1
     steps=$("$PY" - "$RECIPE_SECONDS" <<'EOF'
@@ -100,7 +100,7 @@ timeout 300 "$PY" benchmarks/attention_scaling.py --device "$DEVICE" --dtype bfl
 
 stage "whole model, bf16 autocast"
 # shellcheck disable=SC2086
-timeout 200 "$PY" benchmarks/model_throughput.py --device "$DEVICE" --precision bf16 \
+timeout 200 "$PY" benchmarks/model_scaling.py --device "$DEVICE" --precision bf16 \
     --lengths $model_lengths --attentions $model_attentions --tokens 65536 --steps 5 \
     --timeout 60 $model_dims \
     --json "$OUT/model_bf16.json" || status=1

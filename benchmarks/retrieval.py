@@ -81,6 +81,16 @@ def make_window(rng, members, args, alphabet, eval_mode: bool = False):
     return tokens, ctx_labels, inputs, labels
 
 
+def label(args: argparse.Namespace) -> str:
+    """The attention kind, with its hybrid and feature settings when they are not plain."""
+    out = args.attention
+    if args.local_heads:
+        out += f" + {args.local_heads} local heads (w={args.local_window})"
+    if args.attention.startswith("performer") and args.features != 256:
+        out += f", m={args.features}"
+    return out
+
+
 def batch(windows, alphabet):
     import torch
 
@@ -117,7 +127,6 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         make_window(eval_rng, families[held[int(eval_rng.integers(len(held)))]], args, alphabet)
         for _ in range(args.eval_windows)
     ]
-    extra = {"attention_window": args.window} if args.window else {}
     config = ModelConfig(
         attention=args.attention,
         dim=args.dim,
@@ -129,7 +138,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         position=args.position,
         nb_features=args.features,
         redraw_interval=args.redraw,
-        **extra,
+        local_heads=args.local_heads,
+        local_window=args.local_window,
     )
     model = ProteinLM(config, len(alphabet), alphabet.pad_idx)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
@@ -193,7 +203,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-    return {"attention": args.attention, "window": args.window, "curve": curve}
+    return {"attention": label(args), "curve": curve}
 
 
 def main() -> None:
@@ -210,7 +220,8 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--features", type=int, default=256)
     p.add_argument("--redraw", type=int, default=0)
-    p.add_argument("--window", type=int, default=0, help="model.attention_window (hybrids)")
+    p.add_argument("--local-heads", type=int, default=0, help="model.local_heads (hybrid)")
+    p.add_argument("--local-window", type=int, default=16, help="model.local_window")
     p.add_argument("--position", default="rotary")
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -243,7 +254,7 @@ def main() -> None:
         last = run["curve"][-1]
         rows.append(
             [
-                run["attention"] + (f" (w={run['window']})" if run["window"] else ""),
+                run["attention"],
                 last["step"],
                 f"{last['seconds']:.0f}",
                 f"{last['single']:.2f}",
@@ -273,8 +284,7 @@ def plot(runs: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> No
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, run in enumerate(runs):
         steps = [c["step"] for c in run["curve"]]
-        label = run["attention"] + (f" w={run['window']}" if run["window"] else "")
-        ax.plot(steps, [c["context"] for c in run["curve"]], color=f"C{i}", label=label)
+        ax.plot(steps, [c["context"] for c in run["curve"]], color=f"C{i}", label=run["attention"])
         ax.plot(steps, [c["single"] for c in run["curve"]], color=f"C{i}", ls=":")
     ax.axhline(runs[0]["curve"][-1]["unigram"], color="grey", lw=0.8, label="unigram")
     ax.set_xlabel("training step")

@@ -174,6 +174,7 @@ class EvalConfig:
     # members among the evaluated records) or a FASTA of context proteins for every record
     context: str | None = None
     context_min_members: int = 2  # context=cluster: clusters smaller than this are left out
+    context_max_proteins: int | None = None  # score a seeded sample of this many (null: all)
 
 
 def _key(default: Any, help: str) -> Any:
@@ -293,6 +294,8 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         _positive("nb_features", cfg.nb_features)
     if cfg.context is not None and (not isinstance(cfg.context, str) or not cfg.context):
         raise ConfigError("context must be 'cluster' or a FASTA path")
+    if cfg.context_max_proteins is not None:
+        _positive("context_max_proteins", cfg.context_max_proteins)
     if not isinstance(cfg.context_min_members, int) or cfg.context_min_members < 2:
         raise ConfigError(
             f"context_min_members must be an integer >= 2 (got {cfg.context_min_members!r})"

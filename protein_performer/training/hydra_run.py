@@ -409,6 +409,7 @@ _EVALUATE_KEYS = {
     "nb_features": "random features for a Performer attention",
     "context": "also score with homologs before each protein: cluster or a FASTA of them",
     "context_min_members": "context=cluster: smallest cluster (members) scored",
+    "context_max_proteins": "context: score a seeded sample of this many proteins (unset: all)",
 }
 
 

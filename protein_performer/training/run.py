@@ -40,6 +40,7 @@ from protein_performer.config import (
 from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
+from protein_performer.data.datasets import TAG_ORDER, keyed_rng
 from protein_performer.data.fasta import check_distinct_inputs, load_fasta_source
 from protein_performer.devices import pick_device
 from protein_performer.errors import ConfigError, DataError
@@ -1032,6 +1033,11 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         if causal:
             raise ConfigError("context= scores masked-LM checkpoints; this one is causal")
         targets = _context_targets(cfg, dm.datasets[split].source, stored, alphabet)
+        if cfg.context_max_proteins is not None and len(targets) > cfg.context_max_proteins:
+            pick = keyed_rng(TAG_ORDER, cfg.seed).choice(
+                len(targets), cfg.context_max_proteins, replace=False
+            )
+            targets = [targets[i] for i in sorted(pick)]
         context = context_perplexity(
             model,
             alphabet,

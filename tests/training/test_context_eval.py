@@ -116,6 +116,13 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
         EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(homologs))
     )
     assert out.context["proteins"] == 30 and out.context["mean_context_proteins"] >= 1
+    sample = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(homologs),
+            context_max_proteins=7,
+        )
+    )  # fmt: skip
+    assert sample.context["proteins"] == 7
     with pytest.raises(ConfigError, match="context=cluster needs clusters"):
         evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster"))
     with pytest.raises(DataError, match="context: not found"):
