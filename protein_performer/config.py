@@ -237,6 +237,9 @@ class PlotHeadsConfig(_AnalysisInputs):
     shared_scale: bool = _key(False, "one colour scale for every panel")
     max_length: int | None = _key(None, "tokens with <cls>/<eos> (unset: the model's)")
     truncate: bool = _key(False, "keep the first residues of a longer record (else an error)")
+    join: bool = _key(
+        False, "one window of all records, <sep> between (the last one after its homologs)"
+    )
 
 
 @dataclass

@@ -30,6 +30,7 @@ from protein_performer.analysis.figures import (
     similarity_figure,
 )
 from protein_performer.analysis.inputs import (
+    Protein,
     checkpoint_label,
     max_tokens,
     parse_indices,
@@ -50,6 +51,7 @@ from protein_performer.config import (
     SimilarityConfig,
     eval_fasta_paths,
 )
+from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.fasta import EncodeCounts
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
@@ -232,19 +234,27 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         cfg, is_heads_dir, "figure directory"
     )
     limit = max_tokens(model, cfg.max_length, _trained_length(meta))
+    if cfg.join and cfg.record is not None:
+        raise ConfigError("join=true uses every record of fasta; leave record= unset")
     proteins = read_proteins(
         fasta,
         alphabet,
-        max_tokens=limit,
+        max_tokens=None if cfg.join else limit,
         truncate=cfg.truncate,
         invalid=cfg.invalid,
         ids=None if cfg.record is None else [cfg.record],
-        max_kept=1 if cfg.record is None else None,
+        max_kept=1 if cfg.record is None and not cfg.join else None,
     )
-    protein = proteins[0]
+    segments = None
+    if cfg.join:
+        protein, segments = join_proteins(proteins, alphabet, limit, truncate=cfg.truncate)
+    else:
+        protein = proteins[0]
     att = attention_maps(model, protein, alphabet, layers=layers, heads=heads)
-    sequence = alphabet.decode(protein.residues)
+    sequence = alphabet.decode(protein.residues, keep_specials=True).replace("<sep>", "|")
     stats = head_stats(att)
+    if segments is not None:
+        stats["cross_protein"] = cross_protein_mass(att, segments)
     kind = model.config.attention
     title = f"{protein.id} ({protein.sequence_length} residues) · {checkpoint_label(cfg.checkpoint)} ({kind})"
     per_head = [
@@ -264,6 +274,11 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         "uniform_entropy": float(np.log(protein.sequence_length)),
         "heads_stats": per_head,
     }
+    if segments is not None:
+        summary["joined"] = [
+            {"id": p.id, "start": a, "stop": b}
+            for p, (a, b) in zip(proteins, segments, strict=False)
+        ]
     with _staged(cfg, outdir, is_heads_dir, "figure directory") as work:
         head_grid_figure(
             att, layers, heads, sequence, work / "heads", shared_scale=cfg.shared_scale, title=title
@@ -292,7 +307,54 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     )
     if cfg.zoom and cfg.zoom >= protein.sequence_length:
         text += f" (no zoom figure: zoom={cfg.zoom} covers all {protein.sequence_length} residues)"
+    if segments is not None:
+        top = max(per_head, key=lambda h: h["cross_protein"])
+        text += (
+            f"\n  joined {len(segments)} proteins; the last one's queries put "
+            f"{top['cross_protein']:.0%} of their attention on the others in "
+            f"L{top['layer']}H{top['head']} (the most of any head)"
+        )
     return CommandResult({"out": str(outdir), **summary}, text)
+
+
+def join_proteins(
+    proteins: list[Protein], alphabet: Alphabet, limit: int | None, *, truncate: bool
+) -> tuple[Protein, list[tuple[int, int]]]:
+    """One protein of ``p_1 <sep> p_2 … <sep> p_n`` and each part's ``(start, stop)`` in it."""
+    parts, segments, pos = [], [], 0
+    for i, p in enumerate(proteins):
+        if i:
+            parts.append(np.array([alphabet.sep_idx], dtype=p.residues.dtype))
+            pos += 1
+        parts.append(p.residues)
+        segments.append((pos, pos + len(p.residues)))
+        pos += len(p.residues)
+    residues = np.concatenate(parts)
+    cropped = 0
+    if limit is not None and len(residues) + 2 > limit:
+        if not truncate:
+            raise ConfigError(
+                f"join: {len(proteins)} proteins make {len(residues) + 2} tokens, more than "
+                f"{limit}; give fewer records, max_length=, or truncate=true"
+            )
+        cropped = len(residues) + 2 - limit
+        residues = residues[: limit - 2]
+        segments = [(a, min(b, len(residues))) for a, b in segments if a < len(residues)]
+    name = proteins[-1].id if len(proteins) == 1 else f"{proteins[-1].id}+{len(proteins) - 1}"
+    joined = Protein(name, f"{len(proteins)} proteins joined", residues, cropped)
+    return joined, segments
+
+
+def cross_protein_mass(attention: np.ndarray, segments: list[tuple[int, int]]) -> np.ndarray:
+    """``(layers, heads)``: mean over the last segment's queries of the attention they put on
+    the other segments (the cross-protein heads of a homolog window)."""
+    start, stop = segments[-1]
+    others = np.zeros(attention.shape[-1], dtype=bool)
+    for a, b in segments[:-1]:
+        others[a:b] = True
+    rows = attention[..., start:stop, :].astype(np.float64)
+    total = np.clip(rows.sum(-1), 1e-30, None)
+    return (rows[..., others].sum(-1) / total).mean(-1)
 
 
 COMMANDS = {

@@ -212,3 +212,39 @@ def test_default_checkpoint_is_the_shipped_one() -> None:
         4,
     )
     assert meta["data"]["split_by"] == "cluster" and len(meta["data"]["unigram_counts"]) == 31
+
+
+def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys) -> None:
+    from protein_performer.analysis.commands import cross_protein_mass
+
+    proteins = random_proteins(3, 20, seed=4)
+    write_fasta(tmp_path / "family.fasta", proteins)
+    out = tmp_path / "heads"
+    code, text, _ = run(
+        capsys,
+        "plot-heads",
+        f"checkpoint={files / 'relu.ckpt'}",
+        f"fasta={tmp_path / 'family.fasta'}",
+        f"out={out}",
+        "join=true",
+        "zoom=null",
+    )
+    assert code == 0, text
+    summary = json.loads((out / "heads.json").read_text())
+    assert summary["length"] == 3 * 20 + 2  # two <sep> between three proteins
+    assert [(j["start"], j["stop"]) for j in summary["joined"]] == [(0, 20), (21, 41), (42, 62)]
+    for h in summary["heads_stats"]:
+        assert 0.0 <= h["cross_protein"] <= 1.0
+    assert "joined 3 proteins; the last one's queries put" in text
+    # the statistic: rows of the last segment, mass on the other segments
+    att = np.zeros((1, 2, 7, 7))
+    att[0, 0, 4:, 0] = 1.0  # head 0: the last protein looks at the first one
+    att[0, 1, 4:, 5] = 1.0  # head 1: within itself
+    att[0, :, :4, 4] = 1.0
+    np.testing.assert_allclose(cross_protein_mass(att, [(0, 3), (4, 7)]), [[1.0, 0.0]])
+    too_long = ["plot-heads", f"checkpoint={files / 'relu.ckpt'}", f"out={tmp_path / 'x'}"]
+    code, _, err = run(
+        capsys, *too_long, f"fasta={files / 'proteins.fasta'}", "join=true", "max_length=50"
+    )
+    assert code != 0 and "join: 60 proteins make 1861 tokens, more than 50" in err
+    assert not (tmp_path / "x").exists()
