@@ -801,7 +801,9 @@ class EvalResult:
 def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
     """The split evaluate reproduces: the values given, else the checkpoint's training run's
     (so ``split=test`` scores that run's held-out proteins), else the defaults."""
-    by = cfg.split_by or ("cluster" if cfg.clusters else None) or stored.get("split_by") or "record"
+    # clusters= alone implies a cluster split, except when it is there for context=cluster
+    implied = "cluster" if cfg.clusters and cfg.context != "cluster" else None
+    by = cfg.split_by or implied or stored.get("split_by") or "record"
     clusters = cfg.clusters or (stored.get("clusters") if by == "cluster" else None)
     if cfg.split is None:
         given = [

@@ -123,6 +123,15 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
         )
     )  # fmt: skip
     assert sample.context["proteins"] == 7
+    # clusters= given for the context does not turn the run's record split into a cluster split
+    plain = evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="train"))
+    with_ctx = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint, fasta=str(fasta), split="train", context="cluster",
+            clusters=str(members), context_min_members=2,
+        )
+    )  # fmt: skip
+    assert with_ctx.sequences == plain.sequences and with_ctx.perplexity == plain.perplexity
     with pytest.raises(ConfigError, match="context=cluster needs clusters"):
         evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster"))
     with pytest.raises(DataError, match="context: not found"):
