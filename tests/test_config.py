@@ -60,9 +60,9 @@ def test_every_group_option_and_experiment_composes():
             overrides = [f"{group}={option}"]
             if option == "fasta":
                 overrides.append("data.files=[x.fasta]")
-            elif option in ("shards", "paper_trembl_1024", "concat8192"):
+            elif option in ("shards", "paper_trembl_1024"):
                 overrides.append("data.shards=x")
-            elif option == "cpu_recipe_14":
+            elif option in ("cpu_recipe_14", "concat8192"):
                 overrides.append("data.clusters=clusters14")
             cfg = compose_job("train", overrides).config
             validate_train_config(cfg)
@@ -81,8 +81,15 @@ def test_every_group_option_and_experiment_composes():
                 "train", ["data.packing=family", "data.mode=concat", "data.clusters=null"]
             ).config
         )
-    long = compose_job("train", ["experiment=concat8192", "data.shards=x"]).config
+    long = compose_job("train", ["experiment=concat8192", "data.clusters=c"]).config
     assert (long.data.mode, long.data.max_length, long.model.max_len) == ("concat", 8192, 8192)
+    assert (long.data.packing, long.data.split_by, long.trainer.accelerator) == (
+        "family",
+        "cluster",
+        "cpu",
+    )
+    gpu = compose_job("train", ["experiment=concat8192", "data.clusters=c", "trainer=gpu"]).config
+    assert (gpu.trainer.accelerator, gpu.data.max_length) == ("gpu", 8192)
 
 
 def test_unknown_model_name_lists_the_choices():
