@@ -295,14 +295,6 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         _choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:
         _positive("nb_features", cfg.nb_features)
-    if cfg.context is not None and (not isinstance(cfg.context, str) or not cfg.context):
-        raise ConfigError("context must be 'cluster' or a FASTA path")
-    if cfg.context_max_proteins is not None:
-        _positive("context_max_proteins", cfg.context_max_proteins)
-    if not isinstance(cfg.context_min_members, int) or cfg.context_min_members < 2:
-        raise ConfigError(
-            f"context_min_members must be an integer >= 2 (got {cfg.context_min_members!r})"
-        )
 
 
 def validate_analysis_config(cfg: Any) -> None:
@@ -447,6 +439,14 @@ def validate_eval_config(cfg: EvalConfig) -> None:
     _choice("crop", cfg.crop, ("random", "sliding"))
     _choice("device", cfg.device, ("auto", "cpu", "cuda"))
     _positive("toks_per_batch", cfg.toks_per_batch)
+    if cfg.context is not None and (not isinstance(cfg.context, str) or not cfg.context):
+        raise ConfigError("context must be 'cluster' or a FASTA path")
+    if cfg.context_max_proteins is not None:
+        _positive("context_max_proteins", cfg.context_max_proteins)
+    if not isinstance(cfg.context_min_members, int) or cfg.context_min_members < 2:
+        raise ConfigError(
+            f"context_min_members must be an integer >= 2 (got {cfg.context_min_members!r})"
+        )
     if cfg.max_length is not None:
         _positive("max_length", cfg.max_length)
     if cfg.max_records is not None:

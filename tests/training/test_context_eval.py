@@ -143,3 +143,18 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
                 clusters=str(members), context_min_members=4,
             )
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"context": ""}, "context must be 'cluster' or a FASTA path"),
+        ({"context": "cluster", "context_min_members": 1}, "context_min_members must be"),
+        ({"context": "cluster", "context_max_proteins": 0}, "context_max_proteins must be"),
+    ],
+)
+def test_context_settings_are_checked(kw, message):
+    from protein_performer.config import validate_eval_config
+
+    with pytest.raises(ConfigError, match=message):
+        validate_eval_config(EvalConfig(checkpoint="x.ckpt", fasta="x.fa", **kw))
