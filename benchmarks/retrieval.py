@@ -5,9 +5,10 @@ with only the target's residues masked (15%, BERT-style). The context is the tar
 (``--context copy``: retrieval is exact copying), another member of its simulated family
 (``--context family``: alignment through substitutions and indels) or nothing (``none``). A small
 model (default 2 layers × 128, rotary positions, as in the issue's pilot) trains from scratch on
-the embedded simulated sample; every ``--eval-every`` steps the target's ``<mask>`` perplexity
-is measured on held-out families, with the context and without it (``<cls> target <eos>``, the
-same masked positions), next to the training unigram baseline. A model that retrieves shows
+the embedded simulated sample; every ``--eval-every`` steps the perplexity on the target's masked
+positions (BERT's selection: 80% ``<mask>``, 10% random, 10% unchanged) is measured on held-out
+families, with the context and without it (``<cls> target <eos>``, the same masked positions),
+next to the training unigram baseline. A model that retrieves shows
 the with-context perplexity falling far below the without-context one (for a copy: toward 1).
 
     python benchmarks/retrieval.py --attention transformer performer_relu --steps 600
@@ -288,7 +289,7 @@ def plot(runs: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> No
         ax.plot(steps, [c["single"] for c in run["curve"]], color=f"C{i}", ls=":")
     ax.axhline(runs[0]["curve"][-1]["unigram"], color="grey", lw=0.8, label="unigram")
     ax.set_xlabel("training step")
-    ax.set_ylabel("<mask> perplexity (target)")
+    ax.set_ylabel("perplexity on the target's masked positions")
     ax.set_title(f"context={args.context}: solid with context, dotted alone")
     ax.legend(fontsize=8)
     fig.tight_layout()

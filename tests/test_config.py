@@ -72,15 +72,12 @@ def test_every_group_option_and_experiment_composes():
         compose_job("train", ["experiment=cpu_recipe_14"])
     with pytest.raises(ConfigError, match=r"data\.packing=family needs data\.mode=concat"):
         validate_train_config(compose_job("train", ["data.packing=family"]).config)
-    fam = compose_job("train", ["data.packing=family", "data.mode=concat"]).config
-    validate_train_config(fam)  # the sample's configured families are the clusters
-    assert fam.data.clusters.endswith("simulated_families.members.tsv")
     with pytest.raises(ConfigError, match=r"data\.packing=family needs data\.clusters"):
         validate_train_config(
-            compose_job(
-                "train", ["data.packing=family", "data.mode=concat", "data.clusters=null"]
-            ).config
+            compose_job("train", ["data.packing=family", "data.mode=concat"]).config
         )
+    fam = ["data.packing=family", "data.mode=concat", "data.clusters=c.tsv"]
+    validate_train_config(compose_job("train", fam).config)
     long = compose_job("train", ["experiment=concat8192", "data.clusters=c"]).config
     assert (long.data.mode, long.data.max_length, long.model.max_len) == ("concat", 8192, 8192)
     assert (long.data.packing, long.data.split_by, long.trainer.accelerator) == (

@@ -247,7 +247,9 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     )
     segments = None
     if cfg.join:
-        protein, segments = join_proteins(proteins, alphabet, limit, truncate=cfg.truncate)
+        protein, segments, proteins = join_proteins(
+            proteins, alphabet, limit, truncate=cfg.truncate
+        )
     else:
         protein = proteins[0]
     att = attention_maps(model, protein, alphabet, layers=layers, heads=heads)
@@ -277,7 +279,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     if segments is not None:
         summary["joined"] = [
             {"id": p.id, "start": a, "stop": b}
-            for p, (a, b) in zip(proteins, segments, strict=False)
+            for p, (a, b) in zip(proteins, segments, strict=True)
         ]
     with _staged(cfg, outdir, is_heads_dir, "figure directory") as work:
         head_grid_figure(
@@ -319,8 +321,9 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
 
 def join_proteins(
     proteins: list[Protein], alphabet: Alphabet, limit: int | None, *, truncate: bool
-) -> tuple[Protein, list[tuple[int, int]]]:
-    """One protein of ``p_1 <sep> p_2 … <sep> p_n`` and each part's ``(start, stop)`` in it."""
+) -> tuple[Protein, list[tuple[int, int]], list[Protein]]:
+    """One protein of ``p_1 <sep> p_2 … <sep> p_n``, each part's ``(start, stop)`` in it and
+    the proteins it holds (``truncate``: the front is cut, the last protein always kept)."""
     parts, segments, pos = [], [], 0
     for i, p in enumerate(proteins):
         if i:
@@ -337,12 +340,21 @@ def join_proteins(
                 f"join: {len(proteins)} proteins make {len(residues) + 2} tokens, more than "
                 f"{limit}; give fewer records, max_length=, or truncate=true"
             )
+        last = segments[-1][1] - segments[-1][0]
+        if last + 2 > limit:
+            raise ConfigError(
+                f"join: the last protein ({proteins[-1].id}, {last} residues) alone exceeds "
+                f"{limit} tokens"
+            )
+        # cut the front (the earliest context): the last protein is the one analysed
         cropped = len(residues) + 2 - limit
-        residues = residues[: limit - 2]
-        segments = [(a, min(b, len(residues))) for a, b in segments if a < len(residues)]
+        residues = residues[cropped:]
+        kept = [(a - cropped, b - cropped) for a, b in segments if b > cropped]
+        proteins = proteins[len(segments) - len(kept) :]
+        segments = [(max(a, 0), b) for a, b in kept]
     name = proteins[-1].id if len(proteins) == 1 else f"{proteins[-1].id}+{len(proteins) - 1}"
     joined = Protein(name, f"{len(proteins)} proteins joined", residues, cropped)
-    return joined, segments
+    return joined, segments, proteins
 
 
 def cross_protein_mass(attention: np.ndarray, segments: list[tuple[int, int]]) -> np.ndarray:

@@ -41,6 +41,8 @@ def local_attention(
     gets zeros (as :func:`~protein_performer.attention.exact.exact_attention`)."""
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
+    if key_padding_mask is not None:
+        key_padding_mask = key_padding_mask.to(torch.bool)
     b, h, n, d = q.shape
     if n <= 2 * window + 1:  # the band is no smaller than the whole matrix
         band = torch.ones(n, n, dtype=torch.bool, device=q.device)
@@ -54,7 +56,7 @@ def local_attention(
     kp, vp = F.pad(k, (0, 0, *extra)), F.pad(v, (0, 0, *extra))
     valid = torch.ones(b, n, dtype=torch.bool, device=q.device)
     if key_padding_mask is not None:
-        valid = ~key_padding_mask.to(torch.bool)
+        valid = ~key_padding_mask
     valid = F.pad(valid, extra, value=False)  # (B, pad_to + 2·window)
     qb = F.pad(q, (0, 0, 0, pad_to - n)).view(b, h, blocks, window, d)
     kb = kp.unfold(2, 3 * window, window).transpose(-1, -2)  # (B, H, blocks, 3w, D)

@@ -8,13 +8,13 @@ its own (``<cls> target <eos>``, same generator), so its ``<mask>`` perplexity w
 context is a paired comparison over the very same positions.
 
 Context members are taken in the order given while they fit; the first one that does not fit
-is cut to the remaining budget (its N-terminal part) when at least ``min_context`` residues
+is cut to the remaining budget (where: ``anchor``) when at least ``min_context`` residues
 remain, and the rest are left out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -46,12 +46,13 @@ def single_window(residues: np.ndarray, alphabet: Alphabet, style: str = "crop")
 
 def context_window(
     target: np.ndarray,
-    context: Sequence[np.ndarray],
+    context: Iterable[np.ndarray],
     alphabet: Alphabet,
     max_length: int,
     *,
     min_context: int = MIN_CONTEXT_RESIDUES,
     style: str = "crop",
+    anchor: float = 0.0,
 ) -> tuple[np.ndarray, int, int]:
     """Tokens of ``<cls> c_1 <sep> … c_k <sep> target <eos>`` (or the ``concat`` style) and how
     much context they hold.
@@ -59,9 +60,13 @@ def context_window(
     Args:
         target: ``(n,)`` token ids of the target (residues, possibly already masked); it
             must fit on its own: ``n + 2 <= max_length``.
-        context: token ids of context proteins (residues), in the order to place them.
+        context: token ids of context proteins (residues), in the order to place them (any
+            iterable: it is read only until the window is full).
         max_length: window length bound in tokens.
         min_context: shortest cut of a context member worth keeping.
+        anchor: where a member that must be cut is cut, as a fraction of what is left out: 0
+            keeps its N-terminal part; a target cropped from a longer protein passes its own
+            relative start, so the kept part of a homolog covers about the same region.
     Returns:
         ``(tokens, start, n_context)``: int64 tokens, the index of the target's first residue
         in them, and how many context members (whole or cut) they hold.
@@ -76,7 +81,8 @@ def context_window(
         if budget < min(len(member), min_context) + 1:
             break
         take = min(len(member), budget - 1)
-        parts.append(np.asarray(member[:take], dtype=np.int64))
+        first = round(min(max(anchor, 0.0), 1.0) * (len(member) - take))
+        parts.append(np.asarray(member[first : first + take], dtype=np.int64))
         parts.append(np.array([alphabet.sep_idx], dtype=np.int64))
         budget -= take + 1
         if take < len(member):

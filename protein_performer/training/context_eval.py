@@ -29,11 +29,27 @@ from protein_performer.model.performer import ProteinLM
 
 @dataclass
 class Target:
-    """One protein to score: ``residues`` (token ids) and its context proteins."""
+    """One protein to score: ``residues`` (token ids) and its context proteins (a sequence of
+    token-id arrays, read only as far as the window needs)."""
 
     id: str
     residues: np.ndarray
-    context: list[np.ndarray]
+    context: Sequence[np.ndarray]
+
+
+class _Members(Sequence):
+    """The records ``indices`` of ``source`` without ``exclude``, built on access (a cluster of
+    n members costs O(n) per target, not n arrays each)."""
+
+    def __init__(self, source: FlatSource, indices: list[int], exclude: int) -> None:
+        self.source = source
+        self.indices = [j for j in indices if j != exclude]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k):  # type: ignore[override]
+        return np.asarray(self.source[self.indices[k]])
 
 
 def cluster_targets(
@@ -51,8 +67,7 @@ def cluster_targets(
     for i, rid in enumerate(source.ids):
         members = groups[cluster_of.get(rid, f"\0{rid}")]
         if len(members) >= min_members:
-            context = [np.asarray(source[j]) for j in members if j != i]
-            targets.append(Target(rid, np.asarray(source[i]), context))
+            targets.append(Target(rid, np.asarray(source[i]), _Members(source, members, i)))
     return targets
 
 
@@ -78,8 +93,10 @@ def _windows(
     members = tokens = identical = 0
     for index, t in enumerate(targets):
         res = t.residues
+        anchor = 0.0
         if len(res) > half:
             start = int(keyed_rng(TAG_CROP, seed, 0, index).integers(0, len(res) - half + 1))
+            anchor = start / (len(res) - half)
             res = res[start : start + half]
         window = single_window(res, alphabet, style)
         x, y = mask_tokens(
@@ -87,10 +104,16 @@ def _windows(
         )
         y = np.where(x == alphabet.mask_idx, y, -100)  # score the <mask> positions
         order = keyed_rng(TAG_ORDER, seed, 0, index).permutation(len(t.context))
-        context = [t.context[k] for k in order]
         head = 1 if style == "crop" else 0
         body = x[head : head + len(res)]
-        cx, start, n_ctx = context_window(body, context, alphabet, max_length, style=style)
+        cx, start, n_ctx = context_window(
+            body,
+            (t.context[k] for k in order),
+            alphabet,
+            max_length,
+            style=style,
+            anchor=anchor,
+        )
         cy = np.full(len(cx), -100, dtype=np.int64)
         cy[start : start + len(res)] = y[head : head + len(res)]
         single.append(x)
@@ -99,7 +122,7 @@ def _windows(
         ctx_y.append(cy)
         members += n_ctx
         tokens += start - head
-        identical += any(np.array_equal(c, t.residues) for c in context[:n_ctx])
+        identical += any(np.array_equal(t.context[k], t.residues) for k in order[:n_ctx])
     n = max(1, len(targets))
     info = {
         "mean_context_proteins": members / n,

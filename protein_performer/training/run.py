@@ -805,6 +805,17 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
     implied = "cluster" if cfg.clusters and cfg.context != "cluster" else None
     by = cfg.split_by or implied or stored.get("split_by") or "record"
     clusters = cfg.clusters or (stored.get("clusters") if by == "cluster" else None)
+    if cfg.context == "cluster" and by == "cluster" and stored.get("clusters"):
+        # the split is the training run's; clusters= is the context's table
+        if cfg.clusters and Path(cfg.clusters).resolve() != Path(stored["clusters"]).resolve():
+            log.warning(
+                "split=%s uses the training run's clusters table %s; clusters=%s only picks "
+                "the context",
+                cfg.split,
+                stored["clusters"],
+                cfg.clusters,
+            )
+        clusters = stored["clusters"]
     if cfg.split is None:
         given = [
             k
@@ -982,6 +993,18 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         else:
             problem = f"the {split} split is empty"
         raise DataError(problem, path=", ".join(fasta))
+    targets = None
+    if cfg.context:
+        if meta["objective"] == "causal":
+            raise ConfigError("context= scores masked-LM checkpoints; this one is causal")
+        # whole proteins (crop=sliding cut the dataset's copy into windows)
+        whole = dm._load_source(split) if split in dm.windows else source
+        targets = _context_targets(cfg, whole, stored, alphabet)
+        if cfg.context_max_proteins is not None and len(targets) > cfg.context_max_proteins:
+            pick = keyed_rng(TAG_ORDER, cfg.seed, 1).choice(
+                len(targets), cfg.context_max_proteins, replace=False
+            )
+            targets = [targets[i] for i in sorted(pick)]
     loader = {
         "train": dm.train_dataloader,
         "val": dm.val_dataloader,
@@ -1031,27 +1054,24 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     nll, count, correct = sums.tolist()
     unigram = _unigram_summary(uni_sums, uni_kinds, counts_from)
     context = None
-    if cfg.context:
-        if causal:
-            raise ConfigError("context= scores masked-LM checkpoints; this one is causal")
-        targets = _context_targets(cfg, dm.datasets[split].source, stored, alphabet)
-        if cfg.context_max_proteins is not None and len(targets) > cfg.context_max_proteins:
-            pick = keyed_rng(TAG_ORDER, cfg.seed).choice(
-                len(targets), cfg.context_max_proteins, replace=False
+    if targets is not None:
+        with (
+            torch.autocast("cuda", dtype=torch.bfloat16)
+            if device.type == "cuda"
+            else (contextlib.nullcontext())
+        ):  # the same precision as the plain pass
+            context = context_perplexity(
+                model,
+                alphabet,
+                targets,
+                max_length=max_length,
+                style="concat" if mode == "concat" else "crop",
+                mask_prob=mask_prob,
+                seed=cfg.seed,
+                toks_per_batch=cfg.toks_per_batch,
+                device=device,
+                unigram_log_probs=uni_logp,
             )
-            targets = [targets[i] for i in sorted(pick)]
-        context = context_perplexity(
-            model,
-            alphabet,
-            targets,
-            max_length=max_length,
-            style="concat" if mode == "concat" else "crop",
-            mask_prob=mask_prob,
-            seed=cfg.seed,
-            toks_per_batch=cfg.toks_per_batch,
-            device=device,
-            unigram_log_probs=uni_logp,
-        )
         context["source"] = (
             f"each protein's cluster, >= {cfg.context_min_members} members"
             if cfg.context == "cluster"

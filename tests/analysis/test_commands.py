@@ -248,3 +248,19 @@ def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys)
     )
     assert code != 0 and "join: 60 proteins make 1861 tokens, more than 50" in err
     assert not (tmp_path / "x").exists()
+    # truncate=true cuts the front: the last protein (the one analysed) stays whole
+    code, text, _ = run(
+        capsys, *too_long, f"fasta={tmp_path / 'family.fasta'}", "join=true", "max_length=50",
+        "truncate=true", "zoom=null",
+    )  # fmt: skip
+    assert code == 0, text
+    summary = json.loads((tmp_path / "x" / "heads.json").read_text())
+    assert summary["length"] == 48 and summary["joined"][-1] == {
+        "id": "p2",
+        "start": 28,
+        "stop": 48,
+    }
+    assert [(j["id"], j["start"], j["stop"]) for j in summary["joined"][:2]] == [
+        ("p0", 0, 6),
+        ("p1", 7, 27),
+    ]  # p0 keeps its last 6 residues

@@ -46,3 +46,24 @@ def test_concat_style_has_no_cls_or_eos():
     assert text(single_window(enc("MK"), A, "concat")) == "MK<sep>"
     with pytest.raises(ConfigError, match="style"):
         single_window(enc("MK"), A, "window")
+
+
+def test_a_cut_member_covers_the_targets_region():
+    target = enc("MKV")
+    member = enc("AAAAACCCCCDDDDD")
+    start = context_window(target, [member], A, 12, anchor=0.0, min_context=2)[0]
+    end = context_window(target, [member], A, 12, anchor=1.0, min_context=2)[0]
+    middle = context_window(target, [member], A, 12, anchor=0.5, min_context=2)[0]
+    assert text(start) == "<cls>AAAAAC<sep>MKV<eos>"
+    assert text(end) == "<cls>CDDDDD<sep>MKV<eos>"
+    assert text(middle) == "<cls>ACCCCC<sep>MKV<eos>"
+    # an iterable is read only as far as the window needs
+    seen = []
+
+    def members():
+        for m in (enc("AAAA"), enc("CCCCCCCCCCCC"), enc("DDDD")):
+            seen.append(m)
+            yield m
+
+    context_window(target, members(), A, 12, min_context=2)
+    assert len(seen) == 2
