@@ -280,18 +280,25 @@ def plot(points: list[dict[str, Any]], config: dict[str, Any], path: Path) -> No
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for kind in ATTENTIONS:
-        pts = sorted((p["length"], p) for p in points if p["attention"] == kind and "step_s" in p)
+        pts = sorted(
+            ((p["length"], p) for p in points if p["attention"] == kind and "step_s" in p),
+            key=lambda lp: lp[0],
+        )
         if not pts:
             continue
-        style = {"ls": "--", "color": "grey"} if kind == "none" else {}
+        style = {"ls": "--", "color": "grey"} if kind == "none" else {"ls": "-"}
         label = "no attention" if kind == "none" else kind
         axes[0].loglog(
-            [n for n, _ in pts], [p["step_s"] for _, p in pts], "o-", label=label, **style
+            [n for n, _ in pts],
+            [p["us_per_token"] for _, p in pts],
+            marker="o",
+            label=label,
+            **style,
         )
         axes[1].loglog(
-            [n for n, _ in pts], [p["peak_mib"] for _, p in pts], "o-", label=label, **style
+            [n for n, _ in pts], [p["peak_mib"] for _, p in pts], marker="o", label=label, **style
         )
-    axes[0].set_ylabel(f"training step (s), {config['tokens']} tokens/batch")
+    axes[0].set_ylabel("training step time per token (µs)")
     axes[1].set_ylabel("peak memory of a step (MiB)")
     for ax in axes:
         ax.set_xlabel("sequence length L")
