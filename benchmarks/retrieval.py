@@ -267,7 +267,7 @@ def main() -> None:
     headers = ["attention", "steps", "s", "ppl alone", "ppl w/ context", "ratio", "unigram"]
     print(
         f"context={args.context}, held-out families, {runs[0]['curve'][-1]['positions']} "
-        "<mask> positions"
+        "masked positions"
     )
     print(format_table(headers, rows))
     tag = f"retrieval_{args.context}"
