@@ -132,11 +132,6 @@ class SelfAttention(nn.Module):
         yield from self._global_rows(q, k, padding_mask, chunk_size, heads)
 
     def _global_rows(self, q, k, padding_mask, chunk_size, heads):
-        if q.shape[1] == 0:  # every head is local: empty rows of the right shape
-            for start in range(0, q.shape[2], chunk_size):
-                rows = min(chunk_size, q.shape[2] - start)
-                yield start, q.new_zeros(q.shape[0], 0, rows, k.shape[2])
-            return
         if self.favor is not None:
             yield from self.favor.attention_rows(
                 q, k, padding_mask, chunk_size=chunk_size, heads=heads
