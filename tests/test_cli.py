@@ -133,3 +133,30 @@ def test_simulate_cli_is_deterministic(tmp_path, capsys):
         "--no-progress",
     )
     assert code == 2 and err.count("\n") == 1
+
+
+def test_simulate_members_table_is_checked_like_any_output(tmp_path, capsys):
+    fasta, table = tmp_path / "f.fa", tmp_path / "f.tsv"
+    args = ["data", "simulate", str(fasta), "--families", "2", "--min-members", "2",
+            "--max-members", "2", "--no-progress", "--members", str(table)]  # fmt: skip
+    code, _, _ = _run(capsys, *args)
+    assert code == 0
+    assert table.read_text().splitlines() == [
+        "cluster_id\tmember_id",
+        "SIMF00001\tUniRef50_SIMF00001M001",
+        "SIMF00001\tUniRef50_SIMF00001M002",
+        "SIMF00002\tUniRef50_SIMF00002M001",
+        "SIMF00002\tUniRef50_SIMF00002M002",
+    ]
+    notes = tmp_path / "notes.tsv"
+    notes.write_text("my own table\n")
+    fasta.unlink()
+    code, _, err = _run(capsys, *args[:-1], str(notes))
+    assert code != 0 and "notes.tsv" in err
+    assert notes.read_text() == "my own table\n" and not fasta.exists()
+    code, _, err = _run(capsys, *args[:-1], str(fasta))
+    assert code != 0 and "looks like a FASTA file, not the members table" in err
+    plain = tmp_path / "plain"
+    code, _, err = _run(capsys, "data", "simulate", str(plain), *args[3:-1], str(plain))
+    assert code != 0 and "--members must name another file than OUT" in err
+    assert not plain.exists()

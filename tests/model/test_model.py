@@ -262,3 +262,15 @@ def test_training_step_at_8192_tokens():
     loss.backward()
     opt.step()
     assert torch.isfinite(loss) and all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_every_head_local_is_a_sliding_window_transformer():
+    torch.manual_seed(0)
+    model = ProteinLM(tiny_config("performer_relu", local_heads=4, local_window=2), V).eval()
+    assert model.blocks[0].attn.favor is None  # no FAVOR heads left to build
+    ids = random_ids(1, 12)
+    attn = model(ids, return_attentions=True)["attentions"][1]
+    assert attn.shape == (1, 4, 12, 12)
+    offset = torch.arange(12)[None, :] - torch.arange(12)[:, None]
+    assert (attn[..., offset.abs() > 2] == 0).all()
+    torch.testing.assert_close(attn.sum(-1), torch.ones(1, 4, 12), atol=1e-5, rtol=0)
