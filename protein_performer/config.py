@@ -54,6 +54,8 @@ class DataConfig:
     mode: str = "crop"
     # concat mode: stream (proteins in random order) or family (a cluster's members together)
     packing: str = "stream"
+    # family packing: training windows hold only clusters of at least this many members
+    min_members: int = 1
     max_length: int = 1024
     toks_per_batch: int = 16384
     batch_size: int | None = None
@@ -352,6 +354,9 @@ def validate_train_config(cfg: TrainConfig) -> None:
     _choice("data.packing", d.packing, PACKINGS)
     if d.packing == "family" and d.mode != "concat":
         raise ConfigError("data.packing=family needs data.mode=concat")
+    _positive("data.min_members", d.min_members)
+    if d.min_members > 1 and d.packing != "family":
+        raise ConfigError("data.min_members > 1 needs data.packing=family")
     needs = cluster_uses(d.split_by, d.sample, d.packing, prefix="data.")
     if needs and not d.clusters:
         raise ConfigError(f"{needs[0]} needs data.clusters=DIR (the output of `data cluster`)")

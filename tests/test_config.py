@@ -62,7 +62,7 @@ def test_every_group_option_and_experiment_composes():
                 overrides.append("data.files=[x.fasta]")
             elif option in ("shards", "paper_trembl_1024"):
                 overrides.append("data.shards=x")
-            elif option in ("cpu_recipe_14", "concat8192"):
+            elif option in ("cpu_recipe_14", "concat8192", "homologs2048"):
                 overrides.append("data.clusters=clusters14")
             cfg = compose_job("train", overrides).config
             validate_train_config(cfg)
@@ -87,6 +87,16 @@ def test_every_group_option_and_experiment_composes():
     )
     gpu = compose_job("train", ["experiment=concat8192", "data.clusters=c", "trainer=gpu"]).config
     assert (gpu.trainer.accelerator, gpu.data.max_length) == ("gpu", 8192)
+    stage1 = compose_job("train", ["experiment=homologs2048", "data.clusters=c"]).config
+    assert (stage1.data.packing, stage1.data.min_members, stage1.data.max_length) == (
+        "family",
+        2,
+        2048,
+    )
+    with pytest.raises(ConfigError, match=r"data\.min_members > 1 needs data\.packing=family"):
+        validate_train_config(compose_job("train", ["data.min_members=2"]).config)
+    with pytest.raises(ConfigError, match=r"data\.min_members must be a positive number"):
+        validate_train_config(compose_job("train", [*fam, "data.min_members=0"]).config)
 
 
 def test_unknown_model_name_lists_the_choices():

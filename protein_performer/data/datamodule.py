@@ -40,7 +40,7 @@ from protein_performer.data.datasets import (
 from protein_performer.data.fasta import load_fasta_source
 from protein_performer.data.masking import OBJECTIVES, make_collator
 from protein_performer.data.shards import ShardSource
-from protein_performer.data.sources import FlatSource, split_long_records
+from protein_performer.data.sources import FlatSource, select_records, split_long_records
 from protein_performer.data.splits import parse_fractions
 from protein_performer.errors import ConfigError, DataError
 
@@ -101,6 +101,33 @@ def _head(source: FlatSource, n: int | None) -> FlatSource:
     return head
 
 
+def _families_of_at_least(
+    source: FlatSource, groups: list[np.ndarray], min_members: int
+) -> tuple[FlatSource, list[np.ndarray]]:
+    """``source`` restricted to the groups of at least ``min_members`` records, and those
+    groups renumbered into the new source (order kept)."""
+    kept = [g for g in groups if len(g) >= min_members]
+    if not kept:
+        raise ConfigError(
+            f"min_members={min_members}: no cluster of the training split has that many members"
+        )
+    records = np.concatenate(kept)
+    log.info(
+        "train: min_members=%d keeps %d of %d clusters (%d of %d proteins, %d of %d residues)",
+        min_members,
+        len(kept),
+        len(groups),
+        len(records),
+        len(source),
+        int(source.lengths[records].sum()),
+        source.n_residues,
+    )
+    sizes = np.array([len(g) for g in kept], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    renumbered = [np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, sizes, strict=True)]
+    return select_records(source, records), renumbered
+
+
 class ProteinDataModule(pl.LightningDataModule):
     """Protein LM data: datasets, token-budget batching, MLM/causal targets, DDP sharding.
 
@@ -137,6 +164,10 @@ class ProteinDataModule(pl.LightningDataModule):
         packing: concat mode's window filling: ``stream`` (proteins in a random order) or
             ``family`` (members of one cluster back to back, then the next cluster; needs
             ``clusters``), see :class:`~protein_performer.data.datasets.ConcatWindowDataset`.
+        min_members: family packing, training split only: clusters with fewer members (in
+            that split) are left out of the training windows, so that every protein but the
+            first of its family has a homolog before it (a context-learning curriculum; the
+            left-out proteins are logged). Validation and test keep every record. 1: keep all.
         crop: crop mode's treatment of proteins longer than ``max_length``: ``random`` (one
             seeded window each) or ``sliding`` (cut into consecutive windows: every residue
             is in exactly one item).
@@ -182,6 +213,7 @@ class ProteinDataModule(pl.LightningDataModule):
         split_by: str = "record",
         sample: str = "record",
         packing: str = "stream",
+        min_members: int = 1,
     ) -> None:
         super().__init__()
         self.files = _paths("files", files)
@@ -232,6 +264,9 @@ class ProteinDataModule(pl.LightningDataModule):
         self.split_by = _choice("split_by", split_by, SPLIT_BY)
         self.sample = _choice("sample", sample, ("record", *CLUSTER_SAMPLING))
         self.packing = _choice("packing", packing, PACKINGS)
+        self.min_members = _int("min_members", min_members, 1)
+        if self.min_members > 1 and self.packing != "family":
+            raise ConfigError("min_members > 1 needs packing=family (it filters family windows)")
         self.clusters = clusters
         self._cluster_of: Mapping[str, str] | None = None
         if self.packing == "family" and self.mode != "concat":
@@ -374,6 +409,8 @@ class ProteinDataModule(pl.LightningDataModule):
             )
             return ds
         groups = self._clusters_of_source(source) if self.packing == "family" else None
+        if groups is not None and train and self.min_members > 1:
+            source, groups = _families_of_at_least(source, groups, self.min_members)
         ds = ConcatWindowDataset(
             source, self.max_length, seed=self.seed, train=train, groups=groups
         )

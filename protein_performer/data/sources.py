@@ -99,6 +99,15 @@ class FlatSource:
         return cls.from_arrays([alphabet.encode(s) for s in sequences], ids, alphabet)
 
 
+def select_records(source: FlatSource, indices: Sequence[int] | np.ndarray) -> FlatSource:
+    """A new in-memory source holding records ``indices`` of ``source``, in that order."""
+    indices = np.asarray(indices, dtype=np.int64)
+    ids = None if source.ids is None else [source.ids[int(i)] for i in indices]
+    out = FlatSource.from_arrays([source[int(i)] for i in indices], ids, source.alphabet)
+    out.encode_counts = getattr(source, "encode_counts", None)
+    return out
+
+
 def split_long_records(source: FlatSource, max_residues: int) -> FlatSource:
     """Each record longer than ``max_residues`` cut into the fewest near-equal consecutive
     pieces that fit (ids ``ID[start-end]``, 1-based, inclusive), so that a cropping dataset

@@ -320,6 +320,7 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
         split_by=d.split_by,
         sample=d.sample,
         packing=d.packing,
+        min_members=d.min_members,
         objective=cfg.objective,
         mode=d.mode,
         max_length=d.max_length,

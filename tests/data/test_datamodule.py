@@ -470,3 +470,31 @@ def test_family_packing_on_the_embedded_sample_fills_windows_by_family():
         ProteinDataModule(files=[root / "x.fa"], packing="family", mode="concat")
     with pytest.raises(ConfigError, match="packing must be one of"):
         ProteinDataModule(files=[root / "x.fa"], packing="families", mode="concat")
+
+
+def test_min_members_keeps_only_families_that_size_in_training_windows():
+    # families: a (3 members), b (1), c (2), d (1); records in a scattered order
+    ids = ["a1", "b1", "c1", "a2", "d1", "a3", "c2"]
+    seqs = random_seqs(len(ids), 20, 40, seed=31)
+    table = {rid: rid[0] for rid in ids}
+    src = FlatSource.from_strings(seqs, ids)
+    kw = dict(clusters=table, mode="concat", packing="family", max_length=16, batch_size=1)
+    dm = ProteinDataModule(train_source=src, val_source=src, min_members=2, **kw)
+    dm.setup("fit")
+    train, val = dm.datasets["train"], dm.datasets["val"]
+    assert sorted(train.source.ids) == ["a1", "a2", "a3", "c1", "c2"]
+    for i, rid in enumerate(train.source.ids):  # residues travel with their record
+        assert np.array_equal(train.source[i], src[ids.index(rid)])
+    assert len(val.source) == len(ids)  # evaluation splits keep every record
+    for epoch in range(3):  # families stay together in every epoch's stream
+        fam = [train.source.ids[int(r)][0] for r in train.order(epoch)]
+        assert fam in (list("aaacc"), list("ccaaa"))
+    kept = sum(len(s) + 1 for s, rid in zip(seqs, ids, strict=True) if rid[0] in "ac")
+    assert train.total_tokens == kept
+    with pytest.raises(ConfigError, match="no cluster of the training split"):
+        dm4 = ProteinDataModule(train_source=src, min_members=4, **kw)
+        dm4.setup("fit")
+    with pytest.raises(ConfigError, match="min_members > 1 needs packing=family"):
+        ProteinDataModule(train_source=src, min_members=2, mode="concat")
+    with pytest.raises(ConfigError, match="min_members"):
+        ProteinDataModule(train_source=src, min_members=0, **kw)
