@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, PeakRSS, environment, format_table, write_json
 
 ATTENTIONS = ["performer_relu", "performer_softmax", "transformer", "none"]
+CHOICES = [*ATTENTIONS, "taylor"]  # taylor ("Based" features) on request: --attentions taylor
 SIZES = {  # (dim, depth, heads, ffn_dim)
     "tiny": (64, 2, 4, 256),
     "small": (256, 4, 8, 1024),
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--png", type=Path, default=None, help="default: next to the JSON")
     parser.add_argument("--quick", action="store_true", help="small CPU smoke configuration")
     parser.add_argument("--lengths", type=int, nargs="+", default=None)
-    parser.add_argument("--attentions", nargs="+", default=ATTENTIONS, choices=ATTENTIONS)
+    parser.add_argument("--attentions", nargs="+", default=ATTENTIONS, choices=CHOICES)
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     for name in ("dim", "depth", "heads", "ffn-dim"):
         parser.add_argument(f"--{name}", type=int, default=None, help="override the size's value")
@@ -258,7 +259,7 @@ def ratios(points: list[dict[str, Any]]) -> str:
     by = {(p["attention"], p["length"]): p for p in points if "tokens_per_s" in p}
     lines = []
     for (kind, length), p in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if not kind.startswith("performer"):
+        if not kind.startswith("performer") and kind != "taylor":
             continue
         parts = []
         exact = by.get(("transformer", length))
@@ -279,7 +280,7 @@ def plot(points: list[dict[str, Any]], config: dict[str, Any], path: Path) -> No
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for kind in ATTENTIONS:
+    for kind in CHOICES:
         pts = sorted(
             ((p["length"], p) for p in points if p["attention"] == kind and "step_s" in p),
             key=lambda lp: lp[0],

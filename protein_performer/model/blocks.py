@@ -16,6 +16,7 @@ from torch import nn
 
 from protein_performer.attention import FavorAttention, exact_attention
 from protein_performer.attention.local import local_attention, local_attention_rows
+from protein_performer.attention.taylor import taylor_attention, taylor_attention_rows
 from protein_performer.model.rotary import apply_rotary
 
 
@@ -53,7 +54,8 @@ def exact_attention_weights(
 class SelfAttention(nn.Module):
     """Multi-head self-attention on ``(B, L, dim)``; the kernel is exact or FAVOR+.
 
-    With ``local_heads`` > 0 the first ``local_heads`` heads are exact softmax attention within
+    ``attention="taylor"``: linear attention with the exact second-order Taylor features of
+    ``exp`` (:mod:`protein_performer.attention.taylor`). With ``local_heads`` > 0 the first ``local_heads`` heads are exact softmax attention within
     ``local_window`` positions and the others use ``attention`` (a hybrid block).
     """
 
@@ -82,7 +84,7 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
         self.favor: FavorAttention | None = None
-        if attention != "transformer" and local_heads < heads:
+        if attention not in ("transformer", "taylor") and local_heads < heads:
             kernel = attention.removeprefix("performer_")
             self.favor = FavorAttention(
                 self.dim_head,
@@ -140,7 +142,8 @@ class SelfAttention(nn.Module):
         if heads is not None:
             index = torch.as_tensor(list(heads), dtype=torch.long, device=q.device)
             q, k = q.index_select(1, index), k.index_select(1, index)
-        yield from exact_attention_rows(q, k, self.causal, padding_mask, chunk_size)
+        rows = taylor_attention_rows if self.attention == "taylor" else exact_attention_rows
+        yield from rows(q, k, self.causal, padding_mask, chunk_size)
 
     def forward(
         self,
@@ -165,7 +168,11 @@ class SelfAttention(nn.Module):
             )
         if lh < self.heads:
             qg, kg, vg = (q, k, v) if not lh else (q[:, lh:], k[:, lh:], v[:, lh:])
-            if self.favor is None:
+            if self.attention == "taylor":
+                parts.append(
+                    taylor_attention(qg, kg, vg, causal=self.causal, key_padding_mask=padding_mask)
+                )
+            elif self.favor is None:
                 parts.append(
                     exact_attention(qg, kg, vg, causal=self.causal, key_padding_mask=padding_mask)
                 )
@@ -175,7 +182,7 @@ class SelfAttention(nn.Module):
         weights = None
         if need_weights:
             with torch.no_grad():
-                if lh:
+                if lh or self.attention == "taylor":
                     weights = torch.cat(
                         [r for _, r in self.attention_rows(x, padding_mask, rotary, chunk_size=n)],
                         dim=2,

@@ -7,7 +7,7 @@ from typing import Any
 
 from protein_performer.errors import ConfigError
 
-ATTENTION_KINDS: tuple[str, ...] = ("performer_relu", "performer_softmax", "transformer")
+ATTENTION_KINDS: tuple[str, ...] = ("performer_relu", "performer_softmax", "taylor", "transformer")
 POSITION_KINDS: tuple[str, ...] = ("learned", "rotary")
 
 # Fields that define the parameter shapes; they must agree for weights to transfer
@@ -20,8 +20,9 @@ class ModelConfig:
     """Transformer/Performer LM hyper-parameters.
 
     ``attention`` picks the attention: ``performer_relu`` / ``performer_softmax`` (FAVOR+ with
-    ReLU or positive-softmax random features) or ``transformer`` (exact softmax). All three share
-    the same parameters, so weights move freely between them.
+    ReLU or positive-softmax random features), ``taylor`` (linear attention with the exact
+    second-order Taylor features of exp, as in "Based") or ``transformer`` (exact softmax). All
+    share the same parameters, so weights move freely between them.
 
     Hybrid: ``local_heads`` > 0 makes the first ``local_heads`` heads of every layer exact
     softmax attention within ``local_window`` positions (O(L·window)); the other heads keep
@@ -51,7 +52,7 @@ class ModelConfig:
 
     @property
     def is_performer(self) -> bool:
-        return self.attention != "transformer"
+        return self.attention not in ("transformer", "taylor")
 
     def validate(self, prefix: str = "model") -> None:
         """Raise :class:`ConfigError` (one line, naming the key) for invalid values."""

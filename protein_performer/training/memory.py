@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from protein_performer.attention.taylor import taylor_feature_dim
 from protein_performer.errors import ConfigError
 
 GB = 1e9
@@ -63,6 +64,8 @@ def estimate_memory(cfg: Any, vocab_size: int) -> MemoryEstimate:
     per_token_layer = 10 * m.dim + 2 * m.ffn_dim
     if m.attention == "transformer":
         per_token_layer += 2 * m.heads * length
+    elif m.attention == "taylor":
+        per_token_layer += 3 * m.heads * taylor_feature_dim(m.dim_head)
     else:
         per_token_layer += 2 * m.heads * m.nb_features
     floats = tokens * (m.depth * per_token_layer + 3 * vocab_size)

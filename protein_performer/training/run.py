@@ -570,7 +570,7 @@ def _print_header(
 ) -> None:
     m, t = cfg.model, cfg.trainer
     shape = f"{m.depth}×{m.dim}, {m.heads} heads" + (
-        f", {m.nb_features} features" if m.attention != "transformer" else ""
+        f", {m.nb_features} features" if m.is_performer else ""
     )
     steps = f"{t.max_steps:,} steps" + (
         f" (resuming at step {resume_step:,})" if resume_step is not None else ""
