@@ -19,7 +19,7 @@ OBJECTIVES: tuple[str, ...] = ("mlm", "causal")
 DATA_MODES: tuple[str, ...] = ("crop", "concat")
 SPLIT_BY: tuple[str, ...] = ("record", "cluster")
 SAMPLING: tuple[str, ...] = ("record", "cluster", "cluster_sqrt")
-PACKINGS: tuple[str, ...] = ("stream", "family")
+PACKINGS: tuple[str, ...] = ("stream", "family", "copy")
 INVALID_POLICIES: tuple[str, ...] = ("error", "skip", "replace")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adam")
 SCHEDULES: tuple[str, ...] = ("constant", "cosine")
@@ -52,7 +52,8 @@ class DataConfig:
     split_by: str = "record"
     sample: str = "record"
     mode: str = "crop"
-    # concat mode: stream (proteins in random order) or family (a cluster's members together)
+    # concat mode: stream (proteins in random order), family (a cluster's members together) or
+    # copy (training windows hold every protein twice in a row: a retrieval curriculum)
     packing: str = "stream"
     # family packing: training windows hold only clusters of at least this many members
     min_members: int = 1
@@ -352,8 +353,8 @@ def validate_train_config(cfg: TrainConfig) -> None:
     _choice("data.split_by", d.split_by, SPLIT_BY)
     _choice("data.sample", d.sample, SAMPLING)
     _choice("data.packing", d.packing, PACKINGS)
-    if d.packing == "family" and d.mode != "concat":
-        raise ConfigError("data.packing=family needs data.mode=concat")
+    if d.packing != "stream" and d.mode != "concat":
+        raise ConfigError(f"data.packing={d.packing} needs data.mode=concat")
     _positive("data.min_members", d.min_members)
     if d.min_members > 1 and d.packing != "family":
         raise ConfigError("data.min_members > 1 needs data.packing=family")

@@ -98,6 +98,10 @@ def test_every_group_option_and_experiment_composes():
         2,
         2048,
     )
+    with pytest.raises(ConfigError, match=r"data\.packing=copy needs data\.mode=concat"):
+        validate_train_config(compose_job("train", ["data.packing=copy"]).config)
+    copy = ["experiment=homologs2048", "data.clusters=c", "data.packing=copy", "data.min_members=1"]
+    validate_train_config(compose_job("train", copy).config)
     with pytest.raises(ConfigError, match=r"data\.min_members > 1 needs data\.packing=family"):
         validate_train_config(compose_job("train", ["data.min_members=2"]).config)
     with pytest.raises(ConfigError, match=r"data\.min_members must be a positive number"):

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 MODES = ("crop", "concat")
 CROPS = ("random", "sliding")
 SPLIT_BY = ("record", "cluster")
-PACKINGS = ("stream", "family")
+PACKINGS = ("stream", "family", "copy")
 DEFAULT_MAX_LENGTH = {"crop": 1024, "concat": 8192}
 SPLIT_NAMES = ("train", "val", "test")
 _STAGE_SPLITS: dict[str | None, tuple[str, ...]] = {
@@ -163,7 +163,9 @@ class ProteinDataModule(pl.LightningDataModule):
             random member per cluster per epoch) or ``cluster_sqrt`` (sqrt(size) draws).
         packing: concat mode's window filling: ``stream`` (proteins in a random order) or
             ``family`` (members of one cluster back to back, then the next cluster; needs
-            ``clusters``), see :class:`~protein_performer.data.datasets.ConcatWindowDataset`.
+            ``clusters``) or ``copy`` (training windows hold every protein twice in a row: a
+            retrieval curriculum; evaluation windows are stream-packed), see
+            :class:`~protein_performer.data.datasets.ConcatWindowDataset`.
         min_members: family packing, training split only: clusters with fewer members (in
             that split) are left out of the training windows, so that every protein but the
             first of its family has a homolog before it (a context-learning curriculum; the
@@ -269,8 +271,10 @@ class ProteinDataModule(pl.LightningDataModule):
             raise ConfigError("min_members > 1 needs packing=family (it filters family windows)")
         self.clusters = clusters
         self._cluster_of: Mapping[str, str] | None = None
-        if self.packing == "family" and self.mode != "concat":
-            raise ConfigError("packing=family needs mode=concat (windows of several proteins)")
+        if self.packing != "stream" and self.mode != "concat":
+            raise ConfigError(
+                f"packing={self.packing} needs mode=concat (windows of several proteins)"
+            )
         needs = cluster_uses(self.split_by, self.sample, self.packing)
         if needs and clusters is None:
             raise ConfigError(f"{needs[0]} needs clusters (the output of `data cluster`)")
@@ -411,8 +415,10 @@ class ProteinDataModule(pl.LightningDataModule):
         groups = self._clusters_of_source(source) if self.packing == "family" else None
         if groups is not None and train and self.min_members > 1:
             source, groups = _families_of_at_least(source, groups, self.min_members)
+        # copy packing is a training curriculum: evaluation windows hold each protein once
+        repeat = 2 if self.packing == "copy" and train else 1
         ds = ConcatWindowDataset(
-            source, self.max_length, seed=self.seed, train=train, groups=groups
+            source, self.max_length, seed=self.seed, train=train, groups=groups, repeat=repeat
         )
         if groups is not None:
             log.info("%s: family packing of %d clusters", split, len(groups))

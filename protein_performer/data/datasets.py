@@ -232,6 +232,11 @@ class ConcatWindowDataset(EpochDataset):
     evaluation keeps them as one shorter last window (``keep_tail``), so every held-out token
     is scored.
 
+    Copy packing (``repeat=2``, ``data.packing=copy``): every protein is followed by itself in
+    the stream (``p_k <sep> p_k <sep>``), so the masked residues of the second copy are visible,
+    unmasked, in the first (unless masked there too): a retrieval curriculum on real proteins
+    (the copy probe of ``benchmarks/retrieval.py``), before family windows.
+
     Args:
         source: proteins (residue ids, no specials).
         max_length: window length in tokens (8192 by default for this mode).
@@ -242,6 +247,7 @@ class ConcatWindowDataset(EpochDataset):
             evaluation, ``train=False``).
         groups: family packing: ``(n_groups,)`` arrays of record indices that together hold
             every record exactly once (None: stream packing).
+        repeat: times each protein appears in a row in the stream (2: copy packing).
     """
 
     def __init__(
@@ -254,8 +260,12 @@ class ConcatWindowDataset(EpochDataset):
         reshuffle: bool = True,
         keep_tail: bool | None = None,
         groups: list[np.ndarray] | None = None,
+        repeat: int = 1,
     ) -> None:
         super().__init__(source, seed=seed, train=train)
+        if int(repeat) < 1:
+            raise ConfigError(f"repeat must be >= 1, got {repeat}")
+        self.repeat = int(repeat)
         if int(max_length) < 2:
             raise ConfigError(f"max_length must be >= 2 for concat mode, got {max_length}")
         self.max_length = int(max_length)
@@ -264,7 +274,7 @@ class ConcatWindowDataset(EpochDataset):
         if groups is not None:
             self.group_of = _group_numbers(groups, len(source))
         self.reshuffle = bool(reshuffle)
-        self.total_tokens = int(source.lengths.sum()) + len(source)
+        self.total_tokens = self.repeat * (int(source.lengths.sum()) + len(source))
         self.num_windows = self.total_tokens // self.max_length
         self.dropped_tokens = self.total_tokens - self.num_windows * self.max_length
         self.lengths: np.ndarray = np.full(self.num_windows, self.max_length, dtype=np.int64)
@@ -317,6 +327,11 @@ class ConcatWindowDataset(EpochDataset):
             elif self.train:
                 order = keyed_rng(TAG_ORDER, self.seed, epoch).permutation(len(self.source))
                 seg = seg[order]
+            if self.repeat > 1:
+                if order is None:
+                    order = np.arange(len(self.source), dtype=np.int64)
+                    seg = seg[order]
+                order, seg = np.repeat(order, self.repeat), np.repeat(seg, self.repeat)
             cum = np.zeros(len(seg) + 1, dtype=np.int64)
             np.cumsum(seg, out=cum[1:])
             self._layout = (epoch, order, cum)

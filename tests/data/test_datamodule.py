@@ -494,6 +494,14 @@ def test_min_members_keeps_only_families_that_size_in_training_windows():
     with pytest.raises(ConfigError, match="no cluster of the training split"):
         dm4 = ProteinDataModule(train_source=src, min_members=4, **kw)
         dm4.setup("fit")
+    copy = ProteinDataModule(
+        train_source=src, val_source=src, mode="concat", packing="copy", max_length=16
+    )
+    copy.setup("fit")
+    assert copy.datasets["train"].repeat == 2 and copy.datasets["val"].repeat == 1
+    assert copy.datasets["train"].total_tokens == 2 * copy.datasets["val"].total_tokens
+    with pytest.raises(ConfigError, match="packing=copy needs mode=concat"):
+        ProteinDataModule(train_source=src, packing="copy")
     with pytest.raises(ConfigError, match="min_members > 1 needs packing=family"):
         ProteinDataModule(train_source=src, min_members=2, mode="concat")
     with pytest.raises(ConfigError, match="min_members"):

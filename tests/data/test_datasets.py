@@ -211,6 +211,23 @@ def test_concat_windows_property(lengths, L, seed, epoch):
     assert len(ds.order(epoch)) == len(lengths)
 
 
+def test_copy_packing_puts_every_protein_twice_in_a_row():
+    src = random_source(30, 1, 40, seed=12)
+    ds = ConcatWindowDataset(src, max_length=16, seed=3, repeat=2)
+    for epoch in (0, 1):
+        order = ds.order(epoch)
+        first = order[::2]
+        assert sorted(first.tolist()) == list(range(30))  # a permutation, each record doubled
+        np.testing.assert_array_equal(order[1::2], first)
+        assert first.tolist() == ConcatWindowDataset(src, 16, seed=3).order(epoch).tolist()
+        check_windows(ds, reference_stream(src, order), epoch)
+    evaluation = ConcatWindowDataset(src, max_length=16, train=False, repeat=2)
+    np.testing.assert_array_equal(evaluation.order(0), np.repeat(np.arange(30), 2))
+    check_windows(evaluation, reference_stream(src, np.repeat(np.arange(30), 2)), 0)
+    with pytest.raises(ConfigError, match="repeat must be >= 1"):
+        ConcatWindowDataset(src, max_length=16, repeat=0)
+
+
 def test_concat_reports_dropped_tail(caplog):
     src = FlatSource.from_strings(["A" * 10, "C" * 10])  # 22 stream tokens
     with caplog.at_level(logging.INFO, logger="protein_performer.data.datasets"):
