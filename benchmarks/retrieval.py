@@ -62,9 +62,12 @@ def make_window(rng, members, args, alphabet, eval_mode: bool = False):
 
     i = int(rng.integers(len(members)))
     target = members[i]
-    if len(target) > args.crop:
-        start = int(rng.integers(len(target) - args.crop + 1))
-        target = target[start : start + args.crop]
+    # a fixed crop puts the copy at a fixed offset, which rotary positions can find without
+    # matching content; --vary-length draws the crop length so that offsets vary
+    crop = int(rng.integers(args.crop // 2, args.crop + 1)) if args.vary_length else args.crop
+    if len(target) > crop:
+        start = int(rng.integers(len(target) - crop + 1))
+        target = target[start : start + crop]
     else:
         start = 0
     single = single_window(target, alphabet)
@@ -89,6 +92,8 @@ def label(args: argparse.Namespace) -> str:
         out += f" + {args.local_heads} local heads (w={args.local_window})"
     if args.attention.startswith("performer") and args.features != 256:
         out += f", m={args.features}"
+    if args.vary_length:
+        out += ", varying offsets"
     return out
 
 
@@ -216,6 +221,11 @@ def main() -> None:
     p.add_argument("--eval-windows", type=int, default=128)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--crop", type=int, default=200, help="target residues at most")
+    p.add_argument(
+        "--vary-length",
+        action="store_true",
+        help="crop each target to a random length in [crop/2, crop]: the copy's offset varies",
+    )
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--depth", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
@@ -243,9 +253,10 @@ def main() -> None:
     for kind in args.attention:
         cmd = [sys.executable, __file__, "--worker", "--attention", kind]
         for key, value in vars(args).items():
-            if key in ("attention", "worker", "quick", "json", "png"):
+            if key in ("attention", "worker", "quick", "json", "png") or value is False:
                 continue
-            cmd += [f"--{key.replace('_', '-')}", str(value)]
+            flag = f"--{key.replace('_', '-')}"
+            cmd += [flag] if value is True else [flag, str(value)]
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
         if done.returncode:
             raise SystemExit(f"{kind}: worker failed (exit {done.returncode})")
@@ -270,7 +281,7 @@ def main() -> None:
         "masked positions"
     )
     print(format_table(headers, rows))
-    tag = f"retrieval_{args.context}"
+    tag = f"retrieval_{args.context}" + ("_vary" if args.vary_length else "")
     payload = {"env": environment(), "args": vars(args) | {"json": None, "png": None}, "runs": runs}
     write_json(args.json or RESULTS / f"{tag}.json", payload)
     plot(runs, args, args.png or RESULTS / f"{tag}.png")
