@@ -113,7 +113,8 @@ def taylor_attention_rows(
     n = k.shape[-2]
     for start in range(0, q.shape[-2], chunk_size):
         stop = min(start + chunk_size, q.shape[-2])
-        a = taylor_kernel(q[..., start:stop, :].to(_work_dtype(q)), k.to(_work_dtype(k)))
+        with torch.autocast(device_type=q.device.type, enabled=False):  # as the forward
+            a = taylor_kernel(q[..., start:stop, :].to(_work_dtype(q)), k.to(_work_dtype(k)))
         if key_padding_mask is not None:
             a = a.masked_fill(key_padding_mask.to(torch.bool)[:, None, None, :], 0.0)
         if causal:

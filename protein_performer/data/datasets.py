@@ -235,7 +235,10 @@ class ConcatWindowDataset(EpochDataset):
     Copy packing (``repeat=2``, ``data.packing=copy``): every protein is followed by itself in
     the stream (``p_k <sep> p_k <sep>``), so the masked residues of the second copy are visible,
     unmasked, in the first (unless masked there too): a retrieval curriculum on real proteins
-    (the copy probe of ``benchmarks/retrieval.py``), before family windows.
+    (the copy probe of ``benchmarks/retrieval.py``), before family windows. Windows are still cut
+    from the stream, so a window boundary can fall between the two copies (the second then has
+    no source in its window): about ``length / max_length`` of the second copies' tokens, and
+    all of them for proteins longer than about half a window.
 
     Args:
         source: proteins (residue ids, no specials).
@@ -263,8 +266,8 @@ class ConcatWindowDataset(EpochDataset):
         repeat: int = 1,
     ) -> None:
         super().__init__(source, seed=seed, train=train)
-        if int(repeat) < 1:
-            raise ConfigError(f"repeat must be >= 1, got {repeat}")
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+            raise ConfigError(f"repeat must be an integer >= 1, got {repeat!r}")
         self.repeat = int(repeat)
         if int(max_length) < 2:
             raise ConfigError(f"max_length must be >= 2 for concat mode, got {max_length}")
@@ -308,7 +311,7 @@ class ConcatWindowDataset(EpochDataset):
         return state
 
     def order(self, epoch: int) -> np.ndarray:
-        """``(n,)`` int64 record index at each stream position in ``epoch``."""
+        """``(repeat · n,)`` int64 record index at each stream position in ``epoch``."""
         order, _ = self._epoch_layout(epoch)
         return np.arange(len(self.source), dtype=np.int64) if order is None else order
 

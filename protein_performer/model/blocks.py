@@ -52,7 +52,7 @@ def exact_attention_weights(
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention on ``(B, L, dim)``; the kernel is exact or FAVOR+.
+    """Multi-head self-attention on ``(B, L, dim)``; the kernel is exact, FAVOR+ or Taylor.
 
     ``attention="taylor"``: linear attention with the exact second-order Taylor features of
     ``exp`` (:mod:`protein_performer.attention.taylor`). With ``local_heads`` > 0 the first ``local_heads`` heads are exact softmax attention within

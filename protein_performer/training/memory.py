@@ -65,7 +65,8 @@ def estimate_memory(cfg: Any, vocab_size: int) -> MemoryEstimate:
     if m.attention == "transformer":
         per_token_layer += 2 * m.heads * length
     elif m.attention == "taylor":
-        per_token_layer += 3 * m.heads * taylor_feature_dim(m.dim_head)
+        # autograd keeps ~6 F floats per token and global head (query/key features, products)
+        per_token_layer += 6 * (m.heads - m.local_heads) * taylor_feature_dim(m.dim_head)
     else:
         per_token_layer += 2 * m.heads * m.nb_features
     floats = tokens * (m.depth * per_token_layer + 3 * vocab_size)

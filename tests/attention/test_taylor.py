@@ -72,6 +72,10 @@ def test_taylor_attention_keeps_float32_features_under_bf16_inputs():
     out = taylor_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.double(), ref, atol=0.05, rtol=0.05)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the rows are computed as the forward
+        rows = next(taylor_attention_rows(q, k, chunk_size=50))[1]
+    assert rows.dtype == torch.float32
+    torch.testing.assert_close(rows @ v, taylor_attention(q, k, v), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("local_heads", [0, 1])

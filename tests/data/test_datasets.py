@@ -224,7 +224,7 @@ def test_copy_packing_puts_every_protein_twice_in_a_row():
     evaluation = ConcatWindowDataset(src, max_length=16, train=False, repeat=2)
     np.testing.assert_array_equal(evaluation.order(0), np.repeat(np.arange(30), 2))
     check_windows(evaluation, reference_stream(src, np.repeat(np.arange(30), 2)), 0)
-    with pytest.raises(ConfigError, match="repeat must be >= 1"):
+    with pytest.raises(ConfigError, match="repeat must be an integer >= 1"):
         ConcatWindowDataset(src, max_length=16, repeat=0)
 
 
