@@ -11,15 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from protein_performer.data.cluster import cluster_uses
+from protein_performer.data.cluster import PACKINGS, SPLIT_BY, cluster_uses
 from protein_performer.errors import ConfigError
 from protein_performer.model.config import ATTENTION_KINDS, ModelConfig, _choice
 
 OBJECTIVES: tuple[str, ...] = ("mlm", "causal")
 DATA_MODES: tuple[str, ...] = ("crop", "concat")
-SPLIT_BY: tuple[str, ...] = ("record", "cluster")
 SAMPLING: tuple[str, ...] = ("record", "cluster", "cluster_sqrt")
-PACKINGS: tuple[str, ...] = ("stream", "family", "copy")
 INVALID_POLICIES: tuple[str, ...] = ("error", "skip", "replace")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adam")
 SCHEDULES: tuple[str, ...] = ("constant", "cosine")

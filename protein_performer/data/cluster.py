@@ -59,6 +59,13 @@ INSTALL_HINT = (
 )
 
 
+#: ``split_by`` choices: hash each record, or hash its cluster (whole clusters in one split).
+SPLIT_BY: tuple[str, ...] = ("record", "cluster")
+#: concat-mode ``packing`` choices: consecutive proteins, a cluster's members together, or
+#: every protein twice in a row (training windows; a retrieval curriculum).
+PACKINGS: tuple[str, ...] = ("stream", "family", "copy")
+
+
 def cluster_uses(split_by: str, sample: str, packing: str, prefix: str = "") -> list[str]:
     """The settings among these that need a clusters table (``prefix`` names them as a config
     does, e.g. ``"data."``), in the order they are reported."""

@@ -29,7 +29,7 @@ from protein_performer.data.batching import (
     ShardedBatchSampler,
     TokenBudgetBatchSampler,
 )
-from protein_performer.data.cluster import cluster_uses, read_members
+from protein_performer.data.cluster import PACKINGS, SPLIT_BY, cluster_uses, read_members
 from protein_performer.data.datasets import (
     CLUSTER_SAMPLING,
     ClusterCropDataset,
@@ -48,8 +48,6 @@ log = logging.getLogger(__name__)
 
 MODES = ("crop", "concat")
 CROPS = ("random", "sliding")
-SPLIT_BY = ("record", "cluster")
-PACKINGS = ("stream", "family", "copy")
 DEFAULT_MAX_LENGTH = {"crop": 1024, "concat": 8192}
 SPLIT_NAMES = ("train", "val", "test")
 _STAGE_SPLITS: dict[str | None, tuple[str, ...]] = {
