@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from protein_performer.data.cluster import PACKINGS, SPLIT_BY, cluster_uses
+from protein_performer.data.cluster import (
+    CLUSTER_PACKINGS,
+    PACKING_MODE,
+    PACKINGS,
+    SPLIT_BY,
+    cluster_uses,
+)
+from protein_performer.data.datasets import PAIR_MASKS
 from protein_performer.errors import ConfigError
 from protein_performer.model.config import ATTENTION_KINDS, ModelConfig, _choice
 
@@ -51,10 +58,15 @@ class DataConfig:
     sample: str = "record"
     mode: str = "crop"
     # concat mode: stream (proteins in random order), family (a cluster's members together) or
-    # copy (training windows hold every protein twice in a row: a retrieval curriculum)
+    # copy (training windows hold every protein twice in a row: a retrieval curriculum);
+    # crop mode: pairs (each training row is a protein after one member of its cluster)
     packing: str = "stream"
-    # family packing: training windows hold only clusters of at least this many members
+    # family and pairs packing: training uses only clusters of at least this many members
     min_members: int = 1
+    # pairs packing: probability that a protein's partner is itself (a copy), and which part of
+    # the row is masked: all, or only the protein (its partner stays whole, as context does)
+    pair_copy: float = 0.0
+    pair_mask: str = "all"
     max_length: int = 1024
     toks_per_batch: int = 16384
     batch_size: int | None = None
@@ -351,11 +363,15 @@ def validate_train_config(cfg: TrainConfig) -> None:
     _choice("data.split_by", d.split_by, SPLIT_BY)
     _choice("data.sample", d.sample, SAMPLING)
     _choice("data.packing", d.packing, PACKINGS)
-    if d.packing != "stream" and d.mode != "concat":
-        raise ConfigError(f"data.packing={d.packing} needs data.mode=concat")
+    need_mode = PACKING_MODE.get(d.packing)
+    if need_mode is not None and d.mode != need_mode:
+        raise ConfigError(f"data.packing={d.packing} needs data.mode={need_mode}")
     _positive("data.min_members", d.min_members)
-    if d.min_members > 1 and d.packing != "family":
-        raise ConfigError("data.min_members > 1 needs data.packing=family")
+    if d.min_members > 1 and d.packing not in CLUSTER_PACKINGS:
+        raise ConfigError("data.min_members > 1 needs data.packing=family or pairs")
+    if isinstance(d.pair_copy, bool) or not 0.0 <= d.pair_copy <= 1.0:
+        raise ConfigError(f"data.pair_copy must be a number in [0, 1] (got {d.pair_copy!r})")
+    _choice("data.pair_mask", d.pair_mask, PAIR_MASKS)
     needs = cluster_uses(d.split_by, d.sample, d.packing, prefix="data.")
     if needs and not d.clusters:
         raise ConfigError(f"{needs[0]} needs data.clusters=DIR (the output of `data cluster`)")

@@ -67,7 +67,7 @@ def test_every_group_option_and_experiment_composes():
                 overrides.append("data.files=[x.fasta]")
             elif option in ("shards", "paper_trembl_1024"):
                 overrides.append("data.shards=x")
-            elif option in ("cpu_recipe_14", "concat8192", "homologs2048"):
+            elif option in ("cpu_recipe_14", "concat8192", "homologs2048", "homolog_pairs"):
                 overrides.append("data.clusters=clusters14")
             cfg = compose_job("train", overrides).config
             validate_train_config(cfg)
@@ -106,6 +106,29 @@ def test_every_group_option_and_experiment_composes():
         validate_train_config(compose_job("train", ["data.min_members=2"]).config)
     with pytest.raises(ConfigError, match=r"data\.min_members must be a positive number"):
         validate_train_config(compose_job("train", [*fam, "data.min_members=0"]).config)
+    pairs = compose_job("train", ["experiment=homolog_pairs", "data.clusters=c"]).config
+    assert (pairs.data.packing, pairs.data.mode, pairs.data.split_by) == (
+        "pairs",
+        "crop",
+        "cluster",
+    )
+    validate_train_config(
+        compose_job(
+            "train", ["experiment=homolog_pairs", "data.clusters=c", "data.min_members=2"]
+        ).config
+    )
+    with pytest.raises(ConfigError, match=r"data\.packing=pairs needs data\.mode=crop"):
+        validate_train_config(
+            compose_job("train", ["data.packing=pairs", "data.mode=concat"]).config
+        )
+    with pytest.raises(ConfigError, match=r"data\.packing=pairs needs data\.clusters"):
+        validate_train_config(compose_job("train", ["data.packing=pairs"]).config)
+    with pytest.raises(ConfigError, match=r"data\.pair_copy must be a number in \[0, 1\]"):
+        validate_train_config(
+            compose_job(
+                "train", ["experiment=homolog_pairs", "data.clusters=c", "data.pair_copy=2"]
+            ).config
+        )
 
 
 def test_unknown_model_name_lists_the_choices():

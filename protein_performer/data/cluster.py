@@ -61,9 +61,14 @@ INSTALL_HINT = (
 
 #: ``split_by`` choices: hash each record, or hash its cluster (whole clusters in one split).
 SPLIT_BY: tuple[str, ...] = ("record", "cluster")
-#: concat-mode ``packing`` choices: consecutive proteins, a cluster's members together, or
-#: every protein twice in a row (training windows; a retrieval curriculum).
-PACKINGS: tuple[str, ...] = ("stream", "family", "copy")
+#: ``packing`` choices: concat windows of consecutive proteins, of a cluster's members together,
+#: of every protein twice in a row (a retrieval curriculum); or crop-mode rows of a protein after
+#: one member of its cluster (``pairs``: the layout ``evaluate context=cluster`` scores).
+PACKINGS: tuple[str, ...] = ("stream", "family", "copy", "pairs")
+#: the ``mode`` each packing other than ``stream`` needs
+PACKING_MODE: dict[str, str] = {"family": "concat", "copy": "concat", "pairs": "crop"}
+#: packings that need a clusters table
+CLUSTER_PACKINGS: tuple[str, ...] = ("family", "pairs")
 
 
 def cluster_uses(split_by: str, sample: str, packing: str, prefix: str = "") -> list[str]:
@@ -72,7 +77,7 @@ def cluster_uses(split_by: str, sample: str, packing: str, prefix: str = "") -> 
     uses = (
         (f"{prefix}split_by=cluster", split_by == "cluster"),
         (f"{prefix}sample={sample}", sample != "record"),
-        (f"{prefix}packing=family", packing == "family"),
+        (f"{prefix}packing={packing}", packing in CLUSTER_PACKINGS),
     )
     return [what for what, on in uses if on]
 

@@ -29,13 +29,21 @@ from protein_performer.data.batching import (
     ShardedBatchSampler,
     TokenBudgetBatchSampler,
 )
-from protein_performer.data.cluster import PACKINGS, SPLIT_BY, cluster_uses, read_members
+from protein_performer.data.cluster import (
+    PACKING_MODE,
+    PACKINGS,
+    SPLIT_BY,
+    cluster_uses,
+    read_members,
+)
 from protein_performer.data.datasets import (
     CLUSTER_SAMPLING,
+    PAIR_MASKS,
     ClusterCropDataset,
     ConcatWindowDataset,
     CropDataset,
     EpochDataset,
+    PairDataset,
 )
 from protein_performer.data.fasta import load_fasta_source
 from protein_performer.data.masking import OBJECTIVES, make_collator
@@ -163,11 +171,18 @@ class ProteinDataModule(pl.LightningDataModule):
             ``family`` (members of one cluster back to back, then the next cluster; needs
             ``clusters``) or ``copy`` (training windows hold every protein twice in a row: a
             retrieval curriculum; evaluation windows are stream-packed), see
-            :class:`~protein_performer.data.datasets.ConcatWindowDataset`.
-        min_members: family packing, training split only: clusters with fewer members (in
-            that split) are left out of the training windows, so that every protein but the
+            :class:`~protein_performer.data.datasets.ConcatWindowDataset`. Crop mode's
+            ``pairs``: each training row is a protein after one member of its cluster
+            (:class:`~protein_performer.data.datasets.PairDataset`; evaluation rows hold one
+            protein, as in plain crop mode).
+        min_members: family and pairs packing, training split only: clusters with fewer
+            members (in that split) are left out of training, so that every protein but the
             first of its family has a homolog before it (a context-learning curriculum; the
             left-out proteins are logged). Validation and test keep every record. 1: keep all.
+        pair_copy: pairs packing: probability that a protein's partner is itself (a copy, the
+            easy case of retrieval) instead of another member of its cluster.
+        pair_mask: pairs packing: ``all`` (mask the whole row) or ``protein`` (mask only the
+            protein after its partner: the partner stays whole, as context does at evaluation).
         crop: crop mode's treatment of proteins longer than ``max_length``: ``random`` (one
             seeded window each) or ``sliding`` (cut into consecutive windows: every residue
             is in exactly one item).
@@ -214,6 +229,8 @@ class ProteinDataModule(pl.LightningDataModule):
         sample: str = "record",
         packing: str = "stream",
         min_members: int = 1,
+        pair_copy: float = 0.0,
+        pair_mask: str = "all",
     ) -> None:
         super().__init__()
         self.files = _paths("files", files)
@@ -265,14 +282,22 @@ class ProteinDataModule(pl.LightningDataModule):
         self.sample = _choice("sample", sample, ("record", *CLUSTER_SAMPLING))
         self.packing = _choice("packing", packing, PACKINGS)
         self.min_members = _int("min_members", min_members, 1)
-        if self.min_members > 1 and self.packing != "family":
-            raise ConfigError("min_members > 1 needs packing=family (it filters family windows)")
+        if self.min_members > 1 and self.packing not in ("family", "pairs"):
+            raise ConfigError("min_members > 1 needs packing=family or pairs (it filters clusters)")
+        if (
+            isinstance(pair_copy, bool)
+            or not isinstance(pair_copy, (int, float))
+            or not 0.0 <= float(pair_copy) <= 1.0
+        ):
+            raise ConfigError(f"pair_copy must be a number in [0, 1]; got {pair_copy!r}")
+        self.pair_copy = float(pair_copy)
+        self.pair_mask = _choice("pair_mask", pair_mask, PAIR_MASKS)
         self.clusters = clusters
         self._cluster_of: Mapping[str, str] | None = None
-        if self.packing != "stream" and self.mode != "concat":
-            raise ConfigError(
-                f"packing={self.packing} needs mode=concat (windows of several proteins)"
-            )
+        need_mode = PACKING_MODE.get(self.packing)
+        if need_mode is not None and self.mode != need_mode:
+            rows = "windows of several proteins" if need_mode == "concat" else "one row per pair"
+            raise ConfigError(f"packing={self.packing} needs mode={need_mode} ({rows})")
         needs = cluster_uses(self.split_by, self.sample, self.packing)
         if needs and clusters is None:
             raise ConfigError(f"{needs[0]} needs clusters (the output of `data cluster`)")
@@ -280,6 +305,11 @@ class ProteinDataModule(pl.LightningDataModule):
             raise ConfigError(
                 "shards are split when they are made: use `data preprocess --clusters DIR` "
                 "instead of split_by=cluster"
+            )
+        if self.packing == "pairs" and (self.sample != "record" or self.crop != "random"):
+            raise ConfigError(
+                "packing=pairs draws its own partners and crops: it needs sample=record and "
+                "crop=random"
             )
         if self.sample != "record" and self.mode != "crop":
             raise ConfigError(f"sample={self.sample} needs mode=crop (one protein per item)")
@@ -341,7 +371,7 @@ class ProteinDataModule(pl.LightningDataModule):
 
     def _clusters_of_source(self, source: FlatSource) -> list[np.ndarray]:
         if source.ids is None:
-            what = f"sample={self.sample}" if self.sample != "record" else "packing=family"
+            what = f"sample={self.sample}" if self.sample != "record" else f"packing={self.packing}"
             raise ConfigError(f"{what} needs record ids (FASTA input, not shards)")
         groups: dict[str, list[int]] = {}
         table = self.cluster_of
@@ -398,6 +428,29 @@ class ProteinDataModule(pl.LightningDataModule):
                 len(clusters),
                 len(ds),
                 self.sample,
+            )
+            return ds
+        if self.mode == "crop" and train and self.packing == "pairs":
+            groups = self._clusters_of_source(source)
+            if self.min_members > 1:
+                source, groups = _families_of_at_least(source, groups, self.min_members)
+            ds = PairDataset(
+                source,
+                groups,
+                self.max_length,
+                copy_prob=self.pair_copy,
+                mask=self.pair_mask,
+                seed=self.seed,
+                train=train,
+            )
+            log.info(
+                "%s: %d proteins in %d clusters, each after a partner (pair_copy=%g; %d with no "
+                "other member are paired with themselves)",
+                split,
+                len(source),
+                len(groups),
+                self.pair_copy,
+                ds.n_alone,
             )
             return ds
         if self.mode == "crop":

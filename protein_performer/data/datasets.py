@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from protein_performer.data.context import context_window
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
 
@@ -37,6 +38,7 @@ TAG_ORDER = 2
 TAG_MASK = 3
 TAG_BATCH = 4
 TAG_MEMBER = 5
+TAG_PAIR = 6
 
 _U64 = (1 << 64) - 1
 
@@ -202,6 +204,106 @@ class ClusterCropDataset(CropDataset):
         index, epoch = self._resolve(key)
         tokens = self._cropped(self.member(index, epoch), epoch)
         return {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
+
+
+PAIR_MASKS = ("all", "protein")
+
+
+class PairDataset(CropDataset):
+    """Homolog pairs (``data.packing=pairs``): each item is ``<cls> partner <sep> protein <eos>``,
+    the layout that ``evaluate context=cluster`` scores, so that a model learns to find the
+    aligned residue in a homolog before the protein and copy it, substitutions and all.
+
+    Every protein is the target of one item per epoch. Its partner is another member of its
+    cluster, drawn anew every epoch from ``(seed, epoch, index)``; the protein itself (a copy:
+    the easy case of retrieval, a curriculum) with probability ``copy_prob``, and always when its
+    cluster has no other member. The target is cropped to a random length in
+    ``[half / 2, half]`` residues (``half = max_length // 2 - 2``, as the context evaluation
+    crops) at a random start, so where its residues sit relative to the partner's varies (a
+    fixed crop puts a copy at a fixed distance, which rotary positions find without reading
+    content); a protein of at most ``half / 2`` residues is kept whole. The partner fills the rest of the row, cut
+    around the same relative region when it is too long
+    (:func:`~protein_performer.data.context.context_window`). ``mask="protein"`` marks the
+    item so that the collator masks only the protein (``"mask_from"``): the partner stays
+    whole, as a homolog in context does at evaluation, and every prediction is one the partner
+    can help with; ``mask="all"`` masks the row like any other.
+
+    Args:
+        source: proteins (residue ids, no specials).
+        groups: ``(n_groups,)`` arrays of record indices that together hold every record once.
+        max_length: tokens per row (≥ 8).
+        copy_prob: probability that the partner is the protein itself.
+        mask: ``"all"`` or ``"protein"``: which part of the row the collator masks.
+        seed: seed of partners, crops and (through the collator) masks.
+        train: a fresh draw every epoch (True) or the epoch-0 draw (False).
+    """
+
+    def __init__(
+        self,
+        source: FlatSource,
+        groups: list[np.ndarray],
+        max_length: int = 1024,
+        *,
+        copy_prob: float = 0.0,
+        mask: str = "all",
+        seed: int = 0,
+        train: bool = True,
+    ) -> None:
+        if mask not in PAIR_MASKS:
+            raise ConfigError(f"mask must be one of {', '.join(PAIR_MASKS)}, got {mask!r}")
+        self.mask = mask
+        if int(max_length) < 8:
+            raise ConfigError(f"max_length must be >= 8 for pairs, got {max_length}")
+        super().__init__(source, max_length, seed=seed, train=train)
+        if isinstance(copy_prob, bool) or not 0.0 <= float(copy_prob) <= 1.0:
+            raise ConfigError(f"copy_prob must be a number in [0, 1], got {copy_prob!r}")
+        self.copy_prob = float(copy_prob)
+        self.group_of = _group_numbers(groups, len(source))
+        self.groups = [np.asarray(g, dtype=np.int64) for g in groups]
+        self.half = self.max_length // 2 - 2
+        longest = np.array([int(source.lengths[g].max()) for g in self.groups], dtype=np.int64)
+        # batching packs by these lengths: target (at most half) + the longest partner + 3
+        bound = np.minimum(source.lengths, self.half) + longest[self.group_of] + 3
+        self.lengths = np.minimum(bound, self.max_length).astype(np.int64)
+        self.n_alone = int(sum(len(g) for g in self.groups if len(g) == 1))
+
+    def partner(self, index: int, epoch: int) -> int:
+        """The record placed before protein ``index`` in ``epoch`` (``index`` itself: a copy)."""
+        members = self.groups[int(self.group_of[index])]
+        rng = keyed_rng(TAG_PAIR, self.seed, epoch if self.train else 0, index)
+        if len(members) == 1 or rng.random() < self.copy_prob:
+            return index
+        k = int(rng.integers(len(members) - 1))
+        others = members[members != index]
+        return int(others[k])
+
+    def window(self, index: int, epoch: int) -> tuple[np.ndarray, int, int]:
+        """``(tokens, start, n)``: the row, where the target's residues start and how many."""
+        if not self.train:
+            epoch = 0
+        residues = self.source[index]
+        n = len(residues)
+        rng = keyed_rng(TAG_CROP, self.seed, epoch, index)
+        keep = min(n, int(rng.integers(max(1, self.half // 2), self.half + 1)))
+        first = int(rng.integers(0, n - keep + 1))
+        anchor = first / (n - keep) if n > keep else 0.0
+        partner = self.source[self.partner(index, epoch)]
+        tokens, start, _ = context_window(
+            residues[first : first + keep],
+            [partner],
+            self.alphabet,
+            self.max_length,
+            anchor=anchor,
+        )
+        return tokens, start, keep
+
+    def __getitem__(self, key: int | tuple[int, ...]) -> Item:
+        index, epoch = self._resolve(key)
+        tokens, start, _ = self.window(index, epoch)
+        item = {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
+        if self.mask == "protein":
+            item["mask_from"] = start
+        return item
 
 
 class ConcatWindowDataset(EpochDataset):

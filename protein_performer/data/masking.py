@@ -38,11 +38,12 @@ def mask_tokens(
     mask_prob: float = 0.15,
     mask_token_frac: float = 0.8,
     random_token_frac: float = 0.1,
+    start: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Select and corrupt residue positions of one sequence for MLM.
 
-    ``mask_prob`` of the residue positions (never specials such as ``<cls>``/``<eos>``/
-    ``<sep>``/``<pad>``) are selected: ``floor(mask_prob * n + u)`` of them with ``u`` uniform
+    ``mask_prob`` of the residue positions from ``start`` on (never specials such as
+    ``<cls>``/``<eos>``/``<sep>``/``<pad>``) are selected: ``floor(mask_prob * n + u)`` of them with ``u`` uniform
     (unbiased rounding), at least one when the sequence has residues. Of the selected,
     ``mask_token_frac`` become ``<mask>``, ``random_token_frac`` a uniformly drawn standard
     amino acid (possibly the same one), the rest stay unchanged.
@@ -57,6 +58,8 @@ def mask_tokens(
     labels = np.full(tokens.shape, IGNORE_INDEX, dtype=np.int64)
     inputs = tokens.copy()
     eligible = np.flatnonzero(~alphabet.special_mask(tokens))
+    if start:
+        eligible = eligible[eligible >= start]
     n = len(eligible)
     if n == 0:
         return inputs, labels
@@ -83,6 +86,9 @@ def causal_labels(input_ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.
 
 class MLMCollator:
     """Pad items to the longest and apply :func:`mask_tokens` with per-item keyed generators.
+
+    An item with ``"mask_from": k`` is masked only from token ``k`` on (a homolog pair whose
+    partner stays whole, see :class:`~protein_performer.data.datasets.PairDataset`).
 
     Args:
         alphabet: token vocabulary.
@@ -126,6 +132,7 @@ class MLMCollator:
                 mask_prob=self.mask_prob,
                 mask_token_frac=self.mask_token_frac,
                 random_token_frac=self.random_token_frac,
+                start=int(item.get("mask_from", 0)),
             )
             if not item.get("scored", True):  # a DDP evening-out repeat: no labels
                 y = np.full_like(y, IGNORE_INDEX)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.batching import pad_batch
 from protein_performer.data.context import context_window, single_window
@@ -90,7 +91,8 @@ def _windows(
     ends = 2 if style == "crop" else 1
     half = max(1, max_length // 2 - ends)
     single, single_y, ctx, ctx_y = [], [], [], []
-    members = tokens = identical = 0
+    members = tokens = 0
+    identical: list[bool] = []
     for index, t in enumerate(targets):
         res = t.residues
         anchor = 0.0
@@ -122,12 +124,13 @@ def _windows(
         ctx_y.append(cy)
         members += n_ctx
         tokens += start - head
-        identical += any(np.array_equal(t.context[k], t.residues) for k in order[:n_ctx])
+        identical.append(any(np.array_equal(t.context[k], t.residues) for k in order[:n_ctx]))
     n = max(1, len(targets))
     info = {
         "mean_context_proteins": members / n,
         "mean_context_tokens": tokens / n,
-        "targets_with_identical_context": int(identical),
+        "targets_with_identical_context": int(sum(identical)),
+        "identical": np.array(identical, dtype=bool),
     }
     return single, single_y, ctx, ctx_y, info
 
@@ -141,10 +144,13 @@ def _score(
     toks_per_batch: int,
     device: torch.device,
     uni_logp: torch.Tensor,
+    desc: str = "scoring",
+    progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-position ``(nll, correct, unigram nll)`` at labelled positions, in input order."""
     order = np.argsort([len(x) for x in inputs], kind="stable")
     results: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    bar = progress_bar(total=len(inputs), desc=desc, unit="protein", enabled=progress)
     i = 0
     while i < len(order):
         width = len(inputs[order[i]])
@@ -165,7 +171,9 @@ def _score(
             correct = lp.argmax(-1) == target
             uni = -uni_logp[target]
             results[int(r)] = (nll.cpu().numpy(), correct.cpu().numpy(), uni.cpu().numpy())
+        bar.update(len(rows))
         i = j
+    bar.close()
     parts = [results[r] for r in range(len(inputs))]
     return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))  # type: ignore[return-value]
 
@@ -183,12 +191,17 @@ def context_perplexity(
     toks_per_batch: int = 16384,
     device: torch.device | str = "cpu",
     unigram_log_probs: torch.Tensor | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """Score ``targets`` with and without their context (the model in eval mode on ``device``).
+    """Score ``targets`` with and without their context (the model in eval mode on ``device``;
+    ``progress``: a bar, or a line every 30 s in a log, per pass).
 
     Returns ``{"proteins", "positions", "with_context": {"perplexity", "accuracy"},
     "without_context": {...}, "unigram_perplexity", "ratio", "mean_context_proteins",
-    "mean_context_tokens", "targets_with_identical_context"}``; ``ratio`` is with / without.
+    "mean_context_tokens", "targets_with_identical_context", "by_context"}``; ``ratio`` is
+    with / without; ``by_context`` holds the same paired numbers (``proteins`` to ``ratio``)
+    for the targets with an identical sequence in their context (``identical``) and the others
+    (``no_identical``).
     """
     device = torch.device(device)
     single, single_y, ctx, ctx_y, info = _windows(
@@ -199,25 +212,36 @@ def context_perplexity(
         uni = torch.full((len(alphabet),), -math.log(len(alphabet.standard_ids)))
     uni = uni.to(device)
     kw = {"pad_idx": alphabet.pad_idx, "toks_per_batch": toks_per_batch, "device": device}
-    alone = _score(model, single, single_y, uni_logp=uni, **kw)
-    with_ctx = _score(model, ctx, ctx_y, uni_logp=uni, **kw)
-    n = len(alone[0])
+    alone = _score(model, single, single_y, uni_logp=uni, desc="alone", progress=progress, **kw)
+    with_ctx = _score(model, ctx, ctx_y, uni_logp=uni, desc="with context", progress=progress, **kw)
+    # which positions belong to a target whose context holds an identical sequence
+    flags = info.pop("identical")
+    per_target = np.array([int((y != -100).sum()) for y in single_y], dtype=np.int64)
+    copied = np.repeat(flags, per_target)
 
     def summary(nll: np.ndarray, correct: np.ndarray) -> dict[str, float | None]:
-        if not n:
+        if not len(nll):
             return {"perplexity": None, "accuracy": None}
         return {"perplexity": math.exp(float(nll.mean())), "accuracy": float(correct.mean())}
 
-    out = {
-        "proteins": len(targets),
-        "positions": int(n),
-        "with_context": summary(with_ctx[0], with_ctx[1]),
-        "without_context": summary(alone[0], alone[1]),
-        "unigram_perplexity": math.exp(float(alone[2].mean())) if n else None,
-        **info,
+    def paired(sel: np.ndarray, proteins: int) -> dict[str, Any]:
+        part = {
+            "proteins": proteins,
+            "positions": int(sel.sum()),
+            "with_context": summary(with_ctx[0][sel], with_ctx[1][sel]),
+            "without_context": summary(alone[0][sel], alone[1][sel]),
+            "unigram_perplexity": math.exp(float(alone[2][sel].mean())) if sel.any() else None,
+        }
+        w, a = part["with_context"]["perplexity"], part["without_context"]["perplexity"]
+        part["ratio"] = w / a if w and a else None
+        return part
+
+    out = paired(np.ones(len(alone[0]), dtype=bool), len(targets)) | info
+    # an identical sequence in context is a copy, not an alignment: report the two apart
+    out["by_context"] = {
+        "identical": paired(copied, int(flags.sum())),
+        "no_identical": paired(~copied, int((~flags).sum())),
     }
-    w, a = out["with_context"]["perplexity"], out["without_context"]["perplexity"]
-    out["ratio"] = w / a if w and a else None
     return out
 
 

@@ -28,6 +28,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
+from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.atomic import make_output_dir, write_text_atomic
 from protein_performer.config import (
     EvalConfig,
@@ -321,6 +322,8 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
         sample=d.sample,
         packing=d.packing,
         min_members=d.min_members,
+        pair_copy=d.pair_copy,
+        pair_mask=d.pair_mask,
         objective=cfg.objective,
         mode=d.mode,
         max_length=d.max_length,
@@ -791,11 +794,18 @@ class EvalResult:
                 f"{_num(c['without_context']['perplexity'], '.3f')} alone (ratio "
                 f"{_num(c['ratio'], '.3f')}); unigram {_num(c['unigram_perplexity'], '.3f')}"
             )
-            if c["targets_with_identical_context"]:
-                text += (
-                    f"\n    {c['targets_with_identical_context']:,} of them had an identical "
-                    "sequence in their context"
-                )
+            for key, what in (
+                ("identical", "with an identical sequence in context"),
+                ("no_identical", "without one"),
+            ):
+                part = (c.get("by_context") or {}).get(key)
+                if part and part["proteins"] and c["targets_with_identical_context"]:
+                    text += (
+                        f"\n    {what}: {part['proteins']:,} proteins, {part['positions']:,} "
+                        f"positions: {_num(part['with_context']['perplexity'], '.3f')} vs "
+                        f"{_num(part['without_context']['perplexity'], '.3f')} (ratio "
+                        f"{_num(part['ratio'], '.3f')})"
+                    )
         return text
 
 
@@ -1034,7 +1044,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     uni_sums = torch.zeros_like(sums)
     uni_kinds = None if kinds is None else torch.zeros_like(kinds)
     start = time.perf_counter()
-    for batch in loader:
+    for batch in progress_bar(loader, desc="evaluating", unit="batch"):
         batch = {k: v.to(device) for k, v in batch.items()}
         with autocast:
             logits = model(batch["input_ids"], batch["padding_mask"])["logits"]
@@ -1072,6 +1082,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
                 toks_per_batch=cfg.toks_per_batch,
                 device=device,
                 unigram_log_probs=uni_logp,
+                progress=True,
             )
         context["source"] = (
             f"each protein's cluster, >= {cfg.context_min_members} members"

@@ -16,6 +16,7 @@ from lightning_fabric.utilities.data import _set_sampler_epoch
 
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.datamodule import ProteinDataModule
+from protein_performer.data.datasets import CropDataset
 from protein_performer.data.masking import IGNORE_INDEX
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError, DataError
@@ -502,7 +503,55 @@ def test_min_members_keeps_only_families_that_size_in_training_windows():
     assert copy.datasets["train"].total_tokens == 2 * copy.datasets["val"].total_tokens
     with pytest.raises(ConfigError, match="packing=copy needs mode=concat"):
         ProteinDataModule(train_source=src, packing="copy")
-    with pytest.raises(ConfigError, match="min_members > 1 needs packing=family"):
+    with pytest.raises(ConfigError, match="min_members > 1 needs packing=family or pairs"):
         ProteinDataModule(train_source=src, min_members=2, mode="concat")
     with pytest.raises(ConfigError, match="min_members"):
         ProteinDataModule(train_source=src, min_members=0, **kw)
+
+
+def test_pairs_packing_trains_on_pairs_and_evaluates_single_proteins():
+    ids = ["a1", "b1", "c1", "a2", "d1", "a3", "c2"]
+    seqs = random_seqs(len(ids), 20, 200, seed=32)
+    table = {rid: rid[0] for rid in ids}
+    src = FlatSource.from_strings(seqs, ids)
+    kw = dict(clusters=table, packing="pairs", max_length=96, batch_size=3)
+    dm = ProteinDataModule(train_source=src, val_source=src, min_members=2, **kw)
+    dm.setup("fit")
+    train, val = dm.datasets["train"], dm.datasets["val"]
+    assert type(val) is CropDataset and len(val) == len(ids)  # evaluation: one protein a row
+    assert sorted(train.source.ids) == ["a1", "a2", "a3", "c1", "c2"]
+    for index, rid in enumerate(train.source.ids):
+        partner = train.source.ids[train.partner(index, 0)]
+        assert partner != rid and partner[0] == rid[0]
+    batch = next(iter(dm.train_dataloader()))
+    check_contract(batch)
+    x = batch["input_ids"]
+    assert ((x == dm.alphabet.sep_idx).sum(1) == 1).all()  # one partner before each protein
+    labelled = batch["labels"] != IGNORE_INDEX
+    assert labelled[x == dm.alphabet.sep_idx].sum() == 0
+    sep_at = (x == dm.alphabet.sep_idx).int().argmax(1)
+    cols = torch.arange(x.shape[1])
+    assert (labelled & (cols[None] < sep_at[:, None])).any()  # "all": partners masked too
+    only = ProteinDataModule(train_source=src, min_members=2, pair_mask="protein", **kw)
+    only.setup("fit")
+    for _ in range(2):
+        b = next(iter(only.train_dataloader()))
+        sep_at = (b["input_ids"] == only.alphabet.sep_idx).int().argmax(1)
+        labelled = b["labels"] != IGNORE_INDEX
+        assert not (labelled & (cols[None] <= sep_at[:, None])).any()  # partner left whole
+        assert labelled.sum(1).min() >= 1
+    copy = ProteinDataModule(train_source=src, pair_copy=1.0, **kw)
+    copy.setup("fit")
+    ds = copy.datasets["train"]
+    assert all(ds.partner(i, e) == i for i in range(len(ids)) for e in range(3))
+    for bad, match in [
+        (dict(mode="concat"), "packing=pairs needs mode=crop"),
+        (dict(sample="cluster"), "needs sample=record and crop=random"),
+        (dict(crop="sliding"), "needs sample=record and crop=random"),
+        (dict(pair_copy=-0.1), "pair_copy must be a number in"),
+        (dict(pair_mask="partner"), "pair_mask must be one of"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            ProteinDataModule(train_source=src, **(kw | bad))
+    with pytest.raises(ConfigError, match="packing=pairs needs clusters"):
+        ProteinDataModule(train_source=src, packing="pairs")

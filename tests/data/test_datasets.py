@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from protein_performer.data.alphabet import default_alphabet
-from protein_performer.data.datasets import ConcatWindowDataset, CropDataset
+from protein_performer.data.datasets import ConcatWindowDataset, CropDataset, PairDataset
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
 
@@ -318,3 +318,97 @@ def test_family_packing_window_starts_with_one_family():
 def test_family_packing_rejects_bad_groups(groups, match):
     with pytest.raises(ConfigError, match=match):
         ConcatWindowDataset(random_source(4, 2, 5), max_length=8, groups=groups)
+
+
+# ---- homolog pairs ----------------------------------------------------------------------------
+def split_pair(ds: PairDataset, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(partner residues, target residues) of a row ``<cls> partner <sep> target <eos>``."""
+    assert tokens[0] == A.cls_idx and tokens[-1] == A.eos_idx
+    seps = np.flatnonzero(tokens == A.sep_idx)
+    if len(seps) == 0:
+        return tokens[:0], tokens[1:-1]
+    assert len(seps) == 1
+    return tokens[1 : seps[0]], tokens[seps[0] + 1 : -1]
+
+
+def contains(whole: np.ndarray, part: np.ndarray) -> bool:
+    """Whether ``part`` is a contiguous piece of ``whole``."""
+    n, k = len(whole), len(part)
+    return any(np.array_equal(whole[i : i + k], part) for i in range(n - k + 1))
+
+
+def test_pairs_put_a_cropped_protein_after_another_member_of_its_cluster():
+    sizes = [3, 1, 4, 2]
+    src = random_source(sum(sizes), 20, 300, seed=5)
+    groups = family_groups(sizes, seed=6)
+    group_of = {int(r): g for g, members in enumerate(groups) for r in members}
+    ds = PairDataset(src, groups, max_length=128, seed=2)
+    assert ds.half == 62 and ds.n_alone == 1
+    kept = set()
+    for epoch in range(6):
+        for index in range(len(src)):
+            tokens = ds[(index, epoch)]["tokens"]
+            assert len(tokens) <= ds.lengths[index] <= 128
+            partner, target = split_pair(ds, tokens)
+            n = len(src[index])
+            # the target: a piece of its own protein, [half/2, half] residues or whole
+            assert contains(src[index], target)
+            assert len(target) == n if n <= 31 else 31 <= len(target) <= 62
+            kept.add((index, len(target)))
+            p = ds.partner(index, epoch)
+            alone = len(groups[group_of[index]]) == 1
+            assert p == index if alone else (p != index and group_of[p] == group_of[index])
+            assert len(partner) >= 16 and contains(src[p], partner)
+            # the partner fills the row when it is cut
+            assert len(partner) == len(src[p]) or len(tokens) == 128
+    long = [i for i in range(len(src)) if len(src[i]) > 62]
+    assert any(len({k for j, k in kept if j == i}) > 2 for i in long)  # lengths vary
+    # seeded by (seed, epoch, index); evaluation rows fixed
+    again = PairDataset(src, groups, max_length=128, seed=2)
+    np.testing.assert_array_equal(again[(4, 3)]["tokens"], ds[(4, 3)]["tokens"])
+    other = PairDataset(src, groups, max_length=128, seed=3)
+    assert any(not np.array_equal(other[(i, 3)]["tokens"], ds[(i, 3)]["tokens"]) for i in long)
+    fixed = PairDataset(src, groups, max_length=128, seed=2, train=False)
+    np.testing.assert_array_equal(fixed[(5, 0)]["tokens"], fixed[(5, 7)]["tokens"])
+
+
+def test_pair_partners_cover_the_cluster_and_copy_prob_pairs_a_protein_with_itself():
+    src = random_source(5, 30, 40, seed=8)
+    groups = [np.arange(5)]
+    ds = PairDataset(src, groups, max_length=128)
+    seen = {ds.partner(0, e) for e in range(60)}
+    assert seen == {1, 2, 3, 4}
+    copies = PairDataset(src, groups, max_length=128, copy_prob=1.0)
+    for e in range(5):
+        tokens = copies[(2, e)]["tokens"]
+        partner, target = split_pair(copies, tokens)
+        np.testing.assert_array_equal(partner, src[2])  # the whole protein, then its crop
+        assert contains(src[2], target)
+    half = PairDataset(src, groups, max_length=128, copy_prob=0.5)
+    share = np.mean([half.partner(i, e) == i for i in range(5) for e in range(80)])
+    assert 0.35 < share < 0.65
+    with pytest.raises(ConfigError, match="copy_prob"):
+        PairDataset(src, groups, max_length=128, copy_prob=1.5)
+    with pytest.raises(ConfigError, match="max_length"):
+        PairDataset(src, groups, max_length=6)
+    with pytest.raises(ConfigError, match="in no group"):
+        PairDataset(src, [np.arange(4)], max_length=128)
+    with pytest.raises(ConfigError, match="mask must be one of"):
+        PairDataset(src, groups, max_length=128, mask="target")
+    protein = PairDataset(src, groups, max_length=128, mask="protein")
+    for i in range(5):
+        item = protein[(i, 1)]
+        tokens, start, n = protein.window(i, 1)
+        np.testing.assert_array_equal(item["tokens"], tokens)
+        assert item["mask_from"] == start and tokens[start - 1] == A.sep_idx
+        assert contains(src[i], tokens[start : start + n])
+    assert "mask_from" not in ds[(0, 1)]
+
+
+def test_pairs_cut_a_long_partner_around_the_region_of_the_target():
+    # a protein paired with itself: the kept part of the copy covers the cropped target
+    src = FlatSource.from_arrays([np.random.default_rng(4).integers(6, 26, 900).astype(np.uint8)])
+    ds = PairDataset(src, [np.array([0])], max_length=256)
+    for epoch in range(20):
+        partner, target = split_pair(ds, ds[(0, epoch)]["tokens"])
+        assert contains(partner, target)

@@ -91,6 +91,28 @@ def test_selection_count_per_sequence():
             assert len(counts) == 2, "fractional counts are rounded at random, not always down"
 
 
+def test_masking_from_a_start_leaves_the_tokens_before_it_alone():
+    rng = np.random.default_rng(4)
+    tokens = np.array(
+        [
+            A.cls_idx,
+            *rng.integers(6, 26, size=80),
+            A.sep_idx,
+            *rng.integers(6, 26, size=40),
+            A.eos_idx,
+        ]
+    )
+    for trial in range(20):
+        x, y = mask_tokens(tokens, A, keyed_rng(3, 0, trial), mask_prob=0.5, start=82)
+        assert (y[:82] == IGNORE_INDEX).all() and (x[:82] == tokens[:82]).all()
+        assert int((y != IGNORE_INDEX).sum()) == 20  # half of the 40 residues after the start
+    # an item's "mask_from" reaches mask_tokens through the collator
+    c = MLMCollator(A, mask_prob=0.5, seed=1)
+    batch = c([{"tokens": tokens, "index": 0, "epoch": 0, "mask_from": 82}])
+    assert (batch["labels"][0, :82] == IGNORE_INDEX).all()
+    assert int((batch["labels"][0, 82:] != IGNORE_INDEX).sum()) == 20
+
+
 def test_no_residues_no_labels():
     tokens = np.array([A.cls_idx, A.eos_idx, A.pad_idx, A.sep_idx])
     x, y = mask_tokens(tokens, A, keyed_rng(0, 0))

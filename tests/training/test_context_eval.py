@@ -72,6 +72,33 @@ def test_an_identical_context_copy_is_scored_on_the_same_positions():
     assert unrelated["with_context"]["perplexity"] > 5
 
 
+def test_targets_with_an_identical_context_are_reported_apart():
+    rng = np.random.default_rng(2)
+    seqs = [random_seq(rng, int(rng.integers(30, 80))) for _ in range(10)]
+    source = FlatSource.from_strings(seqs, ids=[f"p{i}" for i in range(10)])
+    targets = cluster_targets(source, {f"p{i}": f"c{i}" for i in range(10)}, min_members=1)
+    for i, t in enumerate(targets):  # 4 copies, 6 unrelated contexts
+        t.context = [t.residues.copy() if i < 4 else np.asarray(source[(i + 1) % 10])]
+    out = context_perplexity(CopyModel(), A, targets, max_length=256, seed=5)
+    same, other = out["by_context"]["identical"], out["by_context"]["no_identical"]
+    assert (same["proteins"], other["proteins"]) == (4, 6)
+    assert same["positions"] + other["positions"] == out["positions"]
+    alone = context_perplexity(CopyModel(), A, targets[:4], max_length=256, seed=5)
+    assert alone["positions"] == same["positions"]  # the positions of those 4 targets
+    assert same["with_context"]["perplexity"] == pytest.approx(1.0, abs=1e-6)
+    assert other["with_context"]["perplexity"] > 5
+    assert other["ratio"] > 0.2 > same["ratio"]
+    # the whole is the position-weighted mix of the two parts (geometric mean of perplexities)
+    mix = math.exp(
+        (
+            same["positions"] * math.log(same["with_context"]["perplexity"])
+            + other["positions"] * math.log(other["with_context"]["perplexity"])
+        )
+        / out["positions"]
+    )
+    assert out["with_context"]["perplexity"] == pytest.approx(mix, rel=1e-5)
+
+
 def test_long_targets_are_cropped_to_half_the_window_in_both_runs():
     rng = np.random.default_rng(1)
     source = FlatSource.from_strings([random_seq(rng, 300)], ids=["long"])
