@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -185,3 +190,34 @@ def test_context_settings_are_checked(kw, message):
 
     with pytest.raises(ConfigError, match=message):
         validate_eval_config(EvalConfig(checkpoint="x.ckpt", fasta="x.fa", **kw))
+
+
+def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_path):
+    fasta = write_fasta(tmp_path / "t.fasta", n=30)
+    ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
+    members = tmp_path / "members.tsv"
+    members.write_text(
+        "cluster_id\tmember_id\n" + "".join(f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids))
+    )
+    cfg = tiny_config(fasta, max_steps=2)
+    cfg.data.packing, cfg.data.pair_mask = "pairs", "protein"
+    cfg.data.clusters, cfg.data.split_by = str(members), "cluster"
+    cfg.data.split_fractions = [0.6, 0.0, 0.4]
+    result = train(cfg, tmp_path / "run")
+    snap = tmp_path / "run" / "snap"
+    snap.mkdir()
+    shutil.copy(result.last_checkpoint, snap / "a.ckpt")  # the same step: scored once
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "context_curve.py"
+    out = tmp_path / "curve.json"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run"), "--fasta", str(fasta),
+         "--min-members", "2", "--max-proteins", "5", "--offsets", "10",
+         "--json", str(out), "--png", str(tmp_path / "curve.png")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (run,) = json.loads(out.read_text())["runs"]
+    (point,) = run["curve"]
+    assert point["step"] == 12 and point["proteins"] == 5
+    assert point["ratio"] == pytest.approx(point["with"] / point["alone"])
+    assert (tmp_path / "curve.png").stat().st_size > 0

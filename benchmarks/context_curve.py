@@ -1,0 +1,183 @@
+"""Homolog-context curves: how a run's use of homologs grows over training.
+
+Scores every checkpoint of each run (``RUN/snap/*.ckpt``, copies of ``last.ckpt`` kept during
+training, then ``RUN/checkpoints/last.ckpt``) exactly as
+``evaluate split=test context=cluster context_min_members=3 context_max_proteins=300`` does:
+the same held-out proteins (the checkpoint's own split), the same masks, each protein alone and
+after its cluster's other members. The data and the proteins are read once for all checkpoints.
+
+    python benchmarks/context_curve.py RUN [RUN ...] --fasta a.fasta b.fasta.gz ... \
+        --json docs/results/homolog_pairs_curves.json --png docs/figures/homolog_pairs.png
+
+Prints a table (step, perplexity with and without context, the ratio, and the ratio apart for
+proteins with an identical sequence among their homologs) and writes a JSON and a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS, environment, format_table, write_json
+
+
+def checkpoints(run: Path) -> list[Path]:
+    found = [*sorted((run / "snap").glob("*.ckpt")), run / "checkpoints" / "last.ckpt"]
+    return [p for p in found if p.is_file()]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", type=Path, help="run directories")
+    p.add_argument("--fasta", nargs="+", required=True, help="the FASTA files the runs used")
+    p.add_argument(
+        "--offsets",
+        nargs="+",
+        type=int,
+        default=None,
+        help="steps to add to each run's steps (a stage started with init_from= after another)",
+    )
+    p.add_argument("--min-members", type=int, default=3)
+    p.add_argument("--max-proteins", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", type=Path, default=RESULTS / "context_curve.json")
+    p.add_argument("--png", type=Path, default=RESULTS / "context_curve.png")
+    args = p.parse_args()
+    offsets = args.offsets or [0] * len(args.runs)
+    if len(offsets) != len(args.runs):
+        raise SystemExit(f"--offsets: {len(offsets)} numbers for {len(args.runs)} runs")
+
+    import torch
+
+    from protein_performer.data.alphabet import Alphabet
+    from protein_performer.data.cluster import read_members
+    from protein_performer.data.datamodule import ProteinDataModule
+    from protein_performer.data.datasets import TAG_ORDER, keyed_rng
+    from protein_performer.training.checkpoints import load_model
+    from protein_performer.training.context_eval import cluster_targets, context_perplexity
+    from protein_performer.training.run import unigram_log_probs
+
+    torch.set_num_threads(args.threads)
+    runs: list[dict[str, Any]] = []
+    cache: dict[tuple, list] = {}
+    for run, offset in zip(args.runs, offsets, strict=True):
+        paths = checkpoints(run)
+        if not paths:
+            raise SystemExit(f"{run}: no checkpoints (snap/*.ckpt or checkpoints/last.ckpt)")
+        curve, seen = [], set()
+        for path in paths:
+            step = int(torch.load(path, map_location="cpu", weights_only=True)["global_step"])
+            if step in seen:
+                continue
+            seen.add(step)
+            model, meta = load_model(path)
+            model.eval()
+            alphabet = Alphabet.from_dict(meta["alphabet"])
+            data = meta["data"]
+            key = (data["split_by"], tuple(data["split_fractions"]), data["split_seed"])
+            if key not in cache:  # the checkpoint's test split, read once
+                dm = ProteinDataModule(
+                    files=args.fasta,
+                    clusters=data["clusters"],
+                    split_by=data["split_by"],
+                    split_fractions=tuple(data["split_fractions"]),
+                    split_seed=data["split_seed"],
+                    mode="crop",
+                    max_length=data["max_length"],
+                    alphabet=alphabet,
+                )
+                dm.setup("test")
+                source = dm.datasets["test"].source
+                targets = cluster_targets(
+                    source, read_members(data["clusters"]), min_members=args.min_members
+                )
+                if len(targets) > args.max_proteins:  # the sample evaluate draws
+                    pick = keyed_rng(TAG_ORDER, args.seed, 1).choice(
+                        len(targets), args.max_proteins, replace=False
+                    )
+                    targets = [targets[i] for i in sorted(pick)]
+                cache[key] = targets
+            out = context_perplexity(
+                model,
+                alphabet,
+                cache[key],
+                max_length=data["max_length"],
+                mask_prob=data["mask_prob"],
+                seed=args.seed,
+                unigram_log_probs=unigram_log_probs(data["unigram_counts"], alphabet),
+            )
+            point = {
+                "step": step + offset,
+                "with": out["with_context"]["perplexity"],
+                "alone": out["without_context"]["perplexity"],
+                "ratio": out["ratio"],
+                "identical_ratio": out["by_context"]["identical"]["ratio"],
+                "other_ratio": out["by_context"]["no_identical"]["ratio"],
+                "unigram": out["unigram_perplexity"],
+                "proteins": out["proteins"],
+                "positions": out["positions"],
+                "identical_proteins": out["targets_with_identical_context"],
+            }
+            print(f"{run.name} step {step + offset}: ratio {point['ratio']:.3f}", file=sys.stderr)
+            curve.append(point)
+        curve.sort(key=lambda c: c["step"])
+        runs.append({"run": run.name, "attention": model.config.attention, "curve": curve})
+    rows = [
+        [
+            r["run"],
+            c["step"],
+            f"{c['with']:.2f}",
+            f"{c['alone']:.2f}",
+            f"{c['ratio']:.3f}",
+            "—" if c["identical_ratio"] is None else f"{c['identical_ratio']:.3f}",
+            "—" if c["other_ratio"] is None else f"{c['other_ratio']:.3f}",
+        ]
+        for r in runs
+        for c in r["curve"]
+    ]
+    last = runs[0]["curve"][-1]
+    print(
+        f"{last['proteins']} proteins of held-out clusters, {last['positions']} <mask> positions, "
+        f"{last['identical_proteins']} with an identical homolog; unigram {last['unigram']:.2f}"
+    )
+    headers = ["run", "step", "with", "alone", "ratio", "identical", "others"]
+    print(format_table(headers, rows))
+    settings = {k: [str(x) for x in v] if k == "runs" else v for k, v in vars(args).items()}
+    settings |= {"json": str(args.json), "png": str(args.png)}
+    write_json(args.json, {"env": environment(), "args": settings, "runs": runs})
+    plot(runs, args.png)
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, run in enumerate(runs):
+        steps = [c["step"] for c in run["curve"]]
+        name = f"{run['run']} ({run['attention']})"
+        left.plot(steps, [c["with"] for c in run["curve"]], color=f"C{i}", marker="o", label=name)
+        left.plot(steps, [c["alone"] for c in run["curve"]], color=f"C{i}", ls=":")
+        right.plot(steps, [c["ratio"] for c in run["curve"]], color=f"C{i}", marker="o", label=name)
+    left.axhline(runs[0]["curve"][-1]["unigram"], color="grey", lw=0.8, label="unigram")
+    left.set_xlabel("training step")
+    left.set_ylabel("<mask> perplexity (solid: after homologs, dotted: alone)")
+    right.axhline(1.0, color="grey", lw=0.8)
+    right.set_xlabel("training step")
+    right.set_ylabel("with / without homologs")
+    left.legend(fontsize=7)
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
