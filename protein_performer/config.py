@@ -372,6 +372,12 @@ def validate_train_config(cfg: TrainConfig) -> None:
     if isinstance(d.pair_copy, bool) or not 0.0 <= d.pair_copy <= 1.0:
         raise ConfigError(f"data.pair_copy must be a number in [0, 1] (got {d.pair_copy!r})")
     _choice("data.pair_mask", d.pair_mask, PAIR_MASKS)
+    if d.packing != "pairs" and (d.pair_copy or d.pair_mask != "all"):
+        raise ConfigError("data.pair_copy and data.pair_mask need data.packing=pairs")
+    if d.pair_mask == "protein" and cfg.objective != "mlm":
+        raise ConfigError(
+            "data.pair_mask=protein needs objective=mlm (it selects masked positions)"
+        )
     needs = cluster_uses(d.split_by, d.sample, d.packing, prefix="data.")
     if needs and not d.clusters:
         raise ConfigError(f"{needs[0]} needs data.clusters=DIR (the output of `data cluster`)")

@@ -121,6 +121,8 @@ def test_every_group_option_and_experiment_composes():
         validate_train_config(
             compose_job("train", ["data.packing=pairs", "data.mode=concat"]).config
         )
+    with pytest.raises(ConfigError, match=r"data\.pair_copy and data\.pair_mask need"):
+        validate_train_config(compose_job("train", ["data.pair_mask=protein"]).config)
     with pytest.raises(ConfigError, match=r"data\.packing=pairs needs data\.clusters"):
         validate_train_config(compose_job("train", ["data.packing=pairs"]).config)
     with pytest.raises(ConfigError, match=r"data\.pair_copy must be a number in \[0, 1\]"):
