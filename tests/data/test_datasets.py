@@ -366,6 +366,9 @@ def test_pairs_put_a_cropped_protein_after_another_member_of_its_cluster():
     # seeded by (seed, epoch, index); evaluation rows fixed
     again = PairDataset(src, groups, max_length=128, seed=2)
     np.testing.assert_array_equal(again[(4, 3)]["tokens"], ds[(4, 3)]["tokens"])
+    assert any(  # a fresh partner and crop every epoch
+        not np.array_equal(ds[(i, 1)]["tokens"], ds[(i, 2)]["tokens"]) for i in long
+    )
     other = PairDataset(src, groups, max_length=128, seed=3)
     assert any(not np.array_equal(other[(i, 3)]["tokens"], ds[(i, 3)]["tokens"]) for i in long)
     fixed = PairDataset(src, groups, max_length=128, seed=2, train=False)

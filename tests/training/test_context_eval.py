@@ -219,5 +219,13 @@ def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_pat
     (run,) = json.loads(out.read_text())["runs"]
     (point,) = run["curve"]
     assert point["step"] == 12 and point["proteins"] == 5
-    assert point["ratio"] == pytest.approx(point["with"] / point["alone"])
+    # the same numbers as evaluate's context pass on the same proteins
+    ev = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint, fasta=str(fasta), split="test", context="cluster",
+            context_min_members=2, context_max_proteins=5,
+        )
+    ).context  # fmt: skip
+    assert point["positions"] == ev["positions"]
+    assert point["ratio"] == pytest.approx(ev["ratio"], rel=1e-6)
     assert (tmp_path / "curve.png").stat().st_size > 0
