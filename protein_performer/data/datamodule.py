@@ -30,6 +30,7 @@ from protein_performer.data.batching import (
     TokenBudgetBatchSampler,
 )
 from protein_performer.data.cluster import (
+    CLUSTER_PACKINGS,
     PACKING_MODE,
     PACKINGS,
     SPLIT_BY,
@@ -282,7 +283,7 @@ class ProteinDataModule(pl.LightningDataModule):
         self.sample = _choice("sample", sample, ("record", *CLUSTER_SAMPLING))
         self.packing = _choice("packing", packing, PACKINGS)
         self.min_members = _int("min_members", min_members, 1)
-        if self.min_members > 1 and self.packing not in ("family", "pairs"):
+        if self.min_members > 1 and self.packing not in CLUSTER_PACKINGS:
             raise ConfigError("min_members > 1 needs packing=family or pairs (it filters clusters)")
         if (
             isinstance(pair_copy, bool)
