@@ -78,7 +78,17 @@ def main() -> None:
             model.eval()
             alphabet = Alphabet.from_dict(meta["alphabet"])
             data = meta["data"]
-            key = (data["split_by"], tuple(data["split_fractions"]), data["split_seed"])
+            if not data.get("clusters"):
+                raise SystemExit(
+                    f"{path}: trained without data.clusters; no homologs to score with"
+                )
+            key = (
+                data["clusters"],
+                data["split_by"],
+                tuple(data["split_fractions"]),
+                data["split_seed"],
+                data["max_length"],
+            )
             if key not in cache:  # the checkpoint's test split, read once
                 dm = ProteinDataModule(
                     files=args.fasta,

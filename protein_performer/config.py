@@ -67,6 +67,8 @@ class DataConfig:
     # the row is masked: all, or only the protein (its partner stays whole, as context does)
     pair_copy: float = 0.0
     pair_mask: str = "all"
+    # pairs packing: probability that a training row holds the protein with no partner
+    pair_alone: float = 0.0
     max_length: int = 1024
     toks_per_batch: int = 16384
     batch_size: int | None = None
@@ -369,11 +371,20 @@ def validate_train_config(cfg: TrainConfig) -> None:
     _positive("data.min_members", d.min_members)
     if d.min_members > 1 and d.packing not in CLUSTER_PACKINGS:
         raise ConfigError("data.min_members > 1 needs data.packing=family or pairs")
-    if isinstance(d.pair_copy, bool) or not 0.0 <= d.pair_copy <= 1.0:
-        raise ConfigError(f"data.pair_copy must be a number in [0, 1] (got {d.pair_copy!r})")
+    for key in ("pair_copy", "pair_alone"):
+        value = getattr(d, key)
+        if isinstance(value, bool) or not 0.0 <= value <= 1.0:
+            raise ConfigError(f"data.{key} must be a number in [0, 1] (got {value!r})")
     _choice("data.pair_mask", d.pair_mask, PAIR_MASKS)
-    if d.packing != "pairs" and (d.pair_copy or d.pair_mask != "all"):
-        raise ConfigError("data.pair_copy and data.pair_mask need data.packing=pairs")
+    if d.packing != "pairs" and (d.pair_copy or d.pair_alone or d.pair_mask != "all"):
+        raise ConfigError(
+            "data.pair_copy, data.pair_alone and data.pair_mask need data.packing=pairs"
+        )
+    if d.packing == "pairs" and d.sample != "record":
+        raise ConfigError(
+            "data.packing=pairs draws its own partners: it needs data.sample=record "
+            f"(got data.sample={d.sample})"
+        )
     if d.pair_mask == "protein" and cfg.objective != "mlm":
         raise ConfigError(
             "data.pair_mask=protein needs objective=mlm (it selects masked positions)"

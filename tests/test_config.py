@@ -121,10 +121,15 @@ def test_every_group_option_and_experiment_composes():
         validate_train_config(
             compose_job("train", ["data.packing=pairs", "data.mode=concat"]).config
         )
-    with pytest.raises(ConfigError, match=r"data\.pair_copy and data\.pair_mask need"):
+    with pytest.raises(ConfigError, match=r"data\.pair_copy, data\.pair_alone and data\.pair_mask need"):
         validate_train_config(compose_job("train", ["data.pair_mask=protein"]).config)
     with pytest.raises(ConfigError, match=r"data\.packing=pairs needs data\.clusters"):
         validate_train_config(compose_job("train", ["data.packing=pairs"]).config)
+    for wrong in ("data.sample=cluster", "data.sample=cluster_sqrt"):
+        with pytest.raises(ConfigError, match=r"packing=pairs draws its own partners: it needs"):
+            validate_train_config(
+                compose_job("train", ["experiment=homolog_pairs", "data.clusters=c", wrong]).config
+            )
     with pytest.raises(ConfigError, match=r"data\.pair_copy must be a number in \[0, 1\]"):
         validate_train_config(
             compose_job(

@@ -182,6 +182,8 @@ class ProteinDataModule(pl.LightningDataModule):
             left-out proteins are logged). Validation and test keep every record. 1: keep all.
         pair_copy: pairs packing: probability that a protein's partner is itself (a copy, the
             easy case of retrieval) instead of another member of its cluster.
+        pair_alone: pairs packing: probability that a training row holds the protein with no
+            partner (keeps the model a single-protein model too).
         pair_mask: pairs packing: ``all`` (mask the whole row) or ``protein`` (mask only the
             protein after its partner: the partner stays whole, as context does at evaluation).
         crop: crop mode's treatment of proteins longer than ``max_length``: ``random`` (one
@@ -231,6 +233,7 @@ class ProteinDataModule(pl.LightningDataModule):
         packing: str = "stream",
         min_members: int = 1,
         pair_copy: float = 0.0,
+        pair_alone: float = 0.0,
         pair_mask: str = "all",
     ) -> None:
         super().__init__()
@@ -285,13 +288,15 @@ class ProteinDataModule(pl.LightningDataModule):
         self.min_members = _int("min_members", min_members, 1)
         if self.min_members > 1 and self.packing not in CLUSTER_PACKINGS:
             raise ConfigError("min_members > 1 needs packing=family or pairs (it filters clusters)")
-        if (
-            isinstance(pair_copy, bool)
-            or not isinstance(pair_copy, (int, float))
-            or not 0.0 <= float(pair_copy) <= 1.0
-        ):
-            raise ConfigError(f"pair_copy must be a number in [0, 1]; got {pair_copy!r}")
+        for name, value in (("pair_copy", pair_copy), ("pair_alone", pair_alone)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0.0 <= float(value) <= 1.0
+            ):
+                raise ConfigError(f"{name} must be a number in [0, 1]; got {value!r}")
         self.pair_copy = float(pair_copy)
+        self.pair_alone = float(pair_alone)
         self.pair_mask = _choice("pair_mask", pair_mask, PAIR_MASKS)
         self.clusters = clusters
         self._cluster_of: Mapping[str, str] | None = None
@@ -440,17 +445,19 @@ class ProteinDataModule(pl.LightningDataModule):
                 groups,
                 self.max_length,
                 copy_prob=self.pair_copy,
+                alone_prob=self.pair_alone,
                 mask=self.pair_mask,
                 seed=self.seed,
                 train=train,
             )
             log.info(
-                "%s: %d proteins in %d clusters, each after a partner (pair_copy=%g; %d with no "
-                "other member are paired with themselves)",
+                "%s: %d proteins in %d clusters, each after a partner (pair_copy=%g, "
+                "pair_alone=%g; %d with no other member are paired with themselves)",
                 split,
                 len(source),
                 len(groups),
                 self.pair_copy,
+                self.pair_alone,
                 ds.n_alone,
             )
             return ds

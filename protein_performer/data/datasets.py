@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from protein_performer.data.context import context_window
+from protein_performer.data.context import MIN_CONTEXT_RESIDUES, context_window
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
 
@@ -39,6 +39,7 @@ TAG_MASK = 3
 TAG_BATCH = 4
 TAG_MEMBER = 5
 TAG_PAIR = 6
+TAG_ALONE = 7
 
 _U64 = (1 << 64) - 1
 
@@ -217,7 +218,10 @@ class PairDataset(CropDataset):
     Every protein is the target of one item per epoch. Its partner is another member of its
     cluster, drawn anew every epoch from ``(seed, epoch, index)``; the protein itself (a copy:
     the easy case of retrieval, a curriculum) with probability ``copy_prob``, and always when its
-    cluster has no other member. The target is cropped to a random length in
+    cluster has no other member. With probability ``alone_prob`` the row holds the protein with
+    no partner (``<cls> protein <eos>``), so that the model stays a single-protein model too and
+    its perplexity without homologs, the denominator of the context ratio, does not drift. The
+    target is cropped to a random length in
     ``[half / 2, half]`` residues (``half = max_length // 2 - 2``, as the context evaluation
     crops) at a random start, so where its residues sit relative to the partner's varies (a
     fixed crop puts a copy at a fixed distance, which rotary positions find without reading
@@ -231,8 +235,10 @@ class PairDataset(CropDataset):
     Args:
         source: proteins (residue ids, no specials).
         groups: ``(n_groups,)`` arrays of record indices that together hold every record once.
-        max_length: tokens per row (≥ 8).
+        max_length: tokens per row (≥ 33: room for a protein and a partner).
         copy_prob: probability that the partner is the protein itself.
+        alone_prob: probability that the row has no partner (drawn apart from the partner, so
+            the partners of the other rows do not change with it).
         mask: ``"all"`` or ``"protein"``: which part of the row the collator masks.
         seed: seed of partners, crops and (through the collator) masks.
         train: a fresh draw every epoch (True) or the epoch-0 draw (False).
@@ -245,6 +251,7 @@ class PairDataset(CropDataset):
         max_length: int = 1024,
         *,
         copy_prob: float = 0.0,
+        alone_prob: float = 0.0,
         mask: str = "all",
         seed: int = 0,
         train: bool = True,
@@ -252,12 +259,20 @@ class PairDataset(CropDataset):
         if mask not in PAIR_MASKS:
             raise ConfigError(f"mask must be one of {', '.join(PAIR_MASKS)}, got {mask!r}")
         self.mask = mask
-        if int(max_length) < 8:
-            raise ConfigError(f"max_length must be >= 8 for pairs, got {max_length}")
+        # the partner's budget is at least max_length - max_length // 2 tokens; below this a
+        # partner of MIN_CONTEXT_RESIDUES would not fit and rows would hold the protein alone
+        shortest = 2 * MIN_CONTEXT_RESIDUES + 1
+        if int(max_length) < shortest:
+            raise ConfigError(
+                f"max_length must be >= {shortest} for pairs (room for a partner), got {max_length}"
+            )
         super().__init__(source, max_length, seed=seed, train=train)
         if isinstance(copy_prob, bool) or not 0.0 <= float(copy_prob) <= 1.0:
             raise ConfigError(f"copy_prob must be a number in [0, 1], got {copy_prob!r}")
         self.copy_prob = float(copy_prob)
+        if isinstance(alone_prob, bool) or not 0.0 <= float(alone_prob) <= 1.0:
+            raise ConfigError(f"alone_prob must be a number in [0, 1], got {alone_prob!r}")
+        self.alone_prob = float(alone_prob)
         self.group_of = _group_numbers(groups, len(source))
         self.groups = [np.asarray(g, dtype=np.int64) for g in groups]
         self.half = self.max_length // 2 - 2
@@ -277,6 +292,13 @@ class PairDataset(CropDataset):
         others = members[members != index]
         return int(others[k])
 
+    def alone(self, index: int, epoch: int) -> bool:
+        """Whether protein ``index`` has no partner in ``epoch``'s row."""
+        if self.alone_prob == 0.0:
+            return False
+        rng = keyed_rng(TAG_ALONE, self.seed, epoch if self.train else 0, index)
+        return bool(rng.random() < self.alone_prob)
+
     def window(self, index: int, epoch: int) -> tuple[np.ndarray, int, int]:
         """``(tokens, start, n)``: the row, where the target's residues start and how many."""
         if not self.train:
@@ -287,10 +309,10 @@ class PairDataset(CropDataset):
         keep = min(n, int(rng.integers(max(1, self.half // 2), self.half + 1)))
         first = int(rng.integers(0, n - keep + 1))
         anchor = first / (n - keep) if n > keep else 0.0
-        partner = self.source[self.partner(index, epoch)]
+        partners = [] if self.alone(index, epoch) else [self.source[self.partner(index, epoch)]]
         tokens, start, _ = context_window(
             residues[first : first + keep],
-            [partner],
+            partners,
             self.alphabet,
             self.max_length,
             anchor=anchor,

@@ -323,6 +323,7 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
         packing=d.packing,
         min_members=d.min_members,
         pair_copy=d.pair_copy,
+        pair_alone=d.pair_alone,
         pair_mask=d.pair_mask,
         objective=cfg.objective,
         mode=d.mode,

@@ -544,11 +544,18 @@ def test_pairs_packing_trains_on_pairs_and_evaluates_single_proteins():
     copy.setup("fit")
     ds = copy.datasets["train"]
     assert all(ds.partner(i, e) == i for i in range(len(ids)) for e in range(3))
+    lone = ProteinDataModule(train_source=src, pair_alone=1.0, pair_mask="protein", **kw)
+    lone.setup("fit")
+    for b in lone.train_dataloader():  # no partner: every row is one protein, all of it scored
+        assert not (b["input_ids"] == lone.alphabet.sep_idx).any()
+        assert (b["labels"] != IGNORE_INDEX).sum(1).min() >= 1
     for bad, match in [
         (dict(mode="concat"), "packing=pairs needs mode=crop"),
         (dict(sample="cluster"), "needs sample=record and crop=random"),
         (dict(crop="sliding"), "needs sample=record and crop=random"),
         (dict(pair_copy=-0.1), "pair_copy must be a number in"),
+        (dict(pair_alone=True), "pair_alone must be a number in"),
+        (dict(pair_alone=1.5), "pair_alone must be a number in"),
         (dict(pair_mask="partner"), "pair_mask must be one of"),
     ]:
         with pytest.raises(ConfigError, match=match):

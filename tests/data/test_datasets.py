@@ -408,6 +408,51 @@ def test_pair_partners_cover_the_cluster_and_copy_prob_pairs_a_protein_with_itse
     assert "mask_from" not in ds[(0, 1)]
 
 
+def test_pair_alone_rows_hold_the_protein_alone_and_leave_other_partners_unchanged():
+    sizes = [3, 4, 2]
+    src = random_source(sum(sizes), 20, 300, seed=11)
+    groups = family_groups(sizes, seed=12)
+    base = PairDataset(src, groups, max_length=128, seed=4, mask="protein")
+    some = PairDataset(src, groups, max_length=128, seed=4, mask="protein", alone_prob=0.4)
+    alone = 0
+    for epoch in range(12):
+        for index in range(len(src)):
+            item = some[(index, epoch)]
+            tokens = item["tokens"]
+            if some.alone(index, epoch):
+                alone += 1
+                assert A.sep_idx not in tokens.tolist() and item["mask_from"] == 1
+                assert tokens[0] == A.cls_idx and tokens[-1] == A.eos_idx
+                assert contains(src[index], tokens[1:-1])
+                # the same crop as the row with a partner
+                _, start, n = base.window(index, epoch)
+                np.testing.assert_array_equal(
+                    tokens[1:-1], base[(index, epoch)]["tokens"][start : start + n]
+                )
+            else:
+                np.testing.assert_array_equal(tokens, base[(index, epoch)]["tokens"])
+    assert 0.25 < alone / (12 * len(src)) < 0.55
+    assert not any(base.alone(i, e) for i in range(len(src)) for e in range(12))
+    every = PairDataset(src, groups, max_length=128, alone_prob=1.0)
+    assert all(A.sep_idx not in every[(i, 0)]["tokens"].tolist() for i in range(len(src)))
+    with pytest.raises(ConfigError, match="alone_prob"):
+        PairDataset(src, groups, max_length=128, alone_prob=-0.1)
+
+
+def test_pairs_at_the_shortest_allowed_length_always_hold_a_partner():
+    src = random_source(6, 10, 200, seed=9)
+    groups = [np.arange(3), np.arange(3, 6)]
+    with pytest.raises(ConfigError, match="max_length must be >= 33"):
+        PairDataset(src, groups, max_length=32)
+    ds = PairDataset(src, groups, max_length=33)
+    for epoch in range(10):
+        for index in range(6):
+            tokens = ds[(index, epoch)]["tokens"]
+            assert len(tokens) <= 33
+            partner, _ = split_pair(ds, tokens)
+            assert len(partner) >= min(16, len(src[ds.partner(index, epoch)]))
+
+
 def test_pairs_cut_a_long_partner_around_the_region_of_the_target():
     # a protein paired with itself: the kept part of the copy covers the cropped target
     src = FlatSource.from_arrays([np.random.default_rng(4).integers(6, 26, 900).astype(np.uint8)])
