@@ -40,6 +40,9 @@ def main() -> None:
         default=None,
         help="steps to add to each run's steps (a stage started with init_from= after another)",
     )
+    p.add_argument(
+        "--labels", nargs="+", default=None, help="a name for each run (default: its folder)"
+    )
     p.add_argument("--min-members", type=int, default=3)
     p.add_argument("--max-proteins", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
@@ -48,8 +51,10 @@ def main() -> None:
     p.add_argument("--png", type=Path, default=RESULTS / "context_curve.png")
     args = p.parse_args()
     offsets = args.offsets or [0] * len(args.runs)
-    if len(offsets) != len(args.runs):
-        raise SystemExit(f"--offsets: {len(offsets)} numbers for {len(args.runs)} runs")
+    labels = args.labels or [run.name for run in args.runs]
+    for flag, given in (("--offsets", offsets), ("--labels", labels)):
+        if len(given) != len(args.runs):
+            raise SystemExit(f"{flag}: {len(given)} values for {len(args.runs)} runs")
 
     import torch
 
@@ -64,7 +69,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     runs: list[dict[str, Any]] = []
     cache: dict[tuple, list] = {}
-    for run, offset in zip(args.runs, offsets, strict=True):
+    for run, offset, label in zip(args.runs, offsets, labels, strict=True):
         paths = checkpoints(run)
         if not paths:
             raise SystemExit(f"{run}: no checkpoints (snap/*.ckpt or checkpoints/last.ckpt)")
@@ -132,10 +137,12 @@ def main() -> None:
                 "positions": out["positions"],
                 "identical_proteins": out["targets_with_identical_context"],
             }
-            print(f"{run.name} step {step + offset}: ratio {point['ratio']:.3f}", file=sys.stderr)
+            print(f"{label} step {step + offset}: ratio {point['ratio']:.3f}", file=sys.stderr)
             curve.append(point)
         curve.sort(key=lambda c: c["step"])
-        runs.append({"run": run.name, "attention": model.config.attention, "curve": curve})
+        runs.append(
+            {"run": label, "dir": str(run), "attention": model.config.attention, "curve": curve}
+        )
     rows = [
         [
             r["run"],
@@ -177,7 +184,8 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
         right.plot(steps, [c["ratio"] for c in run["curve"]], color=f"C{i}", marker="o", label=name)
     left.axhline(runs[0]["curve"][-1]["unigram"], color="grey", lw=0.8, label="unigram")
     left.set_xlabel("training step")
-    left.set_ylabel("<mask> perplexity (solid: after homologs, dotted: alone)")
+    left.set_ylabel("<mask> perplexity")
+    left.set_title("solid: after homologs · dotted: alone", fontsize=9)
     right.axhline(1.0, color="grey", lw=0.8)
     right.set_xlabel("training step")
     right.set_ylabel("with / without homologs")

@@ -211,12 +211,13 @@ def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_pat
     out = tmp_path / "curve.json"
     done = subprocess.run(
         [sys.executable, str(script), str(tmp_path / "run"), "--fasta", str(fasta),
-         "--min-members", "2", "--max-proteins", "5", "--offsets", "10",
+         "--min-members", "2", "--max-proteins", "5", "--offsets", "10", "--labels", "tiny",
          "--json", str(out), "--png", str(tmp_path / "curve.png")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     (run,) = json.loads(out.read_text())["runs"]
+    assert run["run"] == "tiny" and run["dir"] == str(tmp_path / "run")
     (point,) = run["curve"]
     assert point["step"] == 12 and point["proteins"] == 5
     # the same numbers as evaluate's context pass on the same proteins
@@ -229,3 +230,9 @@ def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_pat
     assert point["positions"] == ev["positions"]
     assert point["ratio"] == pytest.approx(ev["ratio"], rel=1e-6)
     assert (tmp_path / "curve.png").stat().st_size > 0
+    wrong = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run"), "--fasta", str(fasta),
+         "--labels", "a", "b"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert wrong.returncode != 0 and "--labels: 2 values for 1 runs" in wrong.stderr
