@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
 from protein_performer.analysis.extraction import (
     attention_maps,
     extract,
@@ -24,6 +25,7 @@ from protein_performer.analysis.extraction import (
     load_for_analysis,
 )
 from protein_performer.analysis.figures import (
+    alignment_figure,
     head_grid_figure,
     head_ranking_figure,
     head_stats,
@@ -255,8 +257,14 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     att = attention_maps(model, protein, alphabet, layers=layers, heads=heads)
     sequence = alphabet.decode(protein.residues, keep_specials=True).replace("<sep>", "|")
     stats = head_stats(att)
+    aligned_uniform, queries, keys = None, None, None
     if segments is not None:
         stats["cross_protein"] = cross_protein_mass(att, segments)
+        if len(segments) > 1:
+            parts = [alphabet.decode(protein.residues[a:b]) for a, b in segments]
+            queries, keys = alignment_pairs(segments, parts)
+            if len(queries):
+                stats["aligned"], aligned_uniform = aligned_mass(att, queries, keys)
     kind = model.config.attention
     title = f"{protein.id} ({protein.sequence_length} residues) · {checkpoint_label(cfg.checkpoint)} ({kind})"
     per_head = [
@@ -281,6 +289,9 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
             {"id": p.id, "start": a, "stop": b}
             for p, (a, b) in zip(proteins, segments, strict=True)
         ]
+        summary["aligned_residues"] = 0 if queries is None else len(np.unique(queries))
+        summary["aligned_uniform"] = aligned_uniform
+    best_aligned = max(per_head, key=lambda h: h["aligned"]) if aligned_uniform else None
     with _staged(cfg, outdir, is_heads_dir, "figure directory") as work:
         head_grid_figure(
             att, layers, heads, sequence, work / "heads", shared_scale=cfg.shared_scale, title=title
@@ -299,6 +310,17 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         head_ranking_figure(
             stats, layers, heads, protein.sequence_length, work / "head_ranking", title=title
         )
+        if best_aligned is not None:
+            li, hi = layers.index(best_aligned["layer"]), heads.index(best_aligned["head"])
+            alignment_figure(
+                att[li, hi],
+                segments,
+                queries,
+                keys,
+                work / "alignment_head",
+                title=f"L{best_aligned['layer']}H{best_aligned['head']}, the head most on the "
+                f"aligned residues · {title}",
+            )
         (work / HEADS_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     lowest = min(per_head, key=lambda h: h["entropy"])
     text = (
@@ -315,6 +337,13 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
             f"\n  joined {len(segments)} proteins; the last one's queries put "
             f"{top['cross_protein']:.0%} of their attention on the others in "
             f"L{top['layer']}H{top['head']} (the most of any head)"
+        )
+    if best_aligned is not None:
+        text += (
+            f"\n  {summary['aligned_residues']} of its residues align to a homolog (BLOSUM62); "
+            f"L{best_aligned['layer']}H{best_aligned['head']} puts "
+            f"{best_aligned['aligned']:.1%} of their attention on the aligned residues "
+            f"(uniform attention: {aligned_uniform:.1%}); figure alignment_head.png"
         )
     return CommandResult({"out": str(outdir), **summary}, text)
 

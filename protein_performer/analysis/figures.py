@@ -1,5 +1,6 @@
 """Figures: a similarity matrix beside BLOSUM62, a layers × heads attention grid (the Performer
-paper's BPT1_BOVIN figure), and a ranking of heads by entropy and attention distance.
+paper's BPT1_BOVIN figure), a ranking of heads by entropy and attention distance, and one
+head's attention from a protein to its homologs with their alignment drawn over it.
 
 Each figure is written as PNG and PDF (atomically); matplotlib runs headless (Agg).
 """
@@ -133,6 +134,41 @@ def head_grid_figure(
         fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.02)
     if title:
         fig.suptitle(title, fontsize=10)
+    return save_figure(fig, stem)
+
+
+def alignment_figure(
+    attention: np.ndarray,
+    segments: Sequence[tuple[int, int]],
+    queries: np.ndarray,
+    keys: np.ndarray,
+    stem: Path,
+    *,
+    title: str = "",
+) -> list[Path]:
+    """One head's attention from the last protein (rows) to the proteins before it (columns),
+    the alignment drawn over it: an alignment head shows the stripe along it.
+
+    Args:
+        attention: ``(L, L)`` one head over the window's residues.
+    """
+    plt = _pyplot()
+    q_start, q_stop = segments[-1]
+    width = segments[-2][1] if len(segments) > 1 else q_start
+    block = attention[q_start:q_stop, :width].astype(np.float64)
+    block /= np.clip(attention[q_start:q_stop].sum(-1, keepdims=True), 1e-30, None)
+    fig, ax = plt.subplots(figsize=(max(4.0, 6.0 * width / max(q_stop - q_start, 1)), 6.0))
+    im = ax.imshow(block, cmap="viridis", aspect="auto", interpolation="nearest")
+    ax.plot(keys, queries - q_start, ".", color="red", ms=1.5, alpha=0.5, label="alignment")
+    for _, stop in segments[:-2]:
+        ax.axvline(stop - 0.5, color="white", lw=0.6)
+    ax.set_xlabel("homolog residues (window position)")
+    ax.set_ylabel("residue of the last protein")
+    ax.legend(loc="upper right", fontsize=7, markerscale=6)
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention (row share)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
     return save_figure(fig, stem)
 
 

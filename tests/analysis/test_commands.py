@@ -264,3 +264,36 @@ def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys)
         ("p0", 0, 6),
         ("p1", 7, 27),
     ]  # p0 keeps its last 6 residues
+
+
+def test_plot_heads_join_measures_attention_on_the_aligned_residues(files, tmp_path, capsys):
+    from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
+    from protein_performer.analysis.commands import join_proteins
+    from protein_performer.analysis.extraction import attention_maps
+    from protein_performer.analysis.inputs import Protein
+    from protein_performer.training.checkpoints import load_model
+
+    (homolog,) = random_proteins(1, 30, seed=7)  # the test model holds 64 tokens
+    mutant = homolog.residues.copy()
+    mutant[[5, 17, 25]] = ALPHABET.index("W")
+    write_fasta(tmp_path / "pair.fasta", [homolog, Protein("m", "mutant", mutant)])
+    out = tmp_path / "heads"
+    code, text, err = run(
+        capsys, "plot-heads", f"checkpoint={files / 'relu.ckpt'}",
+        f"fasta={tmp_path / 'pair.fasta'}", f"out={out}", "join=true", "zoom=null",
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads((out / "heads.json").read_text())
+    assert summary["aligned_residues"] >= 27  # a copy with three substitutions
+    assert "align to a homolog (BLOSUM62)" in text and (out / "alignment_head.png").is_file()
+    # the same numbers from the library on the same window
+    model, _ = load_model(files / "relu.ckpt")
+    joined, segments, _ = join_proteins(
+        [homolog, Protein("m", "", mutant)], ALPHABET, None, truncate=False
+    )
+    att = attention_maps(model, joined, ALPHABET)
+    parts = [ALPHABET.decode(joined.residues[a:b]) for a, b in segments]
+    mass, uniform = aligned_mass(att, *alignment_pairs(segments, parts))
+    got = np.array([[h["aligned"] for h in summary["heads_stats"]]]).reshape(mass.shape)
+    np.testing.assert_allclose(got, mass, rtol=1e-5)
+    assert summary["aligned_uniform"] == pytest.approx(uniform)

@@ -1,0 +1,101 @@
+"""Alignment heads: how much of a protein's attention lands on the residues aligned to it in the
+homologs before it in the window (the "alignment stripe" of a cross-protein head).
+
+A model that uses a homolog by finding the aligned position and reading it off should have
+heads whose rows, for the last protein of a joined window, peak on the aligned residue. The
+alignment comes from Biopython's pairwise aligner (local, BLOSUM62, gap open 10 / extend 0.5,
+EMBOSS water's defaults), so the measure does not depend on the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+GAP_OPEN = -10.0
+GAP_EXTEND = -0.5
+
+
+def aligned_positions(query: str, subject: str) -> np.ndarray:
+    """``(len(query),)`` int64: for each query residue, the index of the subject residue it is
+    aligned to (a local BLOSUM62 alignment), ``-1`` for gaps and residues outside the alignment.
+
+    Letters BLOSUM62 lacks (e.g. ``U``, ``O``) are scored as ``X``.
+    """
+    from Bio.Align import PairwiseAligner, substitution_matrices
+
+    matrix = substitution_matrices.load("BLOSUM62")
+    known = set(matrix.alphabet)
+    clean_q = "".join(c if c in known else "X" for c in query.upper())
+    clean_s = "".join(c if c in known else "X" for c in subject.upper())
+    out = np.full(len(query), -1, dtype=np.int64)
+    if not clean_q or not clean_s:
+        return out
+    aligner = PairwiseAligner(
+        mode="local",
+        substitution_matrix=matrix,
+        open_gap_score=GAP_OPEN,
+        extend_gap_score=GAP_EXTEND,
+    )
+    if aligner.score(clean_s, clean_q) <= 0:
+        return out
+    best = aligner.align(clean_s, clean_q)[0]
+    for (s0, s1), (q0, q1) in zip(*best.aligned, strict=True):
+        out[q0:q1] = np.arange(s0, s1)
+    return out
+
+
+def alignment_pairs(
+    segments: Sequence[tuple[int, int]], sequences: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Window positions ``(queries, keys)`` of the last segment's residues and the residues
+    aligned to them in each earlier segment (one pair per residue and homolog it aligns to).
+
+    Args:
+        segments: ``(start, stop)`` of each protein in the window (as ``join_proteins`` gives).
+        sequences: the residues of each segment, as letters.
+    """
+    if len(segments) != len(sequences):
+        raise ValueError(f"{len(segments)} segments but {len(sequences)} sequences")
+    (q_start, q_stop), query = segments[-1], sequences[-1]
+    if q_stop - q_start != len(query):
+        raise ValueError("the last segment's length differs from its sequence")
+    queries, keys = [], []
+    for (start, stop), subject in zip(segments[:-1], sequences[:-1], strict=True):
+        if stop - start != len(subject):
+            raise ValueError("a segment's length differs from its sequence")
+        hit = aligned_positions(query, subject)
+        (rows,) = np.nonzero(hit >= 0)
+        queries.append(q_start + rows)
+        keys.append(start + hit[rows])
+    if not queries:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(queries), np.concatenate(keys)
+
+
+def aligned_mass(
+    attention: np.ndarray, queries: np.ndarray, keys: np.ndarray
+) -> tuple[np.ndarray, float]:
+    """Per head, the mean over aligned queries of the attention they put on their aligned keys.
+
+    Args:
+        attention: ``(layers, heads, L, L)`` attention over the window's residues (rows are
+            renormalised over these ``L`` columns).
+        queries, keys: ``(P,)`` window positions from :func:`alignment_pairs`.
+    Returns:
+        ``(mass, uniform)``: ``(layers, heads)`` means in [0, 1], and what uniform attention
+        over the window would give (aligned keys per query / L); ``nan`` when nothing aligns.
+    """
+    n = attention.shape[-1]
+    if len(queries) == 0:
+        return np.full(attention.shape[:2], np.nan), float("nan")
+    rows, inverse = np.unique(queries, return_inverse=True)
+    a = attention.astype(np.float64)
+    totals = np.clip(a[..., rows, :].sum(-1), 1e-30, None)  # (layers, heads, Q)
+    picked = a[..., queries, keys]  # (layers, heads, P)
+    on = np.zeros((*a.shape[:2], len(rows)))
+    np.add.at(on, (..., inverse), picked)
+    mass = (on / totals).mean(-1)
+    uniform = float(np.bincount(inverse).mean() / n)
+    return mass, uniform
