@@ -29,6 +29,59 @@ def checkpoints(run: Path) -> list[Path]:
     return [p for p in found if p.is_file()]
 
 
+def heldout_targets(
+    checkpoint: Path,
+    meta: dict[str, Any],
+    alphabet: Any,
+    fasta: list[str],
+    min_members: int,
+    max_proteins: int,
+    seed: int,
+    cache: dict[tuple, list],
+) -> list:
+    """The proteins ``evaluate split=test context=cluster context_min_members=MIN
+    context_max_proteins=MAX seed=SEED`` scores for a checkpoint (its metadata ``meta``): its
+    own test split and clusters, read once per distinct split (``cache``), the checkpoint's
+    path named in the error when it has no clusters."""
+    from protein_performer.data.cluster import read_members
+    from protein_performer.data.datamodule import ProteinDataModule
+    from protein_performer.data.datasets import TAG_ORDER, keyed_rng
+    from protein_performer.training.context_eval import cluster_targets
+
+    data = meta["data"]
+    if not data.get("clusters"):
+        raise SystemExit(f"{checkpoint}: trained without data.clusters; no homologs to score with")
+    key = (
+        data["clusters"],
+        data["split_by"],
+        tuple(data["split_fractions"]),
+        data["split_seed"],
+        data["max_length"],
+        min_members,
+        max_proteins,
+        seed,
+    )
+    if key not in cache:
+        dm = ProteinDataModule(
+            files=fasta,
+            clusters=data["clusters"],
+            split_by=data["split_by"],
+            split_fractions=tuple(data["split_fractions"]),
+            split_seed=data["split_seed"],
+            mode="crop",
+            max_length=data["max_length"],
+            alphabet=alphabet,
+        )
+        dm.setup("test")
+        source = dm.datasets["test"].source
+        targets = cluster_targets(source, read_members(data["clusters"]), min_members=min_members)
+        if len(targets) > max_proteins:  # the sample evaluate draws
+            pick = keyed_rng(TAG_ORDER, seed, 1).choice(len(targets), max_proteins, replace=False)
+            targets = [targets[i] for i in sorted(pick)]
+        cache[key] = targets
+    return cache[key]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="run directories")
@@ -59,11 +112,8 @@ def main() -> None:
     import torch
 
     from protein_performer.data.alphabet import Alphabet
-    from protein_performer.data.cluster import read_members
-    from protein_performer.data.datamodule import ProteinDataModule
-    from protein_performer.data.datasets import TAG_ORDER, keyed_rng
     from protein_performer.training.checkpoints import load_model
-    from protein_performer.training.context_eval import cluster_targets, context_perplexity
+    from protein_performer.training.context_eval import context_perplexity
     from protein_performer.training.run import unigram_log_probs
 
     torch.set_num_threads(args.threads)
@@ -83,43 +133,20 @@ def main() -> None:
             model.eval()
             alphabet = Alphabet.from_dict(meta["alphabet"])
             data = meta["data"]
-            if not data.get("clusters"):
-                raise SystemExit(
-                    f"{path}: trained without data.clusters; no homologs to score with"
-                )
-            key = (
-                data["clusters"],
-                data["split_by"],
-                tuple(data["split_fractions"]),
-                data["split_seed"],
-                data["max_length"],
+            targets = heldout_targets(
+                path,
+                meta,
+                alphabet,
+                args.fasta,
+                args.min_members,
+                args.max_proteins,
+                args.seed,
+                cache,
             )
-            if key not in cache:  # the checkpoint's test split, read once
-                dm = ProteinDataModule(
-                    files=args.fasta,
-                    clusters=data["clusters"],
-                    split_by=data["split_by"],
-                    split_fractions=tuple(data["split_fractions"]),
-                    split_seed=data["split_seed"],
-                    mode="crop",
-                    max_length=data["max_length"],
-                    alphabet=alphabet,
-                )
-                dm.setup("test")
-                source = dm.datasets["test"].source
-                targets = cluster_targets(
-                    source, read_members(data["clusters"]), min_members=args.min_members
-                )
-                if len(targets) > args.max_proteins:  # the sample evaluate draws
-                    pick = keyed_rng(TAG_ORDER, args.seed, 1).choice(
-                        len(targets), args.max_proteins, replace=False
-                    )
-                    targets = [targets[i] for i in sorted(pick)]
-                cache[key] = targets
             out = context_perplexity(
                 model,
                 alphabet,
-                cache[key],
+                targets,
                 max_length=data["max_length"],
                 mask_prob=data["mask_prob"],
                 seed=args.seed,

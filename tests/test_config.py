@@ -121,7 +121,9 @@ def test_every_group_option_and_experiment_composes():
         validate_train_config(
             compose_job("train", ["data.packing=pairs", "data.mode=concat"]).config
         )
-    with pytest.raises(ConfigError, match=r"data\.pair_copy, data\.pair_alone and data\.pair_mask need"):
+    with pytest.raises(
+        ConfigError, match=r"data\.pair_copy, data\.pair_alone and data\.pair_mask need"
+    ):
         validate_train_config(compose_job("train", ["data.pair_mask=protein"]).config)
     with pytest.raises(ConfigError, match=r"data\.packing=pairs needs data\.clusters"):
         validate_train_config(compose_job("train", ["data.packing=pairs"]).config)

@@ -78,7 +78,7 @@ def fixed_targets(source: FlatSource, context: Sequence[np.ndarray]) -> list[Tar
     return [Target(ids[i], np.asarray(source[i]), list(context)) for i in range(len(source))]
 
 
-def _windows(
+def scoring_windows(
     targets: Sequence[Target],
     alphabet: Alphabet,
     *,
@@ -204,7 +204,7 @@ def context_perplexity(
     (``no_identical``).
     """
     device = torch.device(device)
-    single, single_y, ctx, ctx_y, info = _windows(
+    single, single_y, ctx, ctx_y, info = scoring_windows(
         targets, alphabet, max_length=max_length, style=style, mask_prob=mask_prob, seed=seed
     )
     uni = unigram_log_probs

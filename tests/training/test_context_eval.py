@@ -236,3 +236,36 @@ def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_pat
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert wrong.returncode != 0 and "--labels: 2 values for 1 runs" in wrong.stderr
+    # attention on the aligned residues of the same windows
+    heads_json = tmp_path / "heads.json"
+    script = script.with_name("alignment_heads.py")
+    done = subprocess.run(
+        [sys.executable, str(script), str(result.last_checkpoint), "--fasta", str(fasta),
+         "--min-members", "2", "--max-proteins", "5", "--json", str(heads_json)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (res,) = json.loads(heads_json.read_text())["results"]
+    assert res["proteins"] == 5 and res["queries"] > 0 and 0 < res["uniform"] < 1
+    assert len(res["heads"]) == 2 * 4
+    for h in res["heads"]:  # the aligned residues are part of the homologs
+        assert 0 <= h["aligned"] <= h["homologs"] + 1e-9 <= 1 + 1e-9
+    assert [h["aligned"] for h in res["heads"]] == sorted(
+        (h["aligned"] for h in res["heads"]), reverse=True
+    )
+
+
+def test_alignment_heads_splits_a_scored_window_into_its_proteins():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from alignment_heads import window_parts
+
+    a = default_alphabet()
+    enc = {c: a.index(c) for c in "ACDEFGHIKLMNPQRSTVWY"}
+    tokens = [a.cls_idx, enc["A"], enc["C"], a.sep_idx, enc["D"], a.sep_idx]
+    tokens += [enc["E"], a.mask_idx, enc["G"], a.eos_idx]
+    labels = [-100] * len(tokens)
+    labels[7] = enc["F"]
+    w = window_parts(np.array(tokens), np.array(labels), a)
+    assert w["segments"] == [(0, 2), (3, 4), (5, 8)]
+    assert w["parts"] == ["AC", "D", "EFG"]  # the <mask> restored
+    assert w["masked"].tolist() == [6]
