@@ -136,6 +136,19 @@ class TrainAnalysisConfig:
 
 
 @dataclass
+class AlignConfig:
+    """Attention supervision on homolog pairs (``data.packing=pairs``): with ``weight`` > 0 the
+    loss adds ``weight`` × the mean of -log(attention of head ``head`` of layer ``layer`` from
+    each ``<mask>`` position of the protein to the partner residue aligned to it), a local
+    BLOSUM62 alignment of the two (negative indices count from the end; the default, the last
+    head of the last layer, is a global head also in a hybrid block)."""
+
+    weight: float = 0.0
+    layer: int = -1
+    head: int = -1
+
+
+@dataclass
 class TrainConfig:
     """Everything ``train`` needs. ``init_from``: start from another checkpoint's weights (e.g. an
     exact-attention model converted to a Performer); ``ckpt_path``: resume a run exactly."""
@@ -145,6 +158,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     analysis: TrainAnalysisConfig = field(default_factory=TrainAnalysisConfig)
+    align: AlignConfig = field(default_factory=AlignConfig)
     objective: str = "mlm"
     seed: int = 0
     init_from: str | None = None
@@ -385,6 +399,23 @@ def validate_train_config(cfg: TrainConfig) -> None:
             "data.packing=pairs draws its own partners: it needs data.sample=record "
             f"(got data.sample={d.sample})"
         )
+    a = cfg.align
+    if isinstance(a.weight, bool) or not a.weight >= 0.0:
+        raise ConfigError(f"align.weight must be a number >= 0 (got {a.weight!r})")
+    if a.weight > 0:
+        if d.packing != "pairs" or cfg.objective != "mlm":
+            raise ConfigError("align.weight > 0 needs data.packing=pairs and objective=mlm")
+        for key, value, size in (
+            ("layer", a.layer, cfg.model.depth),
+            ("head", a.head, cfg.model.heads),
+        ):
+            if not -size <= value < size:
+                raise ConfigError(f"align.{key}={value} is out of range for {size} {key}s")
+        if a.head % cfg.model.heads < cfg.model.local_heads:
+            raise ConfigError(
+                f"align.head={a.head} is a local head (model.local_heads={cfg.model.local_heads}): "
+                "it cannot see the partner; pick a global head"
+            )
     if d.pair_mask == "protein" and cfg.objective != "mlm":
         raise ConfigError(
             "data.pair_mask=protein needs objective=mlm (it selects masked positions)"

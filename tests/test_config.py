@@ -132,6 +132,19 @@ def test_every_group_option_and_experiment_composes():
             validate_train_config(
                 compose_job("train", ["experiment=homolog_pairs", "data.clusters=c", wrong]).config
             )
+    pairs_job = ["experiment=homolog_pairs", "data.clusters=c"]
+    with pytest.raises(ConfigError, match=r"align\.weight > 0 needs data\.packing=pairs"):
+        validate_train_config(compose_job("train", ["align.weight=1"]).config)
+    validate_train_config(compose_job("train", [*pairs_job, "align.weight=0.5"]).config)
+    for wrong, match in [
+        (["align.weight=0.5", "objective=causal", "data.pair_mask=all"], "align.weight > 0 needs"),
+        (["align.weight=-1"], r"align\.weight must be a number >= 0"),
+        (["align.weight=1", "align.layer=4"], r"align\.layer=4 is out of range for 4 layers"),
+        (["align.weight=1", "align.head=-5"], r"align\.head=-5 is out of range for 4 heads"),
+        (["align.weight=1", "model.local_heads=2", "align.head=1"], "is a local head"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            validate_train_config(compose_job("train", [*pairs_job, *wrong]).config)
     with pytest.raises(ConfigError, match=r"data\.pair_copy must be a number in \[0, 1\]"):
         validate_train_config(
             compose_job(

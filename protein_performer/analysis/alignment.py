@@ -3,8 +3,8 @@ homologs before it in the window (the "alignment stripe" of a cross-protein head
 
 A model that uses a homolog by finding the aligned position and reading it off should have
 heads whose rows, for the last protein of a joined window, peak on the aligned residue. The
-alignment comes from Biopython's pairwise aligner (local, BLOSUM62, gap open 10 / extend 0.5,
-EMBOSS water's defaults), so the measure does not depend on the model.
+alignment comes from :func:`~protein_performer.data.alignment.aligned_positions` (Biopython,
+local, BLOSUM62), so the measure does not depend on the model.
 """
 
 from __future__ import annotations
@@ -13,37 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-GAP_OPEN = -10.0
-GAP_EXTEND = -0.5
-
-
-def aligned_positions(query: str, subject: str) -> np.ndarray:
-    """``(len(query),)`` int64: for each query residue, the index of the subject residue it is
-    aligned to (a local BLOSUM62 alignment), ``-1`` for gaps and residues outside the alignment.
-
-    Letters BLOSUM62 lacks (e.g. ``U``, ``O``) are scored as ``X``.
-    """
-    from Bio.Align import PairwiseAligner, substitution_matrices
-
-    matrix = substitution_matrices.load("BLOSUM62")
-    known = set(matrix.alphabet)
-    clean_q = "".join(c if c in known else "X" for c in query.upper())
-    clean_s = "".join(c if c in known else "X" for c in subject.upper())
-    out = np.full(len(query), -1, dtype=np.int64)
-    if not clean_q or not clean_s:
-        return out
-    aligner = PairwiseAligner(
-        mode="local",
-        substitution_matrix=matrix,
-        open_gap_score=GAP_OPEN,
-        extend_gap_score=GAP_EXTEND,
-    )
-    if aligner.score(clean_s, clean_q) <= 0:
-        return out
-    best = aligner.align(clean_s, clean_q)[0]
-    for (s0, s1), (q0, q1) in zip(*best.aligned, strict=True):
-        out[q0:q1] = np.arange(s0, s1)
-    return out
+from protein_performer.data.alignment import aligned_positions
 
 
 def alignment_pairs(

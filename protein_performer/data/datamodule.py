@@ -184,6 +184,8 @@ class ProteinDataModule(pl.LightningDataModule):
             easy case of retrieval) instead of another member of its cluster.
         pair_alone: pairs packing: probability that a training row holds the protein with no
             partner (keeps the model a single-protein model too).
+        pair_align: pairs packing: training batches carry ``align_to`` (the partner position
+            aligned to each of the protein's residues), for an attention-supervision loss.
         pair_mask: pairs packing: ``all`` (mask the whole row) or ``protein`` (mask only the
             protein after its partner: the partner stays whole, as context does at evaluation).
         crop: crop mode's treatment of proteins longer than ``max_length``: ``random`` (one
@@ -234,6 +236,7 @@ class ProteinDataModule(pl.LightningDataModule):
         min_members: int = 1,
         pair_copy: float = 0.0,
         pair_alone: float = 0.0,
+        pair_align: bool = False,
         pair_mask: str = "all",
     ) -> None:
         super().__init__()
@@ -297,6 +300,9 @@ class ProteinDataModule(pl.LightningDataModule):
                 raise ConfigError(f"{name} must be a number in [0, 1]; got {value!r}")
         self.pair_copy = float(pair_copy)
         self.pair_alone = float(pair_alone)
+        self.pair_align = bool(pair_align)
+        if self.pair_align and self.packing != "pairs":
+            raise ConfigError("pair_align needs packing=pairs (it aligns each row's two proteins)")
         self.pair_mask = _choice("pair_mask", pair_mask, PAIR_MASKS)
         self.clusters = clusters
         self._cluster_of: Mapping[str, str] | None = None
@@ -446,6 +452,7 @@ class ProteinDataModule(pl.LightningDataModule):
                 self.max_length,
                 copy_prob=self.pair_copy,
                 alone_prob=self.pair_alone,
+                align=self.pair_align,
                 mask=self.pair_mask,
                 seed=self.seed,
                 train=train,

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from protein_performer.data.alignment import aligned_positions
 from protein_performer.data.context import MIN_CONTEXT_RESIDUES, context_window
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
@@ -239,6 +240,10 @@ class PairDataset(CropDataset):
         copy_prob: probability that the partner is the protein itself.
         alone_prob: probability that the row has no partner (drawn apart from the partner, so
             the partners of the other rows do not change with it).
+        align: give each item ``"align_to"``: ``(len(tokens),)`` int64, for each of the
+            protein's residues the row position of the partner residue aligned to it (a local
+            BLOSUM62 alignment, :func:`~protein_performer.data.alignment.aligned_positions`),
+            ``-1`` elsewhere: the target of an attention-supervision loss.
         mask: ``"all"`` or ``"protein"``: which part of the row the collator masks.
         seed: seed of partners, crops and (through the collator) masks.
         train: a fresh draw every epoch (True) or the epoch-0 draw (False).
@@ -252,6 +257,7 @@ class PairDataset(CropDataset):
         *,
         copy_prob: float = 0.0,
         alone_prob: float = 0.0,
+        align: bool = False,
         mask: str = "all",
         seed: int = 0,
         train: bool = True,
@@ -273,6 +279,7 @@ class PairDataset(CropDataset):
         if isinstance(alone_prob, bool) or not 0.0 <= float(alone_prob) <= 1.0:
             raise ConfigError(f"alone_prob must be a number in [0, 1], got {alone_prob!r}")
         self.alone_prob = float(alone_prob)
+        self.align = bool(align)
         self.group_of = _group_numbers(groups, len(source))
         self.groups = [np.asarray(g, dtype=np.int64) for g in groups]
         self.half = self.max_length // 2 - 2
@@ -321,11 +328,24 @@ class PairDataset(CropDataset):
 
     def __getitem__(self, key: int | tuple[int, ...]) -> Item:
         index, epoch = self._resolve(key)
-        tokens, start, _ = self.window(index, epoch)
+        tokens, start, n = self.window(index, epoch)
         item = {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
         if self.mask == "protein":
             item["mask_from"] = start
+        if self.align:
+            item["align_to"] = self.alignment(tokens, start, n)
         return item
+
+    def alignment(self, tokens: np.ndarray, start: int, n: int) -> np.ndarray:
+        """``(len(tokens),)`` int64: for the protein's residues ``tokens[start:start + n]``, the
+        row position of the partner residue aligned to each (``-1``: none, or no partner)."""
+        out = np.full(len(tokens), -1, dtype=np.int64)
+        if start <= 2:  # no partner before the protein
+            return out
+        partner = self.alphabet.decode(tokens[1 : start - 1])
+        hit = aligned_positions(self.alphabet.decode(tokens[start : start + n]), partner)
+        out[start : start + n] = np.where(hit >= 0, hit + 1, -1)
+        return out
 
 
 class ConcatWindowDataset(EpochDataset):

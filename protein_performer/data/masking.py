@@ -88,7 +88,8 @@ class MLMCollator:
     """Pad items to the longest and apply :func:`mask_tokens` with per-item keyed generators.
 
     An item with ``"mask_from": k`` is masked only from token ``k`` on (a homolog pair whose
-    partner stays whole, see :class:`~protein_performer.data.datasets.PairDataset`).
+    partner stays whole, see :class:`~protein_performer.data.datasets.PairDataset`); items
+    with ``"align_to"`` give the batch ``align_to`` ``(B, L)`` (padded with ``-1``).
 
     Args:
         alphabet: token vocabulary.
@@ -140,7 +141,10 @@ class MLMCollator:
             labels.append(y)
         input_ids, padding_mask = pad_batch(inputs, self.alphabet.pad_idx)
         label_ids, _ = pad_batch(labels, IGNORE_INDEX)
-        return {"input_ids": input_ids, "labels": label_ids, "padding_mask": padding_mask}
+        batch = {"input_ids": input_ids, "labels": label_ids, "padding_mask": padding_mask}
+        if all("align_to" in item for item in items):  # homolog pairs with their alignment
+            batch["align_to"], _ = pad_batch([item["align_to"] for item in items], -1)
+        return batch
 
 
 class CausalCollator:

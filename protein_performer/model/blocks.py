@@ -115,6 +115,21 @@ class SelfAttention(nn.Module):
         """Yield ``(start, rows)``: attention rows ``(B, H', rows, L)`` of the heads in
         ``heads`` (all: None) for the normalised input ``x`` ``(B, L, dim)``, a block of
         ``chunk_size`` query rows at a time (exact softmax, or the matrix FAVOR+ implies)."""
+        yield from self._rows(x, padding_mask, rotary, heads, chunk_size)
+
+    def head_attention(
+        self,
+        x: torch.Tensor,
+        head: int,
+        padding_mask: torch.Tensor | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """``(B, L, L)``: the attention matrix of one head for the normalised input ``x``, with
+        gradients (attention supervision; O(L²) memory for that head)."""
+        rows = [r for _, r in self._rows(x, padding_mask, rotary, [head], x.shape[1])]
+        return torch.cat(rows, dim=2)[:, 0]
+
+    def _rows(self, x, padding_mask, rotary, heads, chunk_size):
         q, k, _ = self._split(x)
         if rotary is not None:
             q, k = apply_rotary(q, k, *rotary)

@@ -130,6 +130,7 @@ class ProteinLM(nn.Module):
         *,
         return_attentions: bool = False,
         return_hidden: bool = False,
+        probe: tuple[int, int] | None = None,
     ) -> dict[str, Any]:
         """``input_ids`` ``(B, L)`` int64; ``padding_mask`` ``(B, L)`` bool, True at padding
         (default: where ``input_ids == pad_idx``).
@@ -137,7 +138,9 @@ class ProteinLM(nn.Module):
         Returns a dict with ``logits`` ``(B, L, V)``; with ``return_attentions`` also
         ``attentions``: a list (one per layer) of ``(B, H, L, L)`` matrices (the FAVOR+
         approximation for Performer layers); with ``return_hidden`` also ``hidden_states``:
-        the embedding output and each block's output, ``depth + 1`` tensors ``(B, L, dim)``.
+        the embedding output and each block's output, ``depth + 1`` tensors ``(B, L, dim)``;
+        with ``probe=(layer, head)`` also ``probe_attention``: that head's attention matrix
+        ``(B, L, L)``, with gradients (attention supervision).
         """
         n = input_ids.shape[1]
         self._check_length(n)
@@ -151,7 +154,12 @@ class ProteinLM(nn.Module):
         hidden = [x] if return_hidden else None
         attentions = [] if return_attentions else None
         recompute = self.config.checkpointing and self.training and torch.is_grad_enabled()
-        for block in self.blocks:
+        probed = None
+        for i, block in enumerate(self.blocks):
+            if probe is not None and i == probe[0] % len(self.blocks):
+                probed = block.attn.head_attention(
+                    block.norm1(x), probe[1] % self.config.heads, key_padding_mask, rotary
+                )
             if recompute and not return_attentions:
                 # activation checkpointing: keep only the block's input, recompute the rest in
                 # backward (RNG state replayed, so dropout masks and gradients are unchanged)
@@ -168,4 +176,6 @@ class ProteinLM(nn.Module):
             out["attentions"] = attentions
         if hidden is not None:
             out["hidden_states"] = hidden
+        if probed is not None:
+            out["probe_attention"] = probed
         return out

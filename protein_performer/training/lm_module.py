@@ -11,13 +11,14 @@ import pytorch_lightning as pl
 import torch
 
 from protein_performer.attention import redraw_all
-from protein_performer.config import OptimConfig
+from protein_performer.config import AlignConfig, OptimConfig
 from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
 from protein_performer.training.checkpoints import META_KEY, check_resume_compatible, make_metadata
 from protein_performer.training.metrics import (
     MLM_INPUT_KINDS,
+    alignment_nll,
     batch_sums,
     lm_token_stats,
     perplexity,
@@ -61,8 +62,10 @@ class ProteinLMModule(pl.LightningModule):
         seed: int = 0,
         total_steps: int = 1000,
         data_info: Mapping[str, Any] | None = None,
+        align: AlignConfig | None = None,
     ) -> None:
         super().__init__()
+        self.align = align or AlignConfig()
         self.alphabet = alphabet or default_alphabet()
         self.objective = objective
         self.causal = objective == "causal"
@@ -97,7 +100,8 @@ class ProteinLMModule(pl.LightningModule):
         redraw_all(self.model, step)
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        out = self(batch)
+        supervise = self.align.weight > 0 and "align_to" in batch
+        out = self(batch, probe=(self.align.layer, self.align.head) if supervise else None)
         stats = lm_token_stats(out["logits"], batch["labels"], self.causal)
         tokens = (~batch["padding_mask"]).sum()
         local = torch.stack(
@@ -117,6 +121,14 @@ class ProteinLMModule(pl.LightningModule):
         self.log("train/perplexity", mean_nll.exp().float(), on_step=True, on_epoch=False)
         self.log("train/accuracy", (total[2] / count).float(), on_step=True, on_epoch=False)
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        if supervise:
+            align_nll, on_target = alignment_nll(
+                out["probe_attention"], batch["align_to"], batch["labels"]
+            )
+            if align_nll is not None:
+                loss = loss + self.align.weight * align_nll
+                self.log("train/align_loss", align_nll.detach().float(), on_step=True)
+                self.log("train/align_mass", on_target.float(), on_step=True)
         return loss
 
     # ---- validation -------------------------------------------------------------------------

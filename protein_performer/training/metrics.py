@@ -40,6 +40,27 @@ def lm_token_stats(logits: torch.Tensor, labels: torch.Tensor, causal: bool) -> 
     return TokenStats(nll_sum, selected.sum(), correct)
 
 
+def alignment_nll(
+    attention: torch.Tensor, align_to: torch.Tensor, labels: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Attention supervision: the mean over scored positions (``labels`` set) that have an
+    aligned partner residue (``align_to >= 0``) of ``-log(attention[i, align_to[i]] + eps)``,
+    and the mean attention on that residue. ``(None, None)`` when no position qualifies.
+
+    Args:
+        attention: ``(B, L, L)`` one head's attention rows.
+        align_to: ``(B, L)`` int64 key position per query, ``-1`` where none.
+        labels: ``(B, L)`` with :data:`IGNORE_INDEX` at unscored positions.
+    """
+    keep = (align_to >= 0) & (labels != IGNORE_INDEX)
+    if not bool(keep.any()):
+        return None, None
+    rows, cols = keep.nonzero(as_tuple=True)
+    on = attention[rows, cols, align_to[rows, cols]]
+    on = on.to(torch.promote_types(on.dtype, torch.float32))  # bf16 logs in float32
+    return -(on + eps).log().mean(), on.detach().mean()
+
+
 def perplexity(nll_sum: float, count: float) -> float:
     """``exp(mean NLL)`` (nan when nothing was predicted)."""
     return math.exp(nll_sum / count) if count > 0 else float("nan")

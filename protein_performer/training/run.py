@@ -324,6 +324,7 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
         min_members=d.min_members,
         pair_copy=d.pair_copy,
         pair_alone=d.pair_alone,
+        pair_align=cfg.align.weight > 0,
         pair_mask=d.pair_mask,
         objective=cfg.objective,
         mode=d.mode,
@@ -361,6 +362,7 @@ def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
         seed=cfg.seed,
         total_steps=cfg.trainer.max_steps,
         data_info=data_info,
+        align=cfg.align,
     )
     if cfg.init_from:
         init_weights_from(module.model, cfg.init_from, alphabet, cfg.objective)

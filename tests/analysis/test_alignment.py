@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protein_performer.analysis.alignment import aligned_mass, aligned_positions, alignment_pairs
+from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
+from protein_performer.data.alignment import aligned_positions
 
 AA = "ACDEFGHIKLMNPQRSTVWY"
 

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.datasets import ConcatWindowDataset, CropDataset, PairDataset
+from protein_performer.data.masking import MLMCollator
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
 
@@ -437,6 +438,41 @@ def test_pair_alone_rows_hold_the_protein_alone_and_leave_other_partners_unchang
     assert all(A.sep_idx not in every[(i, 0)]["tokens"].tolist() for i in range(len(src)))
     with pytest.raises(ConfigError, match="alone_prob"):
         PairDataset(src, groups, max_length=128, alone_prob=-0.1)
+
+
+def test_pair_alignments_point_each_protein_residue_at_its_partner_residue():
+    rng = np.random.default_rng(13)
+    base = rng.integers(6, 26, 220).astype(np.uint8)
+    variant = base.copy()
+    swap = rng.random(220) < 0.2  # 80% identical, same length: aligned residue i to i
+    variant[swap] = rng.integers(6, 26, int(swap.sum()))
+    src = FlatSource.from_arrays([base, variant, rng.integers(6, 26, 150).astype(np.uint8)])
+    ds = PairDataset(src, [np.array([0, 1]), np.array([2])], max_length=256, align=True)
+    collate = MLMCollator(A, seed=0)
+    for epoch in range(6):
+        items = [ds[(i, epoch)] for i in range(3)]
+        for i, item in enumerate(items):
+            tokens, align = item["tokens"], item["align_to"]
+            _, start, n = ds.window(i, epoch)
+            assert align.shape == tokens.shape and (align[:start] == -1).all()
+            assert (align[start + n :] == -1).all()
+            hit = np.flatnonzero(align >= 0)
+            assert len(hit) > 0.9 * n and ((align[hit] >= 1) & (align[hit] < start - 1)).all()
+            if ds.partner(i, epoch) == i:  # a copy: every residue points at itself
+                np.testing.assert_array_equal(tokens[align[hit]], tokens[hit])
+                assert len(hit) == n
+            else:  # the 80%-identical homolog: mostly the same residue, in order
+                assert np.mean(tokens[align[hit]] == tokens[hit]) > 0.7
+                assert (np.diff(align[hit]) > 0).all()
+        batch = collate(items)
+        width = batch["input_ids"].shape[1]
+        for row, item in enumerate(items):
+            got = batch["align_to"][row].numpy()
+            np.testing.assert_array_equal(got[: len(item["align_to"])], item["align_to"])
+            assert (got[len(item["align_to"]) : width] == -1).all()
+    assert "align_to" not in PairDataset(src, [np.array([0, 1]), np.array([2])], 256)[(0, 0)]
+    alone = PairDataset(src, [np.array([0, 1]), np.array([2])], 256, align=True, alone_prob=1.0)
+    assert (alone[(0, 0)]["align_to"] == -1).all()
 
 
 def test_pairs_at_the_shortest_allowed_length_always_hold_a_partner():

@@ -274,3 +274,34 @@ def test_every_head_local_is_a_sliding_window_transformer():
     offset = torch.arange(12)[None, :] - torch.arange(12)[:, None]
     assert (attn[..., offset.abs() > 2] == 0).all()
     torch.testing.assert_close(attn.sum(-1), torch.ones(1, 4, 12), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "kind, extra",
+    [
+        ("transformer", {}),
+        ("taylor", {}),
+        ("performer_softmax", {"local_heads": 2, "local_window": 4}),
+        ("performer_relu", {}),
+    ],
+)
+def test_probe_attention_is_the_heads_matrix_and_carries_gradients(kind, extra) -> None:
+    alphabet = ALPHABET
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        attention=kind, dim=32, depth=2, heads=4, ffn_dim=64, dropout=0.0, max_len=64,
+        nb_features=16, **extra,
+    )  # fmt: skip
+    model = ProteinLM(cfg, len(alphabet), alphabet.pad_idx).eval()
+    ids = torch.randint(5, 25, (2, 19))
+    ids[1, 14:] = alphabet.pad_idx
+    for layer, head in [(1, 3), (0, 0), (-1, -1)]:
+        out = model(ids, probe=(layer, head))
+        reference = model(ids, return_attentions=True)["attentions"][layer][:, head]
+        torch.testing.assert_close(out["probe_attention"], reference, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(out["logits"], model(ids)["logits"])  # forward unchanged
+    # the supervision reaches the query/key projections of that layer only (and below)
+    out = model(ids, probe=(0, 3))
+    out["probe_attention"][:, 3, 7].sum().backward()
+    assert model.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
+    assert model.blocks[1].attn.qkv.weight.grad is None

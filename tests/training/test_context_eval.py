@@ -255,6 +255,30 @@ def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_pat
     )
 
 
+def test_a_pairs_run_with_attention_supervision_logs_the_alignment_loss(tmp_path):
+    import csv
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=30)
+    ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
+    members = tmp_path / "members.tsv"
+    members.write_text(
+        "cluster_id\tmember_id\n" + "".join(f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids))
+    )
+    cfg = tiny_config(fasta, max_steps=6)
+    cfg.data.packing, cfg.data.pair_mask, cfg.data.pair_copy = "pairs", "protein", 1.0
+    cfg.data.clusters, cfg.data.split_by = str(members), "cluster"
+    cfg.data.split_fractions = [0.8, 0.0, 0.2]
+    cfg.model.attention = "transformer"
+    cfg.align.weight = 1.0
+    train(cfg, tmp_path / "run")
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("train/align_loss")]
+    assert len(rows) == 6
+    for r in rows:  # -log of the attention on the aligned residue, and that attention
+        loss, mass = float(r["train/align_loss"]), float(r["train/align_mass"])
+        assert 0 < mass < 1 and 0 < loss < 10 and -math.log(mass) <= loss + 1e-6
+
+
 def test_alignment_heads_splits_a_scored_window_into_its_proteins():
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from alignment_heads import window_parts

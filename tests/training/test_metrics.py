@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -107,3 +108,23 @@ def test_mlm_stats_random_draw_of_the_true_residue_counts_as_unchanged():
     split = mlm_input_kind_stats(logits, labels, inputs, mask_idx=3)
     assert [int(split[k].count) for k in ("mask", "random", "unchanged")] == [0, 0, 3]
     assert float(split["mask"].nll_sum) == 0.0 and float(split["random"].nll_sum) == 0.0
+
+
+def test_alignment_nll_scores_the_attention_on_the_aligned_key_at_scored_positions():
+    from protein_performer.training.metrics import alignment_nll
+
+    att = torch.full((2, 5, 5), 0.2, dtype=torch.float64, requires_grad=True)
+    align = torch.tensor([[-1, -1, -1, 0, 1], [-1, -1, 2, 3, -1]])
+    labels = torch.tensor([[-100, -100, -100, 7, -100], [-100, -100, 9, 9, 9]])
+    with torch.no_grad():
+        att[0, 3, 0] = 0.6  # the one scored, aligned position of row 0
+        att[1, 3, 3] = 0.05
+    nll, mass = alignment_nll(att, align, labels, eps=0.0)
+    # row 0: (3 -> 0) scored; (4 -> 1) not scored; row 1: (2 -> 2), (3 -> 3); (4) no alignment
+    expected = -(torch.log(torch.tensor([0.6, 0.2, 0.05], dtype=torch.float64))).mean()
+    torch.testing.assert_close(nll, expected)
+    assert float(mass) == pytest.approx((0.6 + 0.2 + 0.05) / 3)
+    nll.backward()
+    assert att.grad[0, 3, 0] < 0 and att.grad[0, 4, 1] == 0 and att.grad[1, 4].abs().sum() == 0
+    none = alignment_nll(att, torch.full((2, 5), -1), labels)
+    assert none == (None, None)
