@@ -192,17 +192,23 @@ def test_context_settings_are_checked(kw, message):
         validate_eval_config(EvalConfig(checkpoint="x.ckpt", fasta="x.fa", **kw))
 
 
-def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_path):
+def pairs_config(tmp_path: Path, max_steps: int, test_fraction: float):
+    """A tiny pairs run's config: 30 proteins in clusters of three, split by cluster."""
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
     ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
     members = tmp_path / "members.tsv"
     members.write_text(
         "cluster_id\tmember_id\n" + "".join(f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids))
     )
-    cfg = tiny_config(fasta, max_steps=2)
+    cfg = tiny_config(fasta, max_steps=max_steps)
     cfg.data.packing, cfg.data.pair_mask = "pairs", "protein"
     cfg.data.clusters, cfg.data.split_by = str(members), "cluster"
-    cfg.data.split_fractions = [0.6, 0.0, 0.4]
+    cfg.data.split_fractions = [1.0 - test_fraction, 0.0, test_fraction]
+    return cfg, fasta
+
+
+def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_path):
+    cfg, fasta = pairs_config(tmp_path, max_steps=2, test_fraction=0.4)
     result = train(cfg, tmp_path / "run")
     snap = tmp_path / "run" / "snap"
     snap.mkdir()
@@ -258,16 +264,8 @@ def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_pat
 def test_a_pairs_run_with_attention_supervision_logs_the_alignment_loss(tmp_path):
     import csv
 
-    fasta = write_fasta(tmp_path / "t.fasta", n=30)
-    ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
-    members = tmp_path / "members.tsv"
-    members.write_text(
-        "cluster_id\tmember_id\n" + "".join(f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids))
-    )
-    cfg = tiny_config(fasta, max_steps=6)
-    cfg.data.packing, cfg.data.pair_mask, cfg.data.pair_copy = "pairs", "protein", 1.0
-    cfg.data.clusters, cfg.data.split_by = str(members), "cluster"
-    cfg.data.split_fractions = [0.8, 0.0, 0.2]
+    cfg, _ = pairs_config(tmp_path, max_steps=6, test_fraction=0.2)
+    cfg.data.pair_copy = 1.0
     cfg.model.attention = "transformer"
     cfg.align.weight = 1.0
     train(cfg, tmp_path / "run")
