@@ -21,6 +21,7 @@ with the curves and a PNG go to ``benchmarks/results/``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -36,6 +37,7 @@ from _common import RESULTS, environment, format_table, write_json
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "data" / "simulated_families.fasta.gz"
 FAMILY = re.compile(r"(?:UniRef\d+_)?SIMF(\d+)M")
+PROBE = (-1, -1)  # the head --align supervises and every run measures: last layer, last head
 
 
 def load_families(path: Path) -> dict[int, list[Any]]:
@@ -57,6 +59,7 @@ def make_window(rng, members, args, alphabet, eval_mode: bool = False):
     """(context window, single window, labels for each) for one target drawn from a family."""
     import numpy as np
 
+    from protein_performer.data.alignment import aligned_positions
     from protein_performer.data.context import context_window, single_window
     from protein_performer.data.masking import IGNORE_INDEX, mask_tokens
 
@@ -82,7 +85,13 @@ def make_window(rng, members, args, alphabet, eval_mode: bool = False):
     tokens, tstart, _ = context_window(inputs[1:-1], context, alphabet, args.crop * 2 + 3)
     ctx_labels = np.full(len(tokens), IGNORE_INDEX, dtype=np.int64)
     ctx_labels[tstart : tstart + len(target)] = labels[1:-1]
-    return tokens, ctx_labels, inputs, labels
+    # the row position of the context residue aligned to each target residue (-1: none), from
+    # the true residues: the target of --align's attention supervision and of its measurement
+    align_to = np.full(len(tokens), -1, dtype=np.int64)
+    if tstart > 2:
+        hit = aligned_positions(alphabet.decode(target), alphabet.decode(tokens[1 : tstart - 1]))
+        align_to[tstart : tstart + len(target)] = np.where(hit >= 0, hit + 1, -1)
+    return tokens, ctx_labels, inputs, labels, align_to
 
 
 def label(args: argparse.Namespace) -> str:
@@ -94,6 +103,8 @@ def label(args: argparse.Namespace) -> str:
         out += f", m={args.features}"
     if args.vary_length:
         out += ", varying offsets"
+    if args.align:
+        out += f", align {args.align:g}"
     return out
 
 
@@ -108,6 +119,15 @@ def batch(windows, alphabet):
     return ids, pad, labels.to(torch.int64)
 
 
+def align_targets(windows):
+    """``(B, L)`` int64: the aligned context position per target residue, ``-1`` elsewhere."""
+    import torch
+
+    from protein_performer.data.batching import pad_batch
+
+    return pad_batch([w[4] for w in windows], -1)[0].to(torch.int64)
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
     import torch
@@ -116,6 +136,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     from protein_performer.data.alphabet import default_alphabet
     from protein_performer.model.config import ModelConfig
     from protein_performer.model.performer import ProteinLM
+    from protein_performer.training.checkpoints import load_weights
+    from protein_performer.training.metrics import alignment_nll
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -160,7 +182,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     from protein_performer.attention.favor import redraw_all
 
     @torch.no_grad()
-    def evaluate() -> dict[str, float]:
+    def evaluate(model: torch.nn.Module = model) -> dict[str, float]:
         model.eval()
         out = {}
         for name, (tok_i, lab_i) in {"context": (0, 1), "single": (2, 3)}.items():
@@ -173,6 +195,18 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
                 nll += float(F.cross_entropy(logits[sel], labels[sel], reduction="sum"))
                 n += int(sel.sum())
             out[name] = math.exp(nll / n)
+        # the probed head's attention on the aligned context residue at the scored positions
+        # (held-out windows): what --align trains, measured whether or not it is trained
+        mass = n = 0.0
+        for i in range(0, len(eval_windows), 32):
+            chunk = eval_windows[i : i + 32]
+            ids, pad, labels = batch([(w[0], w[1]) for w in chunk], alphabet)
+            attn = model(ids, pad, probe=PROBE)["probe_attention"]
+            _, on = alignment_nll(attn, align_targets(chunk), labels)
+            if on is not None:
+                k = int(((align_targets(chunk) >= 0) & (labels != -100)).sum())
+                mass, n = mass + float(on) * k, n + k
+        out["align_mass"] = mass / n if n else float("nan")
         labels = np.concatenate([w[3][w[3] != -100] for w in eval_windows])
         out["unigram"] = math.exp(-float(uni[labels].mean()))
         out["positions"] = len(labels)
@@ -189,7 +223,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             curve.append(point)
             print(
                 f"[{args.attention}] step {step}: context {point['context']:.2f} "
-                f"single {point['single']:.2f} unigram {point['unigram']:.2f}",
+                f"single {point['single']:.2f} unigram {point['unigram']:.2f} "
+                f"aligned attention {point['align_mass']:.3f}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -201,18 +236,41 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(args.batch)
         ]
         ids, pad, labels = batch([(w[0], w[1]) for w in windows], alphabet)
-        logits = model(ids, pad)["logits"]
+        out = model(ids, pad, probe=PROBE if args.align else None)
         sel = labels != -100
-        loss = F.cross_entropy(logits[sel], labels[sel])
+        loss = F.cross_entropy(out["logits"][sel], labels[sel])
+        if args.align:
+            align_nll, _ = alignment_nll(out["probe_attention"], align_targets(windows), labels)
+            if align_nll is not None:
+                loss = loss + args.align * align_nll
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-    return {"attention": label(args), "curve": curve}
+    # the trained weights under other attention kinds, unchanged (the shared parameterization
+    # that init_from uses): what the conversion costs once the attention has become sharp
+    transfer = []
+    for spec in args.transfer or []:
+        kind, _, m = spec.partition("@")
+        other = ProteinLM(
+            dataclasses.replace(config, attention=kind, nb_features=int(m or args.features)),
+            len(alphabet),
+            alphabet.pad_idx,
+        )
+        load_weights(other, model.state_dict(), "the trained probe model")
+        point = evaluate(other)
+        transfer.append({"attention": spec, **point})
+        print(
+            f"[{args.attention} -> {spec}] context {point['context']:.2f} "
+            f"single {point['single']:.2f}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {"attention": label(args), "curve": curve, "transfer": transfer}
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--attention", nargs="+", default=["transformer", "performer_relu"])
     p.add_argument("--context", choices=["copy", "family", "none"], default="copy")
@@ -234,6 +292,19 @@ def main() -> None:
     p.add_argument("--local-heads", type=int, default=0, help="model.local_heads (hybrid)")
     p.add_argument("--local-window", type=int, default=16, help="model.local_window")
     p.add_argument("--position", default="rotary")
+    p.add_argument(
+        "--transfer",
+        nargs="+",
+        default=None,
+        metavar="KIND[@M]",
+        help="after training, score the same weights with these attention kinds (M features)",
+    )
+    p.add_argument(
+        "--align",
+        type=float,
+        default=0.0,
+        help="attention supervision weight (the last head of the last layer, as align.weight)",
+    )
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
@@ -242,7 +313,11 @@ def main() -> None:
     p.add_argument("--png", type=Path, default=None)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.quick:
         args.steps, args.eval_every, args.eval_windows, args.crop = 20, 10, 16, 60
     if args.worker:
@@ -253,10 +328,14 @@ def main() -> None:
     for kind in args.attention:
         cmd = [sys.executable, __file__, "--worker", "--attention", kind]
         for key, value in vars(args).items():
-            if key in ("attention", "worker", "quick", "json", "png") or value is False:
+            skip = key in ("attention", "worker", "quick", "json", "png")
+            if skip or value is False or value is None:
                 continue
             flag = f"--{key.replace('_', '-')}"
-            cmd += [flag] if value is True else [flag, str(value)]
+            if isinstance(value, list):
+                cmd += [flag, *map(str, value)]
+            else:
+                cmd += [flag] if value is True else [flag, str(value)]
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
         if done.returncode:
             raise SystemExit(f"{kind}: worker failed (exit {done.returncode})")
@@ -273,15 +352,40 @@ def main() -> None:
                 f"{last['context']:.2f}",
                 f"{last['context'] / last['single']:.3f}",
                 f"{last['unigram']:.2f}",
+                f"{last['align_mass']:.3f}",
             ]
         )
-    headers = ["attention", "steps", "s", "ppl alone", "ppl w/ context", "ratio", "unigram"]
+    for run in runs:
+        for point in run.get("transfer", []):
+            rows.append(
+                [
+                    f"  weights loaded into {point['attention']}",
+                    "",
+                    "",
+                    f"{point['single']:.2f}",
+                    f"{point['context']:.2f}",
+                    f"{point['context'] / point['single']:.3f}",
+                    f"{point['unigram']:.2f}",
+                    f"{point['align_mass']:.3f}",
+                ]
+            )
+    headers = [
+        "attention",
+        "steps",
+        "s",
+        "ppl alone",
+        "ppl w/ context",
+        "ratio",
+        "unigram",
+        "aligned attn",
+    ]
     print(
         f"context={args.context}, held-out families, {runs[0]['curve'][-1]['positions']} "
         "masked positions"
     )
     print(format_table(headers, rows))
     tag = f"retrieval_{args.context}" + ("_vary" if args.vary_length else "")
+    tag += "_align" if args.align else ""
     payload = {"env": environment(), "args": vars(args) | {"json": None, "png": None}, "runs": runs}
     write_json(args.json or RESULTS / f"{tag}.json", payload)
     plot(runs, args, args.png or RESULTS / f"{tag}.png")
