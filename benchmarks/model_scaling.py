@@ -5,7 +5,8 @@ steps (forward + backward + Adam; 15% of positions predicted) on random residues
 ``--tokens`` tokens per batch (``tokens // L`` sequences, at least one). Sizes: ``--size
 regular`` is the Performer paper's regular model (6 layers, d 512, 8 heads, d_ff 2048),
 ``small`` 4 × 256 × 8 heads (d_ff 1024); m = 256 features. Kinds: the three attentions and
-``none``, the paper's "no attention" optimum (each attention returns its V: everything else in
+``KIND+exact`` (the layer-wise hybrid: exact attention in the last layer,
+``model.exact_layers=[-1]``), ``none``, the paper's "no attention" optimum (each attention returns its V: everything else in
 the model, no token mixing), the floor a linear attention is measured against.
 Reported: tokens/s of the fastest of ``--steps`` timed steps after one warm-up, and the peak
 memory of one step (GPU: the caching allocator's peak; CPU: resident-set growth, see
@@ -36,6 +37,8 @@ from _common import RESULTS, PeakRSS, environment, format_table, write_json
 
 ATTENTIONS = ["performer_relu", "performer_softmax", "transformer", "none"]
 CHOICES = [*ATTENTIONS, "taylor"]  # taylor ("Based" features) on request: --attentions taylor
+# KIND+exact: the layer-wise hybrid, exact attention in the last layer (model.exact_layers=[-1])
+CHOICES += [f"{k}+exact" for k in ("performer_relu", "performer_softmax", "taylor")]
 SIZES = {  # (dim, depth, heads, ffn_dim)
     "tiny": (64, 2, 4, 256),
     "small": (256, 4, 8, 1024),
@@ -73,8 +76,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     cuda = device.type == "cuda"
     alphabet = default_alphabet()
     dim, depth, heads, ffn_dim = args.dim, args.depth, args.heads, args.ffn_dim
+    kind, _, hybrid = args.attention.partition("+")
     config = ModelConfig(
-        attention="transformer" if args.attention == "none" else args.attention,
+        attention="transformer" if kind == "none" else kind,
+        exact_layers=[-1] if hybrid == "exact" else [],
         dim=dim,
         depth=depth,
         heads=heads,
@@ -259,7 +264,8 @@ def ratios(points: list[dict[str, Any]]) -> str:
     by = {(p["attention"], p["length"]): p for p in points if "tokens_per_s" in p}
     lines = []
     for (kind, length), p in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if not kind.startswith("performer") and kind != "taylor":
+        base = kind.partition("+")[0]
+        if not base.startswith("performer") and base != "taylor":
             continue
         parts = []
         exact = by.get(("transformer", length))

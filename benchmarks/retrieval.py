@@ -99,6 +99,8 @@ def label(args: argparse.Namespace) -> str:
     out = args.attention
     if args.local_heads:
         out += f" + {args.local_heads} local heads (w={args.local_window})"
+    if args.exact_layers:
+        out += f" + exact layers {args.exact_layers}"
     if args.attention.startswith("performer") and args.features != 256:
         out += f", m={args.features}"
     if args.vary_length:
@@ -168,6 +170,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         redraw_interval=args.redraw,
         local_heads=args.local_heads,
         local_window=args.local_window,
+        exact_layers=list(args.exact_layers or []),
     )
     model = ProteinLM(config, len(alphabet), alphabet.pad_idx)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
@@ -292,6 +295,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--local-heads", type=int, default=0, help="model.local_heads (hybrid)")
     p.add_argument("--local-window", type=int, default=16, help="model.local_window")
     p.add_argument("--position", default="rotary")
+    p.add_argument(
+        "--exact-layers",
+        type=int,
+        nargs="+",
+        default=None,
+        help="model.exact_layers: layers with exact attention (the layer-wise hybrid)",
+    )
     p.add_argument(
         "--transfer",
         nargs="+",

@@ -260,3 +260,12 @@ def test_evaluate_config_accepts_one_or_several_fasta_files():
     assert msg == "split='holdout' is not valid; choose one of: train, val, test"
     msg = _error(["checkpoint=c", "fasta=a", "attention=lsh"], command="evaluate")
     assert "choose one of: performer_relu, performer_softmax, taylor, transformer" in msg
+
+
+def test_exact_layers_compose_from_the_command_line():
+    job = compose_job("train", ["model=performer_softmax", "model.exact_layers=[-1]"])
+    assert job.config.model.exact_layers == [-1]
+    assert job.config.model.layer_kinds()[-1] == "transformer"
+    assert job.config.model.layer_kinds()[0] == "performer_softmax"
+    assert _error(["model.exact_layers=[9]"]).startswith("model.exact_layers must list layer")
+    assert "model.exact_layers:" in _error(["model.exact_layers=x"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from protein_performer.errors import ConfigError
@@ -26,7 +26,9 @@ class ModelConfig:
 
     Hybrid: ``local_heads`` > 0 makes the first ``local_heads`` heads of every layer exact
     softmax attention within ``local_window`` positions (O(L·window)); the other heads keep
-    ``attention``. ``checkpointing`` recomputes each block's activations in the backward pass
+    ``attention``. ``exact_layers`` lists layers (negative: from the end) whose global heads are
+    exact softmax attention whatever ``attention`` is: a layer-wise hybrid, O(L²) in those
+    layers only. ``checkpointing`` recomputes each block's activations in the backward pass
     (activation checkpointing: less memory for long windows, about one more forward in time).
     """
 
@@ -44,6 +46,7 @@ class ModelConfig:
     feature_seed: int = 0
     local_heads: int = 0
     local_window: int = 64
+    exact_layers: list[int] = field(default_factory=list)
     checkpointing: bool = False
 
     @property
@@ -53,6 +56,16 @@ class ModelConfig:
     @property
     def is_performer(self) -> bool:
         return self.attention not in ("transformer", "taylor")
+
+    def layer_attention(self, layer: int) -> str:
+        """The attention kind of layer ``layer`` (0-based): ``transformer`` in ``exact_layers``,
+        ``attention`` elsewhere."""
+        exact = {i % self.depth for i in self.exact_layers}
+        return "transformer" if layer % self.depth in exact else self.attention
+
+    def layer_kinds(self) -> list[str]:
+        """The attention kind of each layer, first to last."""
+        return [self.layer_attention(i) for i in range(self.depth)]
 
     def validate(self, prefix: str = "model") -> None:
         """Raise :class:`ConfigError` (one line, naming the key) for invalid values."""
@@ -81,6 +94,16 @@ class ModelConfig:
             raise ConfigError(
                 f"{prefix}.local_window must be a positive integer (got {self.local_window!r})"
             )
+        layers = list(self.exact_layers)
+        if any(isinstance(i, bool) or not isinstance(i, int) for i in layers) or not all(
+            -self.depth <= i < self.depth for i in layers
+        ):
+            raise ConfigError(
+                f"{prefix}.exact_layers must list layer numbers in {-self.depth}..{self.depth - 1} "
+                f"({prefix}.depth={self.depth}; negative counts from the end); got {layers!r}"
+            )
+        if len({i % self.depth for i in layers}) != len(layers):
+            raise ConfigError(f"{prefix}.exact_layers names a layer twice: {layers!r}")
         if self.redraw_interval < 0:
             raise ConfigError(
                 f"{prefix}.redraw_interval must be >= 0 (0 = never redraw; got {self.redraw_interval})"
@@ -95,6 +118,9 @@ class ModelConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"unknown model config keys: {', '.join(unknown)}")
+        d = dict(d)
+        if "exact_layers" in d:
+            d["exact_layers"] = [int(i) for i in d["exact_layers"]]
         return cls(**d)
 
 

@@ -48,7 +48,7 @@ class ProteinLM(nn.Module):
                 config.heads,
                 config.ffn_dim,
                 config.dropout,
-                attention=config.attention,
+                attention=config.layer_attention(i),
                 causal=causal,
                 nb_features=config.nb_features,
                 orthogonal=config.orthogonal,

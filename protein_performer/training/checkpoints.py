@@ -257,6 +257,12 @@ def check_resume_compatible(
                 f"model.{name}: checkpoint {stored.get(name)!r}, config "
                 f"{getattr(model.config, name)!r}"
             )
+    kinds = ModelConfig.from_dict(dict(stored)).layer_kinds()
+    if kinds != model.config.layer_kinds() and not diff:
+        diff.append(
+            f"model.exact_layers: checkpoint {stored.get('exact_layers', [])!r}, config "
+            f"{list(model.config.exact_layers)!r}"
+        )
     if meta.get("objective") != objective:
         diff.append(f"objective: checkpoint {meta.get('objective')!r}, config {objective!r}")
     if diff:

@@ -61,15 +61,17 @@ def estimate_memory(cfg: Any, vocab_size: int) -> MemoryEstimate:
     params = count_parameters(m, vocab_size)
     length = min(d.max_length, m.max_len) if m.position == "learned" else d.max_length
     tokens = d.toks_per_batch if d.batch_size is None else d.batch_size * length
-    per_token_layer = 10 * m.dim + 2 * m.ffn_dim
-    if m.attention == "transformer":
-        per_token_layer += 2 * m.heads * length
-    elif m.attention == "taylor":
-        # autograd keeps ~6 F floats per token and global head (query/key features, products)
-        per_token_layer += 6 * (m.heads - m.local_heads) * taylor_feature_dim(m.dim_head)
-    else:
-        per_token_layer += 2 * m.heads * m.nb_features
-    floats = tokens * (m.depth * per_token_layer + 3 * vocab_size)
+    per_token = 0
+    for kind in m.layer_kinds():
+        per_token += 10 * m.dim + 2 * m.ffn_dim
+        if kind == "transformer":
+            per_token += 2 * m.heads * length
+        elif kind == "taylor":
+            # autograd keeps ~6 F floats per token and global head (query/key features, products)
+            per_token += 6 * (m.heads - m.local_heads) * taylor_feature_dim(m.dim_head)
+        else:
+            per_token += 2 * m.heads * m.nb_features
+    floats = tokens * (per_token + 3 * vocab_size)
     return MemoryEstimate(params, 16 * params, 4 * floats, tokens)
 
 
@@ -148,4 +150,9 @@ def out_of_memory_error(exc: BaseException, cfg: Any, step: int | None) -> Confi
     )
     if m.attention == "transformer":
         advice += "; exact attention grows with the square of the length: model=performer_relu"
+    elif "transformer" in m.layer_kinds():
+        advice += (
+            "; exact attention grows with the square of the length: fewer model.exact_layers "
+            f"(now {list(m.exact_layers)})"
+        )
     return ConfigError(f"out of memory{where}{asked}: {advice}")

@@ -578,6 +578,8 @@ def _print_header(
     shape = f"{m.depth}×{m.dim}, {m.heads} heads" + (
         f", {m.nb_features} features" if m.is_performer else ""
     )
+    if m.exact_layers:
+        shape += f", exact attention in layers {list(m.exact_layers)}"
     steps = f"{t.max_steps:,} steps" + (
         f" (resuming at step {resume_step:,})" if resume_step is not None else ""
     )

@@ -305,3 +305,42 @@ def test_probe_attention_is_the_heads_matrix_and_carries_gradients(kind, extra) 
     out["probe_attention"][:, 3, 7].sum().backward()
     assert model.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
     assert model.blocks[1].attn.qkv.weight.grad is None
+
+
+# ---- layer-wise hybrid: exact attention in some layers -----------------------------------------
+@pytest.mark.parametrize("attention", ["performer_relu", "performer_softmax", "taylor"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_exact_layers_are_exact_and_the_others_keep_their_kind(attention, causal):
+    torch.manual_seed(0)
+    hybrid = ProteinLM(tiny_config(attention, depth=3, exact_layers=[-1, 0]), V, causal=causal)
+    hybrid = hybrid.double().eval()
+    with torch.no_grad():  # far from uniform attention, where every kernel agrees with exp
+        for block in hybrid.blocks:
+            block.attn.qkv.weight.mul_(25.0)
+    assert hybrid.config.layer_kinds() == ["transformer", attention, "transformer"]
+    plain = ProteinLM(tiny_config(attention, depth=3), V, causal=causal).double().eval()
+    exact = ProteinLM(tiny_config("transformer", depth=3), V, causal=causal).double().eval()
+    plain.load_state_dict(hybrid.state_dict(), strict=False)  # same draws of features (seeded)
+    exact.load_state_dict(hybrid.state_dict(), strict=False)
+    ids = random_ids(2, 17)
+    ids[1, 12:] = ALPHABET.pad_idx
+    hidden = hybrid(ids, return_hidden=True)["hidden_states"]
+    pad = ids == ALPHABET.pad_idx
+    # each layer of the hybrid computes what that layer of the plain model of its kind computes
+    for i, reference in enumerate([exact, plain, exact]):
+        want, _ = reference.blocks[i](hidden[i], pad)
+        torch.testing.assert_close(hidden[i + 1], want, rtol=1e-10, atol=1e-10)
+    assert hybrid.blocks[0].attn.favor is None and hybrid.blocks[2].attn.favor is None
+    # and the exact layers really differ from the kernel they replace
+    other, _ = plain.blocks[0](hidden[0], pad)
+    assert (other - hidden[1]).abs().max() > 1e-3
+
+
+def test_exact_layers_are_validated():
+    for bad in ([2], [-3], [0, -2], [True], ["1"]):
+        with pytest.raises(ConfigError, match=r"model\.exact_layers"):
+            ProteinLM(tiny_config(exact_layers=bad), V)
+    assert ModelConfig.from_dict(tiny_config(exact_layers=[-1]).to_dict()).layer_kinds() == [
+        "performer_relu",
+        "transformer",
+    ]

@@ -97,3 +97,18 @@ def test_other_errors_are_not_called_out_of_memory(tiny_fasta, tmp_path):
     cfg = tiny_config(tiny_fasta, max_steps=5)
     with pytest.raises(RuntimeError, match="something else"):
         train(cfg, tmp_path / "run", callbacks=[RaiseAt(RuntimeError("something else"))])
+
+
+def test_exact_layers_cost_exact_memory_in_those_layers_only(tiny_fasta):
+    cfg = tiny_config(tiny_fasta, "performer_relu")
+    cfg.model.max_len = cfg.data.max_length = 4096
+    cfg.model.depth = 4
+    n = len(default_alphabet())
+    favor = estimate_memory(cfg, n).activation_bytes
+    cfg.model.exact_layers = [-1]
+    one_exact = estimate_memory(cfg, n).activation_bytes
+    cfg.model.exact_layers, cfg.model.attention = [], "transformer"
+    exact = estimate_memory(cfg, n).activation_bytes
+    # the attention part of the estimate: a quarter of the exact model's for one layer of four
+    assert favor < one_exact < exact
+    assert one_exact - favor == pytest.approx((exact - favor) / 4, rel=0.05)

@@ -140,3 +140,17 @@ def test_load_weights_refuses_tensors_of_another_shape(change, key):
     assert "checkpoint src.ckpt" in str(e.value) and key in str(e.value)
     for k, v in target.state_dict().items():  # nothing was copied
         torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+
+
+def test_resume_check_refuses_other_exact_layers():
+    _, meta = _meta()
+    hybrid = ProteinLM(tiny_model_config("performer_relu", exact_layers=[-1]), len(ALPHABET))
+    with pytest.raises(
+        ConfigError, match=r"cannot resume from a\.ckpt: .*model\.exact_layers: checkpoint \[\]"
+    ):
+        check_resume_compatible(meta, hybrid, ALPHABET, "mlm", "a.ckpt")
+    # the same layers named another way (-1 is the last layer) is the same model
+    hybrid_meta = make_metadata(hybrid, ALPHABET, "mlm")
+    last = tiny_model_config("performer_relu").depth - 1
+    same = ProteinLM(tiny_model_config("performer_relu", exact_layers=[last]), len(ALPHABET))
+    check_resume_compatible(hybrid_meta, same, ALPHABET, "mlm", "a.ckpt")
