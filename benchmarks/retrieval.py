@@ -14,6 +14,12 @@ the with-context perplexity falling far below the without-context one (for a cop
     python benchmarks/retrieval.py --attention transformer performer_relu --steps 600
     python benchmarks/retrieval.py --quick        # smoke run (seconds)
 
+``--align W`` adds attention supervision (as ``align.weight``): W × −log(the last head's
+attention from each scored target residue to the context residue aligned to it). Every run
+reports that head's mean attention on the aligned residue of the held-out windows (``aligned
+attn``). ``--transfer KIND[@M] ...`` scores the trained weights under other attention kinds
+(M features); ``--exact-layers`` and ``--local-heads`` make hybrids.
+
 Each attention kind trains in its own subprocess (same seed, same batches); a table, a JSON
 with the curves and a PNG go to ``benchmarks/results/``.
 """

@@ -94,7 +94,12 @@ class ModelConfig:
             raise ConfigError(
                 f"{prefix}.local_window must be a positive integer (got {self.local_window!r})"
             )
-        layers = list(self.exact_layers)
+        layers = self.exact_layers
+        if not isinstance(layers, (list, tuple)):
+            raise ConfigError(
+                f"{prefix}.exact_layers must be a list of layer numbers, e.g. [-1] (got {layers!r})"
+            )
+        layers = list(layers)
         if any(isinstance(i, bool) or not isinstance(i, int) for i in layers) or not all(
             -self.depth <= i < self.depth for i in layers
         ):

@@ -337,7 +337,7 @@ def test_exact_layers_are_exact_and_the_others_keep_their_kind(attention, causal
 
 
 def test_exact_layers_are_validated():
-    for bad in ([2], [-3], [0, -2], [True], ["1"]):
+    for bad in ([2], [-3], [0, -2], [True], ["1"], 1, None):
         with pytest.raises(ConfigError, match=r"model\.exact_layers"):
             ProteinLM(tiny_config(exact_layers=bad), V)
     assert ModelConfig.from_dict(tiny_config(exact_layers=[-1]).to_dict()).layer_kinds() == [
