@@ -18,7 +18,7 @@ the with-context perplexity falling far below the without-context one (for a cop
 attention from each scored target residue to the context residue aligned to it). Every run
 reports that head's mean attention on the aligned residue of the held-out windows (``aligned
 attn``). ``--transfer KIND[@M] ...`` scores the trained weights under other attention kinds
-(M features); ``--exact-layers`` and ``--local-heads`` make hybrids.
+(M features); ``--exact-layers`` and ``--local-heads`` make hybrids (kept by ``--transfer``).
 
 Each attention kind trains in its own subprocess (same seed, same batches); a table, a JSON
 with the curves and a PNG go to ``benchmarks/results/``.
@@ -258,7 +258,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         opt.step()
         sched.step()
     # the trained weights under other attention kinds, unchanged (the shared parameterization
-    # that init_from uses): what the conversion costs once the attention has become sharp
+    # that init_from uses): what the conversion costs once the attention has become sharp;
+    # --exact-layers stay exact
     transfer = []
     for spec in args.transfer or []:
         kind, _, m = spec.partition("@")
@@ -375,7 +376,7 @@ def main() -> None:
         for point in run.get("transfer", []):
             rows.append(
                 [
-                    f"  weights loaded into {point['attention']}",
+                    f"  {run['attention']} -> {point['attention']}",
                     "",
                     "",
                     f"{point['single']:.2f}",

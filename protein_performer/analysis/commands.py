@@ -201,7 +201,7 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
     summary = {
         "format": SIMILARITY_FORMAT,
         "checkpoint": str(cfg.checkpoint),
-        "attention_kind": model.config.attention,
+        "attention_kind": model.config.kind_label,
         "fasta": fasta,
         "split": cfg.split,
         "proteins_available": len(proteins),
@@ -212,7 +212,7 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
         **result.to_dict(),
     }
     with _staged(cfg, outdir, is_similarity_dir, "similarity directory") as work:
-        _write_similarity(work, result, summary, f"{label} ({model.config.attention})")
+        _write_similarity(work, result, summary, f"{label} ({model.config.kind_label})")
     text = result.format()
     if capped:
         text += f"\n  max_residues={cfg.max_residues} capped at {max_residues} (the model's window)"
@@ -265,7 +265,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
             queries, keys = alignment_pairs(segments, parts)
             if len(queries):
                 stats["aligned"], aligned_uniform = aligned_mass(att, queries, keys)
-    kind = model.config.attention
+    kind = model.config.kind_label
     title = f"{protein.id} ({protein.sequence_length} residues) · {checkpoint_label(cfg.checkpoint)} ({kind})"
     per_head = [
         {"layer": layer, "head": head, **{k: float(v[i, j]) for k, v in stats.items()}}

@@ -57,6 +57,14 @@ class ModelConfig:
     def is_performer(self) -> bool:
         return self.attention not in ("transformer", "taylor")
 
+    @property
+    def kind_label(self) -> str:
+        """The attention kind as reports name it: ``attention``, with ``+exact[...]`` for a
+        layer-wise hybrid."""
+        if not self.exact_layers:
+            return self.attention
+        return f"{self.attention}+exact{list(self.exact_layers)}"
+
     def layer_attention(self, layer: int) -> str:
         """The attention kind of layer ``layer`` (0-based): ``transformer`` in ``exact_layers``,
         ``attention`` elsewhere."""

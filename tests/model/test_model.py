@@ -344,3 +344,8 @@ def test_exact_layers_are_validated():
         "performer_relu",
         "transformer",
     ]
+
+
+def test_kind_label_names_the_exact_layers():
+    assert tiny_config("performer_softmax").kind_label == "performer_softmax"
+    assert tiny_config(exact_layers=[-1]).kind_label == "performer_relu+exact[-1]"
