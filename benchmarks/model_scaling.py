@@ -4,10 +4,11 @@ Each (attention, length) point runs in a fresh subprocess: a ``ProteinLM`` takes
 steps (forward + backward + Adam; 15% of positions predicted) on random residues,
 ``--tokens`` tokens per batch (``tokens // L`` sequences, at least one). Sizes: ``--size
 regular`` is the Performer paper's regular model (6 layers, d 512, 8 heads, d_ff 2048),
-``small`` 4 × 256 × 8 heads (d_ff 1024); m = 256 features. Kinds: the three attentions and
+``small`` 4 × 256 × 8 heads (d_ff 1024); m = 256 features. Kinds: the three attentions,
 ``KIND+exact`` (the layer-wise hybrid: exact attention in the last layer,
-``model.exact_layers=[-1]``), ``none``, the paper's "no attention" optimum (each attention returns its V: everything else in
-the model, no token mixing), the floor a linear attention is measured against.
+``model.exact_layers=[-1]``) and ``none``, the paper's "no attention" optimum (each attention
+returns its V: everything else in the model, no token mixing), the floor a linear attention is
+measured against.
 Reported: tokens/s of the fastest of ``--steps`` timed steps after one warm-up, and the peak
 memory of one step (GPU: the caching allocator's peak; CPU: resident-set growth, see
 ``_common.PeakRSS``). A point that runs out of memory or time says so, which is the point for

@@ -194,28 +194,26 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     def evaluate(model: torch.nn.Module = model) -> dict[str, float]:
         model.eval()
         out = {}
+        # on the context windows also the probed head's attention on the aligned context
+        # residue at the scored positions: what --align trains, measured whether or not it is
+        mass = hits = 0.0
         for name, (tok_i, lab_i) in {"context": (0, 1), "single": (2, 3)}.items():
             nll = n = 0.0
             for i in range(0, len(eval_windows), 32):
                 chunk = eval_windows[i : i + 32]
                 ids, pad, labels = batch([(w[tok_i], w[lab_i]) for w in chunk], alphabet)
-                logits = model(ids, pad)["logits"]
+                res = model(ids, pad, probe=PROBE if name == "context" else None)
                 sel = labels != -100
-                nll += float(F.cross_entropy(logits[sel], labels[sel], reduction="sum"))
+                nll += float(F.cross_entropy(res["logits"][sel], labels[sel], reduction="sum"))
                 n += int(sel.sum())
+                if name == "context":
+                    align = align_targets(chunk)
+                    _, on = alignment_nll(res["probe_attention"], align, labels)
+                    if on is not None:
+                        k = int(((align >= 0) & sel).sum())
+                        mass, hits = mass + float(on) * k, hits + k
             out[name] = math.exp(nll / n)
-        # the probed head's attention on the aligned context residue at the scored positions
-        # (held-out windows): what --align trains, measured whether or not it is trained
-        mass = n = 0.0
-        for i in range(0, len(eval_windows), 32):
-            chunk = eval_windows[i : i + 32]
-            ids, pad, labels = batch([(w[0], w[1]) for w in chunk], alphabet)
-            attn = model(ids, pad, probe=PROBE)["probe_attention"]
-            _, on = alignment_nll(attn, align_targets(chunk), labels)
-            if on is not None:
-                k = int(((align_targets(chunk) >= 0) & (labels != -100)).sum())
-                mass, n = mass + float(on) * k, n + k
-        out["align_mass"] = mass / n if n else float("nan")
+        out["align_mass"] = mass / hits if hits else float("nan")
         labels = np.concatenate([w[3][w[3] != -100] for w in eval_windows])
         out["unigram"] = math.exp(-float(uni[labels].mean()))
         out["positions"] = len(labels)
@@ -357,35 +355,20 @@ def main() -> None:
         if done.returncode:
             raise SystemExit(f"{kind}: worker failed (exit {done.returncode})")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    def row(name: str, point: dict[str, Any], steps: Any = "", seconds: str = "") -> list[Any]:
+        ratio = point["context"] / point["single"]
+        return [
+            name, steps, seconds, f"{point['single']:.2f}", f"{point['context']:.2f}",
+            f"{ratio:.3f}", f"{point['unigram']:.2f}", f"{point['align_mass']:.3f}",
+        ]  # fmt: skip
+
     rows = []
     for run in runs:
         last = run["curve"][-1]
-        rows.append(
-            [
-                run["attention"],
-                last["step"],
-                f"{last['seconds']:.0f}",
-                f"{last['single']:.2f}",
-                f"{last['context']:.2f}",
-                f"{last['context'] / last['single']:.3f}",
-                f"{last['unigram']:.2f}",
-                f"{last['align_mass']:.3f}",
-            ]
-        )
+        rows.append(row(run["attention"], last, last["step"], f"{last['seconds']:.0f}"))
     for run in runs:
-        for point in run.get("transfer", []):
-            rows.append(
-                [
-                    f"  {run['attention']} -> {point['attention']}",
-                    "",
-                    "",
-                    f"{point['single']:.2f}",
-                    f"{point['context']:.2f}",
-                    f"{point['context'] / point['single']:.3f}",
-                    f"{point['unigram']:.2f}",
-                    f"{point['align_mass']:.3f}",
-                ]
-            )
+        rows += [row(f"  {run['attention']} -> {t['attention']}", t) for t in run["transfer"]]
     headers = [
         "attention",
         "steps",

@@ -131,9 +131,6 @@ class ModelConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"unknown model config keys: {', '.join(unknown)}")
-        d = dict(d)
-        if "exact_layers" in d:
-            d["exact_layers"] = [int(i) for i in d["exact_layers"]]
         return cls(**d)
 
 
