@@ -46,19 +46,39 @@ FAMILY = re.compile(r"(?:UniRef\d+_)?SIMF(\d+)M")
 PROBE = (-1, -1)  # the head --align supervises and every run measures: last layer, last head
 
 
-def load_families(path: Path) -> dict[int, list[Any]]:
-    """Family number -> member token arrays of the simulated sample."""
+def load_families(paths: list[Path], clusters: Path | None = None) -> dict[int, list[Any]]:
+    """Family number -> member token arrays.
+
+    The simulated sample's records (``SIMF<family>M<member>``) group by family. Real proteins
+    group by the cluster of ``clusters`` (a ``protein-performer data cluster`` directory or its
+    ``members.tsv``; a record it does not list is a family of its own) or, without it, each
+    record is a family of one (``--context copy`` only: there is no other member to place).
+    Families are numbered in a fixed order (simulated: their number; clusters: sorted ids).
+    """
     from protein_performer.data.alphabet import default_alphabet
+    from protein_performer.data.cluster import read_members
     from protein_performer.data.fasta import read_fasta
 
     alphabet = default_alphabet()
-    families: dict[int, list[Any]] = {}
-    for rec in read_fasta(path):
-        m = FAMILY.match(rec.id)
-        if m is None:
-            raise SystemExit(f"{path}: record {rec.id} is not a simulated family member")
-        families.setdefault(int(m.group(1)), []).append(alphabet.encode(rec.sequence))
-    return families
+    members = read_members(clusters) if clusters is not None else None
+    simulated: dict[int, list[Any]] = {}
+    real: dict[str, list[Any]] = {}
+    for path in paths:
+        for rec in read_fasta(path):
+            tokens = alphabet.encode(rec.sequence)
+            m = FAMILY.match(rec.id)
+            if m is not None:
+                simulated.setdefault(int(m.group(1)), []).append(tokens)
+            else:
+                key = members.get(rec.id, rec.id) if members is not None else rec.id
+                real.setdefault(key, []).append(tokens)
+            if simulated and real:
+                raise SystemExit(
+                    f"{path}: record {rec.id} mixes simulated family members and real proteins"
+                )
+    if not simulated and not real:
+        raise SystemExit(f"{', '.join(map(str, paths))}: no records")
+    return simulated or {i: real[k] for i, k in enumerate(sorted(real))}
 
 
 def make_window(rng, members, args, alphabet, eval_mode: bool = False):
@@ -83,12 +103,18 @@ def make_window(rng, members, args, alphabet, eval_mode: bool = False):
     inputs, labels = mask_tokens(single, alphabet, rng)
     if args.context == "copy":
         context = [target]
+    elif args.context == "copy-whole":
+        # data.pair_copy's layout: the whole protein, cut around the target's region to fit
+        context = [members[i]]
     elif args.context == "family":
         others = [m for j, m in enumerate(members) if j != i]
         context = [others[int(rng.integers(len(others)))]] if others else []
     else:
         context = []
-    tokens, tstart, _ = context_window(inputs[1:-1], context, alphabet, args.crop * 2 + 3)
+    anchor = start / (len(members[i]) - len(target)) if len(members[i]) > len(target) else 0.0
+    tokens, tstart, _ = context_window(
+        inputs[1:-1], context, alphabet, args.crop * 2 + 3, anchor=anchor
+    )
     ctx_labels = np.full(len(tokens), IGNORE_INDEX, dtype=np.int64)
     ctx_labels[tstart : tstart + len(target)] = labels[1:-1]
     # the row position of the context residue aligned to each target residue (-1: none), from
@@ -107,6 +133,8 @@ def label(args: argparse.Namespace) -> str:
         out += f" + {args.local_heads} local heads (w={args.local_window})"
     if args.exact_layers:
         out += f" + exact layers {args.exact_layers}"
+    if args.qkv_conv:
+        out += f" + qkv conv {args.qkv_conv}"
     if args.attention.startswith("performer") and args.features != 256:
         out += f", m={args.features}"
     if args.vary_length:
@@ -150,8 +178,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     alphabet = default_alphabet()
-    families = load_families(Path(args.fasta))
+    families = load_families([Path(f) for f in args.fasta], args.clusters)
     keys = sorted(families)
+    if args.context == "family" and all(len(families[f]) < 2 for f in keys):
+        raise SystemExit("--context family needs families: the simulated sample or --clusters")
     held = [f for f in keys if f % 10 == 0]
     train = [f for f in keys if f % 10 != 0]
     counts = np.bincount(
@@ -177,6 +207,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         local_heads=args.local_heads,
         local_window=args.local_window,
         exact_layers=list(args.exact_layers or []),
+        qkv_conv=args.qkv_conv,
     )
     model = ProteinLM(config, len(alphabet), alphabet.pad_idx)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
@@ -281,7 +312,13 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--attention", nargs="+", default=["transformer", "performer_relu"])
-    p.add_argument("--context", choices=["copy", "family", "none"], default="copy")
+    p.add_argument(
+        "--context",
+        choices=["copy", "copy-whole", "family", "none"],
+        default="copy",
+        help="copy: the target's crop; copy-whole: its whole protein cut around the crop "
+        "(data.pair_copy's layout); family: another member; none",
+    )
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--eval-windows", type=int, default=128)
@@ -300,6 +337,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--local-heads", type=int, default=0, help="model.local_heads (hybrid)")
     p.add_argument("--local-window", type=int, default=16, help="model.local_window")
     p.add_argument("--position", default="rotary")
+    p.add_argument("--qkv-conv", type=int, default=0, help="model.qkv_conv (kernel size)")
     p.add_argument(
         "--exact-layers",
         type=int,
@@ -323,7 +361,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--fasta", default=str(SAMPLE))
+    p.add_argument(
+        "--fasta",
+        nargs="+",
+        default=[str(SAMPLE)],
+        help="the simulated sample (default) or real proteins (each record a family of one)",
+    )
+    p.add_argument(
+        "--clusters",
+        type=Path,
+        default=None,
+        help="group real proteins by these clusters (data cluster's output) for --context family",
+    )
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--png", type=Path, default=None)
     p.add_argument("--quick", action="store_true")

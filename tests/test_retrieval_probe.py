@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from protein_performer.data.alphabet import default_alphabet
 
@@ -69,3 +70,47 @@ def test_align_trains_the_probed_head_and_transfer_reloads_the_weights():
         assert abs(same[key] - last[key]) < 1e-9
     assert favor["attention"] == "performer_softmax@16"
     assert favor["align_mass"] != last["align_mass"]
+
+
+def _write(path: Path, records: dict[str, str]) -> Path:
+    path.write_text("".join(f">{k} protein\n{v}\n" for k, v in records.items()))
+    return path
+
+
+def test_real_proteins_are_families_of_one_or_grouped_by_their_clusters(tmp_path):
+    probe = _probe()
+    fasta = _write(tmp_path / "p.fasta", {"P1": "MKVL", "P2": "MKIL", "P3": "ACDE"})
+    alone = probe.load_families([fasta])
+    assert sorted(len(m) for m in alone.values()) == [1, 1, 1]
+    (tmp_path / "members.tsv").write_text("cluster_id\tmember_id\nC1\tP1\nC1\tP2\nC2\tP3\n")
+    grouped = probe.load_families([fasta], tmp_path)
+    assert sorted(len(m) for m in grouped.values()) == [1, 2]
+    alphabet = default_alphabet()
+    pair = next(m for m in grouped.values() if len(m) == 2)
+    assert {alphabet.decode(m) for m in pair} == {"MKVL", "MKIL"}
+    mixed = _write(tmp_path / "mixed.fasta", {"UniRef50_SIMF00001M001": "MKVL", "P9": "ACDE"})
+    with pytest.raises(SystemExit, match="mixes simulated family members and real proteins"):
+        probe.load_families([mixed])
+
+
+def test_copy_whole_places_the_whole_protein_cut_around_the_target_region():
+    probe = _probe()
+    alphabet = default_alphabet()
+    letters = np.random.default_rng(3).choice(list("ACDEFGHIKLMNPQRSTVWY"), size=150)
+    protein = np.asarray(alphabet.encode("".join(letters)))
+    args = argparse.Namespace(crop=40, context="copy-whole", vary_length=True)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        tokens, labels, single, _, align_to = probe.make_window(rng, [protein], args, alphabet)
+        target = len(single) - 2
+        sep = int(np.flatnonzero(tokens == alphabet.sep_idx)[0])
+        context = tokens[1:sep]
+        # more context than the crop (the window's budget is 2 * crop + 3 tokens) and a
+        # contiguous piece of the protein holding every scored residue's twin
+        assert len(context) == 2 * 40 + 3 - target - 3 >= target
+        starts = [s for s in range(len(protein) - len(context) + 1)
+                  if (protein[s : s + len(context)] == context).all()]  # fmt: skip
+        assert starts
+        scored = np.flatnonzero(labels != -100)
+        assert len(scored)
+        np.testing.assert_array_equal(tokens[align_to[scored]], labels[scored])

@@ -73,6 +73,7 @@ class SelfAttention(nn.Module):
         layer_idx: int,
         local_heads: int = 0,
         local_window: int = 64,
+        qkv_conv: int = 0,
     ) -> None:
         super().__init__()
         self.heads = heads
@@ -83,6 +84,9 @@ class SelfAttention(nn.Module):
         self.local_window = local_window
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
+        # depthwise over positions, one filter per q/k/v channel; padded by hand in _split
+        self.conv = nn.Conv1d(3 * dim, 3 * dim, qkv_conv, groups=3 * dim) if qkv_conv else None
+        self.reset_conv()
         self.favor: FavorAttention | None = None
         if attention not in ("transformer", "taylor") and local_heads < heads:
             kernel = attention.removeprefix("performer_")
@@ -97,9 +101,28 @@ class SelfAttention(nn.Module):
                 layer_idx=layer_idx,
             )
 
-    def _split(self, x: torch.Tensor):
+    def reset_conv(self) -> None:
+        """The identity filter: a fresh ``qkv_conv`` block computes what one without it does."""
+        if self.conv is None:
+            return
+        with torch.no_grad():
+            self.conv.weight.zero_()
+            self.conv.weight[:, 0, self._conv_pad()[0]] = 1.0
+            self.conv.bias.zero_()
+
+    def _conv_pad(self) -> tuple[int, int]:
+        """(left, right) padding: centred, or only earlier positions for a causal model."""
+        width = self.conv.kernel_size[0]
+        return (width - 1, 0) if self.causal else ((width - 1) // 2, width // 2)
+
+    def _split(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None):
         b, n, _ = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.dim_head).permute(2, 0, 3, 1, 4)
+        h = self.qkv(x)
+        if self.conv is not None:
+            if padding_mask is not None:  # padding must not leak into the last residues
+                h = h.masked_fill(padding_mask[..., None], 0.0)
+            h = self.conv(F.pad(h.transpose(1, 2), self._conv_pad())).transpose(1, 2)
+        q, k, v = h.view(b, n, 3, self.heads, self.dim_head).permute(2, 0, 3, 1, 4)
         return q, k, v
 
     @torch.no_grad()
@@ -130,7 +153,7 @@ class SelfAttention(nn.Module):
         return torch.cat(rows, dim=2)[:, 0]
 
     def _rows(self, x, padding_mask, rotary, heads, chunk_size):
-        q, k, _ = self._split(x)
+        q, k, _ = self._split(x, padding_mask)
         if rotary is not None:
             q, k = apply_rotary(q, k, *rotary)
         lh = self.local_heads
@@ -170,7 +193,7 @@ class SelfAttention(nn.Module):
         """``x`` ``(B, L, dim)``, ``padding_mask`` ``(B, L)`` True at padding. Returns the output
         ``(B, L, dim)`` and, if ``need_weights``, the attention matrix ``(B, H, L, L)``."""
         b, n, _ = x.shape
-        q, k, v = self._split(x)
+        q, k, v = self._split(x, padding_mask)
         if rotary is not None:
             q, k = apply_rotary(q, k, *rotary)
         lh = self.local_heads

@@ -12,7 +12,15 @@ POSITION_KINDS: tuple[str, ...] = ("learned", "rotary")
 
 # Fields that define the parameter shapes; they must agree for weights to transfer
 # between checkpoints (attention kind and feature settings may differ).
-ARCHITECTURE_FIELDS: tuple[str, ...] = ("dim", "depth", "heads", "ffn_dim", "max_len", "position")
+ARCHITECTURE_FIELDS: tuple[str, ...] = (
+    "dim",
+    "depth",
+    "heads",
+    "ffn_dim",
+    "max_len",
+    "position",
+    "qkv_conv",
+)
 
 
 @dataclass
@@ -28,7 +36,11 @@ class ModelConfig:
     softmax attention within ``local_window`` positions (O(L·window)); the other heads keep
     ``attention``. ``exact_layers`` lists layers (negative: from the end) whose global heads are
     exact softmax attention whatever ``attention`` is: a layer-wise hybrid, O(L²) in those
-    layers only. ``checkpointing`` recomputes each block's activations in the backward pass
+    layers only. ``qkv_conv`` > 0 passes queries, keys and values through a depthwise
+    convolution over ``qkv_conv`` neighbouring positions (Primer's multi-dconv-head attention;
+    causal models see only earlier positions), so that every key and query carries its
+    neighbourhood: matching a residue's context in a homolog then takes one layer, not two.
+    Linear in L for every kind; initialised to the identity. ``checkpointing`` recomputes each block's activations in the backward pass
     (activation checkpointing: less memory for long windows, about one more forward in time).
     """
 
@@ -47,6 +59,7 @@ class ModelConfig:
     local_heads: int = 0
     local_window: int = 64
     exact_layers: list[int] = field(default_factory=list)
+    qkv_conv: int = 0
     checkpointing: bool = False
 
     @property
@@ -101,6 +114,11 @@ class ModelConfig:
         if not isinstance(self.local_window, int) or self.local_window < 1:
             raise ConfigError(
                 f"{prefix}.local_window must be a positive integer (got {self.local_window!r})"
+            )
+        conv = self.qkv_conv
+        if isinstance(conv, bool) or not isinstance(conv, int) or conv < 0:
+            raise ConfigError(
+                f"{prefix}.qkv_conv must be a kernel size >= 0 (0 = off, e.g. 3); got {conv!r}"
             )
         layers = self.exact_layers
         if not isinstance(layers, (list, tuple)):

@@ -57,6 +57,7 @@ class ProteinLM(nn.Module):
                 layer_idx=i,
                 local_heads=config.local_heads,
                 local_window=config.local_window,
+                qkv_conv=config.qkv_conv,
             )
             for i in range(config.depth)
         )
@@ -76,6 +77,8 @@ class ProteinLM(nn.Module):
                 nn.init.zeros_(p)
         with torch.no_grad():
             self.embed.tokens.weight[self.pad_idx].zero_()
+        for block in self.blocks:
+            block.attn.reset_conv()
 
     def favor_modules(self) -> list[FavorAttention]:
         return [m for m in self.modules() if isinstance(m, FavorAttention)]

@@ -174,11 +174,11 @@ def load_weights(model: ProteinLM, state: Mapping[str, torch.Tensor], source: st
 def architecture_mismatch(stored: Mapping[str, Any], config: ModelConfig) -> list[str]:
     """``["model.dim: checkpoint 128, config 256", ...]`` for architecture fields that differ."""
     out = []
+    default = ModelConfig()  # a field newer than the checkpoint: it was trained with the default
     for name in ARCHITECTURE_FIELDS:
-        if stored.get(name) != getattr(config, name):
-            out.append(
-                f"model.{name}: checkpoint {stored.get(name)!r}, config {getattr(config, name)!r}"
-            )
+        value = stored.get(name, getattr(default, name))
+        if value != getattr(config, name):
+            out.append(f"model.{name}: checkpoint {value!r}, config {getattr(config, name)!r}")
     return out
 
 

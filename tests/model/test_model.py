@@ -349,3 +349,94 @@ def test_exact_layers_are_validated():
 def test_kind_label_names_the_exact_layers():
     assert tiny_config("performer_softmax").kind_label == "performer_softmax"
     assert tiny_config(exact_layers=[-1]).kind_label == "performer_relu+exact[-1]"
+
+
+# ---- qkv_conv: a depthwise convolution over positions on queries, keys and values -------------
+def _conv_pair(attention: str, causal: bool) -> tuple[ProteinLM, ProteinLM]:
+    """(plain, with qkv_conv=3) sharing every other weight, float64, eval."""
+    torch.manual_seed(0)
+    conv = ProteinLM(tiny_config(attention, position="rotary", qkv_conv=3), V, causal=causal)
+    plain = ProteinLM(tiny_config(attention, position="rotary"), V, causal=causal)
+    plain.load_state_dict(conv.state_dict(), strict=False)
+    return plain.double().eval(), conv.double().eval()
+
+
+@pytest.mark.parametrize("attention", ["transformer", "performer_softmax", "taylor"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_qkv_conv_starts_as_the_identity_and_then_mixes_neighbours(attention, causal):
+    plain, conv = _conv_pair(attention, causal)
+    ids = random_ids(2, 17)
+    ids[1, 12:] = ALPHABET.pad_idx
+    real = ids != ALPHABET.pad_idx
+    with torch.no_grad():
+        torch.testing.assert_close(
+            conv(ids)["logits"][real], plain(ids)["logits"][real], rtol=1e-12, atol=1e-12
+        )
+        for block in conv.blocks:
+            block.attn.conv.weight.normal_()
+    # against a reference built by hand: each q/k/v channel a weighted sum of its neighbours
+    attn = conv.blocks[0].attn
+    x = torch.randn(2, 17, 32, dtype=torch.float64)
+    pad = ~real
+    h = attn.qkv(x).masked_fill(pad[..., None], 0.0)
+    w, bias = attn.conv.weight[:, 0], attn.conv.bias  # (3·dim, 3), (3·dim,)
+    left = 2 if causal else 1
+    want = torch.zeros_like(h) + bias
+    for i in range(17):
+        for t in range(3):
+            j = i - left + t
+            if 0 <= j < 17:
+                want[:, i] += w[:, t] * h[:, j]
+    q, k, v = attn._split(x, pad)
+    got = torch.stack([q, k, v]).permute(1, 3, 0, 2, 4).reshape(2, 17, 96)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention", ["transformer", "performer_relu"])
+def test_qkv_conv_keeps_causality_and_ignores_padding(attention):
+    _, causal = _conv_pair(attention, True)
+    _, bidir = _conv_pair(attention, False)
+    for model in (causal, bidir):
+        with torch.no_grad():
+            for block in model.blocks:
+                block.attn.conv.weight.normal_()
+    ids = random_ids(1, 16)
+    later = ids.clone()
+    later[0, 10:] = random_ids(1, 6, seed=5)
+    with torch.no_grad():
+        torch.testing.assert_close(causal(ids)["logits"][:, :10], causal(later)["logits"][:, :10])
+        assert (bidir(ids)["logits"][:, :10] - bidir(later)["logits"][:, :10]).abs().max() > 1e-6
+        # the same protein padded in a batch scores as it does alone
+        padded = torch.cat([ids[:, :12], torch.full((1, 4), ALPHABET.pad_idx)], dim=1)
+        for model in (causal, bidir):
+            alone = model(ids[:, :12])["logits"]
+            torch.testing.assert_close(model(padded)["logits"][:, :12], alone)
+
+
+def test_qkv_conv_gradients_match_finite_differences():
+    _, model = _conv_pair("transformer", False)
+    attn = model.blocks[0].attn
+    with torch.no_grad():
+        attn.conv.weight.normal_()
+    x = torch.randn(1, 6, 32, dtype=torch.float64, requires_grad=True)
+    w = attn.conv.weight.detach().clone().requires_grad_(True)
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(attn, {"conv.weight": w}, (x,))[0]
+
+    assert torch.autograd.gradcheck(f, (x, w), eps=1e-6, atol=1e-6)
+
+
+def test_qkv_conv_is_validated_and_part_of_the_architecture():
+    for bad in (-1, True, 2.5, "3"):
+        with pytest.raises(ConfigError, match=r"model\.qkv_conv"):
+            ProteinLM(tiny_config(qkv_conv=bad), V)
+    from protein_performer.training.checkpoints import architecture_mismatch
+
+    stored = tiny_config().to_dict()
+    assert architecture_mismatch(stored, tiny_config(qkv_conv=3)) == [
+        "model.qkv_conv: checkpoint 0, config 3"
+    ]
+    del stored["qkv_conv"]  # a checkpoint from before the option: no convolution
+    assert architecture_mismatch(stored, tiny_config()) == []
+    assert ModelConfig.from_dict(stored).qkv_conv == 0
