@@ -89,6 +89,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         max_len=args.length,
         nb_features=args.features,
         checkpointing=args.checkpointing,
+        qkv_conv=args.qkv_conv,
     )
     model = ProteinLM(config, len(alphabet), alphabet.pad_idx).to(device)
     if args.attention == "none":
@@ -154,6 +155,7 @@ def _run_point(args: argparse.Namespace, attention: str, length: int) -> dict[st
         *("--ffn-dim", str(args.ffn_dim), "--features", str(args.features)),
         *("--tokens", str(args.tokens)),
         *(["--checkpointing"] if args.checkpointing else []),
+        *("--qkv-conv", str(args.qkv_conv)),
         *("--steps", str(args.steps), "--threads", str(args.threads)),
         *("--device", args.device, "--precision", args.precision),
     ]
@@ -190,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         "--checkpointing",
         action="store_true",
         help="activation checkpointing (model.checkpointing)",
+    )
+    parser.add_argument(
+        "--qkv-conv", type=int, default=0, help="model.qkv_conv for every kind (kernel size)"
     )
     parser.add_argument("--tokens", type=int, default=16384, help="tokens per batch")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per point")
@@ -236,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         format_table(["attention", "L", "batch", "tokens/s", "µs/token", "peak_MiB", "note"], rows)
     )
     print(ratios(points))
-    keys = ("size", "features", "tokens", "steps", "threads", "device", "checkpointing")
+    keys = ("size", "features", "tokens", "steps", "threads", "device", "checkpointing", "qkv_conv")
     config = {k: getattr(args, k) for k in keys} | {
         "dim": args.dim,
         "depth": args.depth,
