@@ -112,6 +112,9 @@ def test_every_group_option_and_experiment_composes():
         "crop",
         "cluster",
     )
+    assert (pairs.model.qkv_conv, pairs.data.pair_alone) == (3, 0.2)  # the recipe that retrieved
+    assert compose_job("train", ["model.qkv_conv=5"]).config.model.qkv_conv == 5
+    assert _error(["model.qkv_conv=-1"]).startswith("model.qkv_conv must be a kernel size")
     validate_train_config(
         compose_job(
             "train", ["experiment=homolog_pairs", "data.clusters=c", "data.min_members=2"]
