@@ -580,6 +580,8 @@ def _print_header(
     )
     if m.exact_layers:
         shape += f", exact attention in layers {list(m.exact_layers)}"
+    if m.qkv_conv:
+        shape += f", q/k/v convolution over {m.qkv_conv}"
     steps = f"{t.max_steps:,} steps" + (
         f" (resuming at step {resume_step:,})" if resume_step is not None else ""
     )

@@ -112,3 +112,15 @@ def test_exact_layers_cost_exact_memory_in_those_layers_only(tiny_fasta):
     # the attention part of the estimate: a quarter of the exact model's for one layer of four
     assert favor < one_exact < exact
     assert one_exact - favor == pytest.approx((exact - favor) / 4, rel=0.05)
+
+
+def test_qkv_conv_adds_its_parameters_and_a_linear_activation_term(tiny_fasta):
+    cfg = tiny_config(tiny_fasta, "performer_relu")
+    n = len(default_alphabet())
+    plain = estimate_memory(cfg, n)
+    cfg.model.qkv_conv = 3
+    conv = estimate_memory(cfg, n)
+    m = cfg.model
+    # one depthwise filter of 3 taps and a bias per q/k/v channel and layer
+    assert conv.parameters - plain.parameters == m.depth * 3 * m.dim * (3 + 1)
+    assert conv.activation_bytes - plain.activation_bytes == 4 * conv.tokens * m.depth * 6 * m.dim
