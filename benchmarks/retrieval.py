@@ -111,7 +111,9 @@ def make_window(rng, members, args, alphabet, eval_mode: bool = False):
         context = [others[int(rng.integers(len(others)))]] if others else []
     else:
         context = []
-    anchor = start / (len(members[i]) - len(target)) if len(members[i]) > len(target) else 0.0
+    anchor = 0.0  # the other contexts keep their N-terminal part when cut, as they always did
+    if args.context == "copy-whole" and len(members[i]) > len(target):
+        anchor = start / (len(members[i]) - len(target))
     tokens, tstart, _ = context_window(
         inputs[1:-1], context, alphabet, args.crop * 2 + 3, anchor=anchor
     )

@@ -40,8 +40,9 @@ class ModelConfig:
     convolution over ``qkv_conv`` neighbouring positions (Primer's multi-dconv-head attention;
     causal models see only earlier positions), so that every key and query carries its
     neighbourhood: matching a residue's context in a homolog then takes one layer, not two.
-    Linear in L for every kind; initialised to the identity. ``checkpointing`` recomputes each block's activations in the backward pass
-    (activation checkpointing: less memory for long windows, about one more forward in time).
+    Linear in L for every kind; initialised to the identity. ``checkpointing`` recomputes each
+    block's activations in the backward pass (activation checkpointing: less memory for long
+    windows, about one more forward in time).
     """
 
     attention: str = "performer_relu"
