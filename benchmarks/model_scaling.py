@@ -48,7 +48,8 @@ SIZES = {  # (dim, depth, heads, ffn_dim)
 
 
 def _no_attention(model: Any) -> None:
-    """Make every attention return its values: the model without token mixing."""
+    """Make every attention return its values: the model without attention (with
+    ``--qkv-conv`` the convolution stays, so the optimum is that of the same model)."""
     for block in model.blocks:
         attn = block.attn
 

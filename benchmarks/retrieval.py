@@ -81,6 +81,17 @@ def load_families(paths: list[Path], clusters: Path | None = None) -> dict[int, 
     return simulated or {i: real[k] for i, k in enumerate(sorted(real))}
 
 
+def probed_families(families: dict[int, list[Any]], context: str) -> list[int]:
+    """The family keys the probe draws from: with ``--context family`` only families with
+    another member to place before the target (a family of one would give no context)."""
+    keys = sorted(families)
+    if context == "family":
+        keys = [f for f in keys if len(families[f]) >= 2]
+        if not keys:
+            raise SystemExit("--context family needs families: the simulated sample or --clusters")
+    return keys
+
+
 def make_window(rng, members, args, alphabet, eval_mode: bool = False):
     """(context window, single window, labels for each) for one target drawn from a family."""
     import numpy as np
@@ -181,9 +192,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     alphabet = default_alphabet()
     families = load_families([Path(f) for f in args.fasta], args.clusters)
-    keys = sorted(families)
-    if args.context == "family" and all(len(families[f]) < 2 for f in keys):
-        raise SystemExit("--context family needs families: the simulated sample or --clusters")
+    keys = probed_families(families, args.context)
     held = [f for f in keys if f % 10 == 0]
     train = [f for f in keys if f % 10 != 0]
     counts = np.bincount(

@@ -88,6 +88,11 @@ def test_real_proteins_are_families_of_one_or_grouped_by_their_clusters(tmp_path
     alphabet = default_alphabet()
     pair = next(m for m in grouped.values() if len(m) == 2)
     assert {alphabet.decode(m) for m in pair} == {"MKVL", "MKIL"}
+    # family context draws only from families with another member; copies use every protein
+    assert [len(grouped[f]) for f in probe.probed_families(grouped, "family")] == [2]
+    assert len(probe.probed_families(grouped, "copy")) == 2
+    with pytest.raises(SystemExit, match="needs families"):
+        probe.probed_families(alone, "family")
     mixed = _write(tmp_path / "mixed.fasta", {"UniRef50_SIMF00001M001": "MKVL", "P9": "ACDE"})
     with pytest.raises(SystemExit, match="mixes simulated family members and real proteins"):
         probe.load_families([mixed])

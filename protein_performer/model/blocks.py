@@ -121,7 +121,9 @@ class SelfAttention(nn.Module):
         if self.conv is not None:
             if padding_mask is not None:  # padding must not leak into the last residues
                 h = h.masked_fill(padding_mask[..., None], 0.0)
-            h = self.conv(F.pad(h.transpose(1, 2), self._conv_pad())).transpose(1, 2)
+            h = self.conv(F.pad(h.transpose(1, 2), self._conv_pad()))
+            # channels last again: SDPA's fused kernels need stride 1 in the head dimension
+            h = h.transpose(1, 2).contiguous()
         q, k, v = h.view(b, n, 3, self.heads, self.dim_head).permute(2, 0, 3, 1, 4)
         return q, k, v
 

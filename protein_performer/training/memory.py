@@ -64,8 +64,8 @@ def estimate_memory(cfg: Any, vocab_size: int) -> MemoryEstimate:
     per_token = 0
     for kind in m.layer_kinds():
         per_token += 10 * m.dim + 2 * m.ffn_dim
-        if m.qkv_conv:  # the projection before the convolution and its padded copy
-            per_token += 6 * m.dim
+        if m.qkv_conv:  # the convolution keeps its padded input beside its output
+            per_token += 3 * m.dim
         if kind == "transformer":
             per_token += 2 * m.heads * length
         elif kind == "taylor":

@@ -413,6 +413,15 @@ def test_qkv_conv_keeps_causality_and_ignores_padding(attention):
             torch.testing.assert_close(model(padded)["logits"][:, :12], alone)
 
 
+def test_qkv_conv_hands_attention_rows_with_unit_stride_in_the_head_dimension():
+    # SDPA's fused kernels (flash, memory-efficient) refuse other strides and fall back to the
+    # math path, which stores the L×L probabilities: the convolution must not cause that
+    _, conv = _conv_pair("transformer", False)
+    attn = conv.blocks[0].attn
+    q, k, v = attn._split(torch.randn(2, 9, 32, dtype=torch.float64))
+    assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
+
+
 def test_qkv_conv_gradients_match_finite_differences():
     _, model = _conv_pair("transformer", False)
     attn = model.blocks[0].attn

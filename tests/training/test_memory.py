@@ -123,4 +123,28 @@ def test_qkv_conv_adds_its_parameters_and_a_linear_activation_term(tiny_fasta):
     m = cfg.model
     # one depthwise filter of 3 taps and a bias per q/k/v channel and layer
     assert conv.parameters - plain.parameters == m.depth * 3 * m.dim * (3 + 1)
-    assert conv.activation_bytes - plain.activation_bytes == 4 * conv.tokens * m.depth * 6 * m.dim
+    # the activation term is what autograd keeps: measured on the model itself
+    ids = torch.randint(4, 24, (2, m.max_len))
+    kept = []
+    for qkv_conv in (0, 3):
+        torch.manual_seed(0)
+        m.qkv_conv = qkv_conv
+        kept.append(_saved_for_backward(ProteinLM(m, n), ids))
+    per_token = (conv.activation_bytes - plain.activation_bytes) / conv.tokens
+    assert (kept[1] - kept[0]) / ids.numel() == pytest.approx(per_token, rel=0.05)
+
+
+def _saved_for_backward(model: torch.nn.Module, ids: torch.Tensor) -> int:
+    """Bytes of the distinct non-parameter storages autograd keeps for the backward."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            kept[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(ids)
+    return sum(kept.values())
