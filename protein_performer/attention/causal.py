@@ -26,7 +26,14 @@ import torch
 import torch.nn.functional as F
 
 from .feature_maps import FeatureParams, key_features, key_logits, query_features
-from .linear_attention import _rows, blocks, output_adjoint, split_output, values_with_ones
+from .linear_attention import (
+    _rows,
+    blocks,
+    output_adjoint,
+    split_output,
+    values_with_ones,
+    without_autocast,
+)
 
 
 def _split(t: torch.Tensor, sub: int) -> torch.Tensor:
@@ -167,6 +174,7 @@ class CausalFavorFunction(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @without_autocast
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, mask, out, den, raw_all, ref_all = ctx.saved_tensors
         p, chunk, sub = ctx.params, ctx.chunk, ctx.sub

@@ -8,6 +8,8 @@ block. Padded keys leave numerator *and* normaliser (zero features, zero value r
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -93,6 +95,20 @@ def key_block(
     return key_features(k, p, row_term, mask, stab.ref, logits=logits)[0]
 
 
+def without_autocast(backward: Callable[..., tuple]) -> Callable[..., tuple]:
+    """Run a custom backward with autocast off. The forward runs in float32 with autocast off
+    (:class:`FavorAttention`); a backward called inside an autocast region (``loss.backward()``
+    under ``torch.autocast``) would otherwise rebuild the features in bf16 next to float32
+    sums."""
+
+    @functools.wraps(backward)
+    def wrapped(ctx: Any, g: torch.Tensor) -> tuple:
+        with torch.autocast(device_type=g.device.type, enabled=False):
+            return backward(ctx, g)
+
+    return wrapped
+
+
 def _rows(t: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
     return None if t is None else t[:, sl]
 
@@ -130,6 +146,7 @@ class BidirectionalFavorFunction(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @without_autocast
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, mask, state, ref, out, den = ctx.saved_tensors
         p, chunk = ctx.params, ctx.chunk

@@ -331,3 +331,31 @@ def test_bad_shapes_raise() -> None:
         attn(q, q, q, key_padding_mask=torch.zeros(1, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"\(B, H, L, D\)"):
         attn(q[0], q[0], q[0])
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "relu"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_inside_an_autocast_region_matches_the_one_outside(kernel, causal):
+    # the attention runs in float32 with autocast off; `loss.backward()` written inside the
+    # `torch.autocast` block (the usual place in a hand-written loop) must not rebuild the
+    # features in bf16 beside float32 sums
+    torch.manual_seed(0)
+    attn = FavorAttention(16, 32, kernel=kernel, causal=causal)
+    q, k, v = (torch.randn(2, 2, 40, 16).bfloat16().requires_grad_() for _ in range(3))
+    mask = torch.zeros(2, 40, dtype=torch.bool)
+    mask[1, 30:] = True
+    grads = []
+    for inside in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = attn(q, k, v, None if causal else mask)
+            loss = out.float().square().sum()
+            if inside:
+                loss.backward()
+        if not inside:
+            loss.backward()
+        grads.append([t.grad.clone() for t in (q, k, v)])
+        for t in (q, k, v):
+            t.grad = None
+    for outside, inside in zip(*grads, strict=True):
+        assert outside.dtype == torch.bfloat16 and outside.abs().sum() > 0
+        torch.testing.assert_close(inside, outside, rtol=0, atol=0)
