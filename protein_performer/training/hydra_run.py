@@ -583,10 +583,12 @@ def _run_train(
         config_to_yaml,
         is_rank_zero,
         remove_unused_run_dir,
+        run_dir_existed,
         train,
     )
 
     claimed = is_rank_zero() and _ddp_child_job() is None
+    existed = run_dir_existed(run_dir)
     if claimed:
         check_train_inputs(job.config)  # a typo in a path must not leave a claimed directory
         path = claim_run_dir(
@@ -605,7 +607,8 @@ def _run_train(
             result = train(job.config, path, overrides=job.overrides, run_dir_claimed=claimed)
     except BaseException:
         if claimed and job.config.ckpt_path is None:
-            remove_unused_run_dir(path)  # claimed a moment ago; nothing trained
+            # claimed a moment ago; nothing trained (a directory the user made stays)
+            remove_unused_run_dir(path, keep_dir=path in existed)
         raise
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return 0  # DDP child: rank 0 reports

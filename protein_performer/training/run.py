@@ -8,11 +8,11 @@ A run directory receives ``config.yaml`` (the resolved config), ``metrics.csv`` 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import logging
 import os
 import re
-import shutil
 import signal
 import sys
 import threading
@@ -611,16 +611,34 @@ EVAL_OPTIONS = {"strip_gaps": "strip_gaps=true"}
 RUN_CONFIG_FILES = frozenset({"config.yaml", "overrides.yaml", "hparams.yaml"})
 
 
-def remove_unused_run_dir(path: Path) -> None:
+def remove_unused_run_dir(path: Path, *, keep_dir: bool = False) -> None:
     """A run that failed before training (bad data, settings, out of memory, Ctrl-C while
     loading) leaves no directory behind that holds only its config files: it would look like
-    a run. Anything else stays."""
+    a run. Only the files a run writes go; the directory itself goes only when it is then
+    empty and ``keep_dir`` is false (a directory the user made before the run stays)."""
     names = {p.name for p in path.iterdir()} if path.is_dir() else set()
     ckpts = path / CHECKPOINT_DIR
-    if names <= RUN_CONFIG_FILES | {CHECKPOINT_DIR} and not (
-        ckpts.is_dir() and any(ckpts.iterdir())
-    ):
-        shutil.rmtree(path, ignore_errors=True)
+    if not path.is_dir() or not names <= RUN_CONFIG_FILES | {CHECKPOINT_DIR}:
+        return
+    if ckpts.is_dir() and any(ckpts.iterdir()):
+        return
+    for name in names & RUN_CONFIG_FILES:
+        (path / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        if ckpts.is_dir():
+            ckpts.rmdir()
+        if not keep_dir:
+            path.rmdir()
+
+
+def run_dir_existed(run_dir: str | os.PathLike) -> set[Path]:
+    """The directories :func:`claim_run_dir` might pick for ``run_dir`` that exist already
+    (``run_dir`` and its ``_N`` siblings): on failure those are kept, emptied of the run's
+    files, and only the ones the run created are removed."""
+    base = Path(run_dir).resolve()
+    if not base.parent.is_dir():
+        return set()
+    return {p for p in base.parent.glob(glob.escape(base.name) + "*") if p.is_dir()}
 
 
 def train(
@@ -650,6 +668,7 @@ def train(
     warning = check_fits_cpu(estimate) if on_cpu else None
     # a new run's directory held nothing before (claim_run_dir): on an early failure it goes
     created = cfg.ckpt_path is None
+    existed = run_dir_existed(run_dir)
     if rank_zero and not run_dir_claimed:
         run_path = claim_run_dir(run_dir, cfg.ckpt_path, config_to_yaml(cfg))
     else:
@@ -670,7 +689,7 @@ def train(
         _fit(trainer, module, dm, cfg, interrupt)
     except BaseException as e:
         if created:
-            remove_unused_run_dir(run_path)
+            remove_unused_run_dir(run_path, keep_dir=run_dir_claimed or run_path in existed)
         if is_out_of_memory(e):
             step = int(trainer.global_step) if trainer is not None else None
             raise out_of_memory_error(e, cfg, step) from None

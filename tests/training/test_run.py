@@ -264,6 +264,21 @@ def test_a_run_that_fails_on_its_data_leaves_no_run_directory(tiny_fasta, tmp_pa
     with pytest.raises(DataError):
         run_hydra("train", [*overrides, f"data.files=['{bad}']"])
     assert (run_dir / "notes.txt").exists()
+    assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt"]
+    empty = tmp_path / "mine"  # an empty directory the user made stays too, emptied again
+    empty.mkdir()
+    overrides = [o for o in tiny_overrides(tiny_fasta, empty) if not o.startswith("data.files")]
+    with pytest.raises(DataError):
+        run_hydra("train", [*overrides, f"data.files=['{bad}']"])
+    assert empty.is_dir() and not any(empty.iterdir())
+    cfg = tiny_config(tiny_fasta)
+    cfg.data.files = [str(bad)]
+    with pytest.raises(DataError):
+        train(cfg, empty)  # the library path as well
+    assert empty.is_dir() and not any(empty.iterdir())
+    with pytest.raises(DataError):
+        train(cfg, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_data_file_listed_twice_is_refused(tiny_fasta, tmp_path):
