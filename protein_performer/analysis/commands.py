@@ -410,7 +410,9 @@ def run_command(command: str, cfg: Any) -> CommandResult:
     return COMMANDS[command](cfg)
 
 
-def _read_mutations_csv(path: str, column: str) -> tuple[list[str], list[dict[str, str]], str]:
+def _read_mutations_csv(
+    path: str, column: str
+) -> tuple[list[str], list[dict[str, str]], str, list[int]]:
     """Header, rows and delimiter of the mutations table (comma, tab or semicolon)."""
     from protein_performer.data.fasta import check_readable_file
 
@@ -426,7 +428,10 @@ def _read_mutations_csv(path: str, column: str) -> tuple[list[str], list[dict[st
                 fh.seek(0)
             reader = csv.DictReader(fh, delimiter=delimiter)
             fields = list(reader.fieldnames or [])
-            rows = list(reader)
+            rows, line_of = [], []  # blank lines are skipped: keep each row's own line
+            for row in reader:
+                rows.append(row)
+                line_of.append(reader.line_num)
     except (UnicodeDecodeError, csv.Error) as e:
         raise DataError(f"not a readable CSV ({e})", path=path) from None
     if not fields:
@@ -441,14 +446,14 @@ def _read_mutations_csv(path: str, column: str) -> tuple[list[str], list[dict[st
         )
     if not rows:
         raise DataError("no mutations (only a header line)", path=path)
-    ragged = [i + 2 for i, row in enumerate(rows) if None in row or None in row.values()]
+    ragged = [line_of[i] for i, row in enumerate(rows) if None in row or None in row.values()]
     if ragged:
         shown = ", ".join(str(n) for n in ragged[:5]) + (" ..." if len(ragged) > 5 else "")
         raise DataError(
             f"{len(ragged):,} rows do not have the header's {len(fields)} fields (lines {shown})",
             path=path,
         )
-    return fields, rows, delimiter
+    return fields, rows, delimiter, line_of
 
 
 def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
@@ -525,7 +530,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     from protein_performer.outputs import check_output_file
 
     methods = list(dict.fromkeys([cfg.method] if isinstance(cfg.method, str) else cfg.method))
-    fields, rows, delimiter = _read_mutations_csv(cfg.mutations, cfg.mutation_col)
+    fields, rows, delimiter, line_of = _read_mutations_csv(cfg.mutations, cfg.mutation_col)
     if cfg.fitness_col is not None and cfg.fitness_col not in fields:
         raise DataError(
             f"no column {cfg.fitness_col!r} (columns: {', '.join(fields)}); set fitness_col=",
@@ -590,7 +595,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     bad_rows = {i for i, _ in problems}
     good = [i for i in range(len(rows)) if i not in bad_rows]
     if problems and (not cfg.skip_mismatched or not good):
-        lines = [f"line {i + 2}: {p}" for i, p in problems[:3]]
+        lines = [f"line {line_of[i]}: {p}" for i, p in problems[:3]]
         more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
         hint = _offset_hint([m for m in parsed if m], sequence, cfg.offset)
         n = f"{len(rows):,}"
@@ -648,7 +653,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         "methods": methods,
         "mutants": len(rows),
         "scored": len(good),
-        "unscored": [{"line": i + 2, "problem": p} for i, p in problems[:100]],
+        "unscored": [{"line": line_of[i], "problem": p} for i, p in problems[:100]],
         "seconds": round(elapsed, 2),
         "out": str(out),
     }
@@ -657,7 +662,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         f"-> {out}"
     )
     if problems:
-        text += f"\n  {len(problems):,} rows left unscored (first: line {problems[0][0] + 2}: {problems[0][1]})"
+        text += f"\n  {len(problems):,} rows left unscored (first: line {line_of[problems[0][0]]}: {problems[0][1]})"
     fitness = None
     if cfg.fitness_col:
         fitness = np.array([_float(r.get(cfg.fitness_col)) for r in rows])

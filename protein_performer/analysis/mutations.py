@@ -82,6 +82,8 @@ def check_mutants(
                 problems.append((i, f"{name}: position {pos} is outside {offset}-{last}"))
             elif sequence[s.index] != s.wt:
                 problems.append((i, f"{name}: the sequence has {sequence[s.index]} at {pos}"))
+            elif s.wt not in STANDARD_AMINO_ACIDS:
+                problems.append((i, f"{name}: wild type {s.wt!r} is not one of the 20 amino acids"))
             elif s.mt not in STANDARD_AMINO_ACIDS:
                 problems.append((i, f"{name}: {s.mt!r} is not one of the 20 amino acids"))
             else:

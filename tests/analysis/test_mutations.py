@@ -64,6 +64,11 @@ def test_wild_type_checks() -> None:
         (4, "M1X: 'X' is not one of the 20 amino acids"),
     ]
     assert mut.check_mutants([mut.parse_mutant("M11A", offset=11)], WT, offset=11) == []
+    # a non-standard wild type (X, U, B...) has no BLOSUM62 or unigram baseline: refused up front
+    for wt in "XUB":
+        assert mut.check_mutants([mut.parse_mutant(f"{wt}2A")], "M" + wt + "K") == [
+            (0, f"{wt}2A: wild type '{wt}' is not one of the 20 amino acids")
+        ]
 
 
 def test_masked_marginal_equals_the_table_and_batches_positions() -> None:
@@ -246,6 +251,21 @@ def test_score_bad_input_is_one_line(ckpt, tmp_path, capsys, rows, extra, messag
     _, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "o" / "s.csv").exists()
+
+
+def test_score_errors_name_the_csv_line_past_blank_lines(ckpt, tmp_path, capsys) -> None:
+    (tmp_path / "m.csv").write_text("mutant,fitness\nM1A,1\n\n\n1A,2\n")
+    code = main(
+        [
+            "score",
+            f"checkpoint={ckpt}",
+            f"sequence={WT}",
+            f"mutations={tmp_path / 'm.csv'}",
+            f"out={tmp_path / 's.csv'}",
+        ]
+    )
+    _, err = capsys.readouterr()
+    assert code == 2 and "line 5: cannot read mutation '1A'" in err, err
 
 
 def test_score_skip_mismatched_leaves_rows_blank(ckpt, tmp_path, capsys) -> None:
