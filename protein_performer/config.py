@@ -478,6 +478,9 @@ def eval_fasta_paths(cfg: EvalConfig) -> list[str]:
     paths = [value] if isinstance(value, str) else list(value or [])
     if not paths or not all(isinstance(p, str) and p not in ("", "???") for p in paths):
         raise ConfigError("fasta=PATH (or fasta=[A,B]) is required")
+    from protein_performer.data.fasta import check_distinct_inputs
+
+    check_distinct_inputs({"fasta": paths})  # a file listed twice would count twice
     return paths
 
 

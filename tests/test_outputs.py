@@ -149,7 +149,7 @@ def test_file_outputs_of_data_commands(tmp_path, capsys):
     _one_line_error(code, err, "is in the way")
 
 
-def test_evaluate_output_is_checked_before_work(tiny_fasta, tmp_path):
+def test_evaluate_output_is_checked_before_work(tiny_fasta, tmp_path, capsys):
     ckpt = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "run").last_checkpoint
     cfg = {"checkpoint": ckpt, "fasta": str(tiny_fasta)}
     with pytest.raises(DataError, match="looks like a FASTA file"):
@@ -166,6 +166,20 @@ def test_evaluate_output_is_checked_before_work(tiny_fasta, tmp_path):
         evaluate(EvalConfig(**cfg, output=str(out)))
     evaluate(EvalConfig(**cfg, output=str(out), overwrite=True, seed=1))
     assert json.loads(out.read_text())["seed"] == 1
+    # a FASTA listed twice would count its proteins twice: refused, by evaluate and extract
+    same = [str(tiny_fasta), str(tiny_fasta.parent / "." / tiny_fasta.name)]
+    capsys.readouterr()
+    code, _, err = _cli(capsys, "evaluate", f"checkpoint={ckpt}", f"fasta=[{','.join(same)}]")
+    _one_line_error(code, err, "fasta: ", "is already listed")
+    code, _, err = _cli(
+        capsys,
+        "extract",
+        f"checkpoint={ckpt}",
+        f"fasta=[{','.join(same)}]",
+        f"out={tmp_path / 'emb'}",
+    )
+    _one_line_error(code, err, "fasta: ", "is already listed")
+    assert not (tmp_path / "emb").exists()
 
 
 def test_train_never_writes_into_a_users_directory_or_file(tiny_fasta, tmp_path, capsys):

@@ -19,6 +19,7 @@ from protein_performer.data.fasta import (
     EncodeCounts,
     FastaReader,
     FastaRecord,
+    check_distinct_inputs,
     iter_encoded,
     split_key,
 )
@@ -118,6 +119,7 @@ def read_proteins(
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    check_distinct_inputs({"fasta": paths})  # a file listed twice would be read twice
     wanted = None if ids is None else set(ids)
     out: list[Protein] = []
     counts = EncodeCounts() if counts is None else counts

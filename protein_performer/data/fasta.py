@@ -176,7 +176,7 @@ class FastaReader:
             raw = bz2.BZ2File(raw, mode="rb")  # type: ignore[assignment]
         elif self.compression == "xz":
             raw = lzma.LZMAFile(raw, mode="rb")  # type: ignore[assignment]  # noqa: SIM115
-        return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline=None)  # type: ignore[arg-type]
+        return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline=None)  # type: ignore[arg-type]
 
     def _stream_problem(self) -> str | None:
         """Decompress the whole file, discarding the data: what is wrong with the compressed

@@ -45,6 +45,15 @@ def test_compression_by_magic_bytes(tmp_path, name, compress, kind):
     assert recs[1].header.members == 3
 
 
+@pytest.mark.parametrize("compress", [lambda b: b, gzip.compress])
+def test_a_utf8_byte_order_mark_is_read_as_text_start(tmp_path, compress):
+    # Windows editors save UTF-8 with a BOM; it is not part of the first header
+    p = _write(tmp_path / "bom.fa", compress(b"\xef\xbb\xbf" + TEXT.encode()))
+    recs = list(read_fasta(p))
+    assert [r.id for r in recs] == ["sp|P1|A_HUMAN", "UniRef50_Q2", "plain"]
+    assert recs[0].sequence == "MKVLLA"
+
+
 def test_sha256_and_counts(tmp_path):
     import hashlib
 
