@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,17 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return p
 
 
+def _zip_problem(path: Path) -> str | None:
+    """What is wrong with the zip archive at ``path`` (cut short, a member failing its CRC),
+    or None when it reads back intact."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        return str(e) or type(e).__name__
+    return f"CRC mismatch in {bad}" if bad else None
+
+
 def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     """Load a protein-performer checkpoint on CPU with ``weights_only=True`` (``mmap``: map
     the tensors instead of reading them, for a check that needs the metadata only).
@@ -95,6 +107,11 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
         if head[:1] == b">":
             what = "a text file that looks like FASTA: a sequence file given as the checkpoint?"
         raise DataError(f"not a PyTorch checkpoint ({what})", path=p)
+    if head.startswith(b"PK"):
+        # torch.load does not check the archive's CRCs: damaged bytes would load as weights
+        problem = _zip_problem(p)
+        if problem:
+            raise DataError(f"truncated or corrupt checkpoint ({problem})", path=p)
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:

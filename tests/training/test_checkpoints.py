@@ -91,8 +91,24 @@ def test_unsafe_or_foreign_files_give_clear_errors(tmp_path):
         read_checkpoint(empty)
     broken_zip = tmp_path / "broken.ckpt"
     broken_zip.write_bytes(b"PK\x03\x04" + bytes(range(256)))
-    with pytest.raises(DataError, match=r"broken\.ckpt: not a readable PyTorch checkpoint"):
+    with pytest.raises(DataError, match=r"broken\.ckpt: truncated or corrupt checkpoint"):
         read_checkpoint(broken_zip)
+    # torch.load checks no CRC: flipped bytes in a weight would load silently as other weights
+    whole = tmp_path / "whole.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(10_000)}}, whole)
+    data = bytearray(whole.read_bytes())
+    flipped = tmp_path / "flipped.ckpt"
+    flipped.write_bytes(
+        bytes(data[: len(data) // 2]) + b"\xff" * 64 + bytes(data[len(data) // 2 + 64 :])
+    )
+    with pytest.raises(DataError, match=r"flipped\.ckpt: truncated or corrupt checkpoint \(CRC"):
+        read_checkpoint(flipped)
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(bytes(data[:-200]))
+    with pytest.raises(DataError, match=r"cut\.ckpt: truncated or corrupt checkpoint"):
+        read_checkpoint(cut)
+    with pytest.raises(DataError, match="not a protein-performer checkpoint"):
+        read_checkpoint(whole)  # intact: gets past the archive check
     foreign = tmp_path / "foreign.ckpt"
     torch.save({"state_dict": {}, "epoch": 1}, foreign)
     with pytest.raises(DataError, match="not a protein-performer checkpoint"):
