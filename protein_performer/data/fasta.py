@@ -220,6 +220,15 @@ class FastaReader:
             record_id=record_id,
         )
 
+    def _stream_error(self, problem: str, index: int, title: str | None) -> DataError:
+        """An error of the byte stream (decoding, decompression) found while reading ahead:
+        text is decoded in chunks, so it lies at or after record ``index + 1``; the last
+        record read whole is ``title``."""
+        where = f"at or after record {index + 1:,}"
+        if title and title.strip():
+            where += f", after {title.split(None, 1)[0]}"
+        return DataError(f"{problem} ({where})", path=self.path)
+
     def __iter__(self) -> Iterator[FastaRecord]:
         if self.size == 0:
             raise DataError("empty file", path=self.path)
@@ -260,18 +269,20 @@ class FastaReader:
             self.sha256 = self._hasher.sha256.hexdigest()  # type: ignore[union-attr]
         except UnicodeDecodeError as e:
             raise self.explain(
-                self._error(
+                self._stream_error(
                     f"not UTF-8 text (byte 0x{e.object[e.start]:02x}); is this a FASTA file?",
                     index,
                     title,
                 )
             ) from None
         except EOFError:
-            raise self._error(
+            raise self._stream_error(
                 f"truncated {self.compression} stream (file ends mid-stream)", index, title
             ) from None
         except (gzip.BadGzipFile, zlib.error, OSError, lzma.LZMAError) as e:
-            raise self._error(f"corrupt {self.compression} data ({e})", index, title) from None
+            raise self._stream_error(
+                f"corrupt {self.compression} data ({e})", index, title
+            ) from None
         finally:
             text.close()
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import re
 
 import numpy as np
 import pytest
@@ -128,6 +129,18 @@ def test_truncated_gzip(tmp_path):
     msg = _err(_write(tmp_path / "t.fa.gz", data[: len(data) // 2]))
     assert "truncated gzip" in msg
     assert "record " in msg  # tells how far it got
+
+
+def test_stream_errors_never_pair_a_record_number_with_another_records_id(tmp_path):
+    # text is decoded ahead of parsing: the bad byte (in record 2 here) is at or after the
+    # record named, and the id given is the last one read whole
+    msg = _err(_write(tmp_path / "l.fa", b">first\nMKTAYIAKQR\n>second caf\xe9\nMKV\n"))
+    assert "not UTF-8 text (byte 0xe9)" in msg and "at or after record 1" in msg
+    body = "".join(f">r{i}\n{'MKVLA' * 40}\n" for i in range(2000)).encode()
+    data = gzip.compress(body)
+    msg = _err(_write(tmp_path / "t.fa.gz", data[:-4]))
+    n, last = re.search(r"at or after record ([\d,]+), after r(\d+)", msg).groups()
+    assert int(n.replace(",", "")) == int(last) + 2  # record N+1 follows r(N-1), 0-based ids
 
 
 def test_corrupt_gzip(tmp_path):
