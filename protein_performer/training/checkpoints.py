@@ -257,28 +257,28 @@ def init_weights_from(
 
 def check_resume_compatible(
     meta: Mapping[str, Any] | None,
-    model: ProteinLM,
+    config: ModelConfig,
     alphabet: Alphabet,
     objective: str,
     source: str,
 ) -> None:
-    """Refuse to resume from a checkpoint of another model, alphabet or objective."""
+    """Refuse to resume from a checkpoint of another model (``config``: the run's), alphabet
+    or objective."""
     if not isinstance(meta, Mapping):
         raise ConfigError(f"{source} is not a protein-performer checkpoint (no model metadata)")
     alphabet.check_compatible(meta["alphabet"], where=f"checkpoint {source}")
     stored = meta["model"]
-    diff = architecture_mismatch(stored, model.config)
+    diff = architecture_mismatch(stored, config)
     for name in ("attention", "nb_features"):
-        if stored.get(name) != getattr(model.config, name):
+        if stored.get(name) != getattr(config, name):
             diff.append(
-                f"model.{name}: checkpoint {stored.get(name)!r}, config "
-                f"{getattr(model.config, name)!r}"
+                f"model.{name}: checkpoint {stored.get(name)!r}, config {getattr(config, name)!r}"
             )
     kinds = ModelConfig.from_dict(dict(stored)).layer_kinds()
-    if kinds != model.config.layer_kinds() and not diff:
+    if kinds != config.layer_kinds() and not diff:
         diff.append(
             f"model.exact_layers: checkpoint {stored.get('exact_layers', [])!r}, config "
-            f"{list(model.config.exact_layers)!r}"
+            f"{list(config.exact_layers)!r}"
         )
     if meta.get("objective") != objective:
         diff.append(f"objective: checkpoint {meta.get('objective')!r}, config {objective!r}")

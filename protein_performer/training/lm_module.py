@@ -191,5 +191,5 @@ class ProteinLMModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_resume_compatible(
-            checkpoint.get(META_KEY), self.model, self.alphabet, self.objective, "checkpoint"
+            checkpoint.get(META_KEY), self.model.config, self.alphabet, self.objective, "checkpoint"
         )

@@ -52,7 +52,13 @@ from protein_performer.training.callbacks import (
     TokenThroughput,
     ValidateOnFinalStep,
 )
-from protein_performer.training.checkpoints import init_weights_from, load_model, read_checkpoint
+from protein_performer.training.checkpoints import (
+    META_KEY,
+    check_resume_compatible,
+    init_weights_from,
+    load_model,
+    read_checkpoint,
+)
 from protein_performer.training.context_eval import (
     Target,
     cluster_targets,
@@ -151,6 +157,10 @@ def _check_paths(cfg: TrainConfig) -> int | None:
                 "use init_from=PATH to start a new run from its weights",
                 path=cfg.ckpt_path,
             )
+        # before the run directory is touched: a refused resume leaves its config as it was
+        check_resume_compatible(
+            ckpt.get(META_KEY), cfg.model, default_alphabet(), cfg.objective, "ckpt_path"
+        )
         return int(ckpt.get("global_step", 0))
     return None
 

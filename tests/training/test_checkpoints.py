@@ -145,7 +145,7 @@ def test_resume_from_another_model_is_refused(tiny_fasta, tmp_path):
     result = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "a")
     cfg = tiny_config(tiny_fasta, "transformer", max_steps=4)
     cfg.ckpt_path = result.last_checkpoint
-    with pytest.raises(ConfigError, match="cannot resume from checkpoint: it is another model"):
+    with pytest.raises(ConfigError, match="cannot resume from ckpt_path: it is another model"):
         train(cfg, tmp_path / "b")
 
 

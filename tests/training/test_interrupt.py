@@ -253,6 +253,23 @@ def test_resuming_unchanged_keeps_one_config_and_ignores_extra_files(tiny_fasta,
     assert (run_dir / "config.1.yaml").is_file()
 
 
+def test_a_refused_resume_leaves_the_run_directory_as_it_was(tiny_fasta, tmp_path):
+    from protein_performer.errors import ConfigError
+
+    run_dir = tmp_path / "run"
+    cfg = tiny_config(tiny_fasta, max_steps=2)
+    train(cfg, run_dir)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    cfg.ckpt_path = str(run_dir / "checkpoints" / "last.ckpt")
+    cfg.model.dim *= 2  # another architecture: refused before anything is written
+    with pytest.raises(ConfigError, match=r"ckpt_path: it is another model \(model\.dim"):
+        train(cfg, run_dir)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+    with pytest.raises(ConfigError, match="another model"):
+        train(cfg, tmp_path / "elsewhere")  # into a new directory: none is left behind
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_a_run_without_a_checkpoint_says_there_is_nothing_to_resume(tiny_fasta, tmp_path):
     from protein_performer.errors import DataError
     from protein_performer.training.run import config_to_yaml

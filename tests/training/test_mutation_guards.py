@@ -96,12 +96,12 @@ def _meta(objective: str = "mlm", alphabet: Alphabet = ALPHABET) -> tuple[Protei
 
 def test_resume_check_refuses_another_objective():
     model, meta = _meta("mlm")
-    check_resume_compatible(meta, model, ALPHABET, "mlm", "a.ckpt")  # the same run: fine
+    check_resume_compatible(meta, model.config, ALPHABET, "mlm", "a.ckpt")  # the same run: fine
     with pytest.raises(
         ConfigError,
         match=r"cannot resume from a\.ckpt: .*objective: checkpoint 'mlm', config 'causal'",
     ):
-        check_resume_compatible(meta, model, ALPHABET, "causal", "a.ckpt")
+        check_resume_compatible(meta, model.config, ALPHABET, "causal", "a.ckpt")
 
 
 def test_resume_check_refuses_another_alphabet():
@@ -110,7 +110,7 @@ def test_resume_check_refuses_another_alphabet():
     assert len(other) == len(ALPHABET)
     model, meta = _meta("mlm", other)
     with pytest.raises(DataError, match=r"alphabet pp-aa-test .* but this is pp-aa-v1"):
-        check_resume_compatible(meta, model, ALPHABET, "mlm", "a.ckpt")
+        check_resume_compatible(meta, model.config, ALPHABET, "mlm", "a.ckpt")
 
 
 def test_resume_of_an_mlm_run_as_causal_is_refused(tiny_fasta, tmp_path):
@@ -148,9 +148,9 @@ def test_resume_check_refuses_other_exact_layers():
     with pytest.raises(
         ConfigError, match=r"cannot resume from a\.ckpt: .*model\.exact_layers: checkpoint \[\]"
     ):
-        check_resume_compatible(meta, hybrid, ALPHABET, "mlm", "a.ckpt")
+        check_resume_compatible(meta, hybrid.config, ALPHABET, "mlm", "a.ckpt")
     # the same layers named another way (-1 is the last layer) is the same model
     hybrid_meta = make_metadata(hybrid, ALPHABET, "mlm")
     last = tiny_model_config("performer_relu").depth - 1
     same = ProteinLM(tiny_model_config("performer_relu", exact_layers=[last]), len(ALPHABET))
-    check_resume_compatible(hybrid_meta, same, ALPHABET, "mlm", "a.ckpt")
+    check_resume_compatible(hybrid_meta, same.config, ALPHABET, "mlm", "a.ckpt")
