@@ -78,6 +78,8 @@ def describe_existing(path: Path) -> str:
         return f"a symbolic link to {os.readlink(path)}"
     if path.is_dir():
         names = sorted(p.name for p in path.iterdir())
+        if not names:
+            return "an existing empty directory"
         shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         return f"an existing directory holding {len(names):,} {'entry' if len(names) == 1 else 'entries'} ({shown})"
     if path.is_file():

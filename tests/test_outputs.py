@@ -205,6 +205,10 @@ def test_check_output_dir_and_file_directly(tmp_path):
         check_output_dir(f, "k", overwrite=True, is_ours=lambda _: True)
     with pytest.raises(DataError, match="is in the way; expected a file name"):
         check_output_file(tmp_path, "k", overwrite=True)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="an existing empty directory is in the way; expected a"):
+        check_output_file(tmp_path / "empty", "k")
+    (tmp_path / "empty").rmdir()
     assert check_output_file(f, "k", overwrite=True) == f and f.read_text() == "x"
     assert not any(p.name.endswith(".tmp") for p in Path(tmp_path).iterdir())
 
