@@ -255,44 +255,19 @@ def test_score_bad_input_is_one_line(ckpt, tmp_path, capsys, rows, extra, messag
 
 def test_score_errors_name_the_csv_line_past_blank_lines(ckpt, tmp_path, capsys) -> None:
     (tmp_path / "m.csv").write_text("mutant,fitness\nM1A,1\n\n\n1A,2\n")
-    code = main(
-        [
-            "score",
-            f"checkpoint={ckpt}",
-            f"sequence={WT}",
-            f"mutations={tmp_path / 'm.csv'}",
-            f"out={tmp_path / 's.csv'}",
-        ]
-    )
+    code = _score(ckpt, tmp_path)
     _, err = capsys.readouterr()
     assert code == 2 and "line 5: cannot read mutation '1A'" in err, err
 
 
 def test_score_skip_mismatched_leaves_rows_blank(ckpt, tmp_path, capsys) -> None:
     write_csv(tmp_path / "m.csv", [("K1A", "1"), ("M1A", "2")])
-    code = main(
-        [
-            "score",
-            f"checkpoint={ckpt}",
-            f"sequence={WT}",
-            f"mutations={tmp_path / 'm.csv'}",
-            f"out={tmp_path / 's.csv'}",
-            "skip_mismatched=true",
-        ]
-    )
+    code = _score(ckpt, tmp_path, "skip_mismatched=true")
     assert code == 0
     with open(tmp_path / "s.csv", newline="") as fh:
         got = list(csv.DictReader(fh))
     assert got[0]["masked_marginal"] == "" and got[1]["masked_marginal"] != ""
-    code = main(
-        [
-            "score",
-            f"checkpoint={ckpt}",
-            f"sequence={WT}",
-            f"mutations={tmp_path / 'm.csv'}",
-            f"out={tmp_path / 'm.csv'}",
-        ]
-    )
+    code = _score(ckpt, tmp_path, out="m.csv")
     assert code == 2 and "mutations CSV itself" in capsys.readouterr().err
 
 
