@@ -14,7 +14,7 @@ from protein_performer.analysis.extraction import (
     record_file_names,
     representations,
 )
-from protein_performer.analysis.inputs import parse_indices
+from protein_performer.analysis.inputs import parse_indices, read_proteins
 from protein_performer.analysis.npz import NpzWriter
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.errors import ConfigError, DataError
@@ -238,3 +238,11 @@ def test_default_window_stops_at_the_trained_crop() -> None:
         max_tokens(model, 65)
     rotary = tiny_model("transformer", position="rotary")
     assert max_tokens(rotary, None, trained_length=40) is None
+
+
+def test_read_proteins_refuses_a_file_listed_twice(tmp_path):
+    fasta = tmp_path / "a.fasta"
+    fasta.write_text(">a\nMKV\n>b\nACD\n")
+    assert [p.id for p in read_proteins(fasta, default_alphabet())] == ["a", "b"]
+    with pytest.raises(ConfigError, match=r"fasta: .*a\.fasta is already listed"):
+        read_proteins([fasta, tmp_path / "." / "a.fasta"], default_alphabet())
