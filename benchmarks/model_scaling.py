@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, PeakRSS, environment, format_table, write_json
 
 ATTENTIONS = ["performer_relu", "performer_softmax", "transformer", "none"]
-CHOICES = [*ATTENTIONS, "taylor"]  # taylor ("Based" features) on request: --attentions taylor
+CHOICES = [*ATTENTIONS, "taylor", "hedgehog"]  # on request: --attentions taylor hedgehog
 # KIND+exact: the layer-wise hybrid, exact attention in the last layer (model.exact_layers=[-1])
-CHOICES += [f"{k}+exact" for k in ("performer_relu", "performer_softmax", "taylor")]
+CHOICES += [f"{k}+exact" for k in ("performer_relu", "performer_softmax", "taylor", "hedgehog")]
 SIZES = {  # (dim, depth, heads, ffn_dim)
     "tiny": (64, 2, 4, 256),
     "small": (256, 4, 8, 1024),
@@ -272,7 +272,7 @@ def ratios(points: list[dict[str, Any]]) -> str:
     lines = []
     for (kind, length), p in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         base = kind.partition("+")[0]
-        if not base.startswith("performer") and base != "taylor":
+        if not base.startswith("performer") and base not in ("taylor", "hedgehog"):
             continue
         parts = []
         exact = by.get(("transformer", length))

@@ -150,6 +150,8 @@ def label(args: argparse.Namespace) -> str:
         out += f" + qkv conv {args.qkv_conv}"
     if args.attention.startswith("performer") and args.features != 256:
         out += f", m={args.features}"
+    if args.attention == "hedgehog":
+        out += f", F={args.features}"
     if args.vary_length:
         out += ", varying offsets"
     if args.align:

@@ -55,6 +55,7 @@ def test_every_group_option_and_experiment_composes():
     groups = config_groups()
     assert {"model", "data", "trainer", "optim", "experiment"} <= set(groups)
     assert group_options("model") == [
+        "hedgehog",
         "performer_relu",
         "performer_softmax",
         "taylor",
@@ -160,7 +161,7 @@ def test_unknown_model_name_lists_the_choices():
     msg = _error(["model=performer_lsh"])
     assert msg == (
         "unknown model 'performer_lsh'; valid choices for model: "
-        "performer_relu, performer_softmax, taylor, transformer"
+        "hedgehog, performer_relu, performer_softmax, taylor, transformer"
     )
 
 
@@ -186,7 +187,7 @@ def test_negative_lr_and_bad_values_are_rejected():
     assert _error(["optim.lr=-0.1"]) == "optim.lr must be a positive number (got -0.1)"
     assert _error(["model.attention=lsh"]) == (
         "model.attention='lsh' is not valid; choose one of: "
-        "performer_relu, performer_softmax, taylor, transformer"
+        "performer_relu, performer_softmax, taylor, hedgehog, transformer"
     )
     assert "model.dim (100) must be divisible by model.heads (8)" in _error(["model.dim=100"])
     assert "data.max_length=2048 exceeds model.max_len=1024" in _error(["data.max_length=2048"])
@@ -227,7 +228,7 @@ def test_help_lists_groups_and_options(capsys):
     assert run_hydra("train", ["--help"]) == 0
     out = capsys.readouterr().out
     assert "usage: protein-performer train" in out
-    assert "performer_relu, performer_softmax, taylor, transformer" in out
+    assert "hedgehog, performer_relu, performer_softmax, taylor, transformer" in out
     assert run_hydra("evaluate", ["--help"]) == 0
     out = capsys.readouterr().out
     assert "checkpoint=PATH fasta=PATH" in out and "--multirun" not in out
@@ -262,7 +263,7 @@ def test_evaluate_config_accepts_one_or_several_fasta_files():
     msg = _error(["checkpoint=c", "fasta=a", "split=holdout"], command="evaluate")
     assert msg == "split='holdout' is not valid; choose one of: train, val, test"
     msg = _error(["checkpoint=c", "fasta=a", "attention=lsh"], command="evaluate")
-    assert "choose one of: performer_relu, performer_softmax, taylor, transformer" in msg
+    assert "choose one of: performer_relu, performer_softmax, taylor, hedgehog, transformer" in msg
 
 
 def test_exact_layers_compose_from_the_command_line():

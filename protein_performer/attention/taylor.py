@@ -11,10 +11,8 @@ of ``F = 1 + D + D(D+1)/2`` features (561 for a head size of 32). The quadratic 
 key take far more of a row than a random-feature estimate of softmax can at the same cost, which
 is what recall needs (Based pairs it with a small exact sliding window: ``model.local_heads``).
 
-Bidirectional: ``φ(Q) (φ(K)ᵀ [V, 1])`` in O(L·F·D). Causal: chunks of ``chunk_size`` rows, the
-kernel evaluated explicitly inside a chunk and a running ``(F, D+1)`` summary across chunks, so
-memory stays O(L·F) instead of the O(L·F·D) of plain prefix sums. Everything is plain torch
-(autograd does the backward); computed in float32 at least, with autocast off.
+Computed by :mod:`protein_performer.attention.feature_attention` (bidirectional in O(L·F·D);
+causal by chunks, the kernel explicit inside a chunk).
 """
 
 from __future__ import annotations
@@ -23,6 +21,8 @@ import math
 from collections.abc import Iterator
 
 import torch
+
+from .feature_attention import feature_attention, feature_attention_rows
 
 
 def taylor_feature_dim(dim: int) -> int:
@@ -47,10 +47,6 @@ def taylor_kernel(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return 1 + s + s * s / 2
 
 
-def _work_dtype(t: torch.Tensor) -> torch.dtype:
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
-
-
 def taylor_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -62,43 +58,12 @@ def taylor_attention(
     """``(B, H, L, D)`` q/k/v -> ``(B, H, L, Dv)``: each query's output is the kernel-weighted
     mean of the values of its visible keys (``key_padding_mask`` ``(B, L)`` True = padded key;
     causal: keys at or before the query). A query with no visible key gets zeros."""
-    out_dtype = q.dtype
-    work = _work_dtype(q)
-    with torch.autocast(device_type=q.device.type, enabled=False):
-        q, k, v = q.to(work), k.to(work), v.to(work)
-        scale = q.shape[-1] ** -0.25
-        va = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # [v, 1]: numerator, normaliser
-        if key_padding_mask is not None:
-            va = va.masked_fill(key_padding_mask.to(torch.bool)[:, None, :, None], 0.0)
-        if not causal:
-            summary = torch.matmul(taylor_features(k * scale).transpose(-1, -2), va)
-            na = torch.matmul(taylor_features(q * scale), summary)
-        else:
-            na = _causal(q, k, va, scale, chunk_size)
-        den = na[..., -1:]
-        visible = den > 0  # the kernel is >= 1/2: 0 only when no key is visible
-        out = torch.where(visible, na[..., :-1] / torch.where(visible, den, 1.0), 0.0)
-    return out.to(out_dtype)
+    scale = q.shape[-1] ** -0.25
 
+    def phi(x: torch.Tensor) -> torch.Tensor:
+        return taylor_features(x * scale)
 
-def _causal(
-    q: torch.Tensor, k: torch.Tensor, va: torch.Tensor, scale: float, chunk_size: int
-) -> torch.Tensor:
-    n = q.shape[-2]
-    state = None  # (B, H, F, Dv+1): summary of the keys of earlier chunks
-    parts = []
-    for start in range(0, n, chunk_size):
-        stop = min(start + chunk_size, n)
-        qc, kc, vc = q[..., start:stop, :], k[..., start:stop, :], va[..., start:stop, :]
-        within = taylor_kernel(qc, kc).tril()  # keys of the chunk at or before each query
-        part = torch.matmul(within, vc)
-        if state is not None:
-            part = part + torch.matmul(taylor_features(qc * scale), state)
-        parts.append(part)
-        if stop < n:
-            update = torch.matmul(taylor_features(kc * scale).transpose(-1, -2), vc)
-            state = update if state is None else state + update
-    return torch.cat(parts, dim=-2)
+    return feature_attention(q, k, v, phi, phi, taylor_kernel, causal, key_padding_mask, chunk_size)
 
 
 def taylor_attention_rows(
@@ -110,15 +75,4 @@ def taylor_attention_rows(
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield ``(start, rows)``: the attention rows ``(B, H, rows, L)`` that
     :func:`taylor_attention` applies to the values, ``chunk_size`` query rows at a time."""
-    n = k.shape[-2]
-    for start in range(0, q.shape[-2], chunk_size):
-        stop = min(start + chunk_size, q.shape[-2])
-        with torch.autocast(device_type=q.device.type, enabled=False):  # as the forward
-            a = taylor_kernel(q[..., start:stop, :].to(_work_dtype(q)), k.to(_work_dtype(k)))
-        if key_padding_mask is not None:
-            a = a.masked_fill(key_padding_mask.to(torch.bool)[:, None, None, :], 0.0)
-        if causal:
-            rows = torch.arange(start, stop, device=q.device)[:, None]
-            a = a.masked_fill(torch.arange(n, device=q.device)[None, :] > rows, 0.0)
-        den = a.sum(-1, keepdim=True)
-        yield start, torch.where(den > 0, a / torch.where(den > 0, den, 1.0), 0.0)
+    yield from feature_attention_rows(q, k, taylor_kernel, causal, key_padding_mask, chunk_size)

@@ -15,6 +15,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from protein_performer.attention import FavorAttention, exact_attention
+from protein_performer.attention.hedgehog import (
+    HedgehogFeatureMaps,
+    hedgehog_attention,
+    hedgehog_attention_rows,
+)
 from protein_performer.attention.local import local_attention, local_attention_rows
 from protein_performer.attention.taylor import taylor_attention, taylor_attention_rows
 from protein_performer.model.rotary import apply_rotary
@@ -52,10 +57,13 @@ def exact_attention_weights(
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention on ``(B, L, dim)``; the kernel is exact, FAVOR+ or Taylor.
+    """Multi-head self-attention on ``(B, L, dim)``; the kernel is exact, FAVOR+, Taylor or
+    Hedgehog.
 
     ``attention="taylor"``: linear attention with the exact second-order Taylor features of
-    ``exp`` (:mod:`protein_performer.attention.taylor`). With ``local_heads`` > 0 the first ``local_heads`` heads are exact softmax attention within
+    ``exp`` (:mod:`protein_performer.attention.taylor`); ``"hedgehog"``: linear attention with
+    learned feature maps, ``nb_features`` per head (:mod:`protein_performer.attention.hedgehog`).
+    With ``local_heads`` > 0 the first ``local_heads`` heads are exact softmax attention within
     ``local_window`` positions and the others use ``attention`` (a hybrid block).
     """
 
@@ -87,8 +95,14 @@ class SelfAttention(nn.Module):
         # depthwise over positions, one filter per q/k/v channel; padded by hand in _split
         self.conv = nn.Conv1d(3 * dim, 3 * dim, qkv_conv, groups=3 * dim) if qkv_conv else None
         self.reset_conv()
+        # one map per head, local heads included, so that plain and hybrid models share shapes
+        self.maps = (
+            HedgehogFeatureMaps(heads, self.dim_head, nb_features // 2)
+            if attention == "hedgehog"
+            else None
+        )
         self.favor: FavorAttention | None = None
-        if attention not in ("transformer", "taylor") and local_heads < heads:
+        if attention.startswith("performer_") and local_heads < heads:
             kernel = attention.removeprefix("performer_")
             self.favor = FavorAttention(
                 self.dim_head,
@@ -179,8 +193,18 @@ class SelfAttention(nn.Module):
                 q, k, padding_mask, chunk_size=chunk_size, heads=heads
             )
             return
+        index = None
         if heads is not None:
             index = torch.as_tensor(list(heads), dtype=torch.long, device=q.device)
+        if self.maps is not None:  # every global head (each has its own map), then the chosen
+            first = self.local_heads
+            rows = hedgehog_attention_rows(
+                q, k, self.maps, first, self.causal, padding_mask, chunk_size
+            )
+            for start, a in rows:
+                yield start, a if index is None else a.index_select(1, index)
+            return
+        if index is not None:
             q, k = q.index_select(1, index), k.index_select(1, index)
         rows = taylor_attention_rows if self.attention == "taylor" else exact_attention_rows
         yield from rows(q, k, self.causal, padding_mask, chunk_size)
@@ -212,6 +236,12 @@ class SelfAttention(nn.Module):
                 parts.append(
                     taylor_attention(qg, kg, vg, causal=self.causal, key_padding_mask=padding_mask)
                 )
+            elif self.maps is not None:
+                parts.append(
+                    hedgehog_attention(
+                        qg, kg, vg, self.maps, lh, causal=self.causal, key_padding_mask=padding_mask
+                    )
+                )
             elif self.favor is None:
                 parts.append(
                     exact_attention(qg, kg, vg, causal=self.causal, key_padding_mask=padding_mask)
@@ -222,7 +252,7 @@ class SelfAttention(nn.Module):
         weights = None
         if need_weights:
             with torch.no_grad():
-                if lh or self.attention == "taylor":
+                if lh or self.attention in ("taylor", "hedgehog"):
                     weights = torch.cat(
                         [r for _, r in self.attention_rows(x, padding_mask, rotary, chunk_size=n)],
                         dim=2,

@@ -7,7 +7,13 @@ from typing import Any
 
 from protein_performer.errors import ConfigError
 
-ATTENTION_KINDS: tuple[str, ...] = ("performer_relu", "performer_softmax", "taylor", "transformer")
+ATTENTION_KINDS: tuple[str, ...] = (
+    "performer_relu",
+    "performer_softmax",
+    "taylor",
+    "hedgehog",
+    "transformer",
+)
 POSITION_KINDS: tuple[str, ...] = ("learned", "rotary")
 
 # Fields that define the parameter shapes; they must agree for weights to transfer
@@ -29,8 +35,10 @@ class ModelConfig:
 
     ``attention`` picks the attention: ``performer_relu`` / ``performer_softmax`` (FAVOR+ with
     ReLU or positive-softmax random features), ``taylor`` (linear attention with the exact
-    second-order Taylor features of exp, as in "Based") or ``transformer`` (exact softmax). All
-    share the same parameters, so weights move freely between them.
+    second-order Taylor features of exp, as in "Based"), ``hedgehog`` (linear attention with
+    learned feature maps, ``nb_features`` per head, as in "Hedgehog") or ``transformer`` (exact
+    softmax). All share the same parameters, so weights move freely between them (Hedgehog's
+    maps, when absent from a checkpoint, start as the identity).
 
     Hybrid: ``local_heads`` > 0 makes the first ``local_heads`` heads of every layer exact
     softmax attention within ``local_window`` positions (O(L·window)); the other heads keep
@@ -69,7 +77,7 @@ class ModelConfig:
 
     @property
     def is_performer(self) -> bool:
-        return self.attention not in ("transformer", "taylor")
+        return self.attention.startswith("performer_")
 
     @property
     def kind_label(self) -> str:
@@ -104,6 +112,11 @@ class ModelConfig:
         if self.position == "rotary" and self.dim_head % 2:
             raise ConfigError(
                 f"{prefix}.position=rotary needs an even head size (dim/heads = {self.dim_head})"
+            )
+        if self.attention == "hedgehog" and self.nb_features % 2:
+            raise ConfigError(
+                f"{prefix}.nb_features must be even for {prefix}.attention=hedgehog "
+                f"(two halves, softmax(+z) and softmax(-z)); got {self.nb_features}"
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"{prefix}.dropout must be in [0, 1) (got {self.dropout!r})")

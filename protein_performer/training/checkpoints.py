@@ -29,6 +29,9 @@ MODEL_PREFIX = "model."
 # FAVOR+ random projections live under this module name; they are drawn, not learned, so they
 # are not required when weights move between attention kinds.
 PROJECTION_MARK = ".attn.favor."
+# Hedgehog's learned feature maps belong to that kind only: a model of another kind has none,
+# and a Hedgehog model loading another kind's weights keeps its own (identity) maps.
+FEATURE_MAP_MARK = ".attn.maps."
 
 
 def make_metadata(
@@ -154,13 +157,20 @@ def _is_projection(key: str) -> bool:
     return PROJECTION_MARK in f".{key}"
 
 
+def _kind_specific(key: str) -> bool:
+    """Tensors one side may lack when weights move between attention kinds."""
+    return _is_projection(key) or FEATURE_MAP_MARK in f".{key}"
+
+
 def load_weights(model: ProteinLM, state: Mapping[str, torch.Tensor], source: str) -> None:
     """Copy ``state`` into ``model``. FAVOR+ projection buffers are taken from ``state`` when
     both sides have them with the same shape; otherwise the model keeps its own draw (so an
-    exact-attention checkpoint loads into a Performer and vice versa)."""
+    exact-attention checkpoint loads into a Performer and vice versa). Hedgehog's feature
+    maps are taken when both sides have them (a shape mismatch is an error) and kept at the
+    model's own initialisation when the checkpoint has none."""
     own = model.state_dict()
-    unexpected = [k for k in state if k not in own and not _is_projection(k)]
-    missing = [k for k in own if k not in state and not _is_projection(k)]
+    unexpected = [k for k in state if k not in own and not _kind_specific(k)]
+    missing = [k for k in own if k not in state and not _kind_specific(k)]
     mismatched = [
         k
         for k, v in state.items()

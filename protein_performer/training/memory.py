@@ -71,6 +71,8 @@ def estimate_memory(cfg: Any, vocab_size: int) -> MemoryEstimate:
         elif kind == "taylor":
             # autograd keeps ~6 F floats per token and global head (query/key features, products)
             per_token += 6 * (m.heads - m.local_heads) * taylor_feature_dim(m.dim_head)
+        elif kind == "hedgehog":  # the same for its learned features (and their logits)
+            per_token += 6 * (m.heads - m.local_heads) * m.nb_features
         else:
             per_token += 2 * m.heads * m.nb_features
     floats = tokens * (per_token + 3 * vocab_size)

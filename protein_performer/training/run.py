@@ -586,7 +586,7 @@ def _print_header(
 ) -> None:
     m, t = cfg.model, cfg.trainer
     shape = f"{m.depth}×{m.dim}, {m.heads} heads" + (
-        f", {m.nb_features} features" if m.is_performer else ""
+        f", {m.nb_features} features" if m.is_performer or m.attention == "hedgehog" else ""
     )
     if m.exact_layers:
         shape += f", exact attention in layers {list(m.exact_layers)}"

@@ -20,6 +20,22 @@ def explicit_from_features(
     return (scores @ v) / torch.where(den > 0, den, torch.ones_like(den))
 
 
+def explicit_from_kernel(
+    a: torch.Tensor, v: torch.Tensor, causal: bool, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unnormalised weights ``a`` ``(B, H, L, L)`` -> (output ``(B, H, L, Dv)``, the rows):
+    future keys (causal) and padded keys (``mask`` ``(B, L)`` True) zeroed, rows normalised,
+    rows with no visible key all 0."""
+    n = a.shape[-1]
+    if causal:
+        a = a.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), 0.0)
+    if mask is not None:
+        a = a.masked_fill(mask[:, None, None, :], 0.0)
+    den = a.sum(-1, keepdim=True)
+    weights = torch.where(den > 0, a / den, 0.0)
+    return weights @ v, weights
+
+
 def explicit_softmax(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -15,20 +15,14 @@ from protein_performer.attention.taylor import (
 )
 from protein_performer.errors import ConfigError
 from protein_performer.model import ModelConfig, ProteinLM
+from tests.attention.reference import explicit_from_kernel
 
 
 def dense_reference(q, k, v, causal, mask):
     """Weights 1 + s + s²/2 (s = q·k/√D) over the visible keys, normalised per row."""
     s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
     a = 1 + s + s**2 / 2
-    n = q.shape[2]
-    if causal:
-        a = a.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), 0.0)
-    if mask is not None:
-        a = a.masked_fill(mask[:, None, None, :], 0.0)
-    den = a.sum(-1, keepdim=True)
-    weights = torch.where(den > 0, a / den, 0.0)
-    return weights @ v, weights
+    return explicit_from_kernel(a, v, causal, mask)
 
 
 def test_features_give_the_second_order_taylor_kernel_exactly():
