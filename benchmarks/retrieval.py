@@ -179,6 +179,60 @@ def align_targets(windows):
     return pad_batch([w[4] for w in windows], -1)[0].to(torch.int64)
 
 
+def distill_maps(student, teacher, rng, families, train, args) -> list[float]:
+    """Hedgehog's attention distillation: train only ``student``'s feature maps, layer by layer
+    on ``teacher``'s hidden states, to reproduce each head's attention rows (soft
+    cross-entropy against the teacher's rows) for ``args.distill`` steps. Returns the loss
+    every 50 steps (nats per row, averaged over the distilled layers and heads)."""
+    import torch
+
+    from protein_performer.data.alphabet import default_alphabet
+
+    alphabet = default_alphabet()
+    maps = [p for n, p in student.named_parameters() if ".attn.maps." in f".{n}"]
+    opt = torch.optim.Adam(maps, lr=args.distill_lr)
+    layers = [i for i, k in enumerate(student.config.layer_kinds()) if k == "hedgehog"]
+    losses = []
+    student.train()
+    for step in range(args.distill):
+        windows = [
+            make_window(rng, families[train[int(rng.integers(len(train)))]], args, alphabet)
+            for _ in range(args.batch)
+        ]
+        ids, pad, _ = batch([(w[0], w[1]) for w in windows], alphabet)
+        pad = pad if bool(pad.any()) else None
+        with torch.no_grad():
+            hidden = teacher(ids, pad, return_hidden=True)["hidden_states"]
+        rotary = (
+            None
+            if teacher.rotary is None
+            else teacher.rotary(ids.shape[1], ids.device, hidden[0].dtype)
+        )
+        valid = torch.ones(ids.shape, dtype=torch.bool) if pad is None else ~pad
+        loss = 0.0
+        for i in layers:
+            x = teacher.blocks[i].norm1(hidden[i])
+            for h in range(student.config.local_heads, student.config.heads):
+                with torch.no_grad():
+                    target = teacher.blocks[i].attn.head_attention(x, h, pad, rotary)
+                rows = student.blocks[i].attn.head_attention(x, h, pad, rotary)
+                ce = -(target * torch.log(rows.clamp_min(1e-30))).sum(-1)
+                loss = loss + ce[valid].mean()
+        loss = loss / (len(layers) * (student.config.heads - student.config.local_heads))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 50 == 0 or step == args.distill - 1:
+            losses.append(float(loss.detach()))
+            print(
+                f"[distill] step {step}: {losses[-1]:.3f} nats per row",
+                file=sys.stderr,
+                flush=True,
+            )
+    student.eval()
+    return losses
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
     import torch
@@ -312,6 +366,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         )
         load_weights(other, model.state_dict(), "the trained probe model")
         point = evaluate(other)
+        if kind == "hedgehog" and args.distill:
+            point["before_distill"] = {k: point[k] for k in ("context", "single", "align_mass")}
+            point["distill_loss"] = distill_maps(other, model, rng, families, train, args)
+            point.update(evaluate(other))
         transfer.append({"attention": spec, **point})
         print(
             f"[{args.attention} -> {spec}] context {point['context']:.2f} "
@@ -365,6 +423,15 @@ def parser() -> argparse.ArgumentParser:
         metavar="KIND[@M]",
         help="after training, score the same weights with these attention kinds (M features)",
     )
+    p.add_argument(
+        "--distill",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="--transfer hedgehog: first train its feature maps for STEPS steps to mimic the "
+        "trained model's attention rows (Hedgehog's attention distillation)",
+    )
+    p.add_argument("--distill-lr", type=float, default=1e-2)
     p.add_argument(
         "--align",
         type=float,

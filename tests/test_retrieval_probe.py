@@ -72,6 +72,27 @@ def test_align_trains_the_probed_head_and_transfer_reloads_the_weights():
     assert favor["align_mass"] != last["align_mass"]
 
 
+def test_distill_trains_only_the_hedgehog_maps_toward_the_teachers_rows():
+    import torch
+
+    probe = _probe()
+    args = probe.parser().parse_args(
+        ["--attention", "transformer", "--steps", "30", "--eval-every", "30", "--crop", "40",
+         "--eval-windows", "8", "--batch", "4", "--dim", "32", "--heads", "2", "--depth", "1",
+         "--threads", "1", "--lr", "1e-2", "--align", "5", "--features", "16",
+         "--transfer", "hedgehog", "--distill", "60", "--distill-lr", "3e-2"]
+    )  # fmt: skip
+    args.attention = args.attention[0]
+    torch.manual_seed(0)
+    run = probe.worker(args)
+    (hh,) = run["transfer"]
+    losses = hh["distill_loss"]
+    assert len(losses) == 3 and losses[-1] < losses[0] - 0.05  # the rows get closer
+    teacher = run["curve"][-1]["align_mass"]
+    before, after = hh["before_distill"]["align_mass"], hh["align_mass"]
+    assert abs(after - teacher) < abs(before - teacher)  # ... and so does the lookup
+
+
 def _write(path: Path, records: dict[str, str]) -> Path:
     path.write_text("".join(f">{k} protein\n{v}\n" for k, v in records.items()))
     return path
