@@ -205,6 +205,9 @@ class EvalConfig:
     context: str | None = None
     context_min_members: int = 2  # context=cluster: clusters smaller than this are left out
     context_max_proteins: int | None = None  # score a seeded sample of this many (null: all)
+    # context=cluster: fill each window to max_length with proteins of other clusters, the
+    # homologs at a random place among them (and score the fill alone as a third baseline)
+    context_fill: bool = False
 
 
 def _key(default: Any, help: str) -> Any:
@@ -506,6 +509,12 @@ def validate_eval_config(cfg: EvalConfig) -> None:
         raise ConfigError("context must be 'cluster' or a FASTA path")
     if cfg.context_max_proteins is not None:
         _positive("context_max_proteins", cfg.context_max_proteins)
+    if not isinstance(cfg.context_fill, bool):
+        raise ConfigError(f"context_fill must be true or false (got {cfg.context_fill!r})")
+    if cfg.context_fill and cfg.context != "cluster":
+        raise ConfigError(
+            "context_fill=true needs context=cluster (fill comes from other clusters)"
+        )
     if not isinstance(cfg.context_min_members, int) or cfg.context_min_members < 2:
         raise ConfigError(
             f"context_min_members must be an integer >= 2 (got {cfg.context_min_members!r})"

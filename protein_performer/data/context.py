@@ -44,6 +44,30 @@ def single_window(residues: np.ndarray, alphabet: Alphabet, style: str = "crop")
     ).astype(np.int64)
 
 
+def fit_members(
+    members: Iterable[np.ndarray],
+    budget: int,
+    *,
+    min_context: int = MIN_CONTEXT_RESIDUES,
+    anchor: float = 0.0,
+) -> list[np.ndarray]:
+    """The members (residue arrays, in order) that fit ``budget`` tokens, one ``<sep>`` after
+    each counted: whole while they fit, then the first that does not fit cut to what is left
+    (at ``anchor``, see :func:`context_window`) if at least ``min_context`` residues remain;
+    the rest are left out. Returns int64 arrays."""
+    kept: list[np.ndarray] = []
+    for member in members:
+        if budget < min(len(member), min_context) + 1:
+            break
+        take = min(len(member), budget - 1)
+        first = round(min(max(anchor, 0.0), 1.0) * (len(member) - take))
+        kept.append(np.asarray(member[first : first + take], dtype=np.int64))
+        budget -= take + 1
+        if take < len(member):
+            break
+    return kept
+
+
 def context_window(
     target: np.ndarray,
     context: Iterable[np.ndarray],
@@ -75,18 +99,11 @@ def context_window(
     n = len(target)
     if n + len(head) + len(tail) > max_length:
         raise ConfigError(f"target of {n} residues does not fit a window of {max_length} tokens")
-    budget = max_length - n - len(head) - len(tail)
-    parts: list[np.ndarray] = []
-    for member in context:
-        if budget < min(len(member), min_context) + 1:
-            break
-        take = min(len(member), budget - 1)
-        first = round(min(max(anchor, 0.0), 1.0) * (len(member) - take))
-        parts.append(np.asarray(member[first : first + take], dtype=np.int64))
-        parts.append(np.array([alphabet.sep_idx], dtype=np.int64))
-        budget -= take + 1
-        if take < len(member):
-            break
+    members = fit_members(
+        context, max_length - n - len(head) - len(tail), min_context=min_context, anchor=anchor
+    )
+    sep = np.array([alphabet.sep_idx], dtype=np.int64)
+    parts = [piece for m in members for piece in (m, sep)]
     start = len(head) + sum(len(p) for p in parts)
     tokens = np.concatenate(
         [
@@ -99,4 +116,4 @@ def context_window(
     return tokens, start, len(parts) // 2
 
 
-__all__ = ["MIN_CONTEXT_RESIDUES", "STYLES", "context_window", "single_window"]
+__all__ = ["MIN_CONTEXT_RESIDUES", "STYLES", "context_window", "fit_members", "single_window"]

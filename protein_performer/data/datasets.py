@@ -41,6 +41,7 @@ TAG_BATCH = 4
 TAG_MEMBER = 5
 TAG_PAIR = 6
 TAG_ALONE = 7
+TAG_FILL = 8
 
 _U64 = (1 << 64) - 1
 

@@ -21,8 +21,8 @@ import torch
 from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.batching import pad_batch
-from protein_performer.data.context import context_window, single_window
-from protein_performer.data.datasets import TAG_CROP, TAG_MASK, TAG_ORDER, keyed_rng
+from protein_performer.data.context import context_window, fit_members, single_window
+from protein_performer.data.datasets import TAG_CROP, TAG_FILL, TAG_MASK, TAG_ORDER, keyed_rng
 from protein_performer.data.masking import mask_tokens
 from protein_performer.data.sources import FlatSource
 from protein_performer.model.performer import ProteinLM
@@ -36,6 +36,17 @@ class Target:
     id: str
     residues: np.ndarray
     context: Sequence[np.ndarray]
+    group: str | None = None  # its cluster: fill proteins are drawn from other groups
+
+
+@dataclass
+class Fill:
+    """Unrelated proteins that fill the rest of each context window (``records[i]`` token ids,
+    ``groups[i]`` its cluster): the homologs then sit at a seeded random place among them, up
+    to a whole window away from the target, as they would in a long packed window."""
+
+    records: Sequence[np.ndarray]
+    groups: Sequence[str]
 
 
 class _Members(Sequence):
@@ -68,8 +79,39 @@ def cluster_targets(
     for i, rid in enumerate(source.ids):
         members = groups[cluster_of.get(rid, f"\0{rid}")]
         if len(members) >= min_members:
-            targets.append(Target(rid, np.asarray(source[i]), _Members(source, members, i)))
+            key = cluster_of.get(rid, f"\0{rid}")
+            targets.append(Target(rid, np.asarray(source[i]), _Members(source, members, i), key))
     return targets
+
+
+def cluster_fill(source: FlatSource, cluster_of: Mapping[str, str]) -> Fill:
+    """Every record of ``source`` as a fill protein, grouped by ``cluster_of`` (a record it
+    does not list is its own cluster), for :func:`context_perplexity`'s ``fill``."""
+    if source.ids is None:
+        raise ValueError("cluster fill needs record ids")
+    return Fill(source, [cluster_of.get(rid, f"\0{rid}") for rid in source.ids])
+
+
+def _draw_fill(fill: Fill, group: str | None, budget: int, rng: np.random.Generator) -> list:
+    """Fill proteins of groups other than ``group`` (no record twice), in the order drawn,
+    whole while they fit and the last cut to what is left: at most ``budget`` tokens with one
+    ``<sep>`` after each. Gives up after a bounded number of draws (a pool of one group)."""
+    chosen: list[int] = []
+    used: set[int] = set()
+    total = 0
+    n = len(fill.records)
+    for _ in range(8 * n + 64):
+        if total >= budget or len(used) == n:
+            break
+        i = int(rng.integers(n))
+        if i in used:
+            continue
+        used.add(i)
+        if fill.groups[i] == group:
+            continue
+        chosen.append(i)
+        total += len(fill.records[i]) + 1
+    return fit_members((fill.records[i] for i in chosen), budget)
 
 
 def fixed_targets(source: FlatSource, context: Sequence[np.ndarray]) -> list[Target]:
@@ -86,13 +128,20 @@ def scoring_windows(
     style: str,
     mask_prob: float,
     seed: int,
+    fill: Fill | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray], dict]:
-    """Masked single and context windows with their labels (``<mask>`` positions only)."""
+    """Masked single and context windows with their labels (``<mask>`` positions only).
+
+    With ``fill`` the context windows are filled to ``max_length`` with unrelated proteins,
+    the homologs at a seeded random place among them, and ``info["fill_windows"]`` /
+    ``info["fill_labels"]`` hold the same windows without the homologs (the fill alone)."""
     ends = 2 if style == "crop" else 1
     half = max(1, max_length // 2 - ends)
     single, single_y, ctx, ctx_y = [], [], [], []
-    members = tokens = 0
+    members = tokens = fill_tokens = 0
     identical: list[bool] = []
+    fill_x: list[np.ndarray] = []
+    fill_y: list[np.ndarray] = []
     for index, t in enumerate(targets):
         res = t.residues
         anchor = 0.0
@@ -108,14 +157,26 @@ def scoring_windows(
         order = keyed_rng(TAG_ORDER, seed, 0, index).permutation(len(t.context))
         head = 1 if style == "crop" else 0
         body = x[head : head + len(res)]
-        cx, start, n_ctx = context_window(
-            body,
+        homologs = fit_members(
             (t.context[k] for k in order),
-            alphabet,
-            max_length,
-            style=style,
+            max_length - len(res) - ends,
             anchor=anchor,
         )
+        n_ctx = len(homologs)
+        members_in = homologs
+        if fill is not None:
+            budget = max_length - len(res) - ends - sum(len(h) + 1 for h in homologs)
+            rng = keyed_rng(TAG_FILL, seed, 0, index)
+            others = _draw_fill(fill, t.group, budget, rng)
+            at = int(rng.integers(len(others) + 1))
+            members_in = [*others[:at], *homologs, *others[at:]]
+            fill_tokens += sum(len(o) + 1 for o in others)
+            fx, fstart, _ = context_window(body, others, alphabet, max_length, style=style)
+            fy = np.full(len(fx), -100, dtype=np.int64)
+            fy[fstart : fstart + len(res)] = y[head : head + len(res)]
+            fill_x.append(fx)
+            fill_y.append(fy)
+        cx, start, _ = context_window(body, members_in, alphabet, max_length, style=style)
         cy = np.full(len(cx), -100, dtype=np.int64)
         cy[start : start + len(res)] = y[head : head + len(res)]
         single.append(x)
@@ -123,7 +184,7 @@ def scoring_windows(
         ctx.append(cx)
         ctx_y.append(cy)
         members += n_ctx
-        tokens += start - head
+        tokens += sum(len(h) + 1 for h in homologs)
         identical.append(any(np.array_equal(t.context[k], t.residues) for k in order[:n_ctx]))
     n = max(1, len(targets))
     info = {
@@ -132,6 +193,8 @@ def scoring_windows(
         "targets_with_identical_context": int(sum(identical)),
         "identical": np.array(identical, dtype=bool),
     }
+    if fill is not None:
+        info |= {"mean_fill_tokens": fill_tokens / n, "fill_windows": fill_x, "fill_labels": fill_y}
     return single, single_y, ctx, ctx_y, info
 
 
@@ -192,6 +255,7 @@ def context_perplexity(
     device: torch.device | str = "cpu",
     unigram_log_probs: torch.Tensor | None = None,
     progress: bool = False,
+    fill: Fill | None = None,
 ) -> dict[str, Any]:
     """Score ``targets`` with and without their context (the model in eval mode on ``device``;
     ``progress``: a bar, or a line every 30 s in a log, per pass).
@@ -202,10 +266,21 @@ def context_perplexity(
     with / without; ``by_context`` holds the same paired numbers (``proteins`` to ``ratio``)
     for the targets with an identical sequence in their context (``identical``) and the others
     (``no_identical``).
+
+    ``fill`` (see :class:`Fill`): every context window is filled to ``max_length`` with
+    unrelated proteins, the homologs among them; the same windows without the homologs are
+    scored too (``with_fill_only``, and ``ratio_vs_fill``: with context / fill only), since
+    unrelated proteins before a target can change its perplexity by themselves.
     """
     device = torch.device(device)
     single, single_y, ctx, ctx_y, info = scoring_windows(
-        targets, alphabet, max_length=max_length, style=style, mask_prob=mask_prob, seed=seed
+        targets,
+        alphabet,
+        max_length=max_length,
+        style=style,
+        mask_prob=mask_prob,
+        seed=seed,
+        fill=fill,
     )
     uni = unigram_log_probs
     if uni is None:
@@ -214,6 +289,10 @@ def context_perplexity(
     kw = {"pad_idx": alphabet.pad_idx, "toks_per_batch": toks_per_batch, "device": device}
     alone = _score(model, single, single_y, uni_logp=uni, desc="alone", progress=progress, **kw)
     with_ctx = _score(model, ctx, ctx_y, uni_logp=uni, desc="with context", progress=progress, **kw)
+    fill_only = None
+    if fill is not None:
+        fx, fy = info.pop("fill_windows"), info.pop("fill_labels")
+        fill_only = _score(model, fx, fy, uni_logp=uni, desc="fill only", progress=progress, **kw)
     # which positions belong to a target whose context holds an identical sequence
     flags = info.pop("identical")
     per_target = np.array([int((y != -100).sum()) for y in single_y], dtype=np.int64)
@@ -234,6 +313,10 @@ def context_perplexity(
         }
         w, a = part["with_context"]["perplexity"], part["without_context"]["perplexity"]
         part["ratio"] = w / a if w and a else None
+        if fill_only is not None:
+            part["with_fill_only"] = summary(fill_only[0][sel], fill_only[1][sel])
+            f = part["with_fill_only"]["perplexity"]
+            part["ratio_vs_fill"] = w / f if w and f else None
         return part
 
     out = paired(np.ones(len(alone[0]), dtype=bool), len(targets)) | info
@@ -245,4 +328,11 @@ def context_perplexity(
     return out
 
 
-__all__ = ["Target", "cluster_targets", "context_perplexity", "fixed_targets"]
+__all__ = [
+    "Fill",
+    "Target",
+    "cluster_fill",
+    "cluster_targets",
+    "context_perplexity",
+    "fixed_targets",
+]

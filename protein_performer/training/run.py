@@ -61,6 +61,7 @@ from protein_performer.training.checkpoints import (
 )
 from protein_performer.training.context_eval import (
     Target,
+    cluster_fill,
     cluster_targets,
     context_perplexity,
     fixed_targets,
@@ -830,6 +831,13 @@ class EvalResult:
                 f"{_num(c['without_context']['perplexity'], '.3f')} alone (ratio "
                 f"{_num(c['ratio'], '.3f')}); unigram {_num(c['unigram_perplexity'], '.3f')}"
             )
+            if "with_fill_only" in c:
+                text += (
+                    f"\n    fill ({c['mean_fill_tokens']:.0f} tokens of other clusters on "
+                    f"average) without the homologs: "
+                    f"{_num(c['with_fill_only']['perplexity'], '.3f')} (with context / fill only "
+                    f"{_num(c['ratio_vs_fill'], '.3f')})"
+                )
             for key, what in (
                 ("identical", "with an identical sequence in context"),
                 ("no_identical", "without one"),
@@ -1040,7 +1048,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         else:
             problem = f"the {split} split is empty"
         raise DataError(problem, path=", ".join(fasta))
-    targets = None
+    targets = fill = None
     if cfg.context:
         if meta["objective"] == "causal":
             raise ConfigError("context= scores masked-LM checkpoints; this one is causal")
@@ -1052,6 +1060,8 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
                 len(targets), cfg.context_max_proteins, replace=False
             )
             targets = [targets[i] for i in sorted(pick)]
+        if cfg.context_fill:
+            fill = cluster_fill(whole, read_members(cfg.clusters or stored.get("clusters")))
     loader = {
         "train": dm.train_dataloader,
         "val": dm.val_dataloader,
@@ -1119,9 +1129,11 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
                 device=device,
                 unigram_log_probs=uni_logp,
                 progress=True,
+                fill=fill,
             )
         context["source"] = (
             f"each protein's cluster, >= {cfg.context_min_members} members"
+            + (f", among other clusters' proteins to {max_length} tokens" if fill else "")
             if cfg.context == "cluster"
             else cfg.context
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shutil
@@ -19,9 +20,11 @@ from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.training.context_eval import (
+    cluster_fill,
     cluster_targets,
     context_perplexity,
     fixed_targets,
+    scoring_windows,
 )
 from protein_performer.training.run import evaluate, train
 from tests.training.helpers import tiny_config, write_fasta
@@ -48,6 +51,38 @@ class CopyModel(nn.Module):
                 if src < seps[0]:
                     logits[r, p, int(ids[r, src])] = 50.0
         return {"logits": logits}
+
+
+class SearchModel(nn.Module):
+    """Test double that retrieves by content: the target is the last segment (``<cls>`` /
+    ``<sep>`` ... ``<eos>``); an earlier segment of the same length that agrees with it at
+    80% of its positions or more (``<mask>`` agrees with anything; BERT's random replacements
+    do not) is its copy, and the model predicts from it (certain) wherever it
+    sits in the window; with no such segment it is uniform."""
+
+    def forward(self, ids: torch.Tensor, pad: torch.Tensor | None = None) -> dict:
+        b, n = ids.shape
+        logits = torch.zeros(b, n, len(A))
+        for r in range(b):
+            row = ids[r].tolist()
+            end = row.index(A.eos_idx)
+            cuts = [0] + [i for i, t in enumerate(row[:end]) if t == A.sep_idx]
+            target = row[cuts[-1] + 1 : end]
+            for a, z in itertools.pairwise(cuts):
+                seg = row[a + 1 : z]
+                same = [t in (A.mask_idx, s) for t, s in zip(target, seg, strict=False)]
+                if len(seg) == len(target) and sum(same) >= 0.8 * len(seg):
+                    for k, s in enumerate(seg):
+                        logits[r, cuts[-1] + 1 + k, s] = 50.0
+                    break
+        return {"logits": logits}
+
+
+def segments(window: np.ndarray) -> list[str]:
+    """The proteins of a ``<cls> a <sep> b <sep> … <eos>`` window, decoded."""
+    body = window[1:-1].tolist()
+    cuts = [-1] + [i for i, t in enumerate(body) if t == A.sep_idx] + [len(body)]
+    return [A.decode(np.array(body[a + 1 : z])) for a, z in itertools.pairwise(cuts)]
 
 
 def random_seq(rng: np.random.Generator, n: int) -> str:
@@ -114,6 +149,49 @@ def test_long_targets_are_cropped_to_half_the_window_in_both_runs():
     assert out["mean_context_tokens"] == 50  # the rest of the window: 49 context + <sep>
 
 
+def test_fill_places_the_homologs_among_other_clusters_proteins_up_to_the_window():
+    rng = np.random.default_rng(4)
+    seqs = [random_seq(rng, int(rng.integers(30, 60))) for _ in range(40)]
+    ids = [f"p{i}" for i in range(40)]
+    source = FlatSource.from_strings(seqs, ids=ids)
+    table = {rid: f"c{i // 2}" for i, rid in enumerate(ids)}  # pairs
+    targets = cluster_targets(source, table)
+    for t in targets:
+        t.context = [t.residues.copy()]  # its copy is its only homolog
+    fill = cluster_fill(source, table)
+    kw = {"max_length": 600, "style": "crop", "mask_prob": 0.15, "seed": 7, "fill": fill}
+    _, single_y, ctx, ctx_y, info = scoring_windows(targets, A, **kw)
+    fill_x, fill_y = info["fill_windows"], info["fill_labels"]
+    starts = []
+    for t, x, y, fx, fy, s in zip(targets, ctx, ctx_y, fill_x, fill_y, single_y, strict=True):
+        assert 600 - 17 <= len(x) <= 600  # filled, the last fill protein cut to fit
+        parts = segments(x)
+        # the homolog once, nothing else of the target's cluster, and the same positions scored
+        own = {seqs[i] for i, rid in enumerate(ids) if table[rid] == t.group}
+        assert sum(seg in own for seg in parts[:-1]) == 1
+        assert segments(fx)[:-1] == [seg for seg in parts[:-1] if seg not in own]
+        assert np.array_equal(y[y != -100], fy[fy != -100])
+        assert (s != -100).sum() == (y != -100).sum()
+        starts.append([seg in own for seg in parts].index(True))
+    assert len(set(starts)) > 3  # the homolog's place varies
+    again = scoring_windows(targets, A, **kw)[2]
+    assert all(np.array_equal(a, b) for a, b in zip(again, ctx, strict=True))
+    # a model that finds the copy by content finds it anywhere in the filled window
+    out = context_perplexity(
+        SearchModel(), A, targets, **{k: kw[k] for k in ("max_length", "seed")}, fill=fill
+    )
+    assert out["with_context"]["perplexity"] == pytest.approx(1.0, abs=1e-6)
+    assert out["with_fill_only"]["perplexity"] == pytest.approx(len(A), rel=1e-6)
+    assert out["ratio_vs_fill"] == pytest.approx(1 / len(A), rel=1e-6)
+    assert out["mean_fill_tokens"] > 400 and out["mean_context_proteins"] == 1
+    assert out["by_context"]["identical"]["with_fill_only"]["perplexity"] == pytest.approx(len(A))
+    # a pool holding only the target's own cluster leaves the window unfilled, not looping
+    lonely = FlatSource.from_strings(seqs[:2], ids=ids[:2])
+    (first, _) = cluster_targets(lonely, table)
+    x = scoring_windows([first], A, **(kw | {"fill": cluster_fill(lonely, table)}))[2][0]
+    assert len(segments(x)) == 2  # its homolog, then itself
+
+
 def test_cluster_targets_use_the_other_members_and_skip_small_clusters():
     source = FlatSource.from_strings(["AAAA", "CCCC", "DDDD", "EEEE", "FFFF"], ids=list("abcde"))
     table = {"a": "x", "b": "x", "c": "x", "d": "y"}  # e is in no cluster: its own
@@ -143,6 +221,15 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
     assert c["proteins"] == 30 and c["mean_context_proteins"] == 1
     assert c["positions"] > 0 and math.isfinite(c["with_context"]["perplexity"])
     assert "with context (each protein's cluster, >= 2 members): 30 proteins" in out.format()
+    filled = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
+            clusters=str(members), context_fill=True,
+        )
+    )  # fmt: skip
+    assert filled.context["positions"] == c["positions"]
+    assert filled.context["with_fill_only"]["perplexity"] > 1 and filled.context["ratio_vs_fill"]
+    assert "without the homologs" in filled.format()
     homologs = write_fasta(tmp_path / "h.fasta", n=2, seed=5)
     out = evaluate(
         EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(homologs))
@@ -183,6 +270,8 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
         ({"context": ""}, "context must be 'cluster' or a FASTA path"),
         ({"context": "cluster", "context_min_members": 1}, "context_min_members must be"),
         ({"context": "cluster", "context_max_proteins": 0}, "context_max_proteins must be"),
+        ({"context": "h.fasta", "context_fill": True}, "context_fill=true needs context=cluster"),
+        ({"context": "cluster", "context_fill": "yes"}, "context_fill must be true or false"),
     ],
 )
 def test_context_settings_are_checked(kw, message):
