@@ -26,7 +26,7 @@ class LineProgress:
         self.iterable, self.desc, self.unit, self.every_s = iterable, desc, unit, every_s
         self.total = total if total is not None else _len(iterable)
         self.stream = stream or sys.stderr
-        self.n = 0
+        self.n = self._shown = 0
         self._t0 = self._last = time.monotonic()
 
     def __iter__(self) -> Iterator[Any]:
@@ -44,6 +44,7 @@ class LineProgress:
             self._line(now)
 
     def _line(self, now: float) -> None:
+        self._shown = self.n
         of = f"/{self.total:,}" if self.total else ""
         print(
             f"{self.desc}: {self.n:,}{of} {self.unit}s, {now - self._t0:.0f} s",
@@ -52,9 +53,9 @@ class LineProgress:
         )
 
     def close(self) -> None:
-        if self.n and time.monotonic() - self._t0 >= self.every_s:
+        # the final count once, unless the last line already showed it
+        if self.n and self.n != self._shown and time.monotonic() - self._t0 >= self.every_s:
             self._line(time.monotonic())
-            self.n = 0  # once
 
 
 def _len(iterable: Any) -> int | None:

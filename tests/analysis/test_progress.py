@@ -14,6 +14,7 @@ def test_line_progress_prints_plain_lines() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("extract: 1/3 proteins, ") and "\r" not in out.getvalue()
     assert lines[-1].startswith("extract: 3/3 proteins")
+    assert len(lines) == 3  # the last update's line is not repeated by close
     quiet = io.StringIO()
     bar = LineProgress(None, 10, "scoring", "site", every_s=3600.0, stream=quiet)
     bar.update(4)
