@@ -410,6 +410,8 @@ _EVALUATE_KEYS = {
     "context": "also score with homologs before each protein: cluster or a FASTA of them",
     "context_min_members": "context=cluster: smallest cluster (members) scored",
     "context_max_proteins": "context: score a seeded sample of this many proteins (unset: all)",
+    "context_fill": "context=cluster: fill each window to max_length with other clusters' "
+    "proteins, the homologs among them (and score the fill alone too)",
 }
 
 
