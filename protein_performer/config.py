@@ -18,6 +18,7 @@ from protein_performer.data.cluster import (
     SPLIT_BY,
     cluster_uses,
 )
+from protein_performer.data.context import FILL_PLACES
 from protein_performer.data.datasets import PAIR_MASKS
 from protein_performer.errors import ConfigError
 from protein_performer.model.config import ATTENTION_KINDS, ModelConfig, _choice
@@ -208,6 +209,9 @@ class EvalConfig:
     # context=cluster: fill each window to max_length with proteins of other clusters, the
     # homologs at a random place among them (and score the fill alone as a third baseline)
     context_fill: bool = False
+    # context_fill=true: "random" (homologs at a random place among the fill) or "adjacent"
+    # (right before the target, the fill before them: distance apart from the distractors)
+    context_fill_place: str = "random"
 
 
 def _key(default: Any, help: str) -> Any:
@@ -515,6 +519,9 @@ def validate_eval_config(cfg: EvalConfig) -> None:
         raise ConfigError(
             "context_fill=true needs context=cluster (fill comes from other clusters)"
         )
+    _choice("context_fill_place", cfg.context_fill_place, FILL_PLACES)
+    if cfg.context_fill_place != "random" and not cfg.context_fill:
+        raise ConfigError("context_fill_place needs context_fill=true")
     if not isinstance(cfg.context_min_members, int) or cfg.context_min_members < 2:
         raise ConfigError(
             f"context_min_members must be an integer >= 2 (got {cfg.context_min_members!r})"

@@ -27,6 +27,9 @@ MIN_CONTEXT_RESIDUES = 16
 
 STYLES = ("crop", "concat")
 
+#: where filled windows put the homologs: among the fill at random, or right before the target
+FILL_PLACES = ("random", "adjacent")
+
 
 def _ends(alphabet: Alphabet, style: str) -> tuple[list[int], list[int]]:
     if style == "crop":
@@ -116,4 +119,11 @@ def context_window(
     return tokens, start, len(parts) // 2
 
 
-__all__ = ["MIN_CONTEXT_RESIDUES", "STYLES", "context_window", "fit_members", "single_window"]
+__all__ = [
+    "FILL_PLACES",
+    "MIN_CONTEXT_RESIDUES",
+    "STYLES",
+    "context_window",
+    "fit_members",
+    "single_window",
+]

@@ -21,10 +21,16 @@ import torch
 from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.batching import pad_batch
-from protein_performer.data.context import context_window, fit_members, single_window
+from protein_performer.data.context import (
+    FILL_PLACES,
+    context_window,
+    fit_members,
+    single_window,
+)
 from protein_performer.data.datasets import TAG_CROP, TAG_FILL, TAG_MASK, TAG_ORDER, keyed_rng
 from protein_performer.data.masking import mask_tokens
 from protein_performer.data.sources import FlatSource
+from protein_performer.errors import ConfigError
 from protein_performer.model.performer import ProteinLM
 
 
@@ -92,26 +98,21 @@ def cluster_fill(source: FlatSource, cluster_of: Mapping[str, str]) -> Fill:
     return Fill(source, [cluster_of.get(rid, f"\0{rid}") for rid in source.ids])
 
 
-def _draw_fill(fill: Fill, group: str | None, budget: int, rng: np.random.Generator) -> list:
-    """Fill proteins of groups other than ``group`` (no record twice), in the order drawn,
-    whole while they fit and the last cut to what is left: at most ``budget`` tokens with one
-    ``<sep>`` after each. Gives up after a bounded number of draws (a pool of one group)."""
+def _draw_fill(
+    fill: Fill, group: str | None, budget: int, rng: np.random.Generator
+) -> tuple[list, bool]:
+    """Fill proteins of groups other than ``group`` in a seeded random order (no record
+    twice), whole while they fit and the last cut to what is left: at most ``budget`` tokens
+    with one ``<sep>`` after each. Also says whether the pool ran out before the budget did."""
     chosen: list[int] = []
-    used: set[int] = set()
     total = 0
-    n = len(fill.records)
-    for _ in range(8 * n + 64):
-        if total >= budget or len(used) == n:
+    for i in rng.permutation(len(fill.records)):
+        if total >= budget:
             break
-        i = int(rng.integers(n))
-        if i in used:
-            continue
-        used.add(i)
-        if fill.groups[i] == group:
-            continue
-        chosen.append(i)
-        total += len(fill.records[i]) + 1
-    return fit_members((fill.records[i] for i in chosen), budget)
+        if fill.groups[i] != group:
+            chosen.append(int(i))
+            total += len(fill.records[i]) + 1
+    return fit_members((fill.records[i] for i in chosen), budget), total < budget
 
 
 def fixed_targets(source: FlatSource, context: Sequence[np.ndarray]) -> list[Target]:
@@ -129,16 +130,20 @@ def scoring_windows(
     mask_prob: float,
     seed: int,
     fill: Fill | None = None,
+    fill_place: str = "random",
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray], dict]:
     """Masked single and context windows with their labels (``<mask>`` positions only).
 
     With ``fill`` the context windows are filled to ``max_length`` with unrelated proteins,
-    the homologs at a seeded random place among them, and ``info["fill_windows"]`` /
-    ``info["fill_labels"]`` hold the same windows without the homologs (the fill alone)."""
+    the homologs at a seeded random place among them (``fill_place="random"``) or right
+    before the target (``"adjacent"``), and ``info["fill_windows"]`` / ``info["fill_labels"]``
+    hold the same windows without the homologs (the fill alone)."""
+    if fill_place not in FILL_PLACES:
+        raise ConfigError(f"fill_place must be one of {', '.join(FILL_PLACES)}; got {fill_place!r}")
     ends = 2 if style == "crop" else 1
     half = max(1, max_length // 2 - ends)
     single, single_y, ctx, ctx_y = [], [], [], []
-    members = tokens = fill_tokens = 0
+    members = tokens = fill_tokens = short_fills = 0
     identical: list[bool] = []
     fill_x: list[np.ndarray] = []
     fill_y: list[np.ndarray] = []
@@ -167,8 +172,9 @@ def scoring_windows(
         if fill is not None:
             budget = max_length - len(res) - ends - sum(len(h) + 1 for h in homologs)
             rng = keyed_rng(TAG_FILL, seed, 0, index)
-            others = _draw_fill(fill, t.group, budget, rng)
-            at = int(rng.integers(len(others) + 1))
+            others, short = _draw_fill(fill, t.group, budget, rng)
+            short_fills += short
+            at = int(rng.integers(len(others) + 1)) if fill_place == "random" else len(others)
             members_in = [*others[:at], *homologs, *others[at:]]
             fill_tokens += sum(len(o) + 1 for o in others)
             fx, fstart, _ = context_window(body, others, alphabet, max_length, style=style)
@@ -194,7 +200,13 @@ def scoring_windows(
         "identical": np.array(identical, dtype=bool),
     }
     if fill is not None:
-        info |= {"mean_fill_tokens": fill_tokens / n, "fill_windows": fill_x, "fill_labels": fill_y}
+        info |= {
+            "mean_fill_tokens": fill_tokens / n,  # residues and their <sep>s
+            "fill_place": fill_place,
+            "short_fill_windows": short_fills,  # the pool ran out before max_length
+            "fill_windows": fill_x,
+            "fill_labels": fill_y,
+        }
     return single, single_y, ctx, ctx_y, info
 
 
@@ -256,6 +268,7 @@ def context_perplexity(
     unigram_log_probs: torch.Tensor | None = None,
     progress: bool = False,
     fill: Fill | None = None,
+    fill_place: str = "random",
 ) -> dict[str, Any]:
     """Score ``targets`` with and without their context (the model in eval mode on ``device``;
     ``progress``: a bar, or a line every 30 s in a log, per pass).
@@ -268,7 +281,9 @@ def context_perplexity(
     (``no_identical``).
 
     ``fill`` (see :class:`Fill`): every context window is filled to ``max_length`` with
-    unrelated proteins, the homologs among them; the same windows without the homologs are
+    unrelated proteins, the homologs among them (``fill_place``: at a random place, or
+    ``"adjacent"``, right before the target: the distance apart from the distractors;
+    ``short_fill_windows`` counts windows the pool could not fill); the same windows without the homologs are
     scored too (``with_fill_only``, and ``ratio_vs_fill``: with context / fill only), since
     unrelated proteins before a target can change its perplexity by themselves.
     """
@@ -281,6 +296,7 @@ def context_perplexity(
         mask_prob=mask_prob,
         seed=seed,
         fill=fill,
+        fill_place=fill_place,
     )
     uni = unigram_log_probs
     if uni is None:

@@ -412,6 +412,8 @@ _EVALUATE_KEYS = {
     "context_max_proteins": "context: score a seeded sample of this many proteins (unset: all)",
     "context_fill": "context=cluster: fill each window to max_length with other clusters' "
     "proteins, the homologs among them (and score the fill alone too)",
+    "context_fill_place": "context_fill=true: random (homologs anywhere among the fill) or "
+    "adjacent (right before the target)",
 }
 
 

@@ -833,11 +833,16 @@ class EvalResult:
             )
             if "with_fill_only" in c:
                 text += (
-                    f"\n    fill ({c['mean_fill_tokens']:.0f} tokens of other clusters on "
-                    f"average) without the homologs: "
+                    f"\n    fill ({c['mean_fill_tokens']:.0f} tokens of other clusters' proteins "
+                    f"and separators on average) without the homologs: "
                     f"{_num(c['with_fill_only']['perplexity'], '.3f')} (with context / fill only "
                     f"{_num(c['ratio_vs_fill'], '.3f')})"
                 )
+                if c.get("short_fill_windows"):
+                    text += (
+                        f"\n    warning: {c['short_fill_windows']:,} windows could not be filled "
+                        f"to {c['max_length']:,} tokens (too few proteins of other clusters)"
+                    )
             for key, what in (
                 ("identical", "with an identical sequence in context"),
                 ("no_identical", "without one"),
@@ -1130,10 +1135,17 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
                 unigram_log_probs=uni_logp,
                 progress=True,
                 fill=fill,
+                fill_place=cfg.context_fill_place,
             )
+        context["max_length"] = max_length
         context["source"] = (
             f"each protein's cluster, >= {cfg.context_min_members} members"
-            + (f", among other clusters' proteins to {max_length} tokens" if fill else "")
+            + (
+                f", among other clusters' proteins to {max_length} tokens"
+                + (", right before the protein" if cfg.context_fill_place == "adjacent" else "")
+                if fill
+                else ""
+            )
             if cfg.context == "cluster"
             else cfg.context
         )

@@ -169,13 +169,24 @@ def test_fill_places_the_homologs_among_other_clusters_proteins_up_to_the_window
         # the homolog once, nothing else of the target's cluster, and the same positions scored
         own = {seqs[i] for i, rid in enumerate(ids) if table[rid] == t.group}
         assert sum(seg in own for seg in parts[:-1]) == 1
+        # ... not even cut: the last fill protein may be a prefix of a record
+        assert sum(any(o.startswith(seg) for o in own) for seg in parts[:-1]) == 1
         assert segments(fx)[:-1] == [seg for seg in parts[:-1] if seg not in own]
         assert np.array_equal(y[y != -100], fy[fy != -100])
         assert (s != -100).sum() == (y != -100).sum()
         starts.append([seg in own for seg in parts].index(True))
     assert len(set(starts)) > 3  # the homolog's place varies
+    assert info["short_fill_windows"] == 0 and info["fill_place"] == "random"
     again = scoring_windows(targets, A, **kw)[2]
     assert all(np.array_equal(a, b) for a, b in zip(again, ctx, strict=True))
+    # adjacent: the same fill, the homolog always right before the target
+    _, _, near, _, near_info = scoring_windows(targets, A, **kw, fill_place="adjacent")
+    for t, x, fx, nx in zip(targets, ctx, fill_x, near, strict=True):
+        assert len(nx) == len(x) and segments(nx)[-2] == A.decode(t.context[0])
+        assert segments(nx)[:-2] == segments(fx)[:-1]
+    assert all(np.array_equal(a, b) for a, b in zip(near_info["fill_windows"], fill_x, strict=True))
+    with pytest.raises(ConfigError, match="fill_place must be one of random, adjacent"):
+        scoring_windows(targets, A, **kw, fill_place="end")
     # a model that finds the copy by content finds it anywhere in the filled window
     out = context_perplexity(
         SearchModel(), A, targets, **{k: kw[k] for k in ("max_length", "seed")}, fill=fill
@@ -188,8 +199,11 @@ def test_fill_places_the_homologs_among_other_clusters_proteins_up_to_the_window
     # a pool holding only the target's own cluster leaves the window unfilled, not looping
     lonely = FlatSource.from_strings(seqs[:2], ids=ids[:2])
     (first, _) = cluster_targets(lonely, table)
-    x = scoring_windows([first], A, **(kw | {"fill": cluster_fill(lonely, table)}))[2][0]
+    _, _, (x,), _, lonely_info = scoring_windows(
+        [first], A, **(kw | {"fill": cluster_fill(lonely, table)})
+    )
     assert len(segments(x)) == 2  # its homolog, then itself
+    assert lonely_info["short_fill_windows"] == 1
 
 
 def test_cluster_targets_use_the_other_members_and_skip_small_clusters():
@@ -227,9 +241,22 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
             clusters=str(members), context_fill=True,
         )
     )  # fmt: skip
-    assert filled.context["positions"] == c["positions"]
-    assert filled.context["with_fill_only"]["perplexity"] > 1 and filled.context["ratio_vs_fill"]
+    f = filled.context
+    assert f["positions"] == c["positions"] and f["max_length"] == 64
+    assert f["ratio_vs_fill"] == pytest.approx(
+        f["with_context"]["perplexity"] / f["with_fill_only"]["perplexity"]
+    )
+    assert f["without_context"] == c["without_context"]  # the same single-protein windows
     assert "without the homologs" in filled.format()
+    near = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
+            clusters=str(members), context_fill=True, context_fill_place="adjacent",
+        )
+    )  # fmt: skip
+    # the same fill windows, the homologs moved next to the target
+    assert near.context["with_fill_only"] == f["with_fill_only"]
+    assert near.context["fill_place"] == "adjacent" and "right before the protein" in near.format()
     homologs = write_fasta(tmp_path / "h.fasta", n=2, seed=5)
     out = evaluate(
         EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(homologs))
@@ -272,6 +299,14 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
         ({"context": "cluster", "context_max_proteins": 0}, "context_max_proteins must be"),
         ({"context": "h.fasta", "context_fill": True}, "context_fill=true needs context=cluster"),
         ({"context": "cluster", "context_fill": "yes"}, "context_fill must be true or false"),
+        (
+            {"context": "cluster", "context_fill_place": "adjacent"},
+            "context_fill_place needs context_fill=true",
+        ),
+        (
+            {"context": "cluster", "context_fill": True, "context_fill_place": "end"},
+            "context_fill_place='end' is not valid",
+        ),
     ],
 )
 def test_context_settings_are_checked(kw, message):
