@@ -64,6 +64,9 @@ class DataConfig:
     packing: str = "stream"
     # family and pairs packing: training uses only clusters of at least this many members
     min_members: int = 1
+    # family packing: interleave the members of this many families round-robin, so homologs
+    # sit ~this many proteins apart with other families between (1: members back to back)
+    family_spread: int = 1
     # pairs packing: probability that a protein's partner is itself (a copy), and which part of
     # the row is masked: all, or only the protein (its partner stays whole, as context does)
     pair_copy: float = 0.0
@@ -390,6 +393,9 @@ def validate_train_config(cfg: TrainConfig) -> None:
     if need_mode is not None and d.mode != need_mode:
         raise ConfigError(f"data.packing={d.packing} needs data.mode={need_mode}")
     _positive("data.min_members", d.min_members)
+    _positive("data.family_spread", d.family_spread)
+    if d.family_spread > 1 and d.packing != "family":
+        raise ConfigError("data.family_spread > 1 needs data.packing=family")
     if d.min_members > 1 and d.packing not in CLUSTER_PACKINGS:
         raise ConfigError("data.min_members > 1 needs data.packing=family or pairs")
     for key in ("pair_copy", "pair_alone"):

@@ -105,6 +105,9 @@ def test_every_group_option_and_experiment_composes():
     validate_train_config(compose_job("train", copy).config)
     with pytest.raises(ConfigError, match=r"data\.min_members > 1 needs data\.packing=family"):
         validate_train_config(compose_job("train", ["data.min_members=2"]).config)
+    with pytest.raises(ConfigError, match=r"data\.family_spread > 1 needs data\.packing=family"):
+        validate_train_config(compose_job("train", ["data.family_spread=4"]).config)
+    validate_train_config(compose_job("train", [*fam, "data.family_spread=4"]).config)
     with pytest.raises(ConfigError, match=r"data\.min_members must be a positive number"):
         validate_train_config(compose_job("train", [*fam, "data.min_members=0"]).config)
     pairs = compose_job("train", ["experiment=homolog_pairs", "data.clusters=c"]).config

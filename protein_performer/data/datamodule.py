@@ -180,6 +180,9 @@ class ProteinDataModule(pl.LightningDataModule):
             members (in that split) are left out of training, so that every protein but the
             first of its family has a homolog before it (a context-learning curriculum; the
             left-out proteins are logged). Validation and test keep every record. 1: keep all.
+        family_spread: family packing: interleave the members of this many consecutive
+            clusters round-robin, so a protein's homologs sit ~this many proteins away with
+            other clusters between (long-distance retrieval); 1: members back to back.
         pair_copy: pairs packing: probability that a protein's partner is itself (a copy, the
             easy case of retrieval) instead of another member of its cluster.
         pair_alone: pairs packing: probability that a training row holds the protein with no
@@ -234,6 +237,7 @@ class ProteinDataModule(pl.LightningDataModule):
         sample: str = "record",
         packing: str = "stream",
         min_members: int = 1,
+        family_spread: int = 1,
         pair_copy: float = 0.0,
         pair_alone: float = 0.0,
         pair_align: bool = False,
@@ -289,6 +293,9 @@ class ProteinDataModule(pl.LightningDataModule):
         self.sample = _choice("sample", sample, ("record", *CLUSTER_SAMPLING))
         self.packing = _choice("packing", packing, PACKINGS)
         self.min_members = _int("min_members", min_members, 1)
+        self.family_spread = _int("family_spread", family_spread, 1)
+        if self.family_spread > 1 and self.packing != "family":
+            raise ConfigError("family_spread > 1 needs packing=family")
         if self.min_members > 1 and self.packing not in CLUSTER_PACKINGS:
             raise ConfigError("min_members > 1 needs packing=family or pairs (it filters clusters)")
         for name, value in (("pair_copy", pair_copy), ("pair_alone", pair_alone)):
@@ -484,7 +491,13 @@ class ProteinDataModule(pl.LightningDataModule):
         # copy packing is a training curriculum: evaluation windows hold each protein once
         repeat = 2 if self.packing == "copy" and train else 1
         ds = ConcatWindowDataset(
-            source, self.max_length, seed=self.seed, train=train, groups=groups, repeat=repeat
+            source,
+            self.max_length,
+            seed=self.seed,
+            train=train,
+            groups=groups,
+            repeat=repeat,
+            spread=self.family_spread if groups is not None else 1,
         )
         if groups is not None:
             log.info("%s: family packing of %d clusters", split, len(groups))

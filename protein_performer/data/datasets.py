@@ -396,6 +396,10 @@ class ConcatWindowDataset(EpochDataset):
         groups: family packing: ``(n_groups,)`` arrays of record indices that together hold
             every record exactly once (None: stream packing).
         repeat: times each protein appears in a row in the stream (2: copy packing).
+        spread: family packing: interleave the members of this many consecutive families
+            (round-robin: the first member of each, then the second of each, ...), so a
+            protein's homologs sit about ``spread`` proteins away instead of next to it, with
+            other families' proteins between (1: members back to back).
     """
 
     def __init__(
@@ -409,11 +413,17 @@ class ConcatWindowDataset(EpochDataset):
         keep_tail: bool | None = None,
         groups: list[np.ndarray] | None = None,
         repeat: int = 1,
+        spread: int = 1,
     ) -> None:
         super().__init__(source, seed=seed, train=train)
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
             raise ConfigError(f"repeat must be an integer >= 1, got {repeat!r}")
+        if isinstance(spread, bool) or not isinstance(spread, int) or spread < 1:
+            raise ConfigError(f"spread must be an integer >= 1, got {spread!r}")
+        if spread > 1 and groups is None:
+            raise ConfigError("spread > 1 needs family packing (groups)")
         self.repeat = int(repeat)
+        self.spread = int(spread)
         if int(max_length) < 2:
             raise ConfigError(f"max_length must be >= 2 for concat mode, got {max_length}")
         self.max_length = int(max_length)
@@ -470,7 +480,13 @@ class ConcatWindowDataset(EpochDataset):
                 rng = keyed_rng(TAG_ORDER, self.seed, epoch)
                 rank = rng.permutation(int(self.group_of.max()) + 1)
                 # members of a group together (groups in `rank` order), shuffled inside it
-                order = np.lexsort((rng.random(len(self.source)), rank[self.group_of]))
+                group_rank = rank[self.group_of]
+                order = np.lexsort((rng.random(len(self.source)), group_rank))
+                if self.spread > 1:
+                    # round-robin over blocks of `spread` groups: (block, member number, group)
+                    g = group_rank[order]  # ascending
+                    member = np.arange(len(g)) - np.searchsorted(g, g, side="left")
+                    order = order[np.lexsort((g, member, g // self.spread))]
                 seg = seg[order]
             elif self.train:
                 order = keyed_rng(TAG_ORDER, self.seed, epoch).permutation(len(self.source))

@@ -333,6 +333,7 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
         sample=d.sample,
         packing=d.packing,
         min_members=d.min_members,
+        family_spread=d.family_spread,
         pair_copy=d.pair_copy,
         pair_alone=d.pair_alone,
         pair_align=cfg.align.weight > 0,

@@ -507,6 +507,18 @@ def test_min_members_keeps_only_families_that_size_in_training_windows():
         ProteinDataModule(train_source=src, min_members=2, mode="concat")
     with pytest.raises(ConfigError, match="min_members"):
         ProteinDataModule(train_source=src, min_members=0, **kw)
+    # family_spread interleaves the two families kept: a c a c a (or c a c a a)
+    spread = ProteinDataModule(
+        train_source=src, val_source=src, min_members=2, family_spread=2, **kw
+    )
+    spread.setup("fit")
+    fam = [
+        spread.datasets["train"].source.ids[int(r)][0] for r in spread.datasets["train"].order(0)
+    ]
+    assert fam in (list("acaca"), list("cacaa"))
+    assert spread.datasets["val"].spread == 2
+    with pytest.raises(ConfigError, match="family_spread > 1 needs packing=family"):
+        ProteinDataModule(train_source=src, family_spread=2, mode="concat")
 
 
 def test_pairs_packing_trains_on_pairs_and_evaluates_single_proteins():

@@ -307,6 +307,48 @@ def test_family_packing_window_starts_with_one_family():
         assert set(w) - {"|"} in families and w.endswith("|")
 
 
+def test_family_spread_interleaves_blocks_of_families_round_robin():
+    sizes = [5, 1, 3, 8, 2, 4, 6]
+    src = random_source(sum(sizes), 3, 30, seed=1)
+    groups = family_groups(sizes, seed=2)
+    group_of = {int(r): g for g, members in enumerate(groups) for r in members}
+    plain = ConcatWindowDataset(src, max_length=24, seed=7, groups=groups)
+    spread = ConcatWindowDataset(src, max_length=24, seed=7, groups=groups, spread=3)
+    for e in range(2):
+        before, after = plain.order(e), spread.order(e)
+        assert sorted(after.tolist()) == list(range(sum(sizes)))  # each protein once
+        check_windows(spread, reference_stream(src, after), e)
+        # the same families in the same order, taken three at a time
+        families = list(dict.fromkeys(group_of[int(r)] for r in before))
+        at = 0
+        for b in range(0, len(families), 3):
+            block = families[b : b + 3]
+            n = sum(sizes[g] for g in block)
+            got = [int(r) for r in after[at : at + n]]
+            assert {group_of[r] for r in got} == set(block)
+            # round-robin: member k of every family of the block before any member k + 1 ...
+            for g in block:
+                members = [r for r in before if group_of[int(r)] == g]  # shuffled order kept
+                assert [r for r in got if group_of[r] == g] == [int(r) for r in members]
+            rounds = [[q for q in got if group_of[q] == group_of[r]].index(r) for r in got]
+            assert rounds == sorted(rounds)
+            # ... and the families in their order inside each round
+            for k in set(rounds):
+                fam = [
+                    families.index(group_of[r]) for r, q in zip(got, rounds, strict=True) if q == k
+                ]
+                assert fam == sorted(fam)
+            at += n
+    assert (
+        ConcatWindowDataset(src, max_length=24, seed=7, groups=groups, spread=1).order(0).tolist()
+        == plain.order(0).tolist()
+    )
+    with pytest.raises(ConfigError, match="spread must be an integer >= 1"):
+        ConcatWindowDataset(src, max_length=24, groups=groups, spread=0)
+    with pytest.raises(ConfigError, match="spread > 1 needs family packing"):
+        ConcatWindowDataset(src, max_length=24, spread=2)
+
+
 @pytest.mark.parametrize(
     "groups, match",
     [
