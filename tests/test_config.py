@@ -107,7 +107,11 @@ def test_every_group_option_and_experiment_composes():
         validate_train_config(compose_job("train", ["data.min_members=2"]).config)
     with pytest.raises(ConfigError, match=r"data\.family_spread > 1 needs data\.packing=family"):
         validate_train_config(compose_job("train", ["data.family_spread=4"]).config)
-    validate_train_config(compose_job("train", [*fam, "data.family_spread=4"]).config)
+    spread = compose_job("train", [*fam, "data.family_spread=4"]).config
+    validate_train_config(spread)
+    from protein_performer.training.run import build_datamodule
+
+    assert build_datamodule(spread).family_spread == 4  # the setting reaches the data
     with pytest.raises(ConfigError, match=r"data\.min_members must be a positive number"):
         validate_train_config(compose_job("train", [*fam, "data.min_members=0"]).config)
     pairs = compose_job("train", ["experiment=homolog_pairs", "data.clusters=c"]).config

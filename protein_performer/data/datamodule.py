@@ -497,7 +497,7 @@ class ProteinDataModule(pl.LightningDataModule):
             train=train,
             groups=groups,
             repeat=repeat,
-            spread=self.family_spread if groups is not None else 1,
+            spread=self.family_spread,  # > 1 only with family packing (checked above)
         )
         if groups is not None:
             log.info("%s: family packing of %d clusters", split, len(groups))

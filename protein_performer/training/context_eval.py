@@ -283,8 +283,9 @@ def context_perplexity(
     ``fill`` (see :class:`Fill`): every context window is filled to ``max_length`` with
     unrelated proteins, the homologs among them (``fill_place``: at a random place, or
     ``"adjacent"``, right before the target: the distance apart from the distractors;
-    ``short_fill_windows`` counts windows the pool could not fill); the same windows without the homologs are
-    scored too (``with_fill_only``, and ``ratio_vs_fill``: with context / fill only), since
+    ``short_fill_windows`` counts windows the pool could not fill); the same windows without
+    the homologs are scored too (``with_fill_only``, and ``ratio_vs_fill``: with context /
+    fill only), since
     unrelated proteins before a target can change its perplexity by themselves.
     """
     device = torch.device(device)

@@ -247,7 +247,10 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
         f["with_context"]["perplexity"] / f["with_fill_only"]["perplexity"]
     )
     assert f["without_context"] == c["without_context"]  # the same single-protein windows
-    assert "without the homologs" in filled.format()
+    assert "without the homologs" in filled.format() and "warning" not in filled.format()
+    filled.context["short_fill_windows"] = 3  # as a pool too small to fill would report
+    assert "warning: 3 windows could not be filled to 64 tokens" in filled.format()
+    filled.context["short_fill_windows"] = 0
     near = evaluate(
         EvalConfig(
             checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
