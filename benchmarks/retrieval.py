@@ -214,8 +214,12 @@ def distill_maps(student, teacher, rng, families, train, args) -> list[float]:
             x = teacher.blocks[i].norm1(hidden[i])
             for h in range(student.config.local_heads, student.config.heads):
                 with torch.no_grad():
-                    target = teacher.blocks[i].attn.head_attention(x, h, pad, rotary)
-                rows = student.blocks[i].attn.head_attention(x, h, pad, rotary)
+                    target = teacher.blocks[i].attn.head_attention(
+                        x, h, pad, teacher.layer_rotary(i, rotary)
+                    )
+                rows = student.blocks[i].attn.head_attention(
+                    x, h, pad, student.layer_rotary(i, rotary)
+                )
                 ce = -(target * torch.log(rows.clamp_min(1e-30))).sum(-1)
                 loss = loss + ce[valid].mean()
         loss = loss / (len(layers) * (student.config.heads - student.config.local_heads))

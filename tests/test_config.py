@@ -273,6 +273,17 @@ def test_evaluate_config_accepts_one_or_several_fasta_files():
     assert "choose one of: performer_relu, performer_softmax, taylor, hedgehog, transformer" in msg
 
 
+def test_nope_layers_compose_from_the_command_line():
+    job = compose_job("train", ["model.position=rotary", "model.nope_layers=[-1]"])
+    assert job.config.model.nope_layers == [-1]
+    assert not job.config.model.layer_rotary(job.config.model.depth - 1)
+    assert job.config.model.layer_rotary(0)
+    assert _error(["model.position=rotary", "model.nope_layers=[9]"]).startswith(
+        "model.nope_layers must list layer"
+    )
+    assert "needs model.position=rotary" in _error(["model.nope_layers=[0]"])
+
+
 def test_exact_layers_compose_from_the_command_line():
     job = compose_job("train", ["model=performer_softmax", "model.exact_layers=[-1]"])
     assert job.config.model.exact_layers == [-1]

@@ -51,6 +51,14 @@ class ModelConfig:
     Linear in L for every kind; initialised to the identity. ``checkpointing`` recomputes each
     block's activations in the backward pass (activation checkpointing: less memory for long
     windows, about one more forward in time).
+
+    ``nope_layers`` (with ``position="rotary"``) lists layers whose queries and keys are not
+    rotated (no positional encoding, "NoPE"): their scores depend on content only, so a match
+    scores the same at any distance. Rotary scores between equal contents fall with distance
+    in all but the slowest frequencies (with head size 32, only 2 of 16 frequency pairs turn by
+    less than a quarter turn over 4,000 positions), which makes a content lookup thousands of
+    tokens back nearly impossible in a rotary layer. Order still reaches such a layer through the rotary
+    layers below it and ``qkv_conv``.
     """
 
     attention: str = "performer_relu"
@@ -69,6 +77,7 @@ class ModelConfig:
     local_window: int = 64
     exact_layers: list[int] = field(default_factory=list)
     qkv_conv: int = 0
+    nope_layers: list[int] = field(default_factory=list)
     checkpointing: bool = False
 
     @property
@@ -92,6 +101,12 @@ class ModelConfig:
         ``attention`` elsewhere."""
         exact = {i % self.depth for i in self.exact_layers}
         return "transformer" if layer % self.depth in exact else self.attention
+
+    def layer_rotary(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) rotates queries and keys (rotary positions, not in
+        ``nope_layers``)."""
+        nope = {i % self.depth for i in self.nope_layers}
+        return self.position == "rotary" and layer % self.depth not in nope
 
     def layer_kinds(self) -> list[str]:
         """The attention kind of each layer, first to last."""
@@ -134,21 +149,13 @@ class ModelConfig:
             raise ConfigError(
                 f"{prefix}.qkv_conv must be a kernel size >= 0 (0 = off, e.g. 3); got {conv!r}"
             )
-        layers = self.exact_layers
-        if not isinstance(layers, (list, tuple)):
+        _check_layers(f"{prefix}.exact_layers", self.exact_layers, self.depth)
+        _check_layers(f"{prefix}.nope_layers", self.nope_layers, self.depth)
+        if self.nope_layers and self.position != "rotary":
             raise ConfigError(
-                f"{prefix}.exact_layers must be a list of layer numbers, e.g. [-1] (got {layers!r})"
+                f"{prefix}.nope_layers needs {prefix}.position=rotary (learned positions are "
+                f"added to the input, not per layer); got position={self.position!r}"
             )
-        layers = list(layers)
-        if any(isinstance(i, bool) or not isinstance(i, int) for i in layers) or not all(
-            -self.depth <= i < self.depth for i in layers
-        ):
-            raise ConfigError(
-                f"{prefix}.exact_layers must list layer numbers in {-self.depth}..{self.depth - 1} "
-                f"({prefix}.depth={self.depth}; negative counts from the end); got {layers!r}"
-            )
-        if len({i % self.depth for i in layers}) != len(layers):
-            raise ConfigError(f"{prefix}.exact_layers names a layer twice: {layers!r}")
         if self.redraw_interval < 0:
             raise ConfigError(
                 f"{prefix}.redraw_interval must be >= 0 (0 = never redraw; got {self.redraw_interval})"
@@ -164,6 +171,22 @@ class ModelConfig:
         if unknown:
             raise ConfigError(f"unknown model config keys: {', '.join(unknown)}")
         return cls(**d)
+
+
+def _check_layers(key: str, layers: object, depth: int) -> None:
+    """A list of distinct layer numbers in ``-depth..depth-1`` (negative: from the end)."""
+    if not isinstance(layers, (list, tuple)):
+        raise ConfigError(f"{key} must be a list of layer numbers, e.g. [-1] (got {layers!r})")
+    layers = list(layers)
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in layers) or not all(
+        -depth <= i < depth for i in layers
+    ):
+        raise ConfigError(
+            f"{key} must list layer numbers in {-depth}..{depth - 1} "
+            f"({key.rsplit('.', 1)[0]}.depth={depth}; negative counts from the end); got {layers!r}"
+        )
+    if len({i % depth for i in layers}) != len(layers):
+        raise ConfigError(f"{key} names a layer twice: {layers!r}")
 
 
 def _choice(key: str, value: object, choices: tuple[str, ...]) -> None:

@@ -85,6 +85,12 @@ class ProteinLM(nn.Module):
     def favor_modules(self) -> list[FavorAttention]:
         return [m for m in self.modules() if isinstance(m, FavorAttention)]
 
+    def layer_rotary(
+        self, layer: int, rotary: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The rotary tables for ``layer``: None in ``model.nope_layers``."""
+        return rotary if self.config.layer_rotary(layer) else None
+
     def _check_length(self, n: int) -> None:
         if n > self.config.max_len and self.rotary is None:
             raise ConfigError(
@@ -120,13 +126,14 @@ class ProteinLM(nn.Module):
         for i, block in enumerate(self.blocks):
             if i > last:
                 return
+            r = self.layer_rotary(i, rotary)
             if i in wanted:
                 rows = block.attn.attention_rows(
-                    block.norm1(x), key_padding_mask, rotary, heads=heads, chunk_size=chunk_size
+                    block.norm1(x), key_padding_mask, r, heads=heads, chunk_size=chunk_size
                 )
                 for start, weights in rows:
                     yield i, start, weights
-            x, _ = block(x, key_padding_mask, rotary)
+            x, _ = block(x, key_padding_mask, r)
 
     def forward(
         self,
@@ -161,16 +168,17 @@ class ProteinLM(nn.Module):
         recompute = self.config.checkpointing and self.training and torch.is_grad_enabled()
         probed = None
         for i, block in enumerate(self.blocks):
+            r = self.layer_rotary(i, rotary)
             if probe is not None and i == probe[0] % len(self.blocks):
                 probed = block.attn.head_attention(
-                    block.norm1(x), probe[1] % self.config.heads, key_padding_mask, rotary
+                    block.norm1(x), probe[1] % self.config.heads, key_padding_mask, r
                 )
             if recompute and not return_attentions:
                 # activation checkpointing: keep only the block's input, recompute the rest in
                 # backward (RNG state replayed, so dropout masks and gradients are unchanged)
-                x, weights = checkpoint(block, x, key_padding_mask, rotary, use_reentrant=False)
+                x, weights = checkpoint(block, x, key_padding_mask, r, use_reentrant=False)
             else:
-                x, weights = block(x, key_padding_mask, rotary, need_weights=return_attentions)
+                x, weights = block(x, key_padding_mask, r, need_weights=return_attentions)
             if attentions is not None:
                 attentions.append(weights)
             if hidden is not None:

@@ -284,11 +284,18 @@ def check_resume_compatible(
             diff.append(
                 f"model.{name}: checkpoint {stored.get(name)!r}, config {getattr(config, name)!r}"
             )
-    kinds = ModelConfig.from_dict(dict(stored)).layer_kinds()
+    stored_config = ModelConfig.from_dict(dict(stored))
+    kinds = stored_config.layer_kinds()
     if kinds != config.layer_kinds() and not diff:
         diff.append(
             f"model.exact_layers: checkpoint {stored.get('exact_layers', [])!r}, config "
             f"{list(config.exact_layers)!r}"
+        )
+    if [stored_config.layer_rotary(i) for i in range(config.depth)] != [
+        config.layer_rotary(i) for i in range(config.depth)
+    ] and not diff:
+        diff.append(
+            f"model.nope_layers: checkpoint {stored.get('nope_layers', [])!r}, config {list(config.nope_layers)!r}"
         )
     if meta.get("objective") != objective:
         diff.append(f"objective: checkpoint {meta.get('objective')!r}, config {objective!r}")

@@ -592,6 +592,8 @@ def _print_header(
     )
     if m.exact_layers:
         shape += f", exact attention in layers {list(m.exact_layers)}"
+    if m.nope_layers:
+        shape += f", no rotary positions in layers {list(m.nope_layers)}"
     if m.qkv_conv:
         shape += f", q/k/v convolution over {m.qkv_conv}"
     steps = f"{t.max_steps:,} steps" + (

@@ -351,6 +351,69 @@ def test_kind_label_names_the_exact_layers():
     assert tiny_config(exact_layers=[-1]).kind_label == "performer_relu+exact[-1]"
 
 
+# ---- nope_layers: layers without rotary positions ---------------------------------------------
+@pytest.mark.parametrize("attention", ["transformer", "performer_softmax"])
+def test_nope_layers_skip_the_rotation_and_only_there(attention):
+    torch.manual_seed(0)
+    cfg = dict(position="rotary", depth=3)
+    mixed = ProteinLM(tiny_config(attention, nope_layers=[-1], **cfg), V).double().eval()
+    with torch.no_grad():  # far from uniform attention, where positions hardly matter
+        for block in mixed.blocks:
+            block.attn.qkv.weight.mul_(10.0)
+    rotary = ProteinLM(tiny_config(attention, **cfg), V).double().eval()
+    rotary.load_state_dict(mixed.state_dict())  # same shapes: weights move freely
+    assert [mixed.config.layer_rotary(i) for i in range(3)] == [True, True, False]
+    ids = random_ids(2, 17)
+    ids[1, 12:] = ALPHABET.pad_idx
+    pad = ids == ALPHABET.pad_idx
+    hidden = mixed(ids, return_hidden=True)["hidden_states"]
+    tables = rotary.rotary(17, ids.device, torch.float64)
+    for i in range(3):  # layers 0, 1 as in the rotary model; layer 2 with no rotation
+        want, _ = rotary.blocks[i](hidden[i], pad, tables if i < 2 else None)
+        torch.testing.assert_close(hidden[i + 1], want, rtol=1e-10, atol=1e-10)
+    other, _ = rotary.blocks[2](hidden[2], pad, tables)
+    assert (other - hidden[3]).abs().max() > 1e-3  # the rotation did matter there
+    # the attention the analysis extracts is the one the forward pass used
+    forward = mixed(ids, return_attentions=True)["attentions"]
+    rows = torch.cat([r for layer, _, r in mixed.iter_attention(ids, layers=[2], chunk_size=5)], 2)
+    torch.testing.assert_close(rows, forward[2], rtol=1e-8, atol=1e-10)
+    probe = mixed(ids, probe=(2, 1))["probe_attention"]
+    torch.testing.assert_close(probe, forward[2][:, 1], rtol=1e-8, atol=1e-10)
+
+
+def test_a_model_with_every_layer_nope_is_permutation_equivariant():
+    # no positions anywhere (and no convolution): moving tokens moves their predictions, so a
+    # content match scores the same at any distance
+    torch.manual_seed(0)
+    model = (
+        ProteinLM(tiny_config("transformer", position="rotary", nope_layers=[0, 1]), V)
+        .double()
+        .eval()
+    )
+    with torch.no_grad():  # sharp attention, where positions would show
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(10.0)
+    ids = random_ids(1, 20)
+    perm = torch.randperm(20, generator=torch.Generator().manual_seed(1))
+    logits = model(ids)["logits"]
+    torch.testing.assert_close(model(ids[:, perm])["logits"], logits[:, perm])
+    rotary = ProteinLM(tiny_config("transformer", position="rotary"), V).double().eval()
+    rotary.load_state_dict(model.state_dict())
+    moved = rotary(ids[:, perm])["logits"] - rotary(ids)["logits"][:, perm]
+    assert moved.abs().max() > 1e-3  # with rotary positions it is not
+
+
+def test_nope_layers_are_validated():
+    for bad in ([2], [-3], [0, -2], [True], ["1"], 1, None):
+        with pytest.raises(ConfigError, match=r"model\.nope_layers"):
+            ProteinLM(tiny_config(position="rotary", nope_layers=bad), V)
+    with pytest.raises(ConfigError, match=r"model\.nope_layers needs model\.position=rotary"):
+        ProteinLM(tiny_config(position="learned", nope_layers=[-1]), V)
+    restored = ModelConfig.from_dict(tiny_config(position="rotary", nope_layers=[-1]).to_dict())
+    assert [restored.layer_rotary(i) for i in range(2)] == [True, False]
+    assert not tiny_config(position="learned").layer_rotary(0)
+
+
 # ---- qkv_conv: a depthwise convolution over positions on queries, keys and values -------------
 def _conv_pair(attention: str, causal: bool) -> tuple[ProteinLM, ProteinLM]:
     """(plain, with qkv_conv=3) sharing every other weight, float64, eval."""

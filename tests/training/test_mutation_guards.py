@@ -142,6 +142,23 @@ def test_load_weights_refuses_tensors_of_another_shape(change, key):
         torch.testing.assert_close(v, before[k], rtol=0, atol=0)
 
 
+def test_resume_check_refuses_other_nope_layers():
+    rotary = ProteinLM(tiny_model_config("performer_relu", position="rotary"), len(ALPHABET))
+    meta = make_metadata(rotary, ALPHABET, "mlm")
+    nope = tiny_model_config("performer_relu", position="rotary", nope_layers=[-1])
+    with pytest.raises(
+        ConfigError, match=r"cannot resume from a\.ckpt: .*model\.nope_layers: checkpoint \[\]"
+    ):
+        check_resume_compatible(meta, nope, ALPHABET, "mlm", "a.ckpt")
+    # -1 and the last layer's number are the same model; an old checkpoint has no such key
+    nope_meta = make_metadata(ProteinLM(nope, len(ALPHABET)), ALPHABET, "mlm")
+    last = nope.depth - 1
+    same = tiny_model_config("performer_relu", position="rotary", nope_layers=[last])
+    check_resume_compatible(nope_meta, same, ALPHABET, "mlm", "a.ckpt")
+    del meta["model"]["nope_layers"]
+    check_resume_compatible(meta, rotary.config, ALPHABET, "mlm", "a.ckpt")
+
+
 def test_resume_check_refuses_other_exact_layers():
     _, meta = _meta()
     hybrid = ProteinLM(tiny_model_config("performer_relu", exact_layers=[-1]), len(ALPHABET))
