@@ -73,6 +73,9 @@ class DataConfig:
     pair_mask: str = "all"
     # pairs packing: probability that a training row holds the protein with no partner
     pair_alone: float = 0.0
+    # pairs packing: fill each row to max_length with other clusters' proteins, the partner at
+    # a random place among them (the layout of evaluate context_fill=true)
+    pair_fill: bool = False
     max_length: int = 1024
     toks_per_batch: int = 16384
     batch_size: int | None = None
@@ -403,9 +406,12 @@ def validate_train_config(cfg: TrainConfig) -> None:
         if isinstance(value, bool) or not 0.0 <= value <= 1.0:
             raise ConfigError(f"data.{key} must be a number in [0, 1] (got {value!r})")
     _choice("data.pair_mask", d.pair_mask, PAIR_MASKS)
-    if d.packing != "pairs" and (d.pair_copy or d.pair_alone or d.pair_mask != "all"):
+    if d.packing != "pairs" and (
+        d.pair_copy or d.pair_alone or d.pair_mask != "all" or d.pair_fill
+    ):
         raise ConfigError(
-            "data.pair_copy, data.pair_alone and data.pair_mask need data.packing=pairs"
+            "data.pair_copy, data.pair_alone, data.pair_mask and data.pair_fill need "
+            "data.packing=pairs"
         )
     if d.packing == "pairs" and d.sample != "record":
         raise ConfigError(
@@ -418,6 +424,11 @@ def validate_train_config(cfg: TrainConfig) -> None:
     if a.weight > 0:
         if d.packing != "pairs" or cfg.objective != "mlm":
             raise ConfigError("align.weight > 0 needs data.packing=pairs and objective=mlm")
+        if d.pair_fill:
+            raise ConfigError(
+                "align.weight > 0 does not work with data.pair_fill=true (it aligns rows of "
+                "two proteins)"
+            )
         for key, value, size in (
             ("layer", a.layer, cfg.model.depth),
             ("head", a.head, cfg.model.heads),

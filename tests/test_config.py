@@ -133,7 +133,8 @@ def test_every_group_option_and_experiment_composes():
             compose_job("train", ["data.packing=pairs", "data.mode=concat"]).config
         )
     with pytest.raises(
-        ConfigError, match=r"data\.pair_copy, data\.pair_alone and data\.pair_mask need"
+        ConfigError,
+        match=r"data\.pair_copy, data\.pair_alone, data\.pair_mask and data\.pair_fill need",
     ):
         validate_train_config(compose_job("train", ["data.pair_mask=protein"]).config)
     with pytest.raises(ConfigError, match=r"data\.packing=pairs needs data\.clusters"):
@@ -282,6 +283,27 @@ def test_nope_layers_compose_from_the_command_line():
         "model.nope_layers must list layer"
     )
     assert "needs model.position=rotary" in _error(["model.nope_layers=[0]"])
+
+
+def test_scalable_softmax_and_pair_fill_compose_from_the_command_line():
+    job = compose_job(
+        "train",
+        [
+            "experiment=homolog_pairs",
+            "data.clusters=c.tsv",
+            "model.scalable_softmax=2048",
+            "data.pair_fill=true",
+            "data.max_length=2048",
+        ],
+    )
+    assert job.config.model.scalable_softmax == 2048 and job.config.data.pair_fill
+    assert "applies to exact global heads" in _error(
+        ["model=performer_relu", "model.scalable_softmax=512"]
+    )
+    assert "need data.packing=pairs" in _error(["data.pair_fill=true"])
+    assert "does not work with data.pair_fill" in _error(
+        ["experiment=homolog_pairs", "data.clusters=c.tsv", "data.pair_fill=true", "align.weight=1"]
+    )
 
 
 def test_exact_layers_compose_from_the_command_line():

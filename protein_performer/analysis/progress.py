@@ -47,7 +47,7 @@ class LineProgress:
         self._shown = self.n
         of = f"/{self.total:,}" if self.total else ""
         print(
-            f"{self.desc}: {self.n:,}{of} {self.unit}s, {now - self._t0:.0f} s",
+            f"{self.desc}: {self.n:,}{of} {_plural(self.unit)}, {now - self._t0:.0f} s",
             file=self.stream,
             flush=True,
         )
@@ -81,3 +81,8 @@ def progress(
     if sys.stderr.isatty():
         return tqdm(iterable, total=total, desc=desc, unit=unit, leave=False)
     return LineProgress(iterable, total, desc, unit)
+
+
+def _plural(unit: str) -> str:
+    """``batch`` -> ``batches``, ``protein`` -> ``proteins``."""
+    return unit + ("es" if unit.endswith(("s", "x", "ch", "sh")) else "s")

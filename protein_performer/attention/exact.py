@@ -2,8 +2,40 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
+
+
+def length_scale(
+    lq: int,
+    lk: int,
+    base: int,
+    *,
+    causal: bool = False,
+    key_padding_mask: torch.Tensor | None = None,
+    batch: int = 1,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Scalable-Softmax's factor ``log(n) / log(base)`` for the scores of each query, ``n`` the
+    number of keys it sees (non-padded; causal: up to itself): ``(B, 1, Lq, 1)``, or
+    ``(B, 1, 1, 1)`` when every query sees the same keys. 1 where ``n == base``.
+
+    Why: the weight a fixed score margin buys a match among n unrelated keys falls as 1/n, so
+    a lookup learned in short windows fades among thousands of keys; with the scores scaled by
+    ``log(n) / log(base)`` a margin ``d`` gives the match ``n^a / (n^a + n)``,
+    ``a = d / log(base)``, which holds or grows with n once ``d >= log(base)``
+    (Scalable-Softmax, Nakanishi 2025)."""
+    if key_padding_mask is None:
+        visible = torch.ones(batch, lk, device=device)
+    else:
+        visible = (~key_padding_mask.bool()).float()  # (B, Lk)
+    # causal: query i sees keys 0..i (top-left aligned, like is_causal=True): (B, Lq, 1)
+    seen = torch.cumsum(visible, -1)[:, :lq, None] if causal else visible.sum(-1)[:, None, None]
+    factor = torch.log(seen.clamp(min=1.0)) / math.log(base)
+    return factor[:, None].to(dtype)
 
 
 def exact_attention(
@@ -12,14 +44,27 @@ def exact_attention(
     v: torch.Tensor,
     causal: bool = False,
     key_padding_mask: torch.Tensor | None = None,
+    length_base: int = 0,
 ) -> torch.Tensor:
     """``softmax(q kᵀ / sqrt(D)) v`` via ``scaled_dot_product_attention``.
 
     ``q``: ``(B, H, Lq, D)``, ``k``: ``(B, H, Lk, D)``, ``v``: ``(B, H, Lk, Dv)`` ->
     ``(B, H, Lq, Dv)``. ``key_padding_mask``: ``(B, Lk)`` bool, True = padded key (ignored).
     A query row with no visible key (all its keys padded) returns zeros, with zero
-    gradient, instead of NaN.
+    gradient, instead of NaN. ``length_base`` > 1: Scalable-Softmax, the scores of each query
+    times ``log(n) / log(length_base)`` (:func:`length_scale`).
     """
+    if length_base:
+        q = q * length_scale(
+            q.shape[-2],
+            k.shape[-2],
+            length_base,
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            batch=q.shape[0],
+            device=q.device,
+            dtype=q.dtype,
+        )
     if key_padding_mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     lq, lk = q.shape[-2], k.shape[-2]

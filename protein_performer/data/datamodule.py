@@ -191,6 +191,8 @@ class ProteinDataModule(pl.LightningDataModule):
             aligned to each of the protein's residues), for an attention-supervision loss.
         pair_mask: pairs packing: ``all`` (mask the whole row) or ``protein`` (mask only the
             protein after its partner: the partner stays whole, as context does at evaluation).
+        pair_fill: pairs packing: fill each row with a partner to ``max_length`` with proteins
+            of other clusters, the partner at a random place among them (rows alone stay alone).
         crop: crop mode's treatment of proteins longer than ``max_length``: ``random`` (one
             seeded window each) or ``sliding`` (cut into consecutive windows: every residue
             is in exactly one item).
@@ -242,6 +244,7 @@ class ProteinDataModule(pl.LightningDataModule):
         pair_alone: float = 0.0,
         pair_align: bool = False,
         pair_mask: str = "all",
+        pair_fill: bool = False,
     ) -> None:
         super().__init__()
         self.files = _paths("files", files)
@@ -311,6 +314,11 @@ class ProteinDataModule(pl.LightningDataModule):
         if self.pair_align and self.packing != "pairs":
             raise ConfigError("pair_align needs packing=pairs (it aligns each row's two proteins)")
         self.pair_mask = _choice("pair_mask", pair_mask, PAIR_MASKS)
+        self.pair_fill = bool(pair_fill)
+        if self.pair_fill and self.packing != "pairs":
+            raise ConfigError("pair_fill needs packing=pairs (it fills the rows of pairs)")
+        if self.pair_fill and self.pair_align:
+            raise ConfigError("pair_fill does not work with pair_align (rows of two proteins)")
         self.clusters = clusters
         self._cluster_of: Mapping[str, str] | None = None
         need_mode = PACKING_MODE.get(self.packing)
@@ -461,17 +469,19 @@ class ProteinDataModule(pl.LightningDataModule):
                 alone_prob=self.pair_alone,
                 align=self.pair_align,
                 mask=self.pair_mask,
+                fill=self.pair_fill,
                 seed=self.seed,
                 train=train,
             )
             log.info(
                 "%s: %d proteins in %d clusters, each after a partner (pair_copy=%g, "
-                "pair_alone=%g; %d with no other member are paired with themselves)",
+                "pair_alone=%g%s; %d with no other member are paired with themselves)",
                 split,
                 len(source),
                 len(groups),
                 self.pair_copy,
                 self.pair_alone,
+                ", among other clusters' proteins to max_length" if self.pair_fill else "",
                 ds.n_alone,
             )
             return ds

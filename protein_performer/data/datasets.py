@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import Dataset
 
 from protein_performer.data.alignment import aligned_positions
-from protein_performer.data.context import MIN_CONTEXT_RESIDUES, context_window
+from protein_performer.data.context import MIN_CONTEXT_RESIDUES, context_window, fit_members
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
 
@@ -246,6 +246,10 @@ class PairDataset(CropDataset):
             BLOSUM62 alignment, :func:`~protein_performer.data.alignment.aligned_positions`),
             ``-1`` elsewhere: the target of an attention-supervision loss.
         mask: ``"all"`` or ``"protein"``: which part of the row the collator masks.
+        fill: fill every row that has a partner to ``max_length`` tokens with proteins of other
+            groups (drawn at random from ``(seed, epoch, index)``, the last cut to fit), the
+            partner at a random place among them: the layout of ``evaluate context_fill=true``,
+            where the partner has to be found among unrelated proteins. Rows alone stay alone.
         seed: seed of partners, crops and (through the collator) masks.
         train: a fresh draw every epoch (True) or the epoch-0 draw (False).
     """
@@ -260,12 +264,16 @@ class PairDataset(CropDataset):
         alone_prob: float = 0.0,
         align: bool = False,
         mask: str = "all",
+        fill: bool = False,
         seed: int = 0,
         train: bool = True,
     ) -> None:
         if mask not in PAIR_MASKS:
             raise ConfigError(f"mask must be one of {', '.join(PAIR_MASKS)}, got {mask!r}")
+        if fill and align:
+            raise ConfigError("align needs rows of two proteins; it does not work with fill")
         self.mask = mask
+        self.fill = bool(fill)
         # the partner's budget is at least max_length - max_length // 2 tokens; below this a
         # partner of MIN_CONTEXT_RESIDUES would not fit and rows would hold the protein alone
         shortest = 2 * MIN_CONTEXT_RESIDUES + 1
@@ -288,6 +296,12 @@ class PairDataset(CropDataset):
         # batching packs by these lengths: target (at most half) + the longest partner + 3
         bound = np.minimum(source.lengths, self.half) + longest[self.group_of] + 3
         self.lengths = np.minimum(bound, self.max_length).astype(np.int64)
+        if self.fill:
+            if len(self.groups) < 2:
+                raise ConfigError(
+                    "fill needs proteins of at least two groups (fill is from others)"
+                )
+            self.lengths[:] = self.max_length
         self.n_alone = int(sum(len(g) for g in self.groups if len(g) == 1))
 
     def partner(self, index: int, epoch: int) -> int:
@@ -318,6 +332,8 @@ class PairDataset(CropDataset):
         first = int(rng.integers(0, n - keep + 1))
         anchor = first / (n - keep) if n > keep else 0.0
         partners = [] if self.alone(index, epoch) else [self.source[self.partner(index, epoch)]]
+        if self.fill and partners:
+            partners = self._filled(index, epoch, partners[0], keep, anchor)
         tokens, start, _ = context_window(
             residues[first : first + keep],
             partners,
@@ -326,6 +342,27 @@ class PairDataset(CropDataset):
             anchor=anchor,
         )
         return tokens, start, keep
+
+    def _filled(
+        self, index: int, epoch: int, partner: np.ndarray, keep: int, anchor: float
+    ) -> list[np.ndarray]:
+        """The partner (cut to fit as :func:`context_window` would) at a random place among
+        proteins of other groups that fill the row to ``max_length``."""
+        budget = self.max_length - keep - 2  # <cls> ... <eos> around the target
+        partner_fit = fit_members([partner], budget, anchor=anchor)
+        budget -= sum(len(p) + 1 for p in partner_fit)
+        rng = keyed_rng(TAG_FILL, self.seed, epoch, index)
+        own = self.group_of[index]
+        drawn: list[np.ndarray] = []
+        total = 0
+        while total < budget:
+            other = int(rng.integers(len(self.source)))
+            if self.group_of[other] != own:
+                drawn.append(self.source[other])
+                total += len(drawn[-1]) + 1
+        others = fit_members(drawn, budget)
+        at = int(rng.integers(len(others) + 1))
+        return [*others[:at], *partner_fit, *others[at:]]
 
     def __getitem__(self, key: int | tuple[int, ...]) -> Item:
         index, epoch = self._resolve(key)

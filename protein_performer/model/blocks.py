@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from protein_performer.attention import FavorAttention, exact_attention
+from protein_performer.attention.exact import length_scale
 from protein_performer.attention.hedgehog import (
     HedgehogFeatureMaps,
     hedgehog_attention,
@@ -31,11 +32,25 @@ def exact_attention_rows(
     causal: bool,
     key_padding_mask: torch.Tensor | None,
     chunk_size: int = 256,
+    length_base: int = 0,
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield ``(start, rows)``: softmax attention rows ``(B, H, rows, Lk)`` for ``(B, H, L, D)``
-    queries/keys, ``chunk_size`` query rows at a time. A row with no visible key is all zeros."""
+    queries/keys, ``chunk_size`` query rows at a time. A row with no visible key is all zeros.
+    ``length_base``: Scalable-Softmax as in :func:`~protein_performer.attention.exact_attention`."""
     lq, lk = q.shape[2], k.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1])
+    if length_base:
+        factor = length_scale(
+            lq,
+            lk,
+            length_base,
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            batch=q.shape[0],
+            device=q.device,
+            dtype=q.dtype,
+        )
+        q = q * factor
     for start in range(0, lq, chunk_size):
         stop = min(start + chunk_size, lq)
         scores = torch.einsum("bhid,bhjd->bhij", q[:, :, start:stop], k) * scale
@@ -49,10 +64,16 @@ def exact_attention_rows(
 
 
 def exact_attention_weights(
-    q: torch.Tensor, k: torch.Tensor, causal: bool, key_padding_mask: torch.Tensor | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None,
+    length_base: int = 0,
 ) -> torch.Tensor:
     """Softmax attention matrix ``(B, H, L, L)`` for ``(B, H, L, D)`` queries/keys."""
-    rows = exact_attention_rows(q, k, causal, key_padding_mask, chunk_size=max(1, q.shape[2]))
+    rows = exact_attention_rows(
+        q, k, causal, key_padding_mask, chunk_size=max(1, q.shape[2]), length_base=length_base
+    )
     return next(rows)[1]
 
 
@@ -65,6 +86,8 @@ class SelfAttention(nn.Module):
     learned feature maps, ``nb_features`` per head (:mod:`protein_performer.attention.hedgehog`).
     With ``local_heads`` > 0 the first ``local_heads`` heads are exact softmax attention within
     ``local_window`` positions and the others use ``attention`` (a hybrid block).
+    ``length_base`` > 1: the exact global heads use Scalable-Softmax (scores times
+    ``log(n) / log(length_base)``, n the keys a query sees); other heads are unaffected.
     """
 
     def __init__(
@@ -82,9 +105,11 @@ class SelfAttention(nn.Module):
         local_heads: int = 0,
         local_window: int = 64,
         qkv_conv: int = 0,
+        length_base: int = 0,
     ) -> None:
         super().__init__()
         self.heads = heads
+        self.length_base = length_base if attention == "transformer" else 0
         self.dim_head = dim // heads
         self.causal = causal
         self.attention = attention
@@ -206,8 +231,12 @@ class SelfAttention(nn.Module):
             return
         if index is not None:
             q, k = q.index_select(1, index), k.index_select(1, index)
-        rows = taylor_attention_rows if self.attention == "taylor" else exact_attention_rows
-        yield from rows(q, k, self.causal, padding_mask, chunk_size)
+        if self.attention == "taylor":
+            yield from taylor_attention_rows(q, k, self.causal, padding_mask, chunk_size)
+            return
+        yield from exact_attention_rows(
+            q, k, self.causal, padding_mask, chunk_size, length_base=self.length_base
+        )
 
     def forward(
         self,
@@ -244,7 +273,14 @@ class SelfAttention(nn.Module):
                 )
             elif self.favor is None:
                 parts.append(
-                    exact_attention(qg, kg, vg, causal=self.causal, key_padding_mask=padding_mask)
+                    exact_attention(
+                        qg,
+                        kg,
+                        vg,
+                        causal=self.causal,
+                        key_padding_mask=padding_mask,
+                        length_base=self.length_base,
+                    )
                 )
             else:
                 parts.append(self.favor(qg, kg, vg, key_padding_mask=padding_mask))
@@ -258,7 +294,9 @@ class SelfAttention(nn.Module):
                         dim=2,
                     )
                 elif self.favor is None:
-                    weights = exact_attention_weights(q, k, self.causal, padding_mask)
+                    weights = exact_attention_weights(
+                        q, k, self.causal, padding_mask, length_base=self.length_base
+                    )
                 else:
                     weights = self.favor.attention_matrix(q, k, key_padding_mask=padding_mask)
         o = o.transpose(1, 2).reshape(b, n, -1)

@@ -297,6 +297,11 @@ def check_resume_compatible(
         diff.append(
             f"model.nope_layers: checkpoint {stored.get('nope_layers', [])!r}, config {list(config.nope_layers)!r}"
         )
+    if stored.get("scalable_softmax", 0) != config.scalable_softmax:
+        diff.append(
+            f"model.scalable_softmax: checkpoint {stored.get('scalable_softmax', 0)!r}, "
+            f"config {config.scalable_softmax!r}"
+        )
     if meta.get("objective") != objective:
         diff.append(f"objective: checkpoint {meta.get('objective')!r}, config {objective!r}")
     if diff:

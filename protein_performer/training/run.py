@@ -338,6 +338,7 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
         pair_alone=d.pair_alone,
         pair_align=cfg.align.weight > 0,
         pair_mask=d.pair_mask,
+        pair_fill=d.pair_fill,
         objective=cfg.objective,
         mode=d.mode,
         max_length=d.max_length,
@@ -596,6 +597,8 @@ def _print_header(
         shape += f", no rotary positions in layers {list(m.nope_layers)}"
     if m.qkv_conv:
         shape += f", q/k/v convolution over {m.qkv_conv}"
+    if m.scalable_softmax:
+        shape += f", exact scores × log n / log {m.scalable_softmax}"
     steps = f"{t.max_steps:,} steps" + (
         f" (resuming at step {resume_step:,})" if resume_step is not None else ""
     )

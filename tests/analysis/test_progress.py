@@ -20,3 +20,9 @@ def test_line_progress_prints_plain_lines() -> None:
     bar.update(4)
     bar.close()
     assert quiet.getvalue() == ""  # nothing within the interval
+
+
+def test_line_progress_plural_of_batch() -> None:
+    out = io.StringIO()
+    list(LineProgress(range(2), None, "evaluating", "batch", every_s=0.0, stream=out))
+    assert out.getvalue().splitlines()[-1].startswith("evaluating: 2/2 batches, ")

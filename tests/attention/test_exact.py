@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from protein_performer.attention import exact_attention
+from protein_performer.attention.exact import length_scale
 from tests.attention.reference import explicit_softmax
 
 
@@ -54,3 +57,51 @@ def test_bad_mask_shape_raises() -> None:
     q, k, v = _qkv(2)
     with pytest.raises(ValueError, match="key_padding_mask"):
         exact_attention(q, k, v, key_padding_mask=torch.zeros(2, 12, dtype=torch.bool))
+
+
+# ---- Scalable-Softmax: scores times log(n) / log(base), n the keys a query sees --------------
+def _scalable_reference(q, k, v, causal, mask, base):
+    """Written out: each query row's scores times log(visible keys) / log(base)."""
+    b, _, n, _ = q.shape
+    visible = torch.ones(b, n, dtype=torch.float64) if mask is None else (~mask).double()
+    seen = visible.cumsum(-1) if causal else visible.sum(-1, keepdim=True).expand(b, n)
+    factor = torch.log(seen.clamp(min=1.0)) / torch.log(torch.tensor(float(base)))
+    return explicit_softmax(q * factor[:, None, :, None], k, v, causal, mask)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_scalable_softmax_scales_each_querys_scores_by_log_of_its_keys(causal, masked) -> None:
+    q, k, v = _qkv(3)
+    mask = None
+    if masked:
+        mask = torch.zeros(2, 13, dtype=torch.bool)
+        mask[0, 9:] = True
+        mask[1, 2] = True
+    out = exact_attention(q, k, v, causal=causal, key_padding_mask=mask, length_base=5)
+    ref = _scalable_reference(q, k, v, causal, mask, 5)
+    torch.testing.assert_close(out, ref)
+    assert (out - exact_attention(q, k, v, causal=causal, key_padding_mask=mask)).abs().max() > 1e-3
+    g = torch.randn_like(out)
+    for got, want in zip(
+        torch.autograd.grad((out * g).sum(), (q, k, v)),
+        torch.autograd.grad((ref * g).sum(), (q, k, v)),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want)
+
+
+def test_scalable_softmax_is_plain_softmax_at_the_base_length() -> None:
+    q, k, v = _qkv(4)
+    mask = torch.zeros(2, 13, dtype=torch.bool)
+    mask[1, 10:] = True  # row 1 sees 10 keys, row 0 all 13
+    out = exact_attention(q, k, v, key_padding_mask=mask, length_base=13)
+    plain = exact_attention(q, k, v, key_padding_mask=mask)
+    torch.testing.assert_close(out[0], plain[0])
+    assert (out[1] - plain[1]).abs().max() > 1e-3  # 10 keys: softer than at 13
+    factor = length_scale(13, 13, 13, key_padding_mask=mask)
+    torch.testing.assert_close(
+        factor.flatten(), torch.log(torch.tensor([13.0, 10.0])) / math.log(13)
+    )
+    causal = length_scale(4, 4, 2, causal=True, batch=1)
+    torch.testing.assert_close(causal.flatten(), torch.log(torch.arange(1.0, 5.0)) / math.log(2))

@@ -561,6 +561,14 @@ def test_pairs_packing_trains_on_pairs_and_evaluates_single_proteins():
     for b in lone.train_dataloader():  # no partner: every row is one protein, all of it scored
         assert not (b["input_ids"] == lone.alphabet.sep_idx).any()
         assert (b["labels"] != IGNORE_INDEX).sum(1).min() >= 1
+    fill_kw = kw | dict(max_length=1024, pair_fill=True, pair_mask="protein")
+    filled = ProteinDataModule(train_source=src, min_members=2, **fill_kw)
+    filled.setup("fit")
+    b = next(iter(filled.train_dataloader()))  # partner (<= 200) and protein, then fill
+    assert b["input_ids"].shape[1] > 1000
+    assert ((b["input_ids"] == filled.alphabet.sep_idx).sum(1) >= 2).all()
+    with pytest.raises(ConfigError, match="pair_fill needs packing=pairs"):
+        ProteinDataModule(train_source=src, clusters=table, pair_fill=True)
     for bad, match in [
         (dict(mode="concat"), "packing=pairs needs mode=crop"),
         (dict(sample="cluster"), "needs sample=record and crop=random"),

@@ -538,3 +538,51 @@ def test_pairs_cut_a_long_partner_around_the_region_of_the_target():
     for epoch in range(20):
         partner, target = split_pair(ds, ds[(0, epoch)]["tokens"])
         assert contains(partner, target)
+
+
+def test_pair_fill_puts_the_partner_among_other_clusters_proteins_up_to_max_length():
+    sizes = [3, 4, 2, 5, 1]
+    src = random_source(sum(sizes), 20, 120, seed=21)
+    groups = family_groups(sizes, seed=22)
+    group_of = {int(r): g for g, members in enumerate(groups) for r in members}
+    plain = PairDataset(src, groups, max_length=512, seed=4, mask="protein", alone_prob=0.3)
+    ds = PairDataset(src, groups, max_length=512, seed=4, mask="protein", alone_prob=0.3, fill=True)
+    assert (ds.lengths == 512).all()
+    places = set()
+    for epoch in range(4):
+        for index in range(len(src)):
+            item = ds[(index, epoch)]
+            tokens, start, n = ds.window(index, epoch)
+            np.testing.assert_array_equal(item["tokens"], tokens)
+            # the target's crop and mask are those of the plain row; alone rows unchanged
+            _, p_start, p_n = plain.window(index, epoch)
+            ref = plain[(index, epoch)]["tokens"]
+            np.testing.assert_array_equal(tokens[start : start + n], ref[p_start : p_start + p_n])
+            assert item["mask_from"] == start and tokens[-1] == A.eos_idx
+            if ds.alone(index, epoch):
+                np.testing.assert_array_equal(tokens, ref)
+                continue
+            assert len(tokens) > 512 - 20  # filled (a fill protein too short to keep aside)
+            pieces = np.split(
+                tokens[1 : start - 1], np.flatnonzero(tokens[1 : start - 1] == A.sep_idx)
+            )
+            pieces = [p[p != A.sep_idx] for p in pieces]
+            partner = ds.partner(index, epoch)
+            own = [k for k, p in enumerate(pieces) if contains(src[partner], p) and len(p) >= 16]
+            assert own, "the partner is in the row"
+            places.add(own[0] * 10 // len(pieces))
+            for k, p in enumerate(pieces):  # every other piece: a protein of another cluster
+                if k == own[0]:
+                    continue
+                assert any(
+                    contains(src[j], p) and group_of[j] != group_of[index] for j in range(len(src))
+                )
+    assert len(places) >= 3  # the partner sits at varying places among the fill
+    again = PairDataset(
+        src, groups, max_length=512, seed=4, mask="protein", alone_prob=0.3, fill=True
+    )
+    np.testing.assert_array_equal(again[(3, 2)]["tokens"], ds[(3, 2)]["tokens"])
+    with pytest.raises(ConfigError, match="fill"):
+        PairDataset(src, groups, max_length=512, fill=True, align=True)
+    with pytest.raises(ConfigError, match="two groups"):
+        PairDataset(src, [np.arange(len(src))], max_length=512, fill=True)

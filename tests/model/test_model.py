@@ -414,6 +414,57 @@ def test_nope_layers_are_validated():
     assert not tiny_config(position="learned").layer_rotary(0)
 
 
+# ---- scalable_softmax: exact scores times log(n) / log(B) ------------------------------------
+@pytest.mark.parametrize("causal", [False, True])
+def test_scalable_softmax_changes_only_the_exact_layers_and_only_away_from_its_length(causal):
+    torch.manual_seed(0)
+    cfg = dict(position="rotary", depth=3, exact_layers=[-1])
+    scaled = (
+        ProteinLM(tiny_config("performer_softmax", scalable_softmax=17, **cfg), V, causal=causal)
+        .double()
+        .eval()
+    )
+    with torch.no_grad():
+        for block in scaled.blocks:
+            block.attn.qkv.weight.mul_(10.0)
+    plain = ProteinLM(tiny_config("performer_softmax", **cfg), V, causal=causal).double().eval()
+    plain.load_state_dict(scaled.state_dict())  # no new weights
+    ids = random_ids(2, 17)
+    ids[1, 12:] = ALPHABET.pad_idx  # row 1 sees 12 keys
+    pad = ids == ALPHABET.pad_idx
+    got = scaled(ids, return_hidden=True, return_attentions=True)
+    want = plain(ids, return_hidden=True)["hidden_states"]
+    hidden = got["hidden_states"]
+    for i in range(3):  # FAVOR layers 0, 1 unchanged
+        torch.testing.assert_close(hidden[i], want[i], rtol=1e-10, atol=1e-10)
+    tables = plain.rotary(17, ids.device, torch.float64)
+    same, _ = plain.blocks[2](hidden[2], pad, tables)
+    if causal:  # query i sees i + 1 keys: only the last query of row 0 is at the base length
+        torch.testing.assert_close(hidden[3][0, -1], same[0, -1], rtol=1e-10, atol=1e-10)
+        assert (hidden[3][0, :-1] - same[0, :-1]).abs().max() > 1e-4
+    else:  # row 0 sees 17 keys, the base: unchanged; row 1 sees 12: softer
+        torch.testing.assert_close(hidden[3][0], same[0], rtol=1e-10, atol=1e-10)
+        assert (hidden[3][1, :12] - same[1, :12]).abs().max() > 1e-4
+    # the attention the analysis extracts and the probe supervises is the forward's
+    rows = torch.cat([r for _, _, r in scaled.iter_attention(ids, layers=[2], chunk_size=5)], 2)
+    torch.testing.assert_close(rows, got["attentions"][2], rtol=1e-8, atol=1e-10)
+    probe = scaled(ids, probe=(2, 1))["probe_attention"]
+    torch.testing.assert_close(probe, got["attentions"][2][:, 1], rtol=1e-8, atol=1e-10)
+
+
+def test_scalable_softmax_is_validated():
+    for bad in (1, -1, True, 2.5, "512"):
+        with pytest.raises(ConfigError, match=r"model\.scalable_softmax must be 0"):
+            ProteinLM(tiny_config("transformer", scalable_softmax=bad), V)
+    with pytest.raises(ConfigError, match=r"applies to exact global heads"):
+        ProteinLM(tiny_config("performer_relu", scalable_softmax=512), V)
+    with pytest.raises(ConfigError, match=r"applies to exact global heads"):
+        ProteinLM(tiny_config("transformer", scalable_softmax=512, local_heads=4), V)
+    ProteinLM(tiny_config("performer_relu", scalable_softmax=512, exact_layers=[0]), V)
+    restored = ModelConfig.from_dict(tiny_config("transformer", scalable_softmax=64).to_dict())
+    assert restored.scalable_softmax == 64
+
+
 # ---- qkv_conv: a depthwise convolution over positions on queries, keys and values -------------
 def _conv_pair(attention: str, causal: bool) -> tuple[ProteinLM, ProteinLM]:
     """(plain, with qkv_conv=3) sharing every other weight, float64, eval."""

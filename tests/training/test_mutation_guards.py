@@ -171,3 +171,15 @@ def test_resume_check_refuses_other_exact_layers():
     last = tiny_model_config("performer_relu").depth - 1
     same = ProteinLM(tiny_model_config("performer_relu", exact_layers=[last]), len(ALPHABET))
     check_resume_compatible(hybrid_meta, same.config, ALPHABET, "mlm", "a.ckpt")
+
+
+def test_resume_check_refuses_another_scalable_softmax():
+    plain = tiny_model_config("transformer")
+    meta = make_metadata(ProteinLM(plain, len(ALPHABET)), ALPHABET, "mlm")
+    scaled = tiny_model_config("transformer", scalable_softmax=512)
+    with pytest.raises(
+        ConfigError, match=r"cannot resume from a\.ckpt: .*model\.scalable_softmax: checkpoint 0"
+    ):
+        check_resume_compatible(meta, scaled, ALPHABET, "mlm", "a.ckpt")
+    del meta["model"]["scalable_softmax"]  # a checkpoint from before the option: off
+    check_resume_compatible(meta, plain, ALPHABET, "mlm", "a.ckpt")
