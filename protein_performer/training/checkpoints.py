@@ -251,7 +251,13 @@ def init_weights_from(
     ckpt = read_checkpoint(path)
     meta = ckpt[META_KEY]
     alphabet.check_compatible(meta["alphabet"], where=f"init_from checkpoint {path}")
-    diff = architecture_mismatch(meta["model"], model.config)
+    stored_conv = int(meta["model"].get("qkv_conv", 0))
+    widen = model.config.qkv_conv > stored_conv
+    diff = [
+        d
+        for d in architecture_mismatch(meta["model"], model.config)
+        if not (widen and d.startswith("model.qkv_conv:"))
+    ]
     if diff:
         raise ConfigError(
             f"init_from checkpoint {path} has another architecture: {'; '.join(diff)}"
@@ -261,8 +267,41 @@ def init_weights_from(
             f"init_from checkpoint {path} was trained with objective={meta['objective']}, "
             f"this run uses objective={objective}"
         )
-    load_weights(model, model_state(ckpt), str(path))
+    state = model_state(ckpt)
+    if widen:
+        state = widen_conv(state, model)
+    load_weights(model, state, str(path))
     return meta
+
+
+def widen_conv(state: Mapping[str, torch.Tensor], model: ProteinLM) -> dict[str, torch.Tensor]:
+    """``state`` with its q/k/v convolutions (narrower than ``model``'s, or absent:
+    ``qkv_conv=0``) widened to the model's kernel with zero taps, each old tap at the same
+    offset from the current position: the widened model computes what the checkpoint did, and
+    training can then use the new taps (``init_from`` with a larger ``model.qkv_conv``)."""
+    out = dict(state)
+    for i, block in enumerate(model.blocks):
+        conv = block.attn.conv
+        if conv is None:
+            continue
+        key = f"blocks.{i}.attn.conv"
+        weight = state.get(f"{key}.weight")
+        if weight is None:  # no convolution in the checkpoint: the model's own identity filter
+            out[f"{key}.weight"] = conv.weight.detach().clone()
+            out[f"{key}.bias"] = conv.bias.detach().clone()
+            continue
+        old = weight.shape[-1]
+        new = conv.kernel_size[0]
+        if old == new:
+            continue
+        if old > new:
+            raise ConfigError(f"cannot narrow the q/k/v convolution from {old} to {new} taps")
+        causal = block.attn.causal
+        offset = (new - old) if causal else (new - 1) // 2 - (old - 1) // 2
+        wide = torch.zeros(*weight.shape[:-1], new, dtype=weight.dtype)
+        wide[..., offset : offset + old] = weight
+        out[f"{key}.weight"] = wide
+    return out
 
 
 def check_resume_compatible(

@@ -141,6 +141,40 @@ def test_checkpoint_of_another_alphabet_or_architecture_is_refused(tmp_path):
         init_weights_from(same, path, ALPHABET, "causal")
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("old", [0, 3, 4])
+def test_init_from_widens_the_qkv_convolution_to_the_same_function(tmp_path, causal, old):
+    torch.manual_seed(0)
+    src = ProteinLM(
+        _config("transformer", position="rotary", qkv_conv=old), len(ALPHABET), causal=causal
+    )
+    with torch.no_grad():  # a trained-looking filter (not the identity) and sharp attention
+        for block in src.blocks:
+            if block.attn.conv is not None:
+                block.attn.conv.weight.normal_(0.0, 0.5)
+                block.attn.conv.bias.normal_(0.0, 0.1)
+            block.attn.qkv.weight.mul_(5.0)
+    path = tmp_path / "narrow.ckpt"
+    save_model_checkpoint(path, src, ALPHABET, "causal" if causal else "mlm")
+    wide = ProteinLM(
+        _config("transformer", position="rotary", qkv_conv=7), len(ALPHABET), causal=causal
+    )
+    init_weights_from(wide, path, ALPHABET, "causal" if causal else "mlm")
+    ids = torch.randint(6, 26, (2, 19), generator=torch.Generator().manual_seed(1))
+    ids[1, 14:] = ALPHABET.pad_idx
+    src.eval(), wide.eval()
+    keep = ids != ALPHABET.pad_idx
+    torch.testing.assert_close(
+        wide(ids)["logits"][keep], src(ids)["logits"][keep], rtol=1e-5, atol=1e-5
+    )
+    taps = wide.blocks[0].attn.conv.weight
+    assert taps.shape[-1] == 7 and (taps != 0).any(-1).all()
+    narrower = ProteinLM(_config("transformer", position="rotary", qkv_conv=0), len(ALPHABET))
+    if old:  # narrowing (or dropping) a convolution is another architecture
+        with pytest.raises(ConfigError, match=r"another architecture: model\.qkv_conv"):
+            init_weights_from(narrower, path, ALPHABET, "causal" if causal else "mlm")
+
+
 def test_resume_from_another_model_is_refused(tiny_fasta, tmp_path):
     result = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "a")
     cfg = tiny_config(tiny_fasta, "transformer", max_steps=4)
