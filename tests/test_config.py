@@ -68,7 +68,13 @@ def test_every_group_option_and_experiment_composes():
                 overrides.append("data.files=[x.fasta]")
             elif option in ("shards", "paper_trembl_1024"):
                 overrides.append("data.shards=x")
-            elif option in ("cpu_recipe_14", "concat8192", "homologs2048", "homolog_pairs"):
+            elif option in (
+                "cpu_recipe_14",
+                "concat8192",
+                "homologs2048",
+                "homolog_pairs",
+                "homolog_fill",
+            ):
                 overrides.append("data.clusters=clusters14")
             cfg = compose_job("train", overrides).config
             validate_train_config(cfg)

@@ -64,9 +64,10 @@ class ModelConfig:
     multiply their scores by ``log(n) / log(B)``, n the keys a query sees (Scalable-Softmax,
     Nakanishi 2025); unchanged at n = B, so set B to the training window. Why: a match learned in
     short windows gets a share of attention that falls as 1/n among n unrelated keys (measured:
-    an identical copy's share fell from 0.44 with no other protein in the window to 0.03 among
+    an identical copy's share fell from 0.50 with no other protein in the window to 0.04 among
     7,000 tokens of other proteins); the log n factor keeps a large enough margin winning at any
-    length. 0 = off.
+    length. On our models it did not lift that share by itself; a wider ``qkv_conv`` did
+    (``docs/results.md``). 0 = off.
     """
 
     attention: str = "performer_relu"
