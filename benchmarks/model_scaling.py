@@ -91,6 +91,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         nb_features=args.features,
         checkpointing=args.checkpointing,
         qkv_conv=args.qkv_conv,
+        save_features=not args.recompute_features,
     )
     model = ProteinLM(config, len(alphabet), alphabet.pad_idx).to(device)
     if args.attention == "none":
@@ -156,6 +157,7 @@ def _run_point(args: argparse.Namespace, attention: str, length: int) -> dict[st
         *("--ffn-dim", str(args.ffn_dim), "--features", str(args.features)),
         *("--tokens", str(args.tokens)),
         *(["--checkpointing"] if args.checkpointing else []),
+        *(["--recompute-features"] if args.recompute_features else []),
         *("--qkv-conv", str(args.qkv_conv)),
         *("--steps", str(args.steps), "--threads", str(args.threads)),
         *("--device", args.device, "--precision", args.precision),
@@ -193,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         "--checkpointing",
         action="store_true",
         help="activation checkpointing (model.checkpointing)",
+    )
+    parser.add_argument(
+        "--recompute-features",
+        action="store_true",
+        help="FAVOR rebuilds its features in the backward (model.save_features=false)",
     )
     parser.add_argument(
         "--qkv-conv", type=int, default=0, help="model.qkv_conv for every kind (kernel size)"
@@ -242,7 +249,17 @@ def main(argv: list[str] | None = None) -> int:
         format_table(["attention", "L", "batch", "tokens/s", "µs/token", "peak_MiB", "note"], rows)
     )
     print(ratios(points))
-    keys = ("size", "features", "tokens", "steps", "threads", "device", "checkpointing", "qkv_conv")
+    keys = (
+        "size",
+        "features",
+        "tokens",
+        "steps",
+        "threads",
+        "device",
+        "checkpointing",
+        "qkv_conv",
+        "recompute_features",
+    )
     config = {k: getattr(args, k) for k in keys} | {
         "dim": args.dim,
         "depth": args.depth,

@@ -56,7 +56,9 @@ class FavorAttention(nn.Module):
     features), ``kernel_eps`` (ReLU kernel), ``chunk_size`` (rows per block of the
     recomputing kernels; None picks it per device, see :meth:`block_rows`),
     ``subchunk_size`` (causal: rows handled explicitly inside a block), ``stat_momentum``
-    (causal OPRF running statistics).
+    (causal OPRF running statistics), ``save_features`` (bidirectional: keep the query and
+    key features for the backward, ``2·m`` floats per position and head, instead of rebuilding
+    them there; the causal kernel always rebuilds).
 
     Features and normaliser are computed in float32 (float64 for float64 inputs) with
     autocast disabled; the output has the dtype of ``q``. The projection is a buffer (it
@@ -83,6 +85,7 @@ class FavorAttention(nn.Module):
         chunk_size: int | None = None,
         subchunk_size: int = 64,
         stat_momentum: float = 0.1,
+        save_features: bool = True,
     ) -> None:
         super().__init__()
         _check(dim_head >= 1, f"dim_head must be >= 1, got {dim_head}")
@@ -118,6 +121,7 @@ class FavorAttention(nn.Module):
         self.chunk_size = chunk_size  # None: chosen per call, see block_rows()
         self.subchunk_size = subchunk_size
         self.stat_momentum = stat_momentum
+        self.save_features = save_features
         self.nb_features = dim_head if projection == "none" else nb_features
 
         self.register_buffer("redraw_counter", torch.zeros((), dtype=torch.long))
@@ -345,7 +349,9 @@ class FavorAttention(nn.Module):
                     qf, kf, vf, flat_mask, params, chunk, self.subchunk_size
                 )
             else:
-                out = bidirectional_linear_attention(qf, kf, vf, flat_mask, params, chunk)
+                out = bidirectional_linear_attention(
+                    qf, kf, vf, flat_mask, params, chunk, self.save_features
+                )
         return out.reshape(bsz, heads, lq, dv).to(out_dtype)
 
     def features(

@@ -170,20 +170,29 @@ def query_features(
         prob = torch.softmax(e, dim=-1)
         del e
         phi = prob.add_(spec.eps) if inplace else prob + spec.eps
+    else:
+        phi = e.clamp_min_(0).add_(spec.kernel_eps) if inplace else torch.relu(e) + spec.kernel_eps
+    return phi, query_vjp(phi, p)
+
+
+def query_vjp(phi: torch.Tensor, p: FeatureParams) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``dΦq -> dq`` from the features ``phi`` ``(N, c, m)`` alone (``dΦq`` is overwritten):
+    what lets a backward keep features instead of the logits behind them."""
+    spec = p.spec
+    if spec.kind == "softmax":
 
         def vjp(dphi: torch.Tensor) -> torch.Tensor:
             prob = phi - spec.eps  # phi is prob + eps
             rowdot = torch.linalg.vecdot(dphi, prob).unsqueeze_(-1)
             return torch.bmm(dphi.sub_(rowdot).mul_(prob), p.wq)
 
-        return phi, vjp
-    positive = e > 0
-    phi = e.clamp_min_(0).add_(spec.kernel_eps) if inplace else torch.relu(e) + spec.kernel_eps
+        return vjp
 
     def vjp_relu(dphi: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(dphi.mul_(positive), p.wq)
+        # relu(e) + kernel_eps > kernel_eps exactly where e > 0 (up to e below eps' last bit)
+        return torch.bmm(dphi.mul_(phi > spec.kernel_eps), p.wq)
 
-    return phi, vjp_relu
+    return vjp_relu
 
 
 def key_logits(
@@ -222,6 +231,23 @@ def key_features(
         if stabilizer is not None:
             e = e.sub_(stabilizer) if inplace else e - stabilizer
         phi = e.exp_() if inplace else torch.exp(e)
+    elif inplace:
+        phi = e.clamp_min_(0).add_(spec.kernel_eps)
+        if mask is not None:
+            phi.masked_fill_(mask[..., None], 0.0)
+    else:
+        phi = torch.relu(e) + spec.kernel_eps
+        if mask is not None:
+            phi = phi.masked_fill(mask[..., None], 0.0)
+    return phi, key_vjp(phi, k, mask, p)
+
+
+def key_vjp(
+    phi: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, p: FeatureParams
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``dΦk -> dk`` from the features ``phi`` ``(N, c, m)`` of ``k`` ``(N, c, D)`` (``dΦk``
+    is overwritten). Softmax: valid for features against any stabiliser (it is detached)."""
+    if p.spec.kind == "softmax":
 
         def vjp(dphi: torch.Tensor) -> torch.Tensor:
             grad_aug = torch.bmm(dphi.mul_(phi), p.wk)  # (N, c, D+2)
@@ -230,20 +256,11 @@ def key_features(
             kk = k if mask is None else k.masked_fill(mask[..., None], 0.0)
             return dk.addcmul_(kk, grad_aug[..., -2:-1], value=-2 * p.k_sq_coef)
 
-        return phi, vjp
-    positive = e > 0
-    if mask is not None:
-        positive &= ~mask[..., None]
-    if inplace:
-        phi = e.clamp_min_(0).add_(spec.kernel_eps)
-        if mask is not None:
-            phi.masked_fill_(mask[..., None], 0.0)
-    else:
-        phi = torch.relu(e) + spec.kernel_eps
-        if mask is not None:
-            phi = phi.masked_fill(mask[..., None], 0.0)
+        return vjp
+    kernel_eps = p.spec.kernel_eps
 
     def vjp_relu(dphi: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(dphi.mul_(positive), p.wk)
+        # padded keys have phi = 0: no gradient, as for e <= 0
+        return torch.bmm(dphi.mul_(phi > kernel_eps), p.wk)
 
-    return phi, vjp_relu
+    return vjp_relu

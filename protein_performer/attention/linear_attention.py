@@ -1,9 +1,13 @@
-"""Bidirectional linear attention ``φ(Q) (φ(K)ᵀ [V, 1])`` with features rebuilt block by block.
+"""Bidirectional linear attention ``φ(Q) (φ(K)ᵀ [V, 1])``, block by block.
 
-The custom autograd function takes the raw ``q``, ``k``, ``v`` and never stores ``(L, m)``
-feature matrices (nor scaled copies of the inputs): the forward keeps the ``(m, Dv+1)`` key
-summary (numerator and normaliser in one matrix), the backward recomputes features block by
-block. Padded keys leave numerator *and* normaliser (zero features, zero value rows).
+The custom autograd function takes the raw ``q``, ``k``, ``v``; the forward keeps the
+``(m, Dv+1)`` key summary (numerator and normaliser in one matrix). With ``save=True`` it also
+saves the query and key features for the backward (``2·m`` floats per position and head, as
+saved tensors: activation checkpointing and saved-tensor hooks see them); with ``save=False``
+it saves no ``(L, m)`` feature matrix and the backward rebuilds the features block by block
+(one more feature computation of q and k; benchmarks/README.md has what each costs). Key
+features are saved against the final softmax stabiliser, as the summary is, so both backwards
+are one. Padded keys leave numerator *and* normaliser (zero features, zero value rows).
 """
 
 from __future__ import annotations
@@ -14,7 +18,14 @@ from typing import Any
 
 import torch
 
-from .feature_maps import FeatureParams, key_features, key_logits, query_features
+from .feature_maps import (
+    FeatureParams,
+    key_features,
+    key_logits,
+    key_vjp,
+    query_features,
+    query_vjp,
+)
 
 
 class RunningMax:
@@ -83,16 +94,16 @@ def key_block(
     mask: torch.Tensor | None,
     stab: RunningMax | None,
     state: torch.Tensor | None,
-) -> torch.Tensor:
-    """Key features of a block; for the softmax kernel folds the block into the running max
-    ``stab`` and rescales ``state`` (in place) to the new stabiliser."""
+) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """Key features of a block and their ``dΦk -> dk``; for the softmax kernel folds the block
+    into the running max ``stab`` and rescales ``state`` (in place) to the new stabiliser."""
     if p.spec.kind != "softmax":
-        return key_features(k, p, row_term, mask)[0]
+        return key_features(k, p, row_term, mask)
     logits = key_logits(k, p, row_term, mask)
     factor = stab.update(logits)
     if state is not None:
         state.mul_(factor)
-    return key_features(k, p, row_term, mask, stab.ref, logits=logits)[0]
+    return key_features(k, p, row_term, mask, stab.ref, logits=logits)
 
 
 def without_autocast(backward: Callable[..., tuple]) -> Callable[..., tuple]:
@@ -125,36 +136,56 @@ class BidirectionalFavorFunction(torch.autograd.Function):
         mask: torch.Tensor | None,
         p: FeatureParams,
         chunk: int,
+        save: bool = False,
     ) -> torch.Tensor:
         n, lk, _ = k.shape
-        state = k.new_zeros(n, p.nb_features, v.shape[-1] + 1)
+        lq, m = q.shape[1], p.nb_features
+        keep = save and any(ctx.needs_input_grad[:3])
+        phi_q_all = q.new_empty(n, lq, m) if keep else None
+        phi_k_all = k.new_empty(n, lk, m) if keep else None
+        block_refs = []
+        state = k.new_zeros(n, m, v.shape[-1] + 1)
         stab = RunningMax(k)
         row_term = p.key_row_term(k)
         for sl in blocks(lk, chunk):
             mc = _rows(mask, sl)
-            phi_k = key_block(k[:, sl], p, _rows(row_term, sl), mc, stab, state)
+            phi_k, _ = key_block(k[:, sl], p, _rows(row_term, sl), mc, stab, state)
             state.baddbmm_(phi_k.transpose(1, 2), values_with_ones(v[:, sl], mc))
-        lq = q.shape[1]
+            if keep:
+                phi_k_all[:, sl] = phi_k
+                block_refs.append((sl, stab.ref))
+        if keep and p.spec.kind == "softmax":
+            # to the final stabiliser, as the summary (a block before any finite key has zero
+            # features and ref 0: the clamp keeps exp finite there)
+            for sl, ref in block_refs:
+                phi_k_all[:, sl] *= torch.exp((ref - stab.ref).clamp_max_(0.0))
         out = q.new_empty(n, lq, v.shape[-1])
         den = q.new_empty(n, lq)
         for sl in blocks(lq, chunk):
             phi_q, _ = query_features(q[:, sl], p)
             split_output(torch.bmm(phi_q, state), out[:, sl], den[:, sl])
+            if keep:
+                phi_q_all[:, sl] = phi_q
         ctx.params, ctx.chunk = p, chunk
-        ctx.save_for_backward(q, k, v, mask, state, stab.ref, out, den)
+        ctx.save_for_backward(q, k, v, mask, state, stab.ref, out, den, phi_q_all, phi_k_all)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     @without_autocast
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        q, k, v, mask, state, ref, out, den = ctx.saved_tensors
+        q, k, v, mask, state, ref, out, den, phi_q_all, phi_k_all = ctx.saved_tensors
         p, chunk = ctx.params, ctx.chunk
+        kept = phi_q_all is not None
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         dq = torch.empty_like(q) if need_q else None
         dstate = torch.zeros_like(state)
         for sl in blocks(q.shape[1], chunk):
-            phi_q, vjp_q = query_features(q[:, sl], p)
+            if kept:
+                phi_q = phi_q_all[:, sl]
+                vjp_q = query_vjp(phi_q, p)
+            else:
+                phi_q, vjp_q = query_features(q[:, sl], p)
             gp = output_adjoint(g[:, sl], out[:, sl], den[:, sl])
             if dq is not None:
                 dq[:, sl] = vjp_q(torch.bmm(gp, state.transpose(1, 2)))
@@ -164,16 +195,20 @@ class BidirectionalFavorFunction(torch.autograd.Function):
         dv = torch.empty_like(v) if need_v else None
         if dk is not None or dv is not None:
             stabilizer = ref if p.spec.kind == "softmax" else None
-            row_term = p.key_row_term(k)
+            row_term = None if kept else p.key_row_term(k)
             for sl in blocks(k.shape[1], chunk):
                 mc = _rows(mask, sl)
-                phi_k, vjp_k = key_features(k[:, sl], p, _rows(row_term, sl), mc, stabilizer)
+                if kept:
+                    phi_k = phi_k_all[:, sl]
+                    vjp_k = key_vjp(phi_k, k[:, sl], mc, p)
+                else:
+                    phi_k, vjp_k = key_features(k[:, sl], p, _rows(row_term, sl), mc, stabilizer)
                 if dv is not None:
                     dv[:, sl] = torch.bmm(phi_k, dstate[..., :-1])
                 if dk is not None:
                     va = values_with_ones(v[:, sl], mc)
                     dk[:, sl] = vjp_k(torch.bmm(va, dstate.transpose(1, 2)))
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
 
 
 def bidirectional_linear_attention(
@@ -183,11 +218,16 @@ def bidirectional_linear_attention(
     key_mask: torch.Tensor | None,
     params: FeatureParams,
     chunk: int = 1024,
+    save_features: bool = False,
 ) -> torch.Tensor:
     """Non-causal FAVOR attention: ``q`` ``(N, Lq, D)``, ``k`` ``(N, Lk, D)``, ``v``
     ``(N, Lk, Dv)`` -> ``(N, Lq, Dv)``; ``key_mask`` ``(N, Lk)`` bool, True = padded key.
 
     Features come from ``params`` (see :class:`FeatureParams`); gradients flow to q, k, v.
-    Extra memory: the ``(m, Dv+1)`` summary and one block of ``chunk`` rows of features.
+    Extra memory: the ``(m, Dv+1)`` summary and one block of ``chunk`` rows of features, plus,
+    with ``save_features`` (when a gradient is needed), the ``(N, Lq + Lk, m)`` features,
+    saved for the backward like any saved tensor (activation checkpointing drops them too).
     """
-    return BidirectionalFavorFunction.apply(q, k, v, key_mask, params, chunk)
+    # checked here: inside the function's forward grad mode is always off
+    save = save_features and torch.is_grad_enabled()
+    return BidirectionalFavorFunction.apply(q, k, v, key_mask, params, chunk, save)

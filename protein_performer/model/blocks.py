@@ -106,6 +106,7 @@ class SelfAttention(nn.Module):
         local_window: int = 64,
         qkv_conv: int = 0,
         length_base: int = 0,
+        save_features: bool = True,
     ) -> None:
         super().__init__()
         self.heads = heads
@@ -138,6 +139,7 @@ class SelfAttention(nn.Module):
                 redraw_interval=redraw_interval,
                 seed=feature_seed,
                 layer_idx=layer_idx,
+                save_features=save_features,
             )
 
     def reset_conv(self) -> None:

@@ -50,7 +50,9 @@ class ModelConfig:
     neighbourhood: matching a residue's context in a homolog then takes one layer, not two.
     Linear in L for every kind; initialised to the identity. ``checkpointing`` recomputes each
     block's activations in the backward pass (activation checkpointing: less memory for long
-    windows, about one more forward in time).
+    windows, about one more forward in time). ``save_features`` (bidirectional FAVOR layers)
+    keeps each layer's query and key random features for the backward, ``2·heads·m`` floats per
+    token and layer; False rebuilds them there (less memory, more time in the attention).
 
     ``nope_layers`` (with ``position="rotary"``) lists layers whose queries and keys are not
     rotated (no positional encoding, "NoPE"): their scores depend on content only, so a match
@@ -89,6 +91,7 @@ class ModelConfig:
     nope_layers: list[int] = field(default_factory=list)
     scalable_softmax: int = 0
     checkpointing: bool = False
+    save_features: bool = True
 
     @property
     def dim_head(self) -> int:

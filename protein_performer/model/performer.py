@@ -58,6 +58,7 @@ class ProteinLM(nn.Module):
                 local_heads=config.local_heads,
                 local_window=config.local_window,
                 qkv_conv=config.qkv_conv,
+                save_features=config.save_features,
                 length_base=config.scalable_softmax,
             )
             for i in range(config.depth)

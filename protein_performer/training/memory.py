@@ -6,8 +6,8 @@ PyTorch's ``meta`` device; optimizer state is 16 bytes per parameter (weights, g
 Adam moments); activations are what autograd keeps per token and layer (inputs of the linear
 layers, norms and activations: about ``10·dim + 2·ffn_dim`` floats) plus the attention's own
 (exact attention: the ``heads × L`` scores and probabilities per query; FAVOR+: the ``heads ×
-m`` features of queries and keys) and the logits. It is an order of magnitude, printed so that
-a user sees a run that cannot fit before it starts.
+m`` features of queries and keys, unless ``save_features`` is off) and the logits. It is an
+order of magnitude, printed so that a user sees a run that cannot fit before it starts.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def estimate_memory(cfg: Any, vocab_size: int) -> MemoryEstimate:
             per_token += 6 * (m.heads - m.local_heads) * taylor_feature_dim(m.dim_head)
         elif kind == "hedgehog":  # the same for its learned features (and their logits)
             per_token += 6 * (m.heads - m.local_heads) * m.nb_features
-        else:
+        elif m.save_features:  # FAVOR: query and key features (rebuilt in the backward if not)
             per_token += 2 * m.heads * m.nb_features
     floats = tokens * (per_token + 3 * vocab_size)
     return MemoryEstimate(params, 16 * params, 4 * floats, tokens)

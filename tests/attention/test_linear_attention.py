@@ -6,7 +6,10 @@ import pytest
 import torch
 
 from protein_performer.attention import FavorAttention
-from protein_performer.attention.linear_attention import bidirectional_linear_attention
+from protein_performer.attention.linear_attention import (
+    BidirectionalFavorFunction,
+    bidirectional_linear_attention,
+)
 from tests.attention.reference import explicit_from_features, gradcheck_inputs
 
 CONFIGS = [
@@ -32,10 +35,13 @@ def _mask(b: int, length: int) -> torch.Tensor:
     return mask
 
 
+@pytest.mark.parametrize("save", [True, False])
 @pytest.mark.parametrize("cfg", CONFIGS)
 @pytest.mark.parametrize("masked", [False, True])
-def test_matches_explicit_attention_from_the_same_features(cfg: dict, masked: bool) -> None:
-    attn = FavorAttention(16, 40, chunk_size=6, **cfg).double()
+def test_matches_explicit_attention_from_the_same_features(
+    cfg: dict, masked: bool, save: bool
+) -> None:
+    attn = FavorAttention(16, 40, chunk_size=6, save_features=save, **cfg).double()
     q, k, v = _qkv(2, 3, 23, 23, 16)
     mask = _mask(2, 23) if masked else None
     out = attn(q, k, v, key_padding_mask=mask)
@@ -58,20 +64,22 @@ def test_cross_attention_with_different_lengths() -> None:
     torch.testing.assert_close(out, explicit_from_features(phi_q, phi_k, v, False))
 
 
+@pytest.mark.parametrize("save", [True, False])
 @pytest.mark.parametrize("kind", ["softmax", "relu"])
 @pytest.mark.parametrize("masked", [False, True])
-def test_gradcheck_of_the_custom_function(kind: str, masked: bool) -> None:
+def test_gradcheck_of_the_custom_function(kind: str, masked: bool, save: bool) -> None:
     params, mask, q, k, v = gradcheck_inputs(kind, masked, lq=7, lk=9)
 
     def fn(a, b, c):
-        return bidirectional_linear_attention(a, b, c, mask, params, 4)
+        return bidirectional_linear_attention(a, b, c, mask, params, 4, save)
 
     assert torch.autograd.gradcheck(fn, (q, k, v))
 
 
+@pytest.mark.parametrize("save", [True, False])
 @pytest.mark.parametrize("cfg", CONFIGS)
-def test_padded_keys_and_values_do_not_change_valid_outputs(cfg: dict) -> None:
-    attn = FavorAttention(16, 32, chunk_size=8, **cfg).double()
+def test_padded_keys_and_values_do_not_change_valid_outputs(cfg: dict, save: bool) -> None:
+    attn = FavorAttention(16, 32, chunk_size=8, save_features=save, **cfg).double()
     q, k, v = _qkv(2, 2, 20, 20, 16, seed=5)
     mask = _mask(2, 20)
     out = attn(q, k, v, key_padding_mask=mask)
@@ -107,8 +115,9 @@ def test_padding_equals_dropping_the_padded_positions(cfg: dict) -> None:
     torch.testing.assert_close(padded, short, atol=1e-12, rtol=1e-10)
 
 
-def test_fully_padded_sequence_gives_zeros_and_finite_gradients() -> None:
-    attn = FavorAttention(8, 16).double()
+@pytest.mark.parametrize("save", [True, False])
+def test_fully_padded_sequence_gives_zeros_and_finite_gradients(save: bool) -> None:
+    attn = FavorAttention(8, 16, save_features=save).double()
     q, k, v = _qkv(2, 2, 6, 6, 8, seed=7)
     mask = torch.zeros(2, 6, dtype=torch.bool)
     mask[1] = True
@@ -118,12 +127,11 @@ def test_fully_padded_sequence_gives_zeros_and_finite_gradients() -> None:
     assert all(torch.isfinite(gr).all() for gr in grads)
 
 
-def test_inf_and_nan_in_padded_rows_do_not_leak() -> None:
-    from protein_performer.attention import FavorAttention
-
+@pytest.mark.parametrize("save", [True, False])
+def test_inf_and_nan_in_padded_rows_do_not_leak(save: bool) -> None:
     torch.manual_seed(0)
     for kernel in ("softmax", "relu"):
-        attn = FavorAttention(16, 32, kernel=kernel, seed=3).double()
+        attn = FavorAttention(16, 32, kernel=kernel, seed=3, save_features=save).double()
         q, k, v = (torch.randn(1, 2, 10, 16, dtype=torch.float64) for _ in range(3))
         pad = torch.zeros(1, 10, dtype=torch.bool)
         pad[:, 7:] = True
@@ -139,3 +147,74 @@ def test_inf_and_nan_in_padded_rows_do_not_leak() -> None:
         for g in (q2.grad, k2.grad, v2.grad):
             assert torch.isfinite(g[:, :, :7]).all()
         assert torch.isfinite(k2.grad).all()
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "relu"])
+@pytest.mark.parametrize("later_scale", [3.0, 60.0])
+def test_saved_features_give_the_recomputed_gradients_when_the_stabiliser_rises(
+    kernel: str, later_scale: float
+) -> None:
+    """Kept key features were stabilised by the running max of their block: later blocks with
+    larger logits (and a first block of padded keys only) must not change the gradients.
+    ``later_scale`` 60: the softmax logits of the long keys sit thousands below 0, so a padded
+    block's stabiliser (0) and the final one are further apart than exp can represent."""
+    q, k, v = _qkv(2, 2, 20, 20, 16, seed=11)
+    with torch.no_grad():
+        k[:, :, 12:] *= later_scale  # the last blocks move the running max
+    mask = torch.zeros(2, 20, dtype=torch.bool)
+    mask[1, :6] = True  # batch 1: the whole first block padded (no finite key yet)
+    g = torch.randn(2, 2, 20, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    results = []
+    for save in (True, False):
+        attn = FavorAttention(16, 32, kernel=kernel, chunk_size=6, save_features=save).double()
+        out = attn(q, k, v, key_padding_mask=mask)
+        results.append((out, *torch.autograd.grad((out * g).sum(), (q, k, v))))
+    phi_q, phi_k = attn.features(q, k, key_padding_mask=mask)
+    ref = explicit_from_features(phi_q, phi_k, v, causal=False)
+    ref_grads = torch.autograd.grad((ref * g).sum(), (q, k, v))
+    for got, want in zip(results[0], (ref, *ref_grads), strict=True):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want, atol=1e-11, rtol=1e-9)
+    for got, want in zip(results[0], results[1], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
+
+
+def _kept_feature_shapes(attn: FavorAttention, *qkv: torch.Tensor) -> list[tuple]:
+    """Shapes of the ``(B·H, L, m)`` tensors saved for the backward, seen through the public
+    saved-tensor hooks (what activation checkpointing and CPU offloading act on)."""
+    shapes = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 3 and t.shape[-1] == attn.nb_features:
+            shapes.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attn(*qkv).sum().backward()
+    return shapes
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "relu"])
+def test_kept_features_are_saved_tensors_and_only_when_asked(kernel: str) -> None:
+    attn = FavorAttention(8, 16, kernel=kernel, chunk_size=5)
+    q, k, v = (torch.randn(1, 2, 12, 8, requires_grad=True) for _ in range(3))
+    assert _kept_feature_shapes(attn, q, k, v) == [(2, 12, 16), (2, 12, 16)]
+    attn.save_features = False
+    assert _kept_feature_shapes(attn, q, k, v) == []
+
+
+def test_features_are_not_kept_under_no_grad(monkeypatch) -> None:
+    saves = []
+    forward = BidirectionalFavorFunction.forward
+
+    def spy(ctx, *args):
+        saves.append(args[-1])
+        return forward(ctx, *args)
+
+    monkeypatch.setattr(BidirectionalFavorFunction, "forward", staticmethod(spy))
+    attn = FavorAttention(8, 16, chunk_size=5)
+    q, k, v = (torch.randn(1, 2, 12, 8, requires_grad=True) for _ in range(3))
+    with torch.no_grad():
+        plain = attn(q, k, v)  # the inputs require grad, but nothing will be taken
+    torch.testing.assert_close(attn(q, k, v), plain)
+    assert saves == [False, True]

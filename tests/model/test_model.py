@@ -241,6 +241,37 @@ def test_activation_checkpointing_gives_the_same_gradients(attention, monkeypatc
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-12, rtol=1e-10)
 
 
+@pytest.mark.parametrize("attention", ["performer_relu", "performer_softmax"])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_kept_or_rebuilt_features_give_the_same_gradients(attention, checkpointing):
+    grads, kept = [], []
+    for save_features in (True, False):
+        torch.manual_seed(0)
+        config = tiny_config(
+            attention, save_features=save_features, checkpointing=checkpointing, nb_features=20
+        )
+        model = ProteinLM(config, V).double()
+        assert all(b.attn.favor.save_features is save_features for b in model.blocks)
+        ids = random_ids(2, 24)
+        ids[1, 18:] = ALPHABET.pad_idx
+        sizes = []
+
+        def pack(t, sizes=sizes):
+            sizes.append(t.shape[-1])
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = model(ids)["logits"].logsumexp(-1).mean()
+        loss.backward()
+        kept.append(sizes.count(config.nb_features))
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    # query and key features of every layer are saved tensors: seen by saved-tensor hooks, so
+    # inside a checkpointed block the checkpoint's own hooks take them (and drop them)
+    assert kept == [0 if checkpointing else 2 * len(model.blocks), 0]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-12, rtol=1e-10)
+
+
 def test_training_step_at_8192_tokens():
     torch.manual_seed(0)
     config = tiny_config(

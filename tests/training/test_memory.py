@@ -134,6 +134,24 @@ def test_qkv_conv_adds_its_parameters_and_a_linear_activation_term(tiny_fasta):
     assert (kept[1] - kept[0]) / ids.numel() == pytest.approx(per_token, rel=0.05)
 
 
+def test_kept_favor_features_are_in_the_estimate_as_measured(tiny_fasta):
+    cfg = tiny_config(tiny_fasta, "performer_softmax")
+    n = len(default_alphabet())
+    m = cfg.model
+    ids = torch.randint(4, 24, (2, m.max_len))
+    estimates, kept = [], []
+    for save in (True, False):
+        torch.manual_seed(0)
+        m.save_features = save
+        estimates.append(estimate_memory(cfg, n))
+        kept.append(_saved_for_backward(ProteinLM(m, n), ids))
+    per_token = (
+        estimates[0].activation_bytes - estimates[1].activation_bytes
+    ) / cfg.data.toks_per_batch
+    assert per_token == 4 * 2 * m.heads * m.nb_features * m.depth
+    assert (kept[0] - kept[1]) / ids.numel() == pytest.approx(per_token, rel=0.05)
+
+
 def _saved_for_backward(model: torch.nn.Module, ids: torch.Tensor) -> int:
     """Bytes of the distinct non-parameter storages autograd keeps for the backward."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
