@@ -283,6 +283,9 @@ class PlotHeadsConfig(_AnalysisInputs):
     join: bool = _key(
         False, "one window of all records, <sep> between (the last one after its homologs)"
     )
+    homologs: list[str] | None = _key(
+        None, "join: ids of the records the last one is aligned to (unset: every earlier one)"
+    )
 
 
 @dataclass

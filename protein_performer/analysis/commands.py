@@ -238,6 +238,8 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     limit = max_tokens(model, cfg.max_length, _trained_length(meta))
     if cfg.join and cfg.record is not None:
         raise ConfigError("join=true uses every record of fasta; leave record= unset")
+    if cfg.homologs is not None and not cfg.join:
+        raise ConfigError("homologs= names records of a joined window: add join=true")
     proteins = read_proteins(
         fasta,
         alphabet,
@@ -257,12 +259,14 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     att = attention_maps(model, protein, alphabet, layers=layers, heads=heads)
     sequence = alphabet.decode(protein.residues, keep_specials=True).replace("<sep>", "|")
     stats = head_stats(att)
-    aligned_uniform, queries, keys = None, None, None
+    aligned_uniform, queries, keys, subjects = None, None, None, []
     if segments is not None:
         stats["cross_protein"] = cross_protein_mass(att, segments)
-        if len(segments) > 1:
-            parts = [alphabet.decode(protein.residues[a:b]) for a, b in segments]
-            queries, keys = alignment_pairs(segments, parts)
+        subjects = homolog_segments(proteins, cfg.homologs, fasta)
+        if subjects:
+            picked = [segments[i] for i in subjects] + [segments[-1]]
+            parts = [alphabet.decode(protein.residues[a:b]) for a, b in picked]
+            queries, keys = alignment_pairs(picked, parts)
             if len(queries):
                 stats["aligned"], aligned_uniform = aligned_mass(att, queries, keys)
     kind = model.config.kind_label
@@ -289,6 +293,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
             {"id": p.id, "start": a, "stop": b}
             for p, (a, b) in zip(proteins, segments, strict=True)
         ]
+        summary["homologs"] = [proteins[i].id for i in subjects]
         summary["aligned_residues"] = 0 if queries is None else len(np.unique(queries))
         summary["aligned_uniform"] = aligned_uniform
     best_aligned = max(per_head, key=lambda h: h["aligned"]) if aligned_uniform else None
@@ -314,7 +319,8 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
             li, hi = layers.index(best_aligned["layer"]), heads.index(best_aligned["head"])
             alignment_figure(
                 att[li, hi],
-                segments,
+                segments[-1],
+                [segments[i] for i in subjects],
                 queries,
                 keys,
                 work / "alignment_head",
@@ -346,6 +352,21 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
             f"(uniform attention: {aligned_uniform:.1%}); figure alignment_head.png"
         )
     return CommandResult({"out": str(outdir), **summary}, text)
+
+
+def homolog_segments(proteins: list[Protein], ids: list[str] | None, fasta: object) -> list[int]:
+    """Indices of the joined ``proteins`` the last one is aligned to: those named by ``ids``
+    (``homologs=``), or every one before it."""
+    if ids is None:
+        return list(range(len(proteins) - 1))
+    index = {p.id: i for i, p in enumerate(proteins[:-1])}
+    missing = [h for h in ids if h not in index]
+    if missing:
+        raise ConfigError(
+            f"homologs: {', '.join(map(str, missing))} not among the records before the last one "
+            f"in the joined window of {fasta} ({len(index)} records; truncate=true drops front ones)"
+        )
+    return sorted({index[h] for h in ids})
 
 
 def join_proteins(

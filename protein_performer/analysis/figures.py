@@ -139,31 +139,40 @@ def head_grid_figure(
 
 def alignment_figure(
     attention: np.ndarray,
-    segments: Sequence[tuple[int, int]],
+    target: tuple[int, int],
+    subjects: Sequence[tuple[int, int]],
     queries: np.ndarray,
     keys: np.ndarray,
     stem: Path,
     *,
     title: str = "",
 ) -> list[Path]:
-    """One head's attention from the last protein (rows) to the proteins before it (columns),
-    the alignment drawn over it: an alignment head shows the stripe along it.
+    """One head's attention from the last protein (rows, window positions ``target``) to the
+    homologs it is aligned to (columns: the ``subjects`` segments side by side, whatever lies
+    between them in the window left out), the alignment drawn over it: an alignment head shows
+    the stripe along it.
 
     Args:
         attention: ``(L, L)`` one head over the window's residues.
+        queries, keys: window positions of aligned residue pairs (keys inside ``subjects``).
     """
     plt = _pyplot()
-    q_start, q_stop = segments[-1]
-    width = segments[-2][1] if len(segments) > 1 else q_start
-    block = attention[q_start:q_stop, :width].astype(np.float64)
-    block /= np.clip(attention[q_start:q_stop].sum(-1, keepdims=True), 1e-30, None)
+    q_start, q_stop = target
+    columns = np.concatenate([np.arange(a, b) for a, b in subjects])
+    rows = attention[q_start:q_stop].astype(np.float64)
+    block = rows[:, columns] / np.clip(rows.sum(-1, keepdims=True), 1e-30, None)
+    width = len(columns)
     fig, ax = plt.subplots(figsize=(max(4.0, 6.0 * width / max(q_stop - q_start, 1)), 6.0))
     im = ax.imshow(block, cmap="viridis", aspect="auto", interpolation="nearest")
-    ax.plot(keys, queries - q_start, ".", color="red", ms=1.5, alpha=0.5, label="alignment")
-    for _, stop in segments[:-2]:
-        ax.axvline(stop - 0.5, color="white", lw=0.6)
-    ax.set_xlabel("homolog residues (window position)")
-    ax.set_ylabel("residue of the last protein")
+    ax.plot(np.searchsorted(columns, keys), queries - q_start, ".", color="red", ms=1.5,
+            alpha=0.5, label="alignment")  # fmt: skip
+    offset = 0
+    for a, b in subjects[:-1]:
+        offset += b - a
+        ax.axvline(offset - 0.5, color="white", lw=0.6)
+    starts = ", ".join(str(a) for a, _ in subjects)
+    ax.set_xlabel(f"homolog residues (starting at window position {starts})")
+    ax.set_ylabel(f"residue of the last protein (window position {q_start}–{q_stop - 1})")
     ax.legend(loc="upper right", fontsize=7, markerscale=6)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention (row share)")
     if title:

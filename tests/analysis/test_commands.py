@@ -297,3 +297,48 @@ def test_plot_heads_join_measures_attention_on_the_aligned_residues(files, tmp_p
     got = np.array([[h["aligned"] for h in summary["heads_stats"]]]).reshape(mass.shape)
     np.testing.assert_allclose(got, mass, rtol=1e-5)
     assert summary["aligned_uniform"] == pytest.approx(uniform)
+
+
+def test_plot_heads_homologs_aligns_the_last_record_to_the_named_ones(files, tmp_path, capsys):
+    from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
+    from protein_performer.analysis.commands import join_proteins
+    from protein_performer.analysis.extraction import attention_maps
+    from protein_performer.analysis.inputs import Protein
+    from protein_performer.training.checkpoints import load_model
+
+    homolog, unrelated = random_proteins(2, 18, seed=9)  # the test model holds 64 tokens
+    mutant = homolog.residues.copy()
+    mutant[[3, 11]] = ALPHABET.index("W")
+    records = [homolog, unrelated, Protein("m", "mutant", mutant)]
+    write_fasta(tmp_path / "window.fasta", records)
+    base = ["plot-heads", f"checkpoint={files / 'relu.ckpt'}", f"fasta={tmp_path / 'window.fasta'}"]
+    runs = {}
+    for name, extra in (("all", []), ("named", ["homologs=[p0]"])):
+        out = tmp_path / name
+        code, _, err = run(capsys, *base, f"out={out}", "join=true", "zoom=null", *extra)
+        assert code == 0, err
+        runs[name] = json.loads((out / "heads.json").read_text())
+        assert (out / "alignment_head.png").is_file()
+    assert runs["all"]["homologs"] == ["p0", "p1"] and runs["named"]["homologs"] == ["p0"]
+    # the named run's numbers: the pairs of the mutant with p0 only (p1 left out, not shifted)
+    model, _ = load_model(files / "relu.ckpt")
+    joined, segments, _ = join_proteins(records, ALPHABET, None, truncate=False)
+    att = attention_maps(model, joined, ALPHABET)
+    picked = [segments[0], segments[2]]
+    parts = [ALPHABET.decode(joined.residues[a:b]) for a, b in picked]
+    queries, keys = alignment_pairs(picked, parts)
+    assert len(queries) >= 16 and keys.max() < segments[0][1]
+    mass, uniform = aligned_mass(att, queries, keys)
+    got = np.array([h["aligned"] for h in runs["named"]["heads_stats"]]).reshape(mass.shape)
+    np.testing.assert_allclose(got, mass, rtol=1e-5)
+    assert runs["named"]["aligned_uniform"] == pytest.approx(uniform)
+    assert runs["all"]["aligned_uniform"] > runs["named"]["aligned_uniform"]  # p1 added pairs
+    # misuse: one line each, nothing written
+    for extra, message in (
+        (["homologs=[p0]"], "homologs= names records of a joined window: add join=true"),
+        (["join=true", "homologs=[p7]"], "homologs: p7 not among the records before the last"),
+        (["join=true", "homologs=[m]"], "homologs: m not among the records before the last"),
+    ):
+        code, _, err = run(capsys, *base, f"out={tmp_path / 'bad'}", *extra)
+        assert code != 0 and message in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "bad").exists()
