@@ -249,20 +249,22 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         ids=None if cfg.record is None else [cfg.record],
         max_kept=1 if cfg.record is None and not cfg.join else None,
     )
-    segments = None
+    segments, subjects = None, []
     if cfg.join:
+        read_ids = [p.id for p in proteins]
         protein, segments, proteins = join_proteins(
             proteins, alphabet, limit, truncate=cfg.truncate
         )
+        names = ", ".join(map(str, fasta)) if isinstance(fasta, (list, tuple)) else str(fasta)
+        subjects = homolog_segments(proteins, cfg.homologs, read_ids, names)
     else:
         protein = proteins[0]
     att = attention_maps(model, protein, alphabet, layers=layers, heads=heads)
     sequence = alphabet.decode(protein.residues, keep_specials=True).replace("<sep>", "|")
     stats = head_stats(att)
-    aligned_uniform, queries, keys, subjects = None, None, None, []
+    aligned_uniform, queries, keys = None, None, None
     if segments is not None:
         stats["cross_protein"] = cross_protein_mass(att, segments)
-        subjects = homolog_segments(proteins, cfg.homologs, fasta)
         if subjects:
             picked = [segments[i] for i in subjects] + [segments[-1]]
             parts = [alphabet.decode(protein.residues[a:b]) for a, b in picked]
@@ -354,18 +356,32 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     return CommandResult({"out": str(outdir), **summary}, text)
 
 
-def homolog_segments(proteins: list[Protein], ids: list[str] | None, fasta: object) -> list[int]:
+def homolog_segments(
+    proteins: list[Protein], ids: list[str] | None, read_ids: list[str], fasta: str
+) -> list[int]:
     """Indices of the joined ``proteins`` the last one is aligned to: those named by ``ids``
-    (``homologs=``), or every one before it."""
+    (``homologs=``), or every one before it. ``read_ids``: the records read, before a
+    ``truncate=true`` join dropped front ones (named in the error when a homolog was dropped)."""
     if ids is None:
         return list(range(len(proteins) - 1))
-    index = {p.id: i for i, p in enumerate(proteins[:-1])}
-    missing = [h for h in ids if h not in index]
-    if missing:
-        raise ConfigError(
-            f"homologs: {', '.join(map(str, missing))} not among the records before the last one "
-            f"in the joined window of {fasta} ({len(index)} records; truncate=true drops front ones)"
-        )
+    where = f"the joined window of {fasta}"
+    if not ids:
+        raise ConfigError("homologs=[] names no record; leave homologs unset to use every one")
+    index: dict[str, int] = {}
+    for i, p in enumerate(proteins[:-1]):
+        if p.id in index and p.id in ids:
+            raise ConfigError(f"homologs: {p.id} names more than one record of {where}")
+        index[p.id] = i
+    for h in ids:
+        if h in index:
+            continue
+        if h == proteins[-1].id:
+            problem = "is the last record (the one aligned to the others)"
+        elif h in read_ids:
+            problem = "was cut from the front of the window by truncate=true"
+        else:
+            problem = "is not a record of the FASTA"
+        raise ConfigError(f"homologs: {h} {problem} ({where})")
     return sorted({index[h] for h in ids})
 
 

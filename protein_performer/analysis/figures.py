@@ -158,14 +158,13 @@ def alignment_figure(
     """
     plt = _pyplot()
     q_start, q_stop = target
-    columns = np.concatenate([np.arange(a, b) for a, b in subjects])
+    columns, key_columns = homolog_columns(subjects, keys)
     rows = attention[q_start:q_stop].astype(np.float64)
     block = rows[:, columns] / np.clip(rows.sum(-1, keepdims=True), 1e-30, None)
     width = len(columns)
     fig, ax = plt.subplots(figsize=(max(4.0, 6.0 * width / max(q_stop - q_start, 1)), 6.0))
     im = ax.imshow(block, cmap="viridis", aspect="auto", interpolation="nearest")
-    ax.plot(np.searchsorted(columns, keys), queries - q_start, ".", color="red", ms=1.5,
-            alpha=0.5, label="alignment")  # fmt: skip
+    ax.plot(key_columns, queries - q_start, ".", color="red", ms=1.5, alpha=0.5, label="alignment")
     offset = 0
     for a, b in subjects[:-1]:
         offset += b - a
@@ -179,6 +178,18 @@ def alignment_figure(
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return save_figure(fig, stem)
+
+
+def homolog_columns(
+    subjects: Sequence[tuple[int, int]], keys: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The window positions of the ``subjects`` segments side by side ``(W,)``, and where each
+    of ``keys`` (window positions inside them) falls among those columns."""
+    columns = np.concatenate([np.arange(a, b) for a, b in subjects])
+    at = np.searchsorted(columns, keys)
+    if len(keys) and (at.max() >= len(columns) or (columns[at] != keys).any()):
+        raise ValueError("a key lies outside the subject segments")
+    return columns, at
 
 
 def head_stats(attention: np.ndarray) -> dict[str, np.ndarray]:

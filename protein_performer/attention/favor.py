@@ -57,8 +57,8 @@ class FavorAttention(nn.Module):
     recomputing kernels; None picks it per device, see :meth:`block_rows`),
     ``subchunk_size`` (causal: rows handled explicitly inside a block), ``stat_momentum``
     (causal OPRF running statistics), ``save_features`` (bidirectional: keep the query and
-    key features for the backward, ``2·m`` floats per position and head, instead of rebuilding
-    them there; the causal kernel always rebuilds).
+    key features for the backward, ``2·m`` floats per position and head in place of q (and k,
+    ReLU), instead of rebuilding them there; the causal kernel always rebuilds).
 
     Features and normaliser are computed in float32 (float64 for float64 inputs) with
     autocast disabled; the output has the dtype of ``q``. The projection is a buffer (it

@@ -167,7 +167,13 @@ class BidirectionalFavorFunction(torch.autograd.Function):
             if keep:
                 phi_q_all[:, sl] = phi_q
         ctx.params, ctx.chunk = p, chunk
-        ctx.save_for_backward(q, k, v, mask, state, stab.ref, out, den, phi_q_all, phi_k_all)
+        # kept features replace q (and k, but for the softmax kernel's |k|² term)
+        q_saved = None if keep else q
+        k_saved = k if not keep or p.spec.kind == "softmax" else None
+        ctx.shapes = q.shape, k.shape
+        ctx.save_for_backward(
+            q_saved, k_saved, v, mask, state, stab.ref, out, den, phi_q_all, phi_k_all
+        )
         return out
 
     @staticmethod
@@ -176,11 +182,12 @@ class BidirectionalFavorFunction(torch.autograd.Function):
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, mask, state, ref, out, den, phi_q_all, phi_k_all = ctx.saved_tensors
         p, chunk = ctx.params, ctx.chunk
+        (n, lq, d), (_, lk, _) = ctx.shapes
         kept = phi_q_all is not None
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        dq = torch.empty_like(q) if need_q else None
+        dq = v.new_empty(n, lq, d) if need_q else None
         dstate = torch.zeros_like(state)
-        for sl in blocks(q.shape[1], chunk):
+        for sl in blocks(lq, chunk):
             if kept:
                 phi_q = phi_q_all[:, sl]
                 vjp_q = query_vjp(phi_q, p)
@@ -191,16 +198,16 @@ class BidirectionalFavorFunction(torch.autograd.Function):
                 dq[:, sl] = vjp_q(torch.bmm(gp, state.transpose(1, 2)))
             dstate.baddbmm_(phi_q.transpose(1, 2), gp)
 
-        dk = torch.empty_like(k) if need_k else None
+        dk = v.new_empty(n, lk, d) if need_k else None
         dv = torch.empty_like(v) if need_v else None
         if dk is not None or dv is not None:
             stabilizer = ref if p.spec.kind == "softmax" else None
             row_term = None if kept else p.key_row_term(k)
-            for sl in blocks(k.shape[1], chunk):
+            for sl in blocks(lk, chunk):
                 mc = _rows(mask, sl)
                 if kept:
                     phi_k = phi_k_all[:, sl]
-                    vjp_k = key_vjp(phi_k, k[:, sl], mc, p)
+                    vjp_k = key_vjp(phi_k, _rows(k, sl), mc, p)
                 else:
                     phi_k, vjp_k = key_features(k[:, sl], p, _rows(row_term, sl), mc, stabilizer)
                 if dv is not None:
@@ -218,7 +225,7 @@ def bidirectional_linear_attention(
     key_mask: torch.Tensor | None,
     params: FeatureParams,
     chunk: int = 1024,
-    save_features: bool = False,
+    save_features: bool = True,
 ) -> torch.Tensor:
     """Non-causal FAVOR attention: ``q`` ``(N, Lq, D)``, ``k`` ``(N, Lk, D)``, ``v``
     ``(N, Lk, Dv)`` -> ``(N, Lq, Dv)``; ``key_mask`` ``(N, Lk)`` bool, True = padded key.

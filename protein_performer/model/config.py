@@ -51,8 +51,9 @@ class ModelConfig:
     Linear in L for every kind; initialised to the identity. ``checkpointing`` recomputes each
     block's activations in the backward pass (activation checkpointing: less memory for long
     windows, about one more forward in time). ``save_features`` (bidirectional FAVOR layers)
-    keeps each layer's query and key random features for the backward, ``2·heads·m`` floats per
-    token and layer; False rebuilds them there (less memory, more time in the attention).
+    keeps each layer's query and key random features for the backward, ``2·m`` floats per token
+    and head in place of q's ``D`` (and k's, ReLU); False rebuilds them there (less memory,
+    more time in the attention).
 
     ``nope_layers`` (with ``position="rotary"``) lists layers whose queries and keys are not
     rotated (no positional encoding, "NoPE"): their scores depend on content only, so a match

@@ -6,7 +6,7 @@ PyTorch's ``meta`` device; optimizer state is 16 bytes per parameter (weights, g
 Adam moments); activations are what autograd keeps per token and layer (inputs of the linear
 layers, norms and activations: about ``10·dim + 2·ffn_dim`` floats) plus the attention's own
 (exact attention: the ``heads × L`` scores and probabilities per query; FAVOR+: the ``heads ×
-m`` features of queries and keys, unless ``save_features`` is off) and the logits. It is an
+m`` features of queries and keys when ``save_features`` keeps them) and the logits. It is an
 order of magnitude, printed so that a user sees a run that cannot fit before it starts.
 """
 
@@ -73,8 +73,11 @@ def estimate_memory(cfg: Any, vocab_size: int) -> MemoryEstimate:
             per_token += 6 * (m.heads - m.local_heads) * taylor_feature_dim(m.dim_head)
         elif kind == "hedgehog":  # the same for its learned features (and their logits)
             per_token += 6 * (m.heads - m.local_heads) * m.nb_features
-        elif m.save_features:  # FAVOR: query and key features (rebuilt in the backward if not)
-            per_token += 2 * m.heads * m.nb_features
+        elif m.save_features and cfg.objective != "causal":
+            # bidirectional FAVOR keeps query and key features (else rebuilt in the backward);
+            # they stand in for q (and k, but for the softmax kernel) among the saved tensors
+            shared = 1 if kind == "performer_softmax" else 2
+            per_token += (m.heads - m.local_heads) * (2 * m.nb_features - shared * m.dim_head)
     floats = tokens * (per_token + 3 * vocab_size)
     return MemoryEstimate(params, 16 * params, 4 * floats, tokens)
 

@@ -311,11 +311,12 @@ def test_plot_heads_homologs_aligns_the_last_record_to_the_named_ones(files, tmp
     mutant[[3, 11]] = ALPHABET.index("W")
     records = [homolog, unrelated, Protein("m", "mutant", mutant)]
     write_fasta(tmp_path / "window.fasta", records)
-    base = ["plot-heads", f"checkpoint={files / 'relu.ckpt'}", f"fasta={tmp_path / 'window.fasta'}"]
+    window = f"fasta={tmp_path / 'window.fasta'}"
+    base = ["plot-heads", f"checkpoint={files / 'relu.ckpt'}"]
     runs = {}
     for name, extra in (("all", []), ("named", ["homologs=[p0]"])):
         out = tmp_path / name
-        code, _, err = run(capsys, *base, f"out={out}", "join=true", "zoom=null", *extra)
+        code, _, err = run(capsys, *base, window, f"out={out}", "join=true", "zoom=null", *extra)
         assert code == 0, err
         runs[name] = json.loads((out / "heads.json").read_text())
         assert (out / "alignment_head.png").is_file()
@@ -334,11 +335,28 @@ def test_plot_heads_homologs_aligns_the_last_record_to_the_named_ones(files, tmp
     assert runs["named"]["aligned_uniform"] == pytest.approx(uniform)
     assert runs["all"]["aligned_uniform"] > runs["named"]["aligned_uniform"]  # p1 added pairs
     # misuse: one line each, nothing written
+    copy = Protein("p0", "", unrelated.residues)
+    write_fasta(tmp_path / "twice.fasta", [homolog, copy, records[-1]])
+    twice = f"fasta={tmp_path / 'twice.fasta'}"
     for extra, message in (
-        (["homologs=[p0]"], "homologs= names records of a joined window: add join=true"),
-        (["join=true", "homologs=[p7]"], "homologs: p7 not among the records before the last"),
-        (["join=true", "homologs=[m]"], "homologs: m not among the records before the last"),
-    ):
+        ([window, "homologs=[p0]"], "homologs= names records of a joined window: add join=true"),
+        ([window, "join=true", "homologs=[p7]"], "homologs: p7 is not a record of the FASTA"),
+        ([window, "join=true", "homologs=[m]"], "homologs: m is the last record"),
+        ([window, "join=true", "homologs=[]"], "homologs=[] names no record"),
+        ([window, "join=true", "homologs=[p0]", "max_length=30", "truncate=true"],
+         "homologs: p0 was cut from the front of the window by truncate=true"),
+        ([twice, "join=true", "homologs=[p0]"], "homologs: p0 names more than one record of"),
+    ):  # fmt: skip
         code, _, err = run(capsys, *base, f"out={tmp_path / 'bad'}", *extra)
         assert code != 0 and message in err and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "bad").exists()
+
+
+def test_homolog_columns_put_the_named_segments_side_by_side() -> None:
+    from protein_performer.analysis.figures import homolog_columns
+
+    columns, at = homolog_columns([(0, 3), (10, 12)], np.array([2, 10, 11, 0]))
+    np.testing.assert_array_equal(columns, [0, 1, 2, 10, 11])
+    np.testing.assert_array_equal(at, [2, 3, 4, 0])
+    with pytest.raises(ValueError, match="outside"):
+        homolog_columns([(0, 3), (10, 12)], np.array([5]))

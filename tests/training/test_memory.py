@@ -134,8 +134,9 @@ def test_qkv_conv_adds_its_parameters_and_a_linear_activation_term(tiny_fasta):
     assert (kept[1] - kept[0]) / ids.numel() == pytest.approx(per_token, rel=0.05)
 
 
-def test_kept_favor_features_are_in_the_estimate_as_measured(tiny_fasta):
-    cfg = tiny_config(tiny_fasta, "performer_softmax")
+@pytest.mark.parametrize("attention", ["performer_softmax", "performer_relu"])
+def test_kept_favor_features_are_in_the_estimate_as_measured(tiny_fasta, attention):
+    cfg = tiny_config(tiny_fasta, attention)
     n = len(default_alphabet())
     m = cfg.model
     ids = torch.randint(4, 24, (2, m.max_len))
@@ -148,8 +149,13 @@ def test_kept_favor_features_are_in_the_estimate_as_measured(tiny_fasta):
     per_token = (
         estimates[0].activation_bytes - estimates[1].activation_bytes
     ) / cfg.data.toks_per_batch
-    assert per_token == 4 * 2 * m.heads * m.nb_features * m.depth
+    # features for q and k; q (and k for ReLU) no longer saved
+    shared = 1 if attention == "performer_softmax" else 2
+    assert per_token == 4 * m.heads * (2 * m.nb_features - shared * m.dim_head) * m.depth
     assert (kept[0] - kept[1]) / ids.numel() == pytest.approx(per_token, rel=0.05)
+    cfg.objective = "causal"  # the causal kernel always rebuilds
+    m.save_features = True
+    assert estimate_memory(cfg, n).activation_bytes == estimates[1].activation_bytes
 
 
 def _saved_for_backward(model: torch.nn.Module, ids: torch.Tensor) -> int:
