@@ -74,10 +74,20 @@ def test_every_group_option_and_experiment_composes():
                 "homologs2048",
                 "homolog_pairs",
                 "homolog_fill",
+                "homolog_lookup",
             ):
                 overrides.append("data.clusters=clusters14")
             cfg = compose_job("train", overrides).config
             validate_train_config(cfg)
+    lookup = compose_job("train", ["experiment=homolog_lookup", "data.clusters=c"]).config
+    m = lookup.model
+    assert (m.attention, m.exact_layers, m.nope_layers, m.qkv_conv) == (
+        "performer_softmax",
+        [-1],
+        [-1],
+        9,
+    )
+    assert (lookup.data.packing, lookup.data.max_length, m.max_len) == ("pairs", 512, 8192)
     c14 = compose_job("train", ["experiment=cpu_recipe_14", "data.clusters=c"]).config
     assert (c14.data.split_by, c14.data.sample, len(c14.data.files)) == ("cluster", "cluster", 14)
     with pytest.raises(ConfigError, match=r"needs data\.clusters"):
