@@ -54,6 +54,8 @@ METHODS = [
     "favor-relu-causal",
     "pp-softmax-causal",
     "exact-causal",
+    "favor-softmax-save",
+    "favor-relu-save",
 ]
 LENGTHS = [1024, 2048, 4096, 8192, 16384]
 
@@ -64,7 +66,9 @@ def _build(method: str, dim: int, features: int):
     causal = method.endswith("-causal")
     if method.startswith("favor-"):
         kernel = "relu" if method.startswith("favor-relu") else "softmax"
-        return FavorAttention(dim, features, kernel=kernel, causal=causal)
+        # -save: the features are kept for the backward, not rebuilt there
+        keep = method.endswith("-save")
+        return FavorAttention(dim, features, kernel=kernel, causal=causal, save_features=keep)
     if method.startswith("exact"):
         return lambda q, k, v: exact_attention(q, k, v, causal=causal)
     if method.startswith("pp-"):

@@ -85,7 +85,7 @@ class FavorAttention(nn.Module):
         chunk_size: int | None = None,
         subchunk_size: int = 64,
         stat_momentum: float = 0.1,
-        save_features: bool = True,
+        save_features: bool = False,
     ) -> None:
         super().__init__()
         _check(dim_head >= 1, f"dim_head must be >= 1, got {dim_head}")

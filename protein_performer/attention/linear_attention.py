@@ -225,7 +225,7 @@ def bidirectional_linear_attention(
     key_mask: torch.Tensor | None,
     params: FeatureParams,
     chunk: int = 1024,
-    save_features: bool = True,
+    save_features: bool = False,
 ) -> torch.Tensor:
     """Non-causal FAVOR attention: ``q`` ``(N, Lq, D)``, ``k`` ``(N, Lk, D)``, ``v``
     ``(N, Lk, Dv)`` -> ``(N, Lq, Dv)``; ``key_mask`` ``(N, Lk)`` bool, True = padded key.

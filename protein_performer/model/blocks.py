@@ -106,7 +106,7 @@ class SelfAttention(nn.Module):
         local_window: int = 64,
         qkv_conv: int = 0,
         length_base: int = 0,
-        save_features: bool = True,
+        save_features: bool = False,
     ) -> None:
         super().__init__()
         self.heads = heads

@@ -102,7 +102,7 @@ def test_autograd_saves_no_per_position_feature_matrix(causal: bool) -> None:
     """Saved tensors are inputs/outputs-sized: nothing of size L·m (features) or L·m·D (the
     causal kernel always rebuilds its features; the bidirectional one when told to)."""
     b, h, length, d, m = 1, 2, 512, 16, 256
-    # causal: the default save_features=True, which the causal kernel does not act on
+    # causal: save_features=True, which the causal kernel does not act on
     attn = FavorAttention(d, m, causal=causal, save_features=causal)
     q, k, v = _qkv(b, h, length, d, seed=4, dtype=torch.float32)
     sizes: list[int] = []

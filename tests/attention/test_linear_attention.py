@@ -198,6 +198,8 @@ def _kept_feature_shapes(attn: FavorAttention, *qkv: torch.Tensor) -> list[tuple
 def test_kept_features_are_saved_tensors_and_only_when_asked(kernel: str) -> None:
     attn = FavorAttention(8, 16, kernel=kernel, chunk_size=5)
     q, k, v = (torch.randn(1, 2, 12, 8, requires_grad=True) for _ in range(3))
+    assert _kept_feature_shapes(attn, q, k, v) == []  # the default rebuilds them
+    attn.save_features = True
     assert _kept_feature_shapes(attn, q, k, v) == [(2, 12, 16), (2, 12, 16)]
     attn.save_features = False
     assert _kept_feature_shapes(attn, q, k, v) == []
@@ -212,7 +214,7 @@ def test_features_are_not_kept_under_no_grad(monkeypatch) -> None:
         return forward(ctx, *args)
 
     monkeypatch.setattr(BidirectionalFavorFunction, "forward", staticmethod(spy))
-    attn = FavorAttention(8, 16, chunk_size=5)
+    attn = FavorAttention(8, 16, chunk_size=5, save_features=True)
     q, k, v = (torch.randn(1, 2, 12, 8, requires_grad=True) for _ in range(3))
     with torch.no_grad():
         plain = attn(q, k, v)  # the inputs require grad, but nothing will be taken
