@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 
 from protein_performer.data.alphabet import default_alphabet
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_scripts import load_benchmark
 
 
 def _bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("dilution_bench", BENCH / "dilution.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("dilution.py")
 
 
 def test_copy_is_aligned_with_the_target_after_exactly_the_fill_asked_for():

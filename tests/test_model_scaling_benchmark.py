@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_scripts import load_benchmark
 
 
 def _bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("model_scaling_bench", BENCH / "model_scaling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("model_scaling.py")
 
 
 def test_each_point_is_its_fastest_round_and_failed_rounds_are_skipped():

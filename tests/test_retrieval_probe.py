@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from protein_performer.data.alphabet import default_alphabet
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_scripts import load_benchmark
 
 
 def _probe():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("retrieval_probe", BENCH / "retrieval.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("retrieval.py")
 
 
 def test_copy_offsets_are_fixed_by_the_crop_and_vary_with_vary_length():
