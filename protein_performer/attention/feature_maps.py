@@ -51,6 +51,16 @@ class KernelSpec:
     eps: float = 1e-6
     kernel_eps: float = 1e-3
 
+    @property
+    def query_offset(self) -> float:
+        """The constant every query feature carries (``eps`` / ``kernel_eps``)."""
+        return self.eps if self.kind == "softmax" else self.kernel_eps
+
+    @property
+    def key_offset(self) -> float:
+        """The constant every (unpadded) key feature carries: 0 / ``kernel_eps``."""
+        return 0.0 if self.kind == "softmax" else self.kernel_eps
+
 
 def oprf_t(stat: torch.Tensor, dim: int) -> torch.Tensor:
     """OPRF parameter ``t = 1 − 4A`` minimising the mean log second moment, for ``S = stat``."""
@@ -155,59 +165,120 @@ class FeatureParams:
         return norm.square_().mul_(-self.k_sq_coef)
 
 
+class Scratch:
+    """Reusable blocks for the chunked kernels, one flat buffer per role.
+
+    A fresh ``(N, rows, m)`` tensor per block costs page faults on a CPU (a large allocation
+    is new memory to the OS each time: measured 1.7 ms per 8 MiB block among the model's
+    other allocations, more than the matmul that fills it); :meth:`block` hands out a
+    contiguous view of a buffer kept for that role instead. Only for code that runs without
+    autograd (the custom functions): a block is overwritten by the next request of its role.
+    """
+
+    def __init__(self) -> None:
+        self._flat: dict[str, torch.Tensor] = {}
+
+    def block(self, role: str, like: torch.Tensor, *shape: int) -> torch.Tensor:
+        """A contiguous ``shape`` tensor with ``like``'s dtype and device (contents undefined)."""
+        numel = math.prod(shape)
+        buf = self._flat.get(role)
+        if (
+            buf is None
+            or buf.numel() < numel
+            or buf.dtype != like.dtype
+            or buf.device != like.device
+        ):
+            buf = self._flat[role] = like.new_empty(numel)
+        return buf[:numel].view(shape)
+
+
+def _new(scratch: Scratch | None, role: str, like: torch.Tensor, *shape: int):
+    return None if scratch is None else scratch.block(role, like, *shape)
+
+
 def query_features(
-    q: torch.Tensor, p: FeatureParams
+    q: torch.Tensor, p: FeatureParams, offset: bool = True, scratch: Scratch | None = None
 ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """Query features ``(N, c, m)`` of raw ``q`` ``(N, c, D)``, and ``dΦq -> dq``.
 
     Softmax: ``softmax_r(logits) + eps`` (a query's scale cancels in the attention).
-    ReLU: ``relu(logits) + kernel_eps``. In place where autograd is off.
+    ReLU: ``relu(logits) + kernel_eps``. ``offset=False`` leaves out the added constant
+    (:attr:`KernelSpec.query_offset`): a kernel that adds its contribution as one rank-one
+    term saves a pass over the ``(N, c, m)`` block. In place where autograd is off;
+    ``scratch`` (autograd off only) holds the features and the vjp's blocks.
     """
     spec = p.spec
     inplace = not torch.is_grad_enabled()
-    e = torch.bmm(q, p.wq.transpose(1, 2))
+    n, c, m = q.shape[0], q.shape[1], p.nb_features
+    e = torch.bmm(q, p.wq.transpose(1, 2), out=_new(scratch, "q_logits", q, n, c, m))
+    add = spec.query_offset if offset else 0.0
     if spec.kind == "softmax":
-        prob = torch.softmax(e, dim=-1)
+        if scratch is None:
+            phi = torch.softmax(e, dim=-1)
+        else:
+            phi = torch.ops.aten._softmax.out(
+                e, -1, False, out=scratch.block("q_features", q, n, c, m)
+            )
         del e
-        phi = prob.add_(spec.eps) if inplace else prob + spec.eps
     else:
-        phi = e.clamp_min_(0).add_(spec.kernel_eps) if inplace else torch.relu(e) + spec.kernel_eps
-    return phi, query_vjp(phi, p)
+        phi = e.relu_() if inplace else torch.relu(e)
+    if add:
+        phi = phi.add_(add) if inplace else phi + add
+    return phi, query_vjp(phi, p, offset, scratch)
 
 
-def query_vjp(phi: torch.Tensor, p: FeatureParams) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``dΦq -> dq`` from the features ``phi`` ``(N, c, m)`` alone (``dΦq`` is overwritten):
-    what lets a backward keep features instead of the logits behind them."""
+def query_vjp(
+    phi: torch.Tensor, p: FeatureParams, offset: bool = True, scratch: Scratch | None = None
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``dΦq -> dq`` from the features ``phi`` ``(N, c, m)`` alone (with or without their
+    ``offset``, as :func:`query_features` made them): what lets a backward keep features
+    instead of the logits behind them."""
     spec = p.spec
+    add = spec.query_offset if offset else 0.0
     if spec.kind == "softmax":
 
         def vjp(dphi: torch.Tensor) -> torch.Tensor:
-            prob = phi - spec.eps  # phi is prob + eps
-            rowdot = torch.linalg.vecdot(dphi, prob).unsqueeze_(-1)
-            return torch.bmm(dphi.sub_(rowdot).mul_(prob), p.wq)
+            prob = phi - add if add else phi
+            if scratch is None:
+                grad = torch.ops.aten._softmax_backward_data(dphi, prob, -1, prob.dtype)
+            else:
+                grad = torch.ops.aten._softmax_backward_data.out(
+                    dphi,
+                    prob,
+                    -1,
+                    prob.dtype,
+                    grad_input=scratch.block("q_dlogits", phi, *phi.shape),
+                )
+            return torch.bmm(grad, p.wq)
 
         return vjp
 
     def vjp_relu(dphi: torch.Tensor) -> torch.Tensor:
-        # relu(e) + kernel_eps > kernel_eps exactly where e > 0 (up to e below eps' last bit)
-        return torch.bmm(dphi.mul_(phi > spec.kernel_eps), p.wq)
+        # relu(e) + add > add exactly where e > 0 (up to e below add's last bit)
+        return torch.bmm(_relu_backward(dphi, phi, add), p.wq)
 
     return vjp_relu
 
 
 def key_logits(
-    k: torch.Tensor, p: FeatureParams, row_term: torch.Tensor | None, mask: torch.Tensor | None
+    k: torch.Tensor,
+    p: FeatureParams,
+    row_term: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    scratch: Scratch | None = None,
 ) -> torch.Tensor:
     """Key logits ``(N, c, m)``; ``row_term`` ``(N, c)`` from :meth:`FeatureParams.key_row_term`;
     ``mask`` ``(N, c)`` True = padded key (softmax logit ``-inf``)."""
+    n, c, m = k.shape[0], k.shape[1], p.nb_features
+    out = _new(scratch, "k_logits", k, n, c, m)
     if not p.augmented:
-        return torch.bmm(k, p.wk.transpose(1, 2))
+        return torch.bmm(k, p.wk.transpose(1, 2), out=out)
     k_aug = torch.cat([k, row_term[..., None], torch.ones_like(row_term)[..., None]], dim=-1)
     if mask is not None:
         # padded rows may hold anything (inf, nan): replace them by a row whose logits are -inf
         k_aug = k_aug.masked_fill(mask[..., None], 0.0)
         k_aug[..., -2] = k_aug[..., -2].masked_fill(mask, float("-inf"))
-    return torch.bmm(k_aug, p.wk.transpose(1, 2))
+    return torch.bmm(k_aug, p.wk.transpose(1, 2), out=out)
 
 
 def key_features(
@@ -217,36 +288,44 @@ def key_features(
     mask: torch.Tensor | None,
     stabilizer: torch.Tensor | None = None,
     logits: torch.Tensor | None = None,
+    offset: bool = True,
+    scratch: Scratch | None = None,
 ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """Key features ``(N, c, m)`` of raw ``k`` ``(N, c, D)`` and ``dΦk -> dk``.
 
     Softmax: ``exp(logits − stabilizer)`` (``(N, 1, 1)``, detached); pass ``logits`` if
     already computed (they are overwritten when autograd is off). ReLU: ``relu(logits) +
-    kernel_eps``. Padded keys (``mask`` True) get all-zero features.
+    kernel_eps`` (``offset=False``: without ``kernel_eps``). Padded keys (``mask`` True) get
+    all-zero features. ``scratch``: as for :func:`query_features`.
     """
     spec = p.spec
     inplace = not torch.is_grad_enabled()
-    e = key_logits(k, p, row_term, mask) if logits is None else logits
+    e = key_logits(k, p, row_term, mask, scratch) if logits is None else logits
     if spec.kind == "softmax":
         if stabilizer is not None:
             e = e.sub_(stabilizer) if inplace else e - stabilizer
         phi = e.exp_() if inplace else torch.exp(e)
-    elif inplace:
-        phi = e.clamp_min_(0).add_(spec.kernel_eps)
-        if mask is not None:
-            phi.masked_fill_(mask[..., None], 0.0)
     else:
-        phi = torch.relu(e) + spec.kernel_eps
+        add = spec.key_offset if offset else 0.0
+        phi = e.relu_() if inplace else torch.relu(e)
+        if add:
+            phi = phi.add_(add) if inplace else phi + add
         if mask is not None:
-            phi = phi.masked_fill(mask[..., None], 0.0)
-    return phi, key_vjp(phi, k, mask, p)
+            mask3 = mask[..., None]
+            phi = phi.masked_fill_(mask3, 0.0) if inplace else phi.masked_fill(mask3, 0.0)
+    return phi, key_vjp(phi, k, mask, p, offset)
 
 
 def key_vjp(
-    phi: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, p: FeatureParams
+    phi: torch.Tensor,
+    k: torch.Tensor,
+    mask: torch.Tensor | None,
+    p: FeatureParams,
+    offset: bool = True,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``dΦk -> dk`` from the features ``phi`` ``(N, c, m)`` of ``k`` ``(N, c, D)`` (``dΦk``
-    is overwritten). Softmax: valid for features against any stabiliser (it is detached)."""
+    """``dΦk -> dk`` from the features ``phi`` ``(N, c, m)`` of ``k`` ``(N, c, D)`` (with or
+    without their offset, see :func:`key_features`; ``dΦk`` is overwritten). Softmax: valid
+    for features against any stabiliser (it is detached)."""
     if p.spec.kind == "softmax":
 
         def vjp(dphi: torch.Tensor) -> torch.Tensor:
@@ -257,10 +336,16 @@ def key_vjp(
             return dk.addcmul_(kk, grad_aug[..., -2:-1], value=-2 * p.k_sq_coef)
 
         return vjp
-    kernel_eps = p.spec.kernel_eps
+    add = p.spec.key_offset if offset else 0.0
 
     def vjp_relu(dphi: torch.Tensor) -> torch.Tensor:
         # padded keys have phi = 0: no gradient, as for e <= 0
-        return torch.bmm(dphi.mul_(phi > kernel_eps), p.wk)
+        return torch.bmm(_relu_backward(dphi, phi, add), p.wk)
 
     return vjp_relu
+
+
+def _relu_backward(dphi: torch.Tensor, phi: torch.Tensor, threshold: float) -> torch.Tensor:
+    """``dphi`` where ``phi > threshold``, else 0, written into ``dphi`` (one fused pass; a
+    bool-mask multiply costs several)."""
+    return torch.ops.aten.threshold_backward.grad_input(dphi, phi, threshold, grad_input=dphi)

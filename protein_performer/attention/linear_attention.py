@@ -20,6 +20,7 @@ import torch
 
 from .feature_maps import (
     FeatureParams,
+    Scratch,
     key_features,
     key_logits,
     key_vjp,
@@ -94,16 +95,29 @@ def key_block(
     mask: torch.Tensor | None,
     stab: RunningMax | None,
     state: torch.Tensor | None,
+    offset: bool = True,
+    scratch: Scratch | None = None,
 ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """Key features of a block and their ``dΦk -> dk``; for the softmax kernel folds the block
     into the running max ``stab`` and rescales ``state`` (in place) to the new stabiliser."""
     if p.spec.kind != "softmax":
-        return key_features(k, p, row_term, mask)
-    logits = key_logits(k, p, row_term, mask)
+        return key_features(k, p, row_term, mask, offset=offset, scratch=scratch)
+    logits = key_logits(k, p, row_term, mask, scratch)
     factor = stab.update(logits)
     if state is not None:
         state.mul_(factor)
     return key_features(k, p, row_term, mask, stab.ref, logits=logits)
+
+
+def valid_value_sum(v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``Σ_rows [v, 1]`` over unpadded rows, ``(N, 1, Dv+1)``: what a constant added to every
+    key feature contributes to each row of the summary."""
+    if mask is not None:
+        v = v.masked_fill(mask[..., None], 0.0)
+    count = v.new_full((v.shape[0], 1, 1), v.shape[1])
+    if mask is not None:
+        count -= mask.sum(1).to(v.dtype)[:, None, None]
+    return torch.cat([v.sum(1, keepdim=True), count], dim=-1)
 
 
 def without_autocast(backward: Callable[..., tuple]) -> Callable[..., tuple]:
@@ -125,7 +139,13 @@ def _rows(t: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
 
 
 class BidirectionalFavorFunction(torch.autograd.Function):
-    """Autograd function behind :func:`bidirectional_linear_attention`."""
+    """Autograd function behind :func:`bidirectional_linear_attention`.
+
+    Features are handled without their constant offset ``c`` (``eps`` / ``kernel_eps``,
+    :attr:`KernelSpec.query_offset`): ``(Φ + c) S = Φ S + c·1ᵀS`` and ``(Φ + c)ᵀ X = ΦᵀX +
+    c·1 (1ᵀX)`` are rank-one terms, which saves a pass over every ``(N, c, m)`` block (the
+    kernel is memory-bound there on a CPU).
+    """
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -140,20 +160,26 @@ class BidirectionalFavorFunction(torch.autograd.Function):
     ) -> torch.Tensor:
         n, lk, _ = k.shape
         lq, m = q.shape[1], p.nb_features
+        off_q, off_k = p.spec.query_offset, p.spec.key_offset
         keep = save and any(ctx.needs_input_grad[:3])
         phi_q_all = q.new_empty(n, lq, m) if keep else None
         phi_k_all = k.new_empty(n, lk, m) if keep else None
         block_refs = []
+        scratch = Scratch()
         state = k.new_zeros(n, m, v.shape[-1] + 1)
         stab = RunningMax(k)
         row_term = p.key_row_term(k)
         for sl in blocks(lk, chunk):
             mc = _rows(mask, sl)
-            phi_k, _ = key_block(k[:, sl], p, _rows(row_term, sl), mc, stab, state)
+            phi_k, _ = key_block(
+                k[:, sl], p, _rows(row_term, sl), mc, stab, state, offset=False, scratch=scratch
+            )
             state.baddbmm_(phi_k.transpose(1, 2), values_with_ones(v[:, sl], mc))
             if keep:
                 phi_k_all[:, sl] = phi_k
                 block_refs.append((sl, stab.ref))
+        if off_k:  # no stabiliser here: softmax key features have no offset
+            state += off_k * valid_value_sum(v, mask)
         if keep and p.spec.kind == "softmax":
             # to the final stabiliser, as the summary (a block before any finite key has zero
             # features and ref 0: the clamp keeps exp finite there)
@@ -161,9 +187,10 @@ class BidirectionalFavorFunction(torch.autograd.Function):
                 phi_k_all[:, sl] *= torch.exp((ref - stab.ref).clamp_max_(0.0))
         out = q.new_empty(n, lq, v.shape[-1])
         den = q.new_empty(n, lq)
+        query_term = state.sum(1, keepdim=True).mul_(off_q)  # (N, 1, Dv+1)
         for sl in blocks(lq, chunk):
-            phi_q, _ = query_features(q[:, sl], p)
-            split_output(torch.bmm(phi_q, state), out[:, sl], den[:, sl])
+            phi_q, _ = query_features(q[:, sl], p, offset=False, scratch=scratch)
+            split_output(torch.baddbmm(query_term, phi_q, state), out[:, sl], den[:, sl])
             if keep:
                 phi_q_all[:, sl] = phi_q
         ctx.params, ctx.chunk = p, chunk
@@ -182,39 +209,60 @@ class BidirectionalFavorFunction(torch.autograd.Function):
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, mask, state, ref, out, den, phi_q_all, phi_k_all = ctx.saved_tensors
         p, chunk = ctx.params, ctx.chunk
+        off_q, off_k = p.spec.query_offset, p.spec.key_offset
         (n, lq, d), (_, lk, _) = ctx.shapes
         kept = phi_q_all is not None
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         dq = v.new_empty(n, lq, d) if need_q else None
         dstate = torch.zeros_like(state)
+        gp_sum = torch.zeros_like(state[:, :1])
+        scratch = Scratch()
         for sl in blocks(lq, chunk):
             if kept:
                 phi_q = phi_q_all[:, sl]
-                vjp_q = query_vjp(phi_q, p)
+                vjp_q = query_vjp(phi_q, p, offset=False, scratch=scratch)
             else:
-                phi_q, vjp_q = query_features(q[:, sl], p)
+                phi_q, vjp_q = query_features(q[:, sl], p, offset=False, scratch=scratch)
             gp = output_adjoint(g[:, sl], out[:, sl], den[:, sl])
             if dq is not None:
-                dq[:, sl] = vjp_q(torch.bmm(gp, state.transpose(1, 2)))
+                dphi = scratch.block("dphi", gp, *phi_q.shape)
+                dq[:, sl] = vjp_q(torch.bmm(gp, state.transpose(1, 2), out=dphi))
             dstate.baddbmm_(phi_q.transpose(1, 2), gp)
+            if off_q:
+                gp_sum += gp.sum(1, keepdim=True)
+        if off_q:
+            dstate += off_q * gp_sum
 
         dk = v.new_empty(n, lk, d) if need_k else None
         dv = torch.empty_like(v) if need_v else None
         if dk is not None or dv is not None:
             stabilizer = ref if p.spec.kind == "softmax" else None
             row_term = None if kept else p.key_row_term(k)
+            dv_state = dstate[..., :-1]
+            value_term = dv_state.sum(1, keepdim=True).mul_(off_k)  # (N, 1, Dv)
             for sl in blocks(lk, chunk):
                 mc = _rows(mask, sl)
                 if kept:
                     phi_k = phi_k_all[:, sl]
-                    vjp_k = key_vjp(phi_k, _rows(k, sl), mc, p)
+                    vjp_k = key_vjp(phi_k, _rows(k, sl), mc, p, offset=False)
                 else:
-                    phi_k, vjp_k = key_features(k[:, sl], p, _rows(row_term, sl), mc, stabilizer)
+                    phi_k, vjp_k = key_features(
+                        k[:, sl],
+                        p,
+                        _rows(row_term, sl),
+                        mc,
+                        stabilizer,
+                        offset=False,
+                        scratch=scratch,
+                    )
                 if dv is not None:
-                    dv[:, sl] = torch.bmm(phi_k, dstate[..., :-1])
+                    torch.baddbmm(value_term, phi_k, dv_state, out=dv[:, sl])
+                    if off_k and mc is not None:
+                        dv[:, sl].masked_fill_(mc[..., None], 0.0)
                 if dk is not None:
                     va = values_with_ones(v[:, sl], mc)
-                    dk[:, sl] = vjp_k(torch.bmm(va, dstate.transpose(1, 2)))
+                    dphi = scratch.block("dphi", va, *phi_k.shape)
+                    dk[:, sl] = vjp_k(torch.bmm(va, dstate.transpose(1, 2), out=dphi))
         return dq, dk, dv, None, None, None, None
 
 

@@ -8,9 +8,13 @@ import pytest
 import torch
 
 from protein_performer.attention.feature_maps import (
+    FeatureParams,
+    KernelSpec,
+    Scratch,
     oprf_statistic,
     oprf_t,
     positive_random_features,
+    query_features,
     relu_features,
 )
 from protein_performer.attention.projections import draw_projection
@@ -122,3 +126,36 @@ def test_relu_features_definition() -> None:
     w = torch.randn(9, 6, generator=g, dtype=torch.float64)
     torch.testing.assert_close(relu_features(x, w), (x @ w.T).clamp_min(0) + 1e-3)
     torch.testing.assert_close(relu_features(x, None, 0.01), x.clamp_min(0) + 0.01)
+
+
+def test_scratch_blocks_reuse_one_buffer_per_role_and_grow_when_needed() -> None:
+    scratch = Scratch()
+    like = torch.zeros(1, dtype=torch.float64)
+    a = scratch.block("x", like, 2, 3, 4)
+    assert a.shape == (2, 3, 4) and a.is_contiguous() and a.dtype == torch.float64
+    b = scratch.block("x", like, 2, 2, 4)  # a shorter last block: a view of the same memory
+    assert b.is_contiguous() and b.data_ptr() == a.data_ptr()
+    assert scratch.block("y", like, 2, 3, 4).data_ptr() != a.data_ptr()
+    bigger = scratch.block("x", like, 3, 3, 4)
+    assert bigger.shape == (3, 3, 4)
+    assert scratch.block("x", torch.zeros(1), 2, 3, 4).dtype == torch.float32
+
+
+@pytest.mark.parametrize("kind", ["softmax", "relu"])
+def test_features_without_offset_are_the_features_minus_the_constant(kind: str) -> None:
+    g = torch.Generator().manual_seed(0)
+    spec = KernelSpec(kind=kind, eps=1e-3, kernel_eps=1e-2)
+    wq = torch.randn(2, 8, 4, generator=g, dtype=torch.float64)
+    wk = wq if kind == "relu" else torch.randn(2, 8, 6, generator=g, dtype=torch.float64)
+    p = FeatureParams(spec, wq, wk, k_sq_coef=0.5 if kind == "softmax" else 0.0)
+    q = torch.randn(2, 5, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    with_offset, _ = query_features(q, p)
+    without, _ = query_features(q, p, offset=False)
+    torch.testing.assert_close(with_offset - without, torch.full_like(without, spec.query_offset))
+    # the vjps of both agree with autograd through the features
+    dphi = torch.randn(2, 5, 8, generator=g, dtype=torch.float64)
+    (want,) = torch.autograd.grad((without * dphi).sum(), q)
+    with torch.no_grad():
+        for offset in (True, False):
+            _, vjp = query_features(q, p, offset=offset, scratch=Scratch())
+            torch.testing.assert_close(vjp(dphi.clone()), want)
