@@ -414,7 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="cluster proteins with MMseqs2 into UniRef-style clusters",
         description="Cluster the records of INPUT FASTA file(s) with MMseqs2 and write "
         "OUTDIR/representatives.fasta (UniRef headers), OUTDIR/members.tsv (cluster_id, "
-        "member_id) and OUTDIR/manifest.json. Train with data.clusters=OUTDIR "
+        "member_id) and OUTDIR/manifest.json. Files are read in name order (the clusters do "
+        "not depend on the order they are listed in). Train with data.clusters=OUTDIR "
         "data.split_by=cluster to hold out whole clusters.",
     )
     p.add_argument(

@@ -181,7 +181,8 @@ def cluster_fasta(
     ``--cov-mode``: 0 both sequences, 1 target, 2 query); ``method`` ``linclust`` (linear time,
     UniRef's first stage) or ``cluster`` (more sensitive, slower); ``memory`` MMseqs2's
     ``--split-memory-limit`` (e.g. ``8G``); ``tmp_dir`` its temporary directory (default: inside
-    the hidden work directory next to ``outdir``).
+    the hidden work directory next to ``outdir``). Files are read in name order (the clusters
+    do not depend on the order ``inputs`` lists them in); records in file order.
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
@@ -207,6 +208,10 @@ def cluster_fasta(
     )
     binary = find_mmseqs()
     version = mmseqs_version(binary)
+    # MMseqs2's clusters depend on the order of the records (linclust keeps the first of
+    # equals as representative): read the files in name order, so the same files give the
+    # same clusters however they were listed (a shell glob, a preset, a script)
+    inputs = sorted(inputs, key=lambda p: (Path(p).name, str(p)))
     readers = [FastaReader(p) for p in inputs]  # fail fast on missing or unreadable files
     if tmp_dir is not None:
         tmp_dir = Path(tmp_dir)

@@ -237,6 +237,30 @@ def test_cluster_ids_stay_unique_when_accessions_repeat(tmp_path):
     assert len(set(read_members(out).values())) == 3
 
 
+@needs_mmseqs
+def test_clusters_do_not_depend_on_the_order_files_are_given_in(tmp_path):
+    """MMseqs2 keeps the first of identical sequences as representative: the files are read
+    in name order, so listing them the other way round changes nothing."""
+    seq = "MKVLAAGICWMKVLAAGICWPPLLKKRRDDEEWWYYHHGGSS"
+    (tmp_path / "a.fasta").write_text(f">A1 first\n{seq}\n")
+    (tmp_path / "b.fasta").write_text(f">B1 second\n{seq}\n")
+    outputs = []
+    for name, order in (("ab", ["a.fasta", "b.fasta"]), ("ba", ["b.fasta", "a.fasta"])):
+        cluster_fasta([tmp_path / f for f in order], tmp_path / name, threads=1, quiet=True)
+        outputs.append(
+            (
+                (tmp_path / name / "representatives.fasta").read_text(),
+                (tmp_path / name / "members.tsv").read_text(),
+                [
+                    s["path"]
+                    for s in json.loads((tmp_path / name / "manifest.json").read_text())["sources"]
+                ],
+            )
+        )
+    assert outputs[0] == outputs[1]
+    assert outputs[0][0].count(">") == 1  # one cluster of the two identical proteins
+
+
 def test_members_table_from_a_spreadsheet_reads(tmp_path):
     table = tmp_path / "members.tsv"
     table.write_bytes("\ufeffcluster_id\tmember_id\r\nUniRef50_A \t a \r\n".encode())
