@@ -1,0 +1,158 @@
+"""The FAVOR attention of another git revision beside this tree's, timed in one process.
+
+``protein_performer/attention`` of ``--rev`` is loaded from ``git show`` as a package of its
+own; both versions build the same ``FavorAttention`` (the revision's projection copied into this
+tree's module), are checked to agree on outputs and gradients, then forward+backward of each is
+timed, alternating, ``--rounds`` times (B = 1, H = 8, D = 64, m = 256, fp32 by default).
+Alternating in one process is what separates a kernel change of 5-20% from the drift of a
+shared machine, which moves separate runs of the same point by as much. Reported per kernel and
+length: fastest and median time of each version, their ratio (this tree / revision), and the
+largest difference of outputs and input gradients. Table on stdout, JSON to ``--json``.
+
+    python benchmarks/kernel_ab.py --rev a9946a1 --lengths 2048 8192
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS, environment, format_table, write_json
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = "protein_performer/attention"
+
+
+def load_revision(rev: str, into: Path) -> Any:
+    """The ``favor`` module of ``protein_performer/attention`` at ``rev``, imported from
+    ``into`` as a package of its own (imports of the rest of the library resolve to this tree)."""
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(
+            ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"kernel_ab: git {' '.join(args)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    name = re.sub(r"\W", "_", f"pp_rev_{rev}_{into.name}")  # unique per call
+    pkg = into / name
+    pkg.mkdir()
+    for path in git("ls-tree", "--name-only", rev, f"{PACKAGE}/").split():
+        if path.endswith(".py"):
+            text = git("show", f"{rev}:{path}")
+            # `from ..errors import X` -> this tree's module (the package sits elsewhere now)
+            text = re.sub(r"from \.\.(\w+)", r"from protein_performer.\1", text)
+            (pkg / Path(path).name).write_text(text)
+    sys.path.insert(0, str(into))
+    return importlib.import_module(f"{name}.favor")
+
+
+def compare(old_cls: type, kernel: str, length: int, args: argparse.Namespace) -> dict[str, Any]:
+    from protein_performer.attention.favor import FavorAttention
+
+    torch.manual_seed(0)
+    old = old_cls(args.dim, args.features, kernel=kernel)
+    new = FavorAttention(args.dim, args.features, kernel=kernel)
+    new.load_state_dict(old.state_dict())
+    g = torch.Generator().manual_seed(1)
+    shape = (args.batch, args.heads, length, args.dim)
+    q, k, v = (torch.randn(shape, generator=g).requires_grad_() for _ in range(3))
+    grad_out = torch.randn(shape, generator=g)
+    versions = {"revision": old, "tree": new}
+
+    def run(module: Any) -> tuple[torch.Tensor, ...]:
+        out = module(q, k, v)
+        return (out, *torch.autograd.grad(out, (q, k, v), grad_out))
+
+    results = {name: run(m) for name, m in versions.items()}  # also the warm-up
+    diff = max(
+        (a - b).abs().max().item()
+        for a, b in zip(results["revision"], results["tree"], strict=True)
+    )
+    scale = max(t.abs().max().item() for t in results["revision"])
+    times: dict[str, list[float]] = {name: [] for name in versions}
+    for _ in range(args.rounds):
+        for name, module in versions.items():
+            start = time.perf_counter()
+            run(module)
+            times[name].append(time.perf_counter() - start)
+    best = {name: min(t) for name, t in times.items()}
+    return {
+        "kernel": kernel,
+        "length": length,
+        "revision_ms": 1e3 * best["revision"],
+        "tree_ms": 1e3 * best["tree"],
+        "revision_median_ms": 1e3 * statistics.median(times["revision"]),
+        "tree_median_ms": 1e3 * statistics.median(times["tree"]),
+        "ratio": best["tree"] / best["revision"],
+        "median_ratio": statistics.median(times["tree"]) / statistics.median(times["revision"]),
+        "max_abs_diff": diff,
+        "max_abs_value": scale,
+        "times_s": times,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rev", required=True, help="git revision to compare with, e.g. HEAD~1")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
+    parser.add_argument("--kernels", nargs="+", default=["relu", "softmax"])
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--features", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", type=Path, default=RESULTS / "kernel_ab.json")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        old_favor = load_revision(args.rev, Path(tmp))
+        points = [
+            compare(old_favor.FavorAttention, kernel, length, args)
+            for kernel in args.kernels
+            for length in args.lengths
+        ]
+    headers = ["kernel", "L", "revision ms", "tree ms", "tree/revision", "median ratio", "max diff"]
+    rows = [
+        [
+            p["kernel"],
+            p["length"],
+            p["revision_ms"],
+            p["tree_ms"],
+            p["ratio"],
+            p["median_ratio"],
+            f"{p['max_abs_diff']:.1e}",
+        ]
+        for p in points
+    ]
+    print(f"revision {args.rev} vs this tree, fastest of {args.rounds} alternating rounds")
+    print(format_table(headers, rows))
+    config = {k: v for k, v in vars(args).items() if k != "json"}
+    write_json(
+        args.json,
+        {
+            "benchmark": "kernel_ab",
+            "config": config,
+            "environment": environment(),
+            "points": points,
+        },
+    )
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
