@@ -3,11 +3,12 @@
 ``protein_performer/attention`` of ``--rev`` is loaded from ``git show`` as a package of its
 own; both versions build the same ``FavorAttention`` (the revision's projection copied into this
 tree's module), are checked to agree on outputs and gradients, then forward+backward of each is
-timed, alternating, ``--rounds`` times (B = 1, H = 8, D = 64, m = 256, fp32 by default).
+timed, alternating (ABBA), ``--rounds`` times (B = 1, H = 8, D = 64, m = 256, fp32 by default).
 Alternating in one process is what separates a kernel change of 5-20% from the drift of a
 shared machine, which moves separate runs of the same point by as much. Reported per kernel and
 length: fastest and median time of each version, their ratio (this tree / revision), and the
-largest difference of outputs and input gradients. Table on stdout, JSON to ``--json``.
+largest difference of outputs and input gradients; exit status 1 when that exceeds ``--rtol``
+of their largest value. Table on stdout, JSON to ``--json``.
 
     python benchmarks/kernel_ab.py --rev a9946a1 --lengths 2048 8192
 """
@@ -34,29 +35,36 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "protein_performer/attention"
 
 
-def load_revision(rev: str, into: Path) -> Any:
-    """The ``favor`` module of ``protein_performer/attention`` at ``rev``, imported from
-    ``into`` as a package of its own (imports of the rest of the library resolve to this tree)."""
+def git(*args: str) -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"kernel_ab: git {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout
 
-    def git(*args: str) -> str:
-        proc = subprocess.run(
-            ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"kernel_ab: git {' '.join(args)}: {proc.stderr.strip()}")
-        return proc.stdout
 
-    name = re.sub(r"\W", "_", f"pp_rev_{rev}_{into.name}")  # unique per call
+def load_revision(commit: str, into: Path) -> Any:
+    """The ``favor`` module of ``protein_performer/attention`` at ``commit``, imported from
+    ``into`` as a package of its own (imports of the rest of the library resolve to this tree).
+    The caller removes ``into`` from ``sys.path`` and the package from ``sys.modules``."""
+    name = re.sub(r"\W", "_", f"pp_rev_{commit[:12]}_{into.name}")  # unique per call
     pkg = into / name
     pkg.mkdir()
-    for path in git("ls-tree", "--name-only", rev, f"{PACKAGE}/").split():
-        if path.endswith(".py"):
-            text = git("show", f"{rev}:{path}")
-            # `from ..errors import X` -> this tree's module (the package sits elsewhere now)
-            text = re.sub(r"from \.\.(\w+)", r"from protein_performer.\1", text)
-            (pkg / Path(path).name).write_text(text)
+    paths = [
+        p for p in git("ls-tree", "--name-only", commit, f"{PACKAGE}/").split() if p.endswith(".py")
+    ]
+    if f"{PACKAGE}/favor.py" not in paths:
+        raise SystemExit(f"kernel_ab: {commit[:12]} has no {PACKAGE}/favor.py")
+    for path in paths:
+        text = git("show", f"{commit}:{path}")
+        # `from ..errors import X` -> this tree's module (the package sits elsewhere now)
+        text = re.sub(r"from \.\.(\w+)", r"from protein_performer.\1", text)
+        (pkg / Path(path).name).write_text(text)
     sys.path.insert(0, str(into))
-    return importlib.import_module(f"{name}.favor")
+    module = importlib.import_module(f"{name}.favor")
+    assert Path(module.__file__).resolve().is_relative_to(into.resolve()), module.__file__
+    return module
 
 
 def compare(old_cls: type, kernel: str, length: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -83,10 +91,11 @@ def compare(old_cls: type, kernel: str, length: int, args: argparse.Namespace) -
     )
     scale = max(t.abs().max().item() for t in results["revision"])
     times: dict[str, list[float]] = {name: [] for name in versions}
-    for _ in range(args.rounds):
-        for name, module in versions.items():
+    order = list(versions)
+    for i in range(args.rounds):
+        for name in order if i % 2 == 0 else order[::-1]:  # ABBA: neither always goes first
             start = time.perf_counter()
-            run(module)
+            run(versions[name])
             times[name].append(time.perf_counter() - start)
     best = {name: min(t) for name, t in times.items()}
     return {
@@ -115,16 +124,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--features", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--rtol", type=float, default=1e-4, help="largest difference allowed, relative"
+    )
     parser.add_argument("--json", type=Path, default=RESULTS / "kernel_ab.json")
     args = parser.parse_args(argv)
+    try:
+        commit = git("rev-parse", "--verify", "--quiet", f"{args.rev}^{{commit}}").strip()
+    except SystemExit:
+        raise SystemExit(f"kernel_ab: {args.rev!r} is not a commit of {REPO}") from None
+    tree = git("rev-parse", "HEAD").strip()
+    dirty = bool(git("status", "--porcelain", "--", PACKAGE).strip())
+    threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        old_favor = load_revision(args.rev, Path(tmp))
-        points = [
-            compare(old_favor.FavorAttention, kernel, length, args)
-            for kernel in args.kernels
-            for length in args.lengths
-        ]
+        try:
+            old_favor = load_revision(commit, Path(tmp))
+            points = [
+                compare(old_favor.FavorAttention, kernel, length, args)
+                for kernel in args.kernels
+                for length in args.lengths
+            ]
+        finally:
+            torch.set_num_threads(threads)
+            sys.path[:] = [p for p in sys.path if p != tmp]
+            for mod in [m for m in sys.modules if m.startswith(f"pp_rev_{commit[:12]}")]:
+                del sys.modules[mod]
     headers = ["kernel", "L", "revision ms", "tree ms", "tree/revision", "median ratio", "max diff"]
     rows = [
         [
@@ -138,20 +163,29 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for p in points
     ]
-    print(f"revision {args.rev} vs this tree, fastest of {args.rounds} alternating rounds")
+    where = f"{tree[:12]}{' + uncommitted changes' if dirty else ''}"
+    print(f"revision {commit[:12]} vs this tree ({where}), fastest of {args.rounds} rounds")
     print(format_table(headers, rows))
     config = {k: v for k, v in vars(args).items() if k != "json"}
     write_json(
         args.json,
         {
             "benchmark": "kernel_ab",
+            "revision": commit,
+            "tree": {"head": tree, "attention_changed_since_head": dirty},
             "config": config,
             "environment": environment(),
             "points": points,
         },
     )
     print(f"\nwrote {args.json}")
-    return 0
+    off = [p for p in points if p["max_abs_diff"] > args.rtol * p["max_abs_value"]]
+    for p in off:
+        print(
+            f"kernel_ab: {p['kernel']} L={p['length']}: the versions differ by "
+            f"{p['max_abs_diff']:.2e} (largest value {p['max_abs_value']:.2e})"
+        )
+    return 1 if off else 0
 
 
 if __name__ == "__main__":

@@ -200,6 +200,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             allow_nucleotide=args.allow_nucleotide,
             overwrite=args.overwrite,
             quiet=args.json,
+            keep_order=args.keep_order,
         )
     except DataError as e:
         raise e.with_options(PREPROCESS_OPTIONS) from None
@@ -415,7 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Cluster the records of INPUT FASTA file(s) with MMseqs2 and write "
         "OUTDIR/representatives.fasta (UniRef headers), OUTDIR/members.tsv (cluster_id, "
         "member_id) and OUTDIR/manifest.json. Files are read in name order (the clusters do "
-        "not depend on the order they are listed in). Train with data.clusters=OUTDIR "
+        "not depend on the order they are listed in; --keep-order: as listed). Train with "
+        "data.clusters=OUTDIR "
         "data.split_by=cluster to hold out whole clusters.",
     )
     p.add_argument(
@@ -456,6 +458,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-nucleotide", action="store_true", help="accept records that look like DNA/RNA"
     )
     p.add_argument("--overwrite", action="store_true", help="replace an OUTDIR written by cluster")
+    p.add_argument(
+        "--keep-order",
+        action="store_true",
+        help="read the INPUT files in the order given, not by name (MMseqs2's clusters depend "
+        "on record order; this rebuilds cluster directories made before files were sorted)",
+    )
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(func=_cmd_cluster)
 

@@ -10,22 +10,27 @@ import pytest
 from tests.benchmark_scripts import BENCH, load_benchmark
 
 
-def _has_git_history() -> bool:
-    proc = subprocess.run(
-        ["git", "-C", str(BENCH.parent), "rev-parse", "--verify", "HEAD"],
-        capture_output=True,
-        check=False,
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["git", "-C", str(BENCH.parent), *args], capture_output=True, text=True, check=False
     )
-    return proc.returncode == 0
 
 
-@pytest.mark.skipif(not _has_git_history(), reason="not a git checkout")
+def _attention_as_committed() -> bool:
+    """A git checkout whose attention package is HEAD's (else HEAD is not this tree's code)."""
+    status = _git("status", "--porcelain", "--", "protein_performer/attention")
+    return _git("rev-parse", "--verify", "HEAD").returncode == 0 and not status.stdout.strip()
+
+
+@pytest.mark.skipif(not _attention_as_committed(), reason="no git checkout, or attention edited")
 def test_head_against_itself_is_identical_and_writes_json(tmp_path, capsys):
     bench = load_benchmark("kernel_ab.py")
     out = tmp_path / "ab.json"
     args = ["--rev", "HEAD", "--lengths", "40", "--rounds", "2", "--heads", "2", "--dim", "8"]
     assert bench.main([*args, "--features", "16", "--json", str(out)]) == 0
-    points = json.loads(out.read_text())["points"]
+    result = json.loads(out.read_text())
+    assert result["revision"] == _git("rev-parse", "HEAD").stdout.strip()
+    points = result["points"]
     assert {p["kernel"] for p in points} == {"relu", "softmax"}
     for p in points:
         # the same code on the same inputs and projection: bit-identical results
@@ -36,5 +41,20 @@ def test_head_against_itself_is_identical_and_writes_json(tmp_path, capsys):
 
 def test_an_unknown_revision_is_one_line(tmp_path):
     bench = load_benchmark("kernel_ab.py")
-    with pytest.raises(SystemExit, match="kernel_ab: git"):
+    with pytest.raises(SystemExit, match="kernel_ab: 'no-such-revision-xyz' is not a commit"):
         bench.main(["--rev", "no-such-revision-xyz", "--json", str(tmp_path / "x.json")])
+
+
+@pytest.mark.skipif(not _attention_as_committed(), reason="no git checkout, or attention edited")
+def test_versions_that_disagree_fail_the_run(tmp_path, monkeypatch, capsys):
+    bench = load_benchmark("kernel_ab.py")
+    real = bench.compare
+
+    def off(*args, **kwargs):
+        point = real(*args, **kwargs)
+        return {**point, "max_abs_diff": point["max_abs_value"] * 1e-3}
+
+    monkeypatch.setattr(bench, "compare", off)
+    args = ["--rev", "HEAD", "--lengths", "16", "--rounds", "1", "--heads", "1", "--dim", "4"]
+    assert bench.main([*args, "--features", "8", "--json", str(tmp_path / "ab.json")]) == 1
+    assert "the versions differ" in capsys.readouterr().out

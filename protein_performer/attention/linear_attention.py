@@ -7,7 +7,9 @@ saved tensors: activation checkpointing and saved-tensor hooks see them); with `
 it saves no ``(L, m)`` feature matrix and the backward rebuilds the features block by block
 (one more feature computation of q and k; benchmarks/README.md has what each costs). Key
 features are saved against the final softmax stabiliser, as the summary is, so both backwards
-are one. Padded keys leave numerator *and* normaliser (zero features, zero value rows).
+are one; saved features are without their constant offset, which the kernel adds as a
+rank-one term (see :class:`BidirectionalFavorFunction`). Padded keys leave numerator *and*
+normaliser (zero features, zero value rows).
 """
 
 from __future__ import annotations
@@ -120,6 +122,13 @@ def valid_value_sum(v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return torch.cat([v.sum(1, keepdim=True), count], dim=-1)
 
 
+def cpu_scratch(like: torch.Tensor) -> Scratch | None:
+    """Reusable blocks on the CPU (page faults, see :class:`Scratch`); None elsewhere: an
+    accelerator's caching allocator already reuses freed blocks, and kept buffers would hold
+    several blocks of the size budget at once."""
+    return Scratch() if like.device.type == "cpu" else None
+
+
 def without_autocast(backward: Callable[..., tuple]) -> Callable[..., tuple]:
     """Run a custom backward with autocast off. The forward runs in float32 with autocast off
     (:class:`FavorAttention`); a backward called inside an autocast region (``loss.backward()``
@@ -165,7 +174,7 @@ class BidirectionalFavorFunction(torch.autograd.Function):
         phi_q_all = q.new_empty(n, lq, m) if keep else None
         phi_k_all = k.new_empty(n, lk, m) if keep else None
         block_refs = []
-        scratch = Scratch()
+        scratch = cpu_scratch(v)
         state = k.new_zeros(n, m, v.shape[-1] + 1)
         stab = RunningMax(k)
         row_term = p.key_row_term(k)
@@ -216,7 +225,7 @@ class BidirectionalFavorFunction(torch.autograd.Function):
         dq = v.new_empty(n, lq, d) if need_q else None
         dstate = torch.zeros_like(state)
         gp_sum = torch.zeros_like(state[:, :1])
-        scratch = Scratch()
+        scratch = cpu_scratch(v)
         for sl in blocks(lq, chunk):
             if kept:
                 phi_q = phi_q_all[:, sl]
@@ -225,7 +234,7 @@ class BidirectionalFavorFunction(torch.autograd.Function):
                 phi_q, vjp_q = query_features(q[:, sl], p, offset=False, scratch=scratch)
             gp = output_adjoint(g[:, sl], out[:, sl], den[:, sl])
             if dq is not None:
-                dphi = scratch.block("dphi", gp, *phi_q.shape)
+                dphi = None if scratch is None else scratch.block("dphi", gp, *phi_q.shape)
                 dq[:, sl] = vjp_q(torch.bmm(gp, state.transpose(1, 2), out=dphi))
             dstate.baddbmm_(phi_q.transpose(1, 2), gp)
             if off_q:
@@ -256,12 +265,15 @@ class BidirectionalFavorFunction(torch.autograd.Function):
                         scratch=scratch,
                     )
                 if dv is not None:
-                    torch.baddbmm(value_term, phi_k, dv_state, out=dv[:, sl])
+                    if off_k:
+                        torch.baddbmm(value_term, phi_k, dv_state, out=dv[:, sl])
+                    else:
+                        torch.bmm(phi_k, dv_state, out=dv[:, sl])
                     if off_k and mc is not None:
                         dv[:, sl].masked_fill_(mc[..., None], 0.0)
                 if dk is not None:
                     va = values_with_ones(v[:, sl], mc)
-                    dphi = scratch.block("dphi", va, *phi_k.shape)
+                    dphi = None if scratch is None else scratch.block("dphi", va, *phi_k.shape)
                     dk[:, sl] = vjp_k(torch.bmm(va, dstate.transpose(1, 2), out=dphi))
         return dq, dk, dv, None, None, None, None
 

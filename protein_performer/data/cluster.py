@@ -173,6 +173,7 @@ def cluster_fasta(
     allow_nucleotide: bool = False,
     overwrite: bool = False,
     quiet: bool = False,
+    keep_order: bool = False,
 ) -> dict[str, Any]:
     """Cluster the records of ``inputs`` with MMseqs2; write ``outdir`` (see the module
     docstring) and return its manifest.
@@ -181,8 +182,11 @@ def cluster_fasta(
     ``--cov-mode``: 0 both sequences, 1 target, 2 query); ``method`` ``linclust`` (linear time,
     UniRef's first stage) or ``cluster`` (more sensitive, slower); ``memory`` MMseqs2's
     ``--split-memory-limit`` (e.g. ``8G``); ``tmp_dir`` its temporary directory (default: inside
-    the hidden work directory next to ``outdir``). Files are read in name order (the clusters
-    do not depend on the order ``inputs`` lists them in); records in file order.
+    the hidden work directory next to ``outdir``). Files are read in name order (file name,
+    then path, by code point: the clusters do not depend on the order ``inputs`` lists them
+    in); records in file order. ``keep_order=True`` reads them as listed instead, as
+    cluster directories made before the sorting were (``params.file_order`` in the manifest
+    says which): it rebuilds their clusters and splits.
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
@@ -211,7 +215,8 @@ def cluster_fasta(
     # MMseqs2's clusters depend on the order of the records (linclust keeps the first of
     # equals as representative): read the files in name order, so the same files give the
     # same clusters however they were listed (a shell glob, a preset, a script)
-    inputs = sorted(inputs, key=lambda p: (Path(p).name, str(p)))
+    if not keep_order:
+        inputs = sorted(inputs, key=lambda p: (Path(p).name, str(p)))
     readers = [FastaReader(p) for p in inputs]  # fail fast on missing or unreadable files
     if tmp_dir is not None:
         tmp_dir = Path(tmp_dir)
@@ -357,6 +362,7 @@ def cluster_fasta(
                 "method": method,
                 "invalid_policy": InvalidPolicy.parse(policy).value,
                 "strip_gaps": strip_gaps,
+                "file_order": "as given" if keep_order else "name",
             },
             "sources": sources,
             "counts": {

@@ -220,3 +220,24 @@ def test_features_are_not_kept_under_no_grad(monkeypatch) -> None:
         plain = attn(q, k, v)  # the inputs require grad, but nothing will be taken
     torch.testing.assert_close(attn(q, k, v), plain)
     assert saves == [False, True]
+
+
+@pytest.mark.parametrize("kind", ["softmax", "relu"])
+def test_without_scratch_blocks_as_on_an_accelerator_the_gradients_are_the_same(
+    kind: str, monkeypatch
+) -> None:
+    import protein_performer.attention.linear_attention as la
+
+    params, mask, q, k, v = gradcheck_inputs(kind, True, lq=7, lk=9)
+
+    def grads() -> tuple[torch.Tensor, ...]:
+        out = bidirectional_linear_attention(q, k, v, mask, params, 4)
+        return (out, *torch.autograd.grad(out.sum(), (q, k, v)))
+
+    with_scratch = grads()
+    monkeypatch.setattr(la, "cpu_scratch", lambda like: None)
+    for got, want in zip(grads(), with_scratch, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-13, rtol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: bidirectional_linear_attention(a, b, c, mask, params, 4), (q, k, v)
+    )

@@ -259,6 +259,26 @@ def test_clusters_do_not_depend_on_the_order_files_are_given_in(tmp_path):
         )
     assert outputs[0] == outputs[1]
     assert outputs[0][0].count(">") == 1  # one cluster of the two identical proteins
+    # --keep-order reads them as listed (as before the sorting): the order decides again
+    reps = []
+    for name, order in (("ab_kept", ["a.fasta", "b.fasta"]), ("ba_kept", ["b.fasta", "a.fasta"])):
+        main(
+            [
+                "data",
+                "cluster",
+                "--keep-order",
+                *(str(tmp_path / f) for f in order),
+                str(tmp_path / name),
+                "--threads",
+                "1",
+                "--json",
+            ]
+        )
+        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+        assert manifest["params"]["file_order"] == "as given"
+        assert [Path(s["path"]).name for s in manifest["sources"]] == order
+        reps.append((tmp_path / name / "representatives.fasta").read_text())
+    assert reps[0] != reps[1]
 
 
 def test_members_table_from_a_spreadsheet_reads(tmp_path):
