@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -19,6 +20,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+
+def add_attention_shape_args(parser: argparse.ArgumentParser) -> None:
+    """``--batch --heads --dim --features --threads``: the attention benchmarks' input shape
+    (B = 1, H = 8, D = 64, m = 256 on 2 threads by default)."""
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--features", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
 
 
 def environment() -> dict[str, Any]:

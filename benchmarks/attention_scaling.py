@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
     PeakRSS,
+    add_attention_shape_args,
     environment,
     format_table,
     write_json,
@@ -339,11 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small smoke configuration")
     parser.add_argument("--lengths", type=int, nargs="+", default=None)
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--features", type=int, default=256)
-    parser.add_argument("--threads", type=int, default=2)
+    add_attention_shape_args(parser)
     parser.add_argument(
         "--device",
         default="cpu",

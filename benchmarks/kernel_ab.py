@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, format_table, write_json
+from _common import RESULTS, add_attention_shape_args, environment, format_table, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "protein_performer/attention"
@@ -119,11 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--kernels", nargs="+", default=["relu", "softmax"])
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--features", type=int, default=256)
-    parser.add_argument("--threads", type=int, default=2)
+    add_attention_shape_args(parser)
     parser.add_argument(
         "--rtol", type=float, default=1e-4, help="largest difference allowed, relative"
     )

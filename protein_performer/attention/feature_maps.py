@@ -192,7 +192,10 @@ class Scratch:
         return buf[:numel].view(shape)
 
 
-def _new(scratch: Scratch | None, role: str, like: torch.Tensor, *shape: int):
+def scratch_block(
+    scratch: Scratch | None, role: str, like: torch.Tensor, *shape: int
+) -> torch.Tensor | None:
+    """``scratch.block(...)``, or None (a fresh tensor: ``out=None``) without a scratch."""
     return None if scratch is None else scratch.block(role, like, *shape)
 
 
@@ -210,7 +213,7 @@ def query_features(
     spec = p.spec
     inplace = not torch.is_grad_enabled()
     n, c, m = q.shape[0], q.shape[1], p.nb_features
-    e = torch.bmm(q, p.wq.transpose(1, 2), out=_new(scratch, "q_logits", q, n, c, m))
+    e = torch.bmm(q, p.wq.transpose(1, 2), out=scratch_block(scratch, "q_logits", q, n, c, m))
     add = spec.query_offset if offset else 0.0
     if spec.kind == "softmax":
         if scratch is None:
@@ -270,7 +273,7 @@ def key_logits(
     """Key logits ``(N, c, m)``; ``row_term`` ``(N, c)`` from :meth:`FeatureParams.key_row_term`;
     ``mask`` ``(N, c)`` True = padded key (softmax logit ``-inf``)."""
     n, c, m = k.shape[0], k.shape[1], p.nb_features
-    out = _new(scratch, "k_logits", k, n, c, m)
+    out = scratch_block(scratch, "k_logits", k, n, c, m)
     if not p.augmented:
         return torch.bmm(k, p.wk.transpose(1, 2), out=out)
     k_aug = torch.cat([k, row_term[..., None], torch.ones_like(row_term)[..., None]], dim=-1)

@@ -28,6 +28,7 @@ from .feature_maps import (
     key_vjp,
     query_features,
     query_vjp,
+    scratch_block,
 )
 
 
@@ -234,7 +235,7 @@ class BidirectionalFavorFunction(torch.autograd.Function):
                 phi_q, vjp_q = query_features(q[:, sl], p, offset=False, scratch=scratch)
             gp = output_adjoint(g[:, sl], out[:, sl], den[:, sl])
             if dq is not None:
-                dphi = None if scratch is None else scratch.block("dphi", gp, *phi_q.shape)
+                dphi = scratch_block(scratch, "dphi", gp, *phi_q.shape)
                 dq[:, sl] = vjp_q(torch.bmm(gp, state.transpose(1, 2), out=dphi))
             dstate.baddbmm_(phi_q.transpose(1, 2), gp)
             if off_q:
@@ -273,7 +274,7 @@ class BidirectionalFavorFunction(torch.autograd.Function):
                         dv[:, sl].masked_fill_(mc[..., None], 0.0)
                 if dk is not None:
                     va = values_with_ones(v[:, sl], mc)
-                    dphi = None if scratch is None else scratch.block("dphi", va, *phi_k.shape)
+                    dphi = scratch_block(scratch, "dphi", va, *phi_k.shape)
                     dk[:, sl] = vjp_k(torch.bmm(va, dstate.transpose(1, 2), out=dphi))
         return dq, dk, dv, None, None, None, None
 
