@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# One-shot GPU run for the long-context issue, prepared so that a lent device machine is used
+# for one short call:
+#   1. correctness of the FAVOR kernels on the device (benchmarks/device_check.py);
+#   2. experiment=homolog_lookup for the three attention kinds (hybrid: the preset; exact:
+#      model=transformer; FAVOR alone: model.exact_layers=[]) at equal wall-clock: the three
+#      run side by side on the one GPU, each stopped by trainer.max_time=TRAIN_SECONDS, with the
+#      preset's model and TOKS tokens per step; validation every VAL_EVERY steps (the curves);
+#   3. each kind's last.ckpt evaluated on the test clusters (>= 3 members, 300 proteins) with
+#      and without homologs, at 512 tokens and at 8,192 with context_fill (as docs/results.md);
+#   4. model-level scaling at the paper's regular size (bf16 autocast) for the three kinds and
+#      the no-attention optimum.
+# Needs ../shared/data-like proteomes in DATA and a `data cluster` output in CLUSTERS (made on
+# a machine with MMseqs2; the device machine has none). Results: $OUT/homolog_gpu.tar.gz
+# (logs, metrics.csv, summary.json, eval JSONs), $OUT/model_scaling_regular_gpu.json and PNG,
+# $OUT/hybrid_last.ckpt; everything else goes to stdout.
+#
+#   OUT=/tmp/gpu CLUSTERS=clusters14 bash benchmarks/gpu_homolog.sh        # ~8 min on one H200
+#   DEVICE=cpu QUICK=1 OUT=/tmp/dry CLUSTERS=clusters14 bash benchmarks/gpu_homolog.sh  # dry run
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-benchmarks/results/gpu_homolog}
+DEVICE=${DEVICE:-cuda}
+QUICK=${QUICK:-0}
+DATA=${DATA:-../shared/data}
+CLUSTERS=${CLUSTERS:?CLUSTERS must name a data cluster output for the 14 proteomes}
+TRAIN_SECONDS=${TRAIN_SECONDS:-180}
+MAX_STEPS=${MAX_STEPS:-3000}
+VAL_EVERY=${VAL_EVERY:-250}
+TOKS=${TOKS:-16384}
+WORK=${WORK:-/tmp/gpu_homolog}
+if [ "$QUICK" = 1 ]; then
+    trainer=cpu extra="model.dim=32 model.depth=2 model.heads=2 model.ffn_dim=64 trainer.limit_val_batches=2"
+    eval_extra="context_max_proteins=4" scaling="--lengths 256 --dim 64 --depth 1 --heads 2 --ffn-dim 128 --tokens 512 --steps 1"
+    precision=fp32
+else
+    trainer=gpu extra="data.num_workers=3" eval_extra="" precision=bf16
+    scaling="--size regular --lengths 1024 8192 32768 --tokens 65536 --steps 3"
+fi
+case $TRAIN_SECONDS in
+    '' | *[!0-9]*) echo "TRAIN_SECONDS must be a whole number of seconds (got '$TRAIN_SECONDS')" >&2
+        exit 2 ;;
+esac
+mkdir -p "$OUT"
+rm -rf "$WORK" && mkdir -p "$WORK"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HYDRA_FULL_ERROR=1
+PY=${PYTHON:-python3}
+status=0
+stage() { echo; echo "== $* ($(date +%T))"; }
+# the 14 files in conf/data/proteomes14.yaml's order, under DATA
+files=$(sed -n 's|.*pp_root:\.\./shared/data/\(.*\)}$|\1|p' conf/data/proteomes14.yaml |
+    sed "s|^|$DATA/|" | paste -sd, -)
+for f in ${files//,/ }; do
+    [ -f "$f" ] || { echo "missing proteome: $f" >&2; exit 2; }
+done
+
+stage "machine"
+[ "$DEVICE" = cpu ] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+
+stage "correctness on $DEVICE"
+timeout 90 "$PY" benchmarks/device_check.py --device "$DEVICE" || status=1
+
+stage "homolog_lookup, three kinds side by side, ${TRAIN_SECONDS} s each"
+declare -A kind_overrides=([hybrid]="" [exact]="model=transformer" [favor]="model.exact_layers=[]")
+max_time=$(printf '00:%02d:%02d:%02d' $((TRAIN_SECONDS / 3600)) $((TRAIN_SECONDS / 60 % 60)) \
+    $((TRAIN_SECONDS % 60)))
+set -f  # overrides are split into words but not globbed ([a,b] is a Hydra list)
+for kind in hybrid exact favor; do
+    # shellcheck disable=SC2086
+    timeout $((TRAIN_SECONDS + 150)) "$PY" -m protein_performer.cli train \
+        experiment=homolog_lookup trainer=$trainer "data.clusters=$CLUSTERS" "data.files=[$files]" \
+        trainer.max_steps="$MAX_STEPS" trainer.max_time="$max_time" \
+        trainer.val_check_interval="$VAL_EVERY" trainer.enable_progress_bar=false \
+        data.toks_per_batch="$TOKS" hydra.run.dir="$WORK/$kind" $extra ${kind_overrides[$kind]} \
+        >"$WORK/${kind}_train.log" 2>&1 &
+done
+set +f
+wait
+for kind in hybrid exact favor; do
+    echo "-- $kind"; tail -n 4 "$WORK/${kind}_train.log"
+    [ -f "$WORK/$kind/checkpoints/last.ckpt" ] || status=1
+done
+
+stage "evaluate with and without homologs (test clusters), 512 and 8,192 with fill"
+for kind in hybrid exact favor; do
+    ckpt=$WORK/$kind/checkpoints/last.ckpt
+    [ -f "$ckpt" ] || continue
+    for length in 512 8192; do
+        fill=""; [ "$length" = 8192 ] && fill="context_fill=true"
+        # shellcheck disable=SC2086
+        timeout 240 "$PY" -m protein_performer.cli evaluate checkpoint="$ckpt" "fasta=[$files]" \
+            clusters="$CLUSTERS" split=test context=cluster context_min_members=3 \
+            context_max_proteins=300 max_length=$length $fill $eval_extra \
+            output="$WORK/${kind}_eval${length}.json" >"$WORK/${kind}_eval${length}.log" 2>&1 &
+    done
+done
+wait
+for kind in hybrid exact favor; do
+    for length in 512 8192; do
+        echo "-- $kind $length"; tail -n 6 "$WORK/${kind}_eval${length}.log" 2>/dev/null
+        [ -f "$WORK/${kind}_eval${length}.json" ] || status=1
+    done
+done
+cp "$WORK/hybrid/checkpoints/last.ckpt" "$OUT/hybrid_last.ckpt" 2>/dev/null
+(cd "$WORK" && tar czf "$OUT/homolog_gpu.tar.gz" --exclude='*.ckpt' .) || status=1
+
+stage "whole model, regular size, $precision"
+# shellcheck disable=SC2086
+timeout 240 "$PY" benchmarks/model_scaling.py --device "$DEVICE" --precision "$precision" $scaling \
+    --attentions performer_relu performer_softmax transformer none --timeout 60 \
+    --json "$OUT/model_scaling_regular_gpu.json" || status=1
+stage "done, status $status"
+exit $status
