@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, environment, format_table, write_json
-from context_curve import heldout_targets
+from context_curve import add_heldout_args, heldout_targets
 
 
 def window_parts(tokens: np.ndarray, labels: np.ndarray, alphabet: Any) -> dict[str, Any]:
@@ -50,11 +50,8 @@ def window_parts(tokens: np.ndarray, labels: np.ndarray, alphabet: Any) -> dict[
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoints", nargs="+", type=Path)
-    p.add_argument("--fasta", nargs="+", required=True, help="the FASTA files the runs used")
+    add_heldout_args(p)
     p.add_argument("--labels", nargs="+", default=None, help="a name for each checkpoint")
-    p.add_argument("--min-members", type=int, default=3)
-    p.add_argument("--max-proteins", type=int, default=300)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--top", type=int, default=4, help="heads to print per checkpoint")
     p.add_argument("--json", type=Path, default=RESULTS / "alignment_heads.json")
@@ -80,9 +77,7 @@ def main() -> None:
         model, meta = load_model(path)
         alphabet = Alphabet.from_dict(meta["alphabet"])
         data = meta["data"]
-        targets = heldout_targets(
-            path, meta, alphabet, args.fasta, args.min_members, args.max_proteins, args.seed, cache
-        )
+        targets = heldout_targets(path, meta, alphabet, args, cache)
         _, _, windows, labels_, info = scoring_windows(
             targets,
             alphabet,

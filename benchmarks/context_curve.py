@@ -29,24 +29,41 @@ def checkpoints(run: Path) -> list[Path]:
     return [p for p in found if p.is_file()]
 
 
+def add_heldout_args(p: argparse.ArgumentParser) -> None:
+    """The options that pick the held-out proteins (:func:`heldout_targets`)."""
+    p.add_argument("--fasta", nargs="+", required=True, help="the FASTA files the runs used")
+    p.add_argument("--min-members", type=int, default=3)
+    p.add_argument("--max-proteins", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--context-order",
+        choices=("id", "given"),
+        default="id",
+        help="evaluate's context_order (given: file order, as before 2026-12-04)",
+    )
+
+
 def heldout_targets(
     checkpoint: Path,
     meta: dict[str, Any],
     alphabet: Any,
-    fasta: list[str],
-    min_members: int,
-    max_proteins: int,
-    seed: int,
+    args: argparse.Namespace,
     cache: dict[tuple, list],
 ) -> list:
     """The proteins ``evaluate split=test context=cluster context_min_members=MIN
-    context_max_proteins=MAX seed=SEED`` scores for a checkpoint (its metadata ``meta``): its
-    own test split and clusters, read once per distinct split (``cache``), the checkpoint's
-    path named in the error when it has no clusters."""
+    context_max_proteins=MAX seed=SEED context_order=ORDER`` scores for a checkpoint (its
+    metadata ``meta``; the values from ``args``, see :func:`add_heldout_args`): its own test
+    split and clusters, read once per distinct split (``cache``), the checkpoint's path named
+    in the error when it has no clusters."""
+    fasta, min_members, max_proteins = args.fasta, args.min_members, args.max_proteins
+    seed, order = args.seed, args.context_order
     from protein_performer.data.cluster import read_members
     from protein_performer.data.datamodule import ProteinDataModule
-    from protein_performer.data.datasets import TAG_ORDER, keyed_rng
-    from protein_performer.training.context_eval import cluster_targets
+    from protein_performer.training.context_eval import (
+        cluster_targets,
+        record_order,
+        sample_targets,
+    )
 
     data = meta["data"]
     if not data.get("clusters"):
@@ -60,6 +77,7 @@ def heldout_targets(
         min_members,
         max_proteins,
         seed,
+        order,
     )
     if key not in cache:
         dm = ProteinDataModule(
@@ -74,10 +92,13 @@ def heldout_targets(
         )
         dm.setup("test")
         source = dm.datasets["test"].source
-        targets = cluster_targets(source, read_members(data["clusters"]), min_members=min_members)
-        if len(targets) > max_proteins:  # the sample evaluate draws
-            pick = keyed_rng(TAG_ORDER, seed, 1).choice(len(targets), max_proteins, replace=False)
-            targets = [targets[i] for i in sorted(pick)]
+        targets = cluster_targets(
+            source,
+            read_members(data["clusters"]),
+            min_members=min_members,
+            order=record_order(source, order),
+        )
+        targets = sample_targets(targets, max_proteins, seed)  # the sample evaluate draws
         cache[key] = targets
     return cache[key]
 
@@ -85,7 +106,7 @@ def heldout_targets(
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="run directories")
-    p.add_argument("--fasta", nargs="+", required=True, help="the FASTA files the runs used")
+    add_heldout_args(p)
     p.add_argument(
         "--offsets",
         nargs="+",
@@ -96,9 +117,6 @@ def main() -> None:
     p.add_argument(
         "--labels", nargs="+", default=None, help="a name for each run (default: its folder)"
     )
-    p.add_argument("--min-members", type=int, default=3)
-    p.add_argument("--max-proteins", type=int, default=300)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, default=RESULTS / "context_curve.json")
     p.add_argument("--png", type=Path, default=RESULTS / "context_curve.png")
@@ -133,16 +151,7 @@ def main() -> None:
             model.eval()
             alphabet = Alphabet.from_dict(meta["alphabet"])
             data = meta["data"]
-            targets = heldout_targets(
-                path,
-                meta,
-                alphabet,
-                args.fasta,
-                args.min_members,
-                args.max_proteins,
-                args.seed,
-                cache,
-            )
+            targets = heldout_targets(path, meta, alphabet, args, cache)
             out = context_perplexity(
                 model,
                 alphabet,

@@ -18,7 +18,7 @@ from protein_performer.data.cluster import (
     SPLIT_BY,
     cluster_uses,
 )
-from protein_performer.data.context import FILL_PLACES
+from protein_performer.data.context import CONTEXT_ORDERS, FILL_PLACES
 from protein_performer.data.datasets import PAIR_MASKS
 from protein_performer.errors import ConfigError
 from protein_performer.model.config import ATTENTION_KINDS, ModelConfig, _choice
@@ -212,6 +212,9 @@ class EvalConfig:
     context: str | None = None
     context_min_members: int = 2  # context=cluster: clusters smaller than this are left out
     context_max_proteins: int | None = None  # score a seeded sample of this many (null: all)
+    # the order targets, homologs and fill are drawn in: "id" (by record id: the same sample
+    # whatever order the files are given in) or "given" (file order: results before 2026-12-04)
+    context_order: str = "id"
     # context=cluster: fill each window to max_length with proteins of other clusters, the
     # homologs at a random place among them (and score the fill alone as a third baseline)
     context_fill: bool = False
@@ -540,6 +543,7 @@ def validate_eval_config(cfg: EvalConfig) -> None:
             "context_fill=true needs context=cluster (fill comes from other clusters)"
         )
     _choice("context_fill_place", cfg.context_fill_place, FILL_PLACES)
+    _choice("context_order", cfg.context_order, CONTEXT_ORDERS)
     if cfg.context_fill_place != "random" and not cfg.context_fill:
         raise ConfigError("context_fill_place needs context_fill=true")
     if not isinstance(cfg.context_min_members, int) or cfg.context_min_members < 2:

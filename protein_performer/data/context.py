@@ -29,6 +29,10 @@ STYLES = ("crop", "concat")
 
 #: where filled windows put the homologs: among the fill at random, or right before the target
 FILL_PLACES = ("random", "adjacent")
+#: How context evaluation walks the records: "id" (sorted by record id, ties in the order
+#: given: the same proteins, homolog order and fill whatever order the files came in) or
+#: "given" (the order of the files and their records; evaluations before 2026-12-04 (3)).
+CONTEXT_ORDERS = ("id", "given")
 
 
 def _ends(alphabet: Alphabet, style: str) -> tuple[list[int], list[int]]:
@@ -120,6 +124,7 @@ def context_window(
 
 
 __all__ = [
+    "CONTEXT_ORDERS",
     "FILL_PLACES",
     "MIN_CONTEXT_RESIDUES",
     "STYLES",

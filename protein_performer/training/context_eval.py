@@ -22,6 +22,7 @@ from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.batching import pad_batch
 from protein_performer.data.context import (
+    CONTEXT_ORDERS,
     FILL_PLACES,
     context_window,
     fit_members,
@@ -70,32 +71,64 @@ class _Members(Sequence):
         return np.asarray(self.source[self.indices[k]])
 
 
+def record_order(source: FlatSource, how: str = "id") -> list[int]:
+    """Indices of ``source``'s records in the order context evaluation walks them (see
+    :data:`CONTEXT_ORDERS`); without ids, the order given."""
+    if how not in CONTEXT_ORDERS:
+        raise ConfigError(f"context_order must be one of {', '.join(CONTEXT_ORDERS)}; got {how!r}")
+    if how == "given" or source.ids is None:
+        return list(range(len(source)))
+    return [int(i) for i in np.argsort(np.asarray(source.ids, dtype=object), kind="stable")]
+
+
 def cluster_targets(
-    source: FlatSource, cluster_of: Mapping[str, str], *, min_members: int = 2
+    source: FlatSource,
+    cluster_of: Mapping[str, str],
+    *,
+    min_members: int = 2,
+    order: Sequence[int] | None = None,
 ) -> list[Target]:
     """Every record of ``source`` whose cluster has at least ``min_members`` members in
-    ``source`` (itself included), with the cluster's other members as context (source order).
-    Records missing from ``cluster_of`` are their own cluster."""
+    ``source`` (itself included), with the cluster's other members as context; targets and
+    members in ``order`` (record indices, :func:`record_order`; None: source order). Records
+    missing from ``cluster_of`` are their own cluster."""
     if source.ids is None:
         raise ValueError("cluster context needs record ids")
+    walk = range(len(source)) if order is None else order
     groups: dict[str, list[int]] = {}
-    for i, rid in enumerate(source.ids):
-        groups.setdefault(cluster_of.get(rid, f"\0{rid}"), []).append(i)
+    for i in walk:
+        groups.setdefault(cluster_of.get(source.ids[i], f"\0{source.ids[i]}"), []).append(i)
     targets = []
-    for i, rid in enumerate(source.ids):
-        members = groups[cluster_of.get(rid, f"\0{rid}")]
+    for i in walk:
+        rid = source.ids[i]
+        key = cluster_of.get(rid, f"\0{rid}")
+        members = groups[key]
         if len(members) >= min_members:
-            key = cluster_of.get(rid, f"\0{rid}")
             targets.append(Target(rid, np.asarray(source[i]), _Members(source, members, i), key))
     return targets
 
 
-def cluster_fill(source: FlatSource, cluster_of: Mapping[str, str]) -> Fill:
+def cluster_fill(
+    source: FlatSource, cluster_of: Mapping[str, str], order: Sequence[int] | None = None
+) -> Fill:
     """Every record of ``source`` as a fill protein, grouped by ``cluster_of`` (a record it
-    does not list is its own cluster), for :func:`context_perplexity`'s ``fill``."""
+    does not list is its own cluster), in ``order`` (as for :func:`cluster_targets`), for
+    :func:`context_perplexity`'s ``fill``."""
     if source.ids is None:
         raise ValueError("cluster fill needs record ids")
-    return Fill(source, [cluster_of.get(rid, f"\0{rid}") for rid in source.ids])
+    if order is None:
+        return Fill(source, [cluster_of.get(rid, f"\0{rid}") for rid in source.ids])
+    ids = [source.ids[i] for i in order]
+    return Fill(_Members(source, list(order), -1), [cluster_of.get(r, f"\0{r}") for r in ids])
+
+
+def sample_targets(targets: list[Target], max_proteins: int | None, seed: int) -> list[Target]:
+    """``evaluate``'s ``context_max_proteins``: a seeded sample of ``targets``, in their order
+    (all of them when there are no more than ``max_proteins`` or it is None)."""
+    if max_proteins is None or len(targets) <= max_proteins:
+        return targets
+    pick = keyed_rng(TAG_ORDER, seed, 1).choice(len(targets), max_proteins, replace=False)
+    return [targets[i] for i in sorted(pick)]
 
 
 def _draw_fill(
@@ -115,10 +148,14 @@ def _draw_fill(
     return fit_members((fill.records[i] for i in chosen), budget), total < budget
 
 
-def fixed_targets(source: FlatSource, context: Sequence[np.ndarray]) -> list[Target]:
-    """Every record of ``source`` with the same ``context`` proteins (e.g. a FASTA of homologs)."""
+def fixed_targets(
+    source: FlatSource, context: Sequence[np.ndarray], order: Sequence[int] | None = None
+) -> list[Target]:
+    """Every record of ``source`` (in ``order``, as for :func:`cluster_targets`) with the same
+    ``context`` proteins (e.g. a FASTA of homologs)."""
     ids = source.ids or [str(i) for i in range(len(source))]
-    return [Target(ids[i], np.asarray(source[i]), list(context)) for i in range(len(source))]
+    walk = range(len(source)) if order is None else order
+    return [Target(ids[i], np.asarray(source[i]), list(context)) for i in walk]
 
 
 def scoring_windows(
@@ -346,10 +383,13 @@ def context_perplexity(
 
 
 __all__ = [
+    "CONTEXT_ORDERS",
     "Fill",
     "Target",
     "cluster_fill",
     "cluster_targets",
     "context_perplexity",
     "fixed_targets",
+    "record_order",
+    "sample_targets",
 ]

@@ -409,8 +409,9 @@ _EVALUATE_KEYS = {
     "nb_features": "random features for a Performer attention",
     "context": "also score with homologs before each protein: cluster or a FASTA of them",
     "context_min_members": "context=cluster: smallest cluster (members) scored",
-    "context_max_proteins": "context: score a seeded sample of this many proteins (unset: all), "
-    "drawn in the order of fasta= (give the files in one order to compare models)",
+    "context_max_proteins": "context: score a seeded sample of this many proteins (unset: all)",
+    "context_order": "context: id (targets, homologs and fill drawn by record id: the same "
+    "whatever the order of fasta=) or given (file order, as evaluations before 2026-12-04)",
     "context_fill": "context=cluster: fill each window to max_length with other clusters' "
     "proteins, the homologs among them (and score the fill alone too)",
     "context_fill_place": "context_fill=true: random (homologs anywhere among the fill) or "

@@ -41,7 +41,6 @@ from protein_performer.config import (
 from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
-from protein_performer.data.datasets import TAG_ORDER, keyed_rng
 from protein_performer.data.fasta import check_distinct_inputs, load_fasta_source
 from protein_performer.devices import pick_device
 from protein_performer.errors import ConfigError, DataError
@@ -65,6 +64,8 @@ from protein_performer.training.context_eval import (
     cluster_targets,
     context_perplexity,
     fixed_targets,
+    record_order,
+    sample_targets,
 )
 from protein_performer.training.interrupt import GracefulInterrupt, sigterm_raises
 from protein_performer.training.lm_module import ProteinLMModule
@@ -966,7 +967,10 @@ def _context_targets(
         if not clusters:
             raise ConfigError("context=cluster needs clusters=DIR (the output of `data cluster`)")
         targets = cluster_targets(
-            source, read_members(clusters), min_members=cfg.context_min_members
+            source,
+            read_members(clusters),
+            min_members=cfg.context_min_members,
+            order=record_order(source, cfg.context_order),
         )
         if not targets:
             raise DataError(
@@ -985,7 +989,11 @@ def _context_targets(
     )
     if len(homologs) == 0:
         raise DataError("context: no records", path=cfg.context)
-    return fixed_targets(source, [homologs[i] for i in range(len(homologs))])
+    return fixed_targets(
+        source,
+        [homologs[i] for i in range(len(homologs))],
+        order=record_order(source, cfg.context_order),
+    )
 
 
 @torch.inference_mode()
@@ -1066,13 +1074,13 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         # whole proteins (crop=sliding cut the dataset's copy into windows)
         whole = dm._load_source(split) if split in dm.windows else source
         targets = _context_targets(cfg, whole, stored, alphabet)
-        if cfg.context_max_proteins is not None and len(targets) > cfg.context_max_proteins:
-            pick = keyed_rng(TAG_ORDER, cfg.seed, 1).choice(
-                len(targets), cfg.context_max_proteins, replace=False
-            )
-            targets = [targets[i] for i in sorted(pick)]
+        targets = sample_targets(targets, cfg.context_max_proteins, cfg.seed)
         if cfg.context_fill:
-            fill = cluster_fill(whole, read_members(cfg.clusters or stored.get("clusters")))
+            fill = cluster_fill(
+                whole,
+                read_members(cfg.clusters or stored.get("clusters")),
+                order=record_order(whole, cfg.context_order),
+            )
     loader = {
         "train": dm.train_dataloader,
         "val": dm.val_dataloader,

@@ -24,6 +24,7 @@ from protein_performer.training.context_eval import (
     cluster_targets,
     context_perplexity,
     fixed_targets,
+    record_order,
     scoring_windows,
 )
 from protein_performer.training.run import evaluate, train
@@ -216,6 +217,55 @@ def test_cluster_targets_use_the_other_members_and_skip_small_clusters():
     assert cluster_targets(source, table, min_members=4) == []
 
 
+def test_record_order_sorts_by_id_and_keeps_ties_in_the_order_given():
+    source = FlatSource.from_strings(["AA", "CC", "DD", "EE"], ids=["b", "a", "c", "a"])
+    assert record_order(source, "id") == [1, 3, 0, 2]
+    assert record_order(source, "given") == [0, 1, 2, 3]
+    assert record_order(FlatSource.from_strings(["AA", "CC"]), "id") == [0, 1]  # no ids
+    with pytest.raises(ConfigError, match="context_order must be one of id, given"):
+        record_order(source, "random")
+    table = {"a": "x", "b": "x", "c": "y", "d": "y"}
+    two = FlatSource.from_strings(["AAAA", "CCCC", "DDDD", "EEEE"], ids=list("dbca"))
+    targets = cluster_targets(two, table, order=record_order(two, "id"))
+    assert [t.id for t in targets] == ["a", "b", "c", "d"]
+    assert [A.decode(c) for c in targets[2].context] == ["AAAA"]  # d, the other of cluster y
+    fill = cluster_fill(two, table, order=record_order(two, "id"))
+    assert [A.decode(r) for r in fill.records] == ["EEEE", "CCCC", "DDDD", "AAAA"]
+    assert list(fill.groups) == ["x", "x", "y", "y"]
+
+
+def test_the_context_sample_does_not_depend_on_the_order_of_the_files(tmp_path):
+    fasta = write_fasta(tmp_path / "t.fasta", n=30, max_len=30)
+    cfg = tiny_config(fasta, max_steps=2)
+    cfg.model.position = "rotary"  # windows longer than training's: room for fill proteins
+    result = train(cfg, tmp_path / "run")
+    records = [">" + r for r in fasta.read_text().split(">")[1:]]
+    ids = [r[1:].split()[0] for r in records]
+    first, second = tmp_path / "a.fasta", tmp_path / "b.fasta"
+    first.write_text("".join(records[::2]))  # clusters span both files
+    second.write_text("".join(records[1::2]))
+    members = tmp_path / "members.tsv"
+    members.write_text(
+        "cluster_id\tmember_id\n" + "".join(f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids))
+    )
+
+    def context(files, order):
+        return evaluate(
+            EvalConfig(
+                checkpoint=result.last_checkpoint, fasta=[str(f) for f in files],
+                context="cluster", clusters=str(members), context_max_proteins=7,
+                context_fill=True, context_order=order, max_length=256,
+            )
+        ).context  # fmt: skip
+
+    keys = ("positions", "with_context", "without_context", "with_fill_only", "identical")
+    ab, ba = context([first, second], "id"), context([second, first], "id")
+    assert ab["proteins"] == 7 and ab["mean_fill_tokens"] > 100
+    assert all(np.all(ab[k] == ba[k]) for k in keys if k in ab)
+    given_ab, given_ba = context([first, second], "given"), context([second, first], "given")
+    assert any(np.any(given_ab[k] != given_ba[k]) for k in keys if k in given_ab)
+
+
 def test_evaluate_context_cluster_and_fasta(tmp_path):
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
     result = train(tiny_config(fasta, max_steps=2), tmp_path / "run")
@@ -310,6 +360,7 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
             {"context": "cluster", "context_fill": True, "context_fill_place": "end"},
             "context_fill_place='end' is not valid",
         ),
+        ({"context": "cluster", "context_order": "random"}, "context_order='random' is not"),
     ],
 )
 def test_context_settings_are_checked(kw, message):
