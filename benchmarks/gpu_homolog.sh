@@ -17,6 +17,9 @@
 #
 #   OUT=/tmp/gpu CLUSTERS=clusters14 bash benchmarks/gpu_homolog.sh        # ~8 min on one H200
 #   DEVICE=cpu QUICK=1 OUT=/tmp/dry CLUSTERS=clusters14 bash benchmarks/gpu_homolog.sh  # dry run
+# Knobs (environment): TRAIN_SECONDS, MAX_STEPS, VAL_EVERY, TOKS, CONTEXT_ORDER (evaluate's
+# context_order; the 2026-12-04 rows were drawn in file order: given), DEADLINE (seconds for
+# the whole script: each stage's timeout is cut to what is left, so it ends inside one call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/gpu_homolog}
@@ -28,6 +31,8 @@ TRAIN_SECONDS=${TRAIN_SECONDS:-180}
 MAX_STEPS=${MAX_STEPS:-3000}
 VAL_EVERY=${VAL_EVERY:-250}
 TOKS=${TOKS:-16384}
+CONTEXT_ORDER=${CONTEXT_ORDER:-id}
+DEADLINE=${DEADLINE:-560}
 WORK=${WORK:-/tmp/gpu_homolog}
 if [ "$QUICK" = 1 ]; then
     trainer=cpu extra="model.dim=32 model.depth=2 model.heads=2 model.ffn_dim=64 trainer.limit_val_batches=2"
@@ -37,77 +42,94 @@ else
     trainer=gpu extra="data.num_workers=3" eval_extra="" precision=bf16
     scaling="--size regular --lengths 1024 8192 32768 --tokens 65536 --steps 3"
 fi
-case $TRAIN_SECONDS in
-    '' | *[!0-9]*) echo "TRAIN_SECONDS must be a whole number of seconds (got '$TRAIN_SECONDS')" >&2
-        exit 2 ;;
-esac
-mkdir -p "$OUT"
+for knob in TRAIN_SECONDS DEADLINE; do
+    case ${!knob} in
+        '' | *[!0-9]*) echo "$knob must be a whole number of seconds (got '${!knob}')" >&2
+            exit 2 ;;
+    esac
+done
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2  # absolute: the tarball is made in WORK
 rm -rf "$WORK" && mkdir -p "$WORK"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HYDRA_FULL_ERROR=1
 PY=${PYTHON:-python3}
 status=0
-stage() { echo; echo "== $* ($(date +%T))"; }
+stage() { echo; echo "== $* ($(date +%T), ${SECONDS} s)"; }
+# a stage's timeout: what it wants, cut to what is left of DEADLINE (at least 1 s: timeout 0
+# would mean no limit)
+budget() { local left=$((DEADLINE - SECONDS)); echo $(($1 < left ? $1 : (left > 1 ? left : 1))); }
 # the 14 files in conf/data/proteomes14.yaml's order, under DATA
-files=$(sed -n 's|.*pp_root:\.\./shared/data/\(.*\)}$|\1|p' conf/data/proteomes14.yaml |
-    sed "s|^|$DATA/|" | paste -sd, -)
-for f in ${files//,/ }; do
-    [ -f "$f" ] || { echo "missing proteome: $f" >&2; exit 2; }
+mapfile -t names < <(sed -n 's|.*pp_root:\.\./shared/data/\(.*\)}[[:space:]]*$|\1|p' \
+    conf/data/proteomes14.yaml)
+[ "${#names[@]}" = 14 ] || { echo "expected 14 files in conf/data/proteomes14.yaml, found ${#names[@]}" >&2; exit 2; }
+paths=()
+for name in "${names[@]}"; do
+    [ -f "$DATA/$name" ] || { echo "missing proteome: $DATA/$name" >&2; exit 2; }
+    paths+=("$DATA/$name")
 done
+files=$(IFS=,; echo "${paths[*]}")
 
 stage "machine"
 [ "$DEVICE" = cpu ] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 stage "correctness on $DEVICE"
-timeout 90 "$PY" benchmarks/device_check.py --device "$DEVICE" || status=1
+timeout "$(budget 90)" "$PY" benchmarks/device_check.py --device "$DEVICE" || status=1
 
 stage "homolog_lookup, three kinds side by side, ${TRAIN_SECONDS} s each"
 declare -A kind_overrides=([hybrid]="" [exact]="model=transformer" [favor]="model.exact_layers=[]")
 max_time=$(printf '00:%02d:%02d:%02d' $((TRAIN_SECONDS / 3600)) $((TRAIN_SECONDS / 60 % 60)) \
     $((TRAIN_SECONDS % 60)))
 set -f  # overrides are split into words but not globbed ([a,b] is a Hydra list)
+pids=()
+limit=$(budget $((TRAIN_SECONDS + 150)))
 for kind in hybrid exact favor; do
     # shellcheck disable=SC2086
-    timeout $((TRAIN_SECONDS + 150)) "$PY" -m protein_performer.cli train \
+    timeout "$limit" "$PY" -m protein_performer.cli train \
         experiment=homolog_lookup trainer=$trainer "data.clusters=$CLUSTERS" "data.files=[$files]" \
         trainer.max_steps="$MAX_STEPS" trainer.max_time="$max_time" \
         trainer.val_check_interval="$VAL_EVERY" trainer.enable_progress_bar=false \
         data.toks_per_batch="$TOKS" hydra.run.dir="$WORK/$kind" $extra ${kind_overrides[$kind]} \
         >"$WORK/${kind}_train.log" 2>&1 &
+    pids+=($!)
 done
 set +f
-wait
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 for kind in hybrid exact favor; do
     echo "-- $kind"; tail -n 4 "$WORK/${kind}_train.log"
     [ -f "$WORK/$kind/checkpoints/last.ckpt" ] || status=1
 done
 
 stage "evaluate with and without homologs (test clusters), 512 and 8,192 with fill"
+pids=()
+limit=$(budget 240)
 for kind in hybrid exact favor; do
     ckpt=$WORK/$kind/checkpoints/last.ckpt
     [ -f "$ckpt" ] || continue
     for length in 512 8192; do
         fill=""; [ "$length" = 8192 ] && fill="context_fill=true"
         # shellcheck disable=SC2086
-        timeout 240 "$PY" -m protein_performer.cli evaluate checkpoint="$ckpt" "fasta=[$files]" \
-            clusters="$CLUSTERS" split=test context=cluster context_min_members=3 \
-            context_max_proteins=300 max_length=$length $fill $eval_extra \
-            output="$WORK/${kind}_eval${length}.json" >"$WORK/${kind}_eval${length}.log" 2>&1 &
+        timeout "$limit" "$PY" -m protein_performer.cli evaluate checkpoint="$ckpt" \
+            "fasta=[$files]" clusters="$CLUSTERS" split=test context=cluster \
+            context_min_members=3 context_max_proteins=300 context_order="$CONTEXT_ORDER" \
+            max_length=$length $fill $eval_extra output="$WORK/${kind}_eval${length}.json" \
+            >"$WORK/${kind}_eval${length}.log" 2>&1 &
+        pids+=($!)
     done
 done
-wait
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 for kind in hybrid exact favor; do
     for length in 512 8192; do
         echo "-- $kind $length"; tail -n 6 "$WORK/${kind}_eval${length}.log" 2>/dev/null
         [ -f "$WORK/${kind}_eval${length}.json" ] || status=1
     done
 done
-cp "$WORK/hybrid/checkpoints/last.ckpt" "$OUT/hybrid_last.ckpt" 2>/dev/null
+cp "$WORK/hybrid/checkpoints/last.ckpt" "$OUT/hybrid_last.ckpt" || status=1
 (cd "$WORK" && tar czf "$OUT/homolog_gpu.tar.gz" --exclude='*.ckpt' .) || status=1
 
 stage "whole model, regular size, $precision"
 # shellcheck disable=SC2086
-timeout 240 "$PY" benchmarks/model_scaling.py --device "$DEVICE" --precision "$precision" $scaling \
+timeout "$(budget 240)" "$PY" benchmarks/model_scaling.py --device "$DEVICE" \
+    --precision "$precision" $scaling \
     --attentions performer_relu performer_softmax transformer none --timeout 60 \
     --json "$OUT/model_scaling_regular_gpu.json" || status=1
 stage "done, status $status"

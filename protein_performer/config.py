@@ -213,7 +213,8 @@ class EvalConfig:
     context_min_members: int = 2  # context=cluster: clusters smaller than this are left out
     context_max_proteins: int | None = None  # score a seeded sample of this many (null: all)
     # the order targets, homologs and fill are drawn in: "id" (by record id: the same sample
-    # whatever order the files are given in) or "given" (file order: results before 2026-12-04)
+    # whatever order the files are given in, unless max_records= cuts the records read first)
+    # or "given" (file order: results before 2026-12-04)
     context_order: str = "id"
     # context=cluster: fill each window to max_length with proteins of other clusters, the
     # homologs at a random place among them (and score the fill alone as a third baseline)

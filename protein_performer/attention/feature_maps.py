@@ -28,9 +28,8 @@ features for checking unbiasedness.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
 
@@ -192,6 +191,13 @@ class Scratch:
         return buf[:numel].view(shape)
 
 
+class Vjp(Protocol):
+    """``dΦ -> d(input)`` of a feature map; with ``out`` the result is written there (a
+    reusable block instead of a fresh tensor)."""
+
+    def __call__(self, dphi: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor: ...
+
+
 def scratch_block(
     scratch: Scratch | None, role: str, like: torch.Tensor, *shape: int
 ) -> torch.Tensor | None:
@@ -201,7 +207,7 @@ def scratch_block(
 
 def query_features(
     q: torch.Tensor, p: FeatureParams, offset: bool = True, scratch: Scratch | None = None
-) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+) -> tuple[torch.Tensor, Vjp]:
     """Query features ``(N, c, m)`` of raw ``q`` ``(N, c, D)``, and ``dΦq -> dq``.
 
     Softmax: ``softmax_r(logits) + eps`` (a query's scale cancels in the attention).
@@ -232,7 +238,7 @@ def query_features(
 
 def query_vjp(
     phi: torch.Tensor, p: FeatureParams, offset: bool = True, scratch: Scratch | None = None
-) -> Callable[[torch.Tensor], torch.Tensor]:
+) -> Vjp:
     """``dΦq -> dq`` from the features ``phi`` ``(N, c, m)`` alone (with or without their
     ``offset``, as :func:`query_features` made them): what lets a backward keep features
     instead of the logits behind them."""
@@ -240,7 +246,7 @@ def query_vjp(
     add = spec.query_offset if offset else 0.0
     if spec.kind == "softmax":
 
-        def vjp(dphi: torch.Tensor) -> torch.Tensor:
+        def vjp(dphi: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
             prob = phi - add if add else phi
             if scratch is None:
                 grad = torch.ops.aten._softmax_backward_data(dphi, prob, -1, prob.dtype)
@@ -252,13 +258,13 @@ def query_vjp(
                     prob.dtype,
                     grad_input=scratch.block("q_dlogits", phi, *phi.shape),
                 )
-            return torch.bmm(grad, p.wq)
+            return torch.bmm(grad, p.wq, out=out)
 
         return vjp
 
-    def vjp_relu(dphi: torch.Tensor) -> torch.Tensor:
+    def vjp_relu(dphi: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         # relu(e) + add > add exactly where e > 0 (up to e below add's last bit)
-        return torch.bmm(_relu_backward(dphi, phi, add), p.wq)
+        return torch.bmm(_relu_backward(dphi, phi, add), p.wq, out=out)
 
     return vjp_relu
 
@@ -293,7 +299,7 @@ def key_features(
     logits: torch.Tensor | None = None,
     offset: bool = True,
     scratch: Scratch | None = None,
-) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+) -> tuple[torch.Tensor, Vjp]:
     """Key features ``(N, c, m)`` of raw ``k`` ``(N, c, D)`` and ``dΦk -> dk``.
 
     Softmax: ``exp(logits − stabilizer)`` (``(N, 1, 1)``, detached); pass ``logits`` if
@@ -325,25 +331,26 @@ def key_vjp(
     mask: torch.Tensor | None,
     p: FeatureParams,
     offset: bool = True,
-) -> Callable[[torch.Tensor], torch.Tensor]:
+) -> Vjp:
     """``dΦk -> dk`` from the features ``phi`` ``(N, c, m)`` of ``k`` ``(N, c, D)`` (with or
     without their offset, see :func:`key_features`; ``dΦk`` is overwritten). Softmax: valid
     for features against any stabiliser (it is detached)."""
     if p.spec.kind == "softmax":
 
-        def vjp(dphi: torch.Tensor) -> torch.Tensor:
+        def vjp(dphi: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
             grad_aug = torch.bmm(dphi.mul_(phi), p.wk)  # (N, c, D+2)
             dk = grad_aug[..., :-2]
             # d(row term)/dk = -2·k_sq_coef·k (padded keys, which may hold inf, get 0)
             kk = k if mask is None else k.masked_fill(mask[..., None], 0.0)
-            return dk.addcmul_(kk, grad_aug[..., -2:-1], value=-2 * p.k_sq_coef)
+            dk = dk.addcmul_(kk, grad_aug[..., -2:-1], value=-2 * p.k_sq_coef)
+            return dk if out is None else out.copy_(dk)
 
         return vjp
     add = p.spec.key_offset if offset else 0.0
 
-    def vjp_relu(dphi: torch.Tensor) -> torch.Tensor:
+    def vjp_relu(dphi: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         # padded keys have phi = 0: no gradient, as for e <= 0
-        return torch.bmm(_relu_backward(dphi, phi, add), p.wk)
+        return torch.bmm(_relu_backward(dphi, phi, add), p.wk, out=out)
 
     return vjp_relu
 

@@ -23,6 +23,7 @@ import torch
 from .feature_maps import (
     FeatureParams,
     Scratch,
+    Vjp,
     key_features,
     key_logits,
     key_vjp,
@@ -59,9 +60,17 @@ def blocks(length: int, size: int) -> list[slice]:
     return [slice(s, min(s + size, length)) for s in range(0, length, size)]
 
 
-def values_with_ones(v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """``[v, 1]`` ``(N, c, Dv+1)`` with padded rows zeroed (they leave both sums)."""
-    va = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+def values_with_ones(
+    v: torch.Tensor, mask: torch.Tensor | None, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``[v, 1]`` ``(N, c, Dv+1)`` with padded rows zeroed (they leave both sums), written
+    into ``out`` when given."""
+    if out is None:
+        va = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+    else:
+        va = out
+        va[..., :-1] = v
+        va[..., -1] = 1.0
     return va if mask is None else va.masked_fill_(mask[..., None], 0.0)
 
 
@@ -80,15 +89,26 @@ def split_output(na: torch.Tensor, out: torch.Tensor, den: torch.Tensor) -> None
     out.masked_fill_((den < floor)[..., None], 0.0)
 
 
-def output_adjoint(g: torch.Tensor, out: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """dLoss/d[numerator, normaliser] ``(N, c, Dv+1)`` from dLoss/dout, output, normaliser.
+def output_adjoint(
+    g: torch.Tensor, out: torch.Tensor, den: torch.Tensor, scratch: Scratch | None = None
+) -> torch.Tensor:
+    """dLoss/d[numerator, normaliser] ``(N, c, Dv+1)`` from dLoss/dout, output, normaliser
+    (in ``scratch`` blocks when given).
 
     Rows without visible keys (normaliser below :func:`den_floor`) have a constant output,
     hence a zero adjoint.
     """
     ok = den >= den_floor(den.dtype)
     inv = torch.where(ok, den.reciprocal(), torch.zeros_like(den))[..., None]
-    return torch.cat([g * inv, (g * out).sum(-1, keepdim=True).neg_().mul_(inv)], dim=-1)
+    if scratch is None:
+        return torch.cat([g * inv, (g * out).sum(-1, keepdim=True).neg_().mul_(inv)], dim=-1)
+    n, c, dv = g.shape
+    gp = scratch.block("adjoint", g, n, c, dv + 1)
+    torch.mul(g, inv, out=gp[..., :-1])
+    product = torch.mul(g, out, out=scratch.block("adjoint_product", g, n, c, dv))
+    torch.sum(product, -1, keepdim=True, out=gp[..., -1:])
+    gp[..., -1:].neg_().mul_(inv)
+    return gp
 
 
 def key_block(
@@ -100,7 +120,7 @@ def key_block(
     state: torch.Tensor | None,
     offset: bool = True,
     scratch: Scratch | None = None,
-) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+) -> tuple[torch.Tensor, Vjp]:
     """Key features of a block and their ``dΦk -> dk``; for the softmax kernel folds the block
     into the running max ``stab`` and rescales ``state`` (in place) to the new stabiliser."""
     if p.spec.kind != "softmax":
@@ -176,7 +196,8 @@ class BidirectionalFavorFunction(torch.autograd.Function):
         phi_k_all = k.new_empty(n, lk, m) if keep else None
         block_refs = []
         scratch = cpu_scratch(v)
-        state = k.new_zeros(n, m, v.shape[-1] + 1)
+        dv1 = v.shape[-1] + 1
+        state = k.new_zeros(n, m, dv1)
         stab = RunningMax(k)
         row_term = p.key_row_term(k)
         for sl in blocks(lk, chunk):
@@ -184,7 +205,10 @@ class BidirectionalFavorFunction(torch.autograd.Function):
             phi_k, _ = key_block(
                 k[:, sl], p, _rows(row_term, sl), mc, stab, state, offset=False, scratch=scratch
             )
-            state.baddbmm_(phi_k.transpose(1, 2), values_with_ones(v[:, sl], mc))
+            va = values_with_ones(
+                v[:, sl], mc, scratch_block(scratch, "va", v, *phi_k.shape[:2], dv1)
+            )
+            state.baddbmm_(phi_k.transpose(1, 2), va)
             if keep:
                 phi_k_all[:, sl] = phi_k
                 block_refs.append((sl, stab.ref))
@@ -200,7 +224,8 @@ class BidirectionalFavorFunction(torch.autograd.Function):
         query_term = state.sum(1, keepdim=True).mul_(off_q)  # (N, 1, Dv+1)
         for sl in blocks(lq, chunk):
             phi_q, _ = query_features(q[:, sl], p, offset=False, scratch=scratch)
-            split_output(torch.baddbmm(query_term, phi_q, state), out[:, sl], den[:, sl])
+            na = scratch_block(scratch, "na", q, *phi_q.shape[:2], dv1)
+            split_output(torch.baddbmm(query_term, phi_q, state, out=na), out[:, sl], den[:, sl])
             if keep:
                 phi_q_all[:, sl] = phi_q
         ctx.params, ctx.chunk = p, chunk
@@ -233,10 +258,11 @@ class BidirectionalFavorFunction(torch.autograd.Function):
                 vjp_q = query_vjp(phi_q, p, offset=False, scratch=scratch)
             else:
                 phi_q, vjp_q = query_features(q[:, sl], p, offset=False, scratch=scratch)
-            gp = output_adjoint(g[:, sl], out[:, sl], den[:, sl])
+            gp = output_adjoint(g[:, sl], out[:, sl], den[:, sl], scratch)
             if dq is not None:
                 dphi = scratch_block(scratch, "dphi", gp, *phi_q.shape)
-                dq[:, sl] = vjp_q(torch.bmm(gp, state.transpose(1, 2), out=dphi))
+                grad = scratch_block(scratch, "grad", v, *phi_q.shape[:2], d)
+                dq[:, sl] = vjp_q(torch.bmm(gp, state.transpose(1, 2), out=dphi), out=grad)
             dstate.baddbmm_(phi_q.transpose(1, 2), gp)
             if off_q:
                 gp_sum += gp.sum(1, keepdim=True)
@@ -265,17 +291,24 @@ class BidirectionalFavorFunction(torch.autograd.Function):
                         offset=False,
                         scratch=scratch,
                     )
+                rows = phi_k.shape[1]
                 if dv is not None:
+                    # through a contiguous block: bmm into a strided slice of dv would
+                    # allocate a temporary per block
+                    dvb = scratch_block(scratch, "grad", v, n, rows, v.shape[-1])
                     if off_k:
-                        torch.baddbmm(value_term, phi_k, dv_state, out=dv[:, sl])
+                        dvb = torch.baddbmm(value_term, phi_k, dv_state, out=dvb)
                     else:
-                        torch.bmm(phi_k, dv_state, out=dv[:, sl])
+                        dvb = torch.bmm(phi_k, dv_state, out=dvb)
                     if off_k and mc is not None:
-                        dv[:, sl].masked_fill_(mc[..., None], 0.0)
+                        dvb.masked_fill_(mc[..., None], 0.0)
+                    dv[:, sl] = dvb
                 if dk is not None:
-                    va = values_with_ones(v[:, sl], mc)
+                    va = scratch_block(scratch, "va", v, n, rows, v.shape[-1] + 1)
+                    va = values_with_ones(v[:, sl], mc, va)
                     dphi = scratch_block(scratch, "dphi", va, *phi_k.shape)
-                    dk[:, sl] = vjp_k(torch.bmm(va, dstate.transpose(1, 2), out=dphi))
+                    grad = scratch_block(scratch, "grad", v, n, rows, d)
+                    dk[:, sl] = vjp_k(torch.bmm(va, dstate.transpose(1, 2), out=dphi), out=grad)
         return dq, dk, dv, None, None, None, None
 
 

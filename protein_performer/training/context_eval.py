@@ -73,12 +73,23 @@ class _Members(Sequence):
 
 def record_order(source: FlatSource, how: str = "id") -> list[int]:
     """Indices of ``source``'s records in the order context evaluation walks them (see
-    :data:`CONTEXT_ORDERS`); without ids, the order given."""
+    :data:`CONTEXT_ORDERS`): by id, records sharing an id by sequence (identical records
+    are interchangeable), so no file order is left; without ids, the order given."""
     if how not in CONTEXT_ORDERS:
         raise ConfigError(f"context_order must be one of {', '.join(CONTEXT_ORDERS)}; got {how!r}")
-    if how == "given" or source.ids is None:
+    ids = source.ids
+    if how == "given" or ids is None:
         return list(range(len(source)))
-    return [int(i) for i in np.argsort(np.asarray(source.ids, dtype=object), kind="stable")]
+    order = sorted(range(len(source)), key=ids.__getitem__)
+    start = 0
+    for end in range(1, len(order) + 1):
+        if end == len(order) or ids[order[end]] != ids[order[start]]:
+            if end - start > 1:  # a shared id: by residues
+                order[start:end] = sorted(
+                    order[start:end], key=lambda i: np.asarray(source[i]).tobytes()
+                )
+            start = end
+    return order
 
 
 def cluster_targets(

@@ -217,21 +217,35 @@ def test_cluster_targets_use_the_other_members_and_skip_small_clusters():
     assert cluster_targets(source, table, min_members=4) == []
 
 
-def test_record_order_sorts_by_id_and_keeps_ties_in_the_order_given():
+def test_record_order_sorts_by_id_then_sequence():
     source = FlatSource.from_strings(["AA", "CC", "DD", "EE"], ids=["b", "a", "c", "a"])
     assert record_order(source, "id") == [1, 3, 0, 2]
     assert record_order(source, "given") == [0, 1, 2, 3]
     assert record_order(FlatSource.from_strings(["AA", "CC"]), "id") == [0, 1]  # no ids
+    # a shared id: by sequence, so shuffled files give the same order of the same records
+    records = [("x", "KKK"), ("x", "AAA"), ("a", "GGG"), ("x", "MMM")]
+    orders = set()
+    for perm in itertools.permutations(records):
+        shuffled = FlatSource.from_strings([r[1] for r in perm], ids=[r[0] for r in perm])
+        orders.add(tuple(A.decode(shuffled[i]) for i in record_order(shuffled, "id")))
+    assert len(orders) == 1 and next(iter(orders))[0] == "GGG"  # id a, then the three x
     with pytest.raises(ConfigError, match="context_order must be one of id, given"):
         record_order(source, "random")
-    table = {"a": "x", "b": "x", "c": "y", "d": "y"}
-    two = FlatSource.from_strings(["AAAA", "CCCC", "DDDD", "EEEE"], ids=list("dbca"))
-    targets = cluster_targets(two, table, order=record_order(two, "id"))
-    assert [t.id for t in targets] == ["a", "b", "c", "d"]
-    assert [A.decode(c) for c in targets[2].context] == ["AAAA"]  # d, the other of cluster y
-    fill = cluster_fill(two, table, order=record_order(two, "id"))
-    assert [A.decode(r) for r in fill.records] == ["EEEE", "CCCC", "DDDD", "AAAA"]
-    assert list(fill.groups) == ["x", "x", "y", "y"]
+
+
+def test_cluster_targets_and_fill_follow_the_order_given():
+    table = {"a": "x", "b": "x", "c": "x", "d": "y", "e": "y"}
+    source = FlatSource.from_strings(["AAAA", "CCCC", "DDDD", "EEEE", "FFFF"], ids=list("ecbda"))
+    order = record_order(source, "id")
+    targets = cluster_targets(source, table, order=order)
+    assert [t.id for t in targets] == list("abcde")
+    # b's homologs in id order: a, c (in the file: c, then a)
+    assert [A.decode(c) for c in targets[1].context] == ["FFFF", "CCCC"]
+    fill = cluster_fill(source, table, order=order)
+    assert [A.decode(r) for r in fill.records] == ["FFFF", "DDDD", "CCCC", "EEEE", "AAAA"]
+    assert list(fill.groups) == ["x", "x", "x", "y", "y"]
+    # None: the file's order, as before
+    assert [t.id for t in cluster_targets(source, table)] == list("ecbda")
 
 
 def test_the_context_sample_does_not_depend_on_the_order_of_the_files(tmp_path):
@@ -258,12 +272,12 @@ def test_the_context_sample_does_not_depend_on_the_order_of_the_files(tmp_path):
             )
         ).context  # fmt: skip
 
-    keys = ("positions", "with_context", "without_context", "with_fill_only", "identical")
+    keys = ("positions", "with_context", "without_context", "with_fill_only", "by_context")
     ab, ba = context([first, second], "id"), context([second, first], "id")
     assert ab["proteins"] == 7 and ab["mean_fill_tokens"] > 100
-    assert all(np.all(ab[k] == ba[k]) for k in keys if k in ab)
+    assert all(ab[k] == ba[k] for k in keys)
     given_ab, given_ba = context([first, second], "given"), context([second, first], "given")
-    assert any(np.any(given_ab[k] != given_ba[k]) for k in keys if k in given_ab)
+    assert any(given_ab[k] != given_ba[k] for k in keys)
 
 
 def test_evaluate_context_cluster_and_fasta(tmp_path):
