@@ -13,13 +13,17 @@
 # Needs ../shared/data-like proteomes in DATA and a `data cluster` output in CLUSTERS (made on
 # a machine with MMseqs2; the device machine has none). Results: $OUT/homolog_gpu.tar.gz
 # (logs, metrics.csv, summary.json, eval JSONs), $OUT/model_scaling_regular_gpu.json and PNG,
-# $OUT/hybrid_last.ckpt; everything else goes to stdout.
+# $OUT/<first kind>_last.ckpt; everything else goes to stdout.
 #
 #   OUT=/tmp/gpu CLUSTERS=clusters14 bash benchmarks/gpu_homolog.sh        # ~8 min on one H200
 #   DEVICE=cpu QUICK=1 OUT=/tmp/dry CLUSTERS=clusters14 bash benchmarks/gpu_homolog.sh  # dry run
-# Knobs (environment): TRAIN_SECONDS, MAX_STEPS, VAL_EVERY, TOKS, CONTEXT_ORDER (evaluate's
-# context_order; the 2026-12-04 rows were drawn in file order: given), DEADLINE (seconds for
-# the whole script: each stage's timeout is cut to what is left, so it ends inside one call).
+# Size MAX_STEPS to the time: on one H200 at 16,384 tokens per step the three side by side ran
+# 12-18 steps/s each (hybrid 2,366 steps in 181 s), so a longer hybrid-only run is e.g.
+#   KINDS=hybrid TRAIN_SECONDS=360 MAX_STEPS=6000 SCALING=0 ... (its checkpoint comes back).
+# Knobs (environment): KINDS, SCALING, TRAIN_SECONDS, MAX_STEPS, VAL_EVERY, TOKS,
+# CONTEXT_ORDER (evaluate's context_order; the 2026-12-04 rows were drawn in file order:
+# given), DEADLINE (seconds for the whole script: each stage's timeout is cut to what is left,
+# so it ends inside one call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/gpu_homolog}
@@ -32,6 +36,8 @@ MAX_STEPS=${MAX_STEPS:-3000}
 VAL_EVERY=${VAL_EVERY:-250}
 TOKS=${TOKS:-16384}
 CONTEXT_ORDER=${CONTEXT_ORDER:-id}
+KINDS=${KINDS:-hybrid exact favor}
+SCALING=${SCALING:-1}  # 0: no model-scaling stage (its rows are in docs/results already)
 DEADLINE=${DEADLINE:-560}
 WORK=${WORK:-/tmp/gpu_homolog}
 if [ "$QUICK" = 1 ]; then
@@ -42,6 +48,9 @@ else
     trainer=gpu extra="data.num_workers=3" eval_extra="" precision=bf16
     scaling="--size regular --lengths 1024 8192 32768 --tokens 65536 --steps 3"
 fi
+for kind in $KINDS; do
+    case $kind in hybrid | exact | favor) ;; *) echo "KINDS: hybrid, exact, favor (got '$kind')" >&2; exit 2 ;; esac
+done
 for knob in TRAIN_SECONDS DEADLINE; do
     case ${!knob} in
         '' | *[!0-9]*) echo "$knob must be a whole number of seconds (got '${!knob}')" >&2
@@ -75,14 +84,14 @@ stage "machine"
 stage "correctness on $DEVICE"
 timeout "$(budget 90)" "$PY" benchmarks/device_check.py --device "$DEVICE" || status=1
 
-stage "homolog_lookup, three kinds side by side, ${TRAIN_SECONDS} s each"
+stage "homolog_lookup: $KINDS side by side, ${TRAIN_SECONDS} s each"
 declare -A kind_overrides=([hybrid]="" [exact]="model=transformer" [favor]="model.exact_layers=[]")
 max_time=$(printf '00:%02d:%02d:%02d' $((TRAIN_SECONDS / 3600)) $((TRAIN_SECONDS / 60 % 60)) \
     $((TRAIN_SECONDS % 60)))
 set -f  # overrides are split into words but not globbed ([a,b] is a Hydra list)
 pids=()
 limit=$(budget $((TRAIN_SECONDS + 150)))
-for kind in hybrid exact favor; do
+for kind in $KINDS; do
     # shellcheck disable=SC2086
     timeout "$limit" "$PY" -m protein_performer.cli train \
         experiment=homolog_lookup trainer=$trainer "data.clusters=$CLUSTERS" "data.files=[$files]" \
@@ -94,7 +103,7 @@ for kind in hybrid exact favor; do
 done
 set +f
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-for kind in hybrid exact favor; do
+for kind in $KINDS; do
     echo "-- $kind"; tail -n 4 "$WORK/${kind}_train.log"
     [ -f "$WORK/$kind/checkpoints/last.ckpt" ] || status=1
 done
@@ -102,7 +111,7 @@ done
 stage "evaluate with and without homologs (test clusters), 512 and 8,192 with fill"
 pids=()
 limit=$(budget 240)
-for kind in hybrid exact favor; do
+for kind in $KINDS; do
     ckpt=$WORK/$kind/checkpoints/last.ckpt
     [ -f "$ckpt" ] || continue
     for length in 512 8192; do
@@ -117,15 +126,20 @@ for kind in hybrid exact favor; do
     done
 done
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-for kind in hybrid exact favor; do
+for kind in $KINDS; do
     for length in 512 8192; do
         echo "-- $kind $length"; tail -n 6 "$WORK/${kind}_eval${length}.log" 2>/dev/null
         [ -f "$WORK/${kind}_eval${length}.json" ] || status=1
     done
 done
-cp "$WORK/hybrid/checkpoints/last.ckpt" "$OUT/hybrid_last.ckpt" || status=1
+first=${KINDS%% *}
+cp "$WORK/$first/checkpoints/last.ckpt" "$OUT/${first}_last.ckpt" || status=1
 (cd "$WORK" && tar czf "$OUT/homolog_gpu.tar.gz" --exclude='*.ckpt' .) || status=1
 
+if [ "$SCALING" = 0 ]; then
+    stage "done, status $status"
+    exit $status
+fi
 stage "whole model, regular size, $precision"
 # shellcheck disable=SC2086
 timeout "$(budget 240)" "$PY" benchmarks/model_scaling.py --device "$DEVICE" \
