@@ -71,8 +71,8 @@ def compare(old_cls: type, kernel: str, length: int, args: argparse.Namespace) -
     from protein_performer.attention.favor import FavorAttention
 
     torch.manual_seed(0)
-    old = old_cls(args.dim, args.features, kernel=kernel)
-    new = FavorAttention(args.dim, args.features, kernel=kernel)
+    old = old_cls(args.dim, args.features, kernel=kernel, causal=args.causal)
+    new = FavorAttention(args.dim, args.features, kernel=kernel, causal=args.causal)
     new.load_state_dict(old.state_dict())
     g = torch.Generator().manual_seed(1)
     shape = (args.batch, args.heads, length, args.dim)
@@ -100,6 +100,7 @@ def compare(old_cls: type, kernel: str, length: int, args: argparse.Namespace) -
     best = {name: min(t) for name, t in times.items()}
     return {
         "kernel": kernel,
+        "causal": bool(new.causal and old.causal),
         "length": length,
         "revision_ms": 1e3 * best["revision"],
         "tree_ms": 1e3 * best["tree"],
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--kernels", nargs="+", default=["relu", "softmax"])
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--causal", action="store_true", help="the causal (prefix-sum) kernels")
     add_attention_shape_args(parser)
     parser.add_argument(
         "--rtol", type=float, default=1e-4, help="largest difference allowed, relative"
@@ -160,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in points
     ]
     where = f"{tree[:12]}{' + uncommitted changes' if dirty else ''}"
-    print(f"revision {commit[:12]} vs this tree ({where}), fastest of {args.rounds} rounds")
+    kind = "causal" if args.causal else "bidirectional"
+    print(f"revision {commit[:12]} vs this tree ({where}), {kind}, fastest of {args.rounds} rounds")
     print(format_table(headers, rows))
     config = {k: v for k, v in vars(args).items() if k != "json"}
     write_json(

@@ -23,10 +23,12 @@ def _attention_as_committed() -> bool:
 
 
 @pytest.mark.skipif(not _attention_as_committed(), reason="no git checkout, or attention edited")
-def test_head_against_itself_is_identical_and_writes_json(tmp_path, capsys):
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_against_itself_is_identical_and_writes_json(tmp_path, capsys, causal):
     bench = load_benchmark("kernel_ab.py")
     out = tmp_path / "ab.json"
     args = ["--rev", "HEAD", "--lengths", "40", "--rounds", "2", "--heads", "2", "--dim", "8"]
+    args += ["--causal"] * causal
     assert bench.main([*args, "--features", "16", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["revision"] == _git("rev-parse", "HEAD").stdout.strip()
@@ -34,9 +36,11 @@ def test_head_against_itself_is_identical_and_writes_json(tmp_path, capsys):
     assert {p["kernel"] for p in points} == {"relu", "softmax"}
     for p in points:
         # the same code on the same inputs and projection: bit-identical results
-        assert p["max_abs_diff"] == 0.0 and p["max_abs_value"] > 0
+        assert p["max_abs_diff"] == 0.0 and p["max_abs_value"] > 0 and p["causal"] is causal
         assert len(p["times_s"]["revision"]) == len(p["times_s"]["tree"]) == 2
-    assert "tree/revision" in capsys.readouterr().out
+    assert result["config"]["causal"] is causal
+    printed = capsys.readouterr().out
+    assert "tree/revision" in printed and ("causal," in printed) is causal
 
 
 def test_an_unknown_revision_is_one_line(tmp_path):
