@@ -29,9 +29,9 @@ STYLES = ("crop", "concat")
 
 #: where filled windows put the homologs: among the fill at random, or right before the target
 FILL_PLACES = ("random", "adjacent")
-#: How context evaluation walks the records: "id" (sorted by record id, ties in the order
-#: given: the same proteins, homolog order and fill whatever order the files came in) or
-#: "given" (the order of the files and their records; evaluations before 2026-12-04 (3)).
+#: How context evaluation walks the records: "id" (sorted by record id, a shared id by
+#: sequence: the same proteins, homolog order and fill whatever order the files came in) or
+#: "given" (the order of the files and their records, as evaluations before 2026-12-04).
 CONTEXT_ORDERS = ("id", "given")
 
 
