@@ -31,13 +31,15 @@ def checkpoints(run: Path) -> list[Path]:
 
 def add_heldout_args(p: argparse.ArgumentParser) -> None:
     """The options that pick the held-out proteins (:func:`heldout_targets`)."""
+    from protein_performer.data.context import CONTEXT_ORDERS
+
     p.add_argument("--fasta", nargs="+", required=True, help="the FASTA files the runs used")
     p.add_argument("--min-members", type=int, default=3)
     p.add_argument("--max-proteins", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--context-order",
-        choices=("id", "given"),
+        choices=CONTEXT_ORDERS,
         default="id",
         help="evaluate's context_order (given: file order, as before 2026-12-04)",
     )

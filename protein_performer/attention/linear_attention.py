@@ -65,12 +65,9 @@ def values_with_ones(
 ) -> torch.Tensor:
     """``[v, 1]`` ``(N, c, Dv+1)`` with padded rows zeroed (they leave both sums), written
     into ``out`` when given."""
-    if out is None:
-        va = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
-    else:
-        va = out
-        va[..., :-1] = v
-        va[..., -1] = 1.0
+    va = v.new_empty(*v.shape[:-1], v.shape[-1] + 1) if out is None else out
+    va[..., :-1] = v
+    va[..., -1] = 1.0
     return va if mask is None else va.masked_fill_(mask[..., None], 0.0)
 
 
@@ -100,12 +97,11 @@ def output_adjoint(
     """
     ok = den >= den_floor(den.dtype)
     inv = torch.where(ok, den.reciprocal(), torch.zeros_like(den))[..., None]
-    if scratch is None:
-        return torch.cat([g * inv, (g * out).sum(-1, keepdim=True).neg_().mul_(inv)], dim=-1)
     n, c, dv = g.shape
-    gp = scratch.block("adjoint", g, n, c, dv + 1)
+    gp = scratch_block(scratch, "adjoint", g, n, c, dv + 1)
+    gp = g.new_empty(n, c, dv + 1) if gp is None else gp
     torch.mul(g, inv, out=gp[..., :-1])
-    product = torch.mul(g, out, out=scratch.block("adjoint_product", g, n, c, dv))
+    product = torch.mul(g, out, out=scratch_block(scratch, "adjoint_product", g, n, c, dv))
     torch.sum(product, -1, keepdim=True, out=gp[..., -1:])
     gp[..., -1:].neg_().mul_(inv)
     return gp

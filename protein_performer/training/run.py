@@ -959,9 +959,9 @@ def _cropping(dm: ProteinDataModule, split: str, mode: str, max_length: int) -> 
 
 
 def _context_targets(
-    cfg: EvalConfig, source: Any, stored: dict[str, Any], alphabet: Alphabet
+    cfg: EvalConfig, source: Any, stored: dict[str, Any], alphabet: Alphabet, order: list[int]
 ) -> list[Target]:
-    """The proteins ``context=`` scores, each with its context proteins."""
+    """The proteins ``context=`` scores, each with its context proteins, in ``order``."""
     if cfg.context == "cluster":
         clusters = cfg.clusters or stored.get("clusters")
         if not clusters:
@@ -970,7 +970,7 @@ def _context_targets(
             source,
             read_members(clusters),
             min_members=cfg.context_min_members,
-            order=record_order(source, cfg.context_order),
+            order=order,
         )
         if not targets:
             raise DataError(
@@ -992,7 +992,7 @@ def _context_targets(
     return fixed_targets(
         source,
         [homologs[i] for i in range(len(homologs))],
-        order=record_order(source, cfg.context_order),
+        order=order,
     )
 
 
@@ -1073,13 +1073,14 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
             raise ConfigError("context= scores masked-LM checkpoints; this one is causal")
         # whole proteins (crop=sliding cut the dataset's copy into windows)
         whole = dm._load_source(split) if split in dm.windows else source
-        targets = _context_targets(cfg, whole, stored, alphabet)
+        order = record_order(whole, cfg.context_order)
+        targets = _context_targets(cfg, whole, stored, alphabet, order)
         targets = sample_targets(targets, cfg.context_max_proteins, cfg.seed)
         if cfg.context_fill:
             fill = cluster_fill(
                 whole,
                 read_members(cfg.clusters or stored.get("clusters")),
-                order=record_order(whole, cfg.context_order),
+                order=order,
             )
     loader = {
         "train": dm.train_dataloader,
