@@ -39,7 +39,7 @@ CONTEXT_ORDER=${CONTEXT_ORDER:-id}
 KINDS=${KINDS:-hybrid exact favor}
 SCALING=${SCALING:-1}  # 0: no model-scaling stage (its rows are in docs/results already)
 DEADLINE=${DEADLINE:-560}
-WORK=${WORK:-/tmp/gpu_homolog}
+WORK=${WORK:-}  # the runs' directory: a new temporary one unless given (then new or empty)
 if [ "$QUICK" = 1 ]; then
     trainer=cpu extra="model.dim=32 model.depth=2 model.heads=2 model.ffn_dim=64 trainer.limit_val_batches=2"
     eval_extra="context_max_proteins=4" scaling="--lengths 256 --dim 64 --depth 1 --heads 2 --ffn-dim 128 --tokens 512 --steps 1"
@@ -58,7 +58,13 @@ for knob in TRAIN_SECONDS DEADLINE; do
     esac
 done
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2  # absolute: the tarball is made in WORK
-rm -rf "$WORK" && mkdir -p "$WORK"
+if [ -z "$WORK" ]; then
+    WORK=$(mktemp -d /tmp/gpu_homolog.XXXXXX) || exit 2
+elif [ -e "$WORK" ] && [ -n "$(ls -A "$WORK" 2>/dev/null)" ]; then
+    echo "WORK=$WORK exists and is not empty: give a new or empty directory" >&2
+    exit 2
+fi
+mkdir -p "$WORK" || exit 2
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HYDRA_FULL_ERROR=1
 PY=${PYTHON:-python3}
 status=0
