@@ -4,6 +4,10 @@
 own; both versions build the same ``FavorAttention`` (the revision's projection copied into this
 tree's module), are checked to agree on outputs and gradients, then forward+backward of each is
 timed, alternating (ABBA), ``--rounds`` times (B = 1, H = 8, D = 64, m = 256, fp32 by default).
+With ``--model SIZE`` the unit timed is a whole training step (forward, backward, Adam) of a
+model of ``model_scaling.py``'s size with ``--tokens`` tokens per step, once with every layer's
+attention from the revision and once from this tree (same weights): what a kernel change is
+worth among the model's own work and allocations, which the attention alone does not show.
 Alternating in one process is what separates a kernel change of 5-20% from the drift of a
 shared machine, which moves separate runs of the same point by as much. Reported per kernel and
 length: fastest and median time of each version, their ratio (this tree / revision), and the
@@ -11,6 +15,7 @@ largest difference of outputs and input gradients; exit status 1 when that excee
 of their largest value. Table on stdout, JSON to ``--json``.
 
     python benchmarks/kernel_ab.py --rev a9946a1 --lengths 2048 8192
+    python benchmarks/kernel_ab.py --rev HEAD~1 --model regular --lengths 1024 --kernels relu
 """
 
 from __future__ import annotations
@@ -97,10 +102,93 @@ def compare(old_cls: type, kernel: str, length: int, args: argparse.Namespace) -
             start = time.perf_counter()
             run(versions[name])
             times[name].append(time.perf_counter() - start)
+    return summarise(kernel, bool(new.causal and old.causal), length, times, diff, scale)
+
+
+def compare_model(
+    old_cls: type, kernel: str, length: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """:func:`compare` for a whole training step of a ``--model`` sized Performer."""
+    import torch.nn.functional as F
+    from model_scaling import SIZES
+
+    import protein_performer.model.blocks as blocks
+    from protein_performer.data.alphabet import default_alphabet
+    from protein_performer.model.config import ModelConfig
+    from protein_performer.model.performer import ProteinLM
+
+    alphabet = default_alphabet()
+    dim, depth, heads, ffn_dim = SIZES[args.model]
+    config = ModelConfig(
+        attention=f"performer_{kernel}",
+        dim=dim,
+        depth=depth,
+        heads=heads,
+        ffn_dim=ffn_dim,
+        dropout=0.0,
+        max_len=length,
+        nb_features=args.features,
+    )
+    models = {}
+    for name in ("revision", "tree"):
+        tree_cls = blocks.FavorAttention
+        if name == "revision":  # the blocks build the revision's attention
+            blocks.FavorAttention = old_cls
+        try:
+            torch.manual_seed(0)
+            models[name] = ProteinLM(config, len(alphabet), alphabet.pad_idx, causal=args.causal)
+        finally:
+            blocks.FavorAttention = tree_cls
+    models["tree"].load_state_dict(models["revision"].state_dict())
+    assert type(models["revision"].blocks[0].attn.favor) is old_cls
+    optimizers = {n: torch.optim.Adam(m.parameters(), lr=1e-4) for n, m in models.items()}
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, 24, (max(1, args.tokens // length), length), generator=g)
+    labels = torch.where(torch.rand(ids.shape, generator=g) < 0.15, ids, -100)
+    inputs = torch.where(labels != -100, alphabet.mask_idx, ids)
+
+    def step(name: str, update: bool = True) -> tuple[torch.Tensor, ...]:
+        model = models[name]
+        logits = model(inputs)["logits"]
+        # (a causal model is timed on the same targets: the step's cost is what is compared)
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        loss.backward()
+        grads = tuple(p.grad.clone() for p in model.parameters()) if not update else ()
+        if update:
+            optimizers[name].step()
+        optimizers[name].zero_grad(set_to_none=True)
+        return (loss.detach(), *grads)
+
+    # the same weights: loss and gradients agree before any update (also the warm-up)
+    results = {name: step(name, update=False) for name in models}
+    diff = max(
+        (a - b).abs().max().item()
+        for a, b in zip(results["revision"], results["tree"], strict=True)
+    )
+    scale = max(t.abs().max().item() for t in results["revision"])
+    times: dict[str, list[float]] = {name: [] for name in models}
+    order = list(models)
+    for i in range(args.rounds):
+        for name in order if i % 2 == 0 else order[::-1]:
+            start = time.perf_counter()
+            step(name)
+            times[name].append(time.perf_counter() - start)
+    return summarise(kernel, args.causal, length, times, diff, scale)
+
+
+def summarise(
+    kernel: str,
+    causal: bool,
+    length: int,
+    times: dict[str, list[float]],
+    diff: float,
+    scale: float,
+) -> dict[str, Any]:
+    """One point of the JSON: fastest and median time of each version and their ratios."""
     best = {name: min(t) for name, t in times.items()}
     return {
         "kernel": kernel,
-        "causal": bool(new.causal and old.causal),
+        "causal": causal,
         "length": length,
         "revision_ms": 1e3 * best["revision"],
         "tree_ms": 1e3 * best["tree"],
@@ -123,6 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--causal", action="store_true", help="the causal (prefix-sum) kernels")
     add_attention_shape_args(parser)
     parser.add_argument(
+        "--model",
+        choices=["regular", "small", "tiny"],
+        default=None,
+        help="time a whole training step of a model this size (model_scaling.py's sizes)",
+    )
+    parser.add_argument(
+        "--tokens", type=int, default=8192, help="--model: tokens per step (tokens // L sequences)"
+    )
+    parser.add_argument(
         "--rtol", type=float, default=1e-4, help="largest difference allowed, relative"
     )
     parser.add_argument("--json", type=Path, default=RESULTS / "kernel_ab.json")
@@ -138,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             old_favor = load_revision(commit, Path(tmp))
+            run = compare_model if args.model else compare
             points = [
-                compare(old_favor.FavorAttention, kernel, length, args)
+                run(old_favor.FavorAttention, kernel, length, args)
                 for kernel in args.kernels
                 for length in args.lengths
             ]
@@ -163,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     where = f"{tree[:12]}{' + uncommitted changes' if dirty else ''}"
     kind = "causal" if args.causal else "bidirectional"
+    if args.model:
+        kind += f", training steps of the {args.model} model ({args.tokens} tokens)"
     print(f"revision {commit[:12]} vs this tree ({where}), {kind}, fastest of {args.rounds} rounds")
     print(format_table(headers, rows))
     config = {k: v for k, v in vars(args).items() if k != "json"}

@@ -62,3 +62,29 @@ def test_versions_that_disagree_fail_the_run(tmp_path, monkeypatch, capsys):
     args = ["--rev", "HEAD", "--lengths", "16", "--rounds", "1", "--heads", "1", "--dim", "4"]
     assert bench.main([*args, "--features", "8", "--json", str(tmp_path / "ab.json")]) == 1
     assert "the versions differ" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not _attention_as_committed(), reason="no git checkout, or attention edited")
+def test_model_steps_of_head_against_itself_are_identical(tmp_path, capsys, monkeypatch):
+    bench = load_benchmark("kernel_ab.py")
+    built = []
+    real = bench.compare_model
+
+    def spy(old_cls, *args, **kwargs):
+        built.append(old_cls)
+        return real(old_cls, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "compare_model", spy)
+    out = tmp_path / "ab.json"
+    args = ["--rev", "HEAD", "--model", "tiny", "--lengths", "32", "--tokens", "64"]
+    assert bench.main([*args, "--rounds", "2", "--features", "16", "--json", str(out)]) == 0
+    points = json.loads(out.read_text())["points"]
+    assert len(built) == len(points) == 2 and {p["kernel"] for p in points} == {"relu", "softmax"}
+    # the revision's class (loaded from git), not this tree's, in the timed model
+    from protein_performer.attention.favor import FavorAttention
+
+    assert all(cls is not FavorAttention and cls.__name__ == "FavorAttention" for cls in built)
+    for p in points:  # same weights, same code: loss and every gradient bit-identical
+        assert p["max_abs_diff"] == 0.0 and p["max_abs_value"] > 0
+        assert len(p["times_s"]["tree"]) == 2
+    assert "training steps of the tiny model" in capsys.readouterr().out
