@@ -26,6 +26,8 @@ Estimator = Literal["oprf", "favor+"]
 
 #: Elements of one ``(B·H, rows, m)`` feature block on accelerators (see ``block_rows``).
 ACCEL_BLOCK_ELEMENTS = 2**25
+#: The most elements of a bidirectional block on a CPU: 1,024 rows of B·H = 8 sequences at m = 256.
+CPU_BLOCK_ELEMENTS = 2**21
 
 
 class FavorAttention(nn.Module):
@@ -291,17 +293,22 @@ class FavorAttention(nn.Module):
     def block_rows(self, device: torch.device, n: int, length: int) -> int:
         """Rows per block of the recomputing kernels for ``n = B·H`` sequences of ``length``.
 
-        ``chunk_size`` when given. Otherwise 1024 (bidirectional) / 256 (causal) on the CPU,
-        where blocks that stay in cache are fastest; on an accelerator the cost of a small
-        block is kernel launches, so blocks grow until one ``(N, rows, m)`` feature tensor
-        reaches ``ACCEL_BLOCK_ELEMENTS`` (128 MiB in float32), so memory is bounded by that
-        budget rather than by L.
+        ``chunk_size`` when given. On the CPU, where small blocks are fastest, 256 rows
+        (causal) and 1024 (bidirectional), fewer when ``n`` is so large that one ``(N, rows,
+        m)`` feature block would exceed ``CPU_BLOCK_ELEMENTS`` (8 MiB in float32; at least 64
+        rows): a batch of short sequences would otherwise stream 32-64 MiB blocks through
+        memory (benchmarks/README.md; the causal kernel measured slower with fewer rows). On
+        an accelerator the cost of a small block is kernel launches, so blocks grow until one
+        feature tensor reaches ``ACCEL_BLOCK_ELEMENTS`` (128 MiB in float32), never below the
+        CPU's rows: memory is bounded by that budget rather than by L.
         """
         if self.chunk_size is not None:
             return self.chunk_size
         base = 256 if self.causal else 1024
         if device.type == "cpu":
-            return base
+            if self.causal:
+                return base
+            return max(64, min(base, CPU_BLOCK_ELEMENTS // max(1, n * self.nb_features)))
         rows = ACCEL_BLOCK_ELEMENTS // max(1, n * self.nb_features)
         if self.causal:  # whole sub-chunks: a block's tail sub-chunk is zero-padded
             rows -= rows % self.subchunk_size

@@ -285,11 +285,16 @@ def test_output_dtype_follows_input() -> None:
 
 
 def test_block_rows_cpu_defaults_accelerator_budget_and_explicit_size() -> None:
-    from protein_performer.attention.favor import ACCEL_BLOCK_ELEMENTS
+    from protein_performer.attention.favor import ACCEL_BLOCK_ELEMENTS, CPU_BLOCK_ELEMENTS
 
     cpu, gpu = torch.device("cpu"), torch.device("cuda")  # only the device type is read
     bid, causal = FavorAttention(64, 256), FavorAttention(64, 256, causal=True)
     assert bid.block_rows(cpu, 8, 65536) == 1024 and causal.block_rows(cpu, 8, 65536) == 256
+    # CPU, many short sequences: a bidirectional block stays within its budget (not below 64)
+    assert bid.block_rows(cpu, 64, 1024) == CPU_BLOCK_ELEMENTS // (64 * 256) == 128
+    assert bid.block_rows(cpu, 32, 2048) == 256 and bid.block_rows(cpu, 4096, 128) == 64
+    assert FavorAttention(64, 128).block_rows(cpu, 8, 65536) == 1024  # never above 1024
+    assert causal.block_rows(cpu, 64, 1024) == 256
     # accelerator: as many rows as the budget allows, never fewer than the CPU block...
     rows = bid.block_rows(gpu, 8, 65536)
     assert rows == ACCEL_BLOCK_ELEMENTS // (8 * 256) and rows > 1024
