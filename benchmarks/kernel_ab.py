@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from _common import RESULTS, add_attention_shape_args, environment, format_table
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "protein_performer/attention"
+VERSIONS = ("revision", "tree")
 
 
 def git(*args: str) -> str:
@@ -85,24 +87,12 @@ def compare(old_cls: type, kernel: str, length: int, args: argparse.Namespace) -
     grad_out = torch.randn(shape, generator=g)
     versions = {"revision": old, "tree": new}
 
-    def run(module: Any) -> tuple[torch.Tensor, ...]:
-        out = module(q, k, v)
+    def run(name: str) -> tuple[torch.Tensor, ...]:
+        out = versions[name](q, k, v)
         return (out, *torch.autograd.grad(out, (q, k, v), grad_out))
 
-    results = {name: run(m) for name, m in versions.items()}  # also the warm-up
-    diff = max(
-        (a - b).abs().max().item()
-        for a, b in zip(results["revision"], results["tree"], strict=True)
-    )
-    scale = max(t.abs().max().item() for t in results["revision"])
-    times: dict[str, list[float]] = {name: [] for name in versions}
-    order = list(versions)
-    for i in range(args.rounds):
-        for name in order if i % 2 == 0 else order[::-1]:  # ABBA: neither always goes first
-            start = time.perf_counter()
-            run(versions[name])
-            times[name].append(time.perf_counter() - start)
-    return summarise(kernel, bool(new.causal and old.causal), length, times, diff, scale)
+    causal = bool(new.causal and old.causal)
+    return alternate(kernel, causal, length, check=run, timed=run, rounds=args.rounds)
 
 
 def compare_model(
@@ -130,7 +120,7 @@ def compare_model(
         nb_features=args.features,
     )
     models = {}
-    for name in ("revision", "tree"):
+    for name in VERSIONS:
         tree_cls = blocks.FavorAttention
         if name == "revision":  # the blocks build the revision's attention
             blocks.FavorAttention = old_cls
@@ -160,31 +150,39 @@ def compare_model(
         return (loss.detach(), *grads)
 
     # the same weights: loss and gradients agree before any update (also the warm-up)
-    results = {name: step(name, update=False) for name in models}
+    return alternate(
+        kernel,
+        args.causal,
+        length,
+        check=lambda name: step(name, update=False),
+        timed=step,
+        rounds=args.rounds,
+    )
+
+
+def alternate(
+    kernel: str,
+    causal: bool,
+    length: int,
+    check: Callable[[str], tuple[torch.Tensor, ...]],
+    timed: Callable[[str], object],
+    rounds: int,
+) -> dict[str, Any]:
+    """One point of the JSON: ``check(version)`` once per version (the tensors compared between
+    them; also the warm-up), then ``timed(version)`` alternating ABBA ``rounds`` times; fastest
+    and median time of each version and their ratios."""
+    results = {name: check(name) for name in VERSIONS}
     diff = max(
         (a - b).abs().max().item()
         for a, b in zip(results["revision"], results["tree"], strict=True)
     )
     scale = max(t.abs().max().item() for t in results["revision"])
-    times: dict[str, list[float]] = {name: [] for name in models}
-    order = list(models)
-    for i in range(args.rounds):
-        for name in order if i % 2 == 0 else order[::-1]:
+    times: dict[str, list[float]] = {name: [] for name in VERSIONS}
+    for i in range(rounds):
+        for name in VERSIONS if i % 2 == 0 else VERSIONS[::-1]:  # neither always goes first
             start = time.perf_counter()
-            step(name)
+            timed(name)
             times[name].append(time.perf_counter() - start)
-    return summarise(kernel, args.causal, length, times, diff, scale)
-
-
-def summarise(
-    kernel: str,
-    causal: bool,
-    length: int,
-    times: dict[str, list[float]],
-    diff: float,
-    scale: float,
-) -> dict[str, Any]:
-    """One point of the JSON: fastest and median time of each version and their ratios."""
     best = {name: min(t) for name, t in times.items()}
     return {
         "kernel": kernel,
