@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+
+import pytest
+
 from tests.benchmark_scripts import load_benchmark
 
 
@@ -45,3 +49,78 @@ def test_each_point_is_its_fastest_round_and_failed_rounds_are_skipped():
     assert points["performer_relu"]["us_per_token_rounds"] == [None, 12.0]
     assert points["transformer"]["error"] == "timeout"  # only when every round failed
     assert "1.71x no-attention" in bench.ratios(list(points.values()))
+
+
+def test_paired_rounds_rotate_the_order_so_each_kind_goes_first_as_often():
+    bench = _bench()
+    calls = []
+
+    def step(kind):
+        def run():
+            calls.append(kind)
+            return float(len(calls))
+
+        return run
+
+    times = bench.paired_rounds({k: step(k) for k in ("a", "b", "none")}, rounds=3)
+    assert calls == ["a", "b", "none", "b", "none", "a", "none", "a", "b"]
+    assert times == {"a": [1.0, 6.0, 8.0], "b": [2.0, 4.0, 9.0], "none": [3.0, 5.0, 7.0]}
+
+
+def test_paired_points_pair_each_round_with_the_same_rounds_no_attention_step():
+    bench = _bench()
+    results = [
+        {"batch": 2, "tokens": 1000, "times_s": {"performer_relu": [2.0, 3.0], "none": [1.0, 2.0]}},
+        {"error": "timeout after 5 s"},
+        {"batch": 2, "tokens": 1000, "times_s": {"performer_relu": [1.2], "none": [1.0]}},
+    ]
+    points = {
+        p["attention"]: p for p in bench.paired_points(4096, ["performer_relu", "none"], results)
+    }
+    relu, none = points["performer_relu"], points["none"]
+    # per round, not fastest over fastest (1.2 / 1.0) nor median over median (2.0 / 1.0)
+    assert relu["ratio_to_none_rounds"] == [2.0, 1.5, 1.2]
+    assert relu["ratio_to_none_median"] == 1.5
+    assert relu["ratio_to_none_range"] == [1.2, 2.0]
+    assert relu["us_per_token"] == 1200.0 and none["us_per_token"] == 1000.0
+    assert relu["us_per_token_median"] == 2000.0 and relu["processes"] == 2
+    assert "ratio_to_none_rounds" not in none
+    assert "per round 1.50x median (1.20-2.00, 3 rounds)" in bench.ratios(list(points.values()))
+
+    failed = bench.paired_points(4096, ["performer_relu", "none"], [{"error": "out of memory"}])
+    assert failed == [
+        {"attention": "performer_relu", "length": 4096, "error": "out of memory"},
+        {"attention": "none", "length": 4096, "error": "out of memory"},
+    ]
+
+
+def test_paired_needs_no_attention_among_the_kinds(capsys):
+    bench = _bench()
+    with pytest.raises(SystemExit):
+        bench.main(["--paired", "--attentions", "performer_relu", "transformer"])
+    assert "--paired needs `none`" in capsys.readouterr().err
+
+
+def test_a_paired_worker_times_every_kind_in_one_process():
+    bench = _bench()
+    args = argparse.Namespace(
+        attentions=["performer_relu", "none"],
+        threads=1,
+        device="cpu",
+        dim=32,
+        depth=1,
+        heads=2,
+        ffn_dim=64,
+        features=16,
+        length=64,
+        tokens=128,
+        checkpointing=False,
+        qkv_conv=0,
+        save_features=False,
+        precision="fp32",
+        steps=3,
+    )
+    result = bench.paired_worker(args)
+    assert result["batch"] == 2 and result["tokens"] == 128
+    assert set(result["times_s"]) == {"performer_relu", "none"}
+    assert all(len(t) == 3 and min(t) > 0 for t in result["times_s"].values())
