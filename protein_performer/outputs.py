@@ -167,12 +167,14 @@ def check_output_file(
             f"{key}: {describe_existing(p)} is in the way; expected a file name", path=p
         )
     if p.exists():
-        if not overwrite:
+        # a file that is not ours is refused as such first: overwrite would not replace it
+        ours = is_ours is None or is_ours(p)
+        if not overwrite and ours:
             hint = (
                 f"use {overwrite_hint} to replace it" if overwrite_hint else "choose another name"
             )
             raise DataError(f"{key}: file exists ({hint})", path=p)
-        if is_ours is not None and not is_ours(p):
+        if not ours:
             raise DataError(
                 f"{key}: {describe_existing(p)} that is not {_article(what)} {what} of "
                 "protein-performer; "

@@ -119,6 +119,8 @@ def test_file_outputs_of_data_commands(tmp_path, capsys):
     for extra in ([], ["--overwrite"]):
         code, _, err = _cli(capsys, "data", "stats", str(src), "-o", str(mine), *extra)
         _one_line_error(code, err, str(mine))
+        # never a hint to --overwrite, which would be refused too
+        assert "never replaced (choose another name)" in err and "use --overwrite" not in err
         assert mine.read_text() == '{"my": "data"}'
     stats = tmp_path / "stats.json"
     assert _cli(capsys, "data", "stats", str(src), "-o", str(stats))[0] == 0

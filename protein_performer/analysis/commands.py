@@ -453,7 +453,7 @@ def _read_mutations_csv(
     """Header, rows and delimiter of the mutations table (comma, tab or semicolon)."""
     from protein_performer.data.fasta import check_readable_file
 
-    check_readable_file(path)
+    check_readable_file(path, "a CSV of mutations")
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
             first = fh.readline()

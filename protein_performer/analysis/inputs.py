@@ -178,6 +178,14 @@ def read_proteins(
             if skipped:
                 hint += f"; {skipped}"
             raise DataError(f"no record with id {shown}{hint}", path=names)
+        ids = [p.id for p in out]
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        if repeated:  # which one was meant cannot be told
+            raise DataError(
+                f"record id {repeated[0]} names {ids.count(repeated[0])} records; "
+                "give each record a unique id (the first word of its header)",
+                path=names,
+            )
     if not out:
         skipped = counts.changes()
         if filtered:

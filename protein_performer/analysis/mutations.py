@@ -28,7 +28,7 @@ import torch
 
 from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
-from protein_performer.errors import DataError
+from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM
 
 METHODS = ("masked-marginal", "wt-marginal", "pseudo-ll")
@@ -200,7 +200,13 @@ def score_mutants(
     """``{method: (n,) scores}`` for parsed, checked ``mutants`` of the wild-type ``sequence``.
 
     ``max_tokens``: the model's window in tokens (with ``<cls>``/``<eos>``); None: no limit.
+    Every method reads masked-LM predictions: a causal model is refused.
     """
+    if getattr(model, "causal", False):
+        raise ConfigError(
+            "score needs a masked-LM checkpoint: every method reads the prediction at a "
+            "(masked) site from both sides, and this model is causal (next-token)"
+        )
     model.eval()
     ids = alphabet.encode(sequence)
     width = None if max_tokens is None else max_tokens - 2

@@ -288,12 +288,17 @@ def aa_similarity(
         counts.add(maps.reshape(-1, *maps.shape[2:]), types[p.residues.astype(np.int64)])
     sim, kept = vig_similarity(counts.arcs, min_arcs)
     null, _ = vig_similarity(np.where(kept[:, None], counts.null_arcs, 0), min_arcs)
-    joint, positions = substitution_joint(model, proteins, alphabet, mask_prob=mask_prob, seed=seed)
+    # a causal model never saw <mask>: its prediction there is no substitution preference
+    joint, positions = (
+        (None, 0)
+        if getattr(model, "causal", False)
+        else substitution_joint(model, proteins, alphabet, mask_prob=mask_prob, seed=seed)
+    )
     matrices = {
         "attention": sim,
         "attention_null": null,
         "flow": flow_log_odds(counts.flow, counts.expected),
-        "substitution": substitution_log_odds(joint),
+        "substitution": None if joint is None else substitution_log_odds(joint),
         "embedding": embedding_cosine(model, alphabet),
     }
     ref = blosum62()
@@ -324,7 +329,15 @@ def aa_similarity(
         "mask_prob": mask_prob,
         "seed": seed,
         "amino_acid_order": AA_ORDER,
-        "note": max_weight_note,
+        "note": "; ".join(
+            n
+            for n in (
+                max_weight_note,
+                "causal model: no substitution view (it never saw <mask>)" if joint is None else "",
+            )
+            if n
+        )
+        or None,
     }
     return SimilarityResult(matrices, r, info)
 

@@ -122,12 +122,14 @@ def check_distinct_inputs(groups: Mapping[str, Sequence[PathLike] | None]) -> No
             seen[real] = key
 
 
-def check_readable_file(path: PathLike) -> None:
+def check_readable_file(path: PathLike, what: str = "a FASTA file") -> None:
+    """One-line :class:`DataError` unless ``path`` is a readable file (``what`` names the
+    file expected, for a directory given instead)."""
     p = Path(path)
     if not p.exists():
         raise DataError("no such file", path=path)
     if p.is_dir():
-        raise DataError("is a directory, expected a FASTA file", path=path)
+        raise DataError(f"is a directory, expected {what}", path=path)
     if not os.access(p, os.R_OK):
         raise DataError("permission denied", path=path)
 

@@ -141,6 +141,18 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
             f"unsupported checkpoint format {found!r} (this version reads {FORMAT_VERSION})",
             path=p,
         )
+    missing = [k for k in ("model", "alphabet", "objective") if k not in meta]
+    alphabet = meta.get("alphabet")
+    if not missing and not (
+        isinstance(meta["model"], dict)
+        and isinstance(alphabet, dict)
+        and all(k in alphabet for k in ("specials", "residues", "version"))
+    ):
+        missing = ["a readable model or alphabet"]
+    if missing:
+        raise DataError(
+            f"damaged checkpoint metadata (no {', '.join(missing)}); not loaded", path=p
+        )
     return ckpt
 
 

@@ -163,7 +163,15 @@ def _check_paths(cfg: TrainConfig) -> int | None:
         check_resume_compatible(
             ckpt.get(META_KEY), cfg.model, default_alphabet(), cfg.objective, "ckpt_path"
         )
-        return int(ckpt.get("global_step", 0))
+        step = int(ckpt.get("global_step", 0))
+        if step >= cfg.trainer.max_steps:
+            # Lightning would run no step and the run's summary would be rewritten empty
+            raise ConfigError(
+                f"ckpt_path: the run is already at step {step:,} of trainer.max_steps="
+                f"{cfg.trainer.max_steps:,}; raise trainer.max_steps to train further "
+                "(nothing was changed)"
+            )
+        return step
     return None
 
 
@@ -893,6 +901,9 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
             log.warning(
                 "%s only apply with split=train|val|test; every record is scored", ", ".join(given)
             )
+        # every record is scored: no split, so no clusters table (the training run's may
+        # have moved since)
+        by, clusters = "record", None
     elif by == "cluster" and not clusters:
         raise ConfigError("split_by=cluster needs clusters=DIR (the output of `data cluster`)")
     elif by == "cluster" and not Path(clusters).exists():

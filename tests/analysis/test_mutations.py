@@ -326,3 +326,22 @@ def test_score_refuses_ragged_rows_and_side_output_names(ckpt, tmp_path, capsys)
     write_csv(tmp_path / "m.csv", [("K2R", "1")])
     assert _score(ckpt, tmp_path, out="s.json") == 2
     assert ".json is the name of a side output" in capsys.readouterr().err
+
+
+def test_a_causal_model_is_refused() -> None:
+    from protein_performer.errors import ConfigError
+
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=64)
+    model = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx, causal=True)
+    mutants = [mut.parse_mutant("K2A")]
+    with pytest.raises(ConfigError, match=r"needs a masked-LM checkpoint.*causal"):
+        mut.score_mutants(model, ALPHABET, WT, mutants)
+    model.causal = False  # the same weights as a masked LM: scored
+    assert mut.score_mutants(model, ALPHABET, WT, mutants)["masked-marginal"].shape == (1,)
+
+
+def test_score_says_a_csv_is_expected_for_a_directory(ckpt, tmp_path, capsys) -> None:
+    (tmp_path / "m.csv").mkdir()
+    code = _score(ckpt, tmp_path)
+    _, err = capsys.readouterr()
+    assert code == 2 and "m.csv: is a directory, expected a CSV of mutations" in err, err

@@ -200,3 +200,18 @@ def test_null_redraws_targets_from_the_proteins_own_composition() -> None:
     assert counts.arcs[0, idx("W")] == 5 * n and counts.arcs.sum() == 5 * n
     share_a = counts.null_arcs[0, idx("A")] / counts.null_arcs.sum()
     assert 0.85 < share_a < 0.95
+
+
+def test_a_causal_model_gets_no_substitution_view() -> None:
+    """A causal model never saw <mask>: its prediction there says nothing about substitution
+    preferences, so the view is left out (and said so); the attention views stay."""
+    cfg = ModelConfig(attention="transformer", dim=32, depth=1, heads=4, ffn_dim=32, max_len=64)
+    proteins = random_proteins(20, 30, 0)
+    for causal in (False, True):
+        torch.manual_seed(0)
+        model = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx, causal=causal).eval()
+        res = aa_similarity(model, proteins, ALPHABET, threshold=0.05, min_arcs=1)
+        assert (res.matrices["substitution"] is None) == causal
+        assert (res.info["masked_positions"] == 0) == causal
+        assert ("never saw <mask>" in (res.info["note"] or "")) == causal
+        assert res.matrices["embedding"] is not None

@@ -124,6 +124,28 @@ def test_unsafe_or_foreign_files_give_clear_errors(tmp_path):
         read_checkpoint(legacy)
 
 
+def test_damaged_metadata_is_one_line_not_a_key_error(tmp_path):
+    model = ProteinLM(_config("transformer"), len(ALPHABET))
+    path = tmp_path / "t.ckpt"
+    save_model_checkpoint(path, model, ALPHABET, "mlm")
+    ckpt = torch.load(path, weights_only=True)
+    key = next(k for k, v in ckpt.items() if isinstance(v, dict) and "alphabet" in v)
+    meta = ckpt[key]
+    edits = {
+        "no_model": lambda m: m.pop("model"),
+        "no_specials": lambda m: m["alphabet"].pop("specials"),
+        "model_not_a_dict": lambda m: m.update(model=[1, 2]),
+    }
+    for name, edit in edits.items():
+        broken = {**ckpt, key: {**meta, "alphabet": dict(meta["alphabet"])}}
+        edit(broken[key])
+        bad = tmp_path / f"{name}.ckpt"
+        torch.save(broken, bad)
+        with pytest.raises(DataError, match=rf"{name}\.ckpt: damaged checkpoint metadata"):
+            load_model(bad)
+    assert isinstance(load_model(path)[0], ProteinLM)  # the intact one loads
+
+
 def test_checkpoint_of_another_alphabet_or_architecture_is_refused(tmp_path):
     model = ProteinLM(_config("transformer"), len(ALPHABET))
     path = tmp_path / "t.ckpt"

@@ -483,3 +483,15 @@ def test_alignment_heads_splits_a_scored_window_into_its_proteins():
     assert w["segments"] == [(0, 2), (3, 4), (5, 8)]
     assert w["parts"] == ["AC", "D", "EFG"]  # the <mask> restored
     assert w["masked"].tolist() == [6]
+
+
+def test_evaluate_without_a_split_needs_no_clusters_table(tmp_path):
+    """A run split by cluster, its clusters table moved since: evaluate without split= scores
+    every record (the table is the split's, not needed); split=test says what is missing."""
+    cfg, fasta = pairs_config(tmp_path, max_steps=2, test_fraction=0.4)
+    result = train(cfg, tmp_path / "run")
+    (tmp_path / "members.tsv").rename(tmp_path / "moved.tsv")
+    out = evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta)))
+    assert out.sequences == 30
+    with pytest.raises(DataError, match=r"members\.tsv: clusters: not found"):
+        evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test"))

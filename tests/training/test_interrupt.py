@@ -240,8 +240,8 @@ def test_two_runs_cannot_share_a_directory(tiny_fasta, tmp_path):
 
 def test_resuming_unchanged_keeps_one_config_and_ignores_extra_files(tiny_fasta, tmp_path):
     run_dir = tmp_path / "run"
-    cfg = tiny_config(tiny_fasta, max_steps=2)
-    train(cfg, run_dir, overrides=["model=performer_relu"])
+    cfg = tiny_config(tiny_fasta, max_steps=3)
+    train(cfg, run_dir, overrides=["model=performer_relu"], callbacks=[SignalAt(2)])
     (run_dir / "eval.json").write_text("{}")  # a user's result saved next to the run
     cfg.ckpt_path = str(run_dir / "checkpoints" / "last.ckpt")
     train(cfg, run_dir, overrides=["model=performer_relu", f"ckpt_path={cfg.ckpt_path}"])
@@ -251,6 +251,20 @@ def test_resuming_unchanged_keeps_one_config_and_ignores_extra_files(tiny_fasta,
     cfg.trainer.max_steps = 4  # a real change is kept, not lost
     train(cfg, run_dir)
     assert (run_dir / "config.1.yaml").is_file()
+
+
+def test_resuming_a_finished_run_is_refused_and_its_results_stay(tiny_fasta, tmp_path):
+    from protein_performer.errors import ConfigError
+
+    run_dir = tmp_path / "run"
+    cfg = tiny_config(tiny_fasta, max_steps=2)
+    train(cfg, run_dir)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    assert json.loads(before["summary.json"])["val_perplexity"] is not None
+    cfg.ckpt_path = str(run_dir / "checkpoints" / "last.ckpt")
+    with pytest.raises(ConfigError, match=r"already at step 2 of trainer\.max_steps=2; raise"):
+        train(cfg, run_dir)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
 
 
 def test_a_refused_resume_leaves_the_run_directory_as_it_was(tiny_fasta, tmp_path):
