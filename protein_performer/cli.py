@@ -7,7 +7,9 @@ Errors the user can fix are printed as one line (``error: ...``) with exit statu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +23,7 @@ from protein_performer.interrupts import Terminated, exit_code, sigterm_raises
 from protein_performer.outputs import check_output_file, json_with_keys
 
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command that a pipe closed on
 DOWNLOAD_URLS = {
     level: f"https://ftp.uniprot.org/pub/databases/uniprot/uniref/{level}/{level}.fasta.gz"
     for level in ("uniref50", "uniref90", "uniref100")
@@ -523,6 +526,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print("terminated" if isinstance(e, Terminated) else "interrupted", file=sys.stderr)
         return exit_code(e)
+    except BrokenPipeError:
+        # the reader of stdout went away (`... | head`): nothing left to say, and no traceback
+        # when Python flushes stdout at exit
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -35,6 +35,19 @@ def test_stats_text(tmp_path, capsys):
     assert code == 0 and "records:    2" in out and "median 5" in out
 
 
+def test_a_closed_pipe_on_stdout_is_no_traceback(tmp_path):
+    """`protein-performer ... | head`: the reader gone before the result is printed."""
+    p = tmp_path / "x.fa"
+    p.write_bytes(FASTA)
+    cmd = [sys.executable, "-m", "protein_performer.cli", "data", "stats", str(p), "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # long before the child (importing torch) writes anything
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 @pytest.mark.parametrize(
     ("content", "expect"),
     [

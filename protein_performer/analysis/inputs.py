@@ -214,6 +214,13 @@ def split_filter(
             raise ConfigError("the run split by cluster: give clusters=DIR (`data cluster` output)")
         from protein_performer.data.cluster import read_members
 
+        if not clusters and not Path(table).exists():
+            raise DataError(
+                f"split={split}: the checkpoint's run split by cluster with this clusters table, "
+                "not found here; give clusters=DIR (the `data cluster` output for the same "
+                "files) or leave split unset to use every protein",
+                path=table,
+            )
         cluster_of = read_members(table)
     assigner = SplitAssigner(
         stored.get("split_fractions") or (0.9, 0.05, 0.05), int(stored.get("split_seed") or 0)

@@ -76,7 +76,12 @@ from protein_performer.training.memory import (
     is_out_of_memory,
     out_of_memory_error,
 )
-from protein_performer.training.metrics import MLM_INPUT_KINDS, batch_sums, perplexity
+from protein_performer.training.metrics import (
+    IGNORE_INDEX,
+    MLM_INPUT_KINDS,
+    batch_sums,
+    perplexity,
+)
 from protein_performer.training.metrics_log import RunCSVLogger
 from protein_performer.training.progress import StepProgressBar
 from protein_performer.training.resumable import ResumableLoader
@@ -731,7 +736,7 @@ def train(
     val_step = module.last_val_step
     result = TrainResult(
         run_dir=str(run_path),
-        attention=cfg.model.attention,
+        attention=cfg.model.kind_label,
         objective=cfg.objective,
         steps=steps,
         val_perplexity=_metric(trainer, "val/perplexity"),
@@ -929,6 +934,31 @@ def unigram_log_probs(counts: Any, alphabet: Alphabet) -> torch.Tensor:
     return logp.float()
 
 
+def causal_unigram_sums(
+    target_hist: torch.Tensor, counts: Any, alphabet: Alphabet, counts_from: str
+) -> tuple[torch.Tensor, str]:
+    """``(nll_sum, count, correct)`` of the unigram baseline of a causal model on targets
+    with histogram ``target_hist`` ``(V,)``, and where its frequencies come from.
+
+    Residues keep the training data's (add-one smoothed) frequencies, scaled to the share of
+    residue targets; the special tokens a causal model is asked for (``<eos>``, ``<sep>``)
+    have no residue count, so they get their own rate among these targets (a structural
+    statistic, one per protein or window, not the residues' distribution)."""
+    hist = target_hist.double()
+    n = float(hist.sum())
+    residue = torch.tensor([len(t) == 1 for t in alphabet.tokens], dtype=torch.bool)
+    residue_p = unigram_log_probs(counts, alphabet).double().exp()
+    special_share = float(hist[~residue].sum()) / n if n else 0.0
+    p = torch.where(residue, residue_p * (1.0 - special_share), hist / max(n, 1.0))
+    seen = hist > 0
+    nll = float(-(hist[seen] * p[seen].log()).sum())
+    correct = float(hist[int(p.argmax())])
+    where = counts_from
+    if special_share:
+        where += " residue and target <eos>/<sep>"
+    return torch.tensor([nll, n, correct], dtype=torch.float64), where
+
+
 def _unigram_summary(
     sums: torch.Tensor, kinds: torch.Tensor | None, counts_from: str
 ) -> dict[str, Any] | None:
@@ -1117,9 +1147,11 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         np.asarray(dm.datasets[split].source.tokens), minlength=len(alphabet)
     )
     uni_logp = unigram_log_probs(unigram_counts, alphabet).to(device)
-    # the same sums for the unigram baseline on the same positions
+    # the same sums for the unigram baseline on the same positions (causal: from the targets'
+    # histogram at the end, as <eos>/<sep> are targets there and have no residue count)
     uni_sums = torch.zeros_like(sums)
     uni_kinds = None if kinds is None else torch.zeros_like(kinds)
+    target_hist = torch.zeros(len(alphabet), dtype=torch.float64, device=device)
     start = time.perf_counter()
     for batch in progress_bar(loader, desc="evaluating", unit="batch"):
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -1131,15 +1163,24 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         sums += total
         if kinds is not None:
             kinds += per_kind
-        uni = uni_logp.expand(*batch["labels"].shape, -1)
-        total, per_kind = batch_sums(
-            uni, batch["labels"], batch["input_ids"], causal, alphabet.mask_idx
-        )
-        uni_sums += total
-        if uni_kinds is not None:
-            uni_kinds += per_kind
+        if causal:
+            next_tokens = batch["labels"][:, 1:]  # position t predicts labels[t + 1]
+            next_tokens = next_tokens[next_tokens != IGNORE_INDEX]
+            target_hist += torch.bincount(next_tokens, minlength=len(alphabet)).double()
+        else:
+            uni = uni_logp.expand(*batch["labels"].shape, -1)
+            total, per_kind = batch_sums(
+                uni, batch["labels"], batch["input_ids"], causal, alphabet.mask_idx
+            )
+            uni_sums += total
+            if uni_kinds is not None:
+                uni_kinds += per_kind
         tokens += (~batch["padding_mask"]).sum()
     nll, count, correct = sums.tolist()
+    if causal:
+        uni_sums, counts_from = causal_unigram_sums(
+            target_hist.cpu(), unigram_counts, alphabet, counts_from
+        )
     unigram = _unigram_summary(uni_sums, uni_kinds, counts_from)
     context = None
     if targets is not None:
@@ -1192,7 +1233,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     result = EvalResult(
         checkpoint=str(cfg.checkpoint),
         fasta=", ".join(fasta),
-        attention=model.config.attention,
+        attention=model.config.kind_label,
         objective=meta["objective"],
         sequences=cropping["records"],
         tokens=int(tokens),

@@ -364,3 +364,17 @@ def test_homolog_columns_put_the_named_segments_side_by_side() -> None:
     np.testing.assert_array_equal(at, [2, 3, 4, 0])
     with pytest.raises(ValueError, match="outside"):
         homolog_columns([(0, 3), (10, 12)], np.array([5]))
+
+
+def test_a_cluster_split_whose_table_moved_says_what_to_give(tmp_path):
+    from protein_performer.analysis.inputs import split_filter
+    from protein_performer.errors import DataError
+
+    stored = {"split_by": "cluster", "clusters": str(tmp_path / "clusters14"),
+              "split_fractions": [0.9, 0.05, 0.05], "split_seed": 0}  # fmt: skip
+    with pytest.raises(DataError, match=r"clusters14: split=test: .* give clusters=DIR"):
+        split_filter("test", stored)
+    table = tmp_path / "moved"
+    table.mkdir()
+    (table / "members.tsv").write_text("cluster_id\tmember_id\nc0\tp0\n")
+    assert callable(split_filter("test", stored, clusters=table))  # clusters= says where

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
@@ -118,6 +120,31 @@ def test_causal_run_has_no_mask_breakdown(tiny_fasta, tmp_path, capsys):
     result = evaluate(EvalConfig(checkpoint=summary["last_checkpoint"], fasta=str(heldout)))
     assert result.objective == "causal" and result.by_input is None
     assert "by input" not in result.format()
+    # the baseline predicts <eos> too (at its rate among the targets): finite, and near the
+    # model's after two steps, not infinite as with residue frequencies alone
+    u = result.unigram
+    assert math.isfinite(u["perplexity"]) and "<eos>" in u["from"]
+    assert 0.5 < result.perplexity / u["perplexity"] < 2.0
+
+
+def test_causal_unigram_sums_equal_a_direct_sum():
+    from protein_performer.training.run import causal_unigram_sums, unigram_log_probs
+
+    alphabet = default_alphabet()
+    rng = np.random.default_rng(0)
+    counts = np.zeros(len(alphabet))
+    counts[[alphabet.index(a) for a in "ACDEFGHIKLMNPQRSTVWY"]] = rng.integers(1, 50, 20)
+    targets = [alphabet.index(a) for a in "MKTAAYIAK"] + [alphabet.eos_idx] * 3
+    hist = torch.bincount(torch.tensor(targets), minlength=len(alphabet))
+    (nll, n, correct), where = causal_unigram_sums(hist, counts, alphabet, "training data")
+    residue_logp = unigram_log_probs(counts, alphabet).double()
+    expected = sum(
+        -math.log(3 / 12) if t == alphabet.eos_idx else -(residue_logp[t].item() + math.log(9 / 12))
+        for t in targets
+    )
+    assert n == 12 and nll.item() == pytest.approx(expected, rel=1e-12)
+    assert correct == 3  # <eos> (3/12) is likelier than any one residue here
+    assert where == "training data residue and target <eos>/<sep>"
 
 
 def test_multirun_sweeps_the_three_attentions(tiny_fasta, tmp_path, capsys):
@@ -292,3 +319,12 @@ def test_a_data_file_listed_twice_is_refused(tiny_fasta, tmp_path):
     cfg.data.val_files = [str(tiny_fasta)]
     with pytest.raises(ConfigError, match=r"data\.val_files: .* already listed in data\.files"):
         train(cfg, tmp_path / "run")
+
+
+def test_a_hybrid_is_named_as_one_by_train_and_evaluate(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta, max_steps=1)
+    cfg.model.exact_layers = [-1]
+    result = train(cfg, tmp_path / "run")
+    assert result.attention == "performer_relu+exact[-1]"
+    ev = evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(tiny_fasta)))
+    assert ev.attention == "performer_relu+exact[-1]" and "performer_relu+exact[-1]" in ev.format()
