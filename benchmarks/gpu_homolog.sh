@@ -2,9 +2,10 @@
 # One-shot GPU run for the long-context issue, prepared so that a lent device machine is used
 # for one short call:
 #   1. correctness of the FAVOR kernels on the device (benchmarks/device_check.py);
-#   2. experiment=homolog_lookup for the three attention kinds (hybrid: the preset; exact:
-#      model=transformer; FAVOR alone: model.exact_layers=[]) at equal wall-clock: the three
-#      run side by side on the one GPU, each stopped by trainer.max_time=TRAIN_SECONDS, with the
+#   2. experiment=homolog_lookup for the attention kinds (hybrid: the preset; exact:
+#      model=transformer; exact_nope: the same with no positions in any layer,
+#      model.nope_layers=[0,1,2,3], the fair exact baseline at 8,192; FAVOR alone:
+#      model.exact_layers=[]) at equal wall-clock: they run side by side on the one GPU, each stopped by trainer.max_time=TRAIN_SECONDS, with the
 #      preset's model and TOKS tokens per step; validation every VAL_EVERY steps (the curves);
 #   3. each kind's last.ckpt evaluated on the test clusters (>= 3 members, 300 proteins) with
 #      and without homologs, at 512 tokens and at 8,192 with context_fill (as docs/results.md);
@@ -36,20 +37,22 @@ MAX_STEPS=${MAX_STEPS:-3000}
 VAL_EVERY=${VAL_EVERY:-250}
 TOKS=${TOKS:-16384}
 CONTEXT_ORDER=${CONTEXT_ORDER:-id}
-KINDS=${KINDS:-hybrid exact favor}
+KINDS=${KINDS:-hybrid exact exact_nope favor}
 SCALING=${SCALING:-1}  # 0: no model-scaling stage (its rows are in docs/results already)
 DEADLINE=${DEADLINE:-560}
 WORK=${WORK:-}  # the runs' directory: a new temporary one unless given (then new or empty)
 if [ "$QUICK" = 1 ]; then
     trainer=cpu extra="model.dim=32 model.depth=2 model.heads=2 model.ffn_dim=64 trainer.limit_val_batches=2"
+    nope="[0,1]"
     eval_extra="context_max_proteins=4" scaling="--lengths 256 --dim 64 --depth 1 --heads 2 --ffn-dim 128 --tokens 512 --steps 1"
     precision=fp32
 else
-    trainer=gpu extra="data.num_workers=3" eval_extra="" precision=bf16
+    trainer=gpu extra="data.num_workers=3" eval_extra="" precision=bf16 nope="[0,1,2,3]"
     scaling="--size regular --lengths 1024 8192 32768 --tokens 65536 --steps 3"
 fi
 for kind in $KINDS; do
-    case $kind in hybrid | exact | favor) ;; *) echo "KINDS: hybrid, exact, favor (got '$kind')" >&2; exit 2 ;; esac
+    case $kind in hybrid | exact | exact_nope | favor) ;;
+        *) echo "KINDS: hybrid, exact, exact_nope, favor (got '$kind')" >&2; exit 2 ;; esac
 done
 for knob in TRAIN_SECONDS DEADLINE; do
     case ${!knob} in
@@ -91,7 +94,8 @@ stage "correctness on $DEVICE"
 timeout "$(budget 90)" "$PY" benchmarks/device_check.py --device "$DEVICE" || status=1
 
 stage "homolog_lookup: $KINDS side by side, ${TRAIN_SECONDS} s each"
-declare -A kind_overrides=([hybrid]="" [exact]="model=transformer" [favor]="model.exact_layers=[]")
+declare -A kind_overrides=([hybrid]="" [exact]="model=transformer"
+    [exact_nope]="model=transformer model.nope_layers=$nope" [favor]="model.exact_layers=[]")
 max_time=$(printf '00:%02d:%02d:%02d' $((TRAIN_SECONDS / 3600)) $((TRAIN_SECONDS / 60 % 60)) \
     $((TRAIN_SECONDS % 60)))
 set -f  # overrides are split into words but not globbed ([a,b] is a Hydra list)
