@@ -228,11 +228,20 @@ _SIMULATE_FLAGS = {
 }
 
 
-def _is_members_table(path: Path) -> bool:
-    """``path`` starts like a members table (``cluster_id<TAB>member_id``)."""
+def _is_simulated_members_table(path: Path) -> bool:
+    """``path`` is a members table that ``data simulate --members`` wrote, unchanged: its
+    header, then only simulated families (``SIMF00001``) of simulated records. A user's table,
+    or ``data cluster``'s, is never replaced."""
+    import re
+
+    from protein_performer.data.simulate import SIMULATED_ID_PREFIX
+
+    row = re.compile(rf"SIMF\d{{5}}\t{re.escape(SIMULATED_ID_PREFIX)}\S*")
     try:
         with open(path, encoding="utf-8") as fh:
-            return fh.readline().rstrip("\r\n").split("\t")[:2] == ["cluster_id", "member_id"]
+            if fh.readline().rstrip("\r\n") != "cluster_id\tmember_id":
+                return False
+            return all(row.fullmatch(line.rstrip("\r\n")) for line in fh)
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -275,7 +284,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             args.members,
             "--members",
             overwrite=args.overwrite,
-            is_ours=_is_members_table,
+            is_ours=_is_simulated_members_table,
             what="members table",
         )
         if Path(args.members).resolve() == Path(args.output).resolve():

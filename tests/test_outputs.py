@@ -138,6 +138,24 @@ def test_file_outputs_of_data_commands(tmp_path, capsys):
     _one_line_error(code, err, "file exists")
     assert _cli(capsys, "data", "simulate", str(out), *sim, "--seed", "3", "--overwrite")[0] == 0
     assert gzip.decompress(out.read_bytes()).startswith(b">UniRef50_SIMF")
+    # --members: a table simulate wrote is replaced with --overwrite, a user's never (same header)
+    table = tmp_path / "fam.tsv"
+    assert (
+        _cli(capsys, "data", "simulate", str(out), *sim, "--members", str(table), "--overwrite")[0]
+        == 0
+    )
+    assert table.read_text().splitlines()[1].startswith("SIMF00001\tUniRef50_SIMF")
+    assert (
+        _cli(capsys, "data", "simulate", str(out), *sim, "--members", str(table), "--overwrite")[0]
+        == 0
+    )
+    curated = tmp_path / "curated.tsv"
+    curated.write_text("cluster_id\tmember_id\nmyfam\tprotA\n")
+    code, _, err = _cli(
+        capsys, "data", "simulate", str(out), *sim, "--members", str(curated), "--overwrite"
+    )
+    _one_line_error(code, err, "not a members table of protein-performer")
+    assert curated.read_text() == "cluster_id\tmember_id\nmyfam\tprotA\n"
     # download: checked before any connection (this URL would fail otherwise)
     url = "http://127.0.0.1:9/uniref50.fasta.gz"
     code, _, err = _cli(capsys, "data", "download", "uniref50", str(src), "--url", url)
