@@ -885,17 +885,28 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
     implied = "cluster" if cfg.clusters and cfg.context != "cluster" else None
     by = cfg.split_by or implied or stored.get("split_by") or "record"
     clusters = cfg.clusters or (stored.get("clusters") if by == "cluster" else None)
-    if cfg.context == "cluster" and by == "cluster" and stored.get("clusters"):
+    if cfg.split and cfg.context == "cluster" and by == "cluster" and stored.get("clusters"):
         # the split is the training run's; clusters= is the context's table
-        if cfg.clusters and Path(cfg.clusters).resolve() != Path(stored["clusters"]).resolve():
+        table = stored["clusters"]
+        if not cfg.clusters or Path(cfg.clusters).resolve() == Path(table).resolve():
+            clusters = table
+        elif Path(table).exists():
             log.warning(
                 "split=%s uses the training run's clusters table %s; clusters=%s only picks "
                 "the context",
                 cfg.split,
-                stored["clusters"],
+                table,
                 cfg.clusters,
             )
-        clusters = stored["clusters"]
+            clusters = table
+        else:  # moved or made elsewhere: the table given is the only one there is
+            log.warning(
+                "split=%s: the training run's clusters table %s is not here; the split is "
+                "drawn from clusters=%s (the run's own split only if it is the same clustering)",
+                cfg.split,
+                table,
+                cfg.clusters,
+            )
     if cfg.split is None:
         given = [
             k

@@ -495,3 +495,28 @@ def test_evaluate_without_a_split_needs_no_clusters_table(tmp_path):
     assert out.sequences == 30
     with pytest.raises(DataError, match=r"members\.tsv: clusters: not found"):
         evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test"))
+    # the table given for the context draws the split too when the run's is gone
+    moved = str(tmp_path / "moved.tsv")
+    ctx = dict(context="cluster", clusters=moved, context_min_members=2)
+    test = evaluate(
+        EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test", **ctx)
+    )
+    assert 0 < test.sequences < 30 and test.context["proteins"] > 0
+    (tmp_path / "moved.tsv").rename(tmp_path / "members.tsv")  # back in place: the same split
+    same = evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test"))
+    assert same.sequences == test.sequences
+
+
+def test_evaluate_context_without_a_split_does_not_speak_of_one(tmp_path, monkeypatch):
+    import protein_performer.training.run as run
+
+    cfg, fasta = pairs_config(tmp_path, max_steps=2, test_fraction=0.4)
+    result = train(cfg, tmp_path / "run")
+    warned = []
+    monkeypatch.setattr(run.log, "warning", lambda msg, *a: warned.append(msg % a))
+    other = tmp_path / "other.tsv"  # another table than the run's: only the context's
+    shutil.copy(tmp_path / "members.tsv", other)
+    ctx = dict(context="cluster", clusters=str(other), context_min_members=2)
+    out = evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), **ctx))
+    assert out.sequences == 30 and out.context["proteins"] > 0
+    assert not [w for w in warned if "split=" in w], warned
