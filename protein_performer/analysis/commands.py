@@ -250,12 +250,14 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         max_kept=1 if cfg.record is None and not cfg.join else None,
     )
     segments, subjects = None, []
+    names = ", ".join(map(str, fasta)) if isinstance(fasta, (list, tuple)) else str(fasta)
+    if cfg.join and len(proteins) < 2:
+        raise DataError("join=true puts several proteins in one window; found one", path=names)
     if cfg.join:
         read_ids = [p.id for p in proteins]
         protein, segments, proteins = join_proteins(
             proteins, alphabet, limit, truncate=cfg.truncate
         )
-        names = ", ".join(map(str, fasta)) if isinstance(fasta, (list, tuple)) else str(fasta)
         subjects = homolog_segments(proteins, cfg.homologs, read_ids, names)
     else:
         protein = proteins[0]

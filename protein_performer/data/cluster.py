@@ -471,9 +471,13 @@ def _read_members(p: Path) -> dict[str, str]:
             )
         for n, row in enumerate(reader, start=2):
             row = [c.strip() for c in row]
+            if not any(row):  # a blank line (a trailing one from an editor)
+                continue
             if len(row) < 2 or not row[0] or not row[1]:
                 raise DataError(f"line {n}: expected cluster_id<TAB>member_id", path=p)
             if row[1] in out and out[row[1]] != row[0]:
                 raise DataError(f"line {n}: {row[1]} is listed in two clusters", path=p)
             out[row[1]] = row[0]
+    if not out:
+        raise DataError("the members table lists no member (only its header line)", path=p)
     return out

@@ -24,6 +24,7 @@ from protein_performer.data.batching import pad_batch
 from protein_performer.data.context import (
     CONTEXT_ORDERS,
     FILL_PLACES,
+    MIN_CONTEXT_RESIDUES,
     context_window,
     fit_members,
     single_window,
@@ -240,6 +241,12 @@ def scoring_windows(
         members += n_ctx
         tokens += sum(len(h) + 1 for h in homologs)
         identical.append(any(np.array_equal(t.context[k], t.residues) for k in order[:n_ctx]))
+    if targets and not members:  # every "with context" window would be the protein alone
+        raise ConfigError(
+            f"max_length={max_length} leaves no room for a homolog before any protein (each "
+            f"takes up to half the window, a homolog at least {MIN_CONTEXT_RESIDUES} residues "
+            "or all of its own); raise max_length"
+        )
     n = max(1, len(targets))
     info = {
         "mean_context_proteins": members / n,

@@ -1018,11 +1018,27 @@ def _context_targets(
         clusters = cfg.clusters or stored.get("clusters")
         if not clusters:
             raise ConfigError("context=cluster needs clusters=DIR (the output of `data cluster`)")
+        cluster_of = read_members(clusters)
+        ids = source.ids or []
+        missing = [rid for rid in ids if rid not in cluster_of]
+        if missing and len(missing) == len(ids):
+            raise DataError(
+                f"context=cluster: none of the {len(missing):,} evaluated records is in the "
+                f"clusters table (e.g. {missing[0]}; the table lists ids such as "
+                f"{next(iter(cluster_of))}): a table of other files?",
+                path=clusters,
+            )
+        if missing:
+            log.warning(
+                "context=cluster: %s of %s evaluated records are not in the clusters table %s "
+                "(e.g. %s); each is its own cluster, without context",
+                f"{len(missing):,}",
+                f"{len(ids):,}",
+                clusters,
+                missing[0],
+            )
         targets = cluster_targets(
-            source,
-            read_members(clusters),
-            min_members=cfg.context_min_members,
-            order=order,
+            source, cluster_of, min_members=cfg.context_min_members, order=order
         )
         if not targets:
             raise DataError(

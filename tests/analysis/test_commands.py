@@ -24,6 +24,7 @@ def files(tmp_path_factory):
     save_model_checkpoint(d / "relu.ckpt", tiny_model("performer_relu"), ALPHABET, "mlm")
     write_fasta(d / "proteins.fasta", random_proteins(60, 30, seed=0))
     (d / "empty.fasta").write_text("")
+    (d / "one.fasta").write_text(">a\nMKTAYIAKQR\n")
     (d / "dup.fasta").write_text(">a one\nMKTAYIAK\n>b\nMKLV\n>a two\nMKTAW\n")
     return d
 
@@ -132,6 +133,7 @@ def test_extract_cli(files, tmp_path, capsys) -> None:
         ("plot-heads", ["fasta=EMPTY"], "empty file"),
         ("plot-heads", ["record=nope"], "no record with id nope"),
         ("plot-heads", ["fasta=DUP", "record=a"], "record id a names 2 records"),
+        ("plot-heads", ["fasta=ONE", "join=true"], "join=true puts several proteins"),
         ("aa-similarity", ["split=test"], "split"),
         ("extract", ["include=[attention,contacts]"], "include must list"),
         ("plot-heads", ["layers=5"], "layers: 5 is outside 0-1"),
@@ -151,6 +153,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(files, tmp_path, capsys, comma
             "MISSING": str(tmp_path / "no.ckpt"),
             "EMPTY": str(files / "empty.fasta"),
             "DUP": str(files / "dup.fasta"),
+            "ONE": str(files / "one.fasta"),
         }.get(value, value)
         if key in values:
             values[key] = value

@@ -287,6 +287,17 @@ def test_members_table_from_a_spreadsheet_reads(tmp_path):
     assert read_members(table) == {"a": "UniRef50_A"}
 
 
+def test_members_table_blank_lines_are_skipped_and_an_empty_one_says_so(tmp_path):
+    from protein_performer.errors import DataError
+
+    table = tmp_path / "members.tsv"
+    table.write_text("cluster_id\tmember_id\nc1\ta\n\nc1\tb\n\n")
+    assert read_members(table) == {"a": "c1", "b": "c1"}
+    table.write_text("cluster_id\tmember_id\n\n")
+    with pytest.raises(DataError, match=r"members\.tsv: the members table lists no member"):
+        read_members(table)
+
+
 def test_an_interrupted_preprocess_or_cluster_leaves_nothing(tmp_path, monkeypatch, capsys):
     from protein_performer.data import shards
     from protein_performer.interrupts import Terminated

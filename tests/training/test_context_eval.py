@@ -520,3 +520,39 @@ def test_evaluate_context_without_a_split_does_not_speak_of_one(tmp_path, monkey
     out = evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), **ctx))
     assert out.sequences == 30 and out.context["proteins"] > 0
     assert not [w for w in warned if "split=" in w], warned
+
+
+def test_a_window_too_small_for_any_homolog_is_an_error_not_a_ratio_of_one(tmp_path):
+    fasta = write_fasta(tmp_path / "t.fasta", n=30)
+    result = train(tiny_config(fasta, max_steps=2), tmp_path / "run")
+    members = tmp_path / "members.tsv"
+    ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
+    members.write_text(
+        "cluster_id\tmember_id\n" + "".join(f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids))
+    )
+    ctx = dict(checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
+               clusters=str(members))  # fmt: skip
+    with pytest.raises(ConfigError, match="max_length=16 leaves no room for a homolog"):
+        evaluate(EvalConfig(**ctx, max_length=16))
+    assert evaluate(EvalConfig(**ctx, max_length=64)).context["mean_context_proteins"] > 0
+
+
+def test_a_clusters_table_that_misses_records_is_said(tmp_path, monkeypatch):
+    import protein_performer.training.run as run
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=30)
+    result = train(tiny_config(fasta, max_steps=2), tmp_path / "run")
+    ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
+    members = tmp_path / "members.tsv"
+    rows = [f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids)]
+    members.write_text("cluster_id\tmember_id\n" + "".join(rows[:12]))  # 12 of the 30
+    warned = []
+    monkeypatch.setattr(run.log, "warning", lambda msg, *a: warned.append(msg % a))
+    ctx = dict(checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
+               clusters=str(members))  # fmt: skip
+    out = evaluate(EvalConfig(**ctx))
+    assert out.context["proteins"] == 12
+    assert any("18 of 30 evaluated records are not in the clusters table" in w for w in warned)
+    members.write_text("cluster_id\tmember_id\nc0\tother_a\nc0\tother_b\n")
+    with pytest.raises(DataError, match="none of the 30 evaluated records is in the clusters"):
+        evaluate(EvalConfig(**ctx))
