@@ -290,8 +290,10 @@ class ShardSource(FlatSource):
         *,
         alphabet: Alphabet | None = None,
         load_ids: bool = True,
+        verify: bool = True,
     ) -> ShardSource:
-        """Memory-map ``OUTDIR/<split>``; checks the manifest, alphabet and file sizes."""
+        """Memory-map ``OUTDIR/<split>``; checks the manifest, alphabet and file sizes and
+        (``verify``: one pass over the tokens) that every token is a residue of the alphabet."""
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
         manifest = read_manifest(outdir)
@@ -315,6 +317,8 @@ class ShardSource(FlatSource):
         offsets = np.fromfile(off_path, dtype="<i8").astype(np.int64, copy=False)
         if len(offsets) > 1 and np.any(np.diff(offsets) < 0):
             raise DataError("offsets are not monotonic (corrupt shard)", path=off_path)
+        if verify:
+            _check_tokens(tokens, offsets, alphabet, tok_path)
         ids = None
         if load_ids:
             ids = (d / "ids.txt").read_text(encoding="utf-8").splitlines()
@@ -332,4 +336,29 @@ class ShardSource(FlatSource):
 
 
 def _reopen_shards(outdir: str, split: str, alphabet: dict, load_ids: bool) -> ShardSource:
-    return ShardSource.open(outdir, split, alphabet=Alphabet.from_dict(alphabet), load_ids=load_ids)
+    # checked when first opened: a DataLoader worker does not read the whole shard again
+    return ShardSource.open(
+        outdir, split, alphabet=Alphabet.from_dict(alphabet), load_ids=load_ids, verify=False
+    )
+
+
+def _check_tokens(
+    tokens: np.ndarray, offsets: np.ndarray, alphabet: Alphabet, path: Path, chunk: int = 1 << 26
+) -> None:
+    """One-line :class:`DataError` naming the record when a token of ``tokens`` is not a
+    residue (or ``<unk>``) of ``alphabet``: bytes a shard cannot hold unless it is corrupt."""
+    residues = [i for i, t in enumerate(alphabet.tokens) if len(t) == 1]
+    valid = np.zeros(256, dtype=bool)
+    valid[[*residues, alphabet.unk_idx]] = True
+    for start in range(0, len(tokens), chunk):
+        block = np.asarray(tokens[start : start + chunk])
+        bad = np.flatnonzero(~valid[block])
+        if len(bad):
+            at = start + int(bad[0])
+            record = int(np.searchsorted(offsets, at, side="right"))  # 1-based
+            raise DataError(
+                f"token {int(tokens[at])} at position {at:,} (record {record:,}) is not a "
+                f"residue of alphabet {alphabet.version}: corrupt shard; run `data preprocess` "
+                "again",
+                path=path,
+            )

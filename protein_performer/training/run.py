@@ -150,7 +150,12 @@ def _check_paths(cfg: TrainConfig) -> int | None:
     if d.clusters and not Path(d.clusters).exists():
         raise DataError("data.clusters: not found (the output of `data cluster`)", path=d.clusters)
     if d.shards and not Path(d.shards).is_dir():
-        raise DataError("data.shards: shard directory not found", path=d.shards)
+        problem = (
+            "a file, not a shard directory (`data preprocess` writes one; FASTA goes to data.files)"
+            if Path(d.shards).exists()
+            else "shard directory not found"
+        )
+        raise DataError(f"data.shards: {problem}", path=d.shards)
     if cfg.init_from:
         _require_file(cfg.init_from, "init_from: checkpoint")
     if cfg.ckpt_path:

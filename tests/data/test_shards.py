@@ -98,6 +98,25 @@ def test_corrupt_shards_are_detected(tmp_path):
         ShardSource.open(out, "val")
 
 
+def test_bytes_that_are_no_residue_are_a_corrupt_shard(tmp_path):
+    out = tmp_path / "o"
+    preprocess(_fasta(tmp_path, 40), out, fractions=(1, 0, 0), progress=False)
+    src = ShardSource.open(out, "train")
+    path = out / "train" / "tokens.bin"
+    data = bytearray(path.read_bytes())
+    at = int(src.offsets[3]) + 1  # inside the fourth record
+    data[at] = 250
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=rf"tokens\.bin: token 250 at position {at} \(record 4\)"):
+        ShardSource.open(out, "train")
+    for small in (0, 3):  # <pad>, <mask>: ids, but not of residues
+        data[at] = small
+        path.write_bytes(bytes(data))
+        with pytest.raises(DataError, match=f"token {small} .* is not a residue"):
+            ShardSource.open(out, "train")
+    assert len(ShardSource.open(out, "train", verify=False)) == len(src)  # a worker's reopen
+
+
 def test_pickle_reopens_instead_of_copying(tmp_path):
     import pickle
 

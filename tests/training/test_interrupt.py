@@ -305,6 +305,11 @@ def test_a_typo_in_a_data_path_leaves_no_run_directory(tiny_fasta, tmp_path):
     with pytest.raises(DataError, match=r"typo\.fasta: data\.files: not found"):
         run_hydra("train", [*overrides, f"data.files=['{tmp_path / 'typo.fasta'}']"])
     assert not run_dir.exists()
+    for shards, problem in ((tmp_path / "none", "shard directory not found"),
+                            (tiny_fasta, "a file, not a shard directory")):  # fmt: skip
+        with pytest.raises(DataError, match=f"data\\.shards: {problem}"):
+            run_hydra("train", [*overrides, f"data.shards={shards}"])
+    assert not run_dir.exists()
     assert run_hydra("train", [*overrides, f"data.files=['{tiny_fasta}']"]) == 0
 
 
