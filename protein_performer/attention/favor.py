@@ -289,6 +289,11 @@ class FavorAttention(nn.Module):
             raise ValueError(
                 f"key_padding_mask must be (B, Lk) = {(k.shape[0], k.shape[2])}, got {tuple(mask.shape)}"
             )
+        if mask is not None and mask.dtype != torch.bool:
+            # a float "keep" mask (1 = attend) would silently mean the opposite
+            raise TypeError(f"key_padding_mask must be bool (True = padded key), got {mask.dtype}")
+        if not (q.is_floating_point() and k.is_floating_point()):
+            raise TypeError(f"q and k must be floating point, got {q.dtype} and {k.dtype}")
 
     def block_rows(self, device: torch.device, n: int, length: int) -> int:
         """Rows per block of the recomputing kernels for ``n = B·H`` sequences of ``length``.
@@ -339,9 +344,20 @@ class FavorAttention(nn.Module):
         self._check_inputs(q, k, key_padding_mask)
         if v.dim() != 4 or v.shape[:3] != k.shape[:3]:
             raise ValueError(f"v must be (B, H, Lk, Dv) matching k, got {tuple(v.shape)}")
+        if not v.is_floating_point():
+            raise TypeError(f"v must be floating point, got {v.dtype}")
         out_dtype = q.dtype
         bsz, heads, lq, _ = q.shape
         lk, dv = k.shape[2], v.shape[3]
+        if q.numel() == 0 or k.numel() == 0:
+            # nothing to attend from, or to (as with every key padded): zeros, still in the graph
+            return (
+                (q.sum() + k.sum() + v.sum())
+                .mul(0)
+                .to(out_dtype)
+                .expand(bsz, heads, lq, dv)
+                .clone()
+            )
         n = bsz * heads
         with torch.autocast(device_type=q.device.type, enabled=False):
             dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -407,6 +423,14 @@ class FavorAttention(nn.Module):
         per head) and then sliced, so peak memory beyond one block is O((B·H)·L·m). Rows sum
         to 1; a row with no visible key is all zeros.
         """
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        n_heads = q.shape[1] if q.dim() == 4 else 0
+        bad = [h for h in heads or [] if not 0 <= h < n_heads]
+        if bad:
+            raise ValueError(
+                f"heads: {bad[0]} is not one of the {n_heads} heads (0..{n_heads - 1})"
+            )
         phi_q, phi_k = self.features(q, k, key_padding_mask)
         if heads is not None:
             index = torch.as_tensor(list(heads), dtype=torch.long, device=phi_q.device)

@@ -33,6 +33,9 @@ class ProteinLM(nn.Module):
     ) -> None:
         super().__init__()
         config.validate()
+        if vocab_size < 1 or not 0 <= pad_idx < vocab_size:
+            raise ValueError(f"need vocab_size >= 1 and 0 <= pad_idx < vocab_size, got "
+                             f"{vocab_size} and {pad_idx}")  # fmt: skip
         self.config = config
         self.vocab_size = vocab_size
         self.pad_idx = pad_idx
@@ -92,6 +95,30 @@ class ProteinLM(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The rotary tables for ``layer``: None in ``model.nope_layers``."""
         return rotary if self.config.layer_rotary(layer) else None
+
+    def _check_batch(self, input_ids: torch.Tensor, padding_mask: torch.Tensor | None) -> None:
+        """ValueError/TypeError for ids or a mask the model cannot mean to be given (torch
+        would fail deep inside, or an out-of-range id index another row of the embedding)."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (B, L), got shape {tuple(input_ids.shape)}")
+        if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
+            raise TypeError(f"input_ids must be integer token ids, got {input_ids.dtype}")
+        if input_ids.numel() == 0:
+            raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)})")
+        low, high = (int(v) for v in torch.aminmax(input_ids))
+        if low < 0 or high >= self.vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
+        if padding_mask is not None:
+            if padding_mask.dtype != torch.bool:
+                raise TypeError(
+                    f"padding_mask must be bool (True = padding), got {padding_mask.dtype}"
+                )
+            if padding_mask.shape != input_ids.shape:
+                raise ValueError(
+                    f"padding_mask must have input_ids' shape {tuple(input_ids.shape)}, got "
+                    f"{tuple(padding_mask.shape)}"
+                )
 
     def _check_length(self, n: int) -> None:
         if n > self.config.max_len and self.rotary is None:
@@ -156,6 +183,7 @@ class ProteinLM(nn.Module):
         with ``probe=(layer, head)`` also ``probe_attention``: that head's attention matrix
         ``(B, L, L)``, with gradients (attention supervision).
         """
+        self._check_batch(input_ids, padding_mask)
         n = input_ids.shape[1]
         self._check_length(n)
         if padding_mask is None:

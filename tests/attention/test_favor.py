@@ -364,3 +364,25 @@ def test_backward_inside_an_autocast_region_matches_the_one_outside(kernel, caus
     for outside, inside in zip(*grads, strict=True):
         assert outside.dtype == torch.bfloat16 and outside.abs().sum() > 0
         torch.testing.assert_close(inside, outside, rtol=0, atol=0)
+
+
+def test_misuse_is_a_clear_error_and_empty_inputs_give_empty_outputs():
+    fa = FavorAttention(8, 16)
+    q = torch.randn(2, 2, 5, 8)
+    with pytest.raises(TypeError, match="key_padding_mask must be bool"):
+        fa(q, q, q, torch.ones(2, 5))  # a float "keep" mask would mean the opposite
+    with pytest.raises(TypeError, match="q and k must be floating point"):
+        fa(q.long(), q.long(), q.long())
+    with pytest.raises(TypeError, match="v must be floating point"):
+        fa(q, q, q.long())
+    with pytest.raises(ValueError, match="chunk_size must be >= 1"):
+        fa.attention_matrix(q, q, chunk_size=0)
+    with pytest.raises(ValueError, match="heads: 5 is not one of the 2 heads"):
+        next(fa.attention_rows(q, q, heads=[5]))
+    assert fa(q[:0], q[:0], q[:0]).shape == (0, 2, 5, 8)
+    assert fa(q[:, :, :0], q, q).shape == (2, 2, 0, 8)
+    qg = q.clone().requires_grad_()
+    out = fa(qg, q[:, :, :0], q[:, :, :0])  # no key: zeros, as with every key padded
+    assert out.shape == (2, 2, 5, 8) and not out.any()
+    out.sum().backward()
+    assert not qg.grad.any()

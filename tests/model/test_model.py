@@ -594,3 +594,26 @@ def test_qkv_conv_is_validated_and_part_of_the_architecture():
     del stored["qkv_conv"]  # a checkpoint from before the option: no convolution
     assert architecture_mismatch(stored, tiny_config()) == []
     assert ModelConfig.from_dict(stored).qkv_conv == 0
+
+
+def test_ids_and_masks_the_model_cannot_mean_are_clear_errors():
+    model = ProteinLM(tiny_config(), V, ALPHABET.pad_idx).eval()
+    ids = random_ids(2, 10)
+    cases = [
+        (ids[0], ValueError, r"input_ids must be \(B, L\)"),
+        (ids.float(), TypeError, "must be integer token ids"),
+        (ids[:0], ValueError, "input_ids is empty"),
+        (ids[:, :0], ValueError, "input_ids is empty"),
+        (torch.full((1, 5), V), ValueError, f"token id {V} is outside the vocabulary"),
+        (torch.full((1, 5), -1), ValueError, "token id -1 is outside"),
+    ]
+    for bad, error, message in cases:
+        with pytest.raises(error, match=message):
+            model(bad)
+    with pytest.raises(TypeError, match="padding_mask must be bool"):
+        model(ids, torch.zeros(2, 10))
+    with pytest.raises(ValueError, match=r"padding_mask must have input_ids' shape \(2, 10\)"):
+        model(ids, torch.zeros(2, 5, dtype=torch.bool))  # all False: it was ignored
+    with pytest.raises(ValueError, match="pad_idx < vocab_size"):
+        ProteinLM(tiny_config(), V, pad_idx=V)
+    assert model(ids)["logits"].shape == (2, 10, V)
