@@ -143,6 +143,12 @@ class ProteinLM(nn.Module):
         of a long sequence never needs its L×L matrices at once. Runs in eval semantics (no
         dropout); the caller sets ``eval()``.
         """
+        self._check_batch(input_ids, padding_mask)
+        depth, n_heads = self.config.depth, self.config.heads
+        for name, values, count in (("layers", layers, depth), ("heads", heads, n_heads)):
+            bad = [v for v in values or [] if not 0 <= v < count]
+            if bad:
+                raise ValueError(f"{name}: {bad[0]} is not one of 0..{count - 1}")
         n = input_ids.shape[1]
         self._check_length(n)
         if padding_mask is None:
@@ -184,6 +190,14 @@ class ProteinLM(nn.Module):
         ``(B, L, L)``, with gradients (attention supervision).
         """
         self._check_batch(input_ids, padding_mask)
+        if probe is not None and not (
+            -self.config.depth <= probe[0] < self.config.depth
+            and -self.config.heads <= probe[1] < self.config.heads
+        ):
+            raise ValueError(
+                f"probe=(layer, head) {tuple(probe)} is outside the model's "
+                f"{self.config.depth} layers x {self.config.heads} heads"
+            )
         n = input_ids.shape[1]
         self._check_length(n)
         if padding_mask is None:

@@ -617,3 +617,17 @@ def test_ids_and_masks_the_model_cannot_mean_are_clear_errors():
     with pytest.raises(ValueError, match="pad_idx < vocab_size"):
         ProteinLM(tiny_config(), V, pad_idx=V)
     assert model(ids)["logits"].shape == (2, 10, V)
+
+
+def test_layer_head_and_probe_selections_out_of_range_are_errors():
+    model = ProteinLM(tiny_config(), V, ALPHABET.pad_idx).eval()
+    ids = random_ids(1, 10)
+    depth, heads = model.config.depth, model.config.heads
+    with pytest.raises(ValueError, match=f"layers: {depth} is not one of"):
+        list(model.iter_attention(ids, layers=[depth]))
+    with pytest.raises(ValueError, match=f"heads: {heads} is not one of"):
+        list(model.iter_attention(ids, heads=[heads]))
+    with pytest.raises(ValueError, match=r"probe=.* is outside"):
+        model(ids, probe=(depth, 0))
+    assert model(ids, probe=(-1, 0))["probe_attention"].shape == (1, 10, 10)
+    assert len(list(model.iter_attention(ids, layers=[0]))) >= 1
