@@ -30,6 +30,16 @@ from protein_performer.training.context_eval import (
 from protein_performer.training.run import evaluate, train
 from tests.training.helpers import tiny_config, write_fasta
 
+
+def clusters_of_three(fasta: Path, path: Path, first: int | None = None) -> Path:
+    """A members table at ``path`` putting the records of ``fasta`` in clusters of three, in
+    file order (``first``: only that many records listed)."""
+    ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
+    rows = [f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids[:first])]
+    path.write_text("cluster_id\tmember_id\n" + "".join(rows))
+    return path
+
+
 A = default_alphabet()
 AA = "ACDEFGHIKLMNPQRSTVWY"
 
@@ -254,14 +264,10 @@ def test_the_context_sample_does_not_depend_on_the_order_of_the_files(tmp_path):
     cfg.model.position = "rotary"  # windows longer than training's: room for fill proteins
     result = train(cfg, tmp_path / "run")
     records = [">" + r for r in fasta.read_text().split(">")[1:]]
-    ids = [r[1:].split()[0] for r in records]
     first, second = tmp_path / "a.fasta", tmp_path / "b.fasta"
     first.write_text("".join(records[::2]))  # clusters span both files
     second.write_text("".join(records[1::2]))
-    members = tmp_path / "members.tsv"
-    members.write_text(
-        "cluster_id\tmember_id\n" + "".join(f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids))
-    )
+    members = clusters_of_three(fasta, tmp_path / "members.tsv")
 
     def context(files, order):
         return evaluate(
@@ -283,11 +289,7 @@ def test_the_context_sample_does_not_depend_on_the_order_of_the_files(tmp_path):
 def test_evaluate_context_cluster_and_fasta(tmp_path):
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
     result = train(tiny_config(fasta, max_steps=2), tmp_path / "run")
-    members = tmp_path / "members.tsv"
-    ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
-    members.write_text(
-        "cluster_id\tmember_id\n" + "".join(f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids))
-    )
+    members = clusters_of_three(fasta, tmp_path / "members.tsv")
     out = evaluate(
         EvalConfig(
             checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
@@ -387,11 +389,7 @@ def test_context_settings_are_checked(kw, message):
 def pairs_config(tmp_path: Path, max_steps: int, test_fraction: float):
     """A tiny pairs run's config: 30 proteins in clusters of three, split by cluster."""
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
-    ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
-    members = tmp_path / "members.tsv"
-    members.write_text(
-        "cluster_id\tmember_id\n" + "".join(f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids))
-    )
+    members = clusters_of_three(fasta, tmp_path / "members.tsv")
     cfg = tiny_config(fasta, max_steps=max_steps)
     cfg.data.packing, cfg.data.pair_mask = "pairs", "protein"
     cfg.data.clusters, cfg.data.split_by = str(members), "cluster"
@@ -525,11 +523,7 @@ def test_evaluate_context_without_a_split_does_not_speak_of_one(tmp_path, monkey
 def test_a_window_too_small_for_any_homolog_is_an_error_not_a_ratio_of_one(tmp_path):
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
     result = train(tiny_config(fasta, max_steps=2), tmp_path / "run")
-    members = tmp_path / "members.tsv"
-    ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
-    members.write_text(
-        "cluster_id\tmember_id\n" + "".join(f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids))
-    )
+    members = clusters_of_three(fasta, tmp_path / "members.tsv")
     ctx = dict(checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
                clusters=str(members))  # fmt: skip
     with pytest.raises(ConfigError, match="max_length=16 leaves no room for a homolog"):
@@ -542,10 +536,7 @@ def test_a_clusters_table_that_misses_records_is_said(tmp_path, monkeypatch):
 
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
     result = train(tiny_config(fasta, max_steps=2), tmp_path / "run")
-    ids = [line[1:].split()[0] for line in fasta.read_text().splitlines() if line[0] == ">"]
-    members = tmp_path / "members.tsv"
-    rows = [f"c{i // 3}\t{rid}\n" for i, rid in enumerate(ids)]
-    members.write_text("cluster_id\tmember_id\n" + "".join(rows[:12]))  # 12 of the 30
+    members = clusters_of_three(fasta, tmp_path / "members.tsv", first=12)  # 12 of the 30
     warned = []
     monkeypatch.setattr(run.log, "warning", lambda msg, *a: warned.append(msg % a))
     ctx = dict(checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
