@@ -200,7 +200,8 @@ def head_stats(attention: np.ndarray) -> dict[str, np.ndarray]:
     n = a.shape[-1]
     rows = a / np.clip(a.sum(-1, keepdims=True), 1e-30, None)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ent = -np.where(rows > 0, rows * np.log(rows), 0.0).sum(-1).mean(-1)
+        # 0 - x, not -x: a one-key row would give -0.0 ("-0.00 nats")
+        ent = 0.0 - np.where(rows > 0, rows * np.log(rows), 0.0).sum(-1).mean(-1)
     idx = np.arange(n)
     dist = np.abs(idx[:, None] - idx[None, :])
     return {

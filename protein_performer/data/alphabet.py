@@ -66,6 +66,18 @@ class CleanResult:
     invalid_chars: str = ""
 
 
+def _first_difference(stored: tuple[str, ...], here: tuple[str, ...]) -> str:
+    """Where two token lists part (``""`` when they are equal: only the version differs)."""
+    for i, (a, b) in enumerate(zip(stored, here, strict=False)):
+        if a != b:
+            return f"; token {i} is {a!r} there, {b!r} here"
+    if len(stored) != len(here):
+        longer, name = (stored, "there") if len(stored) > len(here) else (here, "here")
+        extra = len(longer) - min(len(stored), len(here))
+        return f"; {extra} more token(s) {name}, from {longer[min(len(stored), len(here))]!r}"
+    return ""
+
+
 class Alphabet:
     """Token vocabulary. Ids fit in ``uint8``; residue ids are contiguous."""
 
@@ -142,6 +154,7 @@ class Alphabet:
             raise DataError(
                 f"{where} was built with alphabet {other.version} "
                 f"({len(other)} tokens) but this is {self.version} ({len(self)} tokens)"
+                f"{_first_difference(other.tokens, self.tokens)}"
             )
 
     # ---- encoding -----------------------------------------------------------------------

@@ -76,6 +76,19 @@ def test_versioned_serialisation_and_compatibility():
         A.check_compatible(other.to_dict())
 
 
+def test_incompatible_alphabet_of_the_same_version_says_where_it_differs():
+    swapped = A.residues[1] + A.residues[0] + A.residues[2:]
+    same_version = Alphabet(residues=swapped, version=A.version)
+    first = len(A.specials)
+    with pytest.raises(
+        DataError, match=f"token {first} is '{swapped[0]}' there, '{A.residues[0]}' here"
+    ):
+        A.check_compatible(same_version.to_dict())
+    shorter = Alphabet(residues=A.residues[:-1], version=A.version)
+    with pytest.raises(DataError, match=f"1 more token\\(s\\) here, from '{A.residues[-1]}'"):
+        A.check_compatible(shorter.to_dict())
+
+
 def test_non_ascii_counts_once_per_character():
     rep = A.clean_encode("MKéV\tL", "replace")
     assert A.decode(rep.ids) == "MKXVL" and rep.n_replaced == 1 and rep.invalid_chars == "é"
