@@ -82,10 +82,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     print(f"records:    {stats['records']:,}")
     print(f"residues:   {stats['residues']:,}")
     if stats["records"]:
-        pct = "  ".join(f"{k}={lens[k]}" for k in lens if k.startswith("p"))
+        pct = "  ".join(f"{k}={lens[k]:,}" for k in lens if k.startswith("p"))
         print(
-            f"length:     min {lens['min']}  median {lens['p50']}  max {lens['max']}  "
-            f"mean {lens['mean']}"
+            f"length:     min {lens['min']:,}  median {lens['p50']:,}  max {lens['max']:,}  "
+            f"mean {lens['mean']:,}"
         )
         print(f"            {pct}")
     total = max(stats["residues"], 1)
@@ -255,6 +255,15 @@ def _simulate_defaults() -> dict[str, Any]:
     return {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
 
 
+def _simulate_flags_in(message: str) -> str:
+    """The library's parameter names in ``message`` as the command's flags."""
+    import re
+
+    for flag, (kw, _, _) in _SIMULATE_FLAGS.items():
+        message = re.sub(rf"(?<![\w-]){kw}\b", "--" + flag.replace("_", "-"), message)
+    return message.replace(" or None", " or 'none'")
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from protein_performer.data.simulate import simulate_fasta
 
@@ -290,7 +299,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if Path(args.members).resolve() == Path(args.output).resolve():
             raise ConfigError("--members must name another file than OUT")
         kwargs["members"] = args.members
-    summary = simulate_fasta(args.output, progress=not args.no_progress, **kwargs)
+    try:
+        summary = simulate_fasta(args.output, progress=not args.no_progress, **kwargs)
+    except ConfigError as e:
+        raise ConfigError(_simulate_flags_in(str(e))) from None
     if args.json:
         _print_json(summary, None)
     else:
@@ -309,15 +321,21 @@ def _cmd_download(args: argparse.Namespace) -> int:
     check_output_file(
         args.output, "OUT", allow_input_name=True, what="FASTA file", overwrite_hint=None
     )
-    summary = download(
-        url,
-        args.output,
-        max_records=args.max_records,
-        progress=not args.no_progress,
-        timeout=args.timeout,
-        resume=not args.no_resume,
-        verify=not args.no_verify,
-    )
+    try:
+        summary = download(
+            url,
+            args.output,
+            max_records=args.max_records,
+            progress=not args.no_progress,
+            timeout=args.timeout,
+            resume=not args.no_resume,
+            verify=not args.no_verify,
+        )
+    except KeyboardInterrupt:
+        part = Path(args.output + ".part")
+        if args.max_records is None and part.is_file():
+            print(f"{part} kept: the same command resumes it", file=sys.stderr)
+        raise
     if args.json:
         _print_json(summary, None)
     else:
@@ -541,6 +559,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as e:
+        # the machine said no (permission, full disk, read-only file system, ...): the
+        # commands have already removed what they were writing; one line, as for bad input
+        if debug:
+            raise
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def os_error_line(e: OSError) -> str:
+    """``PATH: reason`` of an operating-system error (``PATH -> PATH2`` for a rename)."""
+    reason = e.strerror or str(e) or type(e).__name__
+    if e.filename is None:
+        return reason
+    where = str(e.filename) if e.filename2 is None else f"{e.filename} -> {e.filename2}"
+    return f"{where}: {reason}"
 
 
 if __name__ == "__main__":  # pragma: no cover

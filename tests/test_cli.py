@@ -173,3 +173,70 @@ def test_simulate_members_table_is_checked_like_any_output(tmp_path, capsys):
     code, _, err = _run(capsys, "data", "simulate", str(plain), *args[3:-1], str(plain))
     assert code != 0 and "--members must name another file than OUT" in err
     assert not plain.exists()
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    """The operating system refusing a write (here: no space left) is an error line like bad
+    input, naming the file; the half-written shards are gone."""
+    import errno
+
+    from protein_performer.data import shards
+
+    p = tmp_path / "x.fa"
+    p.write_bytes(FASTA)
+
+    def full(self, record_id, ids):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.dir / "tokens.bin"))
+
+    monkeypatch.setattr(shards._SplitWriter, "add", full)
+    out = tmp_path / "shards"
+    code, _, err = _run(capsys, "data", "preprocess", str(p), str(out), "--no-progress")
+    assert code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert "tokens.bin: No space left on device" in err
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["x.fa"]
+
+
+def test_a_folder_without_write_permission_is_one_line(tmp_path, capsys, monkeypatch):
+    from protein_performer.data import shards
+
+    p = tmp_path / "x.fa"
+    p.write_bytes(FASTA)
+
+    def denied(prefix, dir):
+        raise PermissionError(13, "Permission denied", f"{dir}/{prefix}abc")
+
+    monkeypatch.setattr(shards.tempfile, "mkdtemp", denied)
+    code, _, err = _run(capsys, "data", "preprocess", str(p), str(tmp_path / "s"))
+    assert code == 2 and err == f"error: {tmp_path}/.s.tmp-abc: Permission denied\n"
+
+
+def test_an_interrupted_download_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    from protein_performer.data import download as download_module
+
+    out = tmp_path / "u.fasta.gz"
+
+    def interrupted(url, path, **kwargs):
+        (tmp_path / "u.fasta.gz.part").write_bytes(b"\x1f\x8b")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(download_module, "download", interrupted)
+    code, _, err = _run(capsys, "data", "download", "uniref50", str(out), "--no-progress")
+    assert code == 130
+    assert err == f"{out}.part kept: the same command resumes it\ninterrupted\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "expect"),
+    [
+        (["--families", "0"], "error: simulate: --families must be in [1, 99999]\n"),
+        (["--gamma-shape", "-1"], "error: simulate: --gamma-shape must be > 0 or 'none'\n"),
+        (
+            ["--min-members", "5", "--max-members", "3"],
+            "error: simulate: need 1 <= --min-members <= --max-members\n",
+        ),
+    ],
+)
+def test_simulate_errors_name_the_flags(tmp_path, capsys, flags, expect):
+    code, _, err = _run(capsys, "data", "simulate", str(tmp_path / "s.fa"), *flags)
+    assert code == 2 and err == expect and not (tmp_path / "s.fa").exists()

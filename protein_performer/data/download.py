@@ -6,9 +6,11 @@ Full download (``max_records=None``)
     ``Range`` request (plus ``If-Range`` when a validator was recorded, so a file that changed on
     the server is fetched from scratch instead of being spliced). A server answering ``200``
     instead of ``206`` restarts from byte 0. When all bytes have arrived the file is checked:
-    the byte count must match ``Content-Length`` and a gzip file must decompress to the end of
-    its last member (all members are read; records are counted on the way). Only then is
-    ``.part`` renamed to ``OUT``.
+    the byte count must match ``Content-Length``, a gzip file must decompress to the end of
+    its last member (all members are read; records are counted on the way) and what it holds
+    must start as FASTA (not an HTML error page). Only then is ``.part`` renamed to ``OUT``.
+    A ``.part`` of another URL is refused (``resume=False`` starts over): it may be hours of
+    a large download.
 
     After a failure ``OUT`` is never created or modified. A ``.part`` that is a valid prefix
     (interrupted transfer, timeout) is kept so that the next run resumes it; a ``.part`` whose
@@ -76,7 +78,11 @@ def _request(
         exc.close()
         raise DataError(f"HTTP {exc.code} {exc.reason}", path=url) from None
     except urllib.error.URLError as exc:
-        raise DataError(f"cannot connect: {exc.reason}", path=url) from None
+        raise DataError(
+            f"cannot connect: {exc.reason} (no network? a proxy goes in https_proxy; --url "
+            "takes a mirror)",
+            path=url,
+        ) from None
     except TimeoutError:
         raise DataError(f"no response within {timeout:g} s", path=url) from None
     except _TRANSPORT_ERRORS as exc:
@@ -183,11 +189,13 @@ def _download(
         if verify:
             try:
                 sha256, records = _verify(part, url, progress)
-            except DataError:
-                if length_known:  # every advertised byte arrived, yet the data is bad
-                    part.unlink()
-                    meta.unlink(missing_ok=True)
-                raise
+            except DataError as e:
+                if not length_known:  # maybe only cut short: kept for a resume
+                    raise
+                # every advertised byte arrived, yet the data is bad: nothing worth resuming
+                part.unlink()
+                meta.unlink(missing_ok=True)
+                raise DataError(f"{e.problem} (removed)", path=e.path) from None
         else:
             sha256, records = _sha256(part), None
         os.replace(part, out)
@@ -214,7 +222,12 @@ def _download_full(
     if offset:
         meta = _read_meta(meta_path)
         if meta is not None and meta.get("url") != url:
-            offset = 0  # a .part of some other URL: start over
+            # hours of a large download: never thrown away without the user's word
+            raise DataError(
+                f"holds {offset:,} bytes of a download from {meta.get('url')}; rerun with that "
+                "URL to resume it, or with --no-resume to start over from this one",
+                path=part,
+            )
         else:
             headers["Range"] = f"bytes={offset}-"
             validator = (meta or {}).get("etag") or (meta or {}).get("last_modified")
@@ -356,10 +369,37 @@ class _RecordCounter:
             self._last = data[-1:]
 
 
+class _Head:
+    """The first bytes of a stream (up to ``size``), for telling what it holds."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self.data = b""
+
+    def feed(self, data: bytes) -> bytes:
+        if len(self.data) < self.size:
+            self.data += data[: self.size - len(self.data)]
+        return data
+
+    def check_fasta(self, url: str, gzipped: bool) -> None:
+        """A FASTA file starts with ``>`` (after a byte-order mark and blank lines)."""
+        text = self.data.removeprefix(b"\xef\xbb\xbf").lstrip()
+        if text.startswith(b">"):
+            return
+        body = "the decompressed download" if gzipped else "the download"
+        if not text:
+            raise DataError(f"not FASTA: {body} is empty", path=url)
+        shown = text[:40].decode("utf-8", "replace").split("\n")[0]
+        hint = " (an HTML page: an error or login page?)" if text.startswith(b"<") else ""
+        raise DataError(f"not FASTA: {body} starts with {shown!r}{hint}", path=url)
+
+
 def _verify(part: Path, url: str, progress: bool) -> tuple[str, int]:
-    """Hash ``part`` and count its records; a gzip file must decompress to its end."""
+    """Hash ``part`` and count its records; a gzip file must decompress to its end, and what
+    it holds must start as FASTA."""
     h = hashlib.sha256()
     counter = _RecordCounter()
+    head = _Head()
     bar = tqdm(
         total=part.stat().st_size,
         unit="B",
@@ -375,11 +415,12 @@ def _verify(part: Path, url: str, progress: bool) -> tuple[str, int]:
             h.update(chunk)
             bar.update(len(chunk))
             try:
-                counter.feed(gunzip.feed(chunk) if gunzip is not None else chunk)
+                counter.feed(head.feed(gunzip.feed(chunk) if gunzip is not None else chunk))
             except zlib.error as exc:
                 raise DataError(f"corrupt gzip data in {part} ({exc})", path=url) from None
     if gunzip is not None and not gunzip.complete:
         raise DataError(f"truncated gzip stream in {part}", path=url)
+    head.check_fasta(url, gunzip is not None)
     return h.hexdigest(), counter.records
 
 

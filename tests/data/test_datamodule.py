@@ -225,6 +225,39 @@ def test_explicit_split_files_and_max_records(tmp_path):
         dm.test_dataloader()
 
 
+def test_held_out_files_identical_to_training_records_are_named(tmp_path, caplog):
+    seqs = random_seqs(30, 5, 40, seed=8)
+    train = write_fasta(tmp_path / "train.fa", seqs)
+    (tmp_path / "val.fa").write_text(
+        f">V1\n{seqs[3]}\n>V2\nMKVLAYYWWW\n>V3\n{seqs[7]}\n"  # two copied, under new ids
+    )
+    test = write_fasta(tmp_path / "test.fa", random_seqs(10, 50, 60, seed=9))
+    dm = ProteinDataModule(files=[train], val_files=[tmp_path / "val.fa"], test_files=[test])
+    with caplog.at_level("WARNING"):
+        dm.setup("fit")
+        dm.setup("test")
+        dm.setup(None)  # once per split
+    said = [r.getMessage() for r in caplog.records if "held out" in r.getMessage()]
+    assert said == [
+        "2 of 3 val records are identical to a training sequence (e.g. V1): their metrics are "
+        "not held out"
+    ]
+
+
+def test_repeated_training_ids_are_named(tmp_path, caplog):
+    seqs = random_seqs(12, 5, 40, seed=8)
+    a = write_fasta(tmp_path / "a.fa", seqs)
+    b = write_fasta(tmp_path / "b.fa", seqs[:4])
+    dm = ProteinDataModule(files=[a, b], split_fractions=[1.0, 0.0, 0.0])
+    with caplog.at_level("WARNING"):
+        dm.setup("fit")
+    said = [r.getMessage() for r in caplog.records if "repeat" in r.getMessage()]
+    assert said == [
+        "4 of 16 training records repeat an earlier record's id (UniRef50_P00000): the same "
+        "protein given twice?"
+    ]
+
+
 def test_test_files_only_for_evaluation(tmp_path):
     seqs = random_seqs(40, 5, 300, seed=10)
     fasta = write_fasta(tmp_path / "eval.fa", seqs)

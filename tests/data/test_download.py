@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -195,13 +196,18 @@ def test_changed_file_on_server_is_not_spliced(server, gz_fasta, tmp_path):
     assert server.requests[-1]["If-Range"] == '"v1"'
 
 
-def test_part_of_another_url_is_discarded(server, gz_fasta, tmp_path):
+def test_part_of_another_url_is_kept_unless_told(server, gz_fasta, tmp_path):
+    """A partial download from another URL (a mirror switched after a dropped connection) may
+    be hours of work: refused, kept; resume=False starts over."""
     _, blob = gz_fasta
     server.routes["/u.gz"] = Route(blob)
     (tmp_path / "u.gz.part").write_bytes(blob[:50])
     meta = {"url": server.url("/other.gz"), "etag": '"v1"'}
     (tmp_path / "u.gz.part.json").write_text(json.dumps(meta))
-    r = download(server.url("/u.gz"), tmp_path / "u.gz", progress=False)
+    with pytest.raises(DataError, match=r"holds 50 bytes of a download from .*/other\.gz"):
+        download(server.url("/u.gz"), tmp_path / "u.gz", progress=False)
+    assert (tmp_path / "u.gz.part").read_bytes() == blob[:50] and not server.requests
+    r = download(server.url("/u.gz"), tmp_path / "u.gz", progress=False, resume=False)
     assert (tmp_path / "u.gz").read_bytes() == blob and r["resumed"] is False
     assert "Range" not in server.requests[-1]
 
@@ -229,7 +235,7 @@ def test_resume_false_ignores_part(server, gz_fasta, tmp_path):
 def test_truncated_gzip_with_full_length_is_rejected_and_part_deleted(server, gz_fasta, tmp_path):
     _, blob = gz_fasta
     server.routes["/bad.gz"] = Route(blob[:-20])  # server's own file is cut short
-    with pytest.raises(DataError, match="truncated gzip stream"):
+    with pytest.raises(DataError, match=r"truncated gzip stream in .*bad\.gz\.part \(removed\)$"):
         download(server.url("/bad.gz"), tmp_path / "bad.gz", progress=False)
     assert files(tmp_path) == []
 
@@ -248,6 +254,29 @@ def test_verify_false_skips_gzip_scan(server, gz_fasta, tmp_path):
     server.routes["/bad.gz"] = Route(blob[:-20])
     r = download(server.url("/bad.gz"), tmp_path / "bad.gz", progress=False, verify=False)
     assert r["records"] is None and (tmp_path / "bad.gz").read_bytes() == blob[:-20]
+
+
+@pytest.mark.parametrize(
+    ("body", "expect"),
+    [
+        (b"<!DOCTYPE html>\n<html>Sign in</html>", "starts with '<!DOCTYPE html>' (an HTML page"),
+        (b"", "the download is empty"),
+        (gzip.compress(b"\n\n"), "the decompressed download is empty"),
+        (gzip.compress(b"ID   P12345 Reviewed;\n"), "decompressed download starts with 'ID   P1"),
+    ],
+)
+def test_a_body_that_is_not_fasta_is_refused(server, tmp_path, body, expect):
+    """An error or login page served with 200 OK is not saved as the user's FASTA."""
+    server.routes["/u.fasta.gz"] = Route(body)
+    with pytest.raises(DataError, match=re.escape(expect)) as info:
+        download(server.url("/u.fasta.gz"), tmp_path / "u.fasta.gz", progress=False)
+    assert str(info.value).startswith(server.url("/u.fasta.gz") + ": not FASTA: ")
+    assert files(tmp_path) == []
+
+
+def test_a_fasta_after_a_byte_order_mark_and_blank_lines_is_fasta(server, tmp_path):
+    server.routes["/u.fa"] = Route(b"\xef\xbb\xbf\n\n" + make_fasta(3).encode())
+    assert download(server.url("/u.fa"), tmp_path / "u.fa", progress=False)["records"] == 3
 
 
 def test_multi_member_gzip_and_plain_files_are_counted(server, tmp_path):

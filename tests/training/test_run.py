@@ -172,6 +172,18 @@ def test_missing_data_file_is_a_clear_error(tmp_path):
         train(cfg, tmp_path / "run")
 
 
+def test_files_next_to_shards_are_said_to_be_unread(tmp_path, caplog):
+    from protein_performer.data.shards import preprocess
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=40)
+    preprocess(fasta, tmp_path / "shards", fractions=[0.8, 0.2, 0.0], progress=False)
+    cfg = tiny_config(fasta, max_steps=1, val_check_interval=1)
+    cfg.data.shards = str(tmp_path / "shards")
+    with caplog.at_level("WARNING"):
+        train(cfg, tmp_path / "run")
+    assert "data.shards is given: data.files is not read" in caplog.text
+
+
 def test_resume_continues_exactly(tmp_path):
     """Losses after resuming from step N equal the uninterrupted run: dropout, FAVOR+ redraws,
     the data position inside an epoch and the epoch boundaries all continue exactly."""
