@@ -170,6 +170,15 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
             "kept): too few records or clusters to split",
             file=sys.stderr,
         )
+    leaks = manifest["held_out_in_train"] or {}
+    for split in ("val", "test"):
+        if leaks.get(split):
+            print(
+                f"warning: {leaks[split]:,} of {manifest['splits'][split]['records']:,} {split} "
+                f"records are identical to a training record (e.g. {leaks['examples'][0]}): "
+                "their metrics are not held out",
+                file=sys.stderr,
+            )
     print(
         f"  skipped (invalid) {c['skipped_invalid']:,}, records with replacements "
         f"{c['records_replaced']:,}, duplicate ids {manifest['duplicate_ids']['count']:,}"

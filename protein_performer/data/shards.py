@@ -14,6 +14,7 @@ OUTDIR that is renamed into place only when complete, and removed on any error o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -87,6 +88,34 @@ class _SplitWriter:
 
 SHARD_DIR_ENTRIES = frozenset({MANIFEST, *SPLITS})
 SPLIT_FILES = frozenset({"tokens.bin", "offsets.bin", "ids.txt"})
+
+
+class _HeldOutCopies:
+    """Records of explicit val/test files identical to a training record (train files come
+    first): their metrics would not be held out. 64-bit digests of the token bytes."""
+
+    def __init__(self) -> None:
+        self._train: list[int] = []
+        self._sorted: np.ndarray | None = None
+        self.counts = {"val": 0, "test": 0}
+        self.examples: list[str] = []
+
+    def add(self, split: str, record_id: str, ids: np.ndarray) -> None:
+        digest = int.from_bytes(hashlib.blake2b(ids.tobytes(), digest_size=8).digest(), "little")
+        if split == "train":
+            self._train.append(digest)
+            return
+        if self._sorted is None:
+            self._sorted = np.unique(np.asarray(self._train, dtype=np.uint64))
+            self._train = []
+        at = int(np.searchsorted(self._sorted, np.uint64(digest)))
+        if at < len(self._sorted) and int(self._sorted[at]) == digest:
+            self.counts[split] += 1
+            if len(self.examples) < 3:
+                self.examples.append(record_id)
+
+    def result(self) -> dict[str, Any]:
+        return {**self.counts, "examples": self.examples}
 
 
 def is_shard_dir(path: PathLike) -> bool:
@@ -165,6 +194,7 @@ def preprocess(
         writers = {s: _SplitWriter(tmp / s) for s in SPLITS}
         counts = EncodeCounts()
         dups = DuplicateFinder()
+        leaks = _HeldOutCopies() if explicit else None
         sources = []
         t0 = time.perf_counter()
         total_bytes = sum(r.size for r, _ in readers)
@@ -193,6 +223,8 @@ def preprocess(
                     split = fixed_split or assigner(split_key(rec, cluster_of, reader.path))
                     writers[split].add(rec.id, ids)  # type: ignore[arg-type]
                     dups.add(rec.id)
+                    if leaks is not None:
+                        leaks.add(split, rec.id, ids)  # type: ignore[arg-type]
                     if counts.records_kept % 2048 == 0:
                         now = reader.compressed_bytes_read
                         bar.update(now - last)
@@ -236,6 +268,7 @@ def preprocess(
             "allow_nucleotide": allow_nucleotide,
             "counts": counts.to_dict(),
             "duplicate_ids": dups.result(),
+            "held_out_in_train": None if leaks is None else leaks.result(),
             "splits": {},
             "elapsed_s": round(elapsed, 3),
             "records_per_s": round(counts.records_read / elapsed, 1) if elapsed else None,

@@ -53,6 +53,29 @@ def test_explicit_split_files(tmp_path):
     assert len(ShardSource.open(tmp_path / "o", "test")) == 0
 
 
+def test_held_out_files_identical_to_training_records_are_counted(tmp_path, capsys):
+    from protein_performer.cli import main
+
+    tr = _fasta(tmp_path, 30, "tr.fa.gz")
+    va = _fasta(tmp_path, 7, "va.fa")  # the same generator: train's first 7 records
+    te = tmp_path / "te.fa"
+    te.write_text(">new\nMKVLAAWWYY\n")
+    m = preprocess(tr, tmp_path / "o", val_inputs=[va], test_inputs=[te], progress=False)
+    assert m["held_out_in_train"] == {
+        "val": 7,
+        "test": 0,
+        "examples": ["UniRef50_T0000", "UniRef50_T0001", "UniRef50_T0002"],
+    }
+    assert preprocess(tr, tmp_path / "h", progress=False)["held_out_in_train"] is None
+    code = main(["data", "preprocess", str(tr), str(tmp_path / "c"), "--val", str(va),
+                 "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0 and err == (
+        "warning: 7 of 7 val records are identical to a training record (e.g. UniRef50_T0000): "
+        "their metrics are not held out\n"
+    )
+
+
 def test_policy_counts_in_manifest(tmp_path):
     src = _fasta(tmp_path, 50, bad_at=10)
     m = preprocess(src, tmp_path / "skip", policy="skip", progress=False)
