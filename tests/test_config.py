@@ -329,3 +329,12 @@ def test_exact_layers_compose_from_the_command_line():
     assert job.config.model.layer_kinds()[0] == "performer_softmax"
     assert _error(["model.exact_layers=[9]"]).startswith("model.exact_layers must list layer")
     assert "model.exact_layers:" in _error(["model.exact_layers=x"])
+
+
+def test_preset_worker_counts_fit_the_cpus(monkeypatch):
+    from protein_performer.training import hydra_run
+
+    monkeypatch.setattr(hydra_run.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert [hydra_run.worker_count(n) for n in (4, "4", 1, 0)] == [2, 2, 1, 0]
+    cfg = compose_job("train", ["data=shards", "data.shards=x"]).config
+    assert cfg.data.num_workers == 2

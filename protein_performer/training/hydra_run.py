@@ -78,6 +78,16 @@ def project_path(relative: str) -> str:
     return os.path.normpath(path)
 
 
+def worker_count(most: str | int) -> int:
+    """Resolver ``${pp_workers:4}``: at most ``most`` data-loading workers, and no more than
+    the CPUs this process may use (more only contend, and torch warns about them)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cpus = os.cpu_count() or 1
+    return max(0, min(int(most), cpus))
+
+
 def group_options(group: str) -> list[str]:
     """Option names of a config group (``model`` -> ``["performer_relu", ...]``)."""
     d = config_dir() / group
@@ -100,6 +110,7 @@ def _setup() -> None:
 
     setup_globals()  # ${now:...} and friends
     OmegaConf.register_new_resolver("pp_root", project_path, replace=True)
+    OmegaConf.register_new_resolver("pp_workers", worker_count, replace=True)
     register_configs()
     _SETUP_DONE = True
 
