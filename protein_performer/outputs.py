@@ -217,8 +217,7 @@ def staged_dir(outdir: Path, recheck: Callable[[], object]) -> Iterator[Path]:
     """A temporary folder next to ``outdir`` to write into; when the block ends without an
     error it becomes ``outdir`` (:func:`replace_dir`), otherwise it is removed with any parent
     folders made for it, so a failed or interrupted command leaves nothing behind."""
-    made = make_parents(outdir)
-    work = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
+    made, work = start_staging(outdir)
     try:
         yield work
         os.chmod(work, 0o777 & ~current_umask())
@@ -227,6 +226,19 @@ def staged_dir(outdir: Path, recheck: Callable[[], object]) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
         remove_empty(made)
         raise
+
+
+def start_staging(outdir: Path) -> tuple[list[Path], Path]:
+    """The missing folders above ``outdir``, made (for :func:`remove_empty` after a failure),
+    and a fresh hidden folder next to it to write into. A one-line :class:`DataError` naming
+    ``outdir`` when the system refuses (permission, read-only file system, full disk)."""
+    made: list[Path] = []
+    try:
+        made = make_parents(outdir)
+        return made, Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
+    except OSError as e:
+        remove_empty(made)
+        raise DataError(f"cannot write here ({e.strerror or e})", path=outdir) from None
 
 
 def make_parents(path: str | os.PathLike) -> list[Path]:

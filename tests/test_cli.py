@@ -198,7 +198,8 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatc
 
 
 def test_a_folder_without_write_permission_is_one_line(tmp_path, capsys, monkeypatch):
-    from protein_performer.data import shards
+    """Named by the output the user gave, not by the hidden folder it is staged in."""
+    from protein_performer import outputs
 
     p = tmp_path / "x.fa"
     p.write_bytes(FASTA)
@@ -206,9 +207,10 @@ def test_a_folder_without_write_permission_is_one_line(tmp_path, capsys, monkeyp
     def denied(prefix, dir):
         raise PermissionError(13, "Permission denied", f"{dir}/{prefix}abc")
 
-    monkeypatch.setattr(shards.tempfile, "mkdtemp", denied)
-    code, _, err = _run(capsys, "data", "preprocess", str(p), str(tmp_path / "s"))
-    assert code == 2 and err == f"error: {tmp_path}/.s.tmp-abc: Permission denied\n"
+    monkeypatch.setattr(outputs.tempfile, "mkdtemp", denied)
+    code, _, err = _run(capsys, "data", "preprocess", str(p), str(tmp_path / "s" / "t"))
+    assert code == 2 and err == f"error: {tmp_path}/s/t: cannot write here (Permission denied)\n"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["x.fa"]  # s/ made, then removed
 
 
 def test_an_interrupted_download_says_how_to_resume(tmp_path, capsys, monkeypatch):

@@ -190,16 +190,20 @@ def score_mutants(
     model: ProteinLM,
     alphabet: Alphabet,
     sequence: str,
-    mutants: Sequence[Sequence[Substitution]],
+    mutants: Sequence[Sequence[Substitution] | str],
     *,
     methods: Sequence[str] = ("masked-marginal",),
     max_tokens: int | None = None,
     toks_per_batch: int = 8192,
     progress: bool = False,
 ) -> dict[str, np.ndarray]:
-    """``{method: (n,) scores}`` for parsed, checked ``mutants`` of the wild-type ``sequence``.
+    """``{method: (n,) scores}`` for ``mutants`` of the wild-type ``sequence``: parsed
+    substitutions or strings (``"H24C"``, ``"H24C:P25A"``, 1-based positions).
 
-    ``max_tokens``: the model's window in tokens (with ``<cls>``/``<eos>``); None: no limit.
+    Every mutant must fit ``sequence`` (positions inside it, its wild-type letters, mutant
+    letters among the 20 amino acids): a ValueError names the first that does not.
+    ``max_tokens``: the window in tokens (with ``<cls>``/``<eos>``) a protein is scored in;
+    None: the model's own (its ``max_len`` with learned positions, no limit with rotary ones).
     Every method reads masked-LM predictions: a causal model is refused.
     """
     if getattr(model, "causal", False):
@@ -207,8 +211,16 @@ def score_mutants(
             "score needs a masked-LM checkpoint: every method reads the prediction at a "
             "(masked) site from both sides, and this model is causal (next-token)"
         )
+    mutants = [parse_mutant(m) if isinstance(m, str) else list(m) for m in mutants]
+    problems = check_mutants(mutants, sequence)
+    if problems:
+        i, problem = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ValueError(f"mutant {i + 1} does not fit the wild type: {problem}{more}")
     model.eval()
     ids = alphabet.encode(sequence)
+    if max_tokens is None and model.rotary is None:
+        max_tokens = model.config.max_len
     width = None if max_tokens is None else max_tokens - 2
     sites = sorted({s.index for m in mutants for s in m})
     out: dict[str, np.ndarray] = {}

@@ -42,7 +42,7 @@ from protein_performer.data.alphabet import InvalidPolicy, default_alphabet
 from protein_performer.data.fasta import EncodeCounts, FastaReader, PathLike, iter_encoded
 from protein_performer.data.headers import HeaderInfo
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.outputs import check_output_dir, make_parents, remove_empty, replace_dir
+from protein_performer.outputs import check_output_dir, remove_empty, replace_dir, start_staging
 
 FORMAT = "protein-performer-clusters"
 FORMAT_VERSION = 1
@@ -241,8 +241,7 @@ def cluster_fasta(
             or Path(os.path.abspath(outdir)) in inside.parents
         ):
             raise ConfigError(f"--tmp-dir {tmp_dir}: must not be inside OUTDIR")
-    made = make_parents(outdir)
-    work = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
+    made, work = start_staging(outdir)
     cleanup: list[Path] = []
     t0 = time.perf_counter()
     try:
@@ -292,7 +291,12 @@ def cluster_fasta(
         # MMseqs2 writes (and replaces) files like `latest` in its tmp directory: give it a
         # fresh one of its own, inside the user's --tmp-dir when there is one
         if tmp_dir is not None:
-            mm_tmp = Path(tempfile.mkdtemp(prefix="protein-performer-mmseqs-", dir=tmp_dir))
+            try:
+                mm_tmp = Path(tempfile.mkdtemp(prefix="protein-performer-mmseqs-", dir=tmp_dir))
+            except OSError as e:
+                raise DataError(
+                    f"--tmp-dir: cannot write here ({e.strerror or e})", path=tmp_dir
+                ) from None
             cleanup.append(mm_tmp)
         else:
             mm_tmp = work / "mmseqs_tmp"

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from array import array
 from collections.abc import Mapping, Sequence
@@ -42,7 +41,7 @@ from protein_performer.data.sources import FlatSource
 from protein_performer.data.splits import SPLITS, SplitAssigner, parse_fractions
 from protein_performer.data.stats import DuplicateFinder, LengthHistogram
 from protein_performer.errors import DataError
-from protein_performer.outputs import check_output_dir, make_parents, remove_empty, replace_dir
+from protein_performer.outputs import check_output_dir, remove_empty, replace_dir, start_staging
 
 FORMAT = "protein-performer-shards"
 FORMAT_VERSION = 1
@@ -187,8 +186,7 @@ def preprocess(
     plan += [(p, "val") for p in val_inputs] + [(p, "test") for p in test_inputs]
     outdir = check_shard_outdir(outdir, overwrite)
     readers = [(FastaReader(p), split) for p, split in plan]  # fail fast on missing files
-    made = make_parents(outdir)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
+    made, tmp = start_staging(outdir)
     os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it private; the result should not be
     try:
         writers = {s: _SplitWriter(tmp / s) for s in SPLITS}

@@ -34,6 +34,7 @@ class TableModel(nn.Module):
         self.calls: list[torch.Tensor] = []
         self.config = ModelConfig(attention="transformer", dim=8, depth=1, heads=1, max_len=max_len)
         self.anchor = nn.Parameter(torch.zeros(1))
+        self.rotary = None  # learned positions: max_len is the window
 
     def forward(self, ids: torch.Tensor) -> dict:
         self.calls.append(ids.clone())
@@ -326,6 +327,32 @@ def test_score_refuses_ragged_rows_and_side_output_names(ckpt, tmp_path, capsys)
     write_csv(tmp_path / "m.csv", [("K2R", "1")])
     assert _score(ckpt, tmp_path, out="s.json") == 2
     assert ".json is the name of a side output" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("mutant", "problem"),
+    [
+        ("M0A", "M0A: position 0 is outside 1-22"),
+        ("K2A:Q23A", "Q23A: position 23 is outside 1-22"),
+        ("A2G", "A2G: the sequence has K at 2"),
+    ],
+)
+def test_the_api_refuses_mutants_that_do_not_fit(mutant, problem) -> None:
+    """Position 0 once read the <cls> slot and one past the end <eos>: a score for nothing."""
+    model = TableModel()
+    with pytest.raises(ValueError, match=f"^mutant 2 does not fit the wild type: {problem}$"):
+        mut.score_mutants(model, ALPHABET, WT, ["K2R", mutant])
+    assert model.calls == []
+
+
+def test_the_api_takes_mutant_strings_and_the_models_window() -> None:
+    model = TableModel(max_len=12)
+    seq = "ACDEFGHIKLMNPQRSTVWY" * 2
+    by_text = mut.score_mutants(model, ALPHABET, seq, ["D23A", "C2A:D23A"])["masked-marginal"]
+    assert {c.shape[1] for c in model.calls} == {12}  # windows of the model's max_len
+    parsed = [mut.parse_mutant(m) for m in ("D23A", "C2A:D23A")]
+    by_sites = mut.score_mutants(model, ALPHABET, seq, parsed, max_tokens=12)["masked-marginal"]
+    np.testing.assert_array_equal(by_text, by_sites)
 
 
 def test_a_causal_model_is_refused() -> None:
