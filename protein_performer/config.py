@@ -239,6 +239,7 @@ class _AnalysisInputs:
     layers: Any = _key(None, "attention layers: 0-3, [0,2], -1 (last) (unset: all)")
     heads: Any = _key(None, "attention heads, same syntax (unset: all)")
     invalid: str = _key("error", "invalid residues: error, skip (drop the record) or replace (X)")
+    strip_gaps: bool = _key(False, "remove alignment gaps (- and .) from the sequences")
     device: str = _key("auto", "auto, cpu or cuda")
     overwrite: bool = _key(False, "replace an out directory this command wrote before")
     attention: str | None = _key(None, "run the weights with another attention kind")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ from protein_performer.config import (
     SimilarityConfig,
     eval_fasta_paths,
 )
-from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.alphabet import Alphabet, InvalidResidueError
 from protein_performer.data.fasta import EncodeCounts
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
@@ -71,7 +72,9 @@ SIMILARITY_FILES = {
 HEADS_FORMAT = "protein-performer-plot-heads/1"
 HEADS_JSON = "heads.json"
 HEADS_FILES = {
-    f"{stem}.{ext}" for stem in ("heads", "heads_zoom", "head_ranking") for ext in ("png", "pdf")
+    f"{stem}.{ext}"
+    for stem in ("heads", "heads_zoom", "head_ranking", "alignment_head")
+    for ext in ("png", "pdf")
 }
 
 is_similarity_dir = dir_with_manifest(SIMILARITY_JSON, SIMILARITY_FORMAT, SIMILARITY_FILES)
@@ -156,6 +159,7 @@ def run_extract(cfg: ExtractConfig) -> CommandResult:
         toks_per_batch=cfg.toks_per_batch,
         chunk_size=cfg.chunk_size,
         invalid=cfg.invalid,
+        strip_gaps=cfg.strip_gaps,
         overwrite=cfg.overwrite,
         source=str(cfg.checkpoint),
     )
@@ -180,7 +184,9 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
         None if cfg.split is None else split_filter(cfg.split, meta.get("data", {}), cfg.clusters)
     )
     counts = EncodeCounts()
-    proteins = read_proteins(fasta, alphabet, invalid=cfg.invalid, keep=keep, counts=counts)
+    proteins = read_proteins(
+        fasta, alphabet, invalid=cfg.invalid, strip_gaps=cfg.strip_gaps, keep=keep, counts=counts
+    )
     limit = max_tokens(model, None, _trained_length(meta))
     max_residues = cfg.max_residues if limit is None else min(cfg.max_residues, limit - 2)
     capped = max_residues < cfg.max_residues
@@ -246,6 +252,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         max_tokens=None if cfg.join else limit,
         truncate=cfg.truncate,
         invalid=cfg.invalid,
+        strip_gaps=cfg.strip_gaps,
         ids=None if cfg.record is None else [cfg.record],
         max_kept=1 if cfg.record is None and not cfg.join else None,
     )
@@ -343,6 +350,13 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         text += f" (no zoom figure: zoom={cfg.zoom} covers all {protein.sequence_length} residues)"
     if segments is not None:
         top = max(per_head, key=lambda h: h["cross_protein"])
+        dropped = len(read_ids) - len(segments)
+        if protein.cropped:
+            text += (
+                f"\n  truncate=true cut the first {protein.cropped:,} positions of the window to fit "
+                f"{limit:,} tokens"
+                + (f": {dropped} of {len(read_ids)} proteins left out entirely" if dropped else "")
+            )
         text += (
             f"\n  joined {len(segments)} proteins; the last one's queries put "
             f"{top['cross_protein']:.0%} of their attention on the others in "
@@ -526,6 +540,7 @@ def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
 def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
     if cfg.sequence is not None:
         sequence = "".join(str(cfg.sequence).split()).upper()
+        sequence = sequence.removesuffix("*")  # a terminal stop, as in a FASTA record
         if not sequence:
             raise ConfigError("sequence= is empty")
         bad = [c for c in sequence if c not in alphabet.residues]
@@ -533,12 +548,17 @@ def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
             pos = sequence.index(bad[0]) + 1
             raise DataError(f"sequence=: {bad[0]!r} at position {pos} is not a residue letter")
         return sequence, "sequence="
-    (protein,) = read_proteins(
-        cfg.fasta,
-        alphabet,
-        ids=None if cfg.record is None else [cfg.record],
-        max_records=1 if cfg.record is None else None,
-    )[:1]
+    try:
+        (protein,) = read_proteins(
+            cfg.fasta,
+            alphabet,
+            ids=None if cfg.record is None else [cfg.record],
+            max_records=1 if cfg.record is None else None,
+        )[:1]
+    except InvalidResidueError as e:
+        # the wild type is read as it is: no invalid= / strip_gaps= here to point to
+        problem = e.problem.split(" (an alignment gap")[0].split("; ")[0]
+        raise DataError(problem, path=e.path, record=e.record, record_id=e.record_id) from None
     return alphabet.decode(protein.residues), f"{cfg.fasta} ({protein.id})"
 
 
@@ -574,6 +594,20 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         raise DataError(
             f"no column {cfg.fitness_col!r} (columns: {', '.join(fields)}); set fitness_col=",
             path=cfg.mutations,
+        )
+    if cfg.fitness_col is not None:
+        values = [r.get(cfg.fitness_col) for r in rows]
+        if not any(np.isfinite(_float(v)) for v in values):
+            shown = next((v for v in values if v not in (None, "")), None)
+            raise DataError(
+                f"column {cfg.fitness_col!r} holds no numbers"
+                + (f" (e.g. {shown!r})" if shown is not None else " (all empty)")
+                + "; fitness_col= names the measured fitness",
+                path=cfg.mutations,
+            )
+    if str(cfg.out).endswith(("/", os.sep)):
+        raise DataError(
+            "out: names a directory (trailing '/'); expected a CSV file name", path=cfg.out
         )
     out = Path(cfg.out)
     if out.suffix.lower() in (".json", ".png"):
@@ -690,6 +724,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         "length": len(sequence),
         "offset": cfg.offset,
         "methods": methods,
+        "attention_kind": model.config.kind_label,
         "mutants": len(rows),
         "scored": len(good),
         "unscored": [{"line": line_of[i], "problem": p} for i, p in problems[:100]],

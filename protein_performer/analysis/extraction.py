@@ -137,10 +137,12 @@ def representations(
 
 def record_file_names(ids: Sequence[str]) -> list[str]:
     """One safe, distinct file name per record id (``sp|P00974|BPT1_BOVIN.npz``; characters
-    other than letters, digits and ``._-|`` become ``_``; repeats get ``-2``, ``-3``)."""
+    other than letters, digits and ``._-|`` become ``_``, no leading ``.`` or ``-``; repeats
+    get ``-2``, ``-3``)."""
     names, seen = [], set()
     for rid in ids:
-        base = re.sub(r"[^A-Za-z0-9._|-]", "_", rid).lstrip(".") or "record"
+        # no leading "." (hidden) or "-" (read as an option by `ls *.npz`, `rm`, ...)
+        base = re.sub(r"[^A-Za-z0-9._|-]", "_", rid).lstrip(".-") or "record"
         if len(base) > 150:  # file names end at 255 bytes: cut, keep a hash of the whole id
             base = f"{base[:140]}~{hashlib.sha1(rid.encode()).hexdigest()[:8]}"
         name, k = base, 1
@@ -191,6 +193,7 @@ def extract(
     toks_per_batch: int = 4096,
     chunk_size: int = 256,
     invalid: str = "error",
+    strip_gaps: bool = False,
     overwrite: bool = False,
     progress: bool = True,
     source: str | None = None,
@@ -219,7 +222,13 @@ def extract(
     limit = max_tokens(model, max_length, trained_length)
     counts = EncodeCounts()
     proteins = read_proteins(
-        fasta, alphabet, max_tokens=limit, truncate=truncate, invalid=invalid, counts=counts
+        fasta,
+        alphabet,
+        max_tokens=limit,
+        truncate=truncate,
+        invalid=invalid,
+        strip_gaps=strip_gaps,
+        counts=counts,
     )
     files = record_file_names([p.id for p in proteins])
     dtype = np.float16 if float16 else np.float32
@@ -294,6 +303,7 @@ def extract(
         manifest = {
             "format": FORMAT,
             "checkpoint": source,
+            "attention_kind": model.config.kind_label,
             "fasta": [str(p) for p in ([fasta] if isinstance(fasta, (str, Path)) else fasta)],
             "include": include,
             "attention_layers": sel_layers if "attention" in include else None,

@@ -123,7 +123,16 @@ def test_extract_cli(files, tmp_path, capsys) -> None:
     assert code == 0
     result = json.loads(text)
     assert len(result["records"]) == 60 and result["attention_heads"] == [0, 1]
+    assert result["attention_kind"] == "performer_relu"
     assert np.load(out / "p0.npz")["attention"].shape == (2, 2, 30, 30)
+    # an aligned record: its gaps are refused, or removed with strip_gaps=true
+    (tmp_path / "aln.fa").write_text(">a\nMK--VLA.W\n")
+    base = [f"checkpoint={files / 'relu.ckpt'}", f"fasta={tmp_path / 'aln.fa'}"]
+    code, _, err = run(capsys, "extract", *base, f"out={tmp_path / 'g'}")
+    assert code == 2 and "strip_gaps removes them" in err
+    code, _, err = run(capsys, "extract", *base, f"out={tmp_path / 'g'}", "strip_gaps=true")
+    assert code == 0, err
+    assert str(np.load(tmp_path / "g" / "a.npz")["sequence"]) == "MKVLAW"
 
 
 @pytest.mark.parametrize(
@@ -271,6 +280,12 @@ def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys)
         ("p0", 0, 6),
         ("p1", 7, 27),
     ]  # p0 keeps its last 6 residues
+    assert "truncate=true cut the first 14 positions of the window to fit 50 tokens\n" in text
+    code, text, err = run(
+        capsys, *too_long, f"fasta={tmp_path / 'family.fasta'}", "join=true", "max_length=30",
+        "truncate=true", "zoom=null", "overwrite=true",
+    )  # fmt: skip
+    assert code == 0 and "to fit 30 tokens: 1 of 3 proteins left out entirely" in text, err
 
 
 def test_plot_heads_join_measures_attention_on_the_aligned_residues(files, tmp_path, capsys):

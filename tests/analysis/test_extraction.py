@@ -201,8 +201,17 @@ def test_output_directory_rules(tmp_path) -> None:
 
 
 def test_file_names_are_safe_and_distinct() -> None:
-    names = record_file_names(["sp|P1|A", "a/b", "A", "a", "..x", ""])
-    assert names == ["sp|P1|A.npz", "a_b.npz", "A.npz", "a-2.npz", "x.npz", "record.npz"]
+    names = record_file_names(["sp|P1|A", "a/b", "A", "a", "..x", "", "-rf", "-.-"])
+    assert names == [
+        "sp|P1|A.npz",
+        "a_b.npz",
+        "A.npz",
+        "a-2.npz",
+        "x.npz",
+        "record.npz",
+        "rf.npz",  # not an option to `rm *.npz`
+        "record-2.npz",
+    ]
     long_a, long_b = record_file_names(["x" * 300 + "a", "x" * 300 + "b"])
     assert len(long_a) < 160 and long_a != long_b
 

@@ -372,3 +372,32 @@ def test_score_says_a_csv_is_expected_for_a_directory(ckpt, tmp_path, capsys) ->
     code = _score(ckpt, tmp_path)
     _, err = capsys.readouterr()
     assert code == 2 and "m.csv: is a directory, expected a CSV of mutations" in err, err
+
+
+def test_score_refuses_a_directory_out_and_a_fitness_column_without_numbers(
+    ckpt, tmp_path, capsys
+) -> None:
+    write_csv(tmp_path / "m.csv", [("K2R", "n/a"), ("K2A", "")])
+    args = [f"checkpoint={ckpt}", f"sequence={WT}", f"mutations={tmp_path / 'm.csv'}"]
+    assert main(["score", *args, f"out={tmp_path}/new/"]) == 2
+    assert (
+        "out: names a directory (trailing '/'); expected a CSV file name" in capsys.readouterr().err
+    )
+    assert _score(ckpt, tmp_path, "fitness_col=fitness") == 2
+    assert "column 'fitness' holds no numbers (e.g. 'n/a')" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.ckpt", "m.csv"]
+
+
+def test_score_wild_type_inputs_read_like_fasta_records(ckpt, tmp_path, capsys) -> None:
+    write_csv(tmp_path / "m.csv", [("K2R", "1.0"), ("K2A", "0.5")])
+    args = [f"checkpoint={ckpt}", f"mutations={tmp_path / 'm.csv'}"]
+    # a terminal stop is dropped from sequence= as from a FASTA record
+    assert main(["score", *args, f"sequence={WT}*", f"out={tmp_path / 'a.csv'}"]) == 0
+    capsys.readouterr()
+    summary = json.loads((tmp_path / "a.json").read_text())
+    assert summary["length"] == len(WT) and summary["attention_kind"] == "performer_relu"
+    # score has no strip_gaps= or invalid=: the error does not suggest them
+    (tmp_path / "wt.fa").write_text(f">wt\n{WT[:5]}-{WT[5:]}\n")
+    assert main(["score", *args, f"fasta={tmp_path / 'wt.fa'}", f"out={tmp_path / 'b.csv'}"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {tmp_path / 'wt.fa'}: record 1 (wt): invalid residue '-' at position 6\n"
