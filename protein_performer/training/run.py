@@ -607,12 +607,22 @@ def _fit(
             signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after Ctrl-C
 
 
+def _data_line(dm: ProteinDataModule) -> str:
+    """``train 3,425 proteins (990,112 residues), val 190 (...)``: what the run reads."""
+    parts = []
+    for split, ds in dm.datasets.items():
+        proteins = dm.windows[split][0] if split in dm.windows else len(ds.source)
+        parts.append(f"{split} {proteins:,} proteins ({ds.source.n_residues:,} residues)")
+    return ", ".join(parts)
+
+
 def _print_header(
     cfg: TrainConfig,
     run_path: Path,
     estimate: MemoryEstimate,
     warning: str | None,
     resume_step: int | None,
+    data: str = "",
 ) -> None:
     m, t = cfg.model, cfg.trainer
     shape = f"{m.depth}×{m.dim}, {m.heads} heads" + (
@@ -632,6 +642,7 @@ def _print_header(
     lines = [
         f"run directory: {run_path}",
         f"model: {m.attention} ({shape}): {estimate.format()}",
+        *([f"data: {data}"] if data else []),
         f"training: {steps}, validation every {t.val_check_interval:,}, last.ckpt "
         + (
             f"every {t.checkpoint_every_minutes:g} min"
@@ -725,7 +736,7 @@ def train(
         dm = build_datamodule(cfg)
         dm.setup("fit")  # data errors before anything is printed (fit reuses what is loaded)
         if rank_zero:
-            _print_header(cfg, run_path, estimate, warning, resume_step)
+            _print_header(cfg, run_path, estimate, warning, resume_step, _data_line(dm))
         module = build_module(cfg, dm.alphabet)
         trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks, resume_step)
         interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +36,11 @@ def _train_losses(run_dir: Path) -> dict[int, float]:
 def test_train_command_runs_end_to_end(tiny_fasta, tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert run_hydra("train", tiny_overrides(tiny_fasta, run_dir)) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "val perplexity" in out and "tokens/s" in out
+    data = next(line for line in err.splitlines() if line.startswith("data: "))
+    found = re.fullmatch(r"data: train (\d+) proteins \([\d,]+ residues\), val (\d+) .*", data)
+    assert found and int(found[1]) + int(found[2]) == 80  # write_fasta's records, all read
     best = run_dir / "checkpoints" / "best.ckpt"
     last = run_dir / "checkpoints" / "last.ckpt"
     assert f"best checkpoint {best}" in out
