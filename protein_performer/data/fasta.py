@@ -256,7 +256,7 @@ class FastaReader:
             if not first.startswith(">"):
                 raise DataError(
                     f"line {line_no} does not start with '>': not a FASTA file "
-                    "(or text before the first header)",
+                    f"({_looks_like(first)})",
                     path=self.path,
                 )
             for title, seq in SimpleFastaParser(itertools.chain([first], lines)):
@@ -270,6 +270,10 @@ class FastaReader:
             self._hasher.drain()  # type: ignore[union-attr]
             self.sha256 = self._hasher.sha256.hexdigest()  # type: ignore[union-attr]
         except UnicodeDecodeError as e:
+            if index == 0 and bytes(e.object[:2]) == b"\x1f\x8b":
+                raise DataError(
+                    f"gzip inside {self.compression}: decompress it once more", path=self.path
+                ) from None
             raise self.explain(
                 self._stream_error(
                     f"not UTF-8 text (byte 0x{e.object[e.start]:02x}); is this a FASTA file?",
@@ -287,6 +291,22 @@ class FastaReader:
             ) from None
         finally:
             text.close()
+
+
+def _looks_like(first_line: str) -> str:
+    """What a file whose first line is ``first_line`` might be instead of FASTA."""
+    head = first_line.lstrip("\ufeff")
+    if head.startswith("@"):
+        return "it looks like FASTQ: convert it, e.g. `seqkit fq2fa`"
+    if head.startswith("LOCUS "):
+        return "it looks like GenBank: export FASTA, e.g. with Biopython's SeqIO.convert"
+    if head.startswith("ID   "):
+        return "it looks like a UniProt/EMBL flat file: download the FASTA format instead"
+    if head.startswith(("# STOCKHOLM", "CLUSTAL", "MSF:")):
+        return "it looks like an alignment: write it as aligned FASTA (strip_gaps reads it)"
+    if len(first_line) > 262 and first_line[257:262] == "ustar":
+        return "it looks like a tar archive: unpack it first"
+    return "or text before the first header"
 
 
 def read_fasta(path: PathLike) -> Iterator[FastaRecord]:

@@ -101,6 +101,37 @@ def test_text_before_first_header_is_an_error_not_dropped(tmp_path):
     assert "line 2 does not start with '>'" in msg
 
 
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"@read1\nACGT\n+\nIIII\n", "it looks like FASTQ"),
+        (b"LOCUS       AB000001   120 aa\n", "it looks like GenBank"),
+        (b"ID   BPT1_BOVIN   Reviewed;   100 AA.\n", "UniProt/EMBL flat file"),
+        (b"# STOCKHOLM 1.0\n", "it looks like an alignment"),
+        (b"MKVLLA\n", "or text before the first header"),
+    ],
+)
+def test_other_formats_are_named(tmp_path, content, says):
+    assert says in _err(_write(tmp_path / "x.fa", content))
+
+
+def test_tar_and_double_gzip_are_named(tmp_path):
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = b">a\nMKV\n"
+        info = tarfile.TarInfo("a.fa")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    assert "it looks like a tar archive" in _err(_write(tmp_path / "x.tar", buf.getvalue()))
+    twice = gzip.compress(gzip.compress(b">a\nMKV\n"))
+    assert _err(_write(tmp_path / "x.fa.gz", twice)).endswith(
+        "gzip inside gzip: decompress it once more"
+    )
+
+
 def test_header_without_sequence(tmp_path):
     msg = _err(_write(tmp_path / "h.fa", b">a\nMKV\n>b desc\n>c\nMK\n"))
     assert msg.endswith("record 2 (b): header has no sequence")
