@@ -467,3 +467,17 @@ def test_cli_download_max_records_and_error(server, gz_fasta, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "404" in err and err.count("\n") == 1
     assert files(tmp_path) == ["u.fa.gz"]
+
+
+def test_cli_notes_a_name_that_does_not_say_the_compression(server, gz_fasta, tmp_path, capsys):
+    from protein_performer.cli import main
+
+    server.routes["/plain.fa"] = Route(make_fasta(3).encode())
+    server.routes["/u.gz"] = Route(gz_fasta[1])
+    args = ["data", "download", "uniref50"]
+    assert main([*args, str(tmp_path / "a.fa.gz"), "--url", server.url("/plain.fa")]) == 0
+    assert capsys.readouterr().err.endswith("a.fa.gz is not compressed but ends in .gz\n")
+    assert main([*args, str(tmp_path / "b.fa"), "--url", server.url("/u.gz")]) == 0
+    assert capsys.readouterr().err.endswith("b.fa is gzip-compressed but does not end in .gz\n")
+    assert main([*args, str(tmp_path / "c.fa.gz"), "--url", server.url("/u.gz")]) == 0
+    assert "note:" not in capsys.readouterr().err
