@@ -450,7 +450,8 @@ def split_key(
         return cluster_of[rec.id]
     except KeyError:
         raise DataError(
-            "not in the clusters table (cluster the same files with `data cluster`)",
+            f"not in the clusters table ({len(cluster_of):,} records: of other files, or cut "
+            "short? cluster the same files with `data cluster`)",
             path=path,
             record=rec.number,
             record_id=rec.id,

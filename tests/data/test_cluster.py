@@ -121,7 +121,11 @@ def test_cluster_splits_never_separate_members(families, clustered, tmp_path):
     # a record that is not in the table is an error, not a silent per-record split
     other = tmp_path / "other.fasta"
     other.write_text(">unknown\nMKVLAAGICW\n")
-    with pytest.raises(DataError, match=r"record 1 \(unknown\): not in the clusters table"):
+    with pytest.raises(
+        DataError,
+        match=rf"record 1 \(unknown\): not in the clusters table \({len(cluster_of):,} records: "
+        "of other files, or cut short",
+    ):
         load_fasta_source(other, split="train", cluster_of=cluster_of)
 
 
