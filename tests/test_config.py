@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -260,6 +261,9 @@ def test_help_lists_groups_and_options(capsys):
     for key in ("split:", "invalid:", "device:", "seed:", "attention:", "output:"):
         assert key in out, key
     assert "[error]" in out and "[16384]" in out
+    keys = out.split("keys (KEY=VALUE", 1)[1].splitlines()[1:]
+    for line in (x for x in keys if x.startswith("  ") and ":" in x):
+        assert re.match(r"  \w+: {2,}\S", line), line  # the key never runs into its text
     from protein_performer.training.hydra_run import _EVALUATE_KEYS
 
     assert set(_EVALUATE_KEYS) == {f.name for f in dataclasses.fields(EvalConfig)}

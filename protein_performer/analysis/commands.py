@@ -732,8 +732,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         "out": str(out),
     }
     text = (
-        f"scored {len(good):,} of {len(rows):,} mutants ({', '.join(methods)}) in {elapsed:.1f} s "
-        f"-> {out}"
+        f"scored {len(good):,} of {len(rows):,} mutants ({', '.join(methods)}) of {source} in "
+        f"{elapsed:.1f} s -> {out}"
     )
     if problems:
         text += f"\n  {len(problems):,} rows left unscored (first: line {line_of[problems[0][0]]}: {problems[0][1]})"

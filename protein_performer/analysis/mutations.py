@@ -56,6 +56,11 @@ def parse_mutant(text: str, offset: int = 1) -> list[Substitution]:
     parts = str(text).strip().split(":")
     for part in parts:
         m = _SITE.fullmatch(part.strip())
+        if not m and part.strip().endswith("*"):
+            raise ValueError(
+                f"{text!r} is a stop (nonsense) mutant: masked-LM scores cover substitutions "
+                "between the 20 amino acids"
+            )
         if not m:
             raise ValueError(f"cannot read mutation {text!r} (expected e.g. H24C or H24C:P25A)")
         wt, pos, mt = m.group(1).upper(), int(m.group(2)), m.group(3).upper()

@@ -433,11 +433,13 @@ _EVALUATE_KEYS = {
 def _command_keys(command: str) -> list[str]:
     """``key:  help [default]`` for every key of an evaluate or analysis command."""
     out = []
-    for f in dataclasses.fields(COMMANDS[command]):
+    fields = dataclasses.fields(COMMANDS[command])
+    width = max(len(f.name) for f in fields) + 3  # "name:" and two spaces at least
+    for f in fields:
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         shown = "" if default in ("???", None) else f" [{default}]"
         text = f.metadata.get("help") or _EVALUATE_KEYS.get(f.name, "")
-        out.append(f"{f.name + ':':<17}{text}{shown}")
+        out.append(f"{f.name + ':':<{width}}{text}{shown}")
     return out
 
 

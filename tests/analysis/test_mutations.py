@@ -54,6 +54,9 @@ def test_parse_mutant_notation() -> None:
     for bad in ("", "H24", "24C", "H24C:", "HH24C", "H24C:H24A"):
         with pytest.raises(ValueError):
             mut.parse_mutant(bad)
+    for stop in ("K2*", "H24C:K2*"):
+        with pytest.raises(ValueError, match=r"is a stop \(nonsense\) mutant"):
+            mut.parse_mutant(stop)
 
 
 def test_wild_type_checks() -> None:
@@ -316,7 +319,8 @@ def test_score_reads_tabs_wild_type_rows_and_hints_the_offset(ckpt, tmp_path, ca
     write_csv(tmp_path / "m.csv", [("K2*", "1"), ("K2R", "2")])
     assert _score(ckpt, tmp_path, "skip_mismatched=true", out="y.csv") == 0
     assert (
-        "1 rows left unscored (first: line 2: cannot read mutation 'K2*'" in capsys.readouterr().out
+        "1 rows left unscored (first: line 2: 'K2*' is a stop (nonsense) mutant"
+        in capsys.readouterr().out
     )
 
 
