@@ -28,10 +28,11 @@ def length_scale(
     ``log(n) / log(base)`` a margin ``d`` gives the match ``n^a / (n^a + n)``,
     ``a = d / log(base)``, which holds or grows with n once ``d >= log(base)``
     (Scalable-Softmax, Nakanishi 2025)."""
+    # counted and logged in float64 (small): a float32 factor put 1e-7 errors into float64 runs
     if key_padding_mask is None:
-        visible = torch.ones(batch, lk, device=device)
+        visible = torch.ones(batch, lk, device=device, dtype=torch.float64)
     else:
-        visible = (~key_padding_mask.bool()).float()  # (B, Lk)
+        visible = (~key_padding_mask.bool()).double()  # (B, Lk)
     # causal: query i sees keys 0..i (top-left aligned, like is_causal=True): (B, Lq, 1)
     seen = torch.cumsum(visible, -1)[:, :lq, None] if causal else visible.sum(-1)[:, None, None]
     factor = torch.log(seen.clamp(min=1.0)) / math.log(base)
@@ -54,6 +55,7 @@ def exact_attention(
     gradient, instead of NaN. ``length_base`` > 1: Scalable-Softmax, the scores of each query
     times ``log(n) / log(length_base)`` (:func:`length_scale`).
     """
+    _check_inputs(q, k, v, key_padding_mask)
     if length_base:
         q = q * length_scale(
             q.shape[-2],
@@ -68,11 +70,6 @@ def exact_attention(
     if key_padding_mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     lq, lk = q.shape[-2], k.shape[-2]
-    if key_padding_mask.shape != (k.shape[0], lk):
-        raise ValueError(
-            f"key_padding_mask must be (B, Lk) = {(k.shape[0], lk)}, "
-            f"got {tuple(key_padding_mask.shape)}"
-        )
     allowed = ~key_padding_mask.bool()[:, None, None, :]  # (B, 1, 1, Lk)
     if causal:
         # top-left aligned, like is_causal=True
@@ -84,3 +81,29 @@ def exact_attention(
         allowed = allowed | empty
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
     return out.masked_fill(empty, 0.0) if bool(empty.any()) else out
+
+
+def _check_inputs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+) -> None:
+    """The shapes and mask :func:`exact_attention` takes, as :class:`FavorAttention` checks
+    them (the two are swapped for one another)."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"q, k and v must be (B, H, L, D), got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"{tuple(v.shape)}"
+        )
+    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must share (B, H) and the head dim: {tuple(q.shape)} vs {tuple(k.shape)}"
+        )
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"v must be (B, H, Lk, Dv) matching k, got {tuple(v.shape)}")
+    if mask is not None and tuple(mask.shape) != (k.shape[0], k.shape[2]):
+        raise ValueError(
+            f"key_padding_mask must be (B, Lk) = {(k.shape[0], k.shape[2])}, "
+            f"got {tuple(mask.shape)}"
+        )
+    if mask is not None and mask.dtype != torch.bool:
+        # a float "keep" mask (1 = attend) would silently mean the opposite
+        raise TypeError(f"key_padding_mask must be bool (True = padded key), got {mask.dtype}")

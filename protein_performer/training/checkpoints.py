@@ -118,7 +118,10 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
-        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
+        # torch's wording differs for unknown classes and for blocked modules (os, posix, ...)
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e)) or re.search(
+            r"unsupported GLOBAL ([\w.]+)", str(e)
+        )
         if found:
             raise DataError(
                 "refusing to load: it holds objects that weights_only=True does not allow "

@@ -82,7 +82,7 @@ def test_scalable_softmax_scales_each_querys_scores_by_log_of_its_keys(causal, m
     ref = _scalable_reference(q, k, v, causal, mask, 5)
     torch.testing.assert_close(out, ref)
     assert (out - exact_attention(q, k, v, causal=causal, key_padding_mask=mask)).abs().max() > 1e-3
-    g = torch.randn_like(out)
+    g = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(1))
     for got, want in zip(
         torch.autograd.grad((out * g).sum(), (q, k, v)),
         torch.autograd.grad((ref * g).sum(), (q, k, v)),
@@ -105,3 +105,18 @@ def test_scalable_softmax_is_plain_softmax_at_the_base_length() -> None:
     )
     causal = length_scale(4, 4, 2, causal=True, batch=1)
     torch.testing.assert_close(causal.flatten(), torch.log(torch.arange(1.0, 5.0)) / math.log(2))
+
+
+def test_inputs_are_checked_like_favor_attention() -> None:
+    q = torch.randn(2, 3, 6, 4)
+    keep = torch.ones(2, 6)  # a float "keep" mask would mean the opposite: refused
+    with pytest.raises(TypeError, match="key_padding_mask must be bool"):
+        exact_attention(q, q, q, key_padding_mask=keep)
+    with pytest.raises(ValueError, match=r"key_padding_mask must be \(B, Lk\) = \(2, 6\)"):
+        exact_attention(q, q, q, key_padding_mask=torch.zeros(2, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="share \\(B, H\\) and the head dim"):
+        exact_attention(q, torch.randn(2, 3, 6, 5), q)
+    with pytest.raises(ValueError, match="v must be \\(B, H, Lk, Dv\\) matching k"):
+        exact_attention(q, q, torch.randn(2, 3, 5, 4))
+    with pytest.raises(ValueError, match="must be \\(B, H, L, D\\)"):
+        exact_attention(q[0], q[0], q[0])

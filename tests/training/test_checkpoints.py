@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -73,6 +74,11 @@ class _Payload:
         return (print, ("this must never run",))
 
 
+class _Shell:
+    def __reduce__(self):
+        return (os.system, ("echo this must never run",))
+
+
 def test_unsafe_or_foreign_files_give_clear_errors(tmp_path):
     with pytest.raises(DataError, match=r"missing\.ckpt: checkpoint not found"):
         read_checkpoint(tmp_path / "missing.ckpt")
@@ -122,6 +128,13 @@ def test_unsafe_or_foreign_files_give_clear_errors(tmp_path):
         pickle.dump({"state_dict": _Payload()}, f)
     with pytest.raises(DataError, match="not a readable PyTorch checkpoint"):
         read_checkpoint(legacy)
+    # a blocked module (os.system): torch words it otherwise; still "refusing", not "corrupt"
+    shell = tmp_path / "shell.ckpt"
+    torch.save({"state_dict": _Shell()}, shell)
+    with pytest.raises(
+        DataError, match=r"refusing to load: .* does not allow \((posix|nt)\.system\)$"
+    ):
+        read_checkpoint(shell)
 
 
 def test_damaged_metadata_is_one_line_not_a_key_error(tmp_path):
