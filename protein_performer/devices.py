@@ -1,6 +1,8 @@
-"""The device a command runs on, from its ``device=auto|cpu|cuda`` setting."""
+"""The device a command runs on (``device=auto|cpu|cuda``) and how much memory it has."""
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -16,3 +18,52 @@ def pick_device(name: str) -> torch.device:
     if name not in ("cpu", "cuda"):
         raise ConfigError(f"device must be auto, cpu or cuda (got {name!r})")
     return torch.device(name)
+
+
+def size_text(n: float) -> str:
+    """``1.6 GB``, ``12.0 MB``, ``512 B``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def memory_available() -> tuple[int, int] | None:
+    """``(available, total)`` bytes of RAM from /proc/meminfo (Linux), else None."""
+    try:
+        info = {}
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                info[key] = int(rest.split()[0]) * 1024
+        return info["MemAvailable"], info["MemTotal"]
+    except (OSError, KeyError, ValueError, IndexError):
+        if hasattr(os, "sysconf"):
+            try:
+                total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+                return total, total
+            except (ValueError, OSError):
+                return None
+        return None
+
+
+def check_dense_fits(
+    shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, what: str, instead: str
+) -> None:
+    """Refuse to build a dense tensor of ``shape`` larger than the memory ``device`` has free
+    (an attention matrix grows as L²: at L = 100,000 one head is 40 GB), before any of it is
+    computed, with what to use ``instead``."""
+    nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        mem = memory_available()
+        if mem is None:
+            return
+        free = mem[0]
+    if nbytes > free:
+        dims = " × ".join(f"{d:,}" for d in shape)
+        raise ConfigError(
+            f"{what} ({dims}) needs {size_text(nbytes)}, more than the {size_text(free)} of "
+            f"memory free; {instead}"
+        )

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from ..devices import check_dense_fits
 from ..errors import ConfigError
 from .causal import causal_linear_attention
 from .feature_maps import (
@@ -461,6 +462,14 @@ class FavorAttention(nn.Module):
         selects heads and never holds the whole matrix). Rows sum to 1 (a row with no visible
         key is all zeros); ``matrix @ v`` equals :meth:`forward`.
         """
+        self._check_inputs(q, k, key_padding_mask)
+        check_dense_fits(
+            (q.shape[0], q.shape[1], q.shape[2], k.shape[2]),
+            torch.float64 if q.dtype == torch.float64 else torch.float32,
+            q.device,
+            "the attention matrix",
+            "attention_rows() yields it a block of rows at a time",
+        )
         blocks = [
             rows for _, rows in self.attention_rows(q, k, key_padding_mask, chunk_size=chunk_size)
         ]

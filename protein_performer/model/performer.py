@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from protein_performer.attention import FavorAttention
+from protein_performer.devices import check_dense_fits
 from protein_performer.errors import ConfigError
 from protein_performer.model.blocks import Block
 from protein_performer.model.config import ModelConfig
@@ -190,6 +191,15 @@ class ProteinLM(nn.Module):
         ``(B, L, L)``, with gradients (attention supervision).
         """
         self._check_batch(input_ids, padding_mask)
+        if return_attentions:
+            b, n = input_ids.shape
+            check_dense_fits(
+                (self.config.depth, b, self.config.heads, n, n),
+                next(self.parameters()).dtype,
+                input_ids.device,
+                "return_attentions: the attention matrices of every layer",
+                "iter_attention() yields them a block of rows at a time",
+            )
         if probe is not None and not (
             -self.config.depth <= probe[0] < self.config.depth
             and -self.config.heads <= probe[1] < self.config.heads

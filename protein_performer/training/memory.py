@@ -12,13 +12,14 @@ order of magnitude, printed so that a user sees a run that cannot fit before it 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from protein_performer.attention.taylor import taylor_feature_dim
+from protein_performer.devices import memory_available
+from protein_performer.devices import size_text as _size
 from protein_performer.errors import ConfigError
 
 GB = 1e9
@@ -37,13 +38,6 @@ class MemoryEstimate:
             f"optimizer state), activations ≈ {_size(self.activation_bytes)} per step of "
             f"{self.tokens:,} tokens (estimate)"
         )
-
-
-def _size(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:,.1f} {unit}"
-    return f"{n:,.0f} B"
 
 
 def count_parameters(model_config: Any, vocab_size: int, pad_idx: int = 0) -> int:
@@ -80,25 +74,6 @@ def estimate_memory(cfg: Any, vocab_size: int) -> MemoryEstimate:
             per_token += (m.heads - m.local_heads) * (2 * m.nb_features - shared * m.dim_head)
     floats = tokens * (per_token + 3 * vocab_size)
     return MemoryEstimate(params, 16 * params, 4 * floats, tokens)
-
-
-def memory_available() -> tuple[int, int] | None:
-    """``(available, total)`` bytes of RAM from /proc/meminfo (Linux), else None."""
-    try:
-        info = {}
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                info[key] = int(rest.split()[0]) * 1024
-        return info["MemAvailable"], info["MemTotal"]
-    except (OSError, KeyError, ValueError, IndexError):
-        if hasattr(os, "sysconf"):
-            try:
-                total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-                return total, total
-            except (ValueError, OSError):
-                return None
-        return None
 
 
 def check_fits_cpu(estimate: MemoryEstimate) -> str | None:

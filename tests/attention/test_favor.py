@@ -386,3 +386,14 @@ def test_misuse_is_a_clear_error_and_empty_inputs_give_empty_outputs():
     assert out.shape == (2, 2, 5, 8) and not out.any()
     out.sum().backward()
     assert not qg.grad.any()
+
+
+def test_a_dense_attention_matrix_larger_than_memory_is_refused_up_front(monkeypatch) -> None:
+    from protein_performer import devices
+
+    monkeypatch.setattr(devices, "memory_available", lambda: (10_000, 10_000))
+    attn = FavorAttention(dim_head=8, nb_features=16)
+    q = torch.randn(1, 2, 40, 8)  # 1 × 2 × 40 × 40 float32 = 12.8 kB > 10 kB
+    with pytest.raises(ConfigError, match=r"attention matrix \(1 × 2 × 40 × 40\) needs 12\.8 kB"):
+        attn.attention_matrix(q, q)
+    assert attn.attention_matrix(q[:, :, :30], q[:, :, :30]).shape == (1, 2, 30, 30)  # 7.2 kB

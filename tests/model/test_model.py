@@ -631,3 +631,15 @@ def test_layer_head_and_probe_selections_out_of_range_are_errors():
         model(ids, probe=(depth, 0))
     assert model(ids, probe=(-1, 0))["probe_attention"].shape == (1, 10, 10)
     assert len(list(model.iter_attention(ids, layers=[0]))) >= 1
+
+
+def test_return_attentions_larger_than_memory_is_refused_up_front(monkeypatch):
+    from protein_performer import devices
+
+    monkeypatch.setattr(devices, "memory_available", lambda: (100_000, 100_000))
+    model = ProteinLM(tiny_config(), len(ALPHABET), ALPHABET.pad_idx)
+    ids = random_ids(1, 60)
+    depth, heads = model.config.depth, model.config.heads
+    with pytest.raises(ConfigError, match=rf"every layer \({depth} × 1 × {heads} × 60 × 60\)"):
+        model(ids, return_attentions=True)
+    assert model(ids)["logits"].shape[:2] == (1, 60)  # without the matrices it runs
