@@ -538,6 +538,19 @@ def validate_eval_config(cfg: EvalConfig) -> None:
         raise ConfigError("context must be 'cluster' or a FASTA path")
     if cfg.context_max_proteins is not None:
         _positive("context_max_proteins", cfg.context_max_proteins)
+    if cfg.context is None:
+        # settings of the context evaluation that would silently do nothing
+        given = [
+            k
+            for k, default in (
+                ("context_max_proteins", None),
+                ("context_min_members", 2),
+                ("context_order", "id"),
+            )
+            if getattr(cfg, k) != default
+        ]
+        if given:
+            raise ConfigError(f"{', '.join(given)} set without context=cluster or context=FASTA")
     if not isinstance(cfg.context_fill, bool):
         raise ConfigError(f"context_fill must be true or false (got {cfg.context_fill!r})")
     if cfg.context_fill and cfg.context != "cluster":

@@ -192,7 +192,7 @@ def scoring_windows(
     ends = 2 if style == "crop" else 1
     half = max(1, max_length // 2 - ends)
     single, single_y, ctx, ctx_y = [], [], [], []
-    members = tokens = fill_tokens = short_fills = 0
+    members = tokens = fill_tokens = short_fills = members_cut = 0
     identical: list[bool] = []
     fill_x: list[np.ndarray] = []
     fill_y: list[np.ndarray] = []
@@ -217,6 +217,8 @@ def scoring_windows(
             anchor=anchor,
         )
         n_ctx = len(homologs)
+        if n_ctx and len(homologs[-1]) < len(t.context[order[n_ctx - 1]]):
+            members_cut += 1  # the last one that went in was cut to the window's room
         members_in = homologs
         if fill is not None:
             budget = max_length - len(res) - ends - sum(len(h) + 1 for h in homologs)
@@ -251,6 +253,7 @@ def scoring_windows(
     info = {
         "mean_context_proteins": members / n,
         "mean_context_tokens": tokens / n,
+        "context_proteins_cut": members_cut,
         "targets_with_identical_context": int(sum(identical)),
         "identical": np.array(identical, dtype=bool),
     }
@@ -330,7 +333,9 @@ def context_perplexity(
 
     Returns ``{"proteins", "positions", "with_context": {"perplexity", "accuracy"},
     "without_context": {...}, "unigram_perplexity", "ratio", "mean_context_proteins",
-    "mean_context_tokens", "targets_with_identical_context", "by_context"}``; ``ratio`` is
+    "mean_context_tokens", "context_proteins_cut", "targets_with_identical_context",
+    "by_context"}``; ``context_proteins_cut``: windows whose last context protein was cut to
+    the room left (at the target's relative position; the ones after it left out); ``ratio`` is
     with / without; ``by_context`` holds the same paired numbers (``proteins`` to ``ratio``)
     for the targets with an identical sequence in their context (``identical``) and the others
     (``no_identical``).

@@ -875,6 +875,11 @@ class EvalResult:
                 f"{_num(c['without_context']['perplexity'], '.3f')} alone (ratio "
                 f"{_num(c['ratio'], '.3f')}); unigram {_num(c['unigram_perplexity'], '.3f')}"
             )
+            if c.get("context_proteins_cut"):
+                text += (
+                    f"\n    {c['context_proteins_cut']:,} of {c['proteins']:,} windows hold a "
+                    f"context protein cut to the room left in max_length={c['max_length']:,}"
+                )
             if "with_fill_only" in c:
                 text += (
                     f"\n    fill ({c['mean_fill_tokens']:.0f} tokens of other clusters' proteins "
@@ -1042,7 +1047,17 @@ def _context_targets(
         clusters = cfg.clusters or stored.get("clusters")
         if not clusters:
             raise ConfigError("context=cluster needs clusters=DIR (the output of `data cluster`)")
-        cluster_of = read_members(clusters)
+        try:
+            cluster_of = read_members(clusters)
+        except DataError as e:
+            if cfg.clusters or "not found" not in e.problem:
+                raise
+            # the training run's table, which the user never named: say where it came from
+            raise DataError(
+                f"{e.problem}: the training run's clusters table is not here; give "
+                "clusters=DIR (the output of `data cluster`)",
+                path=e.path,
+            ) from None
         ids = source.ids or []
         missing = [rid for rid in ids if rid not in cluster_of]
         if missing and len(missing) == len(ids):

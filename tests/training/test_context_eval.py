@@ -377,6 +377,10 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
             "context_fill_place='end' is not valid",
         ),
         ({"context": "cluster", "context_order": "random"}, "context_order='random' is not"),
+        (
+            {"context_max_proteins": 5, "context_order": "given"},
+            r"^context_max_proteins, context_order set without context=cluster or context=FASTA$",
+        ),
     ],
 )
 def test_context_settings_are_checked(kw, message):
@@ -493,6 +497,9 @@ def test_evaluate_without_a_split_needs_no_clusters_table(tmp_path):
     assert out.sequences == 30
     with pytest.raises(DataError, match=r"members\.tsv: clusters: not found"):
         evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test"))
+    # context=cluster falls back on the run's table, which the user never named: say so
+    with pytest.raises(DataError, match=r"the training run's clusters table is not here; give"):
+        evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster"))
     # the table given for the context draws the split too when the run's is gone
     moved = str(tmp_path / "moved.tsv")
     ctx = dict(context="cluster", clusters=moved, context_min_members=2)
@@ -547,3 +554,18 @@ def test_a_clusters_table_that_misses_records_is_said(tmp_path, monkeypatch):
     members.write_text("cluster_id\tmember_id\nc0\tother_a\nc0\tother_b\n")
     with pytest.raises(DataError, match="none of the 30 evaluated records is in the clusters"):
         evaluate(EvalConfig(**ctx))
+
+
+def test_context_proteins_cut_to_the_window_are_counted() -> None:
+    from protein_performer.training.context_eval import Target
+
+    enc = A.encode
+    short, long_ = enc("MKVLAWYHHEACDEFG"), enc("ACDEFGHIKLMNPQRSTVWY" * 5)
+    targets = [
+        Target("a", enc("MKVLAWYHHE"), [short]),  # 16 residues: fits 40 tokens whole
+        Target("b", enc("MKVLAWYHHE"), [long_]),  # 100 residues: cut to the room left
+    ]
+    kw = {"max_length": 40, "style": "crop", "mask_prob": 0.15, "seed": 0}
+    _, _, ctx, _, info = scoring_windows(targets, A, **kw)
+    assert info["context_proteins_cut"] == 1
+    assert len(ctx[1]) == 40 and info["mean_context_proteins"] == 1.0
