@@ -479,6 +479,11 @@ def validate_train_config(cfg: TrainConfig) -> None:
         raise ConfigError(f"optim.betas must be two numbers in [0, 1) (got {list(o.betas)})")
     if not 0.0 <= o.min_lr_ratio <= 1.0:
         raise ConfigError(f"optim.min_lr_ratio must be in [0, 1] (got {o.min_lr_ratio!r})")
+    if cfg.init_from and cfg.ckpt_path:
+        raise ConfigError(
+            "init_from= and ckpt_path= both set: ckpt_path resumes a run (its weights and "
+            "optimizer), init_from starts a new one from a checkpoint's weights; give one"
+        )
     t = cfg.trainer
     _choice("trainer.accelerator", t.accelerator, ACCELERATORS)
     _choice("trainer.precision", t.precision, PRECISIONS)

@@ -101,7 +101,15 @@ class LastCheckpoint(ModelCheckpoint):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, idx: int
     ) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, idx)
-        if self.every_seconds is None or self._step_written == trainer.global_step:
+        if self._step_written == trainer.global_step:
+            return
+        if trainer.should_stop:
+            # a stop asked for mid-epoch (Ctrl-C): saved now, inside the epoch. Saved at
+            # on_train_end the run would count as a finished epoch, and a resume would start
+            # the next one, skipping the rest of this one.
+            self._save_now(trainer)
+            return
+        if self.every_seconds is None:
             return
         due = time.monotonic() - self._saved_at >= self.every_seconds
         if trainer.world_size > 1:  # saving is collective: rank 0's clock decides for all
@@ -111,7 +119,11 @@ class LastCheckpoint(ModelCheckpoint):
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if getattr(pl_module, "skip_validation", False):
-            return  # an interrupted validation; on_train_end saves the final state
+            # an interrupted validation: the state after the last step, saved inside the epoch
+            # (see on_train_batch_end)
+            if trainer.should_stop and self._step_written != trainer.global_step:
+                self._save_now(trainer)
+            return
         super().on_validation_end(trainer, pl_module)
         if self.best_model_path:
             self._step_written = trainer.global_step

@@ -11,6 +11,7 @@ import contextlib
 import glob
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -189,8 +190,53 @@ def _check_paths(cfg: TrainConfig) -> int | None:
                 f"{cfg.trainer.max_steps:,}; raise trainer.max_steps to train further "
                 "(nothing was changed)"
             )
+        _warn_unapplied_optimizer_settings(ckpt, cfg.optim)
         return step
     return None
+
+
+def _check_accelerator(accelerator: str) -> None:
+    """Before any data is read: Lightning would find no GPU only after loading it."""
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} but no CUDA GPU is available here; use "
+            "trainer=cpu (or trainer.accelerator=auto)"
+        )
+    if accelerator == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("trainer.accelerator=mps but MPS is not available here; use trainer=cpu")
+
+
+def _warn_unapplied_optimizer_settings(ckpt: dict[str, Any], optim: Any) -> None:
+    """A resume restores the optimizer (Lightning loads its state, learning rate included):
+    say so when the config asks for other values than the checkpoint's, which it keeps."""
+    try:
+        group = ckpt["optimizer_states"][0]["param_groups"][0]
+        stored = {
+            "optim.lr": ckpt["lr_schedulers"][0]["base_lrs"][0],
+            "optim.betas": list(group["betas"]),
+            "optim.eps": group["eps"],
+        }
+    except (KeyError, IndexError, TypeError):
+        return
+    given = {"optim.lr": optim.lr, "optim.betas": [float(b) for b in optim.betas]}
+    given["optim.eps"] = optim.eps
+    changed = [k for k in stored if not _same_number(stored[k], given[k])]
+    if changed:
+        log.warning(
+            "%s: the resumed run keeps the checkpoint's optimizer (%s); start a new run with "
+            "init_from= to train on with other settings",
+            ", ".join(f"{k}={given[k]}" for k in changed),
+            ", ".join(f"{k.removeprefix('optim.')}={stored[k]}" for k in changed),
+        )
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_number(x, y) for x, y in zip(a, b, strict=True))
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+    except (TypeError, ValueError):
+        return a == b
 
 
 RUN_DIR_ENTRIES = re.compile(
@@ -714,6 +760,7 @@ def train(
     written (``result.interrupted``); a second signal raises ``KeyboardInterrupt``.
     """
     validate_train_config(cfg)
+    _check_accelerator(cfg.trainer.accelerator)
     resume_step = _check_paths(cfg)
     rank_zero = is_rank_zero()
     if rank_zero and not run_dir_claimed:

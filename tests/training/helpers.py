@@ -70,3 +70,13 @@ def tiny_config(fasta: Path, attention: str = "performer_relu", **trainer) -> Tr
         optim=OptimConfig(),
         trainer=TrainerConfig(**t),
     )
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    """``{step: train/loss}`` from a run's metrics.csv."""
+    import csv
+
+    with open(run_dir / "metrics.csv") as f:
+        return {
+            int(r["step"]): float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")
+        }

@@ -18,7 +18,7 @@ import pytorch_lightning as pl
 import torch
 
 from protein_performer.training.run import train
-from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
+from tests.training.helpers import tiny_config, tiny_overrides, train_losses, write_fasta
 
 
 class SignalAt(pl.Callback):
@@ -330,3 +330,25 @@ def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
         )
     )
     assert val.perplexity == pytest.approx(result.val_perplexity, rel=1e-5)
+
+
+@pytest.mark.parametrize("during_validation", [False, True])
+def test_resuming_after_ctrl_c_mid_epoch_continues_exactly(tmp_path, during_validation):
+    """The interrupt's last.ckpt is saved inside the epoch: saved after it (on_train_end) the
+    stop counted as a finished epoch and the resumed run skipped the rest of it."""
+    fasta = write_fasta(tmp_path / "t.fasta", n=120)
+    cfg = tiny_config(fasta, max_steps=12, val_check_interval=3)
+    full = train(cfg, tmp_path / "full")
+    epochs = torch.load(full.last_checkpoint, weights_only=True, map_location="cpu")["epoch"]
+    assert epochs >= 1  # the run below stops inside an epoch, not at its end
+    signal_at = SignalDuringValidation() if during_validation else SignalAt(5)
+    cut = train(cfg, tmp_path / "cut", callbacks=[signal_at])
+    assert cut.interrupted
+    state = torch.load(cut.last_checkpoint, weights_only=True, map_location="cpu")
+    assert state["epoch"] == 0 and state["global_step"] in (3, 5)
+    cfg.ckpt_path = cut.last_checkpoint
+    resumed = train(cfg, tmp_path / "cut")
+    assert resumed.steps == 12
+    a, b = train_losses(tmp_path / "full"), train_losses(tmp_path / "cut")
+    assert sorted(b) == sorted(a) == list(range(12))
+    assert [b[s] for s in range(12)] == pytest.approx([a[s] for s in range(12)], rel=1e-5)
