@@ -863,6 +863,9 @@ class EvalResult:
     windows: int | None = None
     # context=...: the paired with/without-context scores (training.context_eval)
     context: dict[str, Any] | None = None
+    # split=: which part of which split was scored ({"part", "by", "fractions", "seed",
+    # "clusters"}); None: every record
+    split: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -959,7 +962,22 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
     (so ``split=test`` scores that run's held-out proteins), else the defaults."""
     # clusters= alone implies a cluster split, except when it is there for context=cluster
     implied = "cluster" if cfg.clusters and cfg.context != "cluster" else None
+    if cfg.split and implied and not cfg.split_by and stored.get("split_by") == "record":
+        # another split than the run's: its "held-out" part would hold training proteins
+        raise ConfigError(
+            f"split={cfg.split} with clusters=: the training run split by record, so a cluster "
+            "split's held-out part would hold proteins the model trained on; leave clusters= "
+            "out for the run's own split, or add split_by=cluster to mean another one"
+        )
     by = cfg.split_by or implied or stored.get("split_by") or "record"
+    if cfg.split and stored.get("split_by") and by != stored["split_by"]:
+        log.warning(
+            "split=%s split_by=%s: the training run split by %s; this held-out part may hold "
+            "proteins the model trained on",
+            cfg.split,
+            by,
+            stored["split_by"],
+        )
     clusters = cfg.clusters or (stored.get("clusters") if by == "cluster" else None)
     if cfg.split and cfg.context == "cluster" and by == "cluster" and stored.get("clusters"):
         # the split is the training run's; clusters= is the context's table
@@ -1364,6 +1382,15 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         residues_in_windows=cropping["share"],
         windows=cropping["windows"],
         context=context,
+        split=None
+        if not cfg.split
+        else {
+            "part": cfg.split,
+            "by": split_settings["by"],
+            "fractions": list(split_settings["fractions"]),
+            "seed": split_settings["seed"],
+            "clusters": split_settings["clusters"],
+        },
     )
     if cfg.output:
         try:

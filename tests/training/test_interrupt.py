@@ -330,6 +330,27 @@ def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
         )
     )
     assert val.perplexity == pytest.approx(result.val_perplexity, rel=1e-5)
+    assert val.to_dict()["split"] == {
+        "part": "val",
+        "by": "record",
+        "fractions": [0.6, 0.4, 0.0],
+        "seed": 7,
+        "clusters": None,
+    }
+    # clusters= would draw a cluster split, whose held-out part the model trained on
+    table = tmp_path / "members.tsv"
+    table.write_text("cluster\tmember\n")
+    from protein_performer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="the training run split by record"):
+        evaluate(
+            EvalConfig(
+                checkpoint=result.last_checkpoint,
+                fasta=str(tiny_fasta),
+                split="test",
+                clusters=str(table),
+            )
+        )
 
 
 @pytest.mark.parametrize("during_validation", [False, True])
