@@ -17,11 +17,13 @@ from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
 from protein_performer.training.checkpoints import META_KEY, check_resume_compatible, make_metadata
 from protein_performer.training.metrics import (
+    IGNORE_INDEX,
     MLM_INPUT_KINDS,
     alignment_nll,
     batch_sums,
     lm_token_stats,
     perplexity,
+    unigram_log_probs,
 )
 from protein_performer.training.optim import build_optimizer, build_scheduler
 
@@ -44,8 +46,10 @@ class ProteinLMModule(pl.LightningModule):
     micro-batches' per-token means (each micro-batch normalised by its own token count), not a
     per-token mean over all of them. Logged: ``train/loss``, ``train/perplexity``,
     ``train/accuracy``, ``train/lr`` per step; ``val/loss``, ``val/perplexity``,
-    ``val/accuracy``, ``val/predicted_tokens`` and, for MLM, ``val/perplexity_mask`` and
-    ``val/accuracy_mask`` (positions shown as ``<mask>`` only) per validation.
+    ``val/accuracy``, ``val/predicted_tokens`` and, for MLM, ``val/perplexity_mask``,
+    ``val/accuracy_mask`` (positions shown as ``<mask>`` only) and
+    ``val/unigram_perplexity_mask`` (the training data's residue frequencies on those
+    positions: the baseline) per validation.
 
     Every batch the dropout RNG is reseeded from ``(seed, global_step, rank, batch_idx)``; FAVOR+
     features are redrawn as a function of ``global_step`` only (same on every rank), so a
@@ -80,7 +84,9 @@ class ProteinLMModule(pl.LightningModule):
         self.last_val_step: int | None = None  # global step of the last validation
         # set by GracefulInterrupt (one process only): the rest of a validation is skipped
         self.skip_validation = False
-        self._val_sums = torch.zeros(6, dtype=torch.float64)
+        self._val_sums = torch.zeros(7, dtype=torch.float64)
+        # MLM: the unigram baseline's log-probabilities (training-data residue frequencies)
+        self._unigram_logp: torch.Tensor | None = None
 
     # ---- forward / loss -------------------------------------------------------------------
     def forward(self, batch: Mapping[str, torch.Tensor], **kwargs: Any) -> dict[str, Any]:
@@ -133,8 +139,9 @@ class ProteinLMModule(pl.LightningModule):
 
     # ---- validation -------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
-        # nll, count, correct over all predicted positions, then over MLM <mask> inputs only
-        self._val_sums = torch.zeros(6, dtype=torch.float64, device=self.device)
+        # nll, count, correct over all predicted positions, then over MLM <mask> inputs only,
+        # then the unigram baseline's nll on those <mask> positions
+        self._val_sums = torch.zeros(7, dtype=torch.float64, device=self.device)
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         if self.skip_validation:  # the run was interrupted: finish without the rest
@@ -145,13 +152,19 @@ class ProteinLMModule(pl.LightningModule):
         )
         self._val_sums[:3] += total
         if kinds is not None:
-            self._val_sums[3:] += kinds[MLM_INPUT_KINDS.index("mask")]
+            self._val_sums[3:6] += kinds[MLM_INPUT_KINDS.index("mask")]
+            if self._unigram_logp is not None:
+                labels = batch["labels"]
+                at = (batch["input_ids"] == self.alphabet.mask_idx) & (labels != IGNORE_INDEX)
+                uni = self._unigram_logp.to(labels.device)[labels[at]]
+                self._val_sums[6] -= uni.double().sum()
 
     def on_validation_epoch_end(self) -> None:
         if self.skip_validation:  # partial sums describe nothing: log no val metrics
             self._val_sums.zero_()
             return
-        nll, count, correct, m_nll, m_count, m_correct = self._reduce_sum(self._val_sums).tolist()
+        sums = self._reduce_sum(self._val_sums).tolist()
+        nll, count, correct, m_nll, m_count, m_correct, u_nll = sums
         if count == 0:
             return
         if not self.trainer.sanity_checking:
@@ -164,6 +177,8 @@ class ProteinLMModule(pl.LightningModule):
         if m_count > 0:  # MLM: positions the model saw as <mask> (no copying the input)
             self.log("val/perplexity_mask", perplexity(m_nll, m_count), sync_dist=True)
             self.log("val/accuracy_mask", m_correct / m_count, sync_dist=True)
+            if self._unigram_logp is not None:
+                self.log("val/unigram_perplexity_mask", perplexity(u_nll, m_count), sync_dist=True)
 
     # ---- optimisation -----------------------------------------------------------------------
     def configure_optimizers(self):
@@ -182,6 +197,8 @@ class ProteinLMModule(pl.LightningModule):
             tokens = np.asarray(train.source.tokens)
             counts = np.bincount(tokens, minlength=len(self.alphabet))[: len(self.alphabet)]
             self.data_info["unigram_counts"] = [int(c) for c in counts]
+            if not self.causal:
+                self._unigram_logp = unigram_log_probs(counts, self.alphabet)
 
     # ---- checkpoints ------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

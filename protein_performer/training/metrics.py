@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.masking import IGNORE_INDEX
 
 
@@ -120,3 +123,13 @@ def batch_sums(
 
 def _row(st: TokenStats) -> torch.Tensor:
     return torch.stack([st.nll_sum.detach().double(), st.count.double(), st.correct.double()])
+
+
+def unigram_log_probs(counts: Any, alphabet: Alphabet) -> torch.Tensor:
+    """``(V,)`` log-probabilities of residue frequencies (add-one smoothed over the residue
+    letters; special tokens get -inf): the unigram baseline of masked-LM perplexity."""
+    counts = torch.as_tensor(np.asarray(counts, dtype=np.float64)[: len(alphabet)])
+    residue = torch.tensor([len(t) == 1 for t in alphabet.tokens], dtype=torch.bool)
+    weights = torch.where(residue, counts + 1.0, torch.zeros_like(counts))
+    logp = torch.log(weights / weights.sum())
+    return logp.float()

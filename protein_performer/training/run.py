@@ -82,6 +82,7 @@ from protein_performer.training.metrics import (
     MLM_INPUT_KINDS,
     batch_sums,
     perplexity,
+    unigram_log_probs,
 )
 from protein_performer.training.metrics_log import RunCSVLogger
 from protein_performer.training.progress import StepProgressBar
@@ -565,6 +566,8 @@ class TrainResult:
     last_checkpoint: str | None
     # MLM: val perplexity over the positions shown as <mask> only (see EvalResult.by_input)
     val_perplexity_mask: float | None = None
+    # the unigram baseline (training-data residue frequencies) on the same <mask> positions
+    val_unigram_perplexity_mask: float | None = None
     max_steps: int | None = None
     # why training ended: "max_steps", "max_time", "SIGINT"/"SIGTERM" (interrupted), "stopped"
     stopped_by: str = "max_steps"
@@ -596,7 +599,14 @@ class TrainResult:
                 f"  (best {_num(self.best_val_perplexity, '.3f')}){at}",
                 f"  val accuracy    {_num(self.val_accuracy, '.4f')}",
                 *(
-                    [f"  <mask> only     {self.val_perplexity_mask:.3f}  (val perplexity)"]
+                    [
+                        f"  <mask> only     {self.val_perplexity_mask:.3f}  (val perplexity"
+                        + (
+                            f"; unigram {self.val_unigram_perplexity_mask:.3f})"
+                            if self.val_unigram_perplexity_mask is not None
+                            else ")"
+                        )
+                    ]
                     if self.val_perplexity_mask is not None
                     else []
                 ),
@@ -819,6 +829,7 @@ def train(
         best_checkpoint=best,
         last_checkpoint=last,
         val_perplexity_mask=_metric(trainer, "val/perplexity_mask"),
+        val_unigram_perplexity_mask=_metric(trainer, "val/unigram_perplexity_mask"),
         max_steps=cfg.trainer.max_steps,
         stopped_by=_stopped_by(cfg, steps, interrupt),
         val_step=val_step,
@@ -1027,16 +1038,6 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
         "fractions": cfg.split_fractions or stored.get("split_fractions") or [0.9, 0.05, 0.05],
         "seed": cfg.split_seed if cfg.split_seed is not None else stored.get("split_seed", 0),
     }
-
-
-def unigram_log_probs(counts: Any, alphabet: Alphabet) -> torch.Tensor:
-    """``(V,)`` log-probabilities of residue frequencies (add-one smoothed over the residue
-    letters; special tokens get -inf): the unigram baseline of masked-LM perplexity."""
-    counts = torch.as_tensor(np.asarray(counts, dtype=np.float64)[: len(alphabet)])
-    residue = torch.tensor([len(t) == 1 for t in alphabet.tokens], dtype=torch.bool)
-    weights = torch.where(residue, counts + 1.0, torch.zeros_like(counts))
-    logp = torch.log(weights / weights.sum())
-    return logp.float()
 
 
 def causal_unigram_sums(

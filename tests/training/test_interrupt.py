@@ -330,6 +330,10 @@ def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
         )
     )
     assert val.perplexity == pytest.approx(result.val_perplexity, rel=1e-5)
+    # the baseline logged in training is evaluate's on the same <mask> positions
+    assert result.val_unigram_perplexity_mask == pytest.approx(
+        val.unigram["mask_perplexity"], rel=1e-5
+    )
     assert val.to_dict()["split"] == {
         "part": "val",
         "by": "record",
