@@ -96,7 +96,8 @@ CHECKPOINT_DIR = "checkpoints"
 class _QuietLightning(logging.Filter):
     """Drops Lightning's lines that say nothing about this run: product tips, the
     ``GPU available: False`` / ``TPU available`` banner on machines without them, and the
-    ``Trainer.fit stopped`` line (the run summary says why it stopped)."""
+    ``Trainer.fit stopped`` line (the run summary says why it stopped), the restoring lines of
+    a resume (the header says "resuming at step N")."""
 
     NOISE = (
         "💡 Tip",
@@ -104,6 +105,8 @@ class _QuietLightning(logging.Filter):
         "TPU available",
         "HPU available",
         "`Trainer.fit` stopped",
+        "Restoring states from the checkpoint",
+        "Restored all states from the checkpoint",
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -645,6 +648,10 @@ def _fit(
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
             # a resumed run continues in its own checkpoint directory
             warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not")
+            # ... or in a new one (hydra.run.dir=NEW): what the run writes is said in its header
+            warnings.filterwarnings("ignore", message="The dirpath has changed from")
+            # an empty validation split is said once, in words (ProteinDataModule.setup)
+            warnings.filterwarnings("ignore", message="Total length of .* across ranks is zero")
             # third-party deprecations are for their developers, not for this run's user
             warnings.filterwarnings("ignore", category=DeprecationWarning)
             warnings.filterwarnings("ignore", category=FutureWarning)

@@ -358,7 +358,9 @@ def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
 
 
 @pytest.mark.parametrize("during_validation", [False, True])
-def test_resuming_after_ctrl_c_mid_epoch_continues_exactly(tmp_path, during_validation):
+def test_resuming_after_ctrl_c_mid_epoch_continues_exactly(
+    tmp_path, during_validation, caplog, recwarn
+):
     """The interrupt's last.ckpt is saved inside the epoch: saved after it (on_train_end) the
     stop counted as a finished epoch and the resumed run skipped the rest of it."""
     fasta = write_fasta(tmp_path / "t.fasta", n=120)
@@ -372,8 +374,13 @@ def test_resuming_after_ctrl_c_mid_epoch_continues_exactly(tmp_path, during_vali
     state = torch.load(cut.last_checkpoint, weights_only=True, map_location="cpu")
     assert state["epoch"] == 0 and state["global_step"] in (3, 5)
     cfg.ckpt_path = cut.last_checkpoint
-    resumed = train(cfg, tmp_path / "cut")
+    recwarn.clear()
+    with caplog.at_level("INFO"):
+        resumed = train(cfg, tmp_path / "cut")
     assert resumed.steps == 12
+    # Lightning's restoring lines say what the header says already
+    assert "Restoring states" not in caplog.text and "Restored all states" not in caplog.text
+    assert not [w for w in recwarn if "dirpath has changed" in str(w.message)]
     a, b = train_losses(tmp_path / "full"), train_losses(tmp_path / "cut")
     assert sorted(b) == sorted(a) == list(range(12))
     assert [b[s] for s in range(12)] == pytest.approx([a[s] for s in range(12)], rel=1e-5)
