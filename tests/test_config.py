@@ -197,8 +197,14 @@ def test_unknown_experiment_lists_the_choices():
 
 def test_unknown_key_names_it_and_lists_valid_keys():
     msg = _error(["trainer.max_stpes=3"])
-    assert msg.startswith("unknown config key 'trainer.max_stpes' (did you mean 'max_steps'?)")
+    assert msg.startswith(
+        "unknown config key 'trainer.max_stpes' (did you mean 'trainer.max_steps'?)"
+    )
     assert "valid keys in 'trainer': accelerator," in msg
+    # a key of another group, given bare: its full name
+    assert "(did you mean 'optim.lr'?)" in _error(["lr=0.1"])
+    assert "(did you mean 'trainer.max_steps'?)" in _error(["max_steps=3"])
+    assert "did you mean" not in _error(["blah=1"])
     assert "unknown config key 'foo'" in _error(["+foo=1"])
     assert "unknown config key 'model.dimm'" in _error(["+model.dimm=1"])
 

@@ -176,9 +176,23 @@ def _unknown_key_message(root: type, full_key: str) -> str:
         return f"unknown config key '{full_key}'"
     valid = [f.name for f in dataclasses.fields(schema)]
     where = f"'{parent}'" if parent else "the top level"
-    hint = difflib.get_close_matches(leaf, valid, n=1)
-    suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+    prefix = f"{parent}." if parent else ""
+    hints = [prefix + h for h in difflib.get_close_matches(leaf, valid, n=1)]
+    if not hints:  # the key of another group (lr= for optim.lr, max_steps= for trainer...)
+        hints = [k for k in _all_keys(root) if k.rpartition(".")[2] == leaf][:1]
+    suggestion = f" (did you mean '{hints[0]}'?)" if hints else ""
     return f"unknown config key '{full_key}'{suggestion}; valid keys in {where}: {', '.join(valid)}"
+
+
+def _all_keys(schema: type, prefix: str = "") -> Iterator[str]:
+    """Every dotted key of a config dataclass, nested groups included."""
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        t = hints.get(f.name)
+        if dataclasses.is_dataclass(t):
+            yield from _all_keys(t, f"{prefix}{f.name}.")
+        else:
+            yield prefix + f.name
 
 
 def _one_line(text: str) -> str:
