@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from protein_performer.atomic import write_atomic
+from protein_performer.attention import FavorAttention
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.config import ARCHITECTURE_FIELDS, ModelConfig
@@ -98,7 +99,13 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     if not p.exists():
         raise DataError("checkpoint not found", path=p)
     if not p.is_file():
-        raise DataError("checkpoint path is not a file", path=p)
+        found = [c for c in ("best.ckpt", "last.ckpt") if (p / "checkpoints" / c).is_file()]
+        found += [c for c in ("best.ckpt", "last.ckpt") if (p / c).is_file()]
+        hint = ""
+        if found:
+            inside = "checkpoints/" if (p / "checkpoints" / found[0]).is_file() else ""
+            hint = f" (a run directory? its checkpoint is {p / inside / found[0]})"
+        raise DataError(f"checkpoint path is not a file{hint}", path=p)
     try:
         with open(p, "rb") as fh:
             head = fh.read(4)
@@ -156,6 +163,13 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
         raise DataError(
             f"damaged checkpoint metadata (no {', '.join(missing)}); not loaded", path=p
         )
+    if meta["objective"] not in ("mlm", "causal"):
+        # anything else would load as a masked LM
+        raise DataError(
+            f"damaged checkpoint metadata (objective {meta['objective']!r}, not mlm or causal); "
+            "not loaded",
+            path=p,
+        )
     return ckpt
 
 
@@ -211,6 +225,17 @@ def load_weights(model: ProteinLM, state: Mapping[str, torch.Tensor], source: st
         and (tuple(v.shape) == tuple(own[k].shape) or k.endswith((".oprf_stat", ".oprf_pending")))
     }
     model.load_state_dict(usable, strict=False)
+    # a projection not taken (another feature count, or none stored) is the model's own draw
+    # 0: its counter must say so, or the next redraw would skip or repeat draws
+    kept = {k.rpartition(".")[0] for k in usable if k.endswith(".projection")}
+    for name, module in model.named_modules():
+        if (
+            isinstance(module, FavorAttention)
+            and module.projection is not None
+            and name not in kept
+            and int(module.redraw_counter) != 0
+        ):
+            module.redraw_projection(0)
 
 
 def architecture_mismatch(stored: Mapping[str, Any], config: ModelConfig) -> list[str]:

@@ -148,6 +148,7 @@ def test_damaged_metadata_is_one_line_not_a_key_error(tmp_path):
         "no_model": lambda m: m.pop("model"),
         "no_specials": lambda m: m["alphabet"].pop("specials"),
         "model_not_a_dict": lambda m: m.update(model=[1, 2]),
+        "unknown_objective": lambda m: m.update(objective="weird"),
     }
     for name, edit in edits.items():
         broken = {**ckpt, key: {**meta, "alphabet": dict(meta["alphabet"])}}
@@ -308,3 +309,32 @@ def test_resume_from_a_file_that_is_not_a_training_checkpoint_is_one_line(tiny_f
         with pytest.raises(DataError, match=f"^{path}: ckpt_path: {problem}") as err:
             train(cfg, tmp_path / "run")
         assert "\n" not in str(err.value)
+
+
+def test_a_run_directory_given_as_checkpoint_points_to_its_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    with pytest.raises(DataError, match=r"checkpoint path is not a file$"):
+        read_checkpoint(run)
+    model = ProteinLM(_config("transformer"), len(ALPHABET))
+    save_model_checkpoint(run / "checkpoints" / "last.ckpt", model, ALPHABET, "mlm")
+    with pytest.raises(
+        DataError, match=r"a run directory\? its checkpoint is .*run/checkpoints/last\.ckpt\)$"
+    ):
+        read_checkpoint(run)
+
+
+def test_a_projection_not_taken_from_the_checkpoint_is_counted_as_the_first_draw(tmp_path):
+    model = ProteinLM(_config("performer_softmax"), len(ALPHABET))
+    for module in model.favor_modules():
+        module.redraw_projection(3)
+    path = tmp_path / "m.ckpt"
+    save_model_checkpoint(path, model, ALPHABET, "mlm")
+    same, _ = load_model(path)
+    assert [int(m.redraw_counter) for m in same.favor_modules()] == [3] * len(same.favor_modules())
+    for a, b in zip(same.favor_modules(), model.favor_modules(), strict=True):
+        assert torch.equal(a.projection, b.projection)
+    other, _ = load_model(path, nb_features=2 * model.config.nb_features)  # its own draw 0
+    for module in other.favor_modules():
+        assert int(module.redraw_counter) == 0
+        assert torch.equal(module.projection, module._draw(0))
