@@ -281,7 +281,12 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
             if len(queries):
                 stats["aligned"], aligned_uniform = aligned_mass(att, queries, keys)
     kind = model.config.kind_label
-    title = f"{protein.id} ({protein.sequence_length} residues) · {checkpoint_label(cfg.checkpoint)} ({kind})"
+    size = (
+        f"{protein.sequence_length} residues"
+        if segments is None
+        else f"{len(segments)} proteins, {sum(b - a for a, b in segments)} residues"
+    )
+    title = f"{protein.id} ({size}) · {checkpoint_label(cfg.checkpoint)} ({kind})"
     per_head = [
         {"layer": layer, "head": head, **{k: float(v[i, j]) for k, v in stats.items()}}
         for i, layer in enumerate(layers)
@@ -737,6 +742,20 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     )
     if problems:
         text += f"\n  {len(problems):,} rows left unscored (first: line {line_of[problems[0][0]]}: {problems[0][1]})"
+    seen: dict[tuple, int] = {}
+    repeats = []
+    for i in good:
+        key = tuple(sorted((x.index, x.mt) for x in parsed[i]))  # type: ignore[union-attr]
+        if key in seen:
+            repeats.append((i, seen[key]))
+        seen.setdefault(key, i)
+    if repeats:
+        i, first = repeats[0]
+        text += (
+            f"\n  {len(repeats):,} rows repeat an earlier mutant (first: line {line_of[i]} "
+            f"repeats line {line_of[first]}): scored again, the same"
+        )
+        summary["repeated_mutants"] = len(repeats)
     fitness = None
     if cfg.fitness_col:
         fitness = np.array([_float(r.get(cfg.fitness_col)) for r in rows])
