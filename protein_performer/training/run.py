@@ -894,9 +894,15 @@ class EvalResult:
         name = self.fasta if len(files) <= 2 else f"{files[0]} and {len(files) - 1} more files"
         text = (
             f"{name}: perplexity {self.perplexity:.3f}, accuracy {self.accuracy:.4f} "
-            f"({self.predicted_tokens:,} predicted tokens in {self.sequences:,} {seqs}; "
-            f"{self.attention}, {self.objective})"
+            f"({self.predicted_tokens:,} predicted token{'' if self.predicted_tokens == 1 else 's'}"
+            f" in {self.sequences:,} {seqs}; {self.attention}, {self.objective})"
         )
+        if self.predicted_tokens < 100:
+            # perplexity over a handful of positions says little: said next to it
+            text += (
+                f"\n  warning: {self.predicted_tokens} predicted positions only: these numbers "
+                "are noisy (more or longer records, or another seed= to see how much)"
+            )
         if self.input_changes:
             text += f"\n  input: {self.input_changes}"
         if self.cropped_records and self.crop == "random":
@@ -943,6 +949,11 @@ class EvalResult:
                 f"{_num(c['without_context']['perplexity'], '.3f')} alone (ratio "
                 f"{_num(c['ratio'], '.3f')}); unigram {_num(c['unigram_perplexity'], '.3f')}"
             )
+            if c["positions"] < 100:
+                text += (
+                    f"\n    warning: {c['positions']} <mask> positions only: the ratio is noisy "
+                    "(more proteins, or context_max_proteins unset)"
+                )
             if c.get("context_proteins_cut"):
                 text += (
                     f"\n    {c['context_proteins_cut']:,} of {c['proteins']:,} windows hold a "

@@ -317,6 +317,9 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
     filled.context["short_fill_windows"] = 3  # as a pool too small to fill would report
     assert "warning: 3 windows could not be filled to 64 tokens" in filled.format()
     filled.context["short_fill_windows"] = 0
+    assert c["positions"] >= 100 and "positions only" not in out.format()
+    out.context["positions"] = 12  # as a handful of proteins would give
+    assert "warning: 12 <mask> positions only: the ratio is noisy" in out.format()
     near = evaluate(
         EvalConfig(
             checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",

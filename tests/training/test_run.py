@@ -269,6 +269,11 @@ def test_evaluate_reports_skipped_records_and_checks_its_settings(tiny_fasta, tm
     out = evaluate(EvalConfig(checkpoint=ckpt, fasta=str(mixed), invalid="skip"))
     assert out.sequences == 1 and out.input_changes.startswith("1 of 2 records skipped")
     assert "input: 1 of 2 records skipped" in out.format()
+    # a handful of positions: said to be noisy, next to the numbers
+    assert out.predicted_tokens < 100
+    assert f"warning: {out.predicted_tokens} predicted positions only" in out.format()
+    full = evaluate(EvalConfig(checkpoint=ckpt, fasta=str(tiny_fasta)))
+    assert full.predicted_tokens >= 100 and "warning" not in full.format()
     assert "invalid=skip: 1 of 2 records skipped" in caplog.text
     bad = tmp_path / "bad.fasta"
     bad.write_text(">a\nAC1\n>b\nAC2\n")
