@@ -1,4 +1,4 @@
-"""Stream a (gzip) FASTA file over HTTP(S) to disk: resumable full downloads or the first N records.
+"""Stream a (compressed) FASTA file over HTTP(S) to disk: resumable full downloads or the first N records.
 
 Full download (``max_records=None``)
     Bytes go to ``OUT.part``; the response's validators (ETag / Last-Modified) and the URL go to
@@ -6,20 +6,22 @@ Full download (``max_records=None``)
     ``Range`` request (plus ``If-Range`` when a validator was recorded, so a file that changed on
     the server is fetched from scratch instead of being spliced). A server answering ``200``
     instead of ``206`` restarts from byte 0. When all bytes have arrived the file is checked:
-    the byte count must match ``Content-Length``, a gzip file must decompress to the end of
-    its last member (all members are read; records are counted on the way) and what it holds
-    must start as FASTA (not an HTML error page). Only then is ``.part`` renamed to ``OUT``.
+    the byte count must match ``Content-Length``, a gzip / bzip2 / xz file must decompress to
+    the end of its last member (all members are read; records are counted on the way) and what
+    it holds must start as FASTA (not an HTML error page). Only then is ``.part`` renamed to
+    ``OUT``.
     A ``.part`` of another URL is refused (``resume=False`` starts over): it may be hours of
     a large download.
 
     After a failure ``OUT`` is never created or modified. A ``.part`` that is a valid prefix
     (interrupted transfer, timeout) is kept so that the next run resumes it; a ``.part`` whose
-    content is wrong (complete length but a corrupt or truncated gzip stream) is deleted.
+    content is wrong (complete length but a corrupt or truncated stream, or text that is not
+    FASTA) is deleted; binary data of a format the check does not know is kept.
 
 ``max_records=N``
-    The response is decompressed on the fly (gzip detected by its magic bytes, multi-member
-    aware), parsed, and the first N complete records are written atomically to ``OUT``
-    (gzip when ``OUT`` ends with ``.gz``, plain otherwise) in 60-column FASTA; the transfer stops
+    The response is decompressed on the fly (gzip, bzip2 or xz, detected by their magic
+    bytes, multi-member aware), parsed, and the first N complete records are written
+    atomically to ``OUT`` (gzip when ``OUT`` ends with ``.gz``, plain otherwise) in 60-column FASTA; the transfer stops
     after the header of record N+1. Fewer than N records is not an error when the source ends
     cleanly (the result says ``records`` and ``source_exhausted``); a source that ends early
     (truncated gzip or short body) is.
@@ -29,11 +31,13 @@ Errors are one-line :class:`~protein_performer.errors.DataError` s naming the UR
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import hashlib
 import http.client
 import itertools
 import json
+import lzma
 import os
 import time
 import urllib.error
@@ -55,7 +59,6 @@ __all__ = ["UNIREF50_URL", "download"]
 UNIREF50_URL = "https://ftp.uniprot.org/pub/databases/uniprot/uniref/uniref50/uniref50.fasta.gz"
 
 _CHUNK = 1 << 20
-_GZIP_MAGIC = b"\x1f\x8b"
 # Transport failures while reading a body: resets, timeouts, protocol errors.
 _TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
 
@@ -110,17 +113,26 @@ def _content_range(resp: Any) -> tuple[int | None, int | None]:
     )
 
 
-class _Gunzip:
-    """Incremental gunzip over any number of concatenated gzip members."""
+class _Decompressor:
+    """Incremental decompression of ``gzip``, ``bzip2`` or ``xz`` data over any number of
+    concatenated members / streams (as the FASTA reader accepts them)."""
 
-    def __init__(self) -> None:
-        self._d = zlib.decompressobj(wbits=31)
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._d = self._new()
+
+    def _new(self) -> Any:
+        if self.kind == "gzip":
+            return zlib.decompressobj(wbits=31)
+        if self.kind == "bzip2":
+            return bz2.BZ2Decompressor()
+        return lzma.LZMADecompressor()
 
     def feed(self, data: bytes) -> bytes:
         out = []
         while data:
             if self._d.eof:  # the next member starts here
-                self._d = zlib.decompressobj(wbits=31)
+                self._d = self._new()
             out.append(self._d.decompress(data))
             data = self._d.unused_data if self._d.eof else b""
         return b"".join(out)
@@ -129,6 +141,15 @@ class _Gunzip:
     def complete(self) -> bool:
         """True when the data fed so far ends exactly at the end of a member."""
         return self._d.eof
+
+
+#: leading bytes of the compressed formats the FASTA reader takes
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
+_DECOMPRESSION_ERRORS = (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError)
+
+
+def _compression(head: bytes) -> str | None:
+    return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
 
 
 def _check_args(url: str, max_records: int | None, timeout: float) -> None:
@@ -192,6 +213,9 @@ def _download(
             except DataError as e:
                 if not length_known:  # maybe only cut short: kept for a resume
                     raise
+                if isinstance(e, _NotFasta) and e.binary:
+                    # data of a format this check does not know: the user's to look at
+                    raise DataError(f"{e.problem}; kept as {part}", path=e.path) from None
                 # every advertised byte arrived, yet the data is bad: nothing worth resuming
                 part.unlink()
                 meta.unlink(missing_ok=True)
@@ -369,29 +393,56 @@ class _RecordCounter:
             self._last = data[-1:]
 
 
-class _Head:
-    """The first bytes of a stream (up to ``size``), for telling what it holds."""
+class _NotFasta(DataError):
+    """What was downloaded is not FASTA; ``binary``: not text either (kept, not removed: it
+    may be a format this check does not know)."""
 
-    def __init__(self, size: int = 64) -> None:
-        self.size = size
+    def __init__(self, problem: str, *, path: object, binary: bool) -> None:
+        super().__init__(problem, path=path)
+        self.binary = binary
+
+
+class _Head:
+    """The first ``size`` bytes of a stream after its leading blank space (at most
+    ``max_blank`` of it), for telling what it holds."""
+
+    def __init__(self, size: int = 64, max_blank: int = 1 << 20) -> None:
+        self.size, self.max_blank = size, max_blank
         self.data = b""
+        self._blank = 0
 
     def feed(self, data: bytes) -> bytes:
-        if len(self.data) < self.size:
+        if not self.data and self._blank < self.max_blank:
+            rest = data.lstrip()
+            self._blank += len(data) - len(rest)
+            if self._blank < 4 and rest.startswith(b"\xef\xbb\xbf"):  # a byte-order mark
+                rest = rest[3:].lstrip()
+            self.data = rest[: self.size]
+        elif self.data and len(self.data) < self.size:
             self.data += data[: self.size - len(self.data)]
         return data
 
-    def check_fasta(self, url: str, gzipped: bool) -> None:
+    def check_fasta(self, url: str, compression: str | None) -> None:
         """A FASTA file starts with ``>`` (after a byte-order mark and blank lines)."""
-        text = self.data.removeprefix(b"\xef\xbb\xbf").lstrip()
+        text = self.data
         if text.startswith(b">"):
             return
-        body = "the decompressed download" if gzipped else "the download"
+        body = f"the decompressed ({compression}) download" if compression else "the download"
         if not text:
-            raise DataError(f"not FASTA: {body} is empty", path=url)
-        shown = text[:40].decode("utf-8", "replace").split("\n")[0]
+            raise _NotFasta(f"not FASTA: {body} is empty", path=url, binary=False)
+        try:
+            shown: str | None = text[:40].decode("utf-8").split("\n")[0]
+        except UnicodeDecodeError:
+            shown = None
+        if shown is None or not shown.isprintable():
+            first = " ".join(f"{b:02x}" for b in text[:8])
+            raise _NotFasta(
+                f"not FASTA: {body} is binary data of an unknown format (bytes {first} ...)",
+                path=url,
+                binary=True,
+            )
         hint = " (an HTML page: an error or login page?)" if text.startswith(b"<") else ""
-        raise DataError(f"not FASTA: {body} starts with {shown!r}{hint}", path=url)
+        raise _NotFasta(f"not FASTA: {body} starts with {shown!r}{hint}", path=url, binary=False)
 
 
 def _verify(part: Path, url: str, progress: bool) -> tuple[str, int]:
@@ -409,46 +460,49 @@ def _verify(part: Path, url: str, progress: bool) -> tuple[str, int]:
         disable=None if progress else True,
     )
     with open(part, "rb") as f, contextlib.closing(bar):
-        gunzip = _Gunzip() if f.read(2) == _GZIP_MAGIC else None
+        kind = _compression(f.read(8))
+        unpack = None if kind is None else _Decompressor(kind)
         f.seek(0)
         while chunk := f.read(_CHUNK):
             h.update(chunk)
             bar.update(len(chunk))
             try:
-                counter.feed(head.feed(gunzip.feed(chunk) if gunzip is not None else chunk))
-            except zlib.error as exc:
-                raise DataError(f"corrupt gzip data in {part} ({exc})", path=url) from None
-    if gunzip is not None and not gunzip.complete:
-        raise DataError(f"truncated gzip stream in {part}", path=url)
-    head.check_fasta(url, gunzip is not None)
+                counter.feed(head.feed(unpack.feed(chunk) if unpack is not None else chunk))
+            except _DECOMPRESSION_ERRORS as exc:
+                raise DataError(f"corrupt {kind} data in {part} ({exc})", path=url) from None
+    if unpack is not None and not unpack.complete:
+        raise DataError(f"truncated {kind} stream in {part}", path=url)
+    head.check_fasta(url, kind)
     return h.hexdigest(), counter.records
 
 
 def _decompressed_chunks(resp: Any, url: str) -> Iterator[bytes]:
-    """Yield the body of ``resp``, gunzipped when it starts with the gzip magic bytes.
+    """Yield the body of ``resp``, decompressed when it starts with the magic bytes of gzip,
+    bzip2 or xz.
 
-    Raises DataError when the body is shorter than Content-Length or the gzip stream ends
-    inside a member.
+    Raises DataError when the body is shorter than Content-Length or the compressed stream
+    ends inside a member.
     """
     body = _Body(resp, url, 64 * 1024)
     chunks = iter(body)
     head = b""
-    while len(head) < 2 and (chunk := next(chunks, b"")):
+    while len(head) < 8 and (chunk := next(chunks, b"")):
         head += chunk
-    gunzip = _Gunzip() if head[:2] == _GZIP_MAGIC else None
+    kind = _compression(head)
+    unpack = None if kind is None else _Decompressor(kind)
     for chunk in itertools.chain([head], chunks):
-        if gunzip is None:
+        if unpack is None:
             yield chunk
             continue
         try:
-            yield gunzip.feed(chunk)
-        except zlib.error as exc:
-            raise DataError(f"corrupt gzip data ({exc})", path=url) from None
+            yield unpack.feed(chunk)
+        except _DECOMPRESSION_ERRORS as exc:
+            raise DataError(f"corrupt {kind} data ({exc})", path=url) from None
     expected = _content_length(resp)
     if expected is not None and body.received != expected:
         raise DataError(f"truncated download: got {body.received} of {expected} bytes", path=url)
-    if gunzip is not None and not gunzip.complete:
-        raise DataError("truncated gzip stream", path=url)
+    if unpack is not None and not unpack.complete:
+        raise DataError(f"truncated {kind} stream", path=url)
 
 
 def _parse_records(

@@ -261,8 +261,11 @@ def test_verify_false_skips_gzip_scan(server, gz_fasta, tmp_path):
     [
         (b"<!DOCTYPE html>\n<html>Sign in</html>", "starts with '<!DOCTYPE html>' (an HTML page"),
         (b"", "the download is empty"),
-        (gzip.compress(b"\n\n"), "the decompressed download is empty"),
-        (gzip.compress(b"ID   P12345 Reviewed;\n"), "decompressed download starts with 'ID   P1"),
+        (gzip.compress(b"\n\n"), "the decompressed (gzip) download is empty"),
+        (
+            gzip.compress(b"ID   P12345 Reviewed;\n"),
+            "decompressed (gzip) download starts with 'ID   P1",
+        ),
     ],
 )
 def test_a_body_that_is_not_fasta_is_refused(server, tmp_path, body, expect):
@@ -277,6 +280,40 @@ def test_a_body_that_is_not_fasta_is_refused(server, tmp_path, body, expect):
 def test_a_fasta_after_a_byte_order_mark_and_blank_lines_is_fasta(server, tmp_path):
     server.routes["/u.fa"] = Route(b"\xef\xbb\xbf\n\n" + make_fasta(3).encode())
     assert download(server.url("/u.fa"), tmp_path / "u.fa", progress=False)["records"] == 3
+    server.routes["/blank.fa"] = Route(b"\n" * 5000 + make_fasta(2).encode())  # > any head
+    assert download(server.url("/blank.fa"), tmp_path / "b.fa", progress=False)["records"] == 2
+
+
+@pytest.mark.parametrize("kind", ["bz2", "xz"])
+def test_bzip2_and_xz_downloads_are_checked_and_counted(server, tmp_path, kind):
+    """The FASTA reader takes them, so the download does: decompressed to the end (several
+    streams too), records counted, a truncated stream refused."""
+    import bz2
+    import lzma
+
+    pack = bz2.compress if kind == "bz2" else lzma.compress
+    blob = pack(make_fasta(4).encode()) + pack(make_fasta(3, 4).encode())
+    server.routes[f"/u.{kind}"] = Route(blob)
+    out = tmp_path / f"u.fa.{kind}"
+    r = download(server.url(f"/u.{kind}"), out, progress=False)
+    assert r["records"] == 7 and out.read_bytes() == blob
+    server.routes[f"/cut.{kind}"] = Route(blob[:-30])
+    with pytest.raises(DataError, match=r"truncated (bzip2|xz) stream"):
+        download(server.url(f"/cut.{kind}"), tmp_path / f"c.{kind}", progress=False)
+    assert (
+        r["records"]
+        == download(
+            server.url(f"/u.{kind}"), tmp_path / f"m.fa.{kind}", max_records=10, progress=False
+        )["records"]
+    )
+
+
+def test_binary_data_of_an_unknown_format_is_kept(server, tmp_path):
+    zstd = b"\x28\xb5\x2f\xfd" + bytes(range(200))
+    server.routes["/u.zst"] = Route(zstd)
+    with pytest.raises(DataError, match=r"binary data of an unknown format \(bytes 28 b5 2f fd"):
+        download(server.url("/u.zst"), tmp_path / "u.fa.zst", progress=False)
+    assert (tmp_path / "u.fa.zst.part").read_bytes() == zstd  # the user's to look at
 
 
 def test_multi_member_gzip_and_plain_files_are_counted(server, tmp_path):
