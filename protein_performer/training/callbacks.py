@@ -9,6 +9,8 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from protein_performer.training.interrupt import GracefulInterrupt
+
 
 class TokenThroughput(pl.Callback):
     """Logs ``train/tokens_per_s`` (non-padding tokens of the global batch per second of
@@ -62,6 +64,13 @@ class BestCheckpoint(ModelCheckpoint):
             super().on_validation_end(trainer, pl_module)
 
 
+def _interrupted(trainer: pl.Trainer) -> bool:
+    """Whether Ctrl-C / SIGTERM (:class:`GracefulInterrupt`) stopped this run."""
+    return any(
+        isinstance(c, GracefulInterrupt) and c.stopped_at is not None for c in trainer.callbacks
+    )
+
+
 class LastCheckpoint(ModelCheckpoint):
     """``last.ckpt``: the model after every validation, every ``every_minutes`` of training
     (independent of validation, so a crash loses at most that much work) and at the end.
@@ -103,10 +112,11 @@ class LastCheckpoint(ModelCheckpoint):
         super().on_train_batch_end(trainer, pl_module, outputs, batch, idx)
         if self._step_written == trainer.global_step:
             return
-        if trainer.should_stop:
+        if _interrupted(trainer) and trainer.global_step > 0:
             # a stop asked for mid-epoch (Ctrl-C): saved now, inside the epoch. Saved at
             # on_train_end the run would count as a finished epoch, and a resume would start
-            # the next one, skipping the rest of this one.
+            # the next one, skipping the rest of this one. (Other stops, max_steps or
+            # max_time, validate first and save then.)
             self._save_now(trainer)
             return
         if self.every_seconds is None:
@@ -121,7 +131,11 @@ class LastCheckpoint(ModelCheckpoint):
         if getattr(pl_module, "skip_validation", False):
             # an interrupted validation: the state after the last step, saved inside the epoch
             # (see on_train_batch_end)
-            if trainer.should_stop and self._step_written != trainer.global_step:
+            if (
+                _interrupted(trainer)
+                and trainer.global_step > 0
+                and self._step_written != trainer.global_step
+            ):
                 self._save_now(trainer)
             return
         super().on_validation_end(trainer, pl_module)

@@ -358,9 +358,7 @@ def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
 
 
 @pytest.mark.parametrize("during_validation", [False, True])
-def test_resuming_after_ctrl_c_mid_epoch_continues_exactly(
-    tmp_path, during_validation, caplog, recwarn
-):
+def test_resuming_after_ctrl_c_mid_epoch_continues_exactly(tmp_path, during_validation, caplog):
     """The interrupt's last.ckpt is saved inside the epoch: saved after it (on_train_end) the
     stop counted as a finished epoch and the resumed run skipped the rest of it."""
     fasta = write_fasta(tmp_path / "t.fasta", n=120)
@@ -374,13 +372,43 @@ def test_resuming_after_ctrl_c_mid_epoch_continues_exactly(
     state = torch.load(cut.last_checkpoint, weights_only=True, map_location="cpu")
     assert state["epoch"] == 0 and state["global_step"] in (3, 5)
     cfg.ckpt_path = cut.last_checkpoint
-    recwarn.clear()
     with caplog.at_level("INFO"):
         resumed = train(cfg, tmp_path / "cut")
     assert resumed.steps == 12
     # Lightning's restoring lines say what the header says already
     assert "Restoring states" not in caplog.text and "Restored all states" not in caplog.text
-    assert not [w for w in recwarn if "dirpath has changed" in str(w.message)]
     a, b = train_losses(tmp_path / "full"), train_losses(tmp_path / "cut")
     assert sorted(b) == sorted(a) == list(range(12))
     assert [b[s] for s in range(12)] == pytest.approx([a[s] for s in range(12)], rel=1e-5)
+
+
+class CountSaves(pl.Callback):
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self.steps.append(trainer.global_step)
+
+
+def test_the_final_step_is_saved_once_after_its_validation(tiny_fasta, tmp_path):
+    """max_steps stops the run too: last.ckpt is written after the final validation (best.ckpt
+    and last.ckpt, once each), not also before it."""
+    saves = CountSaves()
+    result = train(
+        tiny_config(tiny_fasta, max_steps=4, val_check_interval=2),
+        tmp_path / "run",
+        callbacks=[saves],
+    )
+    assert result.val_step == 4
+    assert saves.steps.count(4) == 2  # best.ckpt (improved) and last.ckpt
+
+
+def test_resuming_into_a_new_directory_says_nothing_of_lightnings_dirpath(
+    tiny_fasta, tmp_path, recwarn
+):
+    cfg = tiny_config(tiny_fasta, max_steps=2)
+    first = train(cfg, tmp_path / "run")
+    cfg.ckpt_path, cfg.trainer.max_steps = first.last_checkpoint, 3
+    recwarn.clear()
+    assert train(cfg, tmp_path / "new").steps == 3
+    assert not [w for w in recwarn if "dirpath has changed" in str(w.message)]
