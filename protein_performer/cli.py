@@ -175,7 +175,7 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
         if leaks.get(split):
             print(
                 f"warning: {leaks[split]:,} of {manifest['splits'][split]['records']:,} {split} "
-                f"records are identical to a training record (e.g. {leaks['examples'][0]}): "
+                f"records are identical to a training record (e.g. {leaks['examples'][split][0]}): "
                 "their metrics are not held out",
                 file=sys.stderr,
             )

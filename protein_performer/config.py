@@ -8,6 +8,7 @@ adds the value checks (choices, ranges). The Hydra glue (:func:`run_hydra`) live
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -545,14 +546,11 @@ def validate_eval_config(cfg: EvalConfig) -> None:
         _positive("context_max_proteins", cfg.context_max_proteins)
     if cfg.context is None:
         # settings of the context evaluation that would silently do nothing
+        defaults = {f.name: f.default for f in dataclasses.fields(EvalConfig)}
         given = [
             k
-            for k, default in (
-                ("context_max_proteins", None),
-                ("context_min_members", 2),
-                ("context_order", "id"),
-            )
-            if getattr(cfg, k) != default
+            for k in ("context_max_proteins", "context_min_members", "context_order")
+            if getattr(cfg, k) != defaults[k]
         ]
         if given:
             raise ConfigError(f"{', '.join(given)} set without context=cluster or context=FASTA")

@@ -55,7 +55,9 @@ def check_dense_fits(
     computed, with what to use ``instead``."""
     nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
     if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
+        # what the caching allocator holds but does not use is free to this process too
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        free = torch.cuda.mem_get_info(device)[0] + cached
     else:
         mem = memory_available()
         if mem is None:

@@ -562,7 +562,7 @@ def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
         )[:1]
     except InvalidResidueError as e:
         # the wild type is read as it is: no invalid= / strip_gaps= here to point to
-        problem = e.problem.split(" (an alignment gap")[0].split("; ")[0]
+        problem = e.residue_problem or e.problem
         raise DataError(problem, path=e.path, record=e.record, record_id=e.record_id) from None
     return alphabet.decode(protein.residues), f"{cfg.fasta} ({protein.id})"
 

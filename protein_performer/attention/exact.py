@@ -28,11 +28,14 @@ def length_scale(
     ``log(n) / log(base)`` a margin ``d`` gives the match ``n^a / (n^a + n)``,
     ``a = d / log(base)``, which holds or grows with n once ``d >= log(base)``
     (Scalable-Softmax, Nakanishi 2025)."""
-    # counted and logged in float64 (small): a float32 factor put 1e-7 errors into float64 runs
+    # counted and logged in float64 (small): a float32 factor put 1e-7 errors into float64
+    # runs (MPS has no float64: float32 there)
+    dev = key_padding_mask.device if key_padding_mask is not None else torch.device(device or "cpu")
+    wide = torch.float32 if dev.type == "mps" else torch.float64
     if key_padding_mask is None:
-        visible = torch.ones(batch, lk, device=device, dtype=torch.float64)
+        visible = torch.ones(batch, lk, device=device, dtype=wide)
     else:
-        visible = (~key_padding_mask.bool()).double()  # (B, Lk)
+        visible = (~key_padding_mask.bool()).to(wide)  # (B, Lk)
     # causal: query i sees keys 0..i (top-left aligned, like is_causal=True): (B, Lq, 1)
     seen = torch.cumsum(visible, -1)[:, :lq, None] if causal else visible.sum(-1)[:, None, None]
     factor = torch.log(seen.clamp(min=1.0)) / math.log(base)

@@ -470,10 +470,14 @@ class FavorAttention(nn.Module):
             "the attention matrix",
             "attention_rows() yields it a block of rows at a time",
         )
-        blocks = [
-            rows for _, rows in self.attention_rows(q, k, key_padding_mask, chunk_size=chunk_size)
-        ]
-        return torch.cat(blocks, dim=2)
+        out = None
+        for start, rows in self.attention_rows(q, k, key_padding_mask, chunk_size=chunk_size):
+            if out is None:  # filled block by block: never the blocks and the whole at once
+                out = rows.new_empty(*rows.shape[:2], q.shape[2], rows.shape[3])
+            out[:, :, start : start + rows.shape[2]] = rows
+        if out is None:  # no query rows
+            out = q.new_zeros(q.shape[0], q.shape[1], 0, k.shape[2])
+        return out
 
     def extra_repr(self) -> str:
         parts = [

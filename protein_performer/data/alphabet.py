@@ -54,7 +54,10 @@ INVALID_HINT = "invalid=skip drops such records, invalid=replace maps the charac
 
 
 class InvalidResidueError(DataError):
-    """A sequence holds a character that is not a residue letter."""
+    """A sequence holds a character that is not a residue letter. ``residue_problem``: the
+    problem without the hints at options (for a command that has none of them)."""
+
+    residue_problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -197,12 +200,14 @@ class Alphabet:
             p = int(bad_pos[0])
             ch = chr(int(codes[p]))
             gap = " (an alignment gap: strip_gaps removes them)" if ch in "-." else ""
-            raise InvalidResidueError(
+            err = InvalidResidueError(
                 f"invalid residue {ch!r} at position {p + 1}{gap}; {INVALID_HINT}",
                 path=path,
                 record=record,
                 record_id=record_id,
             )
+            err.residue_problem = f"invalid residue {ch!r} at position {p + 1}"
+            raise err
         if policy is InvalidPolicy.SKIP:
             return CleanResult(None, 0, chars)
         ids = ids.copy()

@@ -13,7 +13,6 @@ else from ``torch.distributed``, else 0/1. Build the Trainer with
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import numbers
 import os
@@ -52,6 +51,7 @@ from protein_performer.data.masking import OBJECTIVES, make_collator
 from protein_performer.data.shards import ShardSource
 from protein_performer.data.sources import FlatSource, select_records, split_long_records
 from protein_performer.data.splits import parse_fractions
+from protein_performer.data.stats import digest64
 from protein_performer.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -109,13 +109,14 @@ def _head(source: FlatSource, n: int | None) -> FlatSource:
     return head
 
 
-def _sequence_digests(source: FlatSource) -> list[bytes]:
-    """A 64-bit digest of every record's tokens."""
+def _sequence_digests(source: FlatSource) -> np.ndarray:
+    """A 64-bit digest of every record's tokens, ``(n,)`` uint64."""
     tokens, offsets = source.tokens, source.offsets
-    return [
-        hashlib.blake2b(tokens[offsets[i] : offsets[i + 1]].tobytes(), digest_size=8).digest()
-        for i in range(len(source))
-    ]
+    return np.fromiter(
+        (digest64(tokens[offsets[i] : offsets[i + 1]].tobytes()) for i in range(len(source))),
+        dtype=np.uint64,
+        count=len(source),
+    )
 
 
 def _first_repeat(ids: Sequence[str]) -> str:
@@ -382,7 +383,7 @@ class ProteinDataModule(pl.LightningDataModule):
         )
         self.datasets: dict[str, EpochDataset] = {}
         self._reported: set[tuple[str, ...]] = set()
-        self._train_digests: set[bytes] | None = None
+        self._train_digests: np.ndarray | None = None
 
     # ---- loading --------------------------------------------------------------------------
     def _load_source(self, split: str) -> FlatSource | None:
@@ -578,9 +579,12 @@ class ProteinDataModule(pl.LightningDataModule):
         if ("repeats", split) in self._reported:
             return
         self._reported.add(("repeats", split))
-        explicit = self.val_files is not None or self.test_files is not None
+        # held-out files (not shards, which data.files never override, nor given sources)
+        explicit = self.shards is None and (
+            self.val_files is not None or self.test_files is not None
+        )
         if split == "train":
-            ids = source.ids or []
+            ids = list(source.ids) if source.ids is not None else []
             unique = set(ids)
             if len(unique) < len(ids):
                 log.warning(
@@ -590,20 +594,20 @@ class ProteinDataModule(pl.LightningDataModule):
                     len(ids),
                     _first_repeat(ids),
                 )
-            if explicit:  # kept only to check the held-out files against
-                self._train_digests = set(_sequence_digests(source))
+            if explicit:  # kept only to check the held-out files against (8 bytes a record)
+                self._train_digests = np.unique(_sequence_digests(source))
             return
-        if not explicit or self._train_digests is None:
+        if not explicit or self._train_digests is None or self._sources[split] is not None:
             return
-        shared = [i for i, d in enumerate(_sequence_digests(source)) if d in self._train_digests]
-        if shared:
+        shared = np.flatnonzero(np.isin(_sequence_digests(source), self._train_digests))
+        if len(shared):
             log.warning(
                 "%d of %d %s records are identical to a training sequence (e.g. %s): their "
                 "metrics are not held out",
                 len(shared),
                 len(source),
                 split,
-                source.record_id(shared[0]),
+                source.record_id(int(shared[0])),
             )
 
     def _require(self, split: str) -> EpochDataset:

@@ -14,7 +14,6 @@ OUTDIR that is renamed into place only when complete, and removed on any error o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -39,7 +38,7 @@ from protein_performer.data.fasta import (
 )
 from protein_performer.data.sources import FlatSource
 from protein_performer.data.splits import SPLITS, SplitAssigner, parse_fractions
-from protein_performer.data.stats import DuplicateFinder, LengthHistogram
+from protein_performer.data.stats import DuplicateFinder, LengthHistogram, digest64
 from protein_performer.errors import DataError
 from protein_performer.outputs import check_output_dir, remove_empty, replace_dir, start_staging
 
@@ -94,24 +93,24 @@ class _HeldOutCopies:
     first): their metrics would not be held out. 64-bit digests of the token bytes."""
 
     def __init__(self) -> None:
-        self._train: list[int] = []
+        self._train = array("Q")  # 8 bytes a training record
         self._sorted: np.ndarray | None = None
         self.counts = {"val": 0, "test": 0}
-        self.examples: list[str] = []
+        self.examples: dict[str, list[str]] = {"val": [], "test": []}
 
     def add(self, split: str, record_id: str, ids: np.ndarray) -> None:
-        digest = int.from_bytes(hashlib.blake2b(ids.tobytes(), digest_size=8).digest(), "little")
+        digest = digest64(ids.tobytes())
         if split == "train":
             self._train.append(digest)
             return
         if self._sorted is None:
-            self._sorted = np.unique(np.asarray(self._train, dtype=np.uint64))
-            self._train = []
+            self._sorted = np.unique(np.frombuffer(self._train, dtype=np.uint64))
+            self._train = array("Q")
         at = int(np.searchsorted(self._sorted, np.uint64(digest)))
         if at < len(self._sorted) and int(self._sorted[at]) == digest:
             self.counts[split] += 1
-            if len(self.examples) < 3:
-                self.examples.append(record_id)
+            if len(self.examples[split]) < 3:
+                self.examples[split].append(record_id)
 
     def result(self) -> dict[str, Any]:
         return {**self.counts, "examples": self.examples}

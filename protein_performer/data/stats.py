@@ -69,6 +69,11 @@ class LengthHistogram:
         return out
 
 
+def digest64(data: bytes) -> int:
+    """A 64-bit digest (blake2b) of ``data``: what duplicate and copy checks compare."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
 class DuplicateFinder:
     """Exact duplicate-id detection from 64-bit digests, reported after the pass."""
 
@@ -77,9 +82,7 @@ class DuplicateFinder:
         self._buf: list[int] = []
 
     def add(self, key: str) -> None:
-        self._buf.append(
-            int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
-        )
+        self._buf.append(digest64(key.encode()))
         if len(self._buf) >= 65536:
             self._chunks.append(np.asarray(self._buf, dtype=np.uint64))
             self._buf = []

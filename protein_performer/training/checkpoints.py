@@ -20,6 +20,7 @@ import torch
 from protein_performer.atomic import write_atomic
 from protein_performer.attention import FavorAttention
 from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.masking import OBJECTIVES
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.config import ARCHITECTURE_FIELDS, ModelConfig
 from protein_performer.model.performer import ProteinLM
@@ -99,12 +100,15 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     if not p.exists():
         raise DataError("checkpoint not found", path=p)
     if not p.is_file():
-        found = [c for c in ("best.ckpt", "last.ckpt") if (p / "checkpoints" / c).is_file()]
-        found += [c for c in ("best.ckpt", "last.ckpt") if (p / c).is_file()]
+        found = [
+            f"{c} {p / d / f'{c}.ckpt'}"
+            for d in ("checkpoints", ".")
+            for c in ("last", "best")
+            if (p / d / f"{c}.ckpt").is_file()
+        ]
         hint = ""
-        if found:
-            inside = "checkpoints/" if (p / "checkpoints" / found[0]).is_file() else ""
-            hint = f" (a run directory? its checkpoint is {p / inside / found[0]})"
+        if found:  # last: where a resume continues; best: what evaluate and the analyses read
+            hint = f" (a run directory? its checkpoints: {', '.join(found)})"
         raise DataError(f"checkpoint path is not a file{hint}", path=p)
     try:
         with open(p, "rb") as fh:
@@ -163,10 +167,11 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
         raise DataError(
             f"damaged checkpoint metadata (no {', '.join(missing)}); not loaded", path=p
         )
-    if meta["objective"] not in ("mlm", "causal"):
+    if meta["objective"] not in OBJECTIVES:
         # anything else would load as a masked LM
         raise DataError(
-            f"damaged checkpoint metadata (objective {meta['objective']!r}, not mlm or causal); "
+            f"damaged checkpoint metadata (objective {meta['objective']!r}, not one of "
+            f"{', '.join(OBJECTIVES)}); "
             "not loaded",
             path=p,
         )

@@ -179,7 +179,8 @@ def _unknown_key_message(root: type, full_key: str) -> str:
     prefix = f"{parent}." if parent else ""
     hints = [prefix + h for h in difflib.get_close_matches(leaf, valid, n=1)]
     if not hints:  # the key of another group (lr= for optim.lr, max_steps= for trainer...)
-        hints = [k for k in _all_keys(root) if k.rpartition(".")[2] == leaf][:1]
+        same = [k for k in _all_keys(root) if k.rpartition(".")[2] == leaf]
+        hints = sorted(same, key=lambda k: k.count("."))[:1]  # the top-level one first
     suggestion = f" (did you mean '{hints[0]}'?)" if hints else ""
     return f"unknown config key '{full_key}'{suggestion}; valid keys in {where}: {', '.join(valid)}"
 

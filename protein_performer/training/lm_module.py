@@ -156,7 +156,9 @@ class ProteinLMModule(pl.LightningModule):
             if self._unigram_logp is not None:
                 labels = batch["labels"]
                 at = (batch["input_ids"] == self.alphabet.mask_idx) & (labels != IGNORE_INDEX)
-                uni = self._unigram_logp.to(labels.device)[labels[at]]
+                if self._unigram_logp.device != labels.device:  # moved once
+                    self._unigram_logp = self._unigram_logp.to(labels.device)
+                uni = self._unigram_logp[labels[at]]
                 self._val_sums[6] -= uni.double().sum()
 
     def on_validation_epoch_end(self) -> None:

@@ -161,7 +161,7 @@ def _check_paths(cfg: TrainConfig) -> int | None:
             else "shard directory not found"
         )
         raise DataError(f"data.shards: {problem}", path=d.shards)
-    if d.shards:
+    if d.shards and is_rank_zero():
         unread = [f"data.{k}" for k in ("files", "val_files", "test_files") if getattr(d, k)]
         if unread:
             log.warning(
@@ -219,11 +219,16 @@ def _warn_unapplied_optimizer_settings(ckpt: dict[str, Any], optim: Any) -> None
             "optim.lr": ckpt["lr_schedulers"][0]["base_lrs"][0],
             "optim.betas": list(group["betas"]),
             "optim.eps": group["eps"],
+            # the first group decays (param_groups: decayed weights, then the rest)
+            "optim.weight_decay": group["weight_decay"],
         }
     except (KeyError, IndexError, TypeError):
         return
     given = {"optim.lr": optim.lr, "optim.betas": [float(b) for b in optim.betas]}
     given["optim.eps"] = optim.eps
+    given["optim.weight_decay"] = optim.weight_decay
+    if not is_rank_zero():
+        return
     changed = [k for k in stored if not _same_number(stored[k], given[k])]
     if changed:
         log.warning(

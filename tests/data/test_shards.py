@@ -64,7 +64,7 @@ def test_held_out_files_identical_to_training_records_are_counted(tmp_path, caps
     assert m["held_out_in_train"] == {
         "val": 7,
         "test": 0,
-        "examples": ["UniRef50_T0000", "UniRef50_T0001", "UniRef50_T0002"],
+        "examples": {"val": ["UniRef50_T0000", "UniRef50_T0001", "UniRef50_T0002"], "test": []},
     }
     assert preprocess(tr, tmp_path / "h", progress=False)["held_out_in_train"] is None
     code = main(["data", "preprocess", str(tr), str(tmp_path / "c"), "--val", str(va),

@@ -319,7 +319,7 @@ def test_a_run_directory_given_as_checkpoint_points_to_its_checkpoint(tmp_path):
     model = ProteinLM(_config("transformer"), len(ALPHABET))
     save_model_checkpoint(run / "checkpoints" / "last.ckpt", model, ALPHABET, "mlm")
     with pytest.raises(
-        DataError, match=r"a run directory\? its checkpoint is .*run/checkpoints/last\.ckpt\)$"
+        DataError, match=r"a run directory\? its checkpoints: last .*run/checkpoints/last\.ckpt\)$"
     ):
         read_checkpoint(run)
 
