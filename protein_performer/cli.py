@@ -145,6 +145,7 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
             strip_gaps=args.strip_gaps,
             allow_nucleotide=args.allow_nucleotide,
             cluster_of=read_members(args.clusters) if args.clusters else None,
+            clusters=args.clusters,
         )
     except DataError as e:
         raise e.with_options(PREPROCESS_OPTIONS) from None

@@ -164,8 +164,12 @@ def preprocess(
     strip_gaps: bool = False,
     allow_nucleotide: bool = False,
     cluster_of: Mapping[str, str] | None = None,
+    clusters: PathLike | None = None,
 ) -> dict[str, Any]:
     """Tokenize FASTA file(s) into per-split shards under ``outdir``; return the manifest.
+
+    ``clusters``: where ``cluster_of`` was read from (``data cluster``'s output), recorded in
+    the manifest so that a model trained on the shards can be evaluated on their split.
 
     With ``val_inputs``/``test_inputs`` the splits are explicit (``inputs`` → train);
     otherwise every record goes to the split given by hashing its key (UniRef cluster id,
@@ -259,6 +263,9 @@ def preprocess(
                 else "cluster of the members table"
                 if cluster_of is not None
                 else "UniRef cluster id, else UniProt accession, else id",
+                "clusters": None
+                if explicit or cluster_of is None or clusters is None
+                else os.path.abspath(clusters),
             },
             "invalid_policy": policy.value,
             "strip_gaps": strip_gaps,

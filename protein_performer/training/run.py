@@ -43,6 +43,7 @@ from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.fasta import check_distinct_inputs, load_fasta_source
+from protein_performer.data.shards import read_manifest
 from protein_performer.devices import pick_device
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, check_output_file, entries, json_with_keys
@@ -161,6 +162,12 @@ def _check_paths(cfg: TrainConfig) -> int | None:
             else "shard directory not found"
         )
         raise DataError(f"data.shards: {problem}", path=d.shards)
+    if d.clusters and d.split_by == "record" and not d.shards and is_rank_zero():
+        log.warning(
+            "data.clusters is given but data.split_by=record: the train/val/test split is by "
+            "record, so members of one cluster can sit on both sides; data.split_by=cluster "
+            "keeps clusters apart"
+        )
     if d.shards and is_rank_zero():
         unread = [f"data.{k}" for k in ("files", "val_files", "test_files") if getattr(d, k)]
         if unread:
@@ -437,6 +444,27 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
     )
 
 
+def shards_split(shards: str | os.PathLike) -> dict[str, Any]:
+    """The split a shard directory was made with, as the checkpoint's data settings:
+    ``split_by`` ``record`` / ``cluster`` (hashed; the clusters table when preprocess recorded
+    it) or ``explicit`` (files given per split: not reproducible from one FASTA)."""
+    split = read_manifest(shards).get("split") or {}
+    if split.get("method") != "hash":
+        return {
+            "split_by": "explicit",
+            "split_fractions": None,
+            "split_seed": None,
+            "clusters": None,
+        }
+    by_cluster = str(split.get("key", "")).startswith("cluster")
+    return {
+        "split_by": "cluster" if by_cluster else "record",
+        "split_fractions": split.get("fractions"),
+        "split_seed": split.get("seed"),
+        "clusters": split.get("clusters") if by_cluster else None,
+    }
+
+
 def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
     d = cfg.data
     data_info = {
@@ -449,6 +477,8 @@ def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
         "split_seed": d.split_seed,
         "clusters": os.path.abspath(d.clusters) if d.clusters else None,
     }
+    if d.shards:  # the shards' own split, not data.split_* (which shards do not use)
+        data_info.update(shards_split(d.shards))
     module = ProteinLMModule(
         cfg.model,
         cfg.optim,
@@ -675,13 +705,23 @@ def _fit(
             signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after Ctrl-C
 
 
-def _data_line(dm: ProteinDataModule) -> str:
-    """``train 3,425 proteins (990,112 residues), val 190 (...)``: what the run reads."""
+def _data_line(dm: ProteinDataModule, cfg: TrainConfig) -> str:
+    """``train 3,425 proteins (990,112 residues), val 190 (...); split by cluster``: what the
+    run reads and how its held-out part was drawn."""
     parts = []
     for split, ds in dm.datasets.items():
         proteins = dm.windows[split][0] if split in dm.windows else len(ds.source)
         parts.append(f"{split} {proteins:,} proteins ({ds.source.n_residues:,} residues)")
-    return ", ".join(parts)
+    d = cfg.data
+    if d.shards:
+        how = {"explicit": "by the files given per split", "cluster": "by cluster"}
+        by = shards_split(d.shards)["split_by"]
+        split = f"the shards' split ({how.get(by, 'by record')})"
+    elif d.val_files or d.test_files:
+        split = "held-out files given"
+    else:
+        split = f"split by {dm.split_by} ({', '.join(f'{f:g}' for f in d.split_fractions)})"
+    return ", ".join(parts) + f"; {split}"
 
 
 def _print_header(
@@ -805,7 +845,7 @@ def train(
         dm = build_datamodule(cfg)
         dm.setup("fit")  # data errors before anything is printed (fit reuses what is loaded)
         if rank_zero:
-            _print_header(cfg, run_path, estimate, warning, resume_step, _data_line(dm))
+            _print_header(cfg, run_path, estimate, warning, resume_step, _data_line(dm, cfg))
         module = build_module(cfg, dm.alphabet)
         trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks, resume_step)
         interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))
@@ -996,6 +1036,12 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
     (so ``split=test`` scores that run's held-out proteins), else the defaults."""
     # clusters= alone implies a cluster split, except when it is there for context=cluster
     implied = "cluster" if cfg.clusters and cfg.context != "cluster" else None
+    if cfg.split and stored.get("split_by") == "explicit":
+        raise ConfigError(
+            f"split={cfg.split}: the training run's shards were split by files given per split "
+            "(preprocess --val/--test), which no FASTA split reproduces; evaluate that file "
+            "without split="
+        )
     if cfg.split and implied and not cfg.split_by and stored.get("split_by") == "record":
         # another split than the run's: its "held-out" part would hold training proteins
         raise ConfigError(

@@ -572,3 +572,51 @@ def test_context_proteins_cut_to_the_window_are_counted() -> None:
     _, _, ctx, _, info = scoring_windows(targets, A, **kw)
     assert info["context_proteins_cut"] == 1
     assert len(ctx[1]) == 40 and info["mean_context_proteins"] == 1.0
+
+
+def test_a_clusters_table_with_a_split_by_record_is_said(tmp_path, caplog):
+    cfg, _ = pairs_config(tmp_path, max_steps=1, test_fraction=0.4)
+    cfg.data.split_by = "record"  # the table is there for the pairs, the split is by record
+    with caplog.at_level("WARNING"):
+        train(cfg, tmp_path / "run")
+    assert "data.clusters is given but data.split_by=record" in caplog.text
+
+
+def test_a_run_on_shards_is_evaluated_on_the_shards_split(tmp_path):
+    """evaluate split=test of a model trained on shards scores the shards' test records (the
+    run's data.split_* are not what made them): hashed by record or by cluster, and refused
+    for shards split by files."""
+    from protein_performer.data.cluster import read_members
+    from protein_performer.data.shards import ShardSource, preprocess
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=60)
+    members = clusters_of_three(fasta, tmp_path / "members.tsv")
+    cases = {
+        "hashed": dict(fractions=[0.6, 0.1, 0.3], seed=5),
+        "clustered": dict(
+            fractions=[0.6, 0.1, 0.3], seed=3, cluster_of=read_members(members), clusters=members
+        ),
+    }
+    for name, kw in cases.items():
+        shards = tmp_path / f"shards_{name}"
+        preprocess(fasta, shards, progress=False, **kw)
+        cfg = tiny_config(fasta, max_steps=1, val_check_interval=1)
+        cfg.data.shards = str(shards)
+        result = train(cfg, tmp_path / f"run_{name}")
+        test_ids = set(ShardSource.open(shards, "test").ids)
+        out = evaluate(
+            EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test")
+        )
+        assert out.sequences == len(test_ids), name
+        assert out.split["by"] == ("cluster" if name == "clustered" else "record")
+        assert out.split["seed"] == kw["seed"] and out.split["fractions"] == kw["fractions"]
+    explicit = tmp_path / "shards_explicit"
+    preprocess(
+        fasta, explicit, test_inputs=[write_fasta(tmp_path / "x.fasta", n=5)], progress=False
+    )
+    cfg = tiny_config(fasta, max_steps=1, val_check_interval=1)
+    cfg.data.shards = str(explicit)
+    cfg.data.split_fractions = [1.0, 0.0, 0.0]
+    result = train(cfg, tmp_path / "run_explicit")
+    with pytest.raises(ConfigError, match="split by files given per split"):
+        evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test"))

@@ -32,7 +32,11 @@ def test_train_command_runs_end_to_end(tiny_fasta, tmp_path, capsys):
     assert "val perplexity" in out and "tokens/s" in out
     assert re.search(r"<mask> only +[\d.]+  \(val perplexity; unigram [\d.]+\)", out), out
     data = next(line for line in err.splitlines() if line.startswith("data: "))
-    found = re.fullmatch(r"data: train (\d+) proteins \([\d,]+ residues\), val (\d+) .*", data)
+    found = re.fullmatch(
+        r"data: train (\d+) proteins \([\d,]+ residues\), val (\d+) .*; "
+        r"split by record \(0\.8, 0\.2, 0\)",
+        data,
+    )
     assert found and int(found[1]) + int(found[2]) == 80  # write_fasta's records, all read
     best = run_dir / "checkpoints" / "best.ckpt"
     last = run_dir / "checkpoints" / "last.ckpt"
