@@ -76,6 +76,12 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     stats = fasta_stats(args.inputs, progress=not args.no_progress)
     if args.json or args.output:
         _print_json(stats, args.output)
+        if args.output:
+            print(
+                f"wrote {args.output}: {stats['records']:,} records, {stats['residues']:,} "
+                "residues",
+                file=sys.stderr,
+            )
         return 0
     lens = stats["lengths"]
     print(f"files:      {', '.join(f['path'] for f in stats['files'])}")

@@ -123,7 +123,8 @@ def test_file_outputs_of_data_commands(tmp_path, capsys):
         assert "never replaced (choose another name)" in err and "use --overwrite" not in err
         assert mine.read_text() == '{"my": "data"}'
     stats = tmp_path / "stats.json"
-    assert _cli(capsys, "data", "stats", str(src), "-o", str(stats))[0] == 0
+    code, out, err = _cli(capsys, "data", "stats", str(src), "-o", str(stats))
+    assert code == 0 and out == "" and err.startswith(f"wrote {stats}: ")  # said, on stderr
     code, _, err = _cli(capsys, "data", "stats", str(src), "-o", str(stats))
     _one_line_error(code, err, "file exists (use --overwrite to replace it)")
     assert _cli(capsys, "data", "stats", str(src), "-o", str(stats), "--overwrite")[0] == 0

@@ -431,7 +431,8 @@ def join_proteins(
         if last + 2 > limit:
             raise ConfigError(
                 f"join: the last protein ({proteins[-1].id}, {last} residues) alone exceeds "
-                f"{limit} tokens"
+                f"{limit} tokens, the model's window: no homolog fits before it (plot it alone "
+                "with truncate=true, or use a model with longer windows)"
             )
         # cut the front (the earliest context): the last protein is the one analysed
         cropped = len(residues) + 2 - limit

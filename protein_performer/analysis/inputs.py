@@ -137,7 +137,7 @@ def read_proteins(
             allow_nucleotide=allow_nucleotide,
         )
         for rec, residues in encoded:
-            if wanted is not None and rec.id not in wanted:
+            if wanted is not None and not (record_names(rec.id) & wanted):
                 if len(seen) < 100_000:
                     seen.append(rec.id)
                 continue
@@ -165,7 +165,7 @@ def read_proteins(
             break
     names = ", ".join(str(p) for p in paths)
     if wanted is not None:
-        missing = sorted(wanted - {p.id for p in out})
+        missing = sorted(wanted - {n for p in out for n in record_names(p.id)})
         if missing:
             shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
             like = [i for i in seen if any(m.lower() in i.lower() for m in missing)][:3]
@@ -178,20 +178,29 @@ def read_proteins(
             if skipped:
                 hint += f"; {skipped}"
             raise DataError(f"no record with id {shown}{hint}", path=names)
-        ids = [p.id for p in out]
-        repeated = sorted({i for i in ids if ids.count(i) > 1})
-        if repeated:  # which one was meant cannot be told
-            raise DataError(
-                f"record id {repeated[0]} names {ids.count(repeated[0])} records; "
-                "give each record a unique id (the first word of its header)",
-                path=names,
-            )
+        for name in sorted(wanted):
+            hits = [p.id for p in out if name in record_names(p.id)]
+            if len(hits) > 1:  # which one was meant cannot be told
+                raise DataError(
+                    f"record id {name} names {len(hits)} records ({', '.join(hits[:3])}); "
+                    "give each record a unique id (the first word of its header)",
+                    path=names,
+                )
     if not out:
         skipped = counts.changes()
         if filtered:
             raise DataError(f"none of the {filtered:,} records falls in this split", path=names)
         raise DataError("no protein records" + (f" ({skipped})" if skipped else ""), path=names)
     return out
+
+
+def record_names(record_id: str) -> set[str]:
+    """The names ``record=`` finds a record by: its id, and for a UniProt id
+    ``sp|P00974|BPT1_BOVIN`` its accession and entry name too."""
+    parts = record_id.split("|")
+    if len(parts) == 3 and parts[0] in ("sp", "tr") and parts[1] and parts[2]:
+        return {record_id, parts[1], parts[2]}
+    return {record_id}
 
 
 def split_filter(

@@ -744,7 +744,7 @@ def _print_header(
         shape += f", q/k/v convolution over {m.qkv_conv}"
     if m.scalable_softmax:
         shape += f", exact scores × log n / log {m.scalable_softmax}"
-    steps = f"{t.max_steps:,} steps" + (
+    steps = f"{t.max_steps:,} step{'' if t.max_steps == 1 else 's'}" + (
         f" (resuming at step {resume_step:,})" if resume_step is not None else ""
     )
     lines = [

@@ -197,8 +197,17 @@ def test_interrupt_leaves_nothing(files, tmp_path, capsys, monkeypatch) -> None:
 def test_helpful_lookups(files, tmp_path, capsys) -> None:
     (tmp_path / "u.fasta").write_text(">sp|P1|ONE_HUMAN x\nMKTAYIAKQR\n>sp|P2|TWO_HUMAN y\nMKTAY\n")
     base = [f"checkpoint={files / 'relu.ckpt'}", f"out={tmp_path / 'o'}"]
-    code, _, err = run(capsys, "plot-heads", *base, f"fasta={tmp_path / 'u.fasta'}", "record=P2")
+    code, _, err = run(capsys, "plot-heads", *base, f"fasta={tmp_path / 'u.fasta'}", "record=P3")
+    assert code == 2 and "no record with id P3" in err
+    code, _, err = run(capsys, "plot-heads", *base, f"fasta={tmp_path / 'u.fasta'}", "record=TWO")
     assert code == 2 and "did you mean sp|P2|TWO_HUMAN?" in err
+    # an accession finds its UniProt record
+    out = tmp_path / "p2"
+    code, _, err = run(
+        capsys, "plot-heads", *base[:1], f"out={out}", f"fasta={tmp_path / 'u.fasta'}", "record=P2"
+    )
+    assert code == 0, err
+    assert json.loads((out / "heads.json").read_text())["record"] == "sp|P2|TWO_HUMAN"
     code, _, err = run(
         capsys, "plot-heads", *base, f"fasta={files / 'proteins.fasta'}", "layers=1-0"
     )

@@ -255,3 +255,21 @@ def test_read_proteins_refuses_a_file_listed_twice(tmp_path):
     assert [p.id for p in read_proteins(fasta, default_alphabet())] == ["a", "b"]
     with pytest.raises(ConfigError, match=r"fasta: .*a\.fasta is already listed"):
         read_proteins([fasta, tmp_path / "." / "a.fasta"], default_alphabet())
+
+
+def test_a_uniprot_record_is_found_by_its_accession_or_entry_name(tmp_path) -> None:
+    fasta = tmp_path / "u.fasta"
+    fasta.write_text(
+        ">sp|Q79PF4|KAIC_SYNE7 Circadian clock protein KaiC OS=...\nMKVLA\n"
+        ">tr|A0A0K0|A0A0K0_9CYAN Uncharacterized\nACDEF\n>plain\nWYHHE\n"
+    )
+    for name in ("sp|Q79PF4|KAIC_SYNE7", "Q79PF4", "KAIC_SYNE7"):
+        (protein,) = read_proteins(fasta, ALPHABET, ids=[name])
+        assert protein.id == "sp|Q79PF4|KAIC_SYNE7"
+    assert read_proteins(fasta, ALPHABET, ids=["A0A0K0"])[0].id == "tr|A0A0K0|A0A0K0_9CYAN"
+    with pytest.raises(DataError, match="no record with id Q79PF5"):
+        read_proteins(fasta, ALPHABET, ids=["Q79PF5"])
+    twice = tmp_path / "twice.fasta"
+    twice.write_text(">sp|P1|A_HUMAN\nMKV\n>tr|P1|B_MOUSE\nMKW\n")
+    with pytest.raises(DataError, match=r"record id P1 names 2 records \(sp\|P1\|A_HUMAN, tr"):
+        read_proteins(twice, ALPHABET, ids=["P1"])
