@@ -362,10 +362,12 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
                 f"{limit:,} tokens"
                 + (f": {dropped} of {len(read_ids)} proteins left out entirely" if dropped else "")
             )
+        share = sum(b - a for a, b in segments[:-1]) / att.shape[-1]  # keys on the others
         text += (
             f"\n  joined {len(segments)} proteins; the last one's queries put "
             f"{top['cross_protein']:.0%} of their attention on the others in "
-            f"L{top['layer']}H{top['head']} (the most of any head)"
+            f"L{top['layer']}H{top['head']} (the most of any head; uniform attention: "
+            f"{share:.0%})"
         )
     if best_aligned is not None:
         text += (
@@ -772,6 +774,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             }
         )
         text += "\n  Spearman with " + cfg.fitness_col + f" (n={n_pairs:,}"
+        if n_pairs < 30:  # the null's spread is about 1/sqrt(n - 1)
+            text += f"; few pairs: ±{1 / max(1, n_pairs - 1) ** 0.5:.2f} by chance"
         text += f"; {no_value:,} scored rows without a numeric value)" if no_value else ")"
         text += ": " + ", ".join(
             f"{k} {'n/a' if r is None else f'{r:+.3f}'}" for k, r in rho.items()

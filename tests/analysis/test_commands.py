@@ -261,6 +261,8 @@ def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys)
     for h in summary["heads_stats"]:
         assert 0.0 <= h["cross_protein"] <= 1.0
     assert "joined 3 proteins; the last one's queries put" in text
+    n = summary["length"]  # the window's positions (the maps leave out <cls> and <eos>)
+    assert f"(the most of any head; uniform attention: {40 / n:.0%})" in text
     # the statistic: rows of the last segment, mass on the other segments
     att = np.zeros((1, 2, 7, 7))
     att[0, 0, 4:, 0] = 1.0  # head 0: the last protein looks at the first one

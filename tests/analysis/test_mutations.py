@@ -410,9 +410,10 @@ def test_score_wild_type_inputs_read_like_fasta_records(ckpt, tmp_path, capsys) 
 def test_score_says_when_rows_repeat_a_mutant(ckpt, tmp_path, capsys) -> None:
     write_csv(tmp_path / "m.csv", [("K2R", "1"), ("K2A", "2"), ("k2r", "3"), ("T3C:K2A", "4"),
                                    ("K2A:T3C", "5")])  # fmt: skip
-    assert _score(ckpt, tmp_path) == 0
+    assert _score(ckpt, tmp_path, "fitness_col=fitness") == 0
     out = capsys.readouterr().out
     assert "2 rows repeat an earlier mutant (first: line 4 repeats line 2): scored again" in out
+    assert "Spearman with fitness (n=5; few pairs: ±0.50 by chance)" in out
     assert json.loads((tmp_path / "s.json").read_text())["repeated_mutants"] == 2
     with open(tmp_path / "s.csv", newline="") as fh:
         scores = [r["masked_marginal"] for r in csv.DictReader(fh)]
