@@ -552,7 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-records", type=int, help="stop after N records")
     p.add_argument("--timeout", type=float, default=60.0, help="network timeout (s)")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing OUT.part")
-    p.add_argument("--no-verify", action="store_true", help="skip the final gzip check")
+    p.add_argument(
+        "--no-verify", action="store_true", help="skip the final check (decompression, FASTA)"
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_download)

@@ -362,7 +362,11 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
                 f"{limit:,} tokens"
                 + (f": {dropped} of {len(read_ids)} proteins left out entirely" if dropped else "")
             )
-        share = sum(b - a for a, b in segments[:-1]) / att.shape[-1]  # keys on the others
+        others = sum(b - a for a, b in segments[:-1])  # keys on the other proteins
+        share = others / att.shape[-1]
+        if model.causal:  # a query sees the keys up to itself
+            start, stop = segments[-1]
+            share = float(np.mean([others / (i + 1) for i in range(start, stop)]))
         text += (
             f"\n  joined {len(segments)} proteins; the last one's queries put "
             f"{top['cross_protein']:.0%} of their attention on the others in "

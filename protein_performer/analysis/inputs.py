@@ -178,14 +178,23 @@ def read_proteins(
             if skipped:
                 hint += f"; {skipped}"
             raise DataError(f"no record with id {shown}{hint}", path=names)
+        chosen: set[int] = set()
         for name in sorted(wanted):
-            hits = [p.id for p in out if name in record_names(p.id)]
+            # an exact id first; a UniProt accession or entry name only when no id is it
+            exact = [i for i, p in enumerate(out) if p.id == name]
+            hits = exact or [i for i, p in enumerate(out) if name in record_names(p.id)]
             if len(hits) > 1:  # which one was meant cannot be told
-                raise DataError(
-                    f"record id {name} names {len(hits)} records ({', '.join(hits[:3])}); "
-                    "give each record a unique id (the first word of its header)",
-                    path=names,
+                shown = ", ".join(out[i].id for i in hits[:3])
+                fix = (
+                    "give each record a unique id (the first word of its header)"
+                    if exact
+                    else "give the full id"
                 )
+                raise DataError(
+                    f"record id {name} names {len(hits)} records ({shown}); {fix}", path=names
+                )
+            chosen.update(hits)
+        out = [p for i, p in enumerate(out) if i in chosen]
     if not out:
         skipped = counts.changes()
         if filtered:
@@ -215,6 +224,12 @@ def split_filter(
         raise ConfigError(
             f"split={split}: the checkpoint does not record how its training data was split "
             "(a weights-only checkpoint?); leave split unset and pass the proteins to use"
+        )
+    if stored.get("split_by") == "explicit":
+        raise ConfigError(
+            f"split={split}: the training run's shards were split by files given per split "
+            "(preprocess --val/--test), which no FASTA split reproduces; pass that file "
+            "without split="
         )
     cluster_of = None
     if stored.get("split_by") == "cluster":

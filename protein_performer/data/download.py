@@ -215,7 +215,11 @@ def _download(
                     raise
                 if isinstance(e, _NotFasta) and e.binary:
                     # data of a format this check does not know: the user's to look at
-                    raise DataError(f"{e.problem}; kept as {part}", path=e.path) from None
+                    raise DataError(
+                        f"{e.problem}; kept as {part} (--no-verify takes it as it is; or delete "
+                        "it)",
+                        path=e.path,
+                    ) from None
                 # every advertised byte arrived, yet the data is bad: nothing worth resuming
                 part.unlink()
                 meta.unlink(missing_ok=True)
@@ -430,17 +434,15 @@ class _Head:
         body = f"the decompressed ({compression}) download" if compression else "the download"
         if not text:
             raise _NotFasta(f"not FASTA: {body} is empty", path=url, binary=False)
-        try:
-            shown: str | None = text[:40].decode("utf-8").split("\n")[0]
-        except UnicodeDecodeError:
-            shown = None
-        if shown is None or not shown.isprintable():
+        # binary: NUL or control bytes other than tab / CR / LF (text may be cut mid-character)
+        if any(b < 32 and b not in (9, 10, 13) for b in text) or b"\x7f" in text:
             first = " ".join(f"{b:02x}" for b in text[:8])
             raise _NotFasta(
                 f"not FASTA: {body} is binary data of an unknown format (bytes {first} ...)",
                 path=url,
                 binary=True,
             )
+        shown = text[:40].decode("utf-8", "replace").replace("\r", "").split("\n")[0]
         hint = " (an HTML page: an error or login page?)" if text.startswith(b"<") else ""
         raise _NotFasta(f"not FASTA: {body} starts with {shown!r}{hint}", path=url, binary=False)
 

@@ -71,6 +71,12 @@ def _interrupted(trainer: pl.Trainer) -> bool:
     )
 
 
+def _validates(trainer: pl.Trainer) -> bool:
+    """Whether the run has validation batches to run (a final validation follows a stop)."""
+    limit = trainer.limit_val_batches
+    return bool(limit) and sum(trainer.num_val_batches or [0]) > 0
+
+
 class LastCheckpoint(ModelCheckpoint):
     """``last.ckpt``: the model after every validation, every ``every_minutes`` of training
     (independent of validation, so a crash loses at most that much work) and at the end.
@@ -112,11 +118,12 @@ class LastCheckpoint(ModelCheckpoint):
         super().on_train_batch_end(trainer, pl_module, outputs, batch, idx)
         if self._step_written == trainer.global_step:
             return
-        if _interrupted(trainer) and trainer.global_step > 0:
-            # a stop asked for mid-epoch (Ctrl-C): saved now, inside the epoch. Saved at
-            # on_train_end the run would count as a finished epoch, and a resume would start
-            # the next one, skipping the rest of this one. (Other stops, max_steps or
-            # max_time, validate first and save then.)
+        stopping = _interrupted(trainer) or (trainer.should_stop and not _validates(trainer))
+        if stopping and trainer.global_step > 0:
+            # a stop mid-epoch (Ctrl-C; max_steps or max_time without validation data): saved
+            # now, inside the epoch. Saved at on_train_end the run would count as a finished
+            # epoch, and a resume would start the next one, skipping the rest of this one.
+            # (A stop followed by a validation is saved after it, at on_validation_end.)
             self._save_now(trainer)
             return
         if self.every_seconds is None:

@@ -1105,7 +1105,7 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
         "by": by,
         "clusters": clusters if by == "cluster" else None,
         "fractions": cfg.split_fractions or stored.get("split_fractions") or [0.9, 0.05, 0.05],
-        "seed": cfg.split_seed if cfg.split_seed is not None else stored.get("split_seed", 0),
+        "seed": cfg.split_seed if cfg.split_seed is not None else (stored.get("split_seed") or 0),
     }
 
 

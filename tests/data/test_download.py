@@ -260,6 +260,8 @@ def test_verify_false_skips_gzip_scan(server, gz_fasta, tmp_path):
     ("body", "expect"),
     [
         (b"<!DOCTYPE html>\n<html>Sign in</html>", "starts with '<!DOCTYPE html>' (an HTML page"),
+        (b"<html>\r\n<body>502</body>\r\n", "starts with '<html>' (an HTML page"),  # CRLF: text
+        (b"id\tscore\r\nP1\t0.5\r\n", r"starts with 'id\tscore'"),
         (b"", "the download is empty"),
         (gzip.compress(b"\n\n"), "the decompressed (gzip) download is empty"),
         (

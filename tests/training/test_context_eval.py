@@ -620,3 +620,11 @@ def test_a_run_on_shards_is_evaluated_on_the_shards_split(tmp_path):
     result = train(cfg, tmp_path / "run_explicit")
     with pytest.raises(ConfigError, match="split by files given per split"):
         evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test"))
+    # without split= every record is scored (no split setting of the run is needed)
+    assert evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta))).sequences == 60
+    from protein_performer.analysis.inputs import split_filter
+    from protein_performer.training.checkpoints import read_checkpoint
+
+    stored = read_checkpoint(result.last_checkpoint)["protein_performer"]["data"]
+    with pytest.raises(ConfigError, match="split by files given per split"):
+        split_filter("test", stored)  # aa-similarity split= refuses it too

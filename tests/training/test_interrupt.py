@@ -412,3 +412,20 @@ def test_resuming_into_a_new_directory_says_nothing_of_lightnings_dirpath(
     recwarn.clear()
     assert train(cfg, tmp_path / "new").steps == 3
     assert not [w for w in recwarn if "dirpath has changed" in str(w.message)]
+
+
+def test_a_run_without_validation_data_resumes_exactly_inside_an_epoch(tmp_path):
+    """No validation follows the stop at max_steps: last.ckpt is written inside the epoch,
+    and extending the run continues it exactly."""
+    fasta = write_fasta(tmp_path / "t.fasta", n=120)
+    cfg = tiny_config(fasta, max_steps=12, val_check_interval=3)
+    cfg.data.split_fractions = [1.0, 0.0, 0.0]
+    train(cfg, tmp_path / "full")
+    cfg.trainer.max_steps = 5
+    short = train(cfg, tmp_path / "cut")
+    assert torch.load(short.last_checkpoint, weights_only=True, map_location="cpu")["epoch"] == 0
+    cfg.ckpt_path, cfg.trainer.max_steps = short.last_checkpoint, 12
+    train(cfg, tmp_path / "cut")
+    a, b = train_losses(tmp_path / "full"), train_losses(tmp_path / "cut")
+    assert sorted(b) == sorted(a) == list(range(12))
+    assert [b[s] for s in range(12)] == pytest.approx([a[s] for s in range(12)], rel=1e-5)
