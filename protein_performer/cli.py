@@ -358,15 +358,17 @@ def _cmd_download(args: argparse.Namespace) -> int:
         print("downloaded " + ", ".join(f"{k}={v}" for k, v in summary.items()))
     if summary.get("mode") != "full":
         return 0  # max_records: written gzip exactly when OUT ends in .gz
+    from protein_performer.data.download import compression_of
+
     with open(args.output, "rb") as fh:
-        gzipped = fh.read(2) == b"\x1f\x8b"
-    if gzipped != args.output.endswith(".gz"):
-        # this project reads either by content; other tools go by the name
-        state = "gzip-compressed" if gzipped else "not compressed"
-        print(
-            f"note: {args.output} is {state} but {'does not end' if gzipped else 'ends'} in .gz",
-            file=sys.stderr,
-        )
+        kind = compression_of(fh.read(8))
+    suffix = Path(args.output).suffix
+    named = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}.get(suffix)
+    if kind != named:
+        # this project reads any of them by content; other tools go by the name
+        state = f"{kind}-compressed" if kind else "not compressed"
+        name = f"its name ends in {suffix}" if named else "its name says no compression"
+        print(f"note: {args.output} is {state} but {name}", file=sys.stderr)
     return 0
 
 

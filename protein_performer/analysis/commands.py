@@ -748,7 +748,11 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         f"{elapsed:.1f} s -> {out}"
     )
     if problems:
-        text += f"\n  {len(problems):,} rows left unscored (first: line {line_of[problems[0][0]]}: {problems[0][1]})"
+        rows_word = "row" if len(problems) == 1 else "rows"
+        text += (
+            f"\n  {len(problems):,} {rows_word} left unscored (first: line "
+            f"{line_of[problems[0][0]]}: {problems[0][1]})"
+        )
     seen: dict[tuple, int] = {}
     repeats = []
     for i in good:
@@ -759,7 +763,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     if repeats:
         i, first = repeats[0]
         text += (
-            f"\n  {len(repeats):,} rows repeat an earlier mutant (first: line {line_of[i]} "
+            f"\n  {len(repeats):,} {'row repeats' if len(repeats) == 1 else 'rows repeat'} an "
+            f"earlier mutant (first: line {line_of[i]} "
             f"repeats line {line_of[first]}): scored again, the same"
         )
         summary["repeated_mutants"] = len(repeats)

@@ -148,7 +148,8 @@ _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
 _DECOMPRESSION_ERRORS = (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError)
 
 
-def _compression(head: bytes) -> str | None:
+def compression_of(head: bytes) -> str | None:
+    """``gzip``, ``bzip2`` or ``xz`` from a file's first bytes, None for anything else."""
     return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
 
 
@@ -462,7 +463,7 @@ def _verify(part: Path, url: str, progress: bool) -> tuple[str, int]:
         disable=None if progress else True,
     )
     with open(part, "rb") as f, contextlib.closing(bar):
-        kind = _compression(f.read(8))
+        kind = compression_of(f.read(8))
         unpack = None if kind is None else _Decompressor(kind)
         f.seek(0)
         while chunk := f.read(_CHUNK):
@@ -490,7 +491,7 @@ def _decompressed_chunks(resp: Any, url: str) -> Iterator[bytes]:
     head = b""
     while len(head) < 8 and (chunk := next(chunks, b"")):
         head += chunk
-    kind = _compression(head)
+    kind = compression_of(head)
     unpack = None if kind is None else _Decompressor(kind)
     for chunk in itertools.chain([head], chunks):
         if unpack is None:

@@ -140,10 +140,10 @@ def check_train_inputs(cfg: TrainConfig) -> int | None:
     """Validate ``cfg`` and every input path it names, before anything is written; returns
     the global step of ``cfg.ckpt_path`` (None when not resuming)."""
     validate_train_config(cfg)
-    return _check_paths(cfg)
+    return _check_paths(cfg, warn=False)  # train() checks again, and says what it notices
 
 
-def _check_paths(cfg: TrainConfig) -> int | None:
+def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
     """Check every input path before any work; returns the global step of ``cfg.ckpt_path``
     (None when not resuming)."""
     d = cfg.data
@@ -162,13 +162,14 @@ def _check_paths(cfg: TrainConfig) -> int | None:
             else "shard directory not found"
         )
         raise DataError(f"data.shards: {problem}", path=d.shards)
-    if d.clusters and d.split_by == "record" and not d.shards and is_rank_zero():
+    warn = warn and is_rank_zero()
+    if d.clusters and d.split_by == "record" and not d.shards and warn:
         log.warning(
             "data.clusters is given but data.split_by=record: the train/val/test split is by "
             "record, so members of one cluster can sit on both sides; data.split_by=cluster "
             "keeps clusters apart"
         )
-    if d.shards and is_rank_zero():
+    if d.shards and warn:
         unread = [f"data.{k}" for k in ("files", "val_files", "test_files") if getattr(d, k)]
         if unread:
             log.warning(
@@ -201,7 +202,8 @@ def _check_paths(cfg: TrainConfig) -> int | None:
                 f"{cfg.trainer.max_steps:,}; raise trainer.max_steps to train further "
                 "(nothing was changed)"
             )
-        _warn_unapplied_optimizer_settings(ckpt, cfg.optim)
+        if warn:
+            _warn_unapplied_optimizer_settings(ckpt, cfg.optim)
         return step
     return None
 
@@ -234,8 +236,6 @@ def _warn_unapplied_optimizer_settings(ckpt: dict[str, Any], optim: Any) -> None
     given = {"optim.lr": optim.lr, "optim.betas": [float(b) for b in optim.betas]}
     given["optim.eps"] = optim.eps
     given["optim.weight_decay"] = optim.weight_decay
-    if not is_rank_zero():
-        return
     changed = [k for k in stored if not _same_number(stored[k], given[k])]
     if changed:
         log.warning(
@@ -631,7 +631,8 @@ class TrainResult:
         )
         return "\n".join(
             [
-                f"training {verb}: {self.attention} ({self.objective}), {self.steps:,}{of} steps "
+                f"training {verb}: {self.attention} ({self.objective}), {self.steps:,}{of} "
+                f"step{'' if (self.max_steps or self.steps) == 1 else 's'} "
                 f"in {self.train_seconds:.0f} s{why}",
                 f"  val perplexity  {_num(self.val_perplexity, '.3f')}"
                 f"  (best {_num(self.best_val_perplexity, '.3f')}){at}",

@@ -319,7 +319,7 @@ def test_score_reads_tabs_wild_type_rows_and_hints_the_offset(ckpt, tmp_path, ca
     write_csv(tmp_path / "m.csv", [("K2*", "1"), ("K2R", "2")])
     assert _score(ckpt, tmp_path, "skip_mismatched=true", out="y.csv") == 0
     assert (
-        "1 rows left unscored (first: line 2: 'K2*' is a stop (nonsense) mutant"
+        "1 row left unscored (first: line 2: 'K2*' is a stop (nonsense) mutant"
         in capsys.readouterr().out
     )
 

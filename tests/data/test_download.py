@@ -515,8 +515,17 @@ def test_cli_notes_a_name_that_does_not_say_the_compression(server, gz_fasta, tm
     server.routes["/u.gz"] = Route(gz_fasta[1])
     args = ["data", "download", "uniref50"]
     assert main([*args, str(tmp_path / "a.fa.gz"), "--url", server.url("/plain.fa")]) == 0
-    assert capsys.readouterr().err.endswith("a.fa.gz is not compressed but ends in .gz\n")
+    assert capsys.readouterr().err.endswith("a.fa.gz is not compressed but its name ends in .gz\n")
     assert main([*args, str(tmp_path / "b.fa"), "--url", server.url("/u.gz")]) == 0
-    assert capsys.readouterr().err.endswith("b.fa is gzip-compressed but does not end in .gz\n")
+    err = capsys.readouterr().err
+    assert err.endswith("b.fa is gzip-compressed but its name says no compression\n")
+    import bz2
+
+    server.routes["/u.bz2"] = Route(bz2.compress(make_fasta(2).encode()))
+    assert main([*args, str(tmp_path / "d.fa.gz"), "--url", server.url("/u.bz2")]) == 0
+    err = capsys.readouterr().err
+    assert err.endswith("d.fa.gz is bzip2-compressed but its name ends in .gz\n")
+    assert main([*args, str(tmp_path / "e.fa.bz2"), "--url", server.url("/u.bz2")]) == 0
+    assert "note:" not in capsys.readouterr().err
     assert main([*args, str(tmp_path / "c.fa.gz"), "--url", server.url("/u.gz")]) == 0
     assert "note:" not in capsys.readouterr().err

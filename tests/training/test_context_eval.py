@@ -574,12 +574,16 @@ def test_context_proteins_cut_to_the_window_are_counted() -> None:
     assert len(ctx[1]) == 40 and info["mean_context_proteins"] == 1.0
 
 
-def test_a_clusters_table_with_a_split_by_record_is_said(tmp_path, caplog):
-    cfg, _ = pairs_config(tmp_path, max_steps=1, test_fraction=0.4)
-    cfg.data.split_by = "record"  # the table is there for the pairs, the split is by record
+def test_a_clusters_table_with_a_split_by_record_is_said_once(tmp_path, caplog):
+    from protein_performer.config import run_hydra
+    from tests.training.helpers import tiny_overrides
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=30)
+    members = clusters_of_three(fasta, tmp_path / "members.tsv")
+    argv = [*tiny_overrides(fasta, tmp_path / "run"), f"data.clusters={members}"]
     with caplog.at_level("WARNING"):
-        train(cfg, tmp_path / "run")
-    assert "data.clusters is given but data.split_by=record" in caplog.text
+        assert run_hydra("train", argv) == 0
+    assert caplog.text.count("data.clusters is given but data.split_by=record") == 1
 
 
 def test_a_run_on_shards_is_evaluated_on_the_shards_split(tmp_path):
