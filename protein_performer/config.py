@@ -281,7 +281,9 @@ class SimilarityConfig(_AnalysisInputs):
 class PlotHeadsConfig(_AnalysisInputs):
     """``plot-heads``: a layers × heads attention grid of one protein, and a head ranking."""
 
-    record: str | None = _key(None, "record id to plot (unset: the first record)")
+    record: str | None = _key(
+        None, "record id (or UniProt accession / entry name) to plot (unset: the first record)"
+    )
     zoom: int | None = _key(25, "also plot the first N residues (null: no zoom figure)")
     shared_scale: bool = _key(False, "one colour scale for every panel")
     max_length: int | None = _key(None, "tokens with <cls>/<eos> (unset: the model's)")
@@ -305,7 +307,9 @@ class ScoreConfig:
     )
     sequence: str | None = _key(None, "the wild-type sequence (or fasta=)")
     fasta: str | None = _key(None, "FASTA holding the wild type (its first record, or record=)")
-    record: str | None = _key(None, "record id of the wild type in fasta")
+    record: str | None = _key(
+        None, "record id (or UniProt accession / entry name) of the wild type in fasta"
+    )
     method: Any = _key(["masked-marginal"], "masked-marginal, wt-marginal, pseudo-ll (or a list)")
     offset: int = _key(1, "the number of the sequence's first residue in the mutant notation")
     mutation_col: str = _key("mutant", "CSV column with the mutants")
