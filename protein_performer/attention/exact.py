@@ -102,11 +102,19 @@ def _check_inputs(
         )
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v must be (B, H, Lk, Dv) matching k, got {tuple(v.shape)}")
-    if mask is not None and tuple(mask.shape) != (k.shape[0], k.shape[2]):
+    check_key_padding_mask(mask, k)
+
+
+def check_key_padding_mask(mask: torch.Tensor | None, k: torch.Tensor) -> None:
+    """``mask`` is None or ``(B, Lk)`` bool (True = padded key) for keys ``k`` ``(B, H, Lk,
+    D)``: the one mask contract of every attention kind."""
+    if mask is None:
+        return
+    if tuple(mask.shape) != (k.shape[0], k.shape[2]):
         raise ValueError(
             f"key_padding_mask must be (B, Lk) = {(k.shape[0], k.shape[2])}, "
             f"got {tuple(mask.shape)}"
         )
-    if mask is not None and mask.dtype != torch.bool:
+    if mask.dtype != torch.bool:
         # a float "keep" mask (1 = attend) would silently mean the opposite
         raise TypeError(f"key_padding_mask must be bool (True = padded key), got {mask.dtype}")

@@ -11,6 +11,7 @@ from torch import nn
 from ..devices import check_dense_fits
 from ..errors import ConfigError
 from .causal import causal_linear_attention
+from .exact import check_key_padding_mask
 from .feature_maps import (
     FeatureParams,
     KernelSpec,
@@ -286,13 +287,7 @@ class FavorAttention(nn.Module):
             )
         if self.causal and q.shape[2] != k.shape[2]:
             raise ValueError(f"causal attention needs Lq == Lk, got {q.shape[2]} and {k.shape[2]}")
-        if mask is not None and tuple(mask.shape) != (k.shape[0], k.shape[2]):
-            raise ValueError(
-                f"key_padding_mask must be (B, Lk) = {(k.shape[0], k.shape[2])}, got {tuple(mask.shape)}"
-            )
-        if mask is not None and mask.dtype != torch.bool:
-            # a float "keep" mask (1 = attend) would silently mean the opposite
-            raise TypeError(f"key_padding_mask must be bool (True = padded key), got {mask.dtype}")
+        check_key_padding_mask(mask, k)
         if not (q.is_floating_point() and k.is_floating_point()):
             raise TypeError(f"q and k must be floating point, got {q.dtype} and {k.dtype}")
 

@@ -51,7 +51,7 @@ from protein_performer.data.masking import OBJECTIVES, make_collator
 from protein_performer.data.shards import ShardSource
 from protein_performer.data.sources import FlatSource, select_records, split_long_records
 from protein_performer.data.splits import parse_fractions
-from protein_performer.data.stats import digest64
+from protein_performer.data.stats import DuplicateFinder, digest64
 from protein_performer.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -117,15 +117,6 @@ def _sequence_digests(source: FlatSource) -> np.ndarray:
         dtype=np.uint64,
         count=len(source),
     )
-
-
-def _first_repeat(ids: Sequence[str]) -> str:
-    seen: set[str] = set()
-    for i in ids:
-        if i in seen:
-            return i
-        seen.add(i)
-    return ""
 
 
 def _families_of_at_least(
@@ -585,14 +576,17 @@ class ProteinDataModule(pl.LightningDataModule):
         )
         if split == "train":
             ids = list(source.ids) if source.ids is not None else []
-            unique = set(ids)
-            if len(unique) < len(ids):
+            dups = DuplicateFinder()
+            for rid in ids:
+                dups.add(rid)
+            found = dups.result(max_examples=1)
+            if found["count"]:
                 log.warning(
                     "%d of %d training records repeat an earlier record's id (%s): the same "
                     "protein given twice?",
-                    len(ids) - len(unique),
+                    found["count"],
                     len(ids),
-                    _first_repeat(ids),
+                    ids[found["examples"][0]["record"] - 1],
                 )
             if explicit:  # kept only to check the held-out files against (8 bytes a record)
                 self._train_digests = np.unique(_sequence_digests(source))
