@@ -106,10 +106,6 @@ class ProteinLM(nn.Module):
             raise TypeError(f"input_ids must be integer token ids, got {input_ids.dtype}")
         if input_ids.numel() == 0:
             raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)})")
-        low, high = (int(v) for v in torch.aminmax(input_ids))
-        if low < 0 or high >= self.vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
         if padding_mask is not None:
             if padding_mask.dtype != torch.bool:
                 raise TypeError(
@@ -120,6 +116,20 @@ class ProteinLM(nn.Module):
                     f"padding_mask must have input_ids' shape {tuple(input_ids.shape)}, got "
                     f"{tuple(padding_mask.shape)}"
                 )
+
+    def _key_padding(
+        self, input_ids: torch.Tensor, padding_mask: torch.Tensor
+    ) -> torch.Tensor | None:
+        """``padding_mask``, or None when nothing is padded; checks that every id is in the
+        vocabulary (an out-of-range id would index another row of the embedding). One host
+        sync for both, which the padding decision needs anyway."""
+        low, high, padded = torch.stack(
+            [input_ids.min(), input_ids.max(), padding_mask.any().to(input_ids.dtype)]
+        ).tolist()
+        if low < 0 or high >= self.vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
+        return padding_mask if padded else None
 
     def _check_length(self, n: int) -> None:
         if n > self.config.max_len and self.rotary is None:
@@ -154,7 +164,7 @@ class ProteinLM(nn.Module):
         self._check_length(n)
         if padding_mask is None:
             padding_mask = input_ids == self.pad_idx
-        key_padding_mask = padding_mask if bool(padding_mask.any()) else None
+        key_padding_mask = self._key_padding(input_ids, padding_mask)
         wanted = set(range(self.config.depth)) if layers is None else set(layers)
         last = max(wanted, default=-1)
         x = self.embed(input_ids)
@@ -212,7 +222,7 @@ class ProteinLM(nn.Module):
         self._check_length(n)
         if padding_mask is None:
             padding_mask = input_ids == self.pad_idx
-        key_padding_mask = padding_mask if bool(padding_mask.any()) else None
+        key_padding_mask = self._key_padding(input_ids, padding_mask)
         x = self.dropout(self.embed(input_ids))
         rotary = None
         if self.rotary is not None:
