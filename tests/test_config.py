@@ -211,7 +211,22 @@ def test_unknown_key_names_it_and_lists_valid_keys():
 
 def test_wrong_type_names_the_key():
     assert _error(["trainer.max_steps=abc"]).startswith("trainer.max_steps: Value 'abc'")
-    assert _error(["data.files=x.fasta"]).startswith("data.files: expected a list")
+    assert _error(["data.split_fractions=0.5"]).startswith("data.split_fractions: expected a list")
+
+
+def test_one_value_for_a_list_key_is_a_list_of_one():
+    def compose(*overrides: str):
+        return compose_job("train", expand_overrides(list(overrides), multirun=False)[0])
+
+    job = compose("data.files=x.fasta", "data.val_files='my file.fa'", "model.exact_layers=-1")
+    assert job.config.data.files == ["x.fasta"]
+    assert job.config.data.val_files == ["my file.fa"]
+    assert job.config.model.exact_layers == [-1]
+    assert "data.files=[x.fasta]" in job.overrides  # what config.yaml and a resume record
+    assert compose("data.files=[a.fa,b.fa]").config.data.files == ["a.fa", "b.fa"]
+    assert compose("data.files=[x.fa]", "data.val_files=null").config.data.val_files is None
+    assert compose("data.files=123").config.data.files == ["123"]
+    assert _error(["model.exact_layers=abc"]).startswith("model.exact_layers: expected a list")
 
 
 def test_negative_lr_and_bad_values_are_rejected():

@@ -20,6 +20,7 @@ import re
 import shlex
 import signal
 import sys
+import types
 import typing
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -307,6 +308,54 @@ def expand_overrides(overrides: Sequence[str], multirun: bool) -> list[list[str]
     return [fixed + list(combo) for combo in itertools.product(*choices)] if choices else [fixed]
 
 
+def _list_item_type(schema: type, key: str) -> type | None:
+    """The item type of ``key`` (dotted) when the schema types it a list of str or int."""
+    node: Any = schema
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(node):
+            return None
+        hint = typing.get_type_hints(node).get(part)
+        if hint is None:
+            return None
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        node = args[0] if optional and len(args) == 1 else hint
+    if typing.get_origin(node) is not list:
+        return None
+    (item,) = typing.get_args(node) or (None,)
+    return item if item in (str, int) else None
+
+
+def scalars_as_lists(command: str, overrides: Sequence[str]) -> list[str]:
+    """``data.files=x.fa`` as ``data.files=[x.fa]``: one value given for a key that takes a
+    list of paths or integers is that list of one (as ESM's and most CLIs' repeatable options
+    are); anything else is passed on unchanged for Hydra to judge."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    out = []
+    for text in overrides:
+        try:
+            (o,) = parser.parse_overrides([text])
+        except HydraException:
+            out.append(text)
+            continue
+        item = None
+        if not o.is_delete() and o.value_type == ValueType.ELEMENT:
+            item = _list_item_type(COMMANDS[command], o.key_or_group)
+        value = o.value() if item is not None else None
+        if item is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            literal = value if isinstance(value, str) else text.split("=", 1)[1]
+            out.append(f"{o.get_key_element()}=[{_hydra_value(literal)}]")
+        elif item is int and isinstance(value, int) and not isinstance(value, bool):
+            out.append(f"{o.get_key_element()}=[{value}]")
+        else:
+            out.append(text)
+    return out
+
+
 @dataclass
 class ComposedJob:
     overrides: list[str]
@@ -322,6 +371,7 @@ def compose_job(command: str, overrides: Sequence[str]) -> ComposedJob:
     from omegaconf import OmegaConf, open_dict
 
     _setup()
+    overrides = scalars_as_lists(command, overrides)
     try:
         with initialize_config_dir(
             config_dir=str(config_dir()), version_base="1.3", job_name=command
