@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
 import resource
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from protein_performer.atomic import write_text_atomic
+from protein_performer.errors import ProteinPerformerError
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -22,14 +25,80 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (lengths, sizes, counts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def check_device(parser: argparse.ArgumentParser, device: str) -> None:
+    """Stop before any work when ``device`` cannot run here (a sweep of failed points and an
+    empty result file would otherwise follow)."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        parser.error(f"--device: {device!r} is not a device (cpu, cuda, cuda:N)")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            parser.error(f"--device {device}: no CUDA device is available here (use --device cpu)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            parser.error(
+                f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+    elif dev.type != "cpu":
+        parser.error(f"--device {device}: only cpu and cuda are supported")
+
+
+def machine_line(device: str = "cpu") -> str:
+    """One line naming where the numbers come from (printed before a table)."""
+    env = environment()
+    where = f"CPU: {env['processor']} ({env['cpu_count']} cores, {env['threads']} torch threads)"
+    if device.startswith("cuda") and env["gpu"]:
+        where = f"GPU: {env['gpu']}; " + where
+    return f"{where}; torch {env['torch']}"
+
+
+def one_line_errors(main: Callable[..., int | None]) -> Callable[..., int]:
+    """Run a benchmark's ``main``: the project's errors (a bad checkpoint, a missing file) end
+    it with one line and exit status 1, as the CLI does (``PP_DEBUG=1`` shows the traceback)."""
+
+    @functools.wraps(main)
+    def wrapped(*args: object, **kwargs: object) -> int:
+        try:
+            return main(*args, **kwargs) or 0
+        except ProteinPerformerError as e:
+            if os.environ.get("PP_DEBUG"):
+                raise
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+
+    return wrapped
+
+
 def add_attention_shape_args(parser: argparse.ArgumentParser) -> None:
     """``--batch --heads --dim --features --threads``: the attention benchmarks' input shape
     (B = 1, H = 8, D = 64, m = 256 on 2 threads by default)."""
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--features", type=int, default=256)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", type=positive_int, default=1)
+    parser.add_argument("--heads", type=positive_int, default=8)
+    parser.add_argument("--dim", type=positive_int, default=64)
+    parser.add_argument("--features", type=positive_int, default=256)
+    parser.add_argument("--threads", type=positive_int, default=2)
 
 
 def environment() -> dict[str, Any]:

@@ -30,6 +30,7 @@ we would have with exactly its amount of shrinkage.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import statistics
 import sys
@@ -41,7 +42,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, format_table, write_json
+from _common import RESULTS, environment, format_table, machine_line, positive_int, write_json
 
 from protein_performer.attention import FavorAttention, exact_attention
 
@@ -223,12 +224,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=RESULTS / "approximation.json")
     parser.add_argument("--quick", action="store_true", help="small smoke configuration")
-    parser.add_argument("--length", type=int, default=None, help="default 4096 (quick 256)")
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--seeds", type=int, default=None, help="default 6 (quick 1)")
+    parser.add_argument(
+        "--length", type=positive_int, default=None, help="default 4096 (quick 256)"
+    )
+    parser.add_argument("--dim", type=positive_int, default=64)
+    parser.add_argument("--heads", type=positive_int, default=4)
+    parser.add_argument("--seeds", type=positive_int, default=None, help="default 6 (quick 1)")
     parser.add_argument("--sigmas", type=float, nargs="+", default=[0.5, 0.75])
-    parser.add_argument("--features", type=int, nargs="+", default=None)
+    parser.add_argument("--features", type=positive_int, nargs="+", default=None)
     parser.add_argument("--bias-length", type=int, default=None, help="default 512 (quick 64)")
     parser.add_argument("--bias-draws", type=int, default=None, help="default 128 (quick 4)")
     parser.add_argument(
@@ -240,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("performer_pytorch") is None:
+        print(
+            "approximation.py: error: it compares with performer-pytorch, which is not "
+            "installed: pip install -c constraints.txt -e '.[bench]'",
+            file=sys.stderr,
+        )
+        return 2
     quick = args.quick
     args.length = args.length or (256 if quick else 4096)
     args.seeds = args.seeds or (1 if quick else 6)
@@ -247,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     args.bias_length = args.bias_length or (64 if quick else 512)
     args.bias_draws = args.bias_draws or (4 if quick else 128)
     torch.set_num_threads(args.threads)
+    print(machine_line())
     started = time.perf_counter()
 
     rows = error_table(args)

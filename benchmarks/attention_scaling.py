@@ -39,8 +39,11 @@ from _common import (
     RESULTS,
     PeakRSS,
     add_attention_shape_args,
+    check_device,
     environment,
     format_table,
+    machine_line,
+    positive_int,
     write_json,
 )
 
@@ -338,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=RESULTS / "attention_scaling.json")
     parser.add_argument("--png", type=Path, default=None, help="default: next to the JSON")
     parser.add_argument("--quick", action="store_true", help="small smoke configuration")
-    parser.add_argument("--lengths", type=int, nargs="+", default=None)
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=None)
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
     add_attention_shape_args(parser)
     parser.add_argument(
@@ -352,8 +355,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("float32", "bfloat16"),
         help="of q, k, v (FAVOR computes features in float32 either way)",
     )
-    parser.add_argument("--repeats", type=int, default=None, help="timed passes (default 2)")
-    parser.add_argument("--rounds", type=int, default=None, help="sweeps (default 2; quick 1)")
+    parser.add_argument(
+        "--repeats", type=positive_int, default=None, help="timed passes (default 2)"
+    )
+    parser.add_argument(
+        "--rounds", type=positive_int, default=None, help="sweeps (default 2; quick 1)"
+    )
     parser.add_argument(
         "--min-time", type=float, default=None, help="timed seconds per run (default 3; quick 0)"
     )
@@ -374,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("time", "memory", "both"), help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if not args.worker:
+        check_device(parser, args.device)
     if args.in_process and not args.device.startswith("cuda"):
         parser.error("--in-process needs --device cuda (CPU memory is measured per process)")
     if args.repeats is None:
@@ -390,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     if {8192, 16384} <= set(lengths):  # the lengths the targets name
         at, long = 8192, 16384
 
+    print(machine_line(args.device), flush=True)
     raw = []
     started = time.perf_counter()
     for round_idx in range(args.rounds):
@@ -417,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(["method", "L", "time_s", "peak_MiB", "bg_cores", "note"], rows))
     goal_rows = targets(points, at, long)
     print()
+    if args.quick:
+        print("(--quick: a smoke run; the targets below are set for the full run's lengths)")
     print(
         format_table(
             ["target", "ratio", "limit", "met"],

@@ -14,8 +14,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import check_device, machine_line, positive_int
 
 from protein_performer.attention import FavorAttention, exact_attention
 
@@ -27,10 +31,12 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--length", type=int, default=3000)
+    parser.add_argument("--length", type=positive_int, default=3000)
     parser.add_argument("--tol", type=float, default=1e-3)
-    parser.add_argument("--bf16-length", type=int, default=8192)
+    parser.add_argument("--bf16-length", type=positive_int, default=8192)
     args = parser.parse_args(argv)
+    check_device(parser, args.device)
+    print(machine_line(args.device))
     device = torch.device(args.device)
     torch.manual_seed(0)
     ok = True

@@ -1,4 +1,4 @@
-"""Does a lookup survive unrelated proteins in the window? Copy retrieval vs fill length.
+r"""Does a lookup survive unrelated proteins in the window? Copy retrieval vs fill length.
 
 For each checkpoint, each of ``--proteins`` proteins (the first ``--crop`` residues, 15% masked,
 BERT-style) is scored in windows ``fill <sep> copy <sep> protein`` where ``copy`` is the
@@ -28,7 +28,16 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, format_table, write_json
+from _common import (
+    RESULTS,
+    environment,
+    format_table,
+    machine_line,
+    non_negative_int,
+    one_line_errors,
+    positive_int,
+    write_json,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "data" / "simulated_families.fasta.gz"
@@ -109,22 +118,32 @@ def score(model: Any, rows: list[dict[str, Any]], layer: int) -> dict[str, float
     }
 
 
+def run_name(ckpt: Path) -> str:
+    """What the table calls a checkpoint: its run directory for ``RUN/checkpoints/x.ckpt``,
+    else its file name (``default`` for the shipped one)."""
+    if ckpt.parent.name == "checkpoints" and ckpt.parent.parent.name:
+        return ckpt.parent.parent.name
+    return ckpt.name
+
+
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("checkpoints", nargs="+", type=Path)
     p.add_argument("--fasta", type=Path, default=SAMPLE)
-    p.add_argument("--fill", type=int, nargs="+", default=[0, 250, 1000, 3000, 7000])
-    p.add_argument("--proteins", type=int, default=24)
-    p.add_argument("--crop", type=int, default=200)
+    p.add_argument("--fill", type=non_negative_int, nargs="+", default=[0, 250, 1000, 3000, 7000])
+    p.add_argument("--proteins", type=positive_int, default=24)
+    p.add_argument("--crop", type=positive_int, default=200)
     p.add_argument("--layer", type=int, default=-1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument("--json", type=Path, default=RESULTS / "dilution.json")
     p.add_argument("--quick", action="store_true", help="2 proteins, fill 0 and 100 (seconds)")
     args = p.parse_args(argv)
     if args.quick:
         args.proteins, args.fill, args.crop = 2, [0, 100], 60
     torch.set_num_threads(args.threads)
+    print(machine_line(), flush=True)
     from protein_performer.training.checkpoints import load_model
 
     results, table = [], []
@@ -155,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             table.append(
                 [
-                    ckpt.parent.parent.name,
+                    run_name(ckpt),
                     fill,
                     r["positions"],
                     r["alone"],
@@ -164,12 +183,11 @@ def main(argv: list[str] | None = None) -> int:
                 ]
             )
             print(
-                format_table(
-                    ["run", "fill", "positions", "alone", "with copy", "share"], table[-1:]
-                ),
+                f"  {run_name(ckpt)} fill={fill}: alone {r['alone']:.3f}, with copy "
+                f"{r['perplexity']:.3f}, share {r['aligned_share']:.3f}",
+                file=sys.stderr,
                 flush=True,
             )
-    print()
     print(format_table(["run", "fill", "positions", "alone", "with copy", "share"], table))
     write_json(
         args.json,

@@ -35,7 +35,15 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, add_attention_shape_args, environment, format_table, write_json
+from _common import (
+    RESULTS,
+    add_attention_shape_args,
+    environment,
+    format_table,
+    machine_line,
+    positive_int,
+    write_json,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "protein_performer/attention"
@@ -203,9 +211,9 @@ def alternate(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rev", required=True, help="git revision to compare with, e.g. HEAD~1")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[2048, 8192])
     parser.add_argument("--kernels", nargs="+", default=["relu", "softmax"])
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=positive_int, default=8)
     parser.add_argument("--causal", action="store_true", help="the causal (prefix-sum) kernels")
     add_attention_shape_args(parser)
     parser.add_argument(
@@ -262,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         kind += f", training steps of the {args.model} model ({args.tokens} tokens)"
     print(f"revision {commit[:12]} vs this tree ({where}), {kind}, fastest of {args.rounds} rounds")
+    print(machine_line())
     print(format_table(headers, rows))
     config = {k: v for k, v in vars(args).items() if k != "json"}
     write_json(

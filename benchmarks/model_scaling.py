@@ -44,7 +44,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, PeakRSS, environment, format_table, write_json
+from _common import (
+    RESULTS,
+    PeakRSS,
+    check_device,
+    environment,
+    format_table,
+    machine_line,
+    positive_int,
+    write_json,
+)
 
 ATTENTIONS = ["performer_relu", "performer_softmax", "transformer", "none"]
 CHOICES = [*ATTENTIONS, "taylor", "hedgehog"]  # on request: --attentions taylor hedgehog
@@ -275,12 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--png", type=Path, default=None, help="default: next to the JSON")
     parser.add_argument("--quick", action="store_true", help="small CPU smoke configuration")
-    parser.add_argument("--lengths", type=int, nargs="+", default=None)
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=None)
     parser.add_argument("--attentions", nargs="+", default=ATTENTIONS, choices=CHOICES)
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     for name in ("dim", "depth", "heads", "ffn-dim"):
-        parser.add_argument(f"--{name}", type=int, default=None, help="override the size's value")
-    parser.add_argument("--features", type=int, default=256)
+        parser.add_argument(
+            f"--{name}", type=positive_int, default=None, help="override the size's value"
+        )
+    parser.add_argument("--features", type=positive_int, default=256)
     parser.add_argument(
         "--checkpointing",
         action="store_true",
@@ -294,15 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--qkv-conv", type=int, default=0, help="model.qkv_conv for every kind (kernel size)"
     )
-    parser.add_argument("--tokens", type=int, default=16384, help="tokens per batch")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per point")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tokens", type=positive_int, default=16384, help="tokens per batch")
+    parser.add_argument("--steps", type=positive_int, default=3, help="timed steps per point")
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per point")
     parser.add_argument(
         "--rounds",
-        type=int,
+        type=positive_int,
         default=1,
         help="repeat the sweep; each point reports its fastest round (a noisy machine's spread "
         "between rounds is in the JSON)",
@@ -321,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(paired_worker(args) if args.paired else worker(args)))
         return 0
+    check_device(parser, args.device)
     if args.paired and "none" not in args.attentions:
         parser.error("--paired needs `none` among --attentions (the ratios are to it)")
     if args.quick:
@@ -332,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     json_path = args.json or RESULTS / f"model_scaling_{args.size}.json"
     png_path = args.png or json_path.with_suffix(".png")
 
+    print(machine_line(args.device), flush=True)
     started = time.perf_counter()
     raw = []
     for round_ in range(args.rounds):
@@ -372,6 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         format_table(["attention", "L", "batch", "tokens/s", "µs/token", "peak_MiB", "note"], rows)
     )
     print(ratios(points))
+    if args.quick:
+        print(
+            "(--quick: one timed step per point in separate processes, a smoke run: its ratios "
+            "move with the machine's load; --paired --steps N measures them)"
+        )
     keys = (
         "paired",
         "size",

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, format_table, write_json
+from _common import RESULTS, environment, format_table, machine_line, positive_int, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "data" / "simulated_families.fasta.gz"
@@ -394,7 +394,7 @@ def parser() -> argparse.ArgumentParser:
         help="copy: the target's crop; copy-whole: its whole protein cut around the crop "
         "(data.pair_copy's layout); family: another member; none",
     )
-    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--steps", type=positive_int, default=600)
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--eval-windows", type=int, default=128)
     p.add_argument("--batch", type=int, default=16)
@@ -458,8 +458,10 @@ def parser() -> argparse.ArgumentParser:
         help="group real proteins by these clusters (data cluster's output) for --context family",
     )
     p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--png", type=Path, default=None)
-    p.add_argument("--quick", action="store_true")
+    p.add_argument(
+        "--quick", action="store_true", help="20 steps on 60-residue crops: a smoke run (seconds)"
+    )
+    p.add_argument("--png", type=Path, default=None, help="default: next to the JSON")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -472,6 +474,7 @@ def main() -> None:
         args.attention = args.attention[0]
         print(json.dumps(worker(args)))
         return
+    print(machine_line(), flush=True)
     runs = []
     for kind in args.attention:
         cmd = [sys.executable, __file__, "--worker", "--attention", kind]
@@ -520,8 +523,10 @@ def main() -> None:
     tag = f"retrieval_{args.context}" + ("_vary" if args.vary_length else "")
     tag += "_align" if args.align else ""
     payload = {"env": environment(), "args": vars(args) | {"json": None, "png": None}, "runs": runs}
-    write_json(args.json or RESULTS / f"{tag}.json", payload)
-    plot(runs, args, args.png or RESULTS / f"{tag}.png")
+    json_path = args.json or RESULTS / f"{tag}.json"
+    write_json(json_path, payload)
+    print(f"wrote {json_path}")
+    plot(runs, args, args.png or json_path.with_suffix(".png"))
 
 
 def plot(runs: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> None:

@@ -1,0 +1,86 @@
+"""What every benchmark script shares: option checks, device check, one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from tests.benchmark_scripts import load_benchmark
+
+
+@pytest.mark.parametrize(
+    ("script", "argv"),
+    [
+        ("attention_scaling.py", ["--lengths", "0"]),
+        ("attention_scaling.py", ["--lengths", "-5"]),
+        ("model_scaling.py", ["--lengths", "256", "0"]),
+        ("model_scaling.py", ["--steps", "0"]),
+        ("kernel_ab.py", ["--rev", "HEAD", "--lengths", "0"]),
+        ("device_check.py", ["--length", "0"]),
+        ("dilution.py", ["x.ckpt", "--fill", "-1"]),
+        ("dilution.py", ["x.ckpt", "--proteins", "0"]),
+    ],
+)
+def test_lengths_and_counts_below_one_are_refused_before_any_work(script, argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        load_benchmark(script).main(argv)
+    assert info.value.code == 2
+    assert "must be >= " in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize(
+    ("script", "json"),
+    [("attention_scaling.py", True), ("model_scaling.py", True), ("device_check.py", False)],
+)
+def test_cuda_without_a_gpu_stops_at_once_with_one_line(script, json, capsys, tmp_path):
+    argv = ["--device", "cuda", "--quick"] if json else ["--device", "cuda"]
+    argv += ["--json", str(tmp_path / "x.json")] if json else []
+    with pytest.raises(SystemExit) as info:
+        load_benchmark(script).main(argv)
+    assert info.value.code == 2
+    assert "no CUDA device is available here (use --device cpu)" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_check_device_names_a_bad_device():
+    common = load_benchmark("_common.py")
+    parser = argparse.ArgumentParser()
+    with pytest.raises(SystemExit):
+        common.check_device(parser, "tpu")
+    common.check_device(parser, "cpu")  # fine
+
+
+def test_a_file_that_is_not_a_checkpoint_is_one_line(tmp_path, capsys):
+    text = tmp_path / "notes.txt"
+    text.write_text("not a checkpoint\n")
+    code = load_benchmark("dilution.py").main(
+        [str(text), "--quick", "--json", str(tmp_path / "d.json")]
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.strip().splitlines()[-1] == f"error: {text}: not a PyTorch checkpoint (a text file)"
+    assert "Traceback" not in err
+    assert not (tmp_path / "d.json").exists()
+
+
+def test_dilution_names_runs_by_their_directory_else_their_file(tmp_path):
+    run_name = load_benchmark("dilution.py").run_name
+    assert run_name(tmp_path / "run7" / "checkpoints" / "last.ckpt") == "run7"
+    assert run_name(tmp_path / "data" / "pretrained" / "performer_relu_14.ckpt") == (
+        "performer_relu_14.ckpt"
+    )
+
+
+def test_approximation_without_performer_pytorch_says_what_to_install(monkeypatch, capsys):
+    module = load_benchmark("approximation.py")
+    real = module.importlib.util.find_spec
+    monkeypatch.setattr(
+        module.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "performer_pytorch" else real(name, *a),
+    )
+    assert module.main(["--quick"]) == 2
+    assert "pip install -c constraints.txt -e '.[bench]'" in capsys.readouterr().err
