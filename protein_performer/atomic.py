@@ -48,6 +48,9 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
+            fh.flush()
+            # on disk before the rename: a crash must not leave an empty file under the name
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

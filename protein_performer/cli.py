@@ -65,7 +65,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     from protein_performer.data.stats import fasta_stats
 
     if args.output:
-        check_output_file(
+        args.output = check_output_file(
             args.output,
             "-o/--output",
             overwrite=args.overwrite,
@@ -296,7 +296,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                     f"--gamma-shape must be a number or 'none', got {value!r}"
                 ) from None
         kwargs[kw] = value
-    check_output_file(
+    args.output = check_output_file(
         args.output,
         "OUT",
         overwrite=args.overwrite,
@@ -305,7 +305,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         what="simulated FASTA file",
     )
     if args.members is not None:
-        check_output_file(
+        args.members = check_output_file(
             args.members,
             "--members",
             overwrite=args.overwrite,
@@ -334,8 +334,10 @@ def _cmd_download(args: argparse.Namespace) -> int:
 
     url = args.url or DOWNLOAD_URLS[args.dataset]
     # a downloaded FASTA cannot be told from a user's: an existing OUT is never replaced
-    check_output_file(
-        args.output, "OUT", allow_input_name=True, what="FASTA file", overwrite_hint=None
+    args.output = str(
+        check_output_file(
+            args.output, "OUT", allow_input_name=True, what="FASTA file", overwrite_hint=None
+        )
     )
     try:
         summary = download(

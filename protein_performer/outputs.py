@@ -87,6 +87,17 @@ def describe_existing(path: Path) -> str:
     return "an existing special file"
 
 
+def as_written(path: str | os.PathLike) -> Path:
+    """``path`` as a write would find it: ``new/../x`` is ``x`` (once ``new`` is made, the
+    write lands there), so existence and overwrite checks must look at ``x``; a ``..`` after a
+    symbolic link goes where the link points, as the system's does. Paths without ``..`` are
+    returned as given."""
+    p = Path(path)
+    if ".." not in p.parts:
+        return p
+    return Path(os.path.normpath(os.path.join(os.path.realpath(p.parent), p.name)))
+
+
 def entries(path: Path) -> set[str]:
     return {p.name for p in path.iterdir()}
 
@@ -106,7 +117,7 @@ def check_output_dir(
     ``overwrite``) a directory that ``is_ours`` recognises. Raises a one-line DataError before
     any work otherwise; nothing is created or removed here.
     """
-    p = Path(path)
+    p = as_written(path)
     kind = input_like_name(p)
     if kind is not None:
         raise DataError(
@@ -155,7 +166,7 @@ def check_output_file(
     """
     if str(path).endswith(("/", os.sep)):
         raise DataError(f"{key}: names a directory (trailing '/'); expected a file name", path=path)
-    p = Path(path)
+    p = as_written(path)
     if not allow_input_name:
         kind = input_like_name(p)
         if kind is not None:

@@ -279,3 +279,81 @@ def test_more_misuse_from_a_user_pass(tmp_path, capsys):
     _one_line_error(code, err, "--val: ", "already listed in INPUT")
     code, _, err = _cli(capsys, "data", "stats", str(src), str(tmp_path / "." / "in.fasta"))
     _one_line_error(code, err, "is already listed")
+
+
+def test_a_path_through_a_new_folder_and_back_is_checked_where_it_lands(
+    tiny_fasta, tmp_path, capsys
+):
+    """``new/../x`` is ``x`` once ``new`` exists: checking it as written (``new`` missing, so
+    "nothing there") let score, evaluate, data stats and simulate replace a user's file, the
+    command's own input included, and train use a user's non-empty folder."""
+    mine = tmp_path / "mine.csv"
+    mine.write_text("user,data\n")
+    with pytest.raises(DataError, match=r"mine\.csv: k: an existing file"):
+        check_output_file(
+            tmp_path / "new" / ".." / "mine.csv", "k", overwrite=True, is_ours=lambda _: False
+        )
+    with pytest.raises(DataError, match=r"mine\.csv: k: file exists"):
+        check_output_file(tmp_path / "new" / ".." / "mine.csv", "k")
+    assert check_output_file(tmp_path / "a" / ".." / "b.csv", "k") == tmp_path / "b.csv"
+    assert not (tmp_path / "new").exists() and not (tmp_path / "a").exists()
+
+    # data stats: its input (a FASTA named without an extension), given again as -o
+    seqs = tmp_path / "seqs"
+    seqs.write_bytes(tiny_fasta.read_bytes())
+    code, _, err = _cli(
+        capsys, "data", "stats", str(seqs), "-o", str(tmp_path / "q" / ".." / "seqs")
+    )
+    _one_line_error(code, err, "never replaced")
+    assert seqs.read_bytes() == tiny_fasta.read_bytes()
+    # simulate --members onto a user's table
+    code, _, err = _cli(
+        capsys,
+        "data",
+        "simulate",
+        str(tmp_path / "s.fa"),
+        "--families",
+        "2",
+        "--members",
+        str(tmp_path / "q" / ".." / "mine.csv"),
+    )
+    _one_line_error(code, err, "never replaced")
+    assert mine.read_text() == "user,data\n"
+    assert not (tmp_path / "q").exists() and not (tmp_path / "s.fa").exists()
+
+    ckpt = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "run").last_checkpoint
+    notes = tmp_path / "notes.json"
+    notes.write_text("[1, 2]")
+    with pytest.raises(DataError, match=r"notes\.json: output"):
+        evaluate(
+            EvalConfig(
+                checkpoint=ckpt,
+                fasta=str(tiny_fasta),
+                output=str(tmp_path / "q" / ".." / "notes.json"),
+                overwrite=True,
+            )
+        )
+    assert notes.read_text() == "[1, 2]"
+    capsys.readouterr()
+    # score: its own mutations CSV as out
+    muts = tmp_path / "m.csv"
+    muts.write_text("mutant\nM1A\n")
+    code, _, err = _cli(
+        capsys,
+        "score",
+        f"checkpoint={ckpt}",
+        "sequence=MKVLA",
+        f"mutations={muts}",
+        f"out={tmp_path / 'q' / '..' / 'm.csv'}",
+        "overwrite=true",
+    )
+    _one_line_error(code, err, "is the mutations CSV itself")
+    assert muts.read_text() == "mutant\nM1A\n"
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("precious")
+    with pytest.raises(DataError, match=r"not empty \(notes.txt\)"):
+        run_hydra("train", tiny_overrides(tiny_fasta, tmp_path / "q" / ".." / "home"))
+    assert sorted(p.name for p in home.iterdir()) == ["notes.txt"]
+    assert not (tmp_path / "q").exists()

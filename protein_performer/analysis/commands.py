@@ -598,7 +598,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
 
     from protein_performer.analysis import mutations as mut
     from protein_performer.atomic import write_text_atomic
-    from protein_performer.outputs import check_output_file
+    from protein_performer.outputs import as_written, check_output_file
 
     methods = list(dict.fromkeys([cfg.method] if isinstance(cfg.method, str) else cfg.method))
     fields, rows, delimiter, line_of = _read_mutations_csv(cfg.mutations, cfg.mutation_col)
@@ -621,7 +621,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         raise DataError(
             "out: names a directory (trailing '/'); expected a CSV file name", path=cfg.out
         )
-    out = Path(cfg.out)
+    out = as_written(cfg.out)
     if out.suffix.lower() in (".json", ".png"):
         raise DataError(
             f"out: names the scores CSV; {out.suffix} is the name of a side output "

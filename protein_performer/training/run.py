@@ -55,6 +55,7 @@ from protein_performer.training.callbacks import (
 )
 from protein_performer.training.checkpoints import (
     META_KEY,
+    atomic_checkpoint_io,
     check_resume_compatible,
     init_weights_from,
     load_model,
@@ -582,6 +583,7 @@ def _lightning_trainer(
         default_root_dir=str(run_dir),
         logger=loggers,
         callbacks=callbacks,
+        plugins=[atomic_checkpoint_io()],
     )
 
 
@@ -1251,8 +1253,9 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     fasta = eval_fasta_paths(cfg)
     for path in fasta:
         _require_file(path, "fasta")
+    output = None
     if cfg.output:
-        check_output_file(
+        output = check_output_file(
             cfg.output,
             "output",
             overwrite=cfg.overwrite,
@@ -1465,7 +1468,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     )
     if cfg.output:
         try:
-            write_text_atomic(Path(cfg.output), json.dumps(result.to_dict(), indent=2) + "\n")
+            write_text_atomic(output, json.dumps(result.to_dict(), indent=2) + "\n")
         except OSError as e:
             raise DataError(f"output: not written ({e.strerror or e})", path=cfg.output) from None
     return result

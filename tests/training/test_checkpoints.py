@@ -57,6 +57,29 @@ def test_trained_checkpoint_round_trip_gives_identical_outputs(tiny_fasta, tmp_p
         torch.testing.assert_close(model(ids)["logits"], fresh(ids)["logits"], rtol=0, atol=0)
 
 
+def test_training_checkpoints_are_renamed_into_place_from_their_own_folder(
+    tiny_fasta, tmp_path, monkeypatch
+):
+    """Never staged elsewhere: a rename across file systems fails, and Lightning's fallback
+    rewrote last.ckpt in place (a kill during that copy lost the last good checkpoint)."""
+    import protein_performer.atomic as atomic
+
+    renames = []
+    real_replace = os.replace
+
+    def recording_replace(src, dst):
+        renames.append((os.fspath(src), os.fspath(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", recording_replace)
+    result = train(tiny_config(tiny_fasta, max_steps=3), tmp_path / "run")
+    ckpts = [(s, d) for s, d in renames if d.endswith(".ckpt")]
+    assert {os.path.basename(d) for _, d in ckpts} >= {"last.ckpt", "best.ckpt"}
+    assert all(os.path.dirname(s) == os.path.dirname(d) for s, d in ckpts)
+    load_model(result.last_checkpoint)  # what was renamed is a whole checkpoint
+    assert not [p for p in (tmp_path / "run" / "checkpoints").iterdir() if p.suffix == ".tmp"]
+
+
 def test_save_model_checkpoint_round_trip(tmp_path):
     torch.manual_seed(0)
     model = ProteinLM(_config("performer_softmax"), len(ALPHABET), causal=True).eval()
