@@ -9,6 +9,7 @@ adds the value checks (choices, ranges). The Hydra glue (:func:`run_hydra`) live
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -395,6 +396,38 @@ def _positive(key: str, value: Any, *, allow_zero: bool = False) -> None:
         raise ConfigError(f"{key} must be {what} (got {value!r})")
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_max_time(value: object) -> str:
+    """``trainer.max_time`` as Lightning's ``DD:HH:MM:SS``, from that form, ``HH:MM:SS``, or a
+    number with a unit (``90s``, ``30m``, ``2h``, ``1d``; several add up: ``1h30m``)."""
+    text = str(value).strip().lower()
+    problem = (
+        f"trainer.max_time={value!r} is not a duration; write DD:HH:MM:SS, HH:MM:SS or e.g. "
+        "30m, 2h, 1h30m"
+    )
+    if re.fullmatch(r"\d+(:\d+){1,3}", text):
+        parts = [int(x) for x in text.split(":")]
+        if len(parts) == 2:
+            raise ConfigError(problem + " (MM:SS or HH:MM is ambiguous)")
+        days, hours, minutes, seconds = [0] * (4 - len(parts)) + parts
+        total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    elif re.fullmatch(r"(\d+(\.\d+)?[smhd])+", text):
+        total = sum(
+            float(n) * _DURATION_UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)([smhd])", text)
+        )
+    else:
+        raise ConfigError(problem)
+    total = round(total)
+    if total <= 0:
+        raise ConfigError(f"trainer.max_time={value!r} is no time at all; give a positive duration")
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{days:02d}:{hours:02d}:{minutes:02d}:{seconds:02d}"
+
+
 def validate_train_config(cfg: TrainConfig) -> None:
     """Value checks beyond the types; raises a one-line :class:`ConfigError` naming the key."""
     cfg.model.validate("model")
@@ -497,6 +530,21 @@ def validate_train_config(cfg: TrainConfig) -> None:
     _positive("trainer.val_check_interval", t.val_check_interval)
     _positive("trainer.log_every_n_steps", t.log_every_n_steps)
     _positive("trainer.num_nodes", t.num_nodes)
+    if t.max_time is not None:
+        t.max_time = parse_max_time(t.max_time)
+    devices = t.devices
+    if (
+        isinstance(devices, bool)
+        or (isinstance(devices, int) and (devices == 0 or devices < -1))
+        or (
+            isinstance(devices, str)
+            and not re.fullmatch(r"auto|-1|\d*[1-9]\d*|(\d+,)+\d*", devices)
+        )
+    ):
+        raise ConfigError(
+            f"trainer.devices={devices!r}: give a count >= 1, -1 (all), auto, or a list of "
+            "device indices such as [0,1]"
+        )
     _positive("trainer.accumulate_grad_batches", t.accumulate_grad_batches)
     _positive("trainer.gradient_clip_val", t.gradient_clip_val, allow_zero=True)
     if t.checkpoint_every_minutes is not None:

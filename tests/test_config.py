@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _error(overrides: list[str], command: str = "train") -> str:
     with pytest.raises(ConfigError) as info:
-        compose_job(command, expand_overrides(overrides, multirun=False)[0])
+        compose_job(command, expand_overrides(overrides, multirun=False, command=command)[0])
     message = str(info.value)
     assert "\n" not in message
     return message
@@ -210,7 +210,20 @@ def test_unknown_key_names_it_and_lists_valid_keys():
 
 
 def test_wrong_type_names_the_key():
-    assert _error(["trainer.max_steps=abc"]).startswith("trainer.max_steps: Value 'abc'")
+    assert _error(["trainer.max_steps=abc"]) == "trainer.max_steps: must be an integer; got 'abc'"
+    # omegaconf's wording in the user's terms
+    assert _error(["trainer.max_steps=1e3"]) == (
+        "trainer.max_steps: must be an integer; got 1000.0: write 1000"
+    )
+    assert _error(["model.dim=null"]) == "model.dim: cannot be null"
+    assert _error(["trainer.deterministic=maybe"]) == (
+        "trainer.deterministic: must be true or false; got 'maybe'"
+    )
+    assert _error(["optim.lr=1e-3,"]).startswith("cannot read 'optim.lr=1e-3,': quote a value")
+    # a sweep outside train: no advice to add -m, which only train takes
+    assert "evaluate runs one setting at a time" in _error(
+        ["checkpoint=x", "fasta=y", "seed=0,1"], "evaluate"
+    )
     assert _error(["data.split_fractions=0.5"]).startswith("data.split_fractions: expected a list")
 
 
@@ -363,3 +376,72 @@ def test_preset_worker_counts_fit_the_cpus(monkeypatch):
     assert [hydra_run.worker_count(n) for n in (4, "4", 1, 0)] == [2, 2, 1, 0]
     cfg = compose_job("train", ["data=shards", "data.shards=x"]).config
     assert cfg.data.num_workers == 2
+
+
+def test_max_time_takes_the_usual_forms_and_refuses_the_rest():
+    from protein_performer.config import parse_max_time
+
+    assert parse_max_time("00:01:00:00") == "00:01:00:00"
+    assert parse_max_time("01:30:00") == "00:01:30:00"
+    assert parse_max_time("1h30m") == "00:01:30:00"
+    assert parse_max_time("90s") == "00:00:01:30"
+    assert parse_max_time("2d") == "02:00:00:00"
+    for bad in ("10", "5:00", "abc", "1x"):
+        with pytest.raises(ConfigError, match="is not a duration"):
+            parse_max_time(bad)
+    with pytest.raises(ConfigError, match="no time at all"):
+        parse_max_time("00:00:00:00")
+    assert _error(["trainer.max_time=30"]).startswith("trainer.max_time='30' is not a duration")
+    job = compose_job("train", ["trainer.max_time=45m"])
+    assert job.config.trainer.max_time == "00:00:45:00"  # what Lightning reads
+
+
+def test_devices_must_be_a_count_all_auto_or_indices():
+    for bad in ("0", "-2", "two"):
+        assert _error([f"trainer.devices={bad}"]).startswith("trainer.devices=")
+    for good in ("1", "-1", "auto", "[0,1]"):
+        compose_job("train", [f"trainer.devices={good}"])
+
+
+def test_trainer_settings_this_machine_cannot_run_stop_before_any_work(monkeypatch, caplog):
+    import torch
+
+    from protein_performer.config import TrainerConfig
+    from protein_performer.training.run import NODE_LAUNCH_ENV, _check_trainer
+
+    for var in NODE_LAUNCH_ENV:
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ConfigError, match=r"trainer\.num_nodes=2 needs one launch per node"):
+        _check_trainer(TrainerConfig(accelerator="cpu", num_nodes=2))
+    monkeypatch.setenv("NODE_RANK", "0")  # a node of a launched multi-node job
+    _check_trainer(TrainerConfig(accelerator="cpu", num_nodes=2))
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="16-mixed needs a CUDA GPU"):
+            _check_trainer(TrainerConfig(accelerator="auto", precision="16-mixed"))
+        with pytest.raises(ConfigError, match="fsdp runs on CUDA GPUs only"):
+            _check_trainer(TrainerConfig(accelerator="cpu", strategy="fsdp"))
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1}, raising=False)
+    with caplog.at_level("WARNING"):
+        _check_trainer(TrainerConfig(accelerator="cpu", devices=4))
+    assert "trainer.devices=4 CPU processes on 2 CPU cores" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        _check_trainer(TrainerConfig(accelerator="cpu", devices=4), warn=False)
+    assert not caplog.text
+
+
+def test_a_leading_tilde_in_a_path_is_home(monkeypatch, tmp_path):
+    from protein_performer.training.hydra_run import parse_args, quote_home
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert quote_home("data.files=~/x.fa") == "data.files='~/x.fa'"
+    assert quote_home("data.files=[~/a.fa,b.fa]") == "data.files=['~/a.fa',b.fa]"
+    assert quote_home("~model.dim") == "~model.dim"  # Hydra's delete syntax stays
+    argv = ["data.files=~/x.fa", "data.val_files=[~/v.fa]", "init_from=~/m.ckpt"]
+    overrides = parse_args(argv).overrides
+    job = compose_job("train", expand_overrides(overrides, multirun=False)[0])
+    assert job.config.data.files == [f"{tmp_path}/x.fa"]
+    assert job.config.data.val_files == [f"{tmp_path}/v.fa"]
+    assert job.config.init_from == f"{tmp_path}/m.ckpt"
+    ev = compose_job("evaluate", ["checkpoint=~/c.ckpt", "fasta='~/t.fa'"]).config
+    assert (ev.checkpoint, ev.fasta) == (f"{tmp_path}/c.ckpt", f"{tmp_path}/t.fa")

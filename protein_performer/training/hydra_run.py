@@ -142,17 +142,18 @@ def parse_args(argv: Sequence[str], command: str = "train") -> CliArgs:
                 raise ConfigError(f"--cfg takes 'job' or 'all' (got {value!r})")
             args.cfg = value
         elif a.startswith("-"):
-            raise ConfigError(
-                f"unknown option {a!r}; options: -m/--multirun, --json, --cfg job|all, --help "
-                "(configuration is given as key=value overrides)"
-            )
+            options = ("-m/--multirun, " if command == "train" else "") + "--json, --cfg job|all"
+            hint = "configuration is given as key=value overrides"
+            if a.startswith("--") and "=" in a:
+                hint += f", e.g. {a[2:]}"
+            raise ConfigError(f"unknown option {a!r}; options: {options}, --help ({hint})")
         elif "=" not in a and not a.startswith("~"):
             example = "model=transformer" if command == "train" else "checkpoint=PATH fasta=PATH"
             raise ConfigError(
                 f"expected KEY=VALUE, got {a!r} (settings are key=value overrides, e.g. {example})"
             )
         else:
-            args.overrides.append(a)
+            args.overrides.append(quote_home(a))
     return args
 
 
@@ -211,6 +212,32 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         e = e.__cause__ or e.__context__
 
 
+_KIND_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}
+
+
+def _plain_validation_message(msg: str, key: str | None) -> str:
+    """OmegaConf's wording of a type error in the user's terms."""
+    if "is not a ListConfig" in msg:
+        return f"expected a list, e.g. {key}=[a,b]"
+    if "is not Optional" in msg:
+        return "cannot be null"
+    m = re.match(r"Value '(.*)' of type '(\w+)' could not be converted to (\w+)", msg)
+    if m:
+        value, kind = m[1], _KIND_WORDS.get(m[3], m[3].lower())
+        if m[3] == "Integer" and m[2] == "float":
+            try:
+                whole = float(value)
+            except ValueError:
+                whole = None
+            if whole is not None and whole.is_integer():
+                return f"must be {kind}; got {value}: write {int(whole)}"
+        return f"must be {kind}; got {value!r}"
+    m = re.match(r"Value '(.*)' is not a valid bool", msg)
+    if m:
+        return f"must be true or false; got {m[1]!r}"
+    return msg
+
+
 def to_config_error(exc: BaseException, command: str) -> ConfigError:
     """Translate a Hydra / OmegaConf composition error into a one-line ConfigError."""
     from hydra.errors import MissingConfigException, OverrideParseException
@@ -226,7 +253,10 @@ def to_config_error(exc: BaseException, command: str) -> ConfigError:
         if isinstance(e, ConfigError):
             return e
         if isinstance(e, OverrideParseException):
-            return ConfigError(f"cannot parse override: {_one_line(e.message)}")
+            return ConfigError(
+                f"cannot read {e.override!r}: quote a value holding spaces, commas, brackets or "
+                "quotes (key='a b'), write a list as key=[a,b] and one item as key.0=x"
+            )
         if isinstance(e, MissingConfigException):
             missing = e.missing_cfg_file or ""
             group, _, option = missing.rpartition("/")
@@ -245,9 +275,9 @@ def to_config_error(exc: BaseException, command: str) -> ConfigError:
                 return ConfigError(_unknown_key_message(root, str(key)))
         if isinstance(e, ValidationError):
             key = getattr(e, "full_key", None)
-            msg = (str(getattr(e, "msg", None) or e).strip().splitlines() or [""])[0]
-            if "is not a ListConfig" in msg:
-                msg = f"expected a list, e.g. {key}=[a,b] ({msg})"
+            msg = _plain_validation_message(
+                (str(getattr(e, "msg", None) or e).strip().splitlines() or [""])[0], key
+            )
             return ConfigError(f"{key}: {msg}" if key else msg)
     return ConfigError(_one_line(str(exc)) or type(exc).__name__)
 
@@ -286,23 +316,27 @@ def _check_group_overrides(overrides: Sequence[Any]) -> None:
                 )
 
 
-def expand_overrides(overrides: Sequence[str], multirun: bool) -> list[list[str]]:
+def expand_overrides(
+    overrides: Sequence[str], multirun: bool, command: str = "train"
+) -> list[list[str]]:
     """One override list per job: the cartesian product of every sweep (``k=a,b``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        parsed = OverridesParser.create().parse_overrides([quote_home(o) for o in overrides])
     except HydraException as e:
         raise to_config_error(e, "train") from None
     _check_group_overrides(parsed)
     sweeps = [o for o in parsed if o.is_sweep_override()]
     if sweeps and not multirun:
         o = sweeps[0]
-        raise ConfigError(
-            f"'{o.input_line}' is a sweep; add -m/--multirun to run every value "
-            "(or quote a list as key=[a,b])"
+        run_all = (
+            "add -m/--multirun to run every value"
+            if command == "train"
+            else f"{command} runs one setting at a time (sweeps are for train -m)"
         )
+        raise ConfigError(f"'{o.input_line}' is a sweep; {run_all} (or quote a list as key=[a,b])")
     fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
     choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] for o in sweeps]
     return [fixed + list(combo) for combo in itertools.product(*choices)] if choices else [fixed]
@@ -324,6 +358,58 @@ def _list_item_type(schema: type, key: str) -> type | None:
         return None
     (item,) = typing.get_args(node) or (None,)
     return item if item in (str, int) else None
+
+
+#: config keys that name files or folders: a leading ``~`` is the user's home, as in a shell
+PATH_KEYS = frozenset(
+    [
+        "files",
+        "val_files",
+        "test_files",
+        "shards",
+        "clusters",
+        "init_from",
+        "ckpt_path",
+        "checkpoint",
+        "fasta",
+        "output",
+        "out",
+        "mutations",
+        "context",
+        "homologs",
+    ]
+)
+
+
+def quote_home(text: str) -> str:
+    """``key=~/x`` as ``key='~/x'``: Hydra's grammar reads an unquoted ``~`` as an error, and
+    the shell does not expand it after ``=``."""
+    match = re.fullmatch(r"([+]?[\w.]+)=(~[^\s'\",\[\]]*)", text)
+    if match:
+        return f"{match[1]}='{match[2]}'"
+    match = re.fullmatch(r"([+]?[\w.]+)=\[([^'\"\[\]]*~[^'\"\[\]]*)\]", text)
+    if match:  # key=[~/a,b]: the items that start with ~
+        items = [i.strip() for i in match[2].split(",")]
+        quoted = [f"'{i}'" if i.startswith("~") else i for i in items]
+        return f"{match[1]}=[{','.join(quoted)}]"
+    return text
+
+
+def expand_home(node: Any) -> None:
+    """Expand a leading ``~`` in every path key (:data:`PATH_KEYS`) of a composed config."""
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if dataclasses.is_dataclass(value):
+            expand_home(value)
+        elif f.name in PATH_KEYS:
+            if isinstance(value, str) and value.startswith("~"):
+                setattr(node, f.name, os.path.expanduser(value))
+            elif isinstance(value, list):
+                setattr(
+                    node,
+                    f.name,
+                    [os.path.expanduser(v) if isinstance(v, str) else v for v in value],
+                )
 
 
 def scalars_as_lists(command: str, overrides: Sequence[str]) -> list[str]:
@@ -371,7 +457,7 @@ def compose_job(command: str, overrides: Sequence[str]) -> ComposedJob:
     from omegaconf import OmegaConf, open_dict
 
     _setup()
-    overrides = scalars_as_lists(command, overrides)
+    overrides = scalars_as_lists(command, [quote_home(o) for o in overrides])
     try:
         with initialize_config_dir(
             config_dir=str(config_dir()), version_base="1.3", job_name=command
@@ -383,6 +469,7 @@ def compose_job(command: str, overrides: Sequence[str]) -> ComposedJob:
             del cfg["hydra"]
         _check_extra_keys(cfg, COMMANDS[command], COMMANDS[command])
         obj = OmegaConf.to_object(cfg)
+        expand_home(obj)
         text = OmegaConf.to_yaml(cfg, resolve=True)
     except ConfigError:
         raise
@@ -545,7 +632,7 @@ def run_hydra(command: str, argv: list[str]) -> int:
         return 0
     if args.multirun and command != "train":
         raise ConfigError("-m/--multirun is only supported by train")
-    job_lists = expand_overrides(args.overrides, args.multirun)
+    job_lists = expand_overrides(args.overrides, args.multirun, command)
     jobs = [compose_job(command, ov) for ov in job_lists]  # fail before any work starts
     if args.cfg:
         for job in jobs:
@@ -638,7 +725,7 @@ def _names_run_dir(job: ComposedJob) -> bool:
 def _hydra_value(text: str) -> str:
     """``text`` as a Hydra override value: quoted when it holds characters the override
     grammar would parse (spaces, quotes, brackets, commas ...)."""
-    if re.fullmatch(r"[\w/.:+@~-]+", text):
+    if re.fullmatch(r"[\w/.:+@-][\w/.:+@~-]*", text):
         return text
     if "'" not in text:
         return f"'{text}'"

@@ -141,6 +141,7 @@ def check_train_inputs(cfg: TrainConfig) -> int | None:
     """Validate ``cfg`` and every input path it names, before anything is written; returns
     the global step of ``cfg.ckpt_path`` (None when not resuming)."""
     validate_train_config(cfg)
+    _check_trainer(cfg.trainer, warn=False)  # train() says the warnings, once
     return _check_paths(cfg, warn=False)  # train() checks again, and says what it notices
 
 
@@ -207,6 +208,48 @@ def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
             _warn_unapplied_optimizer_settings(ckpt, cfg.optim)
         return step
     return None
+
+
+#: what a launcher of one process per node sets (torchrun, SLURM, Lightning's own variables)
+NODE_LAUNCH_ENV = ("TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "NODE_RANK", "WORLD_SIZE", "LSB_JOBID")
+
+
+def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
+    """Before any data is read or a run directory claimed: what Lightning would find only
+    later, in its own words, or not at all (a multi-node run waits forever for nodes that
+    nobody started)."""
+    _check_accelerator(t.accelerator)
+    on_gpu = t.accelerator in ("gpu", "cuda") or (
+        t.accelerator == "auto" and torch.cuda.is_available()
+    )
+    if not on_gpu and t.accelerator != "mps":
+        if t.precision in ("16-mixed", "16-true"):
+            raise ConfigError(
+                f"trainer.precision={t.precision} needs a CUDA GPU (float16 autocast); on the "
+                "CPU use 32-true or bf16-mixed"
+            )
+        if t.strategy == "fsdp":
+            raise ConfigError(
+                "trainer.strategy=fsdp runs on CUDA GPUs only; on the CPU use trainer=ddp"
+            )
+    if t.num_nodes > 1 and not any(os.environ.get(v) for v in NODE_LAUNCH_ENV):
+        raise ConfigError(
+            f"trainer.num_nodes={t.num_nodes} needs one launch per node (torchrun --nnodes="
+            f"{t.num_nodes} ... or srun, see the README); this process was started alone and "
+            "would wait for the other nodes forever (on one machine: trainer.num_nodes=1)"
+        )
+    if warn and not on_gpu and isinstance(t.devices, int) and t.devices > 1 and is_rank_zero():
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        cpus = cpus or os.cpu_count() or 1
+        if t.devices > cpus:
+            log.warning(
+                "trainer.devices=%d CPU processes on %d CPU core%s: every step runs %d ranks "
+                "(a batch each) sharing the cores, slower than one process",
+                t.devices,
+                cpus,
+                "s" if cpus != 1 else "",
+                t.devices,
+            )
 
 
 def _check_accelerator(accelerator: str) -> None:
@@ -750,6 +793,9 @@ def _print_header(
     steps = f"{t.max_steps:,} step{'' if t.max_steps == 1 else 's'}" + (
         f" (resuming at step {resume_step:,})" if resume_step is not None else ""
     )
+    if isinstance(t.devices, int) and t.devices * t.num_nodes > 1:
+        ranks = t.devices * t.num_nodes
+        steps += f" on {ranks} processes (each step: a batch per process, {ranks} in all)"
     lines = [
         f"run directory: {run_path}",
         f"model: {m.attention} ({shape}): {estimate.format()}",
@@ -825,7 +871,7 @@ def train(
     written (``result.interrupted``); a second signal raises ``KeyboardInterrupt``.
     """
     validate_train_config(cfg)
-    _check_accelerator(cfg.trainer.accelerator)
+    _check_trainer(cfg.trainer)
     resume_step = _check_paths(cfg)
     rank_zero = is_rank_zero()
     if rank_zero and not run_dir_claimed:
