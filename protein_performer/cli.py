@@ -584,7 +584,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         if debug:
             raise
-        print("terminated" if isinstance(e, Terminated) else "interrupted", file=sys.stderr)
+        print(
+            ("terminated" if isinstance(e, Terminated) else "interrupted")
+            + " (no output is left half-written: each appears whole or not at all)",
+            file=sys.stderr,
+        )
         return exit_code(e)
     except BrokenPipeError:
         # the reader of stdout went away (`... | head`): nothing left to say, and no traceback

@@ -9,6 +9,14 @@ import torch
 from protein_performer.errors import ConfigError
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system says, else all)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
 def pick_device(name: str) -> torch.device:
     """``auto`` (CUDA when available), ``cpu`` or ``cuda`` (an error when there is none)."""
     if name == "auto":

@@ -225,7 +225,10 @@ def test_an_interrupted_download_says_how_to_resume(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(download_module, "download", interrupted)
     code, _, err = _run(capsys, "data", "download", "uniref50", str(out), "--no-progress")
     assert code == 130
-    assert err == f"{out}.part kept: the same command resumes it\ninterrupted\n"
+    assert (
+        err
+        == f"{out}.part kept: the same command resumes it\ninterrupted (no output is left half-written: each appears whole or not at all)\n"
+    )
 
 
 @pytest.mark.parametrize(

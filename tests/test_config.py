@@ -445,3 +445,27 @@ def test_a_leading_tilde_in_a_path_is_home(monkeypatch, tmp_path):
     assert job.config.init_from == f"{tmp_path}/m.ckpt"
     ev = compose_job("evaluate", ["checkpoint=~/c.ckpt", "fasta='~/t.fa'"]).config
     assert (ev.checkpoint, ev.fasta) == (f"{tmp_path}/c.ckpt", f"{tmp_path}/t.fa")
+
+
+def test_settings_that_would_do_nothing_are_said():
+    from protein_performer.training.run import settings_without_effect
+
+    def notes(*overrides: str) -> list[str]:
+        job = compose_job("train", expand_overrides(list(overrides), multirun=False)[0])
+        return settings_without_effect(job.config, job.overrides)
+
+    assert notes() == []
+    assert notes("trainer.max_steps=6", "optim.warmup_steps=100") == [
+        "optim.warmup_steps=100 >= trainer.max_steps=6: the learning rate never reaches optim.lr"
+    ]
+    assert notes("objective=causal", "data.mask_prob=0.3") == [
+        "data.mask_prob has no effect with objective=causal (nothing is masked)"
+    ]
+    assert notes("objective=causal") == []  # the default mask_prob is not the user's
+    assert notes("model=transformer", "model.nb_features=16") == [
+        "model.nb_features has no effect with model.attention=transformer"
+    ]
+    assert (
+        "data.toks_per_batch has no effect"
+        in notes("data.batch_size=4", "data.toks_per_batch=1024")[0]
+    )

@@ -52,6 +52,7 @@ from protein_performer.data.shards import ShardSource
 from protein_performer.data.sources import FlatSource, select_records, split_long_records
 from protein_performer.data.splits import parse_fractions
 from protein_performer.data.stats import DuplicateFinder, digest64
+from protein_performer.devices import usable_cpus
 from protein_performer.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -298,6 +299,17 @@ class ProteinDataModule(pl.LightningDataModule):
         self.mask_prob = float(mask_prob)
         self.seed = _int("seed", seed, 0)
         self.num_workers = _int("num_workers", num_workers, 0)
+        cpus = usable_cpus()
+        if self.num_workers > cpus:
+            # torch only warns that it "might freeze"; more workers than CPUs just contend
+            log.warning(
+                "num_workers=%d but %d CPU%s usable: using %d data-loading workers",
+                self.num_workers,
+                cpus,
+                "s are" if cpus != 1 else " is",
+                cpus,
+            )
+            self.num_workers = cpus
         self.persistent_workers = bool(persistent_workers)
         self.pin_memory = bool(pin_memory)
         self.invalid = _choice("invalid", invalid, [p.value for p in InvalidPolicy])

@@ -82,11 +82,9 @@ def project_path(relative: str) -> str:
 def worker_count(most: str | int) -> int:
     """Resolver ``${pp_workers:4}``: at most ``most`` data-loading workers, and no more than
     the CPUs this process may use (more only contend, and torch warns about them)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        cpus = os.cpu_count() or 1
-    return max(0, min(int(most), cpus))
+    from protein_performer.devices import usable_cpus
+
+    return max(0, min(int(most), usable_cpus()))
 
 
 def group_options(group: str) -> list[str]:
@@ -789,7 +787,16 @@ def _run_train(
         print(result.format(), flush=True)
     if not result.interrupted:
         return 0
-    if result.last_checkpoint:
+    if result.last_checkpoint and result.max_steps and result.steps >= result.max_steps:
+        # a resume would be refused (nothing left to train): say what is missing instead
+        print(
+            f"interrupted after the last step ({result.steps:,}), during its validation: "
+            f"{result.last_checkpoint} holds the trained model; `protein-performer evaluate "
+            f"checkpoint={result.last_checkpoint} fasta=... split=val` scores it",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif result.last_checkpoint:
         print(
             f"interrupted at step {result.steps:,}; resume with:\n  "
             + resume_command(job, result.last_checkpoint),
@@ -847,7 +854,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         from protein_performer.interrupts import Terminated, exit_code
 
-        print("terminated" if isinstance(e, Terminated) else "interrupted", file=sys.stderr)
+        print(
+            ("terminated" if isinstance(e, Terminated) else "interrupted")
+            + " (no output is left half-written: each appears whole or not at all)",
+            file=sys.stderr,
+        )
         return exit_code(e)
 
 

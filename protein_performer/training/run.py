@@ -44,7 +44,7 @@ from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.fasta import check_distinct_inputs, load_fasta_source
 from protein_performer.data.shards import read_manifest
-from protein_performer.devices import pick_device
+from protein_performer.devices import pick_device, usable_cpus
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, check_output_file, entries, json_with_keys
 from protein_performer.training.callbacks import (
@@ -214,6 +214,30 @@ def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
 NODE_LAUNCH_ENV = ("TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "NODE_RANK", "WORLD_SIZE", "LSB_JOBID")
 
 
+def settings_without_effect(cfg: TrainConfig, overrides: Sequence[str]) -> list[str]:
+    """What the run will not do that the command line asked for (``overrides``), or that
+    makes a setting moot: one sentence each."""
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    notes = []
+    o, t, m, d = cfg.optim, cfg.trainer, cfg.model, cfg.data
+    if o.warmup_steps >= t.max_steps and o.warmup_steps > 0:
+        notes.append(
+            f"optim.warmup_steps={o.warmup_steps:,} >= trainer.max_steps={t.max_steps:,}: the "
+            "learning rate never reaches optim.lr"
+        )
+    if cfg.objective == "causal" and "data.mask_prob" in given:
+        notes.append("data.mask_prob has no effect with objective=causal (nothing is masked)")
+    if not (m.is_performer or m.attention == "hedgehog"):
+        for key in ("model.nb_features", "model.redraw_interval", "model.save_features"):
+            if key in given:
+                notes.append(f"{key} has no effect with model.attention={m.attention}")
+    if d.batch_size is not None and "data.toks_per_batch" in given:
+        notes.append(
+            f"data.toks_per_batch has no effect: data.batch_size={d.batch_size} sets the batch"
+        )
+    return notes
+
+
 def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
     """Before any data is read or a run directory claimed: what Lightning would find only
     later, in its own words, or not at all (a multi-node run waits forever for nodes that
@@ -239,8 +263,7 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
             "would wait for the other nodes forever (on one machine: trainer.num_nodes=1)"
         )
     if warn and not on_gpu and isinstance(t.devices, int) and t.devices > 1 and is_rank_zero():
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        cpus = cpus or os.cpu_count() or 1
+        cpus = usable_cpus()
         if t.devices > cpus:
             log.warning(
                 "trainer.devices=%d CPU processes on %d CPU core%s: every step runs %d ranks "
@@ -736,6 +759,12 @@ def _fit(
             # third-party deprecations are for their developers, not for this run's user
             warnings.filterwarnings("ignore", category=DeprecationWarning)
             warnings.filterwarnings("ignore", category=FutureWarning)
+            # the run logs at log_every_n_steps whatever the epoch's length
+            warnings.filterwarnings(
+                "ignore", message="The number of training batches .* is smaller"
+            )
+            # more workers than CPUs is said, and capped, by ProteinDataModule
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
             trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path, weights_only=True)
     except SystemExit as e:
         # Lightning turns a KeyboardInterrupt (Ctrl-C before the first step, or twice) into
@@ -874,6 +903,9 @@ def train(
     _check_trainer(cfg.trainer)
     resume_step = _check_paths(cfg)
     rank_zero = is_rank_zero()
+    if rank_zero:
+        for note in settings_without_effect(cfg, overrides or ()):
+            log.warning(note)
     if rank_zero and not run_dir_claimed:
         check_run_dir(run_dir, cfg.ckpt_path)
     estimate = estimate_memory(cfg, len(default_alphabet()))

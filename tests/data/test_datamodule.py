@@ -615,3 +615,15 @@ def test_pairs_packing_trains_on_pairs_and_evaluates_single_proteins():
             ProteinDataModule(train_source=src, **(kw | bad))
     with pytest.raises(ConfigError, match="packing=pairs needs clusters"):
         ProteinDataModule(train_source=src, packing="pairs")
+
+
+def test_more_workers_than_cpus_are_capped_with_one_warning(monkeypatch, caplog):
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1}, raising=False)
+    with caplog.at_level("WARNING"):
+        dm = ProteinDataModule(files=["x.fa"], num_workers=64)
+    assert dm.num_workers == 2
+    assert "num_workers=64 but 2 CPUs are usable: using 2 data-loading workers" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert ProteinDataModule(files=["x.fa"], num_workers=2).num_workers == 2
+    assert not caplog.text

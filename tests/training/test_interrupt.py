@@ -429,3 +429,25 @@ def test_a_run_without_validation_data_resumes_exactly_inside_an_epoch(tmp_path)
     a, b = train_losses(tmp_path / "full"), train_losses(tmp_path / "cut")
     assert sorted(b) == sorted(a) == list(range(12))
     assert [b[s] for s in range(12)] == pytest.approx([a[s] for s in range(12)], rel=1e-5)
+
+
+def test_an_interrupt_during_the_final_validation_offers_no_resume_that_would_be_refused(
+    tiny_fasta, tmp_path, monkeypatch, capsys
+):
+    from protein_performer.training import hydra_run, run
+
+    ckpt = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
+
+    def interrupted_at_the_end(cfg, path, **_):
+        return run.TrainResult(
+            run_dir=str(path), attention="performer_relu", objective="mlm", steps=4,
+            val_perplexity=None, val_accuracy=None, val_loss=None, best_val_perplexity=None,
+            tokens_per_s=0.0, train_seconds=1.0, best_checkpoint=None, last_checkpoint=ckpt,
+            max_steps=4, stopped_by="SIGINT",
+        )  # fmt: skip
+
+    monkeypatch.setattr(run, "train", interrupted_at_the_end)
+    assert hydra_run.run_hydra("train", tiny_overrides(tiny_fasta, tmp_path / "run")) == 130
+    err = capsys.readouterr().err
+    assert "resume with" not in err
+    assert f"interrupted after the last step (4), during its validation: {ckpt} holds" in err

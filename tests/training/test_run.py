@@ -220,9 +220,13 @@ def test_resume_continues_exactly(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="FSDP is valid where there is a GPU")
 def test_trainer_settings_lightning_rejects_are_one_line_errors(tiny_fasta, tmp_path):
     cfg = tiny_config(tiny_fasta)
-    cfg.trainer.strategy = "fsdp"
-    with pytest.raises(ConfigError, match=r"^trainer settings rejected by Lightning: .*fsdp.*GPU"):
+    cfg.trainer.devices = [0, 1]  # indices are for GPUs: Lightning refuses them on the CPU
+    with pytest.raises(ConfigError, match=r"^trainer settings rejected by Lightning: .*devices"):
         train(cfg, tmp_path / "run")
+    cfg.trainer.devices, cfg.trainer.strategy = 1, "fsdp"  # said before any work, in our words
+    with pytest.raises(ConfigError, match=r"^trainer.strategy=fsdp runs on CUDA GPUs only"):
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_bad_output_locations_are_one_line_errors_before_any_work(tiny_fasta, tmp_path):
