@@ -6,6 +6,7 @@ A reader (or a crash) never sees a half-written output.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Callable
@@ -50,7 +51,11 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
             write(fh)
             fh.flush()
             # on disk before the rename: a crash must not leave an empty file under the name
-            os.fsync(fh.fileno())
+            try:
+                os.fsync(fh.fileno())
+            except OSError as e:  # file systems without fsync (some FUSE mounts) say EINVAL
+                if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    raise
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -58,3 +58,25 @@ def test_successful_write_replaces_the_file_with_plain_permissions(tmp_path):
     write_bytes_atomic(target, b"\x00\x01")
     assert target.read_bytes() == b"\x00\x01"
     assert os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_a_file_system_without_fsync_still_gets_its_file(tmp_path, monkeypatch):
+    import errno
+
+    from protein_performer import atomic
+
+    def no_fsync(fd):
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(atomic.os, "fsync", no_fsync)
+    atomic.write_text_atomic(tmp_path / "x.txt", "hello")
+    assert (tmp_path / "x.txt").read_text() == "hello"
+
+    def failing_disk(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(atomic.os, "fsync", failing_disk)
+    with pytest.raises(OSError):
+        atomic.write_text_atomic(tmp_path / "x.txt", "lost?")
+    assert (tmp_path / "x.txt").read_text() == "hello"  # the old file stays
+    assert [p.name for p in tmp_path.iterdir()] == ["x.txt"]
