@@ -205,6 +205,10 @@ def test_unknown_key_names_it_and_lists_valid_keys():
     assert "(did you mean 'optim.lr'?)" in _error(["lr=0.1"])
     assert "(did you mean 'trainer.max_steps'?)" in _error(["max_steps=3"])
     assert "did you mean" not in _error(["blah=1"])
+    # other tools' names (ESM, Lightning)
+    assert "(did you mean 'trainer.max_steps'?)" in _error(["max_epochs=3"])
+    assert "(did you mean 'checkpoint'?)" in _error(["ckpt=x", "fasta=y"], "evaluate")
+    assert "(did you mean 'ckpt_path'?)" in _error(["ckpt=x"])
     assert "unknown config key 'foo'" in _error(["+foo=1"])
     assert "unknown config key 'model.dimm'" in _error(["+model.dimm=1"])
 

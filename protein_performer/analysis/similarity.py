@@ -253,7 +253,11 @@ class SimilarityResult:
             f"{i['pairs']['attention']} of 190 pairs defined)",
             f"  attention flow log-odds:  r = {show(self.r['flow'])}",
             f"  model substitution log-odds: r = {show(self.r['substitution'])} "
-            f"({i['masked_positions']:,} masked positions)",
+            + (
+                f"({i['masked_positions']:,} masked positions)"
+                if i.get("masked_positions") or not i.get("causal")
+                else "(not defined: a causal model never predicts at a masked site)"
+            ),
             f"  token embedding cosine:   r = {show(self.r['embedding'])}",
             "  published: TAPE BERT 0.73, ProtBert/ProtXLNet 0.68-0.75, permuted null -0.05..0.21",
         ]
@@ -326,6 +330,7 @@ def aa_similarity(
         },
         "pairs": {name: offdiag_pairs(m) for name, m in matrices.items()},
         "masked_positions": positions,
+        "causal": bool(getattr(model, "causal", False)),
         "mask_prob": mask_prob,
         "seed": seed,
         "amino_acid_order": AA_ORDER,

@@ -169,6 +169,20 @@ def _schema_at(root: type, dotted: str) -> type | None:
     return t if dataclasses.is_dataclass(t) else None
 
 
+#: other tools' names for this project's keys, tried in order (the first the command has wins)
+KEY_ALIASES: dict[str, tuple[str, ...]] = {
+    "ckpt": ("ckpt_path", "checkpoint"),
+    "model_path": ("checkpoint",),
+    "model_location": ("checkpoint",),
+    "resume_from_checkpoint": ("ckpt_path",),
+    "fasta_file": ("fasta", "data.files"),
+    "output_dir": ("out", "output"),
+    "batch_size": ("data.batch_size", "toks_per_batch"),
+    "epochs": ("trainer.max_steps",),
+    "max_epochs": ("trainer.max_steps",),
+}
+
+
 def _unknown_key_message(root: type, full_key: str) -> str:
     parent, _, leaf = full_key.rpartition(".")
     schema = _schema_at(root, parent)
@@ -181,6 +195,9 @@ def _unknown_key_message(root: type, full_key: str) -> str:
     if not hints:  # the key of another group (lr= for optim.lr, max_steps= for trainer...)
         same = [k for k in _all_keys(root) if k.rpartition(".")[2] == leaf]
         hints = sorted(same, key=lambda k: k.count("."))[:1]  # the top-level one first
+    if not hints:  # what other tools call it (ESM's and Lightning's spellings)
+        keys = set(_all_keys(root))
+        hints = [k for k in KEY_ALIASES.get(full_key, ()) if k in keys][:1]
     suggestion = f" (did you mean '{hints[0]}'?)" if hints else ""
     return f"unknown config key '{full_key}'{suggestion}; valid keys in {where}: {', '.join(valid)}"
 

@@ -214,4 +214,6 @@ def test_a_causal_model_gets_no_substitution_view() -> None:
         assert (res.matrices["substitution"] is None) == causal
         assert (res.info["masked_positions"] == 0) == causal
         assert ("never saw <mask>" in (res.info["note"] or "")) == causal
+        said = "(not defined: a causal model never predicts at a masked site)"
+        assert (said in res.format()) == causal
         assert res.matrices["embedding"] is not None
