@@ -245,3 +245,12 @@ def test_an_interrupted_download_says_how_to_resume(tmp_path, capsys, monkeypatc
 def test_simulate_errors_name_the_flags(tmp_path, capsys, flags, expect):
     code, _, err = _run(capsys, "data", "simulate", str(tmp_path / "s.fa"), *flags)
     assert code == 2 and err == expect and not (tmp_path / "s.fa").exists()
+
+
+def test_a_data_command_given_key_value_says_it_takes_plain_paths(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.fa").write_text(">a\nMKV\n")
+    code = main(["data", "stats", "fasta=x.fa", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "fasta=x.fa: no such file (x.fa exists: the data commands take plain paths" in err

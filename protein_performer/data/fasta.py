@@ -15,6 +15,7 @@ import itertools
 import logging
 import lzma
 import os
+import re
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -127,6 +128,12 @@ def check_readable_file(path: PathLike, what: str = "a FASTA file") -> None:
     file expected, for a directory given instead)."""
     p = Path(path)
     if not p.exists():
+        key, eq, rest = str(path).partition("=")
+        if eq and re.fullmatch(r"[\w.]+", key) and Path(rest).exists():
+            raise DataError(
+                f"no such file ({rest} exists: the data commands take plain paths, not key=value)",
+                path=path,
+            )
         raise DataError("no such file", path=path)
     if p.is_dir():
         raise DataError(f"is a directory, expected {what}", path=path)
