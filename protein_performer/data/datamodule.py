@@ -566,7 +566,8 @@ class ProteinDataModule(pl.LightningDataModule):
         if stage == "fit":
             self._require("train")
             val = self.datasets.get("val")
-            if val is not None and len(val) == 0:
+            if val is not None and len(val) == 0 and not getattr(self, "_said_empty_val", False):
+                self._said_empty_val = True  # setup("fit") runs again inside Trainer.fit
                 log.warning(
                     "the validation split is empty (%d proteins, split_fractions=%s): no "
                     "validation metrics and no best checkpoint; last.ckpt holds the final weights",

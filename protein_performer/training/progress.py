@@ -34,6 +34,7 @@ class StepProgressBar(ProgressBar):
         self._step0 = 0
         self._last_line = 0.0
         self._lines = 0
+        self._val_step: int | None = None
 
     # the ProgressBar interface Lightning expects
     def disable(self) -> None:
@@ -56,7 +57,14 @@ class StepProgressBar(ProgressBar):
         for key, name in (("train/loss", "loss"), ("val/perplexity", "val_ppl")):
             if key in m:
                 out[name] = f"{float(m[key]):.3f}"
+        val_step = getattr(self, "_val_step", None)
+        if "val_ppl" in out and val_step is not None and val_step != trainer.global_step:
+            out["val_ppl"] += f" (step {val_step:,})"  # the last validation's, not this step's
         return out
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._val_step = trainer.global_step
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not (self._enabled and trainer.is_global_zero):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -59,6 +60,9 @@ def test_a_redirected_log_is_quiet(tmp_path):
         assert noise not in log, noise
     assert "0.02 M parameters" in r.stderr and "activations ≈" in r.stderr  # the run header
     assert "step 4/4 (100%)" in r.stderr  # one progress line, not redraws
+    # the last line comes before the final validation: its val_ppl says which step it is from
+    last = next(line for line in r.stderr.splitlines() if line.startswith("step 4/4"))
+    assert re.search(r"val_ppl \d+\.\d+ \(step 2\)", last), last
     assert r.stdout.startswith("training finished: performer_relu (mlm), 4 of 4 steps")
 
 
