@@ -123,6 +123,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             else ""
         )
     )
+    comments = sum(f.get("comment_lines", 0) for f in stats["files"])
+    if comments:
+        print(f"comment lines (';', not sequence): {comments:,} skipped")
     return 0
 
 
@@ -187,7 +190,7 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     print(
-        f"  skipped (invalid) {c['skipped_invalid']:,}, records with replacements "
+        f"  skipped (invalid) {c['skipped_invalid'] + c.get('skipped_empty', 0):,}, records with replacements "
         f"{c['records_replaced']:,}, duplicate ids {manifest['duplicate_ids']['count']:,}"
     )
     return 0

@@ -171,6 +171,7 @@ class FastaReader:
         self._hasher: _HashingReader | None = None
         self.sha256: str | None = None
         self.records_read = 0
+        self.comment_lines = 0  # ";" lines skipped (see _without_comments)
 
     @property
     def compressed_bytes_read(self) -> int:
@@ -238,7 +239,18 @@ class FastaReader:
             where += f", after {title.split(None, 1)[0]}"
         return DataError(f"{problem} ({where})", path=self.path)
 
+    def _without_comments(self, lines: Iterator[str]) -> Iterator[str]:
+        """Lines without the ``;`` comment lines of the original (Pearson) FASTA format, which
+        would otherwise be read as residues of the record above them; counted in
+        ``comment_lines``."""
+        for line in lines:
+            if line.startswith(";"):
+                self.comment_lines += 1
+                continue
+            yield line
+
     def __iter__(self) -> Iterator[FastaRecord]:
+        self.comment_lines = 0
         if self.size == 0:
             raise DataError("empty file", path=self.path)
         index = 0
@@ -250,7 +262,9 @@ class FastaReader:
             first = None
             for line in lines:
                 line_no += 1
-                if line.strip():
+                if line.startswith(";"):  # a comment before the first record
+                    self.comment_lines += 1
+                elif line.strip():
                     first = line
                     break
             if first is None:
@@ -266,7 +280,9 @@ class FastaReader:
                     f"({_looks_like(first)})",
                     path=self.path,
                 )
-            for title, seq in SimpleFastaParser(itertools.chain([first], lines)):
+            for title, seq in SimpleFastaParser(
+                self._without_comments(itertools.chain([first], lines))
+            ):
                 if not title.strip():
                     raise self.explain(self._error("empty header line ('>' with no id)", index))
                 if not seq and not self.allow_empty_sequence:
@@ -331,12 +347,17 @@ class EncodeCounts:
     records_replaced: int = 0
     residues_replaced: int = 0
     invalid_characters: dict[str, int] = field(default_factory=dict)
+    # records with nothing left once gaps / the stop were removed (invalid=skip)
+    skipped_empty: int = 0
 
     def changes(self) -> str | None:
         """What the invalid-residue policy did, in words, or None when nothing changed."""
         parts = []
         if self.skipped_invalid:
             parts.append(f"{self.skipped_invalid:,} of {self.records_read:,} records skipped")
+        if self.skipped_empty:
+            empty = "record" if self.skipped_empty == 1 else "records"
+            parts.append(f"{self.skipped_empty:,} {empty} with no residues skipped")
         if self.records_replaced:
             had = "record had" if self.records_replaced == 1 else "records had"
             residues = "residue" if self.residues_replaced == 1 else "residues"
@@ -357,6 +378,7 @@ class EncodeCounts:
             "records_replaced": self.records_replaced,
             "residues_replaced": self.residues_replaced,
             "invalid_characters": dict(sorted(self.invalid_characters.items())),
+            "skipped_empty": self.skipped_empty,
         }
 
 
@@ -433,8 +455,20 @@ def iter_encoded(
             counts.skipped_invalid += 1
             continue
         if len(res.ids) == 0:
+            removed = " and ".join(
+                word
+                for word, found in (
+                    ("gaps", strip_gaps and any(g in rec.sequence for g in "-.")),
+                    ("the stop '*'", "*" in rec.sequence),
+                )
+                if found
+            )
+            if policy is InvalidPolicy.SKIP:  # nothing left to learn from: skipped, and counted
+                counts.skipped_empty += 1
+                continue
             raise DataError(
-                "sequence is empty after removing the stop '*'",
+                f"sequence is empty after removing {removed or 'what it held'} "
+                "(invalid=skip drops such records)",
                 path=reader.path,
                 record=rec.number,
                 record_id=rec.id,

@@ -176,6 +176,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
                     "bytes": reader.size,
                     "sha256": reader.sha256,
                     "records": reader.records_read,
+                    "comment_lines": reader.comment_lines,
                 }
             )
     elapsed = time.perf_counter() - t0

@@ -1384,7 +1384,11 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     counts = getattr(source, "encode_counts", None)
     changes = counts.changes() if counts is not None else None
     if source is None or len(dm.datasets[split]) == 0:
-        if counts is not None and counts.records_kept == 0 and counts.skipped_invalid:
+        if (
+            counts is not None
+            and counts.records_kept == 0
+            and counts.skipped_invalid + counts.skipped_empty
+        ):
             problem = f"no usable records ({changes})"
         elif cfg.split is None:
             problem = "no records to evaluate"

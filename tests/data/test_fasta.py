@@ -257,3 +257,29 @@ def test_the_first_records_of_a_source_keep_what_reading_it_changed(tmp_path):
     source = load_fasta_source(p, policy="skip")
     head = _head(source, 2)
     assert len(head) == 2 and head.encode_counts is source.encode_counts
+
+
+def test_a_record_left_empty_by_gap_removal_is_named_for_it_and_skippable(tmp_path):
+    from protein_performer.data.fasta import EncodeCounts, iter_encoded
+    from protein_performer.errors import DataError
+
+    path = tmp_path / "aln.fa"
+    path.write_text(">gaps\n--------\n>stop\n*\n>two\nMK-V\n")
+    alphabet = default_alphabet()
+    with pytest.raises(
+        DataError, match=r"record 1 \(gaps\): sequence is empty after removing gaps"
+    ):
+        list(iter_encoded(FastaReader(path), alphabet, "error", EncodeCounts(), strip_gaps=True))
+    counts = EncodeCounts()
+    kept = list(iter_encoded(FastaReader(path), alphabet, "skip", counts, strip_gaps=True))
+    assert [rec.id for rec, _ in kept] == ["two"]
+    assert counts.skipped_empty == 2 and counts.records_kept == 1
+    assert counts.changes() == "2 records with no residues skipped"
+
+
+def test_comment_lines_of_the_old_fasta_format_are_not_residues(tmp_path):
+    path = tmp_path / "pearson.fa"
+    path.write_text(";file comment\n>a desc\nMKVLAAGIV\n;comment line\nKK\n>b\nMKV\n")
+    reader = FastaReader(path)
+    assert [(r.id, r.sequence) for r in reader] == [("a", "MKVLAAGIVKK"), ("b", "MKV")]
+    assert reader.comment_lines == 2
