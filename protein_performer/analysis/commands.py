@@ -203,9 +203,17 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
         seed=cfg.seed,
         progress=True,
     )
+    no_standard = len(sample) - result.info["proteins"]  # all X / non-standard residues
+    if result.info["proteins"] == 0:
+        raise DataError(
+            f"no protein to analyse: the {len(sample):,} drawn have no standard residue "
+            "(only X or other non-standard letters)",
+            path=", ".join(map(str, fasta)),
+        )
     label = checkpoint_label(cfg.checkpoint)
     summary = {
         "format": SIMILARITY_FORMAT,
+        "proteins_without_standard_residues": no_standard,
         "checkpoint": str(cfg.checkpoint),
         "attention_kind": model.config.kind_label,
         "fasta": fasta,
@@ -224,6 +232,11 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
         text += f"\n  max_residues={cfg.max_residues} capped at {max_residues} (the model's window)"
     if counts.changes():
         text += f"\n  input: {counts.changes()}"
+    if no_standard:
+        text += (
+            f"\n  {no_standard:,} of the {len(sample):,} proteins drawn have no standard residue "
+            "and were left out"
+        )
     return CommandResult({"out": str(outdir), **summary}, text + f"\nwritten to {outdir}")
 
 
@@ -286,7 +299,11 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         if segments is None
         else f"{len(segments)} proteins, {sum(b - a for a, b in segments)} residues"
     )
-    title = f"{protein.id} ({size}) · {checkpoint_label(cfg.checkpoint)} ({kind})"
+    if segments is None and protein.cropped:  # truncate=true kept the protein's start
+        whole = protein.sequence_length + protein.cropped
+        size = f"residues 1-{protein.sequence_length:,} of {whole:,}"
+    name = protein.id if len(protein.id) <= 60 else protein.id[:57] + "..."  # a readable title
+    title = f"{name} ({size}) · {checkpoint_label(cfg.checkpoint)} ({kind})"
     per_head = [
         {"layer": layer, "head": head, **{k: float(v[i, j]) for k, v in stats.items()}}
         for i, layer in enumerate(layers)
@@ -353,6 +370,11 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     )
     if cfg.zoom and cfg.zoom >= protein.sequence_length:
         text += f" (no zoom figure: zoom={cfg.zoom} covers all {protein.sequence_length} residues)"
+    if segments is None and protein.cropped:
+        text += (
+            f"\n  truncate=true: the figures show residues 1-{protein.sequence_length:,} of "
+            f"{protein.sequence_length + protein.cropped:,} (the model's window)"
+        )
     if segments is not None:
         top = max(per_head, key=lambda h: h["cross_protein"])
         dropped = len(read_ids) - len(segments)

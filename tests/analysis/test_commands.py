@@ -84,6 +84,36 @@ def test_aa_similarity_says_when_no_head_passes(files, tmp_path, capsys) -> None
     assert summary["r_vs_blosum62"]["attention"] is None and summary["proteins"] == 10
 
 
+def test_aa_similarity_names_proteins_without_standard_residues(files, tmp_path, capsys) -> None:
+    only_x = tmp_path / "x.fasta"
+    only_x.write_text(">onlyX\nXXXXXXXX\n")
+    ckpt = f"checkpoint={files / 'relu.ckpt'}"
+    code, _, err = run(capsys, "aa-similarity", ckpt, f"fasta={only_x}", f"out={tmp_path / 's'}")
+    assert code == 2 and "no protein to analyse: the 1 drawn have no standard residue" in err
+    assert not (tmp_path / "s").exists()  # no result about nothing
+    mixed = tmp_path / "mixed.fasta"
+    mixed.write_text((files / "one.fasta").read_text() + ">onlyX\nXXXXXXXX\n")
+    code, text, _ = run(capsys, "aa-similarity", ckpt, f"fasta={mixed}", f"out={tmp_path / 'm'}")
+    assert code == 0 and "1 of the 2 proteins drawn have no standard residue" in text
+    summary = json.loads((tmp_path / "m" / "similarity.json").read_text())
+    assert summary["proteins"] == 1 and summary["proteins_without_standard_residues"] == 1
+
+
+def test_plot_heads_of_a_truncated_protein_says_which_residues_it_shows(
+    files, tmp_path, capsys
+) -> None:
+    long = tmp_path / "long.fasta"
+    long.write_text(">long\n" + "MKTAYIAKQR" * 100 + "\n")
+    out = tmp_path / "heads"
+    code, text, _ = run(
+        capsys, "plot-heads", f"checkpoint={files / 'relu.ckpt'}", f"fasta={long}",
+        f"out={out}", "truncate=true", "zoom=null",
+    )  # fmt: skip
+    assert code == 0, text
+    shown = json.loads((out / "heads.json").read_text())["length"]
+    assert f"truncate=true: the figures show residues 1-{shown:,} of 1,000" in text
+
+
 def test_plot_heads_writes_grid_zoom_and_ranking(files, tmp_path, capsys) -> None:
     out = tmp_path / "heads"
     code, text, _ = run(
