@@ -25,26 +25,24 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (lengths, sizes, counts)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low`` (lengths, sizes, counts)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"  # what argparse calls the type in its messages
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
 
 
 def check_device(parser: argparse.ArgumentParser, device: str) -> None:
@@ -61,16 +59,23 @@ def check_device(parser: argparse.ArgumentParser, device: str) -> None:
             parser.error(
                 f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible"
             )
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            parser.error(f"--device {device}: MPS is not available here (use --device cpu)")
     elif dev.type != "cpu":
-        parser.error(f"--device {device}: only cpu and cuda are supported")
+        parser.error(f"--device {device}: only cpu, cuda and mps are supported")
 
 
-def machine_line(device: str = "cpu") -> str:
-    """One line naming where the numbers come from (printed before a table)."""
+def machine_line(device: str = "cpu", threads: int | None = None) -> str:
+    """One line naming where the numbers come from (printed before a table); ``threads``:
+    the torch threads the measurements use (their worker processes' ``--threads``)."""
+    from protein_performer.devices import usable_cpus
+
     env = environment()
-    where = f"CPU: {env['processor']} ({env['cpu_count']} cores, {env['threads']} torch threads)"
-    if device.startswith("cuda") and env["gpu"]:
-        where = f"GPU: {env['gpu']}; " + where
+    threads = env["threads"] if threads is None else threads
+    where = f"CPU: {env['processor']} ({usable_cpus()} CPUs usable, {threads} torch threads)"
+    if device.startswith("cuda") and torch.cuda.is_available():
+        where = f"GPU: {torch.cuda.get_device_name(torch.device(device))}; " + where
     return f"{where}; torch {env['torch']}"
 
 

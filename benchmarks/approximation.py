@@ -232,8 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=positive_int, default=None, help="default 6 (quick 1)")
     parser.add_argument("--sigmas", type=float, nargs="+", default=[0.5, 0.75])
     parser.add_argument("--features", type=positive_int, nargs="+", default=None)
-    parser.add_argument("--bias-length", type=int, default=None, help="default 512 (quick 64)")
-    parser.add_argument("--bias-draws", type=int, default=None, help="default 128 (quick 4)")
+    parser.add_argument(
+        "--bias-length", type=positive_int, default=None, help="default 512 (quick 64)"
+    )
+    parser.add_argument(
+        "--bias-draws", type=positive_int, default=None, help="default 128 (quick 4)"
+    )
     parser.add_argument(
         "--splits",
         type=float,
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0],
         help="q/k split factors a of the matched-shrinkage table (q*a, k/a)",
     )
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=positive_int, default=2)
     args = parser.parse_args(argv)
     if importlib.util.find_spec("performer_pytorch") is None:
         print(

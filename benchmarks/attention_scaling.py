@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     if {8192, 16384} <= set(lengths):  # the lengths the targets name
         at, long = 8192, 16384
 
-    print(machine_line(args.device), flush=True)
+    print(machine_line(args.device, args.threads), flush=True)
     raw = []
     started = time.perf_counter()
     for round_idx in range(args.rounds):

@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         kind += f", training steps of the {args.model} model ({args.tokens} tokens)"
     print(f"revision {commit[:12]} vs this tree ({where}), {kind}, fastest of {args.rounds} rounds")
-    print(machine_line())
+    print(machine_line(threads=args.threads))
     print(format_table(headers, rows))
     config = {k: v for k, v in vars(args).items() if k != "json"}
     write_json(

@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     json_path = args.json or RESULTS / f"model_scaling_{args.size}.json"
     png_path = args.png or json_path.with_suffix(".png")
 
-    print(machine_line(args.device), flush=True)
+    print(machine_line(args.device, args.threads), flush=True)
     started = time.perf_counter()
     raw = []
     for round_ in range(args.rounds):

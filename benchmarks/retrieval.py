@@ -395,19 +395,19 @@ def parser() -> argparse.ArgumentParser:
         "(data.pair_copy's layout); family: another member; none",
     )
     p.add_argument("--steps", type=positive_int, default=600)
-    p.add_argument("--eval-every", type=int, default=100)
-    p.add_argument("--eval-windows", type=int, default=128)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--crop", type=int, default=200, help="target residues at most")
+    p.add_argument("--eval-every", type=positive_int, default=100)
+    p.add_argument("--eval-windows", type=positive_int, default=128)
+    p.add_argument("--batch", type=positive_int, default=16)
+    p.add_argument("--crop", type=positive_int, default=200, help="target residues at most")
     p.add_argument(
         "--vary-length",
         action="store_true",
         help="crop each target to a random length in [crop/2, crop]: the copy's offset varies",
     )
-    p.add_argument("--dim", type=int, default=128)
-    p.add_argument("--depth", type=int, default=2)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--features", type=int, default=256)
+    p.add_argument("--dim", type=positive_int, default=128)
+    p.add_argument("--depth", type=positive_int, default=2)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--features", type=positive_int, default=256)
     p.add_argument("--redraw", type=int, default=0)
     p.add_argument("--local-heads", type=int, default=0, help="model.local_heads (hybrid)")
     p.add_argument("--local-window", type=int, default=16, help="model.local_window")
@@ -444,7 +444,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument(
         "--fasta",
         nargs="+",
@@ -474,7 +474,7 @@ def main() -> None:
         args.attention = args.attention[0]
         print(json.dumps(worker(args)))
         return
-    print(machine_line(), flush=True)
+    print(machine_line(threads=args.threads), flush=True)
     runs = []
     for kind in args.attention:
         cmd = [sys.executable, __file__, "--worker", "--attention", kind]

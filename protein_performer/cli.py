@@ -19,7 +19,7 @@ from protein_performer import __version__
 from protein_performer.atomic import write_text_atomic
 from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.errors import ConfigError, DataError, ProteinPerformerError
-from protein_performer.interrupts import Terminated, exit_code, sigterm_raises
+from protein_performer.interrupts import exit_code, sigterm_raises, stopped_line
 from protein_performer.outputs import check_output_file, json_with_keys
 
 EXIT_USAGE = 2
@@ -587,11 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         if debug:
             raise
-        print(
-            ("terminated" if isinstance(e, Terminated) else "interrupted")
-            + " (no output is left half-written: each appears whole or not at all)",
-            file=sys.stderr,
-        )
+        print(stopped_line(e), file=sys.stderr)
         return exit_code(e)
     except BrokenPipeError:
         # the reader of stdout went away (`... | head`): nothing left to say, and no traceback

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from protein_performer.data.cluster import (
@@ -40,7 +41,7 @@ PRECISIONS: tuple[str, ...] = (
     "bf16-true",
     "16-mixed",
 )
-STRATEGIES: tuple[str, ...] = ("auto", "ddp", "ddp_spawn", "fsdp", "single_device")
+STRATEGIES: tuple[str, ...] = ("auto", "ddp", "fsdp", "single_device")
 
 
 @dataclass
@@ -402,6 +403,8 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def parse_max_time(value: object) -> str:
     """``trainer.max_time`` as Lightning's ``DD:HH:MM:SS``, from that form, ``HH:MM:SS``, or a
     number with a unit (``90s``, ``30m``, ``2h``, ``1d``; several add up: ``1h30m``)."""
+    if isinstance(value, (dict, timedelta)):  # Lightning's other forms, from Python
+        return value  # type: ignore[return-value]
     text = str(value).strip().lower()
     problem = (
         f"trainer.max_time={value!r} is not a duration; write DD:HH:MM:SS, HH:MM:SS or e.g. "
@@ -525,6 +528,12 @@ def validate_train_config(cfg: TrainConfig) -> None:
     t = cfg.trainer
     _choice("trainer.accelerator", t.accelerator, ACCELERATORS)
     _choice("trainer.precision", t.precision, PRECISIONS)
+    if t.strategy == "ddp_spawn":
+        raise ConfigError(
+            "trainer.strategy=ddp_spawn is not supported: it trains in child processes whose "
+            "steps, metrics and checkpoints this run's summary cannot see; use trainer=ddp "
+            "(trainer.strategy=ddp)"
+        )
     _choice("trainer.strategy", t.strategy, STRATEGIES)
     _positive("trainer.max_steps", t.max_steps)
     _positive("trainer.val_check_interval", t.val_check_interval)

@@ -36,3 +36,10 @@ def sigterm_raises() -> Iterator[None]:
 
 def exit_code(exc: KeyboardInterrupt) -> int:
     return 143 if isinstance(exc, Terminated) else 130
+
+
+def stopped_line(exc: KeyboardInterrupt) -> str:
+    """What a command interrupted by Ctrl-C or SIGTERM says last (every output is written to
+    a temporary name and renamed when whole; a download's kept ``.part`` has its own name)."""
+    word = "terminated" if isinstance(exc, Terminated) else "interrupted"
+    return f"{word} (nothing is left half-written under an output's name)"

@@ -227,7 +227,7 @@ def test_an_interrupted_download_says_how_to_resume(tmp_path, capsys, monkeypatc
     assert code == 130
     assert (
         err
-        == f"{out}.part kept: the same command resumes it\ninterrupted (no output is left half-written: each appears whole or not at all)\n"
+        == f"{out}.part kept: the same command resumes it\ninterrupted (nothing is left half-written under an output's name)\n"
     )
 
 

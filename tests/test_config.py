@@ -239,10 +239,13 @@ def test_one_value_for_a_list_key_is_a_list_of_one():
     assert job.config.data.files == ["x.fasta"]
     assert job.config.data.val_files == ["my file.fa"]
     assert job.config.model.exact_layers == [-1]
-    assert "data.files=[x.fasta]" in job.overrides  # what config.yaml and a resume record
+    assert "data.files=['x.fasta']" in job.overrides  # what config.yaml and a resume record
     assert compose("data.files=[a.fa,b.fa]").config.data.files == ["a.fa", "b.fa"]
     assert compose("data.files=[x.fa]", "data.val_files=null").config.data.val_files is None
     assert compose("data.files=123").config.data.files == ["123"]
+    assert compose("data.files=1.10").config.data.files == ["1.10"]  # a name, not 1.1
+    both = compose("data.files=[a.fa,b.fa]", "data.val_files=${data.files}").config.data
+    assert both.val_files == ["a.fa", "b.fa"]  # an interpolation is left to OmegaConf
     assert _error(["model.exact_layers=abc"]).startswith("model.exact_layers: expected a list")
 
 
@@ -401,6 +404,9 @@ def test_max_time_takes_the_usual_forms_and_refuses_the_rest():
 
 
 def test_devices_must_be_a_count_all_auto_or_indices():
+    assert _error(["trainer.strategy=ddp_spawn"]).startswith(
+        "trainer.strategy=ddp_spawn is not supported"
+    )
     for bad in ("0", "-2", "two"):
         assert _error([f"trainer.devices={bad}"]).startswith("trainer.devices=")
     for good in ("1", "-1", "auto", "[0,1]"):
@@ -447,6 +453,8 @@ def test_a_leading_tilde_in_a_path_is_home(monkeypatch, tmp_path):
     assert job.config.data.files == [f"{tmp_path}/x.fa"]
     assert job.config.data.val_files == [f"{tmp_path}/v.fa"]
     assert job.config.init_from == f"{tmp_path}/m.ckpt"
+    # the run directory too (a folder named "~" in the working directory otherwise)
+    assert compose_job("train", ["hydra.run.dir=~/runs/x"]).run_dir == f"{tmp_path}/runs/x"
     ev = compose_job("evaluate", ["checkpoint=~/c.ckpt", "fasta='~/t.fa'"]).config
     assert (ev.checkpoint, ev.fasta) == (f"{tmp_path}/c.ckpt", f"{tmp_path}/t.fa")
 

@@ -302,13 +302,15 @@ class ProteinDataModule(pl.LightningDataModule):
         cpus = usable_cpus()
         if self.num_workers > cpus:
             # torch only warns that it "might freeze"; more workers than CPUs just contend
-            log.warning(
-                "num_workers=%d but %d CPU%s usable: using %d data-loading workers",
-                self.num_workers,
-                cpus,
-                "s are" if cpus != 1 else " is",
-                cpus,
-            )
+            if os.environ.get("RANK", "0") == "0" and os.environ.get("LOCAL_RANK", "0") == "0":
+                log.warning(
+                    "num_workers=%d but %d CPU%s usable: using %d data-loading worker%s",
+                    self.num_workers,
+                    cpus,
+                    "s are" if cpus != 1 else " is",
+                    cpus,
+                    "s" if cpus != 1 else "",
+                )
             self.num_workers = cpus
         self.persistent_workers = bool(persistent_workers)
         self.pin_memory = bool(pin_memory)

@@ -36,26 +36,6 @@ PROJECTION_MARK = ".attn.favor."
 FEATURE_MAP_MARK = ".attn.maps."
 
 
-def atomic_checkpoint_io() -> Any:
-    """A Lightning ``CheckpointIO`` that writes local checkpoints through a temporary file in
-    their own folder, renamed over the old one: Lightning's default stages them in the system
-    temp folder, and when that is another file system (a run directory on scratch or network
-    storage) it truncates and rewrites ``last.ckpt`` in place, so a kill during the copy would
-    lose the last good checkpoint. Remote URLs (``s3://`` ...) go to Lightning's own code."""
-    from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
-
-    class AtomicCheckpointIO(TorchCheckpointIO):
-        def save_checkpoint(
-            self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
-        ) -> None:
-            if storage_options is not None or "://" in str(path):
-                super().save_checkpoint(checkpoint, path, storage_options)
-                return
-            write_atomic(path, lambda fh: torch.save(checkpoint, fh))
-
-    return AtomicCheckpointIO()
-
-
 def make_metadata(
     model: ProteinLM, alphabet: Alphabet, objective: str, data: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:

@@ -268,9 +268,14 @@ def to_config_error(exc: BaseException, command: str) -> ConfigError:
         if isinstance(e, ConfigError):
             return e
         if isinstance(e, OverrideParseException):
+            lines = [ln.strip() for ln in str(e.message).splitlines()]
+            if lines and lines[0].startswith("Error parsing override") and len(lines) > 1:
+                # the grammar read it; evaluating it failed (int(abc), range(1,x) ...)
+                return ConfigError(f"cannot read {e.override!r}: {lines[1]}")
             return ConfigError(
-                f"cannot read {e.override!r}: quote a value holding spaces, commas, brackets or "
-                "quotes (key='a b'), write a list as key=[a,b] and one item as key.0=x"
+                f"cannot read {e.override!r}: quote a value holding spaces, commas, brackets, "
+                "quotes or a leading ~ (key='a b'), write a list as key=[a,b] and one item as "
+                "key.0=x"
             )
         if isinstance(e, MissingConfigException):
             missing = e.missing_cfg_file or ""
@@ -410,21 +415,25 @@ def quote_home(text: str) -> str:
     return text
 
 
-def expand_home(node: Any) -> None:
-    """Expand a leading ``~`` in every path key (:data:`PATH_KEYS`) of a composed config."""
+def expand_home(node: Any) -> bool:
+    """Expand a leading ``~`` in every path key (:data:`PATH_KEYS`) of a composed config;
+    True when one was."""
+    changed = False
     for f in dataclasses.fields(node):
         value = getattr(node, f.name)
         if dataclasses.is_dataclass(value):
-            expand_home(value)
+            changed |= expand_home(value)
         elif f.name in PATH_KEYS:
-            if isinstance(value, str) and value.startswith("~"):
-                setattr(node, f.name, os.path.expanduser(value))
+            if isinstance(value, str):
+                new: Any = os.path.expanduser(value)
             elif isinstance(value, list):
-                setattr(
-                    node,
-                    f.name,
-                    [os.path.expanduser(v) if isinstance(v, str) else v for v in value],
-                )
+                new = [os.path.expanduser(v) if isinstance(v, str) else v for v in value]
+            else:
+                continue
+            if new != value:
+                setattr(node, f.name, new)
+                changed = True
+    return changed
 
 
 def scalars_as_lists(command: str, overrides: Sequence[str]) -> list[str]:
@@ -447,9 +456,12 @@ def scalars_as_lists(command: str, overrides: Sequence[str]) -> list[str]:
         if not o.is_delete() and o.value_type == ValueType.ELEMENT:
             item = _list_item_type(COMMANDS[command], o.key_or_group)
         value = o.value() if item is not None else None
-        if item is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        if isinstance(value, str) and "${" in value:
+            out.append(text)  # an interpolation: OmegaConf resolves and type-checks it
+        elif item is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            # the text as typed, quoted: 1.10 is a file name here, not the number 1.1
             literal = value if isinstance(value, str) else text.split("=", 1)[1]
-            out.append(f"{o.get_key_element()}=[{_hydra_value(literal)}]")
+            out.append(f"{o.get_key_element()}=[{_hydra_value(literal, quote=True)}]")
         elif item is int and isinstance(value, int) and not isinstance(value, bool):
             out.append(f"{o.get_key_element()}=[{value}]")
         else:
@@ -478,14 +490,16 @@ def compose_job(command: str, overrides: Sequence[str]) -> ComposedJob:
             config_dir=str(config_dir()), version_base="1.3", job_name=command
         ):
             cfg = compose(config_name=command, overrides=list(overrides), return_hydra_config=True)
-        run_dir = str(cfg.hydra.run.dir)
-        sweep_dir = str(cfg.hydra.sweep.dir)
+        run_dir = os.path.expanduser(str(cfg.hydra.run.dir))
+        sweep_dir = os.path.expanduser(str(cfg.hydra.sweep.dir))
         with open_dict(cfg):
             del cfg["hydra"]
         _check_extra_keys(cfg, COMMANDS[command], COMMANDS[command])
         obj = OmegaConf.to_object(cfg)
-        expand_home(obj)
-        text = OmegaConf.to_yaml(cfg, resolve=True)
+        if expand_home(obj):  # --cfg job shows the paths the run will use
+            text = OmegaConf.to_yaml(OmegaConf.structured(obj))
+        else:
+            text = OmegaConf.to_yaml(cfg, resolve=True)
     except ConfigError:
         raise
     except Exception as e:
@@ -737,10 +751,11 @@ def _names_run_dir(job: ComposedJob) -> bool:
     )
 
 
-def _hydra_value(text: str) -> str:
+def _hydra_value(text: str, *, quote: bool = False) -> str:
     """``text`` as a Hydra override value: quoted when it holds characters the override
-    grammar would parse (spaces, quotes, brackets, commas ...)."""
-    if re.fullmatch(r"[\w/.:+@-][\w/.:+@~-]*", text):
+    grammar would parse (spaces, quotes, brackets, commas ...), or always (``quote``: a string
+    that must stay one, e.g. a file named ``1.10``)."""
+    if not quote and re.fullmatch(r"[\w/.:+@-][\w/.:+@~-]*", text):
         return text
     if "'" not in text:
         return f"'{text}'"
@@ -869,13 +884,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        from protein_performer.interrupts import Terminated, exit_code
+        from protein_performer.interrupts import exit_code, stopped_line
 
-        print(
-            ("terminated" if isinstance(e, Terminated) else "interrupted")
-            + " (no output is left half-written: each appears whole or not at all)",
-            file=sys.stderr,
-        )
+        print(stopped_line(e), file=sys.stderr)
         return exit_code(e)
 
 

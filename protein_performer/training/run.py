@@ -53,9 +53,9 @@ from protein_performer.training.callbacks import (
     TokenThroughput,
     ValidateOnFinalStep,
 )
+from protein_performer.training.checkpoint_io import AtomicCheckpointIO
 from protein_performer.training.checkpoints import (
     META_KEY,
-    atomic_checkpoint_io,
     check_resume_compatible,
     init_weights_from,
     load_model,
@@ -211,7 +211,15 @@ def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
 
 
 #: what a launcher of one process per node sets (torchrun, SLURM, Lightning's own variables)
-NODE_LAUNCH_ENV = ("TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "NODE_RANK", "WORLD_SIZE", "LSB_JOBID")
+NODE_LAUNCH_ENV = (
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_NTASKS",
+    "NODE_RANK",
+    "WORLD_SIZE",
+    "LSB_JOBID",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+)
 
 
 def settings_without_effect(cfg: TrainConfig, overrides: Sequence[str]) -> list[str]:
@@ -243,10 +251,10 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
     later, in its own words, or not at all (a multi-node run waits forever for nodes that
     nobody started)."""
     _check_accelerator(t.accelerator)
-    on_gpu = t.accelerator in ("gpu", "cuda") or (
-        t.accelerator == "auto" and torch.cuda.is_available()
+    on_gpu = t.accelerator in ("gpu", "cuda", "mps") or (
+        t.accelerator == "auto" and (torch.cuda.is_available() or torch.backends.mps.is_available())
     )
-    if not on_gpu and t.accelerator != "mps":
+    if not on_gpu:
         if t.precision in ("16-mixed", "16-true"):
             raise ConfigError(
                 f"trainer.precision={t.precision} needs a CUDA GPU (float16 autocast); on the "
@@ -259,8 +267,9 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
     if t.num_nodes > 1 and not any(os.environ.get(v) for v in NODE_LAUNCH_ENV):
         raise ConfigError(
             f"trainer.num_nodes={t.num_nodes} needs one launch per node (torchrun --nnodes="
-            f"{t.num_nodes} ... or srun, see the README); this process was started alone and "
-            "would wait for the other nodes forever (on one machine: trainer.num_nodes=1)"
+            f"{t.num_nodes} ..., srun or mpirun, see the README); no launcher was detected "
+            f"(none of {', '.join(NODE_LAUNCH_ENV)} is set), so this process would wait for the "
+            "other nodes forever (on one machine: trainer.num_nodes=1)"
         )
     if warn and not on_gpu and isinstance(t.devices, int) and t.devices > 1 and is_rank_zero():
         cpus = usable_cpus()
@@ -649,7 +658,7 @@ def _lightning_trainer(
         default_root_dir=str(run_dir),
         logger=loggers,
         callbacks=callbacks,
-        plugins=[atomic_checkpoint_io()],
+        plugins=[AtomicCheckpointIO()],
     )
 
 

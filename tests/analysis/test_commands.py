@@ -220,7 +220,9 @@ def test_interrupt_leaves_nothing(files, tmp_path, capsys, monkeypatch) -> None:
         f"out={out}",
         "n_proteins=5",
     )
-    assert code == 130 and err.strip().startswith("interrupted (no output is left half-written")
+    assert code == 130 and err.strip().startswith(
+        "interrupted (nothing is left half-written under an output"
+    )
     assert not (tmp_path / "new").exists()
 
 

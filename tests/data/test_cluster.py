@@ -315,7 +315,7 @@ def test_an_interrupted_preprocess_or_cluster_leaves_nothing(tmp_path, monkeypat
     monkeypatch.setattr(shards, "iter_encoded", dies)
     code = main(["data", "preprocess", str(fasta), str(tmp_path / "new" / "shards")])
     assert code == 143 and capsys.readouterr().err.startswith(
-        "terminated (no output is left half-written"
+        "terminated (nothing is left half-written under an output"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fasta"]  # no temp dir, no parents
 

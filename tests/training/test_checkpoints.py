@@ -78,6 +78,12 @@ def test_training_checkpoints_are_renamed_into_place_from_their_own_folder(
     assert all(os.path.dirname(s) == os.path.dirname(d) for s, d in ckpts)
     load_model(result.last_checkpoint)  # what was renamed is a whole checkpoint
     assert not [p for p in (tmp_path / "run" / "checkpoints").iterdir() if p.suffix == ".tmp"]
+    # a spawning strategy pickles the trainer's plugins into its worker processes
+    import pickle
+
+    from protein_performer.training.checkpoint_io import AtomicCheckpointIO
+
+    assert type(pickle.loads(pickle.dumps(AtomicCheckpointIO()))) is AtomicCheckpointIO
 
 
 def test_save_model_checkpoint_round_trip(tmp_path):
