@@ -425,11 +425,12 @@ def test_trainer_settings_this_machine_cannot_run_stop_before_any_work(monkeypat
         _check_trainer(TrainerConfig(accelerator="cpu", num_nodes=2))
     monkeypatch.setenv("NODE_RANK", "0")  # a node of a launched multi-node job
     _check_trainer(TrainerConfig(accelerator="cpu", num_nodes=2))
-    if not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="16-mixed needs a CUDA GPU"):
-            _check_trainer(TrainerConfig(accelerator="auto", precision="16-mixed"))
-        with pytest.raises(ConfigError, match="fsdp runs on CUDA GPUs only"):
-            _check_trainer(TrainerConfig(accelerator="cpu", strategy="fsdp"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without GPUs
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="16-mixed needs a CUDA GPU"):
+        _check_trainer(TrainerConfig(accelerator="auto", precision="16-mixed"))
+    with pytest.raises(ConfigError, match="fsdp runs on CUDA GPUs only"):
+        _check_trainer(TrainerConfig(accelerator="cpu", strategy="fsdp"))
     monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1}, raising=False)
     with caplog.at_level("WARNING"):
         _check_trainer(TrainerConfig(accelerator="cpu", devices=4))

@@ -451,3 +451,25 @@ def test_an_interrupt_during_the_final_validation_offers_no_resume_that_would_be
     err = capsys.readouterr().err
     assert "resume with" not in err
     assert f"interrupted after the last step (4), during its validation: {ckpt} holds" in err
+
+
+class SignalDuringFinalValidation(pl.Callback):
+    def on_validation_batch_start(self, trainer, pl_module, batch, idx, *args) -> None:
+        if trainer.global_step == trainer.max_steps and idx == 0:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_interrupted_in_the_final_validation_the_checkpoint_is_the_last_step(tiny_fasta, tmp_path):
+    """What the message above says: last.ckpt holds the trained model (every step), and a
+    resume from it would be refused (nothing left to train)."""
+    from protein_performer.errors import ConfigError
+    from protein_performer.training.run import check_train_inputs
+
+    cfg = tiny_config(tiny_fasta, max_steps=4, val_check_interval=2)
+    result = train(cfg, tmp_path / "run", callbacks=[SignalDuringFinalValidation()])
+    assert result.interrupted and result.steps == result.max_steps == 4
+    ckpt = torch.load(result.last_checkpoint, weights_only=True, map_location="cpu")
+    assert ckpt["global_step"] == 4
+    cfg.ckpt_path = result.last_checkpoint
+    with pytest.raises(ConfigError, match=r"already at step 4 of trainer\.max_steps=4"):
+        check_train_inputs(cfg)
