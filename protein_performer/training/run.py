@@ -39,7 +39,7 @@ from protein_performer.config import (
     validate_eval_config,
     validate_train_config,
 )
-from protein_performer.data.alphabet import Alphabet, default_alphabet
+from protein_performer.data.alphabet import EXTRA_RESIDUES, Alphabet, default_alphabet
 from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.fasta import check_distinct_inputs, load_fasta_source
@@ -1019,6 +1019,8 @@ class EvalResult:
     # split=: which part of which split was scored ({"part", "by", "fractions", "seed",
     # "clusters"}); None: every record
     split: dict[str, Any] | None = None
+    # predicted positions whose true letter is X or another non-standard one (B, Z, U, O)
+    nonstandard_targets: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -1040,6 +1042,11 @@ class EvalResult:
             )
         if self.input_changes:
             text += f"\n  input: {self.input_changes}"
+        if self.nonstandard_targets:
+            text += (
+                f"\n  {self.nonstandard_targets:,} of the predicted positions hold X or another "
+                "non-standard letter (B/Z/U/O); the model's and the unigram numbers include them"
+            )
         if self.cropped_records and self.crop == "random":
             text += (
                 f"\n  cropped: {self.cropped_records:,} of {self.sequences:,} proteins are longer "
@@ -1438,6 +1445,11 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         None if causal else torch.zeros(len(MLM_INPUT_KINDS), 3, dtype=torch.float64, device=device)
     )
     tokens = torch.zeros((), dtype=torch.int64, device=device)
+    # targets that are X (unknown) or another non-standard letter: counted, and said
+    extra = torch.tensor(
+        [alphabet.index(c) for c in EXTRA_RESIDUES if c in alphabet.tokens], device=device
+    )
+    extra_targets = torch.zeros((), dtype=torch.int64, device=device)
     counts_from = "training data" if stored.get("unigram_counts") else "evaluated data"
     unigram_counts = stored.get("unigram_counts") or np.bincount(
         np.asarray(dm.datasets[split].source.tokens), minlength=len(alphabet)
@@ -1472,6 +1484,8 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
             if uni_kinds is not None:
                 uni_kinds += per_kind
         tokens += (~batch["padding_mask"]).sum()
+        scored = batch["labels"][:, 1:] if causal else batch["labels"]
+        extra_targets += torch.isin(scored, extra).sum()
     nll, count, correct = sums.tolist()
     if causal:
         uni_sums, counts_from = causal_unigram_sums(
@@ -1542,6 +1556,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         by_input=by_input,
         input_changes=changes,
         unigram=unigram,
+        nonstandard_targets=int(extra_targets),
         crop=cfg.crop if mode == "crop" else None,
         cropped_records=cropping["cropped"],
         residues_in_windows=cropping["share"],

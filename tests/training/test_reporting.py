@@ -117,3 +117,15 @@ def test_data_errors_come_before_anything_is_printed(tmp_path, capsys):
         run_hydra("train", [*overrides, f"data.files=['{bad}']"])
     out, err = capsys.readouterr()
     assert out == "" and err == ""  # no header, no banner before the error
+
+
+def test_evaluate_counts_predicted_positions_that_hold_x(tmp_path):
+    fasta = write_fasta(tmp_path / "t.fasta", n=40)
+    ckpt = train(tiny_config(fasta, max_steps=2), tmp_path / "run").last_checkpoint
+    with_x = tmp_path / "x.fasta"
+    with_x.write_text(">a\n" + "MKVLX" * 40 + "\n>b\n" + "XXAKL" * 30 + "\n")
+    ev = evaluate(EvalConfig(checkpoint=ckpt, fasta=str(with_x), seed=0))
+    assert 0 < ev.nonstandard_targets < ev.predicted_tokens
+    assert f"{ev.nonstandard_targets:,} of the predicted positions hold X" in ev.format()
+    plain = evaluate(EvalConfig(checkpoint=ckpt, fasta=str(fasta), seed=0))
+    assert plain.nonstandard_targets == 0 and "hold X" not in plain.format()
