@@ -787,6 +787,9 @@ def _fit(
         interrupt.restore()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after Ctrl-C
+        for logger in trainer.loggers:  # rows logged before a stop in validation are kept
+            with contextlib.suppress(Exception):
+                logger.save()
 
 
 def _data_line(dm: ProteinDataModule, cfg: TrainConfig) -> str:

@@ -197,6 +197,10 @@ def test_ctrl_c_during_validation_skips_the_rest_and_the_next_step(tiny_fasta, t
     assert result.val_step is None and result.best_checkpoint is None  # no partial metrics
     ckpt = torch.load(result.last_checkpoint, weights_only=True, map_location="cpu")
     assert ckpt["global_step"] == 3
+    # the training rows logged before the stop are on disk
+    with open(tmp_path / "run" / "metrics.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["step"]) for r in rows if r.get("train/loss")][-1] == 2
 
 
 class TermDuringSetup(pl.Callback):
