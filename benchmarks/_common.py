@@ -45,9 +45,10 @@ positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
 
 
-def check_device(parser: argparse.ArgumentParser, device: str) -> None:
+def check_device(parser: argparse.ArgumentParser, device: str, *, allow_mps: bool = False) -> None:
     """Stop before any work when ``device`` cannot run here (a sweep of failed points and an
-    empty result file would otherwise follow)."""
+    empty result file would otherwise follow). ``allow_mps``: for checks that do not time (the
+    timing benchmarks synchronise CUDA only)."""
     try:
         dev = torch.device(device)
     except RuntimeError:
@@ -60,6 +61,8 @@ def check_device(parser: argparse.ArgumentParser, device: str) -> None:
                 f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible"
             )
     elif dev.type == "mps":
+        if not allow_mps:
+            parser.error(f"--device {device}: not timed correctly here (use cpu or cuda)")
         if not torch.backends.mps.is_available():
             parser.error(f"--device {device}: MPS is not available here (use --device cpu)")
     elif dev.type != "cpu":

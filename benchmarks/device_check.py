@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tol", type=float, default=1e-3)
     parser.add_argument("--bf16-length", type=positive_int, default=8192)
     args = parser.parse_args(argv)
-    check_device(parser, args.device)
+    check_device(parser, args.device, allow_mps=True)
     print(machine_line(args.device))
     device = torch.device(args.device)
     torch.manual_seed(0)

@@ -190,7 +190,8 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     print(
-        f"  skipped (invalid) {c['skipped_invalid'] + c.get('skipped_empty', 0):,}, records with replacements "
+        f"  skipped (invalid or empty) {c['skipped_invalid'] + c.get('skipped_empty', 0):,}, "
+        f"records with replacements "
         f"{c['records_replaced']:,}, duplicate ids {manifest['duplicate_ids']['count']:,}"
     )
     return 0

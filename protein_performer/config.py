@@ -403,8 +403,16 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def parse_max_time(value: object) -> str:
     """``trainer.max_time`` as Lightning's ``DD:HH:MM:SS``, from that form, ``HH:MM:SS``, or a
     number with a unit (``90s``, ``30m``, ``2h``, ``1d``; several add up: ``1h30m``)."""
-    if isinstance(value, (dict, timedelta)):  # Lightning's other forms, from Python
-        return value  # type: ignore[return-value]
+    if isinstance(value, dict):  # Lightning's other forms, from Python
+        try:
+            value = timedelta(**value)
+        except TypeError:
+            raise ConfigError(
+                f"trainer.max_time={value!r}: a dict takes timedelta's keys (days, hours, "
+                "minutes, seconds)"
+            ) from None
+    if isinstance(value, timedelta):
+        value = f"{value.total_seconds():g}s" if value.total_seconds() > 0 else "0s"
     text = str(value).strip().lower()
     problem = (
         f"trainer.max_time={value!r} is not a duration; write DD:HH:MM:SS, HH:MM:SS or e.g. "

@@ -9,6 +9,15 @@ import torch
 from protein_performer.errors import ConfigError
 
 
+def is_rank_zero() -> bool:
+    """Global rank 0 (or no distributed launcher): the process that owns the run directory
+    and says what is said once."""
+    for var in ("RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "0") != "0":
+            return False
+    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
+
+
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity where the system says, else all)."""
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 
@@ -239,13 +240,18 @@ def test_one_value_for_a_list_key_is_a_list_of_one():
     assert job.config.data.files == ["x.fasta"]
     assert job.config.data.val_files == ["my file.fa"]
     assert job.config.model.exact_layers == [-1]
-    assert "data.files=['x.fasta']" in job.overrides  # what config.yaml and a resume record
+    assert "data.files=[x.fasta]" in job.overrides  # what config.yaml and a resume record
     assert compose("data.files=[a.fa,b.fa]").config.data.files == ["a.fa", "b.fa"]
     assert compose("data.files=[x.fa]", "data.val_files=null").config.data.val_files is None
     assert compose("data.files=123").config.data.files == ["123"]
     assert compose("data.files=1.10").config.data.files == ["1.10"]  # a name, not 1.1
     both = compose("data.files=[a.fa,b.fa]", "data.val_files=${data.files}").config.data
     assert both.val_files == ["a.fa", "b.fa"]  # an interpolation is left to OmegaConf
+    home = compose("data.files=${oc.env:HOME}/x.fa").config.data.files
+    assert home == [os.path.expanduser("~/x.fa")]  # a path with a resolver in it: still a list
+    assert compose("data.files=[x.fa]", "init_from=1.10").config.init_from == "1.10"
+    assert compose_job("evaluate", ["fasta=1.10"]).config.fasta == "1.10"
+    assert compose("data.files=uniref50.fa").overrides[0] == "data.files=[uniref50.fa]"
     assert _error(["model.exact_layers=abc"]).startswith("model.exact_layers: expected a list")
 
 
@@ -401,6 +407,15 @@ def test_max_time_takes_the_usual_forms_and_refuses_the_rest():
     assert _error(["trainer.max_time=30"]).startswith("trainer.max_time='30' is not a duration")
     job = compose_job("train", ["trainer.max_time=45m"])
     assert job.config.trainer.max_time == "00:00:45:00"  # what Lightning reads
+    # Lightning's other forms, from Python: the same string
+    from datetime import timedelta
+
+    assert parse_max_time(timedelta(days=1, hours=2)) == "01:02:00:00"
+    assert parse_max_time({"minutes": 90}) == "00:01:30:00"
+    with pytest.raises(ConfigError, match="no time at all"):
+        parse_max_time(timedelta(0))
+    with pytest.raises(ConfigError, match="timedelta's keys"):
+        parse_max_time({"weeks_": 1})
 
 
 def test_devices_must_be_a_count_all_auto_or_indices():
@@ -431,6 +446,24 @@ def test_trainer_settings_this_machine_cannot_run_stop_before_any_work(monkeypat
         _check_trainer(TrainerConfig(accelerator="auto", precision="16-mixed"))
     with pytest.raises(ConfigError, match="fsdp runs on CUDA GPUs only"):
         _check_trainer(TrainerConfig(accelerator="cpu", strategy="fsdp"))
+    # mpirun: Lightning reads its ranks only through mpi4py
+    from protein_performer.training.run import MPI_LAUNCH_ENV
+
+    monkeypatch.delenv("NODE_RANK")
+    monkeypatch.setenv(MPI_LAUNCH_ENV[0], "4")
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    with pytest.raises(ConfigError, match="needs mpi4py"):
+        _check_trainer(TrainerConfig(accelerator="cpu", num_nodes=2))
+    monkeypatch.undo()  # (restores the patches above too: set again what the rest needs)
+    for var in NODE_LAUNCH_ENV + MPI_LAUNCH_ENV:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    # an Apple GPU: float16 runs there, FSDP does not
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    _check_trainer(TrainerConfig(accelerator="auto", precision="16-mixed"))
+    with pytest.raises(ConfigError, match="fsdp runs on CUDA GPUs only"):
+        _check_trainer(TrainerConfig(accelerator="auto", strategy="fsdp"))
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1}, raising=False)
     with caplog.at_level("WARNING"):
         _check_trainer(TrainerConfig(accelerator="cpu", devices=4))

@@ -54,7 +54,7 @@ from protein_performer.config import (
     SimilarityConfig,
     eval_fasta_paths,
 )
-from protein_performer.data.alphabet import Alphabet, InvalidResidueError
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet, InvalidResidueError
 from protein_performer.data.fasta import EncodeCounts
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
@@ -191,6 +191,13 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
     max_residues = cfg.max_residues if limit is None else min(cfg.max_residues, limit - 2)
     capped = max_residues < cfg.max_residues
     sample = sample_proteins(proteins, cfg.n_proteins, max_residues, cfg.seed)
+    standard = np.array([alphabet.index(a) for a in STANDARD_AMINO_ACIDS])
+    if not any(np.isin(p.residues, standard).any() for p in sample):  # before any model work
+        raise DataError(
+            f"no protein to analyse: the {len(sample):,} drawn have no standard residue "
+            "(only X or other non-standard letters)",
+            path=", ".join(map(str, fasta)),
+        )
     result = aa_similarity(
         model,
         sample,
@@ -204,12 +211,6 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
         progress=True,
     )
     no_standard = len(sample) - result.info["proteins"]  # all X / non-standard residues
-    if result.info["proteins"] == 0:
-        raise DataError(
-            f"no protein to analyse: the {len(sample):,} drawn have no standard residue "
-            "(only X or other non-standard letters)",
-            path=", ".join(map(str, fasta)),
-        )
     label = checkpoint_label(cfg.checkpoint)
     summary = {
         "format": SIMILARITY_FORMAT,

@@ -52,7 +52,7 @@ from protein_performer.data.shards import ShardSource
 from protein_performer.data.sources import FlatSource, select_records, split_long_records
 from protein_performer.data.splits import parse_fractions
 from protein_performer.data.stats import DuplicateFinder, digest64
-from protein_performer.devices import usable_cpus
+from protein_performer.devices import is_rank_zero, usable_cpus
 from protein_performer.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -302,7 +302,7 @@ class ProteinDataModule(pl.LightningDataModule):
         cpus = usable_cpus()
         if self.num_workers > cpus:
             # torch only warns that it "might freeze"; more workers than CPUs just contend
-            if os.environ.get("RANK", "0") == "0" and os.environ.get("LOCAL_RANK", "0") == "0":
+            if is_rank_zero():
                 log.warning(
                     "num_workers=%d but %d CPU%s usable: using %d data-loading worker%s",
                     self.num_workers,

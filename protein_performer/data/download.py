@@ -430,6 +430,8 @@ class _Head:
     def check_fasta(self, url: str, compression: str | None) -> None:
         """A FASTA file starts with ``>`` (after a byte-order mark and blank lines)."""
         text = self.data
+        while text.startswith(b";"):  # comment lines of the original FASTA format
+            text = text.partition(b"\n")[2].lstrip(b"\r\n")
         if text.startswith(b">"):
             return
         body = f"the decompressed ({compression}) download" if compression else "the download"
@@ -534,6 +536,8 @@ def _parse_records(
             line = raw.decode("utf-8").rstrip("\r")
         except UnicodeDecodeError:
             raise DataError(f"line {line_no} is not valid UTF-8", path=url) from None
+        if line.startswith(";"):
+            continue  # a comment line of the original FASTA format, as FastaReader reads it
         if line.startswith(">"):
             if title is not None:
                 yield (*_split_title(title, url, n), "".join(seq))

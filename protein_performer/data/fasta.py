@@ -271,6 +271,8 @@ class FastaReader:
                 raise DataError(
                     "no records (file is empty after decompression)"
                     if self.compression != "plain"
+                    else "no records (file holds only comment and blank lines)"
+                    if self.comment_lines
                     else "no records (file holds only blank lines)",
                     path=self.path,
                 )
@@ -349,6 +351,8 @@ class EncodeCounts:
     invalid_characters: dict[str, int] = field(default_factory=dict)
     # records with nothing left once gaps / the stop were removed (invalid=skip)
     skipped_empty: int = 0
+    # ';' comment lines of the original FASTA format, skipped by the reader
+    comment_lines: int = 0
 
     def changes(self) -> str | None:
         """What the invalid-residue policy did, in words, or None when nothing changed."""
@@ -365,10 +369,13 @@ class EncodeCounts:
                 f"{self.records_replaced:,} {had} {self.residues_replaced:,} {residues} "
                 "replaced by X"
             )
-        if not parts:
-            return None
         chars = ", ".join(repr(c) for c in sorted(self.invalid_characters))
-        return "; ".join(parts) + (f" (invalid characters: {chars})" if chars else "")
+        text = "; ".join(parts) + (f" (invalid characters: {chars})" if chars and parts else "")
+        if self.comment_lines:
+            lines = "line" if self.comment_lines == 1 else "lines"
+            comments = f"{self.comment_lines:,} ';' comment {lines} skipped"
+            text = f"{text}; {comments}" if text else comments
+        return text or None
 
     def to_dict(self) -> dict:
         return {
@@ -379,6 +386,7 @@ class EncodeCounts:
             "residues_replaced": self.residues_replaced,
             "invalid_characters": dict(sorted(self.invalid_characters.items())),
             "skipped_empty": self.skipped_empty,
+            "comment_lines": self.comment_lines,
         }
 
 
@@ -424,60 +432,63 @@ def iter_encoded(
     ``allow_nucleotide``.
     """
     policy = InvalidPolicy.parse(policy)
-    for rec in reader:
-        if max_records is not None and counts.records_read >= max_records:
-            return
-        counts.records_read += 1
-        try:
-            res = alphabet.clean_encode(
-                rec.sequence,
-                policy,
-                path=reader.path,
-                record=rec.number,
-                record_id=rec.id,
-                strip_gaps=strip_gaps,
-            )
-        except DataError as e:
-            raise reader.explain(e) from None
-        if res.ids is not None and not allow_nucleotide:
-            share = nucleotide_share(res.ids, alphabet)
-            if share is not None and share >= NUCLEOTIDE_SHARE:
-                raise NucleotideError(
-                    f"looks like DNA/RNA, not protein ({100 * share:.0f}% of its "
-                    f"{len(res.ids):,} letters are A/C/G/T/U/N); {NUCLEOTIDE_HINT}",
+    try:
+        for rec in reader:
+            if max_records is not None and counts.records_read >= max_records:
+                return
+            counts.records_read += 1
+            try:
+                res = alphabet.clean_encode(
+                    rec.sequence,
+                    policy,
+                    path=reader.path,
+                    record=rec.number,
+                    record_id=rec.id,
+                    strip_gaps=strip_gaps,
+                )
+            except DataError as e:
+                raise reader.explain(e) from None
+            if res.ids is not None and not allow_nucleotide:
+                share = nucleotide_share(res.ids, alphabet)
+                if share is not None and share >= NUCLEOTIDE_SHARE:
+                    raise NucleotideError(
+                        f"looks like DNA/RNA, not protein ({100 * share:.0f}% of its "
+                        f"{len(res.ids):,} letters are A/C/G/T/U/N); {NUCLEOTIDE_HINT}",
+                        path=reader.path,
+                        record=rec.number,
+                        record_id=rec.id,
+                    )
+            for ch in res.invalid_chars:
+                counts.invalid_characters[ch] = counts.invalid_characters.get(ch, 0) + 1
+            if res.ids is None:
+                counts.skipped_invalid += 1
+                continue
+            if len(res.ids) == 0:
+                removed = " and ".join(
+                    word
+                    for word, found in (
+                        ("gaps", strip_gaps and any(g in rec.sequence for g in "-.")),
+                        ("the stop '*'", "*" in rec.sequence),
+                    )
+                    if found
+                )
+                if policy is InvalidPolicy.SKIP:  # nothing left to learn from: skipped, and counted
+                    counts.skipped_empty += 1
+                    continue
+                raise DataError(
+                    f"sequence is empty after removing {removed or 'what it held'} "
+                    "(invalid=skip drops such records)",
                     path=reader.path,
                     record=rec.number,
                     record_id=rec.id,
                 )
-        for ch in res.invalid_chars:
-            counts.invalid_characters[ch] = counts.invalid_characters.get(ch, 0) + 1
-        if res.ids is None:
-            counts.skipped_invalid += 1
-            continue
-        if len(res.ids) == 0:
-            removed = " and ".join(
-                word
-                for word, found in (
-                    ("gaps", strip_gaps and any(g in rec.sequence for g in "-.")),
-                    ("the stop '*'", "*" in rec.sequence),
-                )
-                if found
-            )
-            if policy is InvalidPolicy.SKIP:  # nothing left to learn from: skipped, and counted
-                counts.skipped_empty += 1
-                continue
-            raise DataError(
-                f"sequence is empty after removing {removed or 'what it held'} "
-                "(invalid=skip drops such records)",
-                path=reader.path,
-                record=rec.number,
-                record_id=rec.id,
-            )
-        if res.n_replaced:
-            counts.records_replaced += 1
-            counts.residues_replaced += res.n_replaced
-        counts.records_kept += 1
-        yield rec, res.ids
+            if res.n_replaced:
+                counts.records_replaced += 1
+                counts.residues_replaced += res.n_replaced
+            counts.records_kept += 1
+            yield rec, res.ids
+    finally:  # the reader's ';' comment lines, said with the rest
+        counts.comment_lines += reader.comment_lines
 
 
 def split_key(

@@ -132,8 +132,9 @@ class AtomicFastaWriter:
         header = f">{record_id} {description}" if description else f">{record_id}"
         if "\n" in header or "\r" in header:
             raise ValueError(f"record {record_id}: header contains a line break")
-        if any(c.isspace() or c == ">" for c in sequence):
-            raise ValueError(f"record {record_id}: sequence contains whitespace or '>'")
+        if any(c.isspace() or c in ">;" for c in sequence):
+            # ';' could start a wrapped line, which FASTA readers take for a comment
+            raise ValueError(f"record {record_id}: sequence contains whitespace, '>' or ';'")
         w = self.line_width
         lines = [header, *(sequence[i : i + w] for i in range(0, len(sequence), w))]
         self._out.write(("\n".join(lines) + "\n").encode("utf-8"))

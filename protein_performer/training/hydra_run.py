@@ -456,12 +456,22 @@ def scalars_as_lists(command: str, overrides: Sequence[str]) -> list[str]:
         if not o.is_delete() and o.value_type == ValueType.ELEMENT:
             item = _list_item_type(COMMANDS[command], o.key_or_group)
         value = o.value() if item is not None else None
-        if isinstance(value, str) and "${" in value:
-            out.append(text)  # an interpolation: OmegaConf resolves and type-checks it
-        elif item is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            # the text as typed, quoted: 1.10 is a file name here, not the number 1.1
+        leaf = o.key_or_group.rpartition(".")[2]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if isinstance(value, str) and re.fullmatch(r"\$\{[\w.]+\}", value):
+            out.append(text)  # another key's value (maybe a list): OmegaConf resolves it
+        elif item is str and (isinstance(value, str) or number):
+            # a number is the text as typed, quoted: 1.10 names a file here, not 1.1
             literal = value if isinstance(value, str) else text.split("=", 1)[1]
-            out.append(f"{o.get_key_element()}=[{_hydra_value(literal, quote=True)}]")
+            out.append(f"{o.get_key_element()}=[{_hydra_value(literal, quote=number)}]")
+        elif item is None and leaf in PATH_KEYS and o.value_type == ValueType.ELEMENT:
+            raw = o.value()
+            if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+                out.append(
+                    f"{o.get_key_element()}={_hydra_value(text.split('=', 1)[1], quote=True)}"
+                )
+            else:
+                out.append(text)
         elif item is int and isinstance(value, int) and not isinstance(value, bool):
             out.append(f"{o.get_key_element()}=[{value}]")
         else:

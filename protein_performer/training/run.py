@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib.util
 import json
 import logging
 import math
@@ -44,7 +45,7 @@ from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.fasta import check_distinct_inputs, load_fasta_source
 from protein_performer.data.shards import read_manifest
-from protein_performer.devices import pick_device, usable_cpus
+from protein_performer.devices import is_rank_zero, pick_device, usable_cpus
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, check_output_file, entries, json_with_keys
 from protein_performer.training.callbacks import (
@@ -217,9 +218,9 @@ NODE_LAUNCH_ENV = (
     "NODE_RANK",
     "WORLD_SIZE",
     "LSB_JOBID",
-    "OMPI_COMM_WORLD_SIZE",
-    "PMI_SIZE",
 )
+#: what mpirun sets; Lightning reads the ranks from it only through mpi4py
+MPI_LAUNCH_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 
 def settings_without_effect(cfg: TrainConfig, overrides: Sequence[str]) -> list[str]:
@@ -251,24 +252,34 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
     later, in its own words, or not at all (a multi-node run waits forever for nodes that
     nobody started)."""
     _check_accelerator(t.accelerator)
-    on_gpu = t.accelerator in ("gpu", "cuda", "mps") or (
-        t.accelerator == "auto" and (torch.cuda.is_available() or torch.backends.mps.is_available())
+    on_cuda = t.accelerator in ("gpu", "cuda") or (
+        t.accelerator == "auto" and torch.cuda.is_available()
     )
-    if not on_gpu:
-        if t.precision in ("16-mixed", "16-true"):
-            raise ConfigError(
-                f"trainer.precision={t.precision} needs a CUDA GPU (float16 autocast); on the "
-                "CPU use 32-true or bf16-mixed"
-            )
-        if t.strategy == "fsdp":
-            raise ConfigError(
-                "trainer.strategy=fsdp runs on CUDA GPUs only; on the CPU use trainer=ddp"
-            )
-    if t.num_nodes > 1 and not any(os.environ.get(v) for v in NODE_LAUNCH_ENV):
+    on_mps = t.accelerator == "mps" or (
+        t.accelerator == "auto" and not on_cuda and torch.backends.mps.is_available()
+    )
+    on_gpu = on_cuda or on_mps
+    if t.strategy == "fsdp" and not on_cuda:
+        raise ConfigError(
+            "trainer.strategy=fsdp runs on CUDA GPUs only; on the CPU use trainer=ddp"
+        )
+    if not on_gpu and t.precision in ("16-mixed", "16-true"):
+        raise ConfigError(
+            f"trainer.precision={t.precision} needs a CUDA GPU (float16 autocast); on the "
+            "CPU use 32-true or bf16-mixed"
+        )
+    mpi = any(os.environ.get(v) for v in MPI_LAUNCH_ENV)
+    if t.num_nodes > 1 and mpi and importlib.util.find_spec("mpi4py") is None:
+        raise ConfigError(
+            f"trainer.num_nodes={t.num_nodes} under mpirun needs mpi4py (pip install mpi4py) "
+            "for Lightning to read the ranks; without it every process waits for the others "
+            "forever"
+        )
+    if t.num_nodes > 1 and not mpi and not any(os.environ.get(v) for v in NODE_LAUNCH_ENV):
         raise ConfigError(
             f"trainer.num_nodes={t.num_nodes} needs one launch per node (torchrun --nnodes="
             f"{t.num_nodes} ..., srun or mpirun, see the README); no launcher was detected "
-            f"(none of {', '.join(NODE_LAUNCH_ENV)} is set), so this process would wait for the "
+            f"(none of {', '.join(NODE_LAUNCH_ENV + MPI_LAUNCH_ENV)} is set), so it would wait for the "
             "other nodes forever (on one machine: trainer.num_nodes=1)"
         )
     if warn and not on_gpu and isinstance(t.devices, int) and t.devices > 1 and is_rank_zero():
@@ -335,14 +346,6 @@ RUN_DIR_ENTRIES = re.compile(
     r"(config(\.\d+)?\.yaml|overrides\.yaml|hparams\.yaml|metrics(\.\d+)?\.csv|summary\.json"
     rf"|{CHECKPOINT_DIR}|tensorboard)"
 )
-
-
-def is_rank_zero() -> bool:
-    """Global rank 0 (or no distributed launcher): the process that owns the run directory."""
-    for var in ("RANK", "SLURM_PROCID"):
-        if os.environ.get(var, "0") != "0":
-            return False
-    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
 
 
 def _resuming_in(p: Path, ckpt_path: str | None) -> bool:

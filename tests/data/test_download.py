@@ -286,6 +286,22 @@ def test_a_fasta_after_a_byte_order_mark_and_blank_lines_is_fasta(server, tmp_pa
     assert download(server.url("/blank.fa"), tmp_path / "b.fa", progress=False)["records"] == 2
 
 
+def test_comment_lines_of_the_original_fasta_format_are_read_as_the_reader_reads_them(
+    server, tmp_path
+):
+    body = (
+        b";Pearson file comment\n>a x\n"
+        + b"M" * 57
+        + b"\n;a comment\n"
+        + b"K" * 70
+        + b"\n>b\nMKV\n"
+    )
+    server.routes["/c.fa"] = Route(body)
+    assert download(server.url("/c.fa"), tmp_path / "c.fa", progress=False)["records"] == 2
+    download(server.url("/c.fa"), tmp_path / "first.fa", max_records=1, progress=False)
+    assert parse((tmp_path / "first.fa").read_text()) == [("a x", "M" * 57 + "K" * 70)]
+
+
 @pytest.mark.parametrize("kind", ["bz2", "xz"])
 def test_bzip2_and_xz_downloads_are_checked_and_counted(server, tmp_path, kind):
     """The FASTA reader takes them, so the download does: decompressed to the end (several

@@ -283,3 +283,15 @@ def test_comment_lines_of_the_old_fasta_format_are_not_residues(tmp_path):
     reader = FastaReader(path)
     assert [(r.id, r.sequence) for r in reader] == [("a", "MKVLAAGIVKK"), ("b", "MKV")]
     assert reader.comment_lines == 2
+    # and said wherever records are read (train, evaluate, preprocess, analysis)
+    from protein_performer.data.fasta import EncodeCounts, iter_encoded
+
+    counts = EncodeCounts()
+    kept = list(iter_encoded(FastaReader(path), default_alphabet(), "error", counts))
+    assert len(kept) == 2 and counts.changes() == "2 ';' comment lines skipped"
+    # the project's own writer never wraps a ';' to the start of a line
+    from protein_performer.data.fasta_writer import AtomicFastaWriter
+
+    with pytest.raises(ValueError, match="';'"), AtomicFastaWriter(tmp_path / "w.fa") as w:
+        w.write("a", "M" * 60 + ";" + "K" * 10)
+    assert not (tmp_path / "w.fa").exists()
