@@ -515,3 +515,36 @@ def test_settings_that_would_do_nothing_are_said():
         "data.toks_per_batch has no effect"
         in notes("data.batch_size=4", "data.toks_per_batch=1024")[0]
     )
+
+
+def test_a_one_machine_ddp_run_refuses_a_busy_port_or_a_foreign_address(monkeypatch):
+    """Left-over MASTER_PORT / MASTER_ADDR exports: the run crashed rank 0 and orphaned rank 1
+    (port in use) or waited 30 minutes (address of another machine), deaf to Ctrl-C."""
+    import socket
+
+    from protein_performer.config import TrainerConfig
+    from protein_performer.training.run import MPI_LAUNCH_ENV, NODE_LAUNCH_ENV, _check_trainer
+
+    for var in NODE_LAUNCH_ENV + MPI_LAUNCH_ENV + ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    ddp = TrainerConfig(accelerator="cpu", strategy="ddp", devices=2)
+    _check_trainer(ddp, warn=False)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        monkeypatch.setenv("MASTER_PORT", str(busy.getsockname()[1]))
+        with pytest.raises(ConfigError, match=r"MASTER_PORT=\d+ is in use on this machine"):
+            _check_trainer(ddp, warn=False)
+        _check_trainer(TrainerConfig(accelerator="cpu"), warn=False)  # one process: no rendezvous
+    monkeypatch.setenv("MASTER_PORT", "port")
+    with pytest.raises(ConfigError, match="is not a port number"):
+        _check_trainer(ddp, warn=False)
+    monkeypatch.delenv("MASTER_PORT")
+    monkeypatch.setenv("MASTER_ADDR", "192.0.2.1")  # TEST-NET-1: never this machine
+    with pytest.raises(ConfigError, match=r"MASTER_ADDR=192\.0\.2\.1 is not this machine"):
+        _check_trainer(ddp, warn=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    _check_trainer(ddp, warn=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a launcher's process: it set these itself
+    monkeypatch.setenv("MASTER_ADDR", "192.0.2.1")
+    _check_trainer(ddp, warn=False)

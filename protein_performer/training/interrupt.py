@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 
 from protein_performer.interrupts import Terminated, sigterm_raises
 
@@ -29,6 +30,8 @@ class GracefulInterrupt(pl.Callback):
 
     def __init__(self) -> None:
         self.received: str | None = None
+        # why the run stops: this process's signal, or (DDP) another rank's
+        self.stop_reason: str | None = None
         self.aborted = False
         self.stopped_at: int | None = None
         self._previous: dict[int, Any] = {}
@@ -60,10 +63,13 @@ class GracefulInterrupt(pl.Callback):
         self._previous = {}
 
     def _stop_requested(self, trainer: pl.Trainer) -> bool:
-        flag = self.received is not None
-        if trainer.world_size > 1:  # every rank must stop at the same step
-            flag = bool(trainer.strategy.reduce_boolean_decision(flag, all=False))
-        return flag
+        code = 0 if self.received is None else int(signal.Signals[self.received])
+        if trainer.world_size > 1:  # every rank must stop at the same step, and say why
+            mine = torch.tensor(code, device=trainer.strategy.root_device)
+            code = int(trainer.strategy.reduce(mine, reduce_op="max"))
+        if code:
+            self.stop_reason = self.received or signal.Signals(code).name
+        return code != 0
 
     # Lightning installs its own SIGTERM handler when fit starts; ours goes on top of it then.
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

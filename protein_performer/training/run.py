@@ -16,6 +16,7 @@ import math
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -282,6 +283,12 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
             f"(none of {', '.join(NODE_LAUNCH_ENV + MPI_LAUNCH_ENV)} is set), so it would wait for the "
             "other nodes forever (on one machine: trainer.num_nodes=1)"
         )
+    launched = any(os.environ.get(v) for v in NODE_LAUNCH_ENV + MPI_LAUNCH_ENV)
+    several = (isinstance(t.devices, int) and t.devices > 1) or (
+        isinstance(t.devices, (list, tuple)) and len(t.devices) > 1
+    )
+    if not launched and t.num_nodes == 1 and (several or t.strategy in ("ddp", "fsdp")):
+        _check_rendezvous()  # Lightning starts the ranks itself and meets them there
     if warn and not on_gpu and isinstance(t.devices, int) and t.devices > 1 and is_rank_zero():
         cpus = usable_cpus()
         if t.devices > cpus:
@@ -295,12 +302,42 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
             )
 
 
+def _check_rendezvous() -> None:
+    """Where the processes of a one-machine run meet (``MASTER_ADDR``/``MASTER_PORT``, often
+    left exported by an earlier torchrun or SLURM job): a port in use crashed rank 0 and
+    orphaned rank 1, a foreign address waited 30 minutes, both deaf to Ctrl-C."""
+    port = os.environ.get("MASTER_PORT")
+    if port:
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"MASTER_PORT={port!r} is not a port number (unset it)")
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("", int(port)))
+            except OSError:
+                raise ConfigError(
+                    f"MASTER_PORT={port} is in use on this machine (another run, or an export "
+                    "left from an earlier job): unset MASTER_PORT or choose a free port"
+                ) from None
+    addr = os.environ.get("MASTER_ADDR")
+    if addr:
+        with socket.socket() as s:
+            try:
+                s.bind((addr, 0))
+            except OSError:  # not an address of this machine (or not one at all)
+                raise ConfigError(
+                    f"MASTER_ADDR={addr} is not this machine, where a one-machine run "
+                    "(trainer.num_nodes=1) meets its processes: unset MASTER_ADDR (an export "
+                    "left from an earlier job?)"
+                ) from None
+
+
 def _check_accelerator(accelerator: str) -> None:
     """Before any data is read: Lightning would find no GPU only after loading it."""
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"trainer.accelerator={accelerator} but no CUDA GPU is available here; use "
-            "trainer=cpu (or trainer.accelerator=auto)"
+            "trainer.accelerator=cpu (trainer=cpu: one process on the CPU)"
         )
     if accelerator == "mps" and not torch.backends.mps.is_available():
         raise ConfigError("trainer.accelerator=mps but MPS is not available here; use trainer=cpu")
@@ -743,8 +780,8 @@ def _metric(trainer: pl.Trainer, key: str) -> float | None:
 
 
 def _stopped_by(cfg: TrainConfig, steps: int, interrupt: GracefulInterrupt) -> str:
-    if interrupt.stopped_at is not None and interrupt.received:
-        return interrupt.received
+    if interrupt.stopped_at is not None and interrupt.stop_reason:
+        return interrupt.stop_reason  # under DDP also a signal that reached another rank only
     if steps >= cfg.trainer.max_steps:
         return "max_steps"
     return "max_time" if cfg.trainer.max_time else "stopped"

@@ -477,3 +477,31 @@ def test_interrupted_in_the_final_validation_the_checkpoint_is_the_last_step(tin
     cfg.ckpt_path = result.last_checkpoint
     with pytest.raises(ConfigError, match=r"already at step 4 of trainer\.max_steps=4"):
         check_train_inputs(cfg)
+
+
+def test_a_signal_to_another_rank_stops_this_one_and_names_the_signal():
+    """Under DDP a signal may reach only rank 1 (a node's terminal, a scheduler): rank 0, which
+    writes the summary, stops at the same step and reports the run as interrupted by it."""
+    from types import SimpleNamespace
+
+    from protein_performer.training.interrupt import GracefulInterrupt
+
+    class OtherRankGotSigterm:
+        root_device = torch.device("cpu")
+
+        def reduce(self, tensor, reduce_op="mean"):
+            assert reduce_op == "max"
+            return torch.maximum(tensor, torch.tensor(int(signal.SIGTERM)))
+
+    trainer = SimpleNamespace(
+        world_size=2, strategy=OtherRankGotSigterm(), global_step=7, should_stop=False,
+        limit_val_batches=1.0,
+    )  # fmt: skip
+    interrupt = GracefulInterrupt()
+    interrupt.on_train_batch_end(trainer, None, None, None, 0)
+    assert trainer.should_stop and interrupt.stopped_at == 7
+    assert interrupt.received is None and interrupt.stop_reason == "SIGTERM"
+    alone = SimpleNamespace(world_size=1, global_step=3, should_stop=False, limit_val_batches=1)
+    quiet = GracefulInterrupt()
+    quiet.on_train_batch_end(alone, None, None, None, 0)
+    assert not alone.should_stop and quiet.stop_reason is None
