@@ -548,3 +548,17 @@ def test_a_one_machine_ddp_run_refuses_a_busy_port_or_a_foreign_address(monkeypa
     monkeypatch.setenv("WORLD_SIZE", "2")  # a launcher's process: it set these itself
     monkeypatch.setenv("MASTER_ADDR", "192.0.2.1")
     _check_trainer(ddp, warn=False)
+
+
+def test_torchrun_with_a_trainer_that_does_not_match_is_refused(monkeypatch):
+    from protein_performer.config import TrainerConfig
+    from protein_performer.training.run import _check_trainer
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("NODE_RANK", "0")
+    with pytest.raises(ConfigError, match="each would train the same model alone"):
+        _check_trainer(TrainerConfig(accelerator="cpu"), warn=False)
+    with pytest.raises(ConfigError, match=r"trainer\.devices=4 x trainer\.num_nodes=1 makes 4"):
+        _check_trainer(TrainerConfig(accelerator="cpu", strategy="ddp", devices=4), warn=False)
+    _check_trainer(TrainerConfig(accelerator="cpu", strategy="ddp", devices=2), warn=False)

@@ -289,6 +289,19 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
     )
     if not launched and t.num_nodes == 1 and (several or t.strategy in ("ddp", "fsdp")):
         _check_rendezvous()  # Lightning starts the ranks itself and meets them there
+    world = os.environ.get("WORLD_SIZE", "1")
+    if os.environ.get("TORCHELASTIC_RUN_ID") and world.isdigit() and int(world) > 1:
+        ranks = t.devices * t.num_nodes if isinstance(t.devices, int) else None
+        if not several and t.strategy not in ("ddp", "fsdp"):
+            raise ConfigError(
+                f"torchrun started {world} processes but the trainer runs one: each would train "
+                f"the same model alone; add trainer=ddp trainer.devices={int(world) // t.num_nodes}"
+            )
+        if ranks is not None and ranks != int(world):
+            raise ConfigError(
+                f"torchrun started {world} processes but trainer.devices={t.devices} x "
+                f"trainer.num_nodes={t.num_nodes} makes {ranks}: make them agree"
+            )
     if warn and not on_gpu and isinstance(t.devices, int) and t.devices > 1 and is_rank_zero():
         cpus = usable_cpus()
         if t.devices > cpus:
