@@ -505,3 +505,29 @@ def test_a_signal_to_another_rank_stops_this_one_and_names_the_signal():
     quiet = GracefulInterrupt()
     quiet.on_train_batch_end(alone, None, None, None, 0)
     assert not alone.should_stop and quiet.stop_reason is None
+
+
+def test_a_resume_on_another_number_of_processes_goes_on_where_the_epoch_stopped(caplog):
+    """The loader's position is per rank: 14 batches on each of 2 ranks are 28 global ones,
+    not 14 (a resume on 1 process trained 14 batches again, on N skipped some unseen)."""
+    from types import SimpleNamespace
+
+    from protein_performer.training.resumable import ResumableLoader
+
+    def resumed(world: int, state: dict) -> tuple[list[int], str]:
+        trainer = SimpleNamespace(current_epoch=0, world_size=world, is_global_zero=True)
+        loader = ResumableLoader(list(range(40)), trainer)  # this rank's batches, in order
+        loader.load_state_dict(state)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            return list(loader), caplog.text
+
+    left, said = resumed(1, {"epoch": 0, "batches": 14, "world_size": 2})
+    assert left[0] == 28 and "each step now trains 1 batch instead of 2" in said
+    assert "after its first 28 batches" in said and "trained again" not in said
+    left, said = resumed(4, {"epoch": 0, "batches": 3, "world_size": 2})
+    assert left[0] == 1 and "(2 trained again)" in said  # 6 global = 1 per rank + 2
+    left, said = resumed(2, {"epoch": 0, "batches": 5})  # older checkpoints: same count
+    assert left[0] == 5 and not said
+    left, _ = resumed(1, {"epoch": 1, "batches": 5, "world_size": 2})  # a finished epoch
+    assert left[0] == 0
