@@ -10,6 +10,7 @@ there is nothing to save yet.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -18,6 +19,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
+from protein_performer.devices import is_rank_zero
 from protein_performer.interrupts import Terminated, sigterm_raises
 
 __all__ = ["GracefulInterrupt", "Terminated", "sigterm_raises"]
@@ -35,14 +37,19 @@ class GracefulInterrupt(pl.Callback):
         self.aborted = False
         self.stopped_at: int | None = None
         self._previous: dict[int, Any] = {}
+        self._pid = os.getpid()
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self._pid:
+            return  # a data-loader worker (forked with this handler): the trainer stops it
         name = signal.Signals(signum).name
         if self.received is not None:
             self.aborted = True
             self.restore()
             raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
         self.received = name
+        if not is_rank_zero():
+            return  # said once, by rank 0 (which stops at the same step)
         again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
         print(
             f"\n{name} received: stopping after this step and saving checkpoints/last.ckpt "
@@ -54,6 +61,7 @@ class GracefulInterrupt(pl.Callback):
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread() or self._previous:
             return
+        self._pid = os.getpid()
         for sig in STOP_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
 

@@ -531,3 +531,23 @@ def test_a_resume_on_another_number_of_processes_goes_on_where_the_epoch_stopped
     assert left[0] == 5 and not said
     left, _ = resumed(1, {"epoch": 1, "batches": 5, "world_size": 2})  # a finished epoch
     assert left[0] == 0
+
+
+def test_the_stop_is_said_once_by_rank_zero_and_data_workers_leave_it_to_the_trainer(
+    monkeypatch, capsys
+):
+    from protein_performer.training.interrupt import GracefulInterrupt
+
+    worker = GracefulInterrupt()
+    worker._pid = -1  # a forked data-loader worker inherits the handler
+    worker._handle(signal.SIGINT, None)
+    worker._handle(signal.SIGINT, None)  # a second one aborts nothing there either
+    assert worker.received is None and capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "1")
+    rank1 = GracefulInterrupt()
+    rank1._handle(signal.SIGINT, None)
+    assert rank1.received == "SIGINT" and capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    rank0 = GracefulInterrupt()
+    rank0._handle(signal.SIGINT, None)
+    assert capsys.readouterr().err.count("SIGINT received: stopping after this step") == 1
