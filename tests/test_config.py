@@ -562,3 +562,31 @@ def test_torchrun_with_a_trainer_that_does_not_match_is_refused(monkeypatch):
     with pytest.raises(ConfigError, match=r"trainer\.devices=4 x trainer\.num_nodes=1 makes 4"):
         _check_trainer(TrainerConfig(accelerator="cpu", strategy="ddp", devices=4), warn=False)
     _check_trainer(TrainerConfig(accelerator="cpu", strategy="ddp", devices=2), warn=False)
+
+
+def test_a_resume_inside_an_epoch_on_more_processes_is_refused_fewer_is_fine():
+    from protein_performer.config import TrainerConfig
+    from protein_performer.training.run import _check_resume_processes
+
+    def ckpt(world: int, batches: int) -> dict:
+        state = {"epoch": 3, "batches": batches, "world_size": world}
+        return {"loops": {"fit_loop": {"state_dict": {"combined_loader": [state]}}}}
+
+    with pytest.raises(ConfigError, match="stopped inside an epoch on 1 process; resumed on 2"):
+        _check_resume_processes(ckpt(1, 5), TrainerConfig(devices=2))
+    _check_resume_processes(ckpt(2, 5), TrainerConfig(devices=1))  # fewer: goes on exactly
+    _check_resume_processes(ckpt(1, 0), TrainerConfig(devices=2))  # at an epoch's start
+    _check_resume_processes({"loops": {}}, TrainerConfig(devices=2))  # older checkpoints
+
+
+def test_torchrun_with_devices_left_to_lightning_is_not_refused(monkeypatch):
+    from protein_performer.config import TrainerConfig
+    from protein_performer.training.run import _check_trainer
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("NODE_RANK", "0")
+    for devices in ("auto", -1):
+        _check_trainer(
+            TrainerConfig(accelerator="cpu", strategy="ddp", devices=devices), warn=False
+        )

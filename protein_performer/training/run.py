@@ -199,6 +199,7 @@ def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
             ckpt.get(META_KEY), cfg.model, default_alphabet(), cfg.objective, "ckpt_path"
         )
         step = int(ckpt.get("global_step", 0))
+        _check_resume_processes(ckpt, cfg.trainer)
         if step >= cfg.trainer.max_steps:
             # Lightning would run no step and the run's summary would be rewritten empty
             raise ConfigError(
@@ -290,14 +291,15 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
     if not launched and t.num_nodes == 1 and (several or t.strategy in ("ddp", "fsdp")):
         _check_rendezvous()  # Lightning starts the ranks itself and meets them there
     world = os.environ.get("WORLD_SIZE", "1")
-    if os.environ.get("TORCHELASTIC_RUN_ID") and world.isdigit() and int(world) > 1:
-        ranks = t.devices * t.num_nodes if isinstance(t.devices, int) else None
-        if not several and t.strategy not in ("ddp", "fsdp"):
+    counted = isinstance(t.devices, int) and t.devices > 0  # not auto / -1 / indices
+    if os.environ.get("TORCHELASTIC_RUN_ID") and world.isdigit() and int(world) > 1 and counted:
+        ranks = t.devices * t.num_nodes
+        if t.devices == 1 and t.strategy not in ("ddp", "fsdp"):
             raise ConfigError(
                 f"torchrun started {world} processes but the trainer runs one: each would train "
                 f"the same model alone; add trainer=ddp trainer.devices={int(world) // t.num_nodes}"
             )
-        if ranks is not None and ranks != int(world):
+        if ranks != int(world):
             raise ConfigError(
                 f"torchrun started {world} processes but trainer.devices={t.devices} x "
                 f"trainer.num_nodes={t.num_nodes} makes {ranks}: make them agree"
@@ -313,6 +315,25 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
                 "s" if cpus != 1 else "",
                 t.devices,
             )
+
+
+def _check_resume_processes(ckpt: dict[str, Any], t: TrainerConfig) -> None:
+    """A run interrupted mid-epoch resumes on as many processes or fewer: on more, Lightning's
+    restored count of the epoch's batches (per process) would end the epoch before the data
+    does, and part of it would never be trained."""
+    try:
+        state = ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
+        saved, done = int(state.get("world_size", 0)), int(state.get("batches", 0))
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return  # older checkpoints, other loaders: nothing to compare
+    now = t.devices * t.num_nodes if isinstance(t.devices, int) and t.devices > 0 else None
+    if saved and done and now and now > saved:
+        raise ConfigError(
+            f"ckpt_path: the run stopped inside an epoch on {saved} process"
+            f"{'es' if saved != 1 else ''}; resumed on {now} it would leave part of that epoch "
+            f"untrained: resume on {saved} (trainer.devices={saved // t.num_nodes or 1}), or "
+            "start a new run from its weights with init_from="
+        )
 
 
 def _check_rendezvous() -> None:
@@ -334,7 +355,8 @@ def _check_rendezvous() -> None:
                 ) from None
     addr = os.environ.get("MASTER_ADDR")
     if addr:
-        with socket.socket() as s:
+        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        with socket.socket(family) as s:
             try:
                 s.bind((addr, 0))
             except OSError:  # not an address of this machine (or not one at all)
