@@ -412,7 +412,7 @@ def parse_max_time(value: object) -> str:
                 "minutes, seconds)"
             ) from None
     if isinstance(value, timedelta):
-        value = f"{value.total_seconds():g}s" if value.total_seconds() > 0 else "0s"
+        value = f"{max(0, round(value.total_seconds()))}s"  # whole seconds, never 1e+06
     text = str(value).strip().lower()
     problem = (
         f"trainer.max_time={value!r} is not a duration; write DD:HH:MM:SS, HH:MM:SS or e.g. "

@@ -411,6 +411,7 @@ def test_max_time_takes_the_usual_forms_and_refuses_the_rest():
     from datetime import timedelta
 
     assert parse_max_time(timedelta(days=1, hours=2)) == "01:02:00:00"
+    assert parse_max_time(timedelta(days=30)) == "30:00:00:00"
     assert parse_max_time({"minutes": 90}) == "00:01:30:00"
     with pytest.raises(ConfigError, match="no time at all"):
         parse_max_time(timedelta(0))
