@@ -100,8 +100,17 @@ def test_aa_similarity_names_proteins_without_standard_residues(files, tmp_path,
 
 
 def test_plot_heads_of_a_truncated_protein_says_which_residues_it_shows(
-    files, tmp_path, capsys
+    files, tmp_path, capsys, monkeypatch
 ) -> None:
+    from protein_performer.analysis import commands
+
+    titles = []
+    real = commands.head_grid_figure
+    monkeypatch.setattr(
+        commands,
+        "head_grid_figure",
+        lambda *a, **kw: titles.append(kw["title"]) or real(*a, **kw),
+    )
     long = tmp_path / "long.fasta"
     long.write_text(">long\n" + "MKTAYIAKQR" * 100 + "\n")
     out = tmp_path / "heads"
@@ -112,6 +121,7 @@ def test_plot_heads_of_a_truncated_protein_says_which_residues_it_shows(
     assert code == 0, text
     shown = json.loads((out / "heads.json").read_text())["length"]
     assert f"truncate=true: the figures show residues 1-{shown:,} of 1,000" in text
+    assert titles and titles[0].startswith(f"long (residues 1-{shown:,} of 1,000)")
 
 
 def test_plot_heads_writes_grid_zoom_and_ranking(files, tmp_path, capsys) -> None:
