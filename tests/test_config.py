@@ -316,6 +316,32 @@ def test_help_lists_groups_and_options(capsys):
     assert set(_EVALUATE_KEYS) == {f.name for f in dataclasses.fields(EvalConfig)}
 
 
+def _leaf_keys(cls, prefix: str = "") -> set[str]:
+    keys = set()
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(default):
+            keys |= _leaf_keys(type(default), f"{prefix}{f.name}.")
+        else:
+            keys.add(prefix + f.name)
+    return keys
+
+
+def test_train_help_says_what_every_key_does(capsys):
+    from protein_performer.config_help import TRAIN_KEY_HELP
+
+    assert set(TRAIN_KEY_HELP) == _leaf_keys(TrainConfig)
+    assert run_hydra("train", ["--help"]) == 0
+    out = capsys.readouterr().out.split("default configuration", 1)[1]
+    # every key line but the six section headers carries its meaning
+    lines = [ln for ln in out.splitlines()[1:] if re.match(r" +\w+:", ln)]
+    assert sum(" # " in ln for ln in lines) == len(TRAIN_KEY_HELP) == len(lines) - 6
+    assert re.search(r"packing: stream +# concat: stream \| family", out)
+    assert re.search(r"  seed: 0 +# model initialisation", out)  # top-level, not data.seed
+    assert re.search(r"    seed: 0 +# seed of crops", out)
+    assert re.search(r"    files: +# FASTA files", out)
+
+
 def test_library_validation_without_hydra():
     cfg = TrainConfig(data=DataConfig(files=["a.fasta"]))
     validate_train_config(cfg)

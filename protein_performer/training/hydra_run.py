@@ -580,6 +580,10 @@ def help_text(command: str) -> str:
         text = compose_job(command, []).yaml
     except ConfigError:
         text = ""
+    if text and command == "train":
+        from protein_performer.config_help import TRAIN_KEY_HELP, annotate_yaml
+
+        text = annotate_yaml(text, TRAIN_KEY_HELP)
     if text:
         lines += ["", "default configuration (any key can be overridden, e.g. optim.lr=3e-4):"]
         lines += ["  " + ln for ln in text.rstrip().splitlines()]
