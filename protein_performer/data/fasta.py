@@ -353,6 +353,13 @@ class EncodeCounts:
     skipped_empty: int = 0
     # ';' comment lines of the original FASTA format, skipped by the reader
     comment_lines: int = 0
+    # the first skipped records (invalid or empty), "ID (file:record N)", for the user to find
+    skipped_examples: list[str] = field(default_factory=list)
+
+    def note_skipped(self, reader: FastaReader, rec: FastaRecord) -> None:
+        if len(self.skipped_examples) < SKIPPED_EXAMPLES:
+            where = f"{reader.path.name}:"
+            self.skipped_examples.append(f"{rec.id or '(no id)'} ({where}record {rec.number:,})")
 
     def changes(self) -> str | None:
         """What the invalid-residue policy did, in words, or None when nothing changed."""
@@ -371,6 +378,10 @@ class EncodeCounts:
             )
         chars = ", ".join(repr(c) for c in sorted(self.invalid_characters))
         text = "; ".join(parts) + (f" (invalid characters: {chars})" if chars and parts else "")
+        if self.skipped_examples:
+            skipped = self.skipped_invalid + self.skipped_empty
+            lead = "skipped" if skipped == len(self.skipped_examples) else "first skipped"
+            text += f"; {lead}: {', '.join(self.skipped_examples)}"
         if self.comment_lines:
             lines = "line" if self.comment_lines == 1 else "lines"
             comments = f"{self.comment_lines:,} ';' comment {lines} skipped"
@@ -387,8 +398,12 @@ class EncodeCounts:
             "invalid_characters": dict(sorted(self.invalid_characters.items())),
             "skipped_empty": self.skipped_empty,
             "comment_lines": self.comment_lines,
+            "skipped_examples": list(self.skipped_examples),
         }
 
+
+#: Skipped records named by :meth:`EncodeCounts.changes` (the rest are counted).
+SKIPPED_EXAMPLES = 3
 
 NUCLEOTIDE_LETTERS = "ACGTUN"
 # A record is nucleotide-like when at least this share of its residues are A/C/G/T/U/N over at
@@ -462,6 +477,7 @@ def iter_encoded(
                 counts.invalid_characters[ch] = counts.invalid_characters.get(ch, 0) + 1
             if res.ids is None:
                 counts.skipped_invalid += 1
+                counts.note_skipped(reader, rec)
                 continue
             if len(res.ids) == 0:
                 removed = " and ".join(
@@ -474,6 +490,7 @@ def iter_encoded(
                 )
                 if policy is InvalidPolicy.SKIP:  # nothing left to learn from: skipped, and counted
                     counts.skipped_empty += 1
+                    counts.note_skipped(reader, rec)
                     continue
                 raise DataError(
                     f"sequence is empty after removing {removed or 'what it held'} "

@@ -194,7 +194,10 @@ def test_load_source_policies(tmp_path):
     a = default_alphabet()
     assert [a.decode(r[i]) for i in range(len(r))] == ["MKV", "MKXV", "ACX", "WY"]
     # what the policy did is kept with the source and said in words (reported to users)
-    assert s.encode_counts.changes() == "2 of 4 records skipped (invalid characters: '-', '1')"
+    assert s.encode_counts.changes() == (
+        "2 of 4 records skipped (invalid characters: '-', '1'); "
+        "skipped: b (p.fa:record 2), c (p.fa:record 3)"
+    )
     assert r.encode_counts.changes() == (
         "2 records had 2 residues replaced by X (invalid characters: '-', '1')"
     )
@@ -228,7 +231,24 @@ def test_max_records_counts_skipped_records(tmp_path):
     q = _write(tmp_path / "q.fa", b">a\nM-V\n>b\nM-K\n>c\nWY\n")
     first = load_fasta_source(q, policy="skip", max_records=1)
     assert first.ids == [] and first.encode_counts.records_kept == 0
-    assert first.encode_counts.changes() == "1 of 1 records skipped (invalid characters: '-')"
+    assert first.encode_counts.changes() == (
+        "1 of 1 records skipped (invalid characters: '-'); skipped: a (q.fa:record 1)"
+    )
+
+
+def test_skipped_records_are_named_the_first_few(tmp_path):
+    body = b"".join(b">r%d\n%s\n" % (i, b"M1" if i % 2 else b"MK") for i in range(10))
+    p = _write(tmp_path / "k.fa", body + b">e\n*\n")
+    counts = load_fasta_source(p, policy="skip").encode_counts
+    assert counts.skipped_examples == [
+        "r1 (k.fa:record 2)",
+        "r3 (k.fa:record 4)",
+        "r5 (k.fa:record 6)",
+    ]
+    assert counts.changes().endswith(
+        "; first skipped: r1 (k.fa:record 2), r3 (k.fa:record 4), r5 (k.fa:record 6)"
+    )
+    assert counts.to_dict()["skipped_examples"] == counts.skipped_examples
 
 
 def test_content_errors_in_a_damaged_gzip_file_name_the_damage(tmp_path):
@@ -274,7 +294,10 @@ def test_a_record_left_empty_by_gap_removal_is_named_for_it_and_skippable(tmp_pa
     kept = list(iter_encoded(FastaReader(path), alphabet, "skip", counts, strip_gaps=True))
     assert [rec.id for rec, _ in kept] == ["two"]
     assert counts.skipped_empty == 2 and counts.records_kept == 1
-    assert counts.changes() == "2 records with no residues skipped"
+    assert counts.changes() == (
+        "2 records with no residues skipped; skipped: gaps (aln.fa:record 1), "
+        "stop (aln.fa:record 2)"
+    )
 
 
 def test_comment_lines_of_the_old_fasta_format_are_not_residues(tmp_path):
