@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
+import re
+import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 from protein_performer.errors import DataError
+
+log = logging.getLogger(__name__)
 
 
 def current_umask() -> int:
@@ -31,11 +37,72 @@ def current_umask() -> int:
     return mask
 
 
+def owner_tag() -> str:
+    """``HOST~PID`` of this process, part of every temporary name it makes, so that a later
+    run can tell a temporary left by a killed writer (:func:`remove_leftovers`)."""
+    host = re.sub(r"[^\w.-]", "_", socket.gethostname()) or "host"
+    return f"{host}~{os.getpid()}"
+
+
+_TAGGED = re.compile(r"\.(?P<host>[\w.-]+)~(?P<pid>\d+)\.")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: someone else's live process
+        return True
+    return True
+
+
+def remove_leftovers(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporaries of ``path`` (files ``.NAME.HOST~PID.*.tmp``, folders
+    ``.NAME.HOST~PID.tmp-*``) whose writer, a process of this machine, no longer runs: what a
+    run killed mid-write (SIGKILL, power loss) left beside its output. Another machine's, or a
+    live process's, are left alone. Returns what was removed (logged)."""
+    path = Path(path)
+    prefix = f".{path.name}."
+    removed = []
+    try:
+        entries = [e for e in os.scandir(path.parent) if e.name.startswith(prefix)]
+    except OSError:
+        return removed
+    host = owner_tag().split("~")[0]
+    for entry in entries:
+        m = _TAGGED.match(entry.name, len(prefix) - 1)
+        if m is None or m["host"] != host or int(m["pid"]) == os.getpid():
+            continue
+        rest = entry.name[m.end() :]
+        is_file = rest.endswith(".tmp") and not entry.is_dir(follow_symlinks=False)
+        is_dir = rest.startswith("tmp-") and entry.is_dir(follow_symlinks=False)
+        if not (is_file or is_dir) or _alive(int(m["pid"])):
+            continue
+        with contextlib.suppress(OSError):
+            if is_dir:
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            removed.append(Path(entry.path))
+            log.warning(
+                "removed %s: left by an earlier run (process %s) that stopped while writing %s",
+                entry.name,
+                m["pid"],
+                path.name,
+            )
+    return removed
+
+
 def make_temp_file(path: Path) -> tuple[int, str]:
     """``mkstemp`` next to ``path`` with the permissions a plain ``open`` would give (mkstemp
     makes it private: 0600), so that the renamed output is readable like any other file.
-    Where the file system refuses the mode change, the file stays as mkstemp made it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    Where the file system refuses the mode change, the file stays as mkstemp made it. The
+    name carries this process's :func:`owner_tag`; those of killed writers are removed first."""
+    remove_leftovers(path)
+    fd, tmp = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".tmp"
+    )
     with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.fchmod
         os.fchmod(fd, 0o666 & ~current_umask())
     return fd, tmp

@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from protein_performer.atomic import check_writable_file, current_umask
+from protein_performer.atomic import check_writable_file, current_umask, owner_tag, remove_leftovers
 from protein_performer.errors import DataError
 
 FASTA_SUFFIXES = frozenset(
@@ -246,7 +246,9 @@ def start_staging(outdir: Path) -> tuple[list[Path], Path]:
     made: list[Path] = []
     try:
         made = make_parents(outdir)
-        return made, Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
+        remove_leftovers(outdir)
+        work = tempfile.mkdtemp(prefix=f".{outdir.name}.{owner_tag()}.tmp-", dir=outdir.parent)
+        return made, Path(work)
     except OSError as e:
         remove_empty(made)
         raise DataError(f"cannot write here ({e.strerror or e})", path=outdir) from None

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
 from protein_performer.atomic import (
     current_umask,
+    owner_tag,
     write_atomic,
     write_bytes_atomic,
     write_text_atomic,
 )
+from protein_performer.outputs import start_staging
 
 
 class _Boom(Exception):
@@ -80,3 +85,43 @@ def test_a_file_system_without_fsync_still_gets_its_file(tmp_path, monkeypatch):
         atomic.write_text_atomic(tmp_path / "x.txt", "lost?")
     assert (tmp_path / "x.txt").read_text() == "hello"  # the old file stays
     assert [p.name for p in tmp_path.iterdir()] == ["x.txt"]
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_temporaries_of_killed_writers_are_removed_on_the_next_write(tmp_path, caplog):
+    """A run killed mid-write (SIGKILL) leaves its temporary beside the output; the next write
+    of that output removes it, but never a live process's or another machine's."""
+    host = owner_tag().split("~")[0]
+    dead, live = _dead_pid(), os.getppid()
+    out = tmp_path / "result.json"
+    left = {
+        "dead_file": tmp_path / f".result.json.{host}~{dead}.abc.tmp",
+        "dead_dir": tmp_path / f".result.json.{host}~{dead}.tmp-xyz",
+        "live_file": tmp_path / f".result.json.{host}~{live}.abc.tmp",
+        "other_host": tmp_path / f".result.json.elsewhere~{dead}.abc.tmp",
+        "other_output": tmp_path / f".result.json2.{host}~{dead}.abc.tmp",
+        "untagged": tmp_path / ".result.json.abc.tmp",
+    }
+    for name, p in left.items():
+        if name == "dead_dir":
+            p.mkdir()
+            (p / "part.npz").write_bytes(b"x")
+        else:
+            p.write_bytes(b"x")
+    with caplog.at_level(logging.WARNING):
+        write_text_atomic(out, "{}")
+    assert out.read_text() == "{}"
+    assert not left["dead_file"].exists() and not left["dead_dir"].exists()
+    for name in ("live_file", "other_host", "other_output", "untagged"):
+        assert left[name].exists(), name
+    assert f"left by an earlier run (process {dead})" in caplog.text
+    # a staged output folder clears its own leftovers the same way
+    stale = tmp_path / f".maps.{host}~{dead}.tmp-q1"
+    stale.mkdir()
+    _, work = start_staging(tmp_path / "maps")
+    assert not stale.exists() and work.name.startswith(f".maps.{owner_tag()}.tmp-")
