@@ -261,6 +261,10 @@ class ExtractConfig(_AnalysisInputs):
     float16: bool = _key(False, "store float16 (half the size)")
     toks_per_batch: int = _key(4096, "tokens per batch for representations")
     chunk_size: int = _key(256, "attention rows computed at a time")
+    records: list[str] | None = _key(
+        None, "record ids (or UniProt accessions / entry names) to extract (unset: every record)"
+    )
+    max_records: int | None = _key(None, "read at most this many records (unset: all)")
 
 
 @dataclass
@@ -372,6 +376,10 @@ def validate_analysis_config(cfg: Any) -> None:
     if isinstance(cfg, ExtractConfig):
         _positive("toks_per_batch", cfg.toks_per_batch)
         _positive("chunk_size", cfg.chunk_size)
+        if cfg.max_records is not None:
+            _positive("max_records", cfg.max_records)
+        if cfg.records is not None and not cfg.records:
+            raise ConfigError("records= is empty: name at least one record, or leave it unset")
     if isinstance(cfg, SimilarityConfig):
         if cfg.split is not None:
             _choice("split", cfg.split, ("train", "val", "test"))

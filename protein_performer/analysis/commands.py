@@ -162,6 +162,8 @@ def run_extract(cfg: ExtractConfig) -> CommandResult:
         strip_gaps=cfg.strip_gaps,
         overwrite=cfg.overwrite,
         source=str(cfg.checkpoint),
+        records=cfg.records,
+        max_records=cfg.max_records,
     )
     n = len(manifest["records"])
     cropped = sum(1 for r in manifest["records"] if r["cropped"])

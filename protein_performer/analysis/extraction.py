@@ -197,8 +197,13 @@ def extract(
     overwrite: bool = False,
     progress: bool = True,
     source: str | None = None,
+    records: Sequence[str] | None = None,
+    max_records: int | None = None,
 ) -> dict[str, Any]:
     """Write one ``RECORD.npz`` per FASTA record into ``out`` plus ``manifest.json``.
+
+    ``records``: only these ids (or accessions / entry names; one not found is an error);
+    ``max_records``: read at most this many records.
 
     ``trained_length`` (the checkpoint's training crop, in tokens) caps the default window.
     Everything is checked and read before the first file is written; the directory appears
@@ -229,6 +234,8 @@ def extract(
         invalid=invalid,
         strip_gaps=strip_gaps,
         counts=counts,
+        ids=records,
+        max_records=max_records,
     )
     files = record_file_names([p.id for p in proteins])
     dtype = np.float16 if float16 else np.float32

@@ -173,6 +173,19 @@ def test_extract_cli(files, tmp_path, capsys) -> None:
     code, _, err = run(capsys, "extract", *base, f"out={tmp_path / 'g'}", "strip_gaps=true")
     assert code == 0, err
     assert str(np.load(tmp_path / "g" / "a.npz")["sequence"]) == "MKVLAW"
+    # a few records of a large file: by id, or the first N
+    base = [f"checkpoint={files / 'relu.ckpt'}", f"fasta={files / 'proteins.fasta'}"]
+    code, _, err = run(capsys, "extract", *base, f"out={tmp_path / 'one'}", "records=p7")
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["manifest.json", "p7.npz"]
+    code, _, err = run(capsys, "extract", *base, f"out={tmp_path / 'two'}", "records=[p9,p2]")
+    assert code == 0, err
+    assert {p.name for p in (tmp_path / "two").glob("*.npz")} == {"p2.npz", "p9.npz"}
+    code, _, err = run(capsys, "extract", *base, f"out={tmp_path / 'first'}", "max_records=3")
+    assert code == 0, err
+    assert {p.name for p in (tmp_path / "first").glob("*.npz")} == {"p0.npz", "p1.npz", "p2.npz"}
+    code, _, err = run(capsys, "extract", *base, f"out={tmp_path / 'x'}", "records=nope")
+    assert code == 2 and "no record with id nope" in err and not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize(
