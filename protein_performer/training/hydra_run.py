@@ -711,8 +711,26 @@ def run_hydra(command: str, argv: list[str]) -> int:
         default_dir = child is None and not args.multirun and not _names_run_dir(job)
         code = _run_train(job, run_dir, i, args, find_free=default_dir)
         if code != 0:
+            if args.multirun and child is None:
+                _say_not_run(jobs, i, sweep_dir)
             return code  # an interrupted sweep stops here
     return 0
+
+
+def _say_not_run(jobs: list[ComposedJob], stopped: int, sweep_dir: str) -> None:
+    """After job ``stopped`` of a sweep was interrupted: the jobs that did not run, each as
+    the command that runs it into the directory the sweep would have used."""
+    rest = range(stopped + 1, len(jobs))
+    if not rest:
+        return
+    lines = [f"the sweep stopped at job {stopped + 1} of {len(jobs)}; not run:"]
+    for j in rest:
+        words = ["protein-performer", "train", *jobs[j].overrides]
+        words.append(f"hydra.run.dir={_hydra_value(str(Path(sweep_dir) / str(j)))}")
+        lines.append(
+            f"  cd {shlex.quote(os.getcwd())} && " + " ".join(shlex.quote(w) for w in words)
+        )
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def _is_distributed(cfg: Any) -> bool:
@@ -736,6 +754,7 @@ def _run_jobs_in_subprocesses(jobs: list[ComposedJob], sweep_dir: str, args: Cli
             cmd.append("--json")
         code = subprocess.run(cmd, check=False).returncode
         if code in (130, 143):
+            _say_not_run(jobs, i, sweep_dir)
             return code
         if code != 0:
             raise ProteinPerformerError(

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from protein_performer.config import EvalConfig, run_hydra
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.errors import ConfigError, DataError
+from protein_performer.training.hydra_run import compose_job, expand_overrides
 from protein_performer.training.run import evaluate, train
 from tests.training.helpers import tiny_config, tiny_overrides, train_losses, write_fasta
 
@@ -165,6 +167,31 @@ def test_multirun_sweeps_the_three_attentions(tiny_fasta, tmp_path, capsys):
     ]
     assert kinds == ["performer_relu", "performer_softmax", "transformer"]
     assert capsys.readouterr().out.count("training finished") == 3
+
+
+def test_an_interrupted_sweep_says_which_jobs_did_not_run(tmp_path, capsys, monkeypatch):
+    import protein_performer.training.hydra_run as hr
+
+    ran = []
+
+    def fake_run_train(job, run_dir, index, args, find_free=False):
+        ran.append(index)
+        return 130 if index == 1 else 0
+
+    monkeypatch.setattr(hr, "_run_train", fake_run_train)
+    sweep = tmp_path / "my sweep"
+    argv = ["-m", "optim.lr=1e-3,2e-3,3e-3,4e-3", f"hydra.sweep.dir={sweep}"]
+    assert run_hydra("train", argv) == 130
+    assert ran == [0, 1]
+    err = capsys.readouterr().err
+    assert "the sweep stopped at job 2 of 4; not run:" in err
+    lines = [ln for ln in err.splitlines() if "protein-performer train" in ln]
+    assert len(lines) == 2 and "optim.lr=0.003" in lines[0] and "optim.lr=0.004" in lines[1]
+    # each line runs as printed: its overrides compose the job the sweep would have run
+    for line, lr, index in zip(lines, (3e-3, 4e-3), (2, 3), strict=True):
+        words = shlex.split(line.split("&&", 1)[1])[2:]
+        job = compose_job("train", expand_overrides(words, multirun=False)[0])
+        assert job.config.optim.lr == lr and job.run_dir == f"{sweep}/{index}"
 
 
 def test_missing_data_file_is_a_clear_error(tmp_path):
