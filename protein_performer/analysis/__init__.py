@@ -7,6 +7,10 @@ From Python::
     model, alphabet, meta = load_for_analysis("run/checkpoints/best.ckpt")
     (protein,) = read_proteins("BPT1_BOVIN.fasta", alphabet)
     maps = attention_maps(model, protein, alphabet)  # (layers, heads, L, L)
+    scores = score_mutants(model, alphabet, "MKTAYIAKQR", ["K2A", "T3C:A4G"])  # ESM-1v rules
+
+Results come from the model in eval mode (no dropout), whatever mode it is in; its mode is
+left as it was.
 
 The CLI commands ``extract``, ``aa-similarity`` and ``plot-heads`` are
 :func:`.commands.run_command` on their configs.
@@ -19,6 +23,7 @@ from protein_performer.analysis.extraction import (
     representations,
 )
 from protein_performer.analysis.inputs import Protein, read_proteins
+from protein_performer.analysis.mutations import pseudo_log_likelihood, score_mutants
 from protein_performer.analysis.similarity import aa_similarity, blosum62, sample_proteins
 
 __all__ = [
@@ -28,7 +33,9 @@ __all__ = [
     "blosum62",
     "extract",
     "load_for_analysis",
+    "pseudo_log_likelihood",
     "read_proteins",
     "representations",
     "sample_proteins",
+    "score_mutants",
 ]

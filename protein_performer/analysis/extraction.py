@@ -36,9 +36,9 @@ from protein_performer.analysis.npz import NpzWriter
 from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.fasta import EncodeCounts
-from protein_performer.devices import pick_device
+from protein_performer.devices import check_dense_fits, pick_device
 from protein_performer.errors import ConfigError
-from protein_performer.model.performer import ProteinLM
+from protein_performer.model.performer import ProteinLM, evaluating
 from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
 
 FORMAT = "protein-performer-extract/1"
@@ -65,14 +65,25 @@ def attention_blocks(
     chunk_size: int = 256,
 ) -> Iterator[np.ndarray]:
     """The attention matrix of one ``(layer, head)`` for ``tokens`` ``(1, L+2)``, as float32
-    row blocks ``(rows, L')`` in order (``L'`` drops ``<cls>``/``<eos>`` unless ``keep_specials``)."""
+    row blocks ``(rows, L')`` in order (``L'`` drops ``<cls>``/``<eos>`` unless ``keep_specials``),
+    computed in eval mode."""
     lo, hi = (0, tokens.shape[1]) if keep_specials else (1, tokens.shape[1] - 1)
-    for _, start, rows in model.iter_attention(
-        tokens, layers=[layer], heads=[head], chunk_size=chunk_size
-    ):
-        a, b = max(start, lo), min(start + rows.shape[2], hi)
-        if a < b:
-            yield rows[0, 0, a - start : b - start, lo:hi].float().cpu().numpy()
+    was_training = model.training
+    blocks = model.iter_attention(tokens, layers=[layer], heads=[head], chunk_size=chunk_size)
+    try:
+        while True:
+            model.eval()  # the caller may switch modes between blocks
+            try:
+                _, start, rows = next(blocks)
+            except StopIteration:
+                return
+            finally:
+                model.train(was_training)
+            a, b = max(start, lo), min(start + rows.shape[2], hi)
+            if a < b:
+                yield rows[0, 0, a - start : b - start, lo:hi].float().cpu().numpy()
+    finally:
+        blocks.close()
 
 
 @torch.no_grad()
@@ -86,26 +97,38 @@ def attention_maps(
     keep_specials: bool = False,
     chunk_size: int = 256,
 ) -> np.ndarray:
-    """``(layers, heads, L, L)`` float32 attention of one protein (all layers/heads: None).
+    """``(layers, heads, L, L)`` float32 attention of one protein (all layers/heads: None),
+    in the order ``layers`` and ``heads`` list them (negative: from the end), in eval mode.
 
     Holds the whole result; for long proteins use :func:`extract` (it streams) or
     :func:`attention_blocks`.
     """
     device = next(model.parameters()).device
     tokens = protein.tokens(alphabet).to(device)
-    layers = parse_indices(layers, model.config.depth, "layers")
-    heads = parse_indices(heads, model.config.heads, "heads")
+    layers = parse_indices(layers, model.config.depth, "layers", keep_order=True)
+    heads = parse_indices(heads, model.config.heads, "heads", keep_order=True)
+    model._check_length(tokens.shape[1])  # a too-long protein is that, before any memory check
     span = _span(protein, keep_specials)
     n = span.stop - span.start
+    check_dense_fits(
+        (len(layers), len(heads), n, n),
+        torch.float32,
+        torch.device("cpu"),
+        "attention_maps: the attention matrices of this protein",
+        "attention_blocks() or extract() stream them a block of rows at a time",
+    )
     out = np.zeros((len(layers), len(heads), n, n), dtype=np.float32)
     li = {layer: i for i, layer in enumerate(layers)}
-    for layer, start, rows in model.iter_attention(
-        tokens, layers=layers, heads=heads, chunk_size=chunk_size
-    ):
-        block = rows[0, :, :, span].float().cpu().numpy()  # (H', rows, L')
-        a, b = max(start, span.start), min(start + block.shape[1], span.stop)
-        if a < b:
-            out[li[layer], :, a - span.start : b - span.start] = block[:, a - start : b - start]
+    computed = sorted(heads)  # iter_attention's head order; out follows the caller's
+    hi = [computed.index(h) for h in heads]
+    with evaluating(model):
+        for layer, start, rows in model.iter_attention(
+            tokens, layers=sorted(layers), heads=computed, chunk_size=chunk_size
+        ):
+            block = rows[0][hi][:, :, span].float().cpu().numpy()  # (H', rows, L')
+            a, b = max(start, span.start), min(start + block.shape[1], span.stop)
+            if a < b:
+                out[li[layer], :, a - span.start : b - span.start] = block[:, a - start : b - start]
     return out
 
 
@@ -120,16 +143,18 @@ def representations(
     keep_specials: bool = False,
 ) -> Iterator[tuple[Protein, np.ndarray]]:
     """Yield ``(protein, per_tok)`` with ``per_tok`` float32 ``(len(repr_layers), L, dim)`` for
-    each protein in order, batching proteins up to ``toks_per_batch`` tokens. Layer ``0`` is the
-    embedding output, ``depth`` the last block after the final LayerNorm (ESM's convention)."""
+    each protein in order, batching proteins up to ``toks_per_batch`` tokens; layers in the
+    order ``repr_layers`` lists them, computed in eval mode. Layer ``0`` is the embedding
+    output, ``depth`` (or ``-1``) the last block after the final LayerNorm (ESM's convention)."""
     device = next(model.parameters()).device
     depth = model.config.depth
-    layers = parse_indices(list(repr_layers), depth + 1, "repr_layers")
+    layers = parse_indices(list(repr_layers), depth + 1, "repr_layers", keep_order=True)
     for batch in token_batches(proteins, toks_per_batch):
         members = [proteins[i] for i in batch]
-        hidden = model(padded_tokens(members, alphabet).to(device), return_hidden=True)
-        states = hidden["hidden_states"]
-        states[depth] = model.norm(states[depth])
+        with evaluating(model):
+            hidden = model(padded_tokens(members, alphabet).to(device), return_hidden=True)
+            states = hidden["hidden_states"]
+            states[depth] = model.norm(states[depth])
         stacked = torch.stack([states[i] for i in layers], dim=1).float().cpu().numpy()
         for row, p in enumerate(members):
             yield p, stacked[row, :, _span(p, keep_specials)]

@@ -256,16 +256,18 @@ def split_filter(
     return keep
 
 
-def parse_indices(spec: Any, size: int, key: str) -> list[int]:
+def parse_indices(spec: Any, size: int, key: str, *, keep_order: bool = False) -> list[int]:
     """Resolve a selection of layers or heads into sorted indices in ``[0, size)``.
 
     Accepts None or ``"all"`` (everything), an int, ``"0-3"`` (inclusive range), ``"1,3"``,
     or a list of ints/ranges; negative indices count from the end (``-1``: the last).
+    ``keep_order``: in the order given instead (``[-1, 0]`` -> ``[size - 1, 0]``), and an index
+    selected twice is an error (the caller would get fewer rows than it asked for).
     """
     if spec is None or (isinstance(spec, str) and spec.strip().lower() == "all"):
         return list(range(size))
     items: list[Any] = list(spec) if isinstance(spec, (list, tuple)) else [spec]
-    chosen: set[int] = set()
+    chosen: dict[int, None] = {}
     for item in items:
         parts = item.split(",") if isinstance(item, str) else [item]
         for part in parts:
@@ -284,10 +286,13 @@ def parse_indices(spec: Any, size: int, key: str) -> list[int]:
                 raise ConfigError(f"{key}: {part!r} is a reversed range (write {hi}-{lo})")
             if not (0 <= lo < size and 0 <= hi < size):
                 raise ConfigError(f"{key}: {part!r} is outside 0-{size - 1} (the model has {size})")
-            chosen.update(range(lo, hi + 1))
+            for i in range(lo, hi + 1):
+                if keep_order and i in chosen:
+                    raise ConfigError(f"{key}: {i} is selected twice")
+                chosen[i] = None
     if not chosen:
         raise ConfigError(f"{key}: selects nothing")
-    return sorted(chosen)
+    return list(chosen) if keep_order else sorted(chosen)
 
 
 def checkpoint_label(path: PathLike) -> str:

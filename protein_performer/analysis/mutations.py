@@ -29,7 +29,7 @@ import torch
 from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.model.performer import ProteinLM
+from protein_performer.model.performer import ProteinLM, evaluating
 
 METHODS = ("masked-marginal", "wt-marginal", "pseudo-ll")
 #: How scan files name the unmutated sequence (scored 0).
@@ -157,18 +157,22 @@ def _site_log_probs(
 
 @torch.no_grad()
 def pseudo_log_likelihood(
-    model: ProteinLM, alphabet: Alphabet, ids: np.ndarray, *, toks_per_batch: int = 8192
+    model: ProteinLM, alphabet: Alphabet, ids: np.ndarray | str, *, toks_per_batch: int = 8192
 ) -> float:
-    """Σ_i log p(x_i | x with i masked) over every residue (the protein must fit the model)."""
-    logp = _site_log_probs(
-        model,
-        alphabet,
-        ids,
-        range(len(ids)),
-        masked=True,
-        width=None,
-        toks_per_batch=toks_per_batch,
-    )
+    """Σ_i log p(x_i | x with i masked) over every residue of ``ids`` (residue ids, or the
+    sequence as a string), in eval mode; the protein must fit the model."""
+    if isinstance(ids, str):
+        ids = alphabet.encode(ids)
+    with evaluating(model):
+        logp = _site_log_probs(
+            model,
+            alphabet,
+            ids,
+            range(len(ids)),
+            masked=True,
+            width=None,
+            toks_per_batch=toks_per_batch,
+        )
     return float(sum(logp[i][int(ids[i])] for i in range(len(ids))))
 
 
@@ -197,33 +201,55 @@ def score_mutants(
     sequence: str,
     mutants: Sequence[Sequence[Substitution] | str],
     *,
-    methods: Sequence[str] = ("masked-marginal",),
+    methods: Sequence[str] | str = ("masked-marginal",),
     max_tokens: int | None = None,
     toks_per_batch: int = 8192,
     progress: bool = False,
+    offset: int = 1,
 ) -> dict[str, np.ndarray]:
     """``{method: (n,) scores}`` for ``mutants`` of the wild-type ``sequence``: parsed
-    substitutions or strings (``"H24C"``, ``"H24C:P25A"``, 1-based positions).
+    substitutions or strings (``"H24C"``, ``"H24C:P25A"``; positions numbered from
+    ``offset``, the number of the sequence's first residue).
 
-    Every mutant must fit ``sequence`` (positions inside it, its wild-type letters, mutant
-    letters among the 20 amino acids): a ValueError names the first that does not.
-    ``max_tokens``: the window in tokens (with ``<cls>``/``<eos>``) a protein is scored in;
-    None: the model's own (its ``max_len`` with learned positions, no limit with rotary ones).
-    Every method reads masked-LM predictions: a causal model is refused.
+    ``sequence`` is read as a FASTA record's is (whitespace and line breaks removed, any
+    case, a final ``*`` dropped), and the mutants are checked against what is scored. Every
+    mutant must fit it (positions inside it, its wild-type letters, mutant letters among the
+    20 amino acids): a ValueError names the first that does not. ``max_tokens``: the window
+    in tokens (with ``<cls>``/``<eos>``) a protein is scored in; None: the model's own (its
+    ``max_len`` with learned positions, no limit with rotary ones). Scored in eval mode (the
+    model is left in the mode it was in). Every method reads masked-LM predictions: a causal
+    model is refused.
     """
     if getattr(model, "causal", False):
         raise ConfigError(
             "score needs a masked-LM checkpoint: every method reads the prediction at a "
             "(masked) site from both sides, and this model is causal (next-token)"
         )
-    mutants = [parse_mutant(m) if isinstance(m, str) else list(m) for m in mutants]
-    problems = check_mutants(mutants, sequence)
+    if isinstance(mutants, str):
+        mutants = [mutants]  # one mutant, not its letters
+    if isinstance(methods, str):
+        methods = [methods]
+    mutants = [parse_mutant(m, offset) if isinstance(m, str) else list(m) for m in mutants]
+    ids = alphabet.encode(sequence)
+    problems = check_mutants(mutants, alphabet.decode(ids), offset)
     if problems:
         i, problem = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ValueError(f"mutant {i + 1} does not fit the wild type: {problem}{more}")
-    model.eval()
-    ids = alphabet.encode(sequence)
+    with evaluating(model):
+        return _score(model, alphabet, ids, mutants, methods, max_tokens, toks_per_batch, progress)
+
+
+def _score(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    ids: np.ndarray,
+    mutants: list[list[Substitution]],
+    methods: Sequence[str],
+    max_tokens: int | None,
+    toks_per_batch: int,
+    progress: bool,
+) -> dict[str, np.ndarray]:
     if max_tokens is None and model.rotary is None:
         max_tokens = model.config.max_len
     width = None if max_tokens is None else max_tokens - 2

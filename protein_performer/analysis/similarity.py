@@ -33,7 +33,7 @@ from protein_performer.analysis.extraction import attention_maps
 from protein_performer.analysis.inputs import Protein, padded_tokens, token_batches
 from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import Alphabet
-from protein_performer.model.performer import ProteinLM
+from protein_performer.model.performer import ProteinLM, evaluates
 
 #: Amino acids by physico-chemical group (aliphatic, aromatic, C, G/P, polar, basic, acidic).
 AA_ORDER = "AVLIMFWYCGPSTNQHKRDE"
@@ -187,6 +187,7 @@ def embedding_cosine(model: ProteinLM, alphabet: Alphabet) -> np.ndarray:
 
 
 @torch.no_grad()
+@evaluates
 def substitution_joint(
     model: ProteinLM,
     proteins: Sequence[Protein],
@@ -267,6 +268,7 @@ class SimilarityResult:
 
 
 @torch.no_grad()
+@evaluates
 def aa_similarity(
     model: ProteinLM,
     proteins: Sequence[Protein],
@@ -280,8 +282,8 @@ def aa_similarity(
     seed: int = 0,
     progress: bool = False,
 ) -> SimilarityResult:
-    """Compute every view over ``proteins`` (already sampled and cropped by the caller)."""
-    model.eval()
+    """Compute every view over ``proteins`` (already sampled and cropped by the caller), in
+    eval mode."""
     depth, n_heads = model.config.depth, model.config.heads
     layers = list(range(depth)) if layers is None else list(layers)
     heads = list(range(n_heads)) if heads is None else list(heads)

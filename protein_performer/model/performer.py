@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -17,6 +19,31 @@ from protein_performer.model.blocks import Block
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.embeddings import TiedLMHead, TokenPositionEmbedding
 from protein_performer.model.rotary import RotaryEmbedding
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode (no dropout) for the block, then back in the mode it was in:
+    analysis results must not depend on whether the caller was training."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+def evaluates(fn: Callable[..., T]) -> Callable[..., T]:
+    """Run ``fn(model, ...)`` with ``model`` in eval mode (:func:`evaluating`)."""
+
+    @functools.wraps(fn)
+    def wrapper(model: nn.Module, *args: Any, **kwargs: Any) -> T:
+        with evaluating(model):
+            return fn(model, *args, **kwargs)
+
+    return wrapper
 
 
 class ProteinLM(nn.Module):
@@ -135,7 +162,8 @@ class ProteinLM(nn.Module):
         if n > self.config.max_len and self.rotary is None:
             raise ConfigError(
                 f"sequence length {n} exceeds model.max_len={self.config.max_len} "
-                "(learned positions); use a larger model.max_len or model.position=rotary"
+                "(learned positions): crop the input to fit (the analysis commands' "
+                "truncate=true), or train with a larger model.max_len or model.position=rotary"
             )
 
     @torch.no_grad()

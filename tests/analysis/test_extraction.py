@@ -281,3 +281,41 @@ def test_a_uniprot_record_is_found_by_its_accession_or_entry_name(tmp_path) -> N
     (exact,) = read_proteins(iso, ALPHABET, ids=["ABC_HUMAN"])
     assert exact.id == "ABC_HUMAN"
     assert read_proteins(iso, ALPHABET, ids=["P1-2"])[0].id == "sp|P1-2|ABC_HUMAN"
+
+
+def test_layers_and_heads_come_in_the_order_asked_and_in_eval_mode() -> None:
+    """The in-memory API returns what was listed, in that order (it once sorted and merged the
+    selection without saying so), and never with dropout, whatever mode the model is in."""
+    model = tiny_model("transformer")
+    (protein,) = random_proteins(1, 20, seed=3)
+    tokens = protein.tokens(ALPHABET)
+    full = model(tokens, return_attentions=True)["attentions"]
+    maps = attention_maps(model, protein, ALPHABET, layers=[1, 0], heads=[3, 0, 2])
+    for i, layer in enumerate([1, 0]):
+        for j, head in enumerate([3, 0, 2]):
+            np.testing.assert_allclose(maps[i, j], full[layer][0, head, 1:-1, 1:-1], atol=1e-6)
+    hidden = model(tokens, return_hidden=True)["hidden_states"]
+    ((_, reps),) = representations(model, [protein], ALPHABET, repr_layers=[-1, 0])
+    np.testing.assert_allclose(reps[0], model.norm(hidden[2])[0, 1:-1].detach(), atol=1e-5)
+    np.testing.assert_allclose(reps[1], hidden[0][0, 1:-1].detach(), atol=1e-6)
+    for call in (
+        lambda: next(representations(model, [protein], ALPHABET, repr_layers=[2, 2])),
+        lambda: attention_maps(model, protein, ALPHABET, layers=[0, 1, -1]),
+    ):
+        with pytest.raises(ConfigError, match="is selected twice"):
+            call()
+    # a model in training mode with dropout: the same numbers, and it stays in training mode
+    noisy = tiny_model("performer_relu")
+    noisy.config.dropout = 0.5
+    for module in noisy.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.5
+    reference = attention_maps(noisy, protein, ALPHABET)
+    ((_, ref_reps),) = representations(noisy, [protein], ALPHABET)
+    noisy.train()
+    np.testing.assert_array_equal(attention_maps(noisy, protein, ALPHABET), reference)
+    ((_, reps),) = representations(noisy, [protein], ALPHABET)
+    np.testing.assert_array_equal(reps, ref_reps)
+    blocks = list(extract_mod.attention_blocks(noisy, tokens, 1, 2, chunk_size=8))
+    np.testing.assert_array_equal(np.concatenate(blocks), reference[1, 2])
+    assert noisy.training

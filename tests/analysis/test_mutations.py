@@ -418,3 +418,35 @@ def test_score_says_when_rows_repeat_a_mutant(ckpt, tmp_path, capsys) -> None:
     with open(tmp_path / "s.csv", newline="") as fh:
         scores = [r["masked_marginal"] for r in csv.DictReader(fh)]
     assert scores[0] == scores[2] and scores[3] == scores[4]
+
+
+def test_a_pasted_sequence_is_checked_as_it_is_scored() -> None:
+    """Line breaks and lower case are read away before scoring: the wild-type check reads the
+    same residues (it once read the raw string, so a mutant naming the wrong residue passed)."""
+    model = TableModel()
+    pasted = f"{WT[:10].lower()}\n{WT[10:]} *"  # residue 12 is I
+    with pytest.raises(ValueError, match="Q12A: the sequence has I at 12"):
+        mut.score_mutants(model, ALPHABET, pasted, ["Q12A"])
+    np.testing.assert_array_equal(
+        mut.score_mutants(model, ALPHABET, pasted, ["I12A"])["masked-marginal"],
+        mut.score_mutants(model, ALPHABET, WT, ["I12A"])["masked-marginal"],
+    )
+    # one mutant as a string, one method as a string, positions numbered from offset
+    one = mut.score_mutants(model, ALPHABET, WT, "I112A", methods="wt-marginal", offset=101)
+    assert list(one) == ["wt-marginal"] and one["wt-marginal"].shape == (1,)
+    with pytest.raises(ValueError, match="I12A: position 12 is outside 101-122"):
+        mut.score_mutants(model, ALPHABET, WT, ["I12A"], offset=101)
+
+
+def test_scores_are_from_eval_mode_and_the_models_mode_is_kept() -> None:
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=32, depth=2, heads=4, ffn_dim=64, dropout=0.5)
+    model = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx)
+    assert model.training
+    first = mut.score_mutants(model, ALPHABET, WT, ["K2A", "Y5W"], methods=mut.METHODS)
+    assert model.training  # left as it was
+    second = mut.score_mutants(model, ALPHABET, WT, ["K2A", "Y5W"], methods=mut.METHODS)
+    for method in mut.METHODS:
+        np.testing.assert_array_equal(first[method], second[method])  # no dropout
+    pll = mut.pseudo_log_likelihood(model, ALPHABET, WT)
+    assert model.training and pll == mut.pseudo_log_likelihood(model.eval(), ALPHABET, WT)
