@@ -243,7 +243,7 @@ class _AnalysisInputs:
     heads: Any = _key(None, "attention heads, same syntax (unset: all)")
     invalid: str = _key("error", "invalid residues: error, skip (drop the record) or replace (X)")
     strip_gaps: bool = _key(False, "remove alignment gaps (- and .) from the sequences")
-    device: str = _key("auto", "auto, cpu or cuda")
+    device: str = _key("auto", "auto, cpu, cuda or cuda:N")
     overwrite: bool = _key(False, "replace an out directory this command wrote before")
     attention: str | None = _key(None, "run the weights with another attention kind")
     nb_features: int | None = _key(None, "random features for a Performer attention")
@@ -324,7 +324,7 @@ class ScoreConfig:
     )
     skip_mismatched: bool = _key(False, "leave rows whose wild type does not match unscored")
     toks_per_batch: int = _key(8192, "tokens per forward batch")
-    device: str = _key("auto", "auto, cpu or cuda")
+    device: str = _key("auto", "auto, cpu, cuda or cuda:N")
     overwrite: bool = _key(False, "replace an existing out CSV written by score")
     attention: str | None = _key(None, "run the weights with another attention kind")
     nb_features: int | None = _key(None, "random features for a Performer attention")
@@ -352,7 +352,7 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
     for m in methods:
         _choice("method", m, ("masked-marginal", "wt-marginal", "pseudo-ll"))
     _positive("toks_per_batch", cfg.toks_per_batch)
-    _choice("device", cfg.device, ("auto", "cpu", "cuda"))
+    _check_device(cfg.device)
     if cfg.attention is not None:
         _choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:
@@ -368,7 +368,7 @@ def validate_analysis_config(cfg: Any) -> None:
             raise ConfigError(f"{key}=PATH is required")
     eval_fasta_paths(cfg)  # type: ignore[arg-type]
     _choice("invalid", cfg.invalid, INVALID_POLICIES)
-    _choice("device", cfg.device, ("auto", "cpu", "cuda"))
+    _check_device(cfg.device)
     if cfg.attention is not None:
         _choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:
@@ -395,6 +395,11 @@ def validate_analysis_config(cfg: Any) -> None:
         _positive("max_length", cfg.max_length)
     if isinstance(cfg, PlotHeadsConfig) and cfg.zoom is not None:
         _positive("zoom", cfg.zoom)
+
+
+def _check_device(value: Any) -> None:
+    if not (isinstance(value, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", value)):
+        raise ConfigError(f"device={value!r} is not valid; choose one of: auto, cpu, cuda, cuda:N")
 
 
 def _positive(key: str, value: Any, *, allow_zero: bool = False) -> None:
@@ -615,7 +620,7 @@ def validate_eval_config(cfg: EvalConfig) -> None:
         _choice("mode", cfg.mode, DATA_MODES)
     _choice("invalid", cfg.invalid, INVALID_POLICIES)
     _choice("crop", cfg.crop, ("random", "sliding"))
-    _choice("device", cfg.device, ("auto", "cpu", "cuda"))
+    _check_device(cfg.device)
     _positive("toks_per_batch", cfg.toks_per_batch)
     if cfg.context is not None and (not isinstance(cfg.context, str) or not cfg.context):
         raise ConfigError("context must be 'cluster' or a FASTA path")

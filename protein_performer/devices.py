@@ -26,15 +26,22 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def pick_device(name: str) -> torch.device:
-    """``auto`` (CUDA when available), ``cpu`` or ``cuda`` (an error when there is none)."""
-    if name == "auto":
+def pick_device(name: str | torch.device) -> torch.device:
+    """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N`` (an error when there is
+    no such device); a ``torch.device`` of those kinds is taken as it is."""
+    text = str(name)
+    if text == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device=cuda but no CUDA device is available; use device=cpu")
-    if name not in ("cpu", "cuda"):
-        raise ConfigError(f"device must be auto, cpu or cuda (got {name!r})")
-    return torch.device(name)
+    kind, _, index = text.partition(":")
+    if kind not in ("cpu", "cuda") or (index and not (kind == "cuda" and index.isdigit())):
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N (got {text!r})")
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device={text} but no CUDA device is available; use device=cpu")
+        if index and int(index) >= count:
+            raise ConfigError(f"device={text} but this machine has {count} CUDA device(s)")
+    return torch.device(text)
 
 
 def size_text(n: float) -> str:

@@ -26,6 +26,8 @@ import torch
 from protein_performer.analysis.inputs import (
     PathLike,
     Protein,
+    as_protein,
+    as_proteins,
     max_tokens,
     padded_tokens,
     parse_indices,
@@ -89,7 +91,7 @@ def attention_blocks(
 @torch.no_grad()
 def attention_maps(
     model: ProteinLM,
-    protein: Protein,
+    protein: Protein | str,
     alphabet: Alphabet,
     *,
     layers: Sequence[int] | None = None,
@@ -97,13 +99,15 @@ def attention_maps(
     keep_specials: bool = False,
     chunk_size: int = 256,
 ) -> np.ndarray:
-    """``(layers, heads, L, L)`` float32 attention of one protein (all layers/heads: None),
+    """``(layers, heads, L, L)`` float32 attention of one protein (or sequence string; all
+    layers/heads: None),
     in the order ``layers`` and ``heads`` list them (negative: from the end), in eval mode.
 
     Holds the whole result; for long proteins use :func:`extract` (it streams) or
     :func:`attention_blocks`.
     """
     device = next(model.parameters()).device
+    protein = as_protein(protein, alphabet)
     tokens = protein.tokens(alphabet).to(device)
     layers = parse_indices(layers, model.config.depth, "layers", keep_order=True)
     heads = parse_indices(heads, model.config.heads, "heads", keep_order=True)
@@ -135,7 +139,7 @@ def attention_maps(
 @torch.no_grad()
 def representations(
     model: ProteinLM,
-    proteins: Sequence[Protein],
+    proteins: Sequence[Protein | str] | Protein | str,
     alphabet: Alphabet,
     *,
     repr_layers: Sequence[int] = (-1,),
@@ -143,11 +147,14 @@ def representations(
     keep_specials: bool = False,
 ) -> Iterator[tuple[Protein, np.ndarray]]:
     """Yield ``(protein, per_tok)`` with ``per_tok`` float32 ``(len(repr_layers), L, dim)`` for
-    each protein in order, batching proteins up to ``toks_per_batch`` tokens; layers in the
+    each protein (or sequence string) in order, batching proteins up to ``toks_per_batch`` tokens; layers in the
     order ``repr_layers`` lists them, computed in eval mode. Layer ``0`` is the embedding
     output, ``depth`` (or ``-1``) the last block after the final LayerNorm (ESM's convention)."""
     device = next(model.parameters()).device
     depth = model.config.depth
+    proteins = as_proteins(proteins, alphabet)
+    if isinstance(repr_layers, int):
+        repr_layers = [repr_layers]
     layers = parse_indices(list(repr_layers), depth + 1, "repr_layers", keep_order=True)
     for batch in token_batches(proteins, toks_per_batch):
         members = [proteins[i] for i in batch]

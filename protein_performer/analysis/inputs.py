@@ -52,6 +52,29 @@ class Protein:
         return torch.from_numpy(ids)[None]
 
 
+def as_protein(item: Protein | str, alphabet: Alphabet, index: int = 0) -> Protein:
+    """``item`` as a :class:`Protein`: a sequence string is read as a FASTA record's is (any
+    case, whitespace removed; named ``seq{index}``)."""
+    if isinstance(item, Protein):
+        return item
+    if isinstance(item, str):
+        ids = alphabet.clean_encode(item, record=index + 1).ids
+        assert ids is not None  # policy error: invalid letters raise
+        return Protein(f"seq{index}", "", ids)
+    raise TypeError(
+        f"expected a Protein (read_proteins) or a sequence string, got {type(item).__name__}"
+    )
+
+
+def as_proteins(
+    items: Sequence[Protein | str] | Protein | str, alphabet: Alphabet
+) -> list[Protein]:
+    """One protein or a list of them (:func:`as_protein` each)."""
+    if isinstance(items, (Protein, str)):
+        items = [items]
+    return [as_protein(item, alphabet, i) for i, item in enumerate(items)]
+
+
 def token_batches(proteins: Sequence[Protein], toks_per_batch: int) -> list[list[int]]:
     """Indices of ``proteins`` grouped in order so that a padded batch (``<cls>``/``<eos>``
     included) holds at most ``toks_per_batch`` tokens (a longer protein is a batch alone)."""

@@ -7,6 +7,7 @@ Main entry points: :func:`~protein_performer.data.fasta.read_fasta`,
 """
 
 from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
+from protein_performer.data.batching import encode_batch
 from protein_performer.data.fasta import FastaRecord, load_fasta_source, read_fasta
 from protein_performer.data.headers import HeaderInfo, parse_header
 from protein_performer.data.sources import FlatSource
@@ -18,6 +19,7 @@ __all__ = [
     "HeaderInfo",
     "InvalidPolicy",
     "default_alphabet",
+    "encode_batch",
     "load_fasta_source",
     "parse_header",
     "read_fasta",

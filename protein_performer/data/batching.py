@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.data.datasets import TAG_BATCH, keyed_rng
 from protein_performer.errors import ConfigError
 
@@ -246,3 +247,23 @@ def pad_batch(
         tokens[row, :n] = torch.as_tensor(np.asarray(seq), dtype=torch.int64)
         padding_mask[row, :n] = False
     return tokens, padding_mask
+
+
+def encode_batch(
+    sequences: Sequence[str], alphabet: Alphabet | None = None
+) -> dict[str, torch.Tensor]:
+    """Sequences as a model batch (ESM's batch converter): ``input_ids`` ``(B, L)`` int64,
+    ``<cls> residues <eos>`` right-padded, and ``padding_mask`` ``(B, L)`` bool, True at
+    padding; ``model(**encode_batch(seqs, alphabet))``. Each sequence is read as a FASTA
+    record's is (any case, whitespace removed, a final ``*`` dropped); an invalid letter is a
+    ValueError naming it."""
+    if isinstance(sequences, str):
+        raise TypeError("sequences must be a list of strings, got one string: wrap it in [...]")
+    alphabet = alphabet or default_alphabet()
+    rows = []
+    for i, seq in enumerate(sequences):
+        ids = alphabet.clean_encode(seq, record=i + 1).ids
+        assert ids is not None  # policy error: invalid letters raise
+        rows.append(np.concatenate([[alphabet.cls_idx], ids, [alphabet.eos_idx]]))
+    input_ids, padding_mask = pad_batch(rows, alphabet.pad_idx)
+    return {"input_ids": input_ids, "padding_mask": padding_mask}

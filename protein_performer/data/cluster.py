@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -32,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,8 @@ from protein_performer.data.fasta import EncodeCounts, FastaReader, PathLike, it
 from protein_performer.data.headers import HeaderInfo
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, remove_empty, replace_dir, start_staging
+
+log = logging.getLogger(__name__)
 
 FORMAT = "protein-performer-clusters"
 FORMAT_VERSION = 1
@@ -499,3 +503,36 @@ def _read_members(p: Path) -> dict[str, str]:
     if not out:
         raise DataError("the members table lists no member (only its header line)", path=p)
     return out
+
+
+def members_digest(cluster_of: Mapping[str, str]) -> str:
+    """sha256 of a member -> cluster map, whatever the table's row order or layout: what a
+    cluster split depends on (a checkpoint keeps it to tell a re-made table from its own)."""
+    h = hashlib.sha256()
+    for member in sorted(cluster_of):
+        h.update(f"{member}\t{cluster_of[member]}\n".encode())
+    return h.hexdigest()
+
+
+def check_run_clustering(
+    table: PathLike, cluster_of: Mapping[str, str], stored: Mapping[str, Any], split: str
+) -> None:
+    """For ``split`` (train/val/test) of a checkpoint's cluster split: the clusters table used
+    now must be the training run's (``stored["clusters_digest"]``; checkpoints before it carry
+    none and are not checked). Re-made into the run's path, it is refused: the held-out part
+    would hold proteins the model trained on. Another path is the user's choice: warned."""
+    digest = stored.get("clusters_digest")
+    if not digest or members_digest(cluster_of) == digest:
+        return
+    run_table = stored.get("clusters")
+    same_path = bool(run_table) and Path(table).resolve() == Path(run_table).resolve()
+    problem = (
+        f"split={split}: this clusters table is not the one the training run split by "
+        f"({'changed since, e.g. `data cluster` run again into it' if same_path else 'another clustering'}"
+        "), so its held-out part can hold proteins the model trained on"
+    )
+    if same_path:
+        raise DataError(
+            f"{problem}; give the run's table (clusters=...), or leave split unset", path=table
+        )
+    log.warning("%s: %s", table, problem)

@@ -55,6 +55,17 @@ def mask_tokens(
         selected positions, ``IGNORE_INDEX`` elsewhere.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
+    if tokens.ndim != 1:
+        raise ValueError(f"tokens must be one sequence (L,), got shape {tokens.shape}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(seed)), got {rng!r}")
+    fracs = {"mask_prob": mask_prob, "mask_token_frac": mask_token_frac}
+    fracs["random_token_frac"] = random_token_frac
+    for key, value in fracs.items():
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{key} must be in [0, 1], got {value!r}")
+    if mask_token_frac + random_token_frac > 1.0:
+        raise ValueError("mask_token_frac + random_token_frac must be at most 1")
     labels = np.full(tokens.shape, IGNORE_INDEX, dtype=np.int64)
     inputs = tokens.copy()
     eligible = np.flatnonzero(~alphabet.special_mask(tokens))

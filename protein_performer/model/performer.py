@@ -131,6 +131,11 @@ class ProteinLM(nn.Module):
             raise ValueError(f"input_ids must be (B, L), got shape {tuple(input_ids.shape)}")
         if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must be integer token ids, got {input_ids.dtype}")
+        if input_ids.dtype == torch.uint8:
+            raise TypeError(
+                "input_ids must be int64 tokens with <cls>/<eos>, got uint8 (alphabet.encode's "
+                "residue ids?): protein_performer.data.encode_batch(sequences) makes a batch"
+            )
         if input_ids.numel() == 0:
             raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)})")
         if padding_mask is not None:
@@ -145,17 +150,31 @@ class ProteinLM(nn.Module):
                 )
 
     def _key_padding(
-        self, input_ids: torch.Tensor, padding_mask: torch.Tensor
+        self, input_ids: torch.Tensor, padding_mask: torch.Tensor | None
     ) -> torch.Tensor | None:
-        """``padding_mask``, or None when nothing is padded; checks that every id is in the
-        vocabulary (an out-of-range id would index another row of the embedding). One host
-        sync for both, which the padding decision needs anyway."""
-        low, high, padded = torch.stack(
-            [input_ids.min(), input_ids.max(), padding_mask.any().to(input_ids.dtype)]
-        ).tolist()
+        """The padding mask (``input_ids == pad_idx`` when None), or None when nothing is
+        padded; checks that every id is in the vocabulary (an out-of-range id would index
+        another row of the embedding) and that a given mask is True at every ``<pad>`` and
+        leaves each row something (another convention's mask, e.g. Hugging Face's
+        ``attention_mask``, True where to attend, is refused). One host sync for all, which
+        the padding decision needs anyway."""
+        given = padding_mask is not None
+        if padding_mask is None:
+            padding_mask = input_ids == self.pad_idx
+        checks = [input_ids.min(), input_ids.max(), padding_mask.any().to(input_ids.dtype)]
+        if given:
+            checks.append((~padding_mask & (input_ids == self.pad_idx)).any().to(input_ids.dtype))
+            checks.append(padding_mask.all(dim=1).any().to(input_ids.dtype))
+        low, high, padded, *mask_problems = torch.stack(checks).tolist()
         if low < 0 or high >= self.vocab_size:
             bad = low if low < 0 else high
             raise ValueError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
+        if any(mask_problems):
+            what = "is False at <pad> tokens" if mask_problems[0] else "pads a whole row"
+            raise ValueError(
+                f"padding_mask {what}: it must be True at padding (a Hugging Face "
+                "attention_mask is the opposite: pass ~attention_mask)"
+            )
         return padding_mask if padded else None
 
     def _check_length(self, n: int) -> None:
@@ -190,8 +209,6 @@ class ProteinLM(nn.Module):
                 raise ValueError(f"{name}: {bad[0]} is not one of 0..{count - 1}")
         n = input_ids.shape[1]
         self._check_length(n)
-        if padding_mask is None:
-            padding_mask = input_ids == self.pad_idx
         key_padding_mask = self._key_padding(input_ids, padding_mask)
         wanted = set(range(self.config.depth)) if layers is None else set(layers)
         last = max(wanted, default=-1)
@@ -248,8 +265,6 @@ class ProteinLM(nn.Module):
             )
         n = input_ids.shape[1]
         self._check_length(n)
-        if padding_mask is None:
-            padding_mask = input_ids == self.pad_idx
         key_padding_mask = self._key_padding(input_ids, padding_mask)
         x = self.dropout(self.embed(input_ids))
         rotary = None

@@ -39,8 +39,22 @@ FEATURE_MAP_MARK = ".attn.maps."
 def make_metadata(
     model: ProteinLM, alphabet: Alphabet, objective: str, data: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The ``"protein_performer"`` checkpoint entry for ``model``."""
+    """The ``"protein_performer"`` checkpoint entry for ``model``. ValueError when
+    ``objective`` or ``alphabet`` does not describe ``model`` (the checkpoint would load as
+    another model, or not at all)."""
     from protein_performer import __version__
+
+    expected = "causal" if getattr(model, "causal", False) else "mlm"
+    if objective != expected:
+        raise ValueError(
+            f"objective={objective!r} does not describe this model: it is "
+            f"{'causal (next-token)' if expected == 'causal' else 'bidirectional (masked LM)'}, "
+            f"objective={expected!r}"
+        )
+    if len(alphabet) != model.vocab_size:
+        raise ValueError(
+            f"the alphabet has {len(alphabet)} tokens, the model's vocabulary {model.vocab_size}"
+        )
 
     projections = {
         name: buf.detach().cpu().clone()
@@ -403,7 +417,9 @@ def save_model_checkpoint(
     data: Mapping[str, Any] | None = None,
 ) -> None:
     """Write a weights-only checkpoint (same layout as the training checkpoints, without
-    optimizer state) atomically: ``load_model`` and ``init_from`` accept it."""
+    optimizer state) atomically: ``load_model`` and ``init_from`` accept it. ``objective``
+    (``"mlm"`` or ``"causal"``) must be the model's. Like ``torch.save``, replaces ``path``
+    when it exists."""
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

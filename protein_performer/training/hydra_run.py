@@ -608,7 +608,7 @@ _EVALUATE_KEYS = {
     "strip_gaps": "remove alignment gaps (-, .) before reading sequences",
     "allow_nucleotide": "read records that look like DNA/RNA (an error otherwise)",
     "max_records": "read at most this many records",
-    "device": "auto, cpu or cuda",
+    "device": "auto, cpu, cuda or cuda:N",
     "output": "also write the JSON result to this file",
     "overwrite": "replace an existing output file (a result JSON of evaluate only)",
     "attention": "run the weights with another attention kind (e.g. transformer)",

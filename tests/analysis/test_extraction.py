@@ -319,3 +319,26 @@ def test_layers_and_heads_come_in_the_order_asked_and_in_eval_mode() -> None:
     blocks = list(extract_mod.attention_blocks(noisy, tokens, 1, 2, chunk_size=8))
     np.testing.assert_array_equal(np.concatenate(blocks), reference[1, 2])
     assert noisy.training
+
+
+def test_sequence_strings_and_devices_are_taken_as_a_user_writes_them() -> None:
+    from protein_performer.devices import pick_device
+
+    model = tiny_model("performer_relu")
+    (protein,) = random_proteins(1, 20, seed=4)
+    text = ALPHABET.decode(protein.residues)
+    np.testing.assert_array_equal(
+        attention_maps(model, text.lower(), ALPHABET), attention_maps(model, protein, ALPHABET)
+    )
+    ((named, reps),) = representations(model, text, ALPHABET, repr_layers=-1)
+    ((_, expected),) = representations(model, [protein], ALPHABET)
+    assert named.id == "seq0"
+    np.testing.assert_array_equal(reps, expected)
+    with pytest.raises(TypeError, match=r"expected a Protein .* or a sequence string, got int"):
+        next(representations(model, [3], ALPHABET))
+    assert pick_device(torch.device("cpu")) == torch.device("cpu")
+    with pytest.raises(ConfigError, match="device must be auto, cpu, cuda or cuda:N"):
+        pick_device("gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="device=cuda:1 but no CUDA device"):
+            pick_device("cuda:1")

@@ -229,3 +229,19 @@ def test_custom_mask_split():
     assert (x[sel] == A.mask_idx).all()
     n_res = sum(len(it["tokens"]) - 2 for it in items)
     assert abs(sel.sum().item() / n_res - 0.5) < 0.01
+
+
+def test_mask_tokens_refuses_what_it_cannot_mean():
+    ids = np.array([A.cls_idx, *(A.index(c) for c in "MKTAYIAK"), A.eos_idx])
+    rng = np.random.default_rng(0)
+    for kwargs, message in (
+        ({"mask_prob": 1.5}, r"mask_prob must be in \[0, 1\], got 1.5"),
+        ({"mask_prob": -0.1}, "mask_prob must be in"),
+        ({"mask_token_frac": 0.8, "random_token_frac": 0.3}, "must be at most 1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            mask_tokens(ids, A, rng, **kwargs)
+    with pytest.raises(ValueError, match=r"one sequence \(L,\), got shape \(1, 10\)"):
+        mask_tokens(ids[None], A, rng)
+    with pytest.raises(TypeError, match="numpy Generator"):
+        mask_tokens(ids, A, 0)

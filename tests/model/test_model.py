@@ -617,6 +617,36 @@ def test_ids_and_masks_the_model_cannot_mean_are_clear_errors():
     with pytest.raises(ValueError, match="pad_idx < vocab_size"):
         ProteinLM(tiny_config(), V, pad_idx=V)
     assert model(ids)["logits"].shape == (2, 10, V)
+    with pytest.raises(TypeError, match=r"got uint8.*encode_batch"):
+        model(ids.to(torch.uint8))
+
+
+def test_sequences_to_a_batch_and_masks_of_another_convention():
+    from protein_performer.data import encode_batch
+
+    model = ProteinLM(tiny_config(), V, ALPHABET.pad_idx).eval()
+    batch = encode_batch(["MKTAYIAKQR", "gnif ik\n*"], ALPHABET)
+    a, pad = ALPHABET.index, ALPHABET.pad_idx
+    expected = [
+        [ALPHABET.cls_idx, *map(a, "MKTAYIAKQR"), ALPHABET.eos_idx],
+        [ALPHABET.cls_idx, *map(a, "GNIFIK"), ALPHABET.eos_idx, pad, pad, pad, pad],
+    ]
+    assert batch["input_ids"].tolist() == expected
+    assert batch["padding_mask"].tolist() == [[False] * 12, [False] * 8 + [True] * 4]
+    logits = model(**batch)["logits"]
+    alone = model(**encode_batch(["GNIFIK"], ALPHABET))["logits"]
+    torch.testing.assert_close(logits[1, :8], alone[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="position 3"):
+        encode_batch(["MK1"], ALPHABET)
+    with pytest.raises(TypeError, match="wrap it in"):
+        encode_batch("MKV", ALPHABET)
+    # Hugging Face's attention_mask (True where to attend) is the opposite: refused
+    with pytest.raises(ValueError, match="padding_mask is False at <pad> tokens"):
+        model(batch["input_ids"], ~batch["padding_mask"])
+    with pytest.raises(ValueError, match="padding_mask pads a whole row"):
+        model(batch["input_ids"][:1], torch.ones(1, 12, dtype=torch.bool))
+    with pytest.raises(ValueError, match="padding_mask is False at <pad> tokens"):
+        list(model.iter_attention(batch["input_ids"], ~batch["padding_mask"]))
 
 
 def test_layer_head_and_probe_selections_out_of_range_are_errors():

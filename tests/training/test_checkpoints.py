@@ -96,6 +96,15 @@ def test_save_model_checkpoint_round_trip(tmp_path):
     ids = _ids()
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids)["logits"], model(ids)["logits"], rtol=0, atol=0)
+    # an objective or alphabet that is not the model's would load as another model: refused
+    other = tmp_path / "other.ckpt"
+    for objective in ("mlm", "MLM"):
+        with pytest.raises(ValueError, match=r"objective=.* does not describe this model"):
+            save_model_checkpoint(other, model, ALPHABET, objective)
+    wide = ProteinLM(_config("performer_softmax"), len(ALPHABET) + 9)
+    with pytest.raises(ValueError, match="the alphabet has 31 tokens, the model's vocabulary 40"):
+        save_model_checkpoint(other, wide, ALPHABET, "mlm")
+    assert not other.exists()
 
 
 class _Payload:
