@@ -488,8 +488,19 @@ def _read_members(p: Path) -> dict[str, str]:
         reader = csv.reader(fh, delimiter="\t")
         header = next(reader, None)
         if header is None or [h.strip() for h in header[:2]] != ["cluster_id", "member_id"]:
+            first = "\t".join(header or [])
+            if re.fullmatch(r"\s*cluster_id\s*[,;]\s*member_id.*", first):
+                hint = "; it is comma-separated: the columns must be separated by tabs"
+            elif header and len(header) >= 2 and all(h.strip() for h in header[:2]):
+                hint = (
+                    "; an MMseqs2 *_cluster.tsv (representative, member) reads as is once "
+                    "the line cluster_id<TAB>member_id is put first"
+                )
+            else:
+                hint = ""
             raise DataError(
-                "not a members table (first line must be cluster_id, member_id)", path=p
+                "not a members table (first line must be cluster_id<TAB>member_id)" + hint,
+                path=p,
             )
         for n, row in enumerate(reader, start=2):
             row = [c.strip() for c in row]
@@ -498,7 +509,11 @@ def _read_members(p: Path) -> dict[str, str]:
             if len(row) < 2 or not row[0] or not row[1]:
                 raise DataError(f"line {n}: expected cluster_id<TAB>member_id", path=p)
             if row[1] in out and out[row[1]] != row[0]:
-                raise DataError(f"line {n}: {row[1]} is listed in two clusters", path=p)
+                raise DataError(
+                    f"line {n}: {row[1]} is listed in two clusters ({out[row[1]]}, {row[0]}); "
+                    "are the columns swapped? the first is the cluster, the second its member",
+                    path=p,
+                )
             out[row[1]] = row[0]
     if not out:
         raise DataError("the members table lists no member (only its header line)", path=p)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import numbers
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pytorch_lightning as pl
@@ -121,7 +121,10 @@ def _sequence_digests(source: FlatSource) -> np.ndarray:
 
 
 def _families_of_at_least(
-    source: FlatSource, groups: list[np.ndarray], min_members: int
+    source: FlatSource,
+    groups: list[np.ndarray],
+    min_members: int,
+    note: Callable[[str], None] | None = None,
 ) -> tuple[FlatSource, list[np.ndarray]]:
     """``source`` restricted to the groups of at least ``min_members`` records, and those
     groups renumbered into the new source (order kept)."""
@@ -131,16 +134,12 @@ def _families_of_at_least(
             f"min_members={min_members}: no cluster of the training split has that many members"
         )
     records = np.concatenate(kept)
-    log.info(
-        "train: min_members=%d keeps %d of %d clusters (%d of %d proteins, %d of %d residues)",
-        min_members,
-        len(kept),
-        len(groups),
-        len(records),
-        len(source),
-        int(source.lengths[records].sum()),
-        source.n_residues,
-    )
+    if note is not None:
+        note(
+            f"min_members={min_members} keeps {len(kept):,} of {len(groups):,} clusters "
+            f"({len(records):,} of {len(source):,} proteins, "
+            f"{int(source.lengths[records].sum()):,} of {source.n_residues:,} residues)"
+        )
     sizes = np.array([len(g) for g in kept], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     renumbered = [np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, sizes, strict=True)]
@@ -367,6 +366,8 @@ class ProteinDataModule(pl.LightningDataModule):
             raise ConfigError(f"sample={self.sample} needs mode=crop (one protein per item)")
         # split -> (records, items, records cut) when crop="sliding" cut long records
         self.windows: dict[str, tuple[int, int]] = {}
+        # per split, what building it dropped, packed or rewrote (said in the run's header)
+        self.notes: dict[str, list[str]] = {}
         self.allow_nucleotide = bool(allow_nucleotide)
         self.max_records = _int("max_records", max_records, 1, optional=True)
         self.val_max_records = _int("val_max_records", val_max_records, 1, optional=True)
@@ -458,6 +459,7 @@ class ProteinDataModule(pl.LightningDataModule):
         return source
 
     def _make_dataset(self, source: FlatSource, split: str) -> EpochDataset:
+        self.notes[split] = []
         train = split == "train"
         if self.mode == "crop" and self.crop == "sliding":
             n_records = len(source)
@@ -474,19 +476,18 @@ class ProteinDataModule(pl.LightningDataModule):
                 seed=self.seed,
                 train=train,
             )
-            log.info(
-                "%s: %d proteins in %d clusters -> %d items per epoch (sample=%s)",
+            self._note(
                 split,
-                len(source),
-                len(clusters),
-                len(ds),
-                self.sample,
+                f"sample={self.sample}: {len(source):,} proteins in {len(clusters):,} clusters "
+                f"-> {len(ds):,} items per epoch",
             )
             return ds
         if self.mode == "crop" and train and self.packing == "pairs":
             groups = self._clusters_of_source(source)
             if self.min_members > 1:
-                source, groups = _families_of_at_least(source, groups, self.min_members)
+                source, groups = _families_of_at_least(
+                    source, groups, self.min_members, lambda t: self._note(split, t)
+                )
             ds = PairDataset(
                 source,
                 groups,
@@ -499,31 +500,34 @@ class ProteinDataModule(pl.LightningDataModule):
                 seed=self.seed,
                 train=train,
             )
-            log.info(
-                "%s: %d proteins in %d clusters, each after a partner (pair_copy=%g, "
-                "pair_alone=%g%s; %d with no other member are paired with themselves)",
+            fill = ", among other clusters' proteins to max_length" if self.pair_fill else ""
+            self._note(
                 split,
-                len(source),
-                len(groups),
-                self.pair_copy,
-                self.pair_alone,
-                ", among other clusters' proteins to max_length" if self.pair_fill else "",
-                ds.n_alone,
+                f"pairs packing: {len(source):,} proteins in {len(groups):,} clusters, each "
+                f"after a partner (pair_copy={self.pair_copy:g}, pair_alone="
+                f"{self.pair_alone:g}{fill}); {ds.n_alone:,} with no other member are paired "
+                "with themselves",
             )
             return ds
         if self.mode == "crop":
             ds: EpochDataset = CropDataset(source, self.max_length, seed=self.seed, train=train)
-            log.info(
-                "%s: %d proteins, %d cropped to %d tokens",
-                split,
-                len(ds),
-                ds.n_cropped,
-                self.max_length,
-            )
+            if ds.n_cropped:
+                self._note(
+                    split,
+                    f"{ds.n_cropped:,} of {len(ds):,} proteins longer than max_length="
+                    f"{self.max_length:,} tokens: "
+                    + (
+                        "a random window of each every epoch"
+                        if train
+                        else "one fixed (seeded) window of each"
+                    ),
+                )
             return ds
         groups = self._clusters_of_source(source) if self.packing == "family" else None
         if groups is not None and train and self.min_members > 1:
-            source, groups = _families_of_at_least(source, groups, self.min_members)
+            source, groups = _families_of_at_least(
+                source, groups, self.min_members, lambda t: self._note(split, t)
+            )
         # copy packing is a training curriculum: evaluation windows hold each protein once
         repeat = 2 if self.packing == "copy" and train else 1
         ds = ConcatWindowDataset(
@@ -535,22 +539,25 @@ class ProteinDataModule(pl.LightningDataModule):
             repeat=repeat,
             spread=self.family_spread,  # > 1 only with family packing (checked above)
         )
-        if groups is not None:
-            log.info("%s: family packing of %d clusters", split, len(groups))
-        tail = (
-            f"last window {int(ds.lengths[-1])} tokens"
-            if ds.keep_tail and len(ds)
-            else f"{ds.dropped_tokens} trailing tokens dropped per epoch"
-        )
-        log.info(
-            "%s: %d proteins → %d windows of %d tokens; %s",
+        packing = "family" if groups is not None else ("copy" if repeat == 2 else "stream")
+        how = f" of {len(groups):,} clusters" if groups is not None else ""
+        if ds.keep_tail and len(ds):
+            tail = f"last window {int(ds.lengths[-1]):,} tokens"
+        else:
+            share = ds.dropped_tokens / max(1, ds.total_tokens)
+            tail = f"{ds.dropped_tokens:,} trailing tokens ({share:.1%}) left out each epoch"
+        self._note(
             split,
-            len(source),
-            len(ds),
-            self.max_length,
-            tail,
+            f"{packing} packing{how}: {len(source):,} proteins -> {len(ds):,} windows of "
+            f"{self.max_length:,} tokens; {tail}",
         )
         return ds
+
+    def _note(self, split: str, text: str) -> None:
+        """What building ``split`` dropped, packed or rewrote, for the run's header
+        (:attr:`notes`) and the log."""
+        self.notes.setdefault(split, []).append(text)
+        log.info("%s: %s", split, text)
 
     def setup(self, stage: str | None = None) -> None:
         """Load the splits a stage needs (``fit``: train+val, ``validate``: val,

@@ -134,11 +134,22 @@ def check_readable_file(path: PathLike, what: str = "a FASTA file") -> None:
                 f"no such file ({rest} exists: the data commands take plain paths, not key=value)",
                 path=path,
             )
+        if str(path) == "-":
+            raise DataError(f"no such file ('-' for standard input is not read: {STREAM_HINT})")
         raise DataError("no such file", path=path)
     if p.is_dir():
         raise DataError(f"is a directory, expected {what}", path=path)
+    if not p.is_file():
+        raise DataError(f"a pipe or other stream, not a file: {STREAM_HINT}", path=path)
     if not os.access(p, os.R_OK):
         raise DataError("permission denied", path=path)
+
+
+#: Why a pipe (``/dev/stdin``, ``<(zcat x.gz)``) is refused, and what to do instead.
+STREAM_HINT = (
+    "inputs are read more than once (to count, split and check them), so write it to a file "
+    "first (compressed .gz/.bz2/.xz files are read as they are)"
+)
 
 
 class NucleotideError(DataError):
@@ -155,6 +166,9 @@ class FastaReader:
     def __init__(self, path: PathLike, *, allow_empty_sequence: bool = False) -> None:
         self.path = Path(path)
         self.allow_empty_sequence = allow_empty_sequence
+        if self.path.exists() and not self.path.is_file() and not self.path.is_dir():
+            # checked before the magic bytes are read: a pipe's would be gone
+            raise DataError(f"a pipe or other stream, not a file: {STREAM_HINT}", path=path)
         self.compression = detect_compression(path)
         if self.compression == "zip" and self.path.suffix in (".ckpt", ".pt", ".pth"):
             raise DataError(

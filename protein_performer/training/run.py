@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException
 from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.atomic import make_output_dir, write_text_atomic
 from protein_performer.config import (
+    DataConfig,
     EvalConfig,
     TrainConfig,
     TrainerConfig,
@@ -42,9 +43,9 @@ from protein_performer.config import (
     validate_train_config,
 )
 from protein_performer.data.alphabet import EXTRA_RESIDUES, Alphabet, default_alphabet
-from protein_performer.data.cluster import read_members
+from protein_performer.data.cluster import check_run_clustering, members_digest, read_members
 from protein_performer.data.datamodule import ProteinDataModule
-from protein_performer.data.fasta import check_distinct_inputs, load_fasta_source
+from protein_performer.data.fasta import STREAM_HINT, check_distinct_inputs, load_fasta_source
 from protein_performer.data.shards import read_manifest
 from protein_performer.devices import is_rank_zero, pick_device, usable_cpus
 from protein_performer.errors import ConfigError, DataError
@@ -131,7 +132,12 @@ def _require_file(path: str, what: str) -> None:
     """One-line :class:`DataError` ``PATH: WHAT: not found`` (or ``not a file``)."""
     p = Path(path)
     if not p.is_file():
-        problem = "not found" if not p.exists() else "not a file (a directory?)"
+        if not p.exists():
+            problem = "not found"
+        elif p.is_dir():
+            problem = "a directory, not a file"
+        else:
+            problem = f"a pipe or other stream, not a file: {STREAM_HINT}"
         raise DataError(f"{what}: {problem}", path=path)
 
 
@@ -198,6 +204,7 @@ def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
         check_resume_compatible(
             ckpt.get(META_KEY), cfg.model, default_alphabet(), cfg.objective, "ckpt_path"
         )
+        _check_resume_split((ckpt.get(META_KEY) or {}).get("data"), cfg.data)
         step = int(ckpt.get("global_step", 0))
         _check_resume_processes(ckpt, cfg.trainer)
         if step >= cfg.trainer.max_steps:
@@ -616,20 +623,71 @@ def shards_split(shards: str | os.PathLike) -> dict[str, Any]:
     }
 
 
-def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
-    d = cfg.data
-    data_info = {
-        "mode": d.mode,
-        "max_length": d.max_length,
-        "mask_prob": d.mask_prob,
-        # how the train/val/test split was made, so that evaluate split=test reproduces it
+def split_settings(d: DataConfig) -> dict[str, Any]:
+    """How the train/val/test split is made, as the checkpoint keeps it (so that evaluate
+    split=test reproduces it, and a resume can tell a changed split): ``split_by``,
+    ``split_fractions``, ``split_seed``, ``clusters`` (absolute path) and ``clusters_digest``
+    (the table's member -> cluster map, :func:`members_digest`)."""
+    info: dict[str, Any] = {
         "split_by": d.split_by,
         "split_fractions": list(d.split_fractions),
         "split_seed": d.split_seed,
         "clusters": os.path.abspath(d.clusters) if d.clusters else None,
     }
     if d.shards:  # the shards' own split, not data.split_* (which shards do not use)
-        data_info.update(shards_split(d.shards))
+        info.update(shards_split(d.shards))
+    table = info["clusters"]
+    by_cluster = info["split_by"] == "cluster"
+    info["clusters_digest"] = (
+        members_digest(read_members(table))
+        if by_cluster and table and Path(table).exists()
+        else None
+    )
+    return info
+
+
+def _check_resume_split(stored: Mapping[str, Any] | None, d: DataConfig) -> None:
+    """A resume must keep the run's train/val/test split: another one would put proteins the
+    model trained on into its validation and test sets (and best.ckpt would be chosen over two
+    validation sets)."""
+    if not isinstance(stored, Mapping) or "split_fractions" not in stored:
+        return  # a checkpoint that does not record its split
+    now = split_settings(d)
+    changed = []
+    for key in ("split_by", "split_fractions", "split_seed"):
+        before, after = stored.get(key), now[key]
+        if key == "split_fractions" and before is not None and after is not None:
+            same = [round(float(x), 12) for x in before] == [round(float(x), 12) for x in after]
+        else:
+            same = before == after
+        if not same:
+            changed.append(f"data.{key}: {before!r} -> {after!r}")
+    if now["split_by"] == "cluster" and stored.get("split_by") == "cluster":
+        if stored.get("clusters_digest") and now["clusters_digest"]:
+            if stored["clusters_digest"] != now["clusters_digest"]:
+                changed.append(f"data.clusters: another clustering ({d.clusters})")
+        elif stored.get("clusters") and now["clusters"] and stored["clusters"] != now["clusters"]:
+            changed.append(f"data.clusters: {stored['clusters']} -> {now['clusters']}")
+    if changed:
+        raise ConfigError(
+            f"ckpt_path: resuming would change the run's train/val/test split ({'; '.join(changed)}),"
+            " so proteins it trained on would be validated and tested; resume with the run's "
+            "data settings, or start a new run from its weights with init_from=PATH"
+        )
+
+
+def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
+    d = cfg.data
+    data_info = {
+        "mode": d.mode,
+        "max_length": d.max_length,
+        "mask_prob": d.mask_prob,
+        "packing": d.packing,
+        "min_members": d.min_members,
+        # the training files (absolute), so that evaluate can say when it scores them whole
+        "files": [os.path.abspath(f) for f in d.files] if d.files and not d.shards else None,
+        **split_settings(d),
+    }
     module = ProteinLMModule(
         cfg.model,
         cfg.optim,
@@ -883,7 +941,8 @@ def _data_line(dm: ProteinDataModule, cfg: TrainConfig) -> str:
         split = "held-out files given"
     else:
         split = f"split by {dm.split_by} ({', '.join(f'{f:g}' for f in d.split_fractions)})"
-    return ", ".join(parts) + f"; {split}"
+    notes = [f"\n  {s}: {text}" for s, texts in dm.notes.items() for text in texts]
+    return ", ".join(parts) + f"; {split}" + "".join(notes)
 
 
 def _print_header(
@@ -1099,6 +1158,10 @@ class EvalResult:
     split: dict[str, Any] | None = None
     # predicted positions whose true letter is X or another non-standard one (B, Z, U, O)
     nonstandard_targets: int = 0
+    # concat mode: how the windows were packed, in words (None: crop mode)
+    packing: str | None = None
+    # no split= on a checkpoint that records its split: every record was scored, said
+    scope: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -1136,6 +1199,10 @@ class EvalResult:
                 f"\n  windows: {self.cropped_records:,} proteins longer than max_length were cut "
                 f"into consecutive windows ({self.windows:,} items); every residue was in one"
             )
+        if self.packing:
+            text += f"\n  windows: {self.packing}"
+        if self.scope:
+            text += f"\n  note: {self.scope}"
         if self.unigram:
             u = self.unigram
             line = (
@@ -1276,12 +1343,67 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
             "clusters: not found (the training run's clusters table; give clusters=DIR)",
             path=clusters,
         )
+    if cfg.split and by == "cluster" and stored.get("split_by") == "cluster":
+        check_run_clustering(clusters, read_members(clusters), stored, cfg.split)
     return {
         "by": by,
         "clusters": clusters if by == "cluster" else None,
         "fractions": cfg.split_fractions or stored.get("split_fractions") or [0.9, 0.05, 0.05],
         "seed": cfg.split_seed if cfg.split_seed is not None else (stored.get("split_seed") or 0),
     }
+
+
+def _check_context_file(path: str) -> None:
+    """``context=``: ``cluster`` or a FASTA file; a near miss says what was meant."""
+    p = Path(path)
+    if not p.exists() and path.strip().lower() in ("cluster", "clusters"):
+        raise ConfigError(f"context={path}: did you mean context=cluster?")
+    if p.is_dir() and (p / "members.tsv").is_file():
+        raise ConfigError(
+            f"context={path} is a clusters folder: context=cluster clusters={path} scores each "
+            "protein after its own cluster's members"
+        )
+    _require_file(path, "context")
+
+
+def _training_files_note(
+    cfg: EvalConfig, stored: Mapping[str, Any], fasta: Sequence[str]
+) -> str | None:
+    """Without ``split=``, every record is scored: said when a file is one the checkpoint's
+    run trained on (most of its records were)."""
+    trained = set(stored.get("files") or [])
+    if cfg.split or stored.get("split_by") not in ("record", "cluster"):
+        return None
+    shared = [f for f in fasta if os.path.abspath(f) in trained]
+    if not shared:
+        return None
+    return (
+        f"{', '.join(shared)}: the training run's data, and without split= every record is "
+        f"scored, most of them trained on (split=test scores the run's held-out part)"
+    )
+
+
+def _eval_packing(
+    cfg: EvalConfig, stored: Mapping[str, Any], mode: str
+) -> tuple[str, str | None, str | None]:
+    """``(packing, words, clusters table)`` of evaluate's concat windows: family packing when
+    the training run packed by family and its clusters table (or ``clusters=``) is here, so
+    that ``split=val`` measures what the run's validation did; stream packing otherwise,
+    said."""
+    if mode != "concat":
+        return "stream", None, None
+    trained = stored.get("packing")
+    table = cfg.clusters or stored.get("clusters")
+    if trained == "family" and table and Path(table).exists():
+        return "family", f"concat, family packing ({table}), as the training run", str(table)
+    if trained == "family":
+        return (
+            "stream",
+            "concat, stream packing (proteins in a seeded order): the training run packed by "
+            "family, and its clusters table is not here (clusters=DIR packs these the same way)",
+            None,
+        )
+    return "stream", "concat, stream packing (proteins in a seeded order)", None
 
 
 def causal_unigram_sums(
@@ -1425,6 +1547,8 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     fasta = eval_fasta_paths(cfg)
     for path in fasta:
         _require_file(path, "fasta")
+    if cfg.context and cfg.context != "cluster":
+        _check_context_file(cfg.context)
     output = None
     if cfg.output:
         output = check_output_file(
@@ -1449,12 +1573,14 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     split_settings = _eval_split(cfg, stored)
     split = cfg.split or "test"
     files = {"files": fasta} if cfg.split else {"test_files": fasta}
+    packing, packing_note, family_table = _eval_packing(cfg, stored, mode)
     dm = ProteinDataModule(
         **files,
         split_fractions=tuple(split_settings["fractions"]),
         split_seed=split_settings["seed"],
-        clusters=split_settings["clusters"],
+        clusters=split_settings["clusters"] or family_table,
         split_by=split_settings["by"],
+        packing=packing,
         objective=meta["objective"],
         mode=mode,
         max_length=max_length,
@@ -1639,6 +1765,8 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         cropped_records=cropping["cropped"],
         residues_in_windows=cropping["share"],
         windows=cropping["windows"],
+        packing=packing_note,
+        scope=_training_files_note(cfg, stored, fasta),
         context=context,
         split=None
         if not cfg.split

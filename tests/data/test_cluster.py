@@ -328,6 +328,24 @@ def test_members_table_that_is_not_text_is_one_line(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("cluster_id,member_id\nc1,a\n", "comma-separated: the columns must be separated by tabs"),
+        ("r1\ta\nr1\tb\n", r"MMseqs2 \*_cluster.tsv .* once the line cluster_id<TAB>member_id"),
+        (
+            "cluster_id\tmember_id\na\tr1\nb\tr1\n",
+            r"line 3: r1 is listed in two clusters \(a, b\); are the columns swapped",
+        ),
+    ],
+)
+def test_members_tables_of_another_layout_say_what_to_change(tmp_path, text, message) -> None:
+    table = tmp_path / "members.tsv"
+    table.write_text(text)
+    with pytest.raises(DataError, match=message):
+        read_members(table)
+
+
+@pytest.mark.parametrize(
     ("value", "expect"),
     [(50, r"got 50 \(a fraction: 0.5 for 50%\)$"), (0, "got 0$"), (150, "got 150$")],
 )

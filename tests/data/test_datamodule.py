@@ -525,6 +525,15 @@ def test_min_members_keeps_only_families_that_size_in_training_windows():
         assert fam in (list("aaacc"), list("ccaaa"))
     kept = sum(len(s) + 1 for s, rid in zip(seqs, ids, strict=True) if rid[0] in "ac")
     assert train.total_tokens == kept
+    # what was left out and how the windows were packed is said (the run's header prints it)
+    residues = sum(len(s) for s, rid in zip(seqs, ids, strict=True) if rid[0] in "ac")
+    total = sum(len(s) for s in seqs)
+    notes = dm.notes["train"]
+    assert notes[0] == (
+        f"min_members=2 keeps 2 of 4 clusters (5 of 7 proteins, {residues} of {total} residues)"
+    )
+    assert notes[1].startswith(f"family packing of 2 clusters: 5 proteins -> {len(train)} windows")
+    assert dm.notes["val"][0].startswith("family packing of 4 clusters: 7 proteins")
     with pytest.raises(ConfigError, match="no cluster of the training split"):
         dm4 = ProteinDataModule(train_source=src, min_members=4, **kw)
         dm4.setup("fit")

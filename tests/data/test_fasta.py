@@ -3,6 +3,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import os
 import re
 
 import numpy as np
@@ -318,3 +319,19 @@ def test_comment_lines_of_the_old_fasta_format_are_not_residues(tmp_path):
     with pytest.raises(ValueError, match="';'"), AtomicFastaWriter(tmp_path / "w.fa") as w:
         w.write("a", "M" * 60 + ";" + "K" * 10)
     assert not (tmp_path / "w.fa").exists()
+
+
+def test_a_pipe_is_refused_as_one_not_as_an_empty_file(tmp_path):
+    """Inputs are read more than once: a pipe (``/dev/stdin``, ``<(zcat x.gz)``) is refused
+    for that reason (it was "empty file", or "a directory?"), and nothing is read from it."""
+    from protein_performer.data.fasta import check_readable_file
+
+    fifo = tmp_path / "stream"
+    os.mkfifo(fifo)
+    for call in (lambda: FastaReader(fifo), lambda: check_readable_file(fifo)):
+        with pytest.raises(
+            DataError, match=r"a pipe or other stream, not a file: .* write it to a file"
+        ):
+            call()
+    with pytest.raises(DataError, match="'-' for standard input is not read"):
+        check_readable_file("-")

@@ -632,3 +632,93 @@ def test_a_run_on_shards_is_evaluated_on_the_shards_split(tmp_path):
     stored = read_checkpoint(result.last_checkpoint)["protein_performer"]["data"]
     with pytest.raises(ConfigError, match="split by files given per split"):
         split_filter("test", stored)  # aa-similarity split= refuses it too
+
+
+def test_a_clusters_table_made_again_is_not_the_runs_split(tmp_path, caplog):
+    """A cluster split lives in its members table; the checkpoint keeps the table's digest, so
+    a table clustered again into the same path (whose "test" part held training proteins, with
+    no word) is refused by evaluate, aa-similarity's split and a resume."""
+    from protein_performer.analysis.inputs import split_filter
+    from protein_performer.training.checkpoints import read_checkpoint
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=30)
+    table = clusters_of_three(fasta, tmp_path / "members.tsv")
+    cfg = tiny_config(fasta, max_steps=2)
+    cfg.data.clusters, cfg.data.split_by = str(table), "cluster"
+    cfg.data.split_fractions = [0.6, 0.0, 0.4]
+    result = train(cfg, tmp_path / "run")
+    stored = read_checkpoint(result.last_checkpoint)["protein_performer"]["data"]
+    assert len(stored["clusters_digest"]) == 64
+    ev = dict(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test", device="cpu")
+    before = evaluate(EvalConfig(**ev))
+    # the same clustering written differently (rows reordered) is the same split
+    rows = table.read_text().splitlines()
+    table.write_text("\n".join([rows[0], *reversed(rows[1:])]) + "\n")
+    assert evaluate(EvalConfig(**ev)).sequences == before.sequences
+    # clustered again into the same path (clusters of two): refused everywhere it matters
+    ids = [r.split("\t")[1] for r in rows[1:]]
+    table.write_text(
+        "cluster_id\tmember_id\n" + "".join(f"d{i // 2}\t{m}\n" for i, m in enumerate(ids))
+    )
+    with pytest.raises(DataError, match=r"not the one the training run split by \(changed since"):
+        evaluate(EvalConfig(**ev))
+    with pytest.raises(DataError, match="not the one the training run split by"):
+        split_filter("test", stored)
+    resumed = tiny_config(fasta, max_steps=4)
+    resumed.data.clusters, resumed.data.split_by = str(table), "cluster"
+    resumed.data.split_fractions = [0.6, 0.0, 0.4]
+    resumed.ckpt_path = result.last_checkpoint
+    with pytest.raises(ConfigError, match="resuming would change the run's train/val/test split"):
+        train(resumed, tmp_path / "run")
+    # another table, given by its own path, is the user's choice: said, not refused
+    other = tmp_path / "other.tsv"
+    shutil.copy(table, other)
+    clusters_of_three(fasta, table)  # the run's table back
+    with caplog.at_level("WARNING"):
+        evaluate(EvalConfig(**ev, clusters=str(other)))
+    assert "not the one the training run split by (another clustering)" in caplog.text
+
+
+def test_a_resume_that_changes_the_split_is_refused(tmp_path):
+    fasta = write_fasta(tmp_path / "t.fasta", n=40)
+    cfg = tiny_config(fasta, max_steps=2)
+    result = train(cfg, tmp_path / "run")
+    for key, value in (("split_seed", 1), ("split_fractions", [0.7, 0.3, 0.0])):
+        resumed = tiny_config(fasta, max_steps=4)
+        setattr(resumed.data, key, value)
+        resumed.ckpt_path = result.last_checkpoint
+        with pytest.raises(ConfigError, match=f"data.{key}: "):
+            train(resumed, tmp_path / "run")
+    resumed = tiny_config(fasta, max_steps=4)
+    resumed.ckpt_path = result.last_checkpoint
+    assert train(resumed, tmp_path / "run").steps == 4  # the same split resumes
+
+
+def test_evaluate_packs_windows_as_the_training_run_did(tmp_path):
+    """A family-packed run's validation reads family windows; evaluate split=val reads the same
+    (it read stream windows, a different measurement under the same name), and says which."""
+    fasta = write_fasta(tmp_path / "t.fasta", n=60)
+    table = clusters_of_three(fasta, tmp_path / "members.tsv")
+    cfg = tiny_config(fasta, max_steps=2, val_check_interval=2)
+    cfg.data.mode, cfg.data.packing, cfg.data.clusters = "concat", "family", str(table)
+    result = train(cfg, tmp_path / "run")
+    ev = dict(checkpoint=result.last_checkpoint, fasta=str(fasta), split="val", device="cpu")
+    ev["split_fractions"], ev["toks_per_batch"] = [0.8, 0.2, 0.0], 640
+    val = evaluate(EvalConfig(**ev))
+    assert val.perplexity == pytest.approx(result.val_perplexity, rel=1e-5)
+    assert (
+        val.packing.startswith("concat, family packing")
+        and "windows: concat, family" in val.format()
+    )
+    table.rename(tmp_path / "moved.tsv")
+    stream = evaluate(EvalConfig(**ev))
+    assert "the training run packed by family" in stream.packing
+    assert stream.perplexity != pytest.approx(result.val_perplexity, rel=1e-5)
+    # without split=, the run's own file is scored whole: said
+    del ev["split"], ev["split_fractions"]
+    whole = evaluate(EvalConfig(**ev))
+    assert (
+        whole.scope.startswith(f"{fasta}: the training run's data") and "note: " in whole.format()
+    )
+    other = write_fasta(tmp_path / "other.fasta", n=10, seed=5)
+    assert evaluate(EvalConfig(**{**ev, "fasta": str(other)})).scope is None
