@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import numbers
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -423,7 +424,7 @@ class ProteinDataModule(pl.LightningDataModule):
                 self._cluster_of = read_members(self.clusters)  # type: ignore[arg-type]
         return self._cluster_of
 
-    def _clusters_of_source(self, source: FlatSource) -> list[np.ndarray]:
+    def _clusters_of_source(self, source: FlatSource, split: str | None = None) -> list[np.ndarray]:
         if source.ids is None:
             what = f"sample={self.sample}" if self.sample != "record" else f"packing={self.packing}"
             raise ConfigError(f"{what} needs record ids (FASTA input, not shards)")
@@ -436,6 +437,17 @@ class ProteinDataModule(pl.LightningDataModule):
                     path=self.clusters if not isinstance(self.clusters, Mapping) else None,
                 )
             groups.setdefault(table[rid], []).append(i)
+        if self.max_records is not None and split is not None:
+            # the cap keeps the first records of the files: families are cut where it falls
+            sizes = Counter(table.values())
+            cut = sum(1 for cid, members in groups.items() if len(members) < sizes[cid])
+            if cut:
+                elsewhere = ", or in another split" if self.split_by == "record" else ""
+                self._note(
+                    split,
+                    f"data.max_records={self.max_records:,}: {cut:,} of {len(groups):,} clusters "
+                    f"have members that were not read (after the cap{elsewhere})",
+                )
         return [np.asarray(v, dtype=np.int64) for v in groups.values()]
 
     def _read_fasta(self, paths: list[str], split: str | None, cap: int | None) -> FlatSource:
@@ -467,7 +479,7 @@ class ProteinDataModule(pl.LightningDataModule):
             source = split_long_records(source, self.max_length - 2)
             self.windows[split] = (n_records, len(source), n_long)
         if self.mode == "crop" and train and self.sample != "record":
-            clusters = self._clusters_of_source(source)
+            clusters = self._clusters_of_source(source, split)
             ds = ClusterCropDataset(
                 source,
                 clusters,
@@ -483,7 +495,7 @@ class ProteinDataModule(pl.LightningDataModule):
             )
             return ds
         if self.mode == "crop" and train and self.packing == "pairs":
-            groups = self._clusters_of_source(source)
+            groups = self._clusters_of_source(source, split)
             if self.min_members > 1:
                 source, groups = _families_of_at_least(
                     source, groups, self.min_members, lambda t: self._note(split, t)
@@ -523,7 +535,7 @@ class ProteinDataModule(pl.LightningDataModule):
                     ),
                 )
             return ds
-        groups = self._clusters_of_source(source) if self.packing == "family" else None
+        groups = self._clusters_of_source(source, split) if self.packing == "family" else None
         if groups is not None and train and self.min_members > 1:
             source, groups = _families_of_at_least(
                 source, groups, self.min_members, lambda t: self._note(split, t)
@@ -539,6 +551,18 @@ class ProteinDataModule(pl.LightningDataModule):
             repeat=repeat,
             spread=self.family_spread,  # > 1 only with family packing (checked above)
         )
+        if groups is not None and groups and max(len(g) for g in groups) == 1:
+            self._note(
+                split,
+                "every cluster here has one member: family packing is stream packing (no "
+                "protein has a homolog in its window)",
+            )
+        if groups is not None and train and self.family_spread > len(groups):
+            self._note(
+                split,
+                f"family_spread={self.family_spread:,} is more than the {len(groups):,} "
+                "clusters: all of them are interleaved",
+            )
         packing = "family" if groups is not None else ("copy" if repeat == 2 else "stream")
         how = f" of {len(groups):,} clusters" if groups is not None else ""
         if ds.keep_tail and len(ds):

@@ -192,17 +192,21 @@ def scoring_windows(
     ends = 2 if style == "crop" else 1
     half = max(1, max_length // 2 - ends)
     single, single_y, ctx, ctx_y = [], [], [], []
-    members = tokens = fill_tokens = short_fills = members_cut = 0
+    members = tokens = fill_tokens = short_fills = members_cut = targets_cut = 0
+    target_residues = residues_scored = 0
     identical: list[bool] = []
     fill_x: list[np.ndarray] = []
     fill_y: list[np.ndarray] = []
     for index, t in enumerate(targets):
         res = t.residues
         anchor = 0.0
+        target_residues += len(res)
         if len(res) > half:
+            targets_cut += 1
             start = int(keyed_rng(TAG_CROP, seed, 0, index).integers(0, len(res) - half + 1))
             anchor = start / (len(res) - half)
             res = res[start : start + half]
+        residues_scored += len(res)
         window = single_window(res, alphabet, style)
         x, y = mask_tokens(
             window, alphabet, keyed_rng(TAG_MASK, seed, 0, index), mask_prob=mask_prob
@@ -254,6 +258,9 @@ def scoring_windows(
         "mean_context_proteins": members / n,
         "mean_context_tokens": tokens / n,
         "context_proteins_cut": members_cut,
+        # targets longer than half the window: a seeded half-window of each is scored
+        "targets_cut": targets_cut,
+        "target_residues_in_windows": residues_scored / max(1, target_residues),
         "targets_with_identical_context": int(sum(identical)),
         "identical": np.array(identical, dtype=bool),
     }
@@ -333,8 +340,10 @@ def context_perplexity(
 
     Returns ``{"proteins", "positions", "with_context": {"perplexity", "accuracy"},
     "without_context": {...}, "unigram_perplexity", "ratio", "mean_context_proteins",
-    "mean_context_tokens", "context_proteins_cut", "targets_with_identical_context",
-    "by_context"}``; ``context_proteins_cut``: windows whose last context protein was cut to
+    "mean_context_tokens", "context_proteins_cut", "targets_cut", "target_residues_in_windows",
+    "targets_with_identical_context", "by_context"}``; ``targets_cut``: targets longer than half
+    the window (a seeded half-window of each is scored; ``target_residues_in_windows`` is the
+    share of the targets' residues scored); ``context_proteins_cut``: windows whose last context protein was cut to
     the room left (at the target's relative position; the ones after it left out); ``ratio`` is
     with / without; ``by_context`` holds the same paired numbers (``proteins`` to ``ratio``)
     for the targets with an identical sequence in their context (``identical``) and the others

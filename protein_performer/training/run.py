@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -686,6 +687,8 @@ def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
         "min_members": d.min_members,
         # the training files (absolute), so that evaluate can say when it scores them whole
         "files": [os.path.abspath(f) for f in d.files] if d.files and not d.shards else None,
+        # the records read before the hash split (explicit val/test files: no split to cap)
+        "max_records": None if d.val_files or d.test_files else d.max_records,
         **split_settings(d),
     }
     module = ProteinLMModule(
@@ -1241,6 +1244,13 @@ class EvalResult:
                     f"\n    warning: {c['positions']} <mask> positions only: the ratio is noisy "
                     "(more proteins, or context_max_proteins unset)"
                 )
+            if c.get("targets_cut"):
+                text += (
+                    f"\n    {c['targets_cut']:,} of {c['proteins']:,} proteins are longer than half "
+                    f"of max_length={c['max_length']:,} (the other half is the context's room): a "
+                    f"seeded half-window of each was scored, "
+                    f"{100 * c['target_residues_in_windows']:.1f}% of their residues"
+                )
             if c.get("context_proteins_cut"):
                 text += (
                     f"\n    {c['context_proteins_cut']:,} of {c['proteins']:,} windows hold a "
@@ -1353,6 +1363,28 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _warn_repeated_ids(source: Any, cfg: EvalConfig) -> None:
+    """A record id given twice is said (training says it too): scored twice, and with
+    ``context=cluster`` each copy is the other's homolog."""
+    ids = getattr(source, "ids", None)
+    if not ids:
+        return
+    counts = Counter(ids)
+    repeats = sum(n - 1 for n in counts.values() if n > 1)
+    if repeats:
+        example = next(rid for rid, n in counts.items() if n > 1)
+        log.warning(
+            "%d of %d evaluated records repeat an earlier record's id (e.g. %s): the same "
+            "protein given twice?%s",
+            repeats,
+            len(ids),
+            example,
+            " With context=cluster each is the other's homolog."
+            if cfg.context == "cluster"
+            else "",
+        )
+
+
 def _check_context_file(path: str) -> None:
     """``context=``: ``cluster`` or a FASTA file; a near miss says what was meant."""
     p = Path(path)
@@ -1366,21 +1398,36 @@ def _check_context_file(path: str) -> None:
     _require_file(path, "context")
 
 
-def _training_files_note(
-    cfg: EvalConfig, stored: Mapping[str, Any], fasta: Sequence[str]
+def _scope_note(
+    cfg: EvalConfig, stored: Mapping[str, Any], fasta: Sequence[str], run_cap: int | None
 ) -> str | None:
-    """Without ``split=``, every record is scored: said when a file is one the checkpoint's
-    run trained on (most of its records were)."""
+    """What the scored records are, where it is not what a reader assumes: ``split=train``
+    (trained on); the run's ``data.max_records`` applied before its split; no ``split=`` on
+    a file the checkpoint's run trained on (most of its records were)."""
+    notes = []
+    if cfg.split == "train":
+        notes.append("split=train: proteins of the run's training split, not held out")
+    if run_cap:
+        notes.append(
+            f"as in the training run, only the first {run_cap:,} records of the files were "
+            f"read (its data.max_records) before the split"
+        )
+    if cfg.context == "cluster" and cfg.split and stored.get("split_by") == "record":
+        notes.append(
+            f"context=cluster takes homologs among the {cfg.split} records only; the run split "
+            "by record, so most cluster members sit in its training split and only proteins "
+            "with a member in this part are scored with context"
+        )
     trained = set(stored.get("files") or [])
-    if cfg.split or stored.get("split_by") not in ("record", "cluster"):
-        return None
-    shared = [f for f in fasta if os.path.abspath(f) in trained]
-    if not shared:
-        return None
-    return (
-        f"{', '.join(shared)}: the training run's data, and without split= every record is "
-        f"scored, most of them trained on (split=test scores the run's held-out part)"
-    )
+    if not cfg.split and stored.get("split_by") in ("record", "cluster"):
+        shared = [f for f in fasta if os.path.abspath(f) in trained]
+        if shared:
+            notes.append(
+                f"{', '.join(shared)}: the training run's data, and without split= every "
+                "record is scored, most of them trained on (split=test scores the run's "
+                "held-out part)"
+            )
+    return "; ".join(notes) or None
 
 
 def _eval_packing(
@@ -1574,6 +1621,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     split = cfg.split or "test"
     files = {"files": fasta} if cfg.split else {"test_files": fasta}
     packing, packing_note, family_table = _eval_packing(cfg, stored, mode)
+    run_cap = stored.get("max_records") if cfg.split else None
     dm = ProteinDataModule(
         **files,
         split_fractions=tuple(split_settings["fractions"]),
@@ -1591,7 +1639,8 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         strip_gaps=cfg.strip_gaps,
         allow_nucleotide=cfg.allow_nucleotide,
         crop=cfg.crop,
-        max_records=cfg.max_records if split == "train" else None,
+        # the run's own split: of the records it read (data.max_records caps before the split)
+        max_records=run_cap or (cfg.max_records if split == "train" else None),
         val_max_records=cfg.max_records,
         alphabet=alphabet,
     )
@@ -1601,6 +1650,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     except DataError as e:
         raise e.with_options(EVAL_OPTIONS) from None
     source = dm.datasets[split].source if split in dm.datasets else None
+    _warn_repeated_ids(source, cfg)
     counts = getattr(source, "encode_counts", None)
     changes = counts.changes() if counts is not None else None
     if source is None or len(dm.datasets[split]) == 0:
@@ -1766,7 +1816,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         residues_in_windows=cropping["share"],
         windows=cropping["windows"],
         packing=packing_note,
-        scope=_training_files_note(cfg, stored, fasta),
+        scope=_scope_note(cfg, stored, fasta, run_cap),
         context=context,
         split=None
         if not cfg.split

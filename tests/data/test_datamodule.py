@@ -534,6 +534,23 @@ def test_min_members_keeps_only_families_that_size_in_training_windows():
     )
     assert notes[1].startswith(f"family packing of 2 clusters: 5 proteins -> {len(train)} windows")
     assert dm.notes["val"][0].startswith("family packing of 4 clusters: 7 proteins")
+    # degenerate family packing is said: singletons only; a spread beyond the clusters
+    singles = ProteinDataModule(
+        train_source=src, **{**kw, "clusters": {rid: rid for rid in ids}}, family_spread=9
+    )
+    singles.setup("fit")
+    assert singles.notes["train"][:2] == [
+        "every cluster here has one member: family packing is stream packing (no protein has "
+        "a homolog in its window)",
+        "family_spread=9 is more than the 7 clusters: all of them are interleaved",
+    ]
+    # a cap on the records read cuts families where it falls: said
+    capped = ProteinDataModule(train_source=src, max_records=4, **kw)
+    capped.setup("fit")
+    assert capped.notes["train"][0] == (
+        "data.max_records=4: 2 of 3 clusters have members that were not read (after the cap, "
+        "or in another split)"
+    )
     with pytest.raises(ConfigError, match="no cluster of the training split"):
         dm4 = ProteinDataModule(train_source=src, min_members=4, **kw)
         dm4.setup("fit")

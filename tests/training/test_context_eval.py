@@ -572,6 +572,11 @@ def test_context_proteins_cut_to_the_window_are_counted() -> None:
     _, _, ctx, _, info = scoring_windows(targets, A, **kw)
     assert info["context_proteins_cut"] == 1
     assert len(ctx[1]) == 40 and info["mean_context_proteins"] == 1.0
+    assert info["targets_cut"] == 0 and info["target_residues_in_windows"] == 1.0
+    # a target longer than half the window: a half-window of it is scored, counted
+    targets.append(Target("c", enc("ACDEFGHIKLMNPQRSTVWY"), [short]))  # 20 > 40 // 2 - 2
+    *_, info = scoring_windows(targets, A, **kw)
+    assert info["targets_cut"] == 1 and info["target_residues_in_windows"] == (10 + 10 + 18) / 40
 
 
 def test_a_clusters_table_with_a_split_by_record_is_said_once(tmp_path, caplog):
@@ -722,3 +727,33 @@ def test_evaluate_packs_windows_as_the_training_run_did(tmp_path):
     )
     other = write_fasta(tmp_path / "other.fasta", n=10, seed=5)
     assert evaluate(EvalConfig(**{**ev, "fasta": str(other)})).scope is None
+
+
+def test_evaluate_split_is_the_runs_own_after_max_records(tmp_path):
+    """data.max_records caps the records read before the split: evaluate split=val applies the
+    run's cap too, so it scores the run's own validation proteins (it scored every val-split
+    record of the file, 7 times as many here), and says so; split=train says it is not held out."""
+    fasta = write_fasta(tmp_path / "t.fasta", n=200)
+    cfg = tiny_config(fasta, max_steps=2, val_check_interval=2)
+    cfg.data.max_records = 40
+    result = train(cfg, tmp_path / "run")
+    ev = dict(checkpoint=result.last_checkpoint, fasta=str(fasta), device="cpu")
+    ev.update(split_fractions=[0.8, 0.2, 0.0], toks_per_batch=640)
+    val = evaluate(EvalConfig(**ev, split="val"))
+    assert val.perplexity == pytest.approx(result.val_perplexity, rel=1e-5)
+    assert "only the first 40 records of the files were read" in val.format()
+    trained = evaluate(EvalConfig(**ev, split="train"))
+    assert trained.scope.startswith("split=train: proteins of the run's training split")
+
+
+def test_evaluate_says_when_an_id_is_given_twice(tmp_path, caplog):
+    fasta = write_fasta(tmp_path / "t.fasta", n=20)
+    result = train(tiny_config(fasta, max_steps=1), tmp_path / "run")
+    twice = tmp_path / "twice.fasta"
+    twice.write_text(fasta.read_text() + ">sp|T00003|TINY3_TEST again\nMKVLAAGICWMKV\n")
+    with caplog.at_level("WARNING"):
+        evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(twice), device="cpu"))
+    assert (
+        "1 of 21 evaluated records repeat an earlier record's id (e.g. sp|T00003|TINY3_TEST)"
+        in caplog.text
+    )
