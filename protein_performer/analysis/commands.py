@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -502,8 +503,9 @@ def run_command(command: str, cfg: Any) -> CommandResult:
 
 def _read_mutations_csv(
     path: str, column: str
-) -> tuple[list[str], list[dict[str, str]], str, list[int]]:
-    """Header, rows and delimiter of the mutations table (comma, tab or semicolon)."""
+) -> tuple[list[str], list[dict[str, str]], str, list[int], int]:
+    """Header (names stripped), rows, delimiter (comma, tab or semicolon), each row's line and
+    the number of rows of empty fields left out."""
     from protein_performer.data.fasta import check_readable_file
 
     check_readable_file(path, "a CSV of mutations")
@@ -517,9 +519,18 @@ def _read_mutations_csv(
             if fh.read(1) != "\ufeff":
                 fh.seek(0)
             reader = csv.DictReader(fh, delimiter=delimiter)
-            fields = list(reader.fieldnames or [])
+            # "mutant, DMS_score" (a space after the comma) names DMS_score
+            fields = [f.strip() for f in reader.fieldnames or []]
+            if reader.fieldnames:
+                reader.fieldnames = fields
             rows, line_of = [], []  # blank lines are skipped: keep each row's own line
+            blank = 0
             for row in reader:
+                if all(not (v or "").strip() for v in row.values() if isinstance(v, str)) and (
+                    None not in row
+                ):
+                    blank += 1  # a row of empty fields (a spreadsheet's ",,,")
+                    continue
                 rows.append(row)
                 line_of.append(reader.line_num)
     except (UnicodeDecodeError, csv.Error) as e:
@@ -543,7 +554,7 @@ def _read_mutations_csv(
             f"{len(ragged):,} rows do not have the header's {len(fields)} fields (lines {shown})",
             path=path,
         )
-    return fields, rows, delimiter, line_of
+    return fields, rows, delimiter, line_of, blank
 
 
 def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
@@ -626,7 +637,10 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     from protein_performer.outputs import as_written, check_output_file
 
     methods = list(dict.fromkeys([cfg.method] if isinstance(cfg.method, str) else cfg.method))
-    fields, rows, delimiter, line_of = _read_mutations_csv(cfg.mutations, cfg.mutation_col)
+    fields, rows, delimiter, line_of, blank_rows = _read_mutations_csv(
+        cfg.mutations, cfg.mutation_col
+    )
+    decimal_comma = delimiter == ";"  # a European spreadsheet's export: 0,88 is 0.88
     if cfg.fitness_col is not None and cfg.fitness_col not in fields:
         raise DataError(
             f"no column {cfg.fitness_col!r} (columns: {', '.join(fields)}); set fitness_col=",
@@ -634,7 +648,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         )
     if cfg.fitness_col is not None:
         values = [r.get(cfg.fitness_col) for r in rows]
-        if not any(np.isfinite(_float(v)) for v in values):
+        if not any(np.isfinite(_float(v, decimal_comma)) for v in values):
             shown = next((v for v in values if v not in (None, "")), None)
             raise DataError(
                 f"column {cfg.fitness_col!r} holds no numbers"
@@ -704,6 +718,18 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     problems.sort()
     bad_rows = {i for i, _ in problems}
     good = [i for i in range(len(rows)) if i not in bad_rows]
+    misnumbered = ("wild type differs", "position outside the sequence")
+    mismatched = sum(1 for _, p in problems if _problem_kind(p) in misnumbered)
+    if cfg.skip_mismatched and good and mismatched > len(readable) / 2:
+        # most rows naming another residue: a wrong numbering or protein, not a few bad rows
+        hint = _offset_hint([m for m in parsed if m], sequence, cfg.offset)
+        raise DataError(
+            f"{mismatched:,} of {len(readable):,} readable mutants name a wild-type residue the "
+            f"sequence does not have there, or a position outside it ({source}, "
+            f"offset={cfg.offset}): a wrong "
+            f"offset= or record=, not rows to skip{hint or ''}",
+            path=cfg.mutations,
+        )
     if problems and (not cfg.skip_mismatched or not good):
         lines = [f"line {line_of[i]}: {p}" for i, p in problems[:3]]
         more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
@@ -758,6 +784,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         "checkpoint": str(cfg.checkpoint),
         "mutations": str(cfg.mutations),
         "wild_type": source,
+        "wild_type_sequence": sequence,
         "length": len(sequence),
         "offset": cfg.offset,
         "methods": methods,
@@ -774,10 +801,45 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     )
     if problems:
         rows_word = "row" if len(problems) == 1 else "rows"
-        text += (
-            f"\n  {len(problems):,} {rows_word} left unscored (first: line "
-            f"{line_of[problems[0][0]]}: {problems[0][1]})"
+        kinds = Counter(_problem_kind(p) for _, p in problems)
+        text += f"\n  {len(problems):,} {rows_word} left unscored: " + ", ".join(
+            f"{n:,} {kind}" for kind, n in kinds.most_common()
         )
+        firsts = {}
+        for i, p in problems:
+            firsts.setdefault(_problem_kind(p), f"line {line_of[i]}: {p}")
+        text += "".join(f"\n    first {kind}: {where}" for kind, where in firsts.items())
+        summary["unscored_by_reason"] = dict(kinds)
+        summary["unscored_total"] = len(problems)
+        if mismatched:
+            text += _offset_hint([m for m in parsed if m], sequence, cfg.offset).replace(
+                "; ", "\n  ", 1
+            )
+    if blank_rows:
+        text += f"\n  {blank_rows:,} rows of empty fields left out"
+        summary["blank_rows"] = blank_rows
+    synonymous = [i for i in good if parsed[i] and all(x.wt == x.mt for x in parsed[i])]
+    if synonymous:
+        i = synonymous[0]
+        text += (
+            f"\n  {len(synonymous):,} synonymous {'row' if len(synonymous) == 1 else 'rows'} "
+            f"(first: line {line_of[i]}, {rows[i].get(cfg.mutation_col)}) scored 0 in every "
+            "column, as the wild type"
+        )
+        summary["synonymous"] = len(synonymous)
+    if counts is None:
+        text += (
+            "\n  unigram baseline: not available (the checkpoint stores no training residue "
+            "counts); BLOSUM62 is the baseline"
+        )
+        summary["baselines_missing"] = ["unigram_log_ratio"]
+    window = max_tokens(model, None, _trained_length(meta))
+    if window is not None and len(sequence) > window - 2:
+        text += (
+            f"\n  the protein ({len(sequence):,} residues) is longer than the model's window: "
+            f"each site was scored in a window of {window - 2:,} residues centred on it (ESM-1v)"
+        )
+        summary["window_residues"] = window - 2
     seen: dict[tuple, int] = {}
     repeats = []
     for i in good:
@@ -795,7 +857,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         summary["repeated_mutants"] = len(repeats)
     fitness = None
     if cfg.fitness_col:
-        fitness = np.array([_float(r.get(cfg.fitness_col)) for r in rows])
+        fitness = np.array([_float(r.get(cfg.fitness_col), decimal_comma) for r in rows])
         rho = {k: mut.spearman(v, fitness) for k, v in full.items()}
         n_pairs = int(np.sum(np.isfinite(fitness[good]))) if good else 0
         no_value = len(good) - n_pairs
@@ -810,7 +872,19 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         text += "\n  Spearman with " + cfg.fitness_col + f" (n={n_pairs:,}"
         if n_pairs < 30:  # the null's spread is about 1/sqrt(n - 1)
             text += f"; few pairs: ±{1 / max(1, n_pairs - 1) ** 0.5:.2f} by chance"
-        text += f"; {no_value:,} scored rows without a numeric value)" if no_value else ")"
+        if no_value:
+            example = next(
+                (
+                    rows[i].get(cfg.fitness_col)
+                    for i in good
+                    if not np.isfinite(fitness[i]) and (rows[i].get(cfg.fitness_col) or "").strip()
+                ),
+                None,
+            )
+            shown = f", e.g. {example!r}" if example is not None else ", all empty"
+            text += f"; {no_value:,} scored rows without a numeric value{shown})"
+        else:
+            text += ")"
         text += ": " + ", ".join(
             f"{k} {'n/a' if r is None else f'{r:+.3f}'}" for k, r in rho.items()
         )
@@ -827,6 +901,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             summary["spearman"],
             plot_path.with_suffix(""),
             formats=("png",),
+            title=f"{len(good):,} mutants of {source} ({model.config.kind_label})",
         )
     elif plot_path.exists() and cfg.overwrite:
         plot_path.unlink()  # a plot of an earlier run (checked to be ours) would mislead
@@ -834,9 +909,31 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     return CommandResult(summary, text)
 
 
-def _float(value: str | None) -> float:
+def _problem_kind(problem: str) -> str:
+    """The reason a mutants row is not scored, in a few words (for counts by reason)."""
+    if "is a stop" in problem:
+        return "stops"
+    if "the sequence has" in problem:
+        return "wild type differs"
+    if "is outside" in problem:
+        return "position outside the sequence"
+    if "not one of the 20 amino acids" in problem:
+        return "non-standard letters"
+    if "names a position twice" in problem:
+        return "a position named twice"
+    return "unreadable (indels, other notations)"
+
+
+def _float(value: str | None, decimal_comma: bool = False) -> float:
+    """A fitness value; NaN for an empty or non-numeric one. ``decimal_comma``: ``0,88`` is
+    0.88 (semicolon-separated files, as spreadsheets write them where the comma is decimal)."""
+    if value is None or not value.strip():
+        return float("nan")
+    text = value.strip()
+    if decimal_comma and text.count(",") == 1 and "." not in text:
+        text = text.replace(",", ".")
     try:
-        return float(value) if value not in (None, "") else float("nan")
+        return float(text)
     except ValueError:
         return float("nan")
 

@@ -248,16 +248,25 @@ def score_scatter_figure(
     rho: dict[str, float | None],
     stem: Path,
     formats: Sequence[str] = ("png",),
+    title: str | None = None,
 ) -> list[Path]:
-    """One scatter panel per score column against measured fitness, Spearman in each title."""
+    """One scatter panel per score column against measured fitness; each title gives the
+    Spearman, its number of pairs and the spread expected by chance (±1/√(n−1))."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(scores), figsize=(3.4 * len(scores), 3.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(scores), figsize=(3.4 * len(scores), 3.4), squeeze=False)
     for ax, (name, values) in zip(axes[0], scores.items(), strict=True):
         ok = np.isfinite(values) & np.isfinite(fitness)
+        n = int(ok.sum())
         ax.scatter(values[ok], fitness[ok], s=4, alpha=0.4, color="tab:blue", linewidths=0)
         value = rho.get(name)
-        ax.set_title(f"{name}\nSpearman {'n/a' if value is None else f'{value:+.3f}'}", fontsize=9)
+        chance = f", ±{1 / max(1, n - 1) ** 0.5:.2f} by chance" if n > 1 else ""
+        ax.set_title(
+            f"{name}\nSpearman {'n/a' if value is None else f'{value:+.3f}'} (n={n:,}{chance})",
+            fontsize=8,
+        )
         ax.set_xlabel(name, fontsize=8)
         ax.set_ylabel(fitness_name, fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return save_figure(fig, stem, formats)

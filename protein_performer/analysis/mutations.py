@@ -177,11 +177,15 @@ def pseudo_log_likelihood(
 
 
 def blosum62_scores(mutants: Sequence[Sequence[Substitution]]) -> np.ndarray:
-    """Σ over sites of BLOSUM62(wt, mt)."""
+    """Σ over sites of BLOSUM62(wt, mt), 0 for a synonymous site (``S2S``)."""
     from Bio.Align import substitution_matrices
 
     m = substitution_matrices.load("BLOSUM62")
-    return np.array([sum(m[s.wt, s.mt] for s in sites) for sites in mutants], dtype=np.float64)
+    # a synonymous site (S2S) changes nothing: 0, as the wild type and every model column
+    return np.array(
+        [sum(m[s.wt, s.mt] for s in sites if s.wt != s.mt) for sites in mutants],
+        dtype=np.float64,
+    )
 
 
 def unigram_scores(
@@ -291,7 +295,8 @@ def _score(
                 )
             wt = pseudo_log_likelihood(model, alphabet, ids, toks_per_batch=toks_per_batch)
             scores = []
-            for m in mutants:
+            # one pass per residue per mutant: the slow method, so its progress is shown
+            for m in progress_bar(mutants, desc="pseudo-ll", unit="mutant", enabled=progress):
                 mut = ids.copy()
                 for s in m:
                     mut[s.index] = alphabet.index(s.mt)

@@ -318,10 +318,59 @@ def test_score_reads_tabs_wild_type_rows_and_hints_the_offset(ckpt, tmp_path, ca
     assert "none of the 3 mutants fit" in err and "offset=10 would fit 3 of 3 sites" in err
     write_csv(tmp_path / "m.csv", [("K2*", "1"), ("K2R", "2")])
     assert _score(ckpt, tmp_path, "skip_mismatched=true", out="y.csv") == 0
-    assert (
-        "1 row left unscored (first: line 2: 'K2*' is a stop (nonsense) mutant"
-        in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 row left unscored: 1 stops" in out
+    assert "first stops: line 2: 'K2*' is a stop (nonsense) mutant" in out
+
+
+def test_score_says_why_rows_are_left_out_and_reads_spreadsheet_files(ckpt, tmp_path, capsys):
+    """What a DMS file holds besides substitutions is counted by reason; a numbering that fits
+    few rows is refused even with skip_mismatched (it scored the few that fit by chance, each
+    at the wrong residue); synonymous rows score 0 in every column (BLOSUM62 gave its
+    diagonal); a European export (`;`, decimal commas) and blank spreadsheet rows are read."""
+    write_csv(
+        tmp_path / "m.csv",
+        [("K2*", "1"), ("K2R", "2"), ("T3del", "1"), ("T3C", "0.5"), ("A2G", "1"), ("K2K", "3")],
     )
+    assert _score(ckpt, tmp_path, "skip_mismatched=true", "fitness_col=fitness") == 0
+    out = capsys.readouterr().out
+    assert (
+        "3 rows left unscored: 1 stops, 1 unreadable (indels, other notations), 1 wild type differs"
+        in out
+    )
+    assert "1 synonymous row (first: line 7, K2K) scored 0 in every column" in out
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["unscored_by_reason"]["stops"] == 1 and summary["unscored_total"] == 3
+    assert summary["wild_type_sequence"] == WT and summary["synonymous"] == 1
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = {r["mutant"]: r for r in csv.DictReader(fh)}
+    assert got["K2K"]["blosum62"] == "0" and float(got["K2K"]["masked_marginal"]) == 0.0
+    # most rows naming another residue: a wrong offset, refused with the one that fits
+    rows = [(f"{aa}{i + 11}A", "1") for i, aa in enumerate(WT[:-1]) if aa != "A"]
+    write_csv(tmp_path / "m.csv", [*rows, ("K2R", "1")])
+    assert _score(ckpt, tmp_path, "skip_mismatched=true", "overwrite=true") == 2
+    err = capsys.readouterr().err
+    assert "a wrong offset= or record=, not rows to skip; offset=11 would fit" in err
+    # a European spreadsheet: semicolons, decimal commas, a space after the separator in the
+    # header, blank rows of empty fields
+    (tmp_path / "eu.csv").write_text("mutant; fitness\nK2R;0,5\nT3C;1,25\nY5W;-2\n;\n;\n")
+    args = ("fitness_col=fitness", "overwrite=true")
+    assert _score(ckpt, tmp_path, *args, csv_name="eu.csv") == 0
+    out = capsys.readouterr().out
+    assert "Spearman with fitness (n=3;" in out and "without a numeric value" not in out
+    assert "2 rows of empty fields left out" in out and "unigram baseline: not available" not in out
+    # a checkpoint without training residue counts: the missing baseline is said
+    model = ProteinLM(
+        ModelConfig(attention="performer_relu", dim=16, depth=1, heads=2, ffn_dim=16, max_len=32),
+        len(ALPHABET),
+        ALPHABET.pad_idx,
+    )
+    save_model_checkpoint(tmp_path / "bare.ckpt", model, ALPHABET, "mlm")
+    assert _score(tmp_path / "bare.ckpt", tmp_path, *args, csv_name="eu.csv") == 0
+    assert "unigram baseline: not available" in capsys.readouterr().out
+    assert json.loads((tmp_path / "s.json").read_text())["baselines_missing"] == [
+        "unigram_log_ratio"
+    ]
 
 
 def test_score_refuses_ragged_rows_and_side_output_names(ckpt, tmp_path, capsys) -> None:
