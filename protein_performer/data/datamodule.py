@@ -602,8 +602,9 @@ class ProteinDataModule(pl.LightningDataModule):
             if val is not None and len(val) == 0 and not getattr(self, "_said_empty_val", False):
                 self._said_empty_val = True  # setup("fit") runs again inside Trainer.fit
                 log.warning(
-                    "the validation split is empty (%d proteins, split_fractions=%s): no "
-                    "validation metrics and no best checkpoint; last.ckpt holds the final weights",
+                    "the validation split is empty (%d proteins, split_fractions=%s): a training "
+                    "run gets no validation metrics and no best checkpoint (last.ckpt holds its "
+                    "final weights)",
                     len(val.source),
                     list(self.split_fractions) if self.split_fractions else "n/a",
                 )

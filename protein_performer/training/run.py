@@ -466,25 +466,25 @@ def check_run_dir(
     if not ours or any(not RUN_DIR_ENTRIES.fullmatch(n) for n in names):
         raise DataError(
             f"{key}: not empty ({shown}); a new run needs a new or empty directory "
-            "(choose another hydra.run.dir)",
+            "(choose another one)",
             path=p,
         )
     last = p / CHECKPOINT_DIR / "last.ckpt"
     if last.is_file():
         raise DataError(
             f"{key}: already holds a run ({shown}); continue it with ckpt_path={last}, or "
-            "choose a new hydra.run.dir",
+            "choose a new one",
             path=p,
         )
     if set(names) <= RUN_CONFIG_FILES:
         raise DataError(
             f"{key}: holds a run that has not trained yet ({shown}: another run starting now, "
-            "or one stopped while loading); choose a new hydra.run.dir",
+            "or one stopped while loading); choose a new one",
             path=p,
         )
     raise DataError(
         f"{key}: holds a run that saved no checkpoint to resume from ({shown}); choose a new "
-        "hydra.run.dir (or remove that directory)",
+        "one (or remove that directory)",
         path=p,
     )
 
