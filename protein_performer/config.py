@@ -9,7 +9,9 @@ adds the value checks (choices, ranges). The Hydra glue (:func:`run_hydra`) live
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -90,6 +92,13 @@ class DataConfig:
     allow_nucleotide: bool = False  # read records that look like DNA/RNA (an error otherwise)
     max_records: int | None = None
     val_max_records: int | None = None
+
+    def __post_init__(self) -> None:
+        # one path is a list of one (from Python; Hydra's overrides do the same)
+        for key in ("files", "val_files", "test_files"):
+            value = getattr(self, key)
+            if isinstance(value, (str, os.PathLike)):
+                setattr(self, key, [os.fspath(value)])
 
 
 @dataclass
@@ -173,6 +182,21 @@ class TrainConfig:
     seed: int = 0
     init_from: str | None = None
     ckpt_path: str | None = None
+
+    def __post_init__(self) -> None:
+        # sections given as dicts from Python (``TrainConfig(model={"dim": 64})``)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Mapping) and f.default_factory is not dataclasses.MISSING:
+                cls = type(f.default_factory())
+                known = {x.name for x in dataclasses.fields(cls)}
+                unknown = sorted(set(value) - known)
+                if unknown:
+                    raise ConfigError(
+                        f"{f.name}.{unknown[0]} is not a key of {f.name} "
+                        f"(keys: {', '.join(sorted(known))})"
+                    )
+                setattr(self, f.name, cls(**value))
 
 
 @dataclass

@@ -617,3 +617,14 @@ def test_torchrun_with_devices_left_to_lightning_is_not_refused(monkeypatch):
         _check_trainer(
             TrainerConfig(accelerator="cpu", strategy="ddp", devices=devices), warn=False
         )
+
+
+def test_library_configs_take_what_python_users_write():
+    """From Python: a section as a dict, one path as a string (they failed deep inside)."""
+    cfg = TrainConfig(model={"dim": 64, "heads": 4}, data=DataConfig(files="a.fasta"))
+    assert isinstance(cfg.model, ModelConfig) and cfg.model.dim == 64
+    assert cfg.data.files == ["a.fasta"] and DataConfig(val_files=Path("v.fa")).val_files == [
+        "v.fa"
+    ]
+    with pytest.raises(ConfigError, match=r"optim\.learning_rate is not a key of optim .*lr"):
+        TrainConfig(optim={"learning_rate": 1e-3})
