@@ -39,8 +39,12 @@ def current_umask() -> int:
 
 def owner_tag() -> str:
     """``HOST~PID`` of this process, part of every temporary name it makes, so that a later
-    run can tell a temporary left by a killed writer (:func:`remove_leftovers`)."""
+    run can tell a temporary left by a killed writer (:func:`remove_leftovers`). HOST carries
+    the PID namespace where there is one (``vm-4026531836``): containers that share a host
+    name but not process ids never judge each other's writers."""
     host = re.sub(r"[^\w.-]", "_", socket.gethostname()) or "host"
+    with contextlib.suppress(OSError):
+        host += f"-{os.stat('/proc/self/ns/pid').st_ino}"
     return f"{host}~{os.getpid()}"
 
 

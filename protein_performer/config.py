@@ -422,7 +422,9 @@ def validate_analysis_config(cfg: Any) -> None:
 
 
 def _check_device(value: Any) -> None:
-    if not (isinstance(value, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", value)):
+    from protein_performer.devices import DEVICE_NAME
+
+    if not (isinstance(value, str) and DEVICE_NAME.fullmatch(value)):
         raise ConfigError(f"device={value!r} is not valid; choose one of: auto, cpu, cuda, cuda:N")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 
@@ -26,15 +27,19 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+#: What ``device=`` accepts (checked before any work by the configs).
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
 def pick_device(name: str | torch.device) -> torch.device:
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N`` (an error when there is
     no such device); a ``torch.device`` of those kinds is taken as it is."""
     text = str(name)
     if text == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    kind, _, index = text.partition(":")
-    if kind not in ("cpu", "cuda") or (index and not (kind == "cuda" and index.isdigit())):
+    if not DEVICE_NAME.fullmatch(text):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N (got {text!r})")
+    kind, _, index = text.partition(":")
     if kind == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:

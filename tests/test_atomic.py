@@ -103,6 +103,8 @@ def test_temporaries_of_killed_writers_are_removed_on_the_next_write(tmp_path, c
         "dead_file": tmp_path / f".result.json.{host}~{dead}.abc.tmp",
         "dead_dir": tmp_path / f".result.json.{host}~{dead}.tmp-xyz",
         "live_file": tmp_path / f".result.json.{host}~{live}.abc.tmp",
+        "own_file": tmp_path / f".result.json.{host}~{os.getpid()}.abc.tmp",
+        "other_namespace": tmp_path / f".result.json.{host.rsplit('-', 1)[0]}-1~{dead}.abc.tmp",
         "other_host": tmp_path / f".result.json.elsewhere~{dead}.abc.tmp",
         "other_output": tmp_path / f".result.json2.{host}~{dead}.abc.tmp",
         "untagged": tmp_path / ".result.json.abc.tmp",
@@ -117,7 +119,14 @@ def test_temporaries_of_killed_writers_are_removed_on_the_next_write(tmp_path, c
         write_text_atomic(out, "{}")
     assert out.read_text() == "{}"
     assert not left["dead_file"].exists() and not left["dead_dir"].exists()
-    for name in ("live_file", "other_host", "other_output", "untagged"):
+    for name in (
+        "live_file",
+        "own_file",
+        "other_namespace",
+        "other_host",
+        "other_output",
+        "untagged",
+    ):
         assert left[name].exists(), name
     assert f"left by an earlier run (process {dead})" in caplog.text
     # a staged output folder clears its own leftovers the same way

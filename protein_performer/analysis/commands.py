@@ -612,8 +612,6 @@ def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
 
 def _offset_hint(parsed: list, sequence: str, offset: int) -> str:
     """``"; offset=126 would fit 40 of 40"`` when another numbering fits the wild type."""
-    from collections import Counter
-
     votes: Counter[int] = Counter()
     sites = [s for m in parsed if m for s in m][:500]
     for s in sites:
@@ -718,16 +716,18 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     problems.sort()
     bad_rows = {i for i, _ in problems}
     good = [i for i in range(len(rows)) if i not in bad_rows]
-    misnumbered = ("wild type differs", "position outside the sequence")
-    mismatched = sum(1 for _, p in problems if _problem_kind(p) in misnumbered)
-    if cfg.skip_mismatched and good and mismatched > len(readable) / 2:
+    kinds = [_problem_kind(p) for _, p in problems]
+    mismatched = kinds.count("wild type differs")
+    # rows past the sequence's ends are a crop (a domain of a longer protein), not a mismatch
+    in_range = len(readable) - kinds.count("position outside the sequence")
+    hint = _offset_hint([m for m in parsed if m], sequence, cfg.offset) if mismatched else ""
+    if cfg.skip_mismatched and good and mismatched > in_range / 2:
         # most rows naming another residue: a wrong numbering or protein, not a few bad rows
-        hint = _offset_hint([m for m in parsed if m], sequence, cfg.offset)
+        wild_type = "the sequence given" if source == "sequence=" else source
         raise DataError(
-            f"{mismatched:,} of {len(readable):,} readable mutants name a wild-type residue the "
-            f"sequence does not have there, or a position outside it ({source}, "
-            f"offset={cfg.offset}): a wrong "
-            f"offset= or record=, not rows to skip{hint or ''}",
+            f"{mismatched:,} of the {in_range:,} mutants inside the sequence name a wild-type "
+            f"residue that {wild_type} does not have there (numbered from offset={cfg.offset}): "
+            f"a wrong offset= or record=, not rows to skip{hint}",
             path=cfg.mutations,
         )
     if problems and (not cfg.skip_mismatched or not good):
@@ -801,20 +801,18 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     )
     if problems:
         rows_word = "row" if len(problems) == 1 else "rows"
-        kinds = Counter(_problem_kind(p) for _, p in problems)
+        by_kind = Counter(kinds)
         text += f"\n  {len(problems):,} {rows_word} left unscored: " + ", ".join(
-            f"{n:,} {kind}" for kind, n in kinds.most_common()
+            f"{kind} {n:,}" for kind, n in by_kind.most_common()
         )
         firsts = {}
         for i, p in problems:
             firsts.setdefault(_problem_kind(p), f"line {line_of[i]}: {p}")
         text += "".join(f"\n    first {kind}: {where}" for kind, where in firsts.items())
-        summary["unscored_by_reason"] = dict(kinds)
+        summary["unscored_by_reason"] = dict(by_kind)
         summary["unscored_total"] = len(problems)
-        if mismatched:
-            text += _offset_hint([m for m in parsed if m], sequence, cfg.offset).replace(
-                "; ", "\n  ", 1
-            )
+        if hint:
+            text += hint.replace("; ", "\n  ", 1)
     if blank_rows:
         text += f"\n  {blank_rows:,} rows of empty fields left out"
         summary["blank_rows"] = blank_rows
@@ -926,12 +924,13 @@ def _problem_kind(problem: str) -> str:
 
 def _float(value: str | None, decimal_comma: bool = False) -> float:
     """A fitness value; NaN for an empty or non-numeric one. ``decimal_comma``: ``0,88`` is
-    0.88 (semicolon-separated files, as spreadsheets write them where the comma is decimal)."""
+    0.88 and ``1.234,5`` 1234.5 (semicolon-separated files, as spreadsheets write them where the
+    comma is decimal; a lone ``1.234`` stays 1.234)."""
     if value is None or not value.strip():
         return float("nan")
     text = value.strip()
-    if decimal_comma and text.count(",") == 1 and "." not in text:
-        text = text.replace(",", ".")
+    if decimal_comma and text.count(",") == 1:
+        text = text.replace(".", "").replace(",", ".")  # 1.234,5: '.' groups thousands
     try:
         return float(text)
     except ValueError:

@@ -70,17 +70,15 @@ def attention_blocks(
     row blocks ``(rows, L')`` in order (``L'`` drops ``<cls>``/``<eos>`` unless ``keep_specials``),
     computed in eval mode."""
     lo, hi = (0, tokens.shape[1]) if keep_specials else (1, tokens.shape[1] - 1)
-    was_training = model.training
     blocks = model.iter_attention(tokens, layers=[layer], heads=[head], chunk_size=chunk_size)
     try:
         while True:
-            model.eval()  # the caller may switch modes between blocks
-            try:
-                _, start, rows = next(blocks)
-            except StopIteration:
+            # each block in eval mode, and the model back in the caller's mode between them
+            with evaluating(model):
+                item = next(blocks, None)
+            if item is None:
                 return
-            finally:
-                model.train(was_training)
+            _, start, rows = item
             a, b = max(start, lo), min(start + rows.shape[2], hi)
             if a < b:
                 yield rows[0, 0, a - start : b - start, lo:hi].float().cpu().numpy()
@@ -147,9 +145,10 @@ def representations(
     keep_specials: bool = False,
 ) -> Iterator[tuple[Protein, np.ndarray]]:
     """Yield ``(protein, per_tok)`` with ``per_tok`` float32 ``(len(repr_layers), L, dim)`` for
-    each protein (or sequence string) in order, batching proteins up to ``toks_per_batch`` tokens; layers in the
-    order ``repr_layers`` lists them, computed in eval mode. Layer ``0`` is the embedding
-    output, ``depth`` (or ``-1``) the last block after the final LayerNorm (ESM's convention)."""
+    each protein (or sequence string) in order, batching proteins up to ``toks_per_batch``
+    tokens; layers in the order ``repr_layers`` lists them, computed in eval mode. Layer
+    ``0`` is the embedding output, ``depth`` (or ``-1``) the last block after the final
+    LayerNorm (ESM's convention)."""
     device = next(model.parameters()).device
     depth = model.config.depth
     proteins = as_proteins(proteins, alphabet)

@@ -520,6 +520,13 @@ def _read_members(p: Path) -> dict[str, str]:
     return out
 
 
+def members_file(path: PathLike) -> Path:
+    """The members table a clusters path names (the folder's ``members.tsv``, or the file),
+    with links and ``..`` resolved: two paths to one table compare equal."""
+    p = Path(path)
+    return Path(os.path.realpath(p / MEMBERS if p.is_dir() else p))
+
+
 def members_digest(cluster_of: Mapping[str, str]) -> str:
     """sha256 of a member -> cluster map, whatever the table's row order or layout: what a
     cluster split depends on (a checkpoint keeps it to tell a re-made table from its own)."""
@@ -540,11 +547,15 @@ def check_run_clustering(
     if not digest or members_digest(cluster_of) == digest:
         return
     run_table = stored.get("clusters")
-    same_path = bool(run_table) and Path(table).resolve() == Path(run_table).resolve()
+    same_path = bool(run_table) and members_file(table) == members_file(run_table)
+    how = (
+        "changed since, e.g. `data cluster` run again into it"
+        if same_path
+        else "another clustering"
+    )
     problem = (
-        f"split={split}: this clusters table is not the one the training run split by "
-        f"({'changed since, e.g. `data cluster` run again into it' if same_path else 'another clustering'}"
-        "), so its held-out part can hold proteins the model trained on"
+        f"split={split}: this clusters table is not the one the training run split by ({how}), "
+        "so its held-out part can hold proteins the model trained on"
     )
     if same_path:
         raise DataError(

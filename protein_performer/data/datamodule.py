@@ -442,11 +442,12 @@ class ProteinDataModule(pl.LightningDataModule):
             sizes = Counter(table.values())
             cut = sum(1 for cid, members in groups.items() if len(members) < sizes[cid])
             if cut:
-                elsewhere = ", or in another split" if self.split_by == "record" else ""
+                elsewhere = ", in another split" if self.split_by == "record" else ""
                 self._note(
                     split,
                     f"data.max_records={self.max_records:,}: {cut:,} of {len(groups):,} clusters "
-                    f"have members that were not read (after the cap{elsewhere})",
+                    f"have members in the table that are not here (after the cap{elsewhere}, "
+                    "or in files not given)",
                 )
         return [np.asarray(v, dtype=np.int64) for v in groups.values()]
 

@@ -371,6 +371,7 @@ class EncodeCounts:
     skipped_examples: list[str] = field(default_factory=list)
 
     def note_skipped(self, reader: FastaReader, rec: FastaRecord) -> None:
+        """Keep ``rec`` among :attr:`skipped_examples` (the first :data:`SKIPPED_EXAMPLES`)."""
         if len(self.skipped_examples) < SKIPPED_EXAMPLES:
             where = f"{reader.path.name}:"
             self.skipped_examples.append(f"{rec.id or '(no id)'} ({where}record {rec.number:,})")

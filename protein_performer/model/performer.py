@@ -164,13 +164,16 @@ class ProteinLM(nn.Module):
         checks = [input_ids.min(), input_ids.max(), padding_mask.any().to(input_ids.dtype)]
         if given:
             checks.append((~padding_mask & (input_ids == self.pad_idx)).any().to(input_ids.dtype))
-            checks.append(padding_mask.all(dim=1).any().to(input_ids.dtype))
+            # a row marked padding throughout: fine for a row of <pad> (a batch filled to a
+            # fixed size), another convention's mask for a row of tokens
+            tokens_in_row = (input_ids != self.pad_idx).any(dim=1)
+            checks.append((padding_mask.all(dim=1) & tokens_in_row).any().to(input_ids.dtype))
         low, high, padded, *mask_problems = torch.stack(checks).tolist()
         if low < 0 or high >= self.vocab_size:
             bad = low if low < 0 else high
             raise ValueError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
         if any(mask_problems):
-            what = "is False at <pad> tokens" if mask_problems[0] else "pads a whole row"
+            what = "is False at <pad> tokens" if mask_problems[0] else "pads a whole row of tokens"
             raise ValueError(
                 f"padding_mask {what}: it must be True at padding (a Hugging Face "
                 "attention_mask is the opposite: pass ~attention_mask)"

@@ -340,13 +340,14 @@ def context_perplexity(
 
     Returns ``{"proteins", "positions", "with_context": {"perplexity", "accuracy"},
     "without_context": {...}, "unigram_perplexity", "ratio", "mean_context_proteins",
-    "mean_context_tokens", "context_proteins_cut", "targets_cut", "target_residues_in_windows",
-    "targets_with_identical_context", "by_context"}``; ``targets_cut``: targets longer than half
-    the window (a seeded half-window of each is scored; ``target_residues_in_windows`` is the
-    share of the targets' residues scored); ``context_proteins_cut``: windows whose last context protein was cut to
-    the room left (at the target's relative position; the ones after it left out); ``ratio`` is
-    with / without; ``by_context`` holds the same paired numbers (``proteins`` to ``ratio``)
-    for the targets with an identical sequence in their context (``identical``) and the others
+    "mean_context_tokens", "context_proteins_cut", "targets_cut",
+    "target_residues_in_windows", "targets_with_identical_context", "by_context"}``;
+    ``targets_cut``: targets longer than half the window (a seeded half-window of each is
+    scored; ``target_residues_in_windows`` is the share of the targets' residues scored);
+    ``context_proteins_cut``: windows whose last context protein was cut to the room left
+    (at the target's relative position; the ones after it left out); ``ratio`` is with /
+    without; ``by_context`` holds the same paired numbers (``proteins`` to ``ratio``) for
+    the targets with an identical sequence in their context (``identical``) and the others
     (``no_identical``).
 
     ``fill`` (see :class:`Fill`): every context window is filled to ``max_length`` with

@@ -44,7 +44,12 @@ from protein_performer.config import (
     validate_train_config,
 )
 from protein_performer.data.alphabet import EXTRA_RESIDUES, Alphabet, default_alphabet
-from protein_performer.data.cluster import check_run_clustering, members_digest, read_members
+from protein_performer.data.cluster import (
+    check_run_clustering,
+    members_digest,
+    members_file,
+    read_members,
+)
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.fasta import STREAM_HINT, check_distinct_inputs, load_fasta_source
 from protein_performer.data.shards import read_manifest
@@ -667,11 +672,22 @@ def _check_resume_split(stored: Mapping[str, Any] | None, d: DataConfig) -> None
         if stored.get("clusters_digest") and now["clusters_digest"]:
             if stored["clusters_digest"] != now["clusters_digest"]:
                 changed.append(f"data.clusters: another clustering ({d.clusters})")
-        elif stored.get("clusters") and now["clusters"] and stored["clusters"] != now["clusters"]:
-            changed.append(f"data.clusters: {stored['clusters']} -> {now['clusters']}")
+        elif (
+            stored.get("clusters")
+            and now["clusters"]
+            and members_file(stored["clusters"]) != members_file(now["clusters"])
+        ):
+            # a checkpoint from before the digest: only the path, which may have moved
+            log.warning(
+                "resuming with data.clusters=%s, the run used %s: the split is the run's only "
+                "if the table is the same",
+                now["clusters"],
+                stored["clusters"],
+            )
     if changed:
         raise ConfigError(
-            f"ckpt_path: resuming would change the run's train/val/test split ({'; '.join(changed)}),"
+            "ckpt_path: resuming would change the run's train/val/test split "
+            f"({'; '.join(changed)}),"
             " so proteins it trained on would be validated and tested; resume with the run's "
             "data settings, or start a new run from its weights with init_from=PATH"
         )
@@ -685,10 +701,12 @@ def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
         "mask_prob": d.mask_prob,
         "packing": d.packing,
         "min_members": d.min_members,
+        "family_spread": d.family_spread,
         # the training files (absolute), so that evaluate can say when it scores them whole
         "files": [os.path.abspath(f) for f in d.files] if d.files and not d.shards else None,
-        # the records read before the hash split (explicit val/test files: no split to cap)
-        "max_records": None if d.val_files or d.test_files else d.max_records,
+        # the records read before the hash split (shards cap their train split after it;
+        # explicit val/test files have no split to cap)
+        "max_records": None if d.shards or d.val_files or d.test_files else d.max_records,
         **split_settings(d),
     }
     module = ProteinLMModule(
@@ -1246,7 +1264,8 @@ class EvalResult:
                 )
             if c.get("targets_cut"):
                 text += (
-                    f"\n    {c['targets_cut']:,} of {c['proteins']:,} proteins are longer than half "
+                    f"\n    {c['targets_cut']:,} of {c['proteins']:,} proteins are longer than "
+                    "half "
                     f"of max_length={c['max_length']:,} (the other half is the context's room): a "
                     f"seeded half-window of each was scored, "
                     f"{100 * c['target_residues_in_windows']:.1f}% of their residues"
@@ -1433,21 +1452,28 @@ def _scope_note(
 def _eval_packing(
     cfg: EvalConfig, stored: Mapping[str, Any], mode: str
 ) -> tuple[str, str | None, str | None]:
-    """``(packing, words, clusters table)`` of evaluate's concat windows: family packing when
-    the training run packed by family and its clusters table (or ``clusters=``) is here, so
-    that ``split=val`` measures what the run's validation did; stream packing otherwise,
-    said."""
+    """``(packing, words, clusters table)`` of evaluate's concat windows: with ``split=`` (the
+    run's own files) family packing when the training run packed by family and its clusters
+    table (or ``clusters=``) is here, so that ``split=val`` measures what the run's validation
+    did; stream packing otherwise (other files need not be in the run's table), said."""
     if mode != "concat":
         return "stream", None, None
     trained = stored.get("packing")
     table = cfg.clusters or stored.get("clusters")
-    if trained == "family" and table and Path(table).exists():
-        return "family", f"concat, family packing ({table}), as the training run", str(table)
+    if trained == "family" and cfg.split and table and Path(table).exists():
+        spread = int(stored.get("family_spread") or 1)
+        how = f", family_spread={spread}" if spread > 1 else ""
+        return "family", f"concat, family packing ({table}{how}), as the training run", str(table)
     if trained == "family":
+        why = (
+            "without split= the files need not be the run's"
+            if not cfg.split
+            else "its clusters table is not here (clusters=DIR packs these the same way)"
+        )
         return (
             "stream",
-            "concat, stream packing (proteins in a seeded order): the training run packed by "
-            "family, and its clusters table is not here (clusters=DIR packs these the same way)",
+            f"concat, stream packing (proteins in a seeded order): the training run packed by "
+            f"family; {why}",
             None,
         )
     return "stream", "concat, stream packing (proteins in a seeded order)", None
@@ -1617,18 +1643,19 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
             f"max_length={max_length} exceeds the checkpoint's model.max_len="
             f"{model.config.max_len} (learned positions); use max_length<={model.config.max_len}"
         )
-    split_settings = _eval_split(cfg, stored)
+    split_info = _eval_split(cfg, stored)
     split = cfg.split or "test"
     files = {"files": fasta} if cfg.split else {"test_files": fasta}
     packing, packing_note, family_table = _eval_packing(cfg, stored, mode)
     run_cap = stored.get("max_records") if cfg.split else None
     dm = ProteinDataModule(
         **files,
-        split_fractions=tuple(split_settings["fractions"]),
-        split_seed=split_settings["seed"],
-        clusters=split_settings["clusters"] or family_table,
-        split_by=split_settings["by"],
+        split_fractions=tuple(split_info["fractions"]),
+        split_seed=split_info["seed"],
+        clusters=split_info["clusters"] or family_table,
+        split_by=split_info["by"],
         packing=packing,
+        family_spread=int(stored.get("family_spread") or 1) if packing == "family" else 1,
         objective=meta["objective"],
         mode=mode,
         max_length=max_length,
@@ -1640,7 +1667,9 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         allow_nucleotide=cfg.allow_nucleotide,
         crop=cfg.crop,
         # the run's own split: of the records it read (data.max_records caps before the split)
-        max_records=run_cap or (cfg.max_records if split == "train" else None),
+        max_records=min(x for x in (run_cap, cfg.max_records) if x)
+        if split == "train" and (run_cap or cfg.max_records)
+        else run_cap,
         val_max_records=cfg.max_records,
         alphabet=alphabet,
     )
@@ -1822,10 +1851,10 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         if not cfg.split
         else {
             "part": cfg.split,
-            "by": split_settings["by"],
-            "fractions": list(split_settings["fractions"]),
-            "seed": split_settings["seed"],
-            "clusters": split_settings["clusters"],
+            "by": split_info["by"],
+            "fractions": list(split_info["fractions"]),
+            "seed": split_info["seed"],
+            "clusters": split_info["clusters"],
         },
     )
     if cfg.output:

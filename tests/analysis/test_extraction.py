@@ -319,6 +319,14 @@ def test_layers_and_heads_come_in_the_order_asked_and_in_eval_mode() -> None:
     blocks = list(extract_mod.attention_blocks(noisy, tokens, 1, 2, chunk_size=8))
     np.testing.assert_array_equal(np.concatenate(blocks), reference[1, 2])
     assert noisy.training
+    # between blocks the model is in whatever mode the caller put it in
+    stream = extract_mod.attention_blocks(noisy.eval(), tokens, 1, 2, chunk_size=8)
+    first = next(stream)
+    noisy.train()
+    second = next(stream)
+    assert noisy.training
+    both = np.concatenate([first, second])  # <cls> row left out of the first block
+    np.testing.assert_array_equal(both, reference[1, 2][: len(both)])
 
 
 def test_sequence_strings_and_devices_are_taken_as_a_user_writes_them() -> None:

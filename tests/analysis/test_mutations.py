@@ -319,7 +319,7 @@ def test_score_reads_tabs_wild_type_rows_and_hints_the_offset(ckpt, tmp_path, ca
     write_csv(tmp_path / "m.csv", [("K2*", "1"), ("K2R", "2")])
     assert _score(ckpt, tmp_path, "skip_mismatched=true", out="y.csv") == 0
     out = capsys.readouterr().out
-    assert "1 row left unscored: 1 stops" in out
+    assert "1 row left unscored: stops 1" in out
     assert "first stops: line 2: 'K2*' is a stop (nonsense) mutant" in out
 
 
@@ -335,7 +335,7 @@ def test_score_says_why_rows_are_left_out_and_reads_spreadsheet_files(ckpt, tmp_
     assert _score(ckpt, tmp_path, "skip_mismatched=true", "fitness_col=fitness") == 0
     out = capsys.readouterr().out
     assert (
-        "3 rows left unscored: 1 stops, 1 unreadable (indels, other notations), 1 wild type differs"
+        "3 rows left unscored: stops 1, unreadable (indels, other notations) 1, wild type differs 1"
         in out
     )
     assert "1 synonymous row (first: line 7, K2K) scored 0 in every column" in out
@@ -351,6 +351,12 @@ def test_score_says_why_rows_are_left_out_and_reads_spreadsheet_files(ckpt, tmp_
     assert _score(ckpt, tmp_path, "skip_mismatched=true", "overwrite=true") == 2
     err = capsys.readouterr().err
     assert "a wrong offset= or record=, not rows to skip; offset=11 would fit" in err
+    # a scan of a longer protein scored on one domain: rows past its end are a crop, not a
+    # wrong numbering (every row inside it matches)
+    rows = [(f"{aa}{i + 1}A", "1") for i, aa in enumerate(WT) if aa != "A"]
+    write_csv(tmp_path / "m.csv", rows + [(f"K{n}A", "1") for n in range(23, 60)])
+    assert _score(ckpt, tmp_path, "skip_mismatched=true", "overwrite=true") == 0
+    assert "position outside the sequence 37" in capsys.readouterr().out
     # a European spreadsheet: semicolons, decimal commas, a space after the separator in the
     # header, blank rows of empty fields
     (tmp_path / "eu.csv").write_text("mutant; fitness\nK2R;0,5\nT3C;1,25\nY5W;-2\n;\n;\n")

@@ -548,8 +548,8 @@ def test_min_members_keeps_only_families_that_size_in_training_windows():
     capped = ProteinDataModule(train_source=src, max_records=4, **kw)
     capped.setup("fit")
     assert capped.notes["train"][0] == (
-        "data.max_records=4: 2 of 3 clusters have members that were not read (after the cap, "
-        "or in another split)"
+        "data.max_records=4: 2 of 3 clusters have members in the table that are not here "
+        "(after the cap, in another split, or in files not given)"
     )
     with pytest.raises(ConfigError, match="no cluster of the training split"):
         dm4 = ProteinDataModule(train_source=src, min_members=4, **kw)

@@ -643,8 +643,13 @@ def test_sequences_to_a_batch_and_masks_of_another_convention():
     # Hugging Face's attention_mask (True where to attend) is the opposite: refused
     with pytest.raises(ValueError, match="padding_mask is False at <pad> tokens"):
         model(batch["input_ids"], ~batch["padding_mask"])
-    with pytest.raises(ValueError, match="padding_mask pads a whole row"):
+    with pytest.raises(ValueError, match="padding_mask pads a whole row of tokens"):
         model(batch["input_ids"][:1], torch.ones(1, 12, dtype=torch.bool))
+    # a row of <pad> only (a batch filled to a fixed size), masked as padding: accepted, and the
+    # other rows are unchanged
+    filled = torch.cat([batch["input_ids"], torch.full((1, 12), ALPHABET.pad_idx)])
+    mask = torch.cat([batch["padding_mask"], torch.ones(1, 12, dtype=torch.bool)])
+    torch.testing.assert_close(model(filled, mask)["logits"][:2], logits, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="padding_mask is False at <pad> tokens"):
         list(model.iter_attention(batch["input_ids"], ~batch["padding_mask"]))
 

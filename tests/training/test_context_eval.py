@@ -725,8 +725,20 @@ def test_evaluate_packs_windows_as_the_training_run_did(tmp_path):
     assert (
         whole.scope.startswith(f"{fasta}: the training run's data") and "note: " in whole.format()
     )
+    # another file, its ids in no clusters table: stream windows, and no note on training data
     other = write_fasta(tmp_path / "other.fasta", n=10, seed=5)
-    assert evaluate(EvalConfig(**{**ev, "fasta": str(other)})).scope is None
+    other.write_text(other.read_text().replace("|T0", "|N0"))
+    elsewhere = evaluate(EvalConfig(**{**ev, "fasta": str(other)}))
+    assert elsewhere.scope is None and "stream packing" in elsewhere.packing
+    # the run's family_spread is the run's: its validation number is reproduced with it
+    cfg.data.family_spread = 3
+    cfg.data.clusters = str(tmp_path / "moved.tsv")
+    spread = train(cfg, tmp_path / "run_spread")
+    ev_spread = {**ev, "checkpoint": spread.last_checkpoint, "split": "val"}
+    ev_spread["split_fractions"] = [0.8, 0.2, 0.0]
+    val = evaluate(EvalConfig(**ev_spread))
+    assert val.perplexity == pytest.approx(spread.val_perplexity, rel=1e-5)
+    assert "family_spread=3" in val.packing
 
 
 def test_evaluate_split_is_the_runs_own_after_max_records(tmp_path):
@@ -757,3 +769,58 @@ def test_evaluate_says_when_an_id_is_given_twice(tmp_path, caplog):
         "1 of 21 evaluated records repeat an earlier record's id (e.g. sp|T00003|TINY3_TEST)"
         in caplog.text
     )
+
+
+def test_evaluate_split_train_and_shards_keep_their_own_caps(tmp_path):
+    """split=train: the smaller of the run's cap and max_records=; a shards run's
+    data.max_records (applied to its train split, after the split) is not applied before the
+    split by evaluate."""
+    from protein_performer.data.shards import preprocess
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=120)
+    cfg = tiny_config(fasta, max_steps=1)
+    cfg.data.max_records = 60
+    result = train(cfg, tmp_path / "run")
+    ev = dict(checkpoint=result.last_checkpoint, fasta=str(fasta), device="cpu", split="train")
+    ev["split_fractions"] = [0.8, 0.2, 0.0]
+    assert evaluate(EvalConfig(**ev, max_records=5)).sequences == 5
+    assert (
+        evaluate(EvalConfig(**ev)).sequences
+        == 60 - evaluate(EvalConfig(**{**ev, "split": "val"})).sequences
+    )
+    preprocess(fasta, tmp_path / "shards", fractions=[0.6, 0.0, 0.4], progress=False)
+    shards = tiny_config(fasta, max_steps=1)
+    shards.data.shards, shards.data.max_records = str(tmp_path / "shards"), 20
+    run = train(shards, tmp_path / "run_shards")
+    whole = evaluate(
+        EvalConfig(checkpoint=run.last_checkpoint, fasta=str(fasta), device="cpu", split="test")
+    )
+    assert whole.scope is None and whole.sequences > 20
+
+
+def test_a_checkpoint_without_the_digest_resumes_from_its_table_elsewhere(tmp_path, caplog):
+    """Checkpoints from before the clusters digest keep only the table's path: the same table
+    by another path (a moved or linked folder) resumes, said; a folder and its members.tsv are
+    one table."""
+    from protein_performer.training.checkpoints import read_checkpoint
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=30)
+    folder = tmp_path / "clusters"
+    folder.mkdir()
+    clusters_of_three(fasta, folder / "members.tsv")
+    cfg = tiny_config(fasta, max_steps=1)
+    cfg.data.clusters, cfg.data.split_by = str(folder), "cluster"
+    cfg.data.split_fractions = [0.6, 0.0, 0.4]
+    result = train(cfg, tmp_path / "run")
+    (tmp_path / "link").symlink_to(folder)
+    for table in (folder / "members.tsv", tmp_path / "link"):
+        ckpt = read_checkpoint(result.last_checkpoint)  # as an older checkpoint: no digest
+        del ckpt["protein_performer"]["data"]["clusters_digest"]
+        torch.save(ckpt, result.last_checkpoint)
+        resumed = tiny_config(fasta, max_steps=2 if table.name == "members.tsv" else 3)
+        resumed.data.clusters, resumed.data.split_by = str(table), "cluster"
+        resumed.data.split_fractions = [0.6, 0.0, 0.4]
+        resumed.ckpt_path = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
+        with caplog.at_level("WARNING"):
+            assert train(resumed, tmp_path / "run").steps == resumed.trainer.max_steps
+    assert "resuming with data.clusters=" not in caplog.text  # one table, by two paths
