@@ -373,8 +373,10 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
     methods = [cfg.method] if isinstance(cfg.method, str) else list(cfg.method or [])
     if not methods:
         raise ConfigError("method: give at least one of masked-marginal, wt-marginal, pseudo-ll")
+    from protein_performer.analysis.mutations import method_name
+
     for m in methods:
-        _choice("method", m, ("masked-marginal", "wt-marginal", "pseudo-ll"))
+        _choice("method", method_name(m), ("masked-marginal", "wt-marginal", "pseudo-ll"))
     _positive("toks_per_batch", cfg.toks_per_batch)
     _check_device(cfg.device)
     if cfg.attention is not None:

@@ -509,6 +509,14 @@ def _read_mutations_csv(
     from protein_performer.data.fasta import check_readable_file
 
     check_readable_file(path, "a CSV of mutations")
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head.startswith(b"\x1f\x8b"):
+        raise DataError("gzip-compressed: the mutations CSV is read as text (gunzip it)", path=path)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise DataError(
+            "UTF-16 text (a spreadsheet's 'Unicode text'): save it as CSV (UTF-8)", path=path
+        )
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
             first = fh.readline()
@@ -533,7 +541,12 @@ def _read_mutations_csv(
                     continue
                 rows.append(row)
                 line_of.append(reader.line_num)
-    except (UnicodeDecodeError, csv.Error) as e:
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"not UTF-8 text (byte {e.object[e.start]:#04x} at {e.start:,}): save it as CSV (UTF-8)",
+            path=path,
+        ) from None
+    except csv.Error as e:
         raise DataError(f"not a readable CSV ({e})", path=path) from None
     if not fields:
         raise DataError("empty CSV (no header line)", path=path)
@@ -587,6 +600,13 @@ def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
 
 def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
     if cfg.sequence is not None:
+        if Path(str(cfg.sequence)).is_file() or str(cfg.sequence).lower().endswith(
+            (".fa", ".fasta", ".faa", ".gz")
+        ):
+            raise ConfigError(
+                f"sequence={cfg.sequence} names a file: give it as fasta= (and record= to pick "
+                "one of its records)"
+            )
         sequence = "".join(str(cfg.sequence).split()).upper()
         sequence = sequence.removesuffix("*")  # a terminal stop, as in a FASTA record
         if not sequence:
@@ -634,7 +654,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     from protein_performer.atomic import write_text_atomic
     from protein_performer.outputs import as_written, check_output_file
 
-    methods = list(dict.fromkeys([cfg.method] if isinstance(cfg.method, str) else cfg.method))
+    given = [cfg.method] if isinstance(cfg.method, str) else cfg.method
+    methods = list(dict.fromkeys(mut.method_name(m) for m in given))
     fields, rows, delimiter, line_of, blank_rows = _read_mutations_csv(
         cfg.mutations, cfg.mutation_col
     )

@@ -32,6 +32,23 @@ from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
 
 METHODS = ("masked-marginal", "wt-marginal", "pseudo-ll")
+#: Other names for them: ESM's predict.py (``masked-marginals``, ``pseudo-ppl``) and the
+#: output columns (``masked_marginal``).
+METHOD_ALIASES = {
+    "masked-marginals": "masked-marginal",
+    "masked_marginal": "masked-marginal",
+    "wt-marginals": "wt-marginal",
+    "wt_marginal": "wt-marginal",
+    "pseudo-ppl": "pseudo-ll",
+    "pseudo_ll": "pseudo-ll",
+}
+
+
+def method_name(method: str) -> str:
+    """``method`` as one of :data:`METHODS` (aliases mapped); unknown names pass through."""
+    return METHOD_ALIASES.get(str(method).strip().lower(), str(method).strip().lower())
+
+
 #: How scan files name the unmutated sequence (scored 0).
 WILD_TYPE_NAMES = ("wt", "_wt", "wildtype", "wild-type", "wild_type")
 _SITE = re.compile(r"([A-Za-z])(-?\d+)([A-Za-z])")
@@ -233,6 +250,7 @@ def score_mutants(
         mutants = [mutants]  # one mutant, not its letters
     if isinstance(methods, str):
         methods = [methods]
+    methods = list(dict.fromkeys(method_name(m) for m in methods))
     mutants = [parse_mutant(m, offset) if isinstance(m, str) else list(m) for m in mutants]
     ids = alphabet.encode(sequence)
     problems = check_mutants(mutants, alphabet.decode(ids), offset)

@@ -4,7 +4,9 @@ wild-type checks, windows, the CLI."""
 from __future__ import annotations
 
 import csv
+import gzip
 import json
+import re
 
 import numpy as np
 import pytest
@@ -505,3 +507,26 @@ def test_scores_are_from_eval_mode_and_the_models_mode_is_kept() -> None:
         np.testing.assert_array_equal(first[method], second[method])  # no dropout
     pll = mut.pseudo_log_likelihood(model, ALPHABET, WT)
     assert model.training and pll == mut.pseudo_log_likelihood(model.eval(), ALPHABET, WT)
+
+
+def test_score_files_of_other_encodings_and_esm_names(ckpt, tmp_path, capsys) -> None:
+    write_csv(tmp_path / "m.csv", [("K2R", "1")])
+    data = (tmp_path / "m.csv").read_bytes()
+    (tmp_path / "u16.csv").write_bytes(data.decode().encode("utf-16"))
+    (tmp_path / "lat.csv").write_bytes(data + b"T3C,2\xb5\n")
+    (tmp_path / "gz.csv").write_bytes(gzip.compress(data))
+    for name, message in (
+        ("u16.csv", "UTF-16 text"),
+        ("lat.csv", r"not UTF-8 text \(byte 0xb5"),
+        ("gz.csv", "gzip-compressed"),
+    ):
+        assert _score(ckpt, tmp_path, csv_name=name) == 2
+        assert re.search(message, capsys.readouterr().err), name
+    fasta = tmp_path / "wt.fasta"
+    fasta.write_text(f">wt\n{WT}\n")
+    code = main(["score", f"checkpoint={ckpt}", f"sequence={fasta}",
+                 f"mutations={tmp_path / 'm.csv'}", f"out={tmp_path / 'x.csv'}"])  # fmt: skip
+    assert code == 2 and "names a file: give it as fasta=" in capsys.readouterr().err
+    # ESM's method names are ours under another spelling
+    assert _score(ckpt, tmp_path, "method=[masked-marginals,wt_marginal]") == 0
+    assert "(masked-marginal, wt-marginal)" in capsys.readouterr().out
