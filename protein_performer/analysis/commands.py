@@ -542,8 +542,11 @@ def _read_mutations_csv(
                 rows.append(row)
                 line_of.append(reader.line_num)
     except UnicodeDecodeError as e:
+        with open(path, "rb") as fh:  # the line the reader stopped at, for the user to find
+            line = next((n for n, raw in enumerate(fh, 1) if not _is_utf8(raw)), None)
+        where = f" on line {line:,}" if line else ""
         raise DataError(
-            f"not UTF-8 text (byte {e.object[e.start]:#04x} at {e.start:,}): save it as CSV (UTF-8)",
+            f"not UTF-8 text (byte {e.object[e.start]:#04x}{where}): save it as CSV (UTF-8)",
             path=path,
         ) from None
     except csv.Error as e:
@@ -600,9 +603,9 @@ def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
 
 def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
     if cfg.sequence is not None:
-        if Path(str(cfg.sequence)).is_file() or str(cfg.sequence).lower().endswith(
-            (".fa", ".fasta", ".faa", ".gz")
-        ):
+        text = str(cfg.sequence)
+        # a sequence is letters (and line breaks, '*'); a file name has '.' or '/'
+        if any(c in text for c in "./\\") and Path(text).is_file():
             raise ConfigError(
                 f"sequence={cfg.sequence} names a file: give it as fasta= (and record= to pick "
                 "one of its records)"
@@ -928,6 +931,14 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     return CommandResult(summary, text)
 
 
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _problem_kind(problem: str) -> str:
     """The reason a mutants row is not scored, in a few words (for counts by reason)."""
     if "is a stop" in problem:
@@ -945,13 +956,16 @@ def _problem_kind(problem: str) -> str:
 
 def _float(value: str | None, decimal_comma: bool = False) -> float:
     """A fitness value; NaN for an empty or non-numeric one. ``decimal_comma``: ``0,88`` is
-    0.88 and ``1.234,5`` 1234.5 (semicolon-separated files, as spreadsheets write them where the
-    comma is decimal; a lone ``1.234`` stays 1.234)."""
+    0.88, ``1.234,5`` and ``1,234.5`` 1234.5 (semicolon-separated files, as spreadsheets write
+    them where the comma is decimal; a lone ``1.234`` stays 1.234)."""
     if value is None or not value.strip():
         return float("nan")
     text = value.strip()
-    if decimal_comma and text.count(",") == 1:
-        text = text.replace(".", "").replace(",", ".")  # 1.234,5: '.' groups thousands
+    if decimal_comma and "," in text:
+        if text.rfind(",") > text.rfind("."):  # 0,88 and 1.234,5: the comma is the decimal
+            text = text.replace(".", "").replace(",", ".")
+        else:  # 1,234.5: the comma groups thousands
+            text = text.replace(",", "")
     try:
         return float(text)
     except ValueError:

@@ -35,13 +35,13 @@ from protein_performer.analysis.inputs import (
     token_batches,
 )
 from protein_performer.analysis.npz import NpzWriter
-from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.fasta import EncodeCounts
 from protein_performer.devices import check_dense_fits, pick_device
 from protein_performer.errors import ConfigError
 from protein_performer.model.performer import ProteinLM, evaluating
 from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
+from protein_performer.progress import progress as progress_bar
 
 FORMAT = "protein-performer-extract/1"
 MANIFEST = "manifest.json"

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
+from protein_performer.progress import progress as progress_bar
 
 METHODS = ("masked-marginal", "wt-marginal", "pseudo-ll")
 #: Other names for them: ESM's predict.py (``masked-marginals``, ``pseudo-ppl``) and the

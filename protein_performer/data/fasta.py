@@ -578,11 +578,9 @@ def load_fasta_source(
     seqs: list = []
     ids: list[str] = []
     counts = EncodeCounts()
-    from tqdm.auto import tqdm
+    from protein_performer.progress import progress as progress_bar
 
-    with tqdm(
-        unit="rec", disable=None if progress else True, desc="reading FASTA", leave=False
-    ) as bar:
+    with progress_bar(desc="reading FASTA", unit="record", enabled=progress) as bar:
         for path in paths:
             reader = FastaReader(path)
             encoded = iter_encoded(

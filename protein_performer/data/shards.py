@@ -29,6 +29,7 @@ import numpy as np
 
 from protein_performer.atomic import current_umask
 from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
+from protein_performer.data.cluster import members_digest
 from protein_performer.data.fasta import (
     EncodeCounts,
     FastaReader,
@@ -176,7 +177,7 @@ def preprocess(
     else accession; with ``cluster_of``, its cluster from ``data cluster``) with ``fractions``
     and ``seed``.
     """
-    from tqdm.auto import tqdm
+    from protein_performer.progress import progress as progress_bar
 
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
@@ -200,13 +201,15 @@ def preprocess(
         t0 = time.perf_counter()
         total_bytes = sum(r.size for r, _ in readers)
         done_bytes = 0
-        with tqdm(
+        with progress_bar(
             total=total_bytes,
-            unit="B",
+            desc="preprocess",
+            unit="byte",
+            enabled=progress,
+            tty_unit="B",  # tqdm's scaled bytes (kB, MB)
+            leave=True,
             unit_scale=True,
             unit_divisor=1024,
-            disable=None if progress else True,
-            desc="preprocess",
             dynamic_ncols=True,
         ) as bar:
             for reader, fixed_split in readers:
@@ -266,6 +269,11 @@ def preprocess(
                 "clusters": None
                 if explicit or cluster_of is None or clusters is None
                 else os.path.abspath(clusters),
+                # the member -> cluster map the split was drawn from: a table made again
+                # at that path later is another split (evaluate and training check it)
+                "clusters_digest": None
+                if explicit or cluster_of is None
+                else members_digest(cluster_of),
             },
             "invalid_policy": policy.value,
             "strip_gaps": strip_gaps,

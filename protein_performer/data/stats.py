@@ -119,14 +119,13 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
     characters (char → records containing it), lowercase records, nucleotide-like records
     (DNA/RNA given as protein), header kinds, duplicates.
     """
-    from tqdm.auto import tqdm
-
     from protein_performer.data.fasta import (
         NUCLEOTIDE_LETTERS,
         NUCLEOTIDE_MIN_LENGTH,
         NUCLEOTIDE_SHARE,
         FastaReader,
     )
+    from protein_performer.progress import progress as progress_bar
 
     _NUCLEOTIDE_BYTES = np.frombuffer(NUCLEOTIDE_LETTERS.encode(), dtype=np.uint8)
 
@@ -141,7 +140,9 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
     files = []
     t0 = time.perf_counter()
     total_bytes = 0
-    with tqdm(unit="rec", unit_scale=True, disable=None if progress else True, desc="stats") as bar:
+    with progress_bar(
+        desc="stats", unit="record", enabled=progress, leave=True, unit_scale=True
+    ) as bar:
         for path in paths:
             reader = FastaReader(path)
             for rec in reader:

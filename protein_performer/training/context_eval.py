@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.batching import pad_batch
 from protein_performer.data.context import (
@@ -34,6 +33,7 @@ from protein_performer.data.masking import mask_tokens
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
 from protein_performer.model.performer import ProteinLM
+from protein_performer.progress import progress as progress_bar
 
 
 @dataclass

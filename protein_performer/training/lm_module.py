@@ -196,8 +196,13 @@ class ProteinLMModule(pl.LightningModule):
         dm = getattr(self.trainer, "datamodule", None)
         train = getattr(dm, "datasets", {}).get("train") if dm is not None else None
         if train is not None:
-            tokens = np.asarray(train.source.tokens)
-            counts = np.bincount(tokens, minlength=len(self.alphabet))[: len(self.alphabet)]
+            tokens = train.source.tokens
+            counts = np.zeros(len(self.alphabet), dtype=np.int64)
+            # in chunks: bincount widens uint8 to int64, 8 bytes a residue of a memory-mapped
+            # shard set at once
+            for start in range(0, len(tokens), 1 << 24):
+                chunk = np.asarray(tokens[start : start + (1 << 24)])
+                counts += np.bincount(chunk, minlength=len(self.alphabet))[: len(self.alphabet)]
             self.data_info["unigram_counts"] = [int(c) for c in counts]
             if not self.causal:
                 self._unigram_logp = unigram_log_probs(counts, self.alphabet)

@@ -32,7 +32,6 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from protein_performer.analysis.progress import progress as progress_bar
 from protein_performer.atomic import make_output_dir, write_text_atomic
 from protein_performer.config import (
     DataConfig,
@@ -56,6 +55,7 @@ from protein_performer.data.shards import read_manifest
 from protein_performer.devices import is_rank_zero, pick_device, usable_cpus
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, check_output_file, entries, json_with_keys
+from protein_performer.progress import progress as progress_bar
 from protein_performer.training.callbacks import (
     BestCheckpoint,
     LastCheckpoint,
@@ -621,12 +621,15 @@ def shards_split(shards: str | os.PathLike) -> dict[str, Any]:
             "clusters": None,
         }
     by_cluster = str(split.get("key", "")).startswith("cluster")
-    return {
+    out = {
         "split_by": "cluster" if by_cluster else "record",
         "split_fractions": split.get("fractions"),
         "split_seed": split.get("seed"),
         "clusters": split.get("clusters") if by_cluster else None,
     }
+    if by_cluster and split.get("clusters_digest"):
+        out["clusters_digest"] = split["clusters_digest"]  # the table the shards were split by
+    return out
 
 
 def split_settings(d: DataConfig) -> dict[str, Any]:
@@ -644,11 +647,12 @@ def split_settings(d: DataConfig) -> dict[str, Any]:
         info.update(shards_split(d.shards))
     table = info["clusters"]
     by_cluster = info["split_by"] == "cluster"
-    info["clusters_digest"] = (
-        members_digest(read_members(table))
-        if by_cluster and table and Path(table).exists()
-        else None
-    )
+    if "clusters_digest" not in info:  # shards keep the digest of the table they were split by
+        info["clusters_digest"] = (
+            members_digest(read_members(table))
+            if by_cluster and table and Path(table).exists()
+            else None
+        )
     return info
 
 
@@ -946,7 +950,7 @@ def _fit(
                 logger.save()
 
 
-def _data_line(dm: ProteinDataModule, cfg: TrainConfig) -> str:
+def _data_line(dm: ProteinDataModule, cfg: TrainConfig, read_s: float = 0.0) -> str:
     """``train 3,425 proteins (990,112 residues), val 190 (...); split by cluster``: what the
     run reads and how its held-out part was drawn."""
     parts = []
@@ -963,7 +967,8 @@ def _data_line(dm: ProteinDataModule, cfg: TrainConfig) -> str:
     else:
         split = f"split by {dm.split_by} ({', '.join(f'{f:g}' for f in d.split_fractions)})"
     notes = [f"\n  {s}: {text}" for s, texts in dm.notes.items() for text in texts]
-    return ", ".join(parts) + f"; {split}" + "".join(notes)
+    took = f" (read in {read_s:.0f} s)" if read_s >= 2 else ""
+    return ", ".join(parts) + f"; {split}{took}" + "".join(notes)
 
 
 def _print_header(
@@ -1091,9 +1096,17 @@ def train(
             _write_versioned(run_path / "overrides.yaml", "".join(f"- {o}\n" for o in overrides))
         pl.seed_everything(cfg.seed, workers=True, verbose=False)
         dm = build_datamodule(cfg)
+        files = [*(cfg.data.files or []), *(cfg.data.val_files or []), *(cfg.data.test_files or [])]
+        if rank_zero and not cfg.data.shards and cfg.trainer.enable_progress_bar:
+            # reading 79k proteins takes seconds, millions minutes: said before, timed after
+            print(f"reading {len(files):,} FASTA file{'s' if len(files) != 1 else ''} ...",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        t_read = time.perf_counter()
         dm.setup("fit")  # data errors before anything is printed (fit reuses what is loaded)
+        read_s = time.perf_counter() - t_read
         if rank_zero:
-            _print_header(cfg, run_path, estimate, warning, resume_step, _data_line(dm, cfg))
+            data_line = _data_line(dm, cfg, read_s)
+            _print_header(cfg, run_path, estimate, warning, resume_step, data_line)
         module = build_module(cfg, dm.alphabet)
         trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks, resume_step)
         interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))

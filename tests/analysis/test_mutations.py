@@ -517,7 +517,7 @@ def test_score_files_of_other_encodings_and_esm_names(ckpt, tmp_path, capsys) ->
     (tmp_path / "gz.csv").write_bytes(gzip.compress(data))
     for name, message in (
         ("u16.csv", "UTF-16 text"),
-        ("lat.csv", r"not UTF-8 text \(byte 0xb5"),
+        ("lat.csv", r"not UTF-8 text \(byte 0xb5 on line 3\)"),
         ("gz.csv", "gzip-compressed"),
     ):
         assert _score(ckpt, tmp_path, csv_name=name) == 2
@@ -527,6 +527,16 @@ def test_score_files_of_other_encodings_and_esm_names(ckpt, tmp_path, capsys) ->
     code = main(["score", f"checkpoint={ckpt}", f"sequence={fasta}",
                  f"mutations={tmp_path / 'm.csv'}", f"out={tmp_path / 'x.csv'}"])  # fmt: skip
     assert code == 2 and "names a file: give it as fasta=" in capsys.readouterr().err
+    # a long sequence is a sequence (a file-name check once failed on names over 255 bytes)
+    long_wt = "MKVLAAGICW" * 40
+    code = main(["score", f"checkpoint={ckpt}", f"sequence={long_wt}",
+                 f"mutations={tmp_path / 'm.csv'}", f"out={tmp_path / 'long.csv'}",
+                 "skip_mismatched=true"])  # fmt: skip
+    assert code == 0 and "scored 1 of 1 mutants" in capsys.readouterr().out
+    # thousands separators either way in a ';' file
+    (tmp_path / "eu.csv").write_text("mutant;fitness\nK2R;1.234,5\nT3C;1,234.5\nY5W;0,5\n")
+    assert _score(ckpt, tmp_path, "fitness_col=fitness", csv_name="eu.csv", out="eu_o.csv") == 0
+    assert "(n=3;" in capsys.readouterr().out
     # ESM's method names are ours under another spelling
     assert _score(ckpt, tmp_path, "method=[masked-marginals,wt_marginal]") == 0
     assert "(masked-marginal, wt-marginal)" in capsys.readouterr().out

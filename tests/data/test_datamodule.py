@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -242,6 +243,32 @@ def test_held_out_files_identical_to_training_records_are_named(tmp_path, caplog
         "2 of 3 val records are identical to a training sequence (e.g. V1): their metrics are "
         "not held out"
     ]
+
+
+def test_a_hash_split_says_when_held_out_records_copy_training_ones(tmp_path, caplog):
+    """Two strains give the same protein two ids: a split by record puts copies on both sides
+    (9% of the 14 proteomes' val/test); said, and not for a split by cluster."""
+    seqs = random_seqs(200, 20, 40, seed=3)
+    body = "".join(f">a{i}\n{s}\n>b{i}\n{s}\n" for i, s in enumerate(seqs))  # every one twice
+    (tmp_path / "two.fa").write_text(body)
+    dm = ProteinDataModule(files=[tmp_path / "two.fa"], split_fractions=[0.8, 0.2, 0.0])
+    with caplog.at_level("WARNING"):
+        dm.setup("fit")
+    (said,) = [r.getMessage() for r in caplog.records if "held out" in r.getMessage()]
+    assert re.match(
+        r"\d+ of \d+ val records are identical to a training sequence .* not held out "
+        r"\(data.split_by=cluster keeps such copies on one side\)",
+        said,
+    )
+    caplog.clear()
+    table = {f"{p}{i}": f"c{i}" for i in range(len(seqs)) for p in "ab"}
+    by_cluster = ProteinDataModule(
+        files=[tmp_path / "two.fa"], split_fractions=[0.8, 0.2, 0.0], clusters=table,
+        split_by="cluster",
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        by_cluster.setup("fit")
+    assert "held out" not in caplog.text
 
 
 def test_repeated_training_ids_are_named(tmp_path, caplog):

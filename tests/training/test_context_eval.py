@@ -824,3 +824,26 @@ def test_a_checkpoint_without_the_digest_resumes_from_its_table_elsewhere(tmp_pa
         with caplog.at_level("WARNING"):
             assert train(resumed, tmp_path / "run").steps == resumed.trainer.max_steps
     assert "resuming with data.clusters=" not in caplog.text  # one table, by two paths
+
+
+def test_shards_keep_the_digest_of_the_table_they_were_split_by(tmp_path):
+    """Shards are split at preprocess time: their manifest keeps the table's digest, and the
+    run records that one (it recorded the table found at that path when training started, so a
+    table made again in between passed evaluate's check)."""
+    from protein_performer.data.cluster import read_members
+    from protein_performer.data.shards import preprocess
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=60)
+    table = clusters_of_three(fasta, tmp_path / "members.tsv")
+    preprocess(fasta, tmp_path / "shards", fractions=[0.6, 0.2, 0.2], cluster_of=read_members(table),
+               clusters=table, progress=False)  # fmt: skip
+    ids = [r.split("\t")[1] for r in table.read_text().splitlines()[1:]]
+    table.write_text(
+        "cluster_id\tmember_id\n" + "".join(f"e{i // 2}\t{m}\n" for i, m in enumerate(ids))
+    )
+    cfg = tiny_config(fasta, max_steps=1)
+    cfg.data.shards = str(tmp_path / "shards")
+    result = train(cfg, tmp_path / "run")
+    ev = EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test", device="cpu")
+    with pytest.raises(DataError, match="not the one the training run split by"):
+        evaluate(ev)
