@@ -187,8 +187,16 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
         None if cfg.split is None else split_filter(cfg.split, meta.get("data", {}), cfg.clusters)
     )
     counts = EncodeCounts()
+    # the run's own split: of the records it read (its data.max_records caps before the split)
+    run_cap = meta.get("data", {}).get("max_records") if cfg.split else None
     proteins = read_proteins(
-        fasta, alphabet, invalid=cfg.invalid, strip_gaps=cfg.strip_gaps, keep=keep, counts=counts
+        fasta,
+        alphabet,
+        invalid=cfg.invalid,
+        strip_gaps=cfg.strip_gaps,
+        keep=keep,
+        counts=counts,
+        max_records=run_cap,
     )
     limit = max_tokens(model, None, _trained_length(meta))
     max_residues = cfg.max_residues if limit is None else min(cfg.max_residues, limit - 2)

@@ -462,3 +462,24 @@ def test_a_cluster_split_whose_table_moved_says_what_to_give(tmp_path):
     table.mkdir()
     (table / "members.tsv").write_text("cluster_id\tmember_id\nc0\tp0\n")
     assert callable(split_filter("test", stored, clusters=table))  # clusters= says where
+
+
+def test_aa_similarity_split_is_the_runs_own_after_max_records(files, tmp_path, capsys) -> None:
+    """A run that read the first N records (data.max_records) split those: split=test is
+    drawn from them, as evaluate does (it was drawn from every record of the files)."""
+    data = {"split_by": "record", "split_fractions": [0.5, 0.0, 0.5], "split_seed": 0}
+    for name, cap in (("all.ckpt", None), ("cap.ckpt", 20)):
+        save_model_checkpoint(
+            tmp_path / name, tiny_model("performer_relu"), ALPHABET, "mlm",
+            {**data, "max_records": cap},
+        )  # fmt: skip
+    counts = {}
+    for name in ("all.ckpt", "cap.ckpt"):
+        out = tmp_path / f"sim_{name.removesuffix('.ckpt')}"
+        code, text, _ = run(
+            capsys, "aa-similarity", f"checkpoint={tmp_path / name}",
+            f"fasta={files / 'proteins.fasta'}", f"out={out}", "split=test", "min_arcs=1",
+        )  # fmt: skip
+        assert code == 0, text
+        counts[name] = json.loads((out / "similarity.json").read_text())["proteins"]
+    assert 0 < counts["cap.ckpt"] <= 20 < counts["all.ckpt"]
