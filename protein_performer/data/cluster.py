@@ -465,6 +465,36 @@ def _read_reps(path: Path) -> dict[int, str]:
     return out
 
 
+class MembersTable(dict):
+    """member id -> cluster id, where a FASTA record's id ``db|ACCESSION|ENTRY`` (UniProt's
+    layout) also finds a row listing its bare accession or entry name (tables keyed like
+    UniRef's member lists)."""
+
+    def _alias(self, key: object) -> str | None:
+        if not isinstance(key, str) or key.count("|") < 2:
+            return None
+        _, accession, entry = key.split("|", 2)
+        for name in (accession, accession.split("-")[0], entry):
+            if name and dict.__contains__(self, name):
+                return name
+        return None
+
+    def __missing__(self, key: str) -> str:
+        alias = self._alias(key)
+        if alias is None:
+            raise KeyError(key)
+        return dict.__getitem__(self, alias)
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or self._alias(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
 def read_members(path: PathLike) -> dict[str, str]:
     """``member_id -> cluster_id`` from ``members.tsv`` (or a cluster directory holding it).
 
@@ -476,7 +506,7 @@ def read_members(path: PathLike) -> dict[str, str]:
     if not p.is_file():
         raise DataError("cluster members table not found (expected members.tsv)", path=p)
     try:
-        return _read_members(p)
+        return MembersTable(_read_members(p))
     except (UnicodeDecodeError, csv.Error) as e:
         what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else str(e)
         raise DataError(f"not a members table ({what})", path=p) from None

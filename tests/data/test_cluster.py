@@ -384,3 +384,27 @@ def test_a_wheel_binary_that_cannot_be_made_executable_is_one_line(tmp_path, mon
     monkeypatch.setattr(Path, "chmod", denied)
     with pytest.raises(ConfigError, match=r"cannot be made so \(Operation not permitted\): run"):
         find_mmseqs()
+
+
+def test_a_members_table_keyed_by_accession_finds_uniprot_records(tmp_path) -> None:
+    """UniRef-style member lists name bare accessions; FASTA records are `sp|ACC|ENTRY`:
+    the table finds them by accession (and isoform or entry name) instead of refusing every one."""
+    from protein_performer.data.datamodule import ProteinDataModule
+
+    table = tmp_path / "members.tsv"
+    table.write_text("cluster_id\tmember_id\nc1\tP11111\nc1\tP22222\nc2\tQ33333\nc3\tENT4_HUMAN\n")
+    members = read_members(table)
+    assert members["sp|P11111|A_HUMAN"] == "c1" and members["tr|P22222-2|B_HUMAN"] == "c1"
+    assert "sp|X9|ENT4_HUMAN" in members and members.get("sp|Z0|ZZ_HUMAN") is None
+    fasta = tmp_path / "u.fasta"
+    fasta.write_text(
+        ">sp|P11111|A_HUMAN a\nMKVLAAGICWMKV\n>sp|P22222|B_HUMAN b\nMKVLAAGICWMKI\n"
+        ">sp|Q33333|C_HUMAN c\nWYHHEACDEFGHI\n>sp|X9|ENT4_HUMAN d\nPQRSTVWYACDEF\n"
+    )
+    dm = ProteinDataModule(files=[fasta], clusters=table, split_by="cluster",
+                           split_fractions=[0.5, 0.0, 0.5])  # fmt: skip
+    dm.setup(None)
+    sides = {
+        rid: s for s in ("train", "test") if s in dm.datasets for rid in dm.datasets[s].source.ids
+    }
+    assert sides["sp|P11111|A_HUMAN"] == sides["sp|P22222|B_HUMAN"]  # one cluster, one side
