@@ -183,10 +183,18 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
     leaks = manifest["held_out_in_train"] or {}
     for split in ("val", "test"):
         if leaks.get(split):
+            shown = leaks["examples"][split]
+            example = f" (e.g. {shown[0]})" if shown else ""
+            hint = (
+                "; --clusters keeps such copies on one side"
+                if manifest["split"]["method"] == "hash"
+                and not str(manifest["split"].get("key", "")).startswith("cluster")
+                else ""
+            )
             print(
                 f"warning: {leaks[split]:,} of {manifest['splits'][split]['records']:,} {split} "
-                f"records are identical to a training record (e.g. {leaks['examples'][split][0]}): "
-                "their metrics are not held out",
+                f"records are identical to a training record{example}: "
+                f"their metrics are not held out{hint}",
                 file=sys.stderr,
             )
     print(

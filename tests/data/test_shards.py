@@ -66,7 +66,12 @@ def test_held_out_files_identical_to_training_records_are_counted(tmp_path, caps
         "test": 0,
         "examples": {"val": ["UniRef50_T0000", "UniRef50_T0001", "UniRef50_T0002"], "test": []},
     }
-    assert preprocess(tr, tmp_path / "h", progress=False)["held_out_in_train"] is None
+    # a hash split of distinct records: counted (none)
+    assert preprocess(tr, tmp_path / "h", progress=False)["held_out_in_train"] == {
+        "val": 0,
+        "test": 0,
+        "examples": {"val": [], "test": []},
+    }
     code = main(["data", "preprocess", str(tr), str(tmp_path / "c"), "--val", str(va),
                  "--no-progress"])  # fmt: skip
     err = capsys.readouterr().err
@@ -151,3 +156,25 @@ def test_pickle_reopens_instead_of_copying(tmp_path):
     back = pickle.loads(blob)
     assert isinstance(back.tokens, np.memmap) and back.ids == src.ids
     assert all(np.array_equal(back[i], src[i]) for i in range(len(src)))
+
+
+def test_a_hash_split_counts_held_out_copies_of_training_records(tmp_path, capsys):
+    """The same protein under two ids (two strains): a hash split puts copies on both sides;
+    preprocess counts them (exactly) and says so, with what keeps them apart."""
+    from protein_performer.cli import main
+
+    rng = np.random.default_rng(0)
+    seqs = ["".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 30)) for _ in range(100)]
+    body = "".join(f">a{i}\n{q}\n>b{i}\n{q}\n" for i, q in enumerate(seqs))
+    (tmp_path / "two.fa").write_text(body)
+    m = preprocess(tmp_path / "two.fa", tmp_path / "s", fractions=[0.6, 0.2, 0.2], progress=False)
+    leaks = m["held_out_in_train"]
+    ids = {s: ShardSource.open(tmp_path / "s", s).ids for s in ("train", "val", "test")}
+    train_seqs = {seqs[int(r[1:])] for r in ids["train"]}
+    expected = {s: sum(seqs[int(r[1:])] in train_seqs for r in ids[s]) for s in ("val", "test")}
+    assert {s: leaks[s] for s in ("val", "test")} == expected and expected["val"] > 0
+    code = main(["data", "preprocess", str(tmp_path / "two.fa"), str(tmp_path / "c"),
+                 "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0 and "val records are identical to a training record" in err
+    assert "--clusters keeps such copies on one side" in err
