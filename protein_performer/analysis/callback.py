@@ -63,19 +63,14 @@ class SimilarityCallback(pl.Callback):
             return
         if self.history and self.history[-1]["step"] == step:
             return  # gradient accumulation: several batches end on the same optimizer step
-        model = pl_module.model
-        was_training = model.training
-        try:
-            result = aa_similarity(
-                model,
-                self._sample(trainer, pl_module),
-                pl_module.alphabet,
-                threshold=self.threshold,
-                min_arcs=self.min_arcs,
-                seed=self.seed,
-            )
-        finally:
-            model.train(was_training)
+        result = aa_similarity(  # in eval mode, the model's mode restored after (@evaluates)
+            pl_module.model,
+            self._sample(trainer, pl_module),
+            pl_module.alphabet,
+            threshold=self.threshold,
+            min_arcs=self.min_arcs,
+            seed=self.seed,
+        )
         metrics = {
             f"analysis/r_{name}": value for name, value in result.r.items() if value is not None
         }

@@ -259,7 +259,11 @@ def split_filter(
         table = clusters or stored.get("clusters")
         if not table:
             raise ConfigError("the run split by cluster: give clusters=DIR (`data cluster` output)")
-        from protein_performer.data.cluster import check_run_clustering, read_members
+        from protein_performer.data.cluster import (
+            check_run_clustering,
+            members_digest,
+            read_members,
+        )
 
         if not clusters and not Path(table).exists():
             raise DataError(
@@ -269,7 +273,7 @@ def split_filter(
                 path=table,
             )
         cluster_of = read_members(table)
-        check_run_clustering(table, cluster_of, stored, split)
+        check_run_clustering(table, members_digest(cluster_of), stored, split)
     assigner = SplitAssigner(
         stored.get("split_fractions") or (0.9, 0.05, 0.05), int(stored.get("split_seed") or 0)
     )

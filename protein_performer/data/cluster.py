@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import hashlib
 import json
 import logging
@@ -566,15 +567,29 @@ def members_digest(cluster_of: Mapping[str, str]) -> str:
     return h.hexdigest()
 
 
+def table_digest(path: PathLike) -> str:
+    """:func:`members_digest` of the table at ``path``, read once per version of the file
+    (training start, a resume check and evaluate ask for the same table)."""
+    f = members_file(path)
+    if not f.is_file():
+        read_members(path)  # its one-line error
+    st = f.stat()
+    return _digest_of_file(str(f), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _digest_of_file(path: str, mtime_ns: int, size: int) -> str:
+    return members_digest(read_members(path))
+
+
 def check_run_clustering(
-    table: PathLike, cluster_of: Mapping[str, str], stored: Mapping[str, Any], split: str
+    table: PathLike, digest: str, stored: Mapping[str, Any], split: str
 ) -> None:
     """For ``split`` (train/val/test) of a checkpoint's cluster split: the clusters table used
     now must be the training run's (``stored["clusters_digest"]``; checkpoints before it carry
     none and are not checked). Re-made into the run's path, it is refused: the held-out part
     would hold proteins the model trained on. Another path is the user's choice: warned."""
-    digest = stored.get("clusters_digest")
-    if not digest or members_digest(cluster_of) == digest:
+    if not stored.get("clusters_digest") or digest == stored["clusters_digest"]:
         return
     run_table = stored.get("clusters")
     same_path = bool(run_table) and members_file(table) == members_file(run_table)

@@ -45,9 +45,9 @@ from protein_performer.config import (
 from protein_performer.data.alphabet import EXTRA_RESIDUES, Alphabet, default_alphabet
 from protein_performer.data.cluster import (
     check_run_clustering,
-    members_digest,
     members_file,
     read_members,
+    table_digest,
 )
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.fasta import STREAM_HINT, check_distinct_inputs, load_fasta_source
@@ -649,9 +649,7 @@ def split_settings(d: DataConfig) -> dict[str, Any]:
     by_cluster = info["split_by"] == "cluster"
     if "clusters_digest" not in info:  # shards keep the digest of the table they were split by
         info["clusters_digest"] = (
-            members_digest(read_members(table))
-            if by_cluster and table and Path(table).exists()
-            else None
+            table_digest(table) if by_cluster and table and Path(table).exists() else None
         )
     return info
 
@@ -1386,7 +1384,7 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
             path=clusters,
         )
     if cfg.split and by == "cluster" and stored.get("split_by") == "cluster":
-        check_run_clustering(clusters, read_members(clusters), stored, cfg.split)
+        check_run_clustering(clusters, table_digest(clusters), stored, cfg.split)
     return {
         "by": by,
         "clusters": clusters if by == "cluster" else None,
