@@ -748,7 +748,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     problems.sort()
     bad_rows = {i for i, _ in problems}
     good = [i for i in range(len(rows)) if i not in bad_rows]
-    kinds = [_problem_kind(p) for _, p in problems]
+    kinds = [mut.problem_kind(p) for _, p in problems]
     mismatched = kinds.count("wild type differs")
     # rows past the sequence's ends are a crop (a domain of a longer protein), not a mismatch
     in_range = len(readable) - kinds.count("position outside the sequence")
@@ -839,7 +839,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         )
         firsts = {}
         for i, p in problems:
-            firsts.setdefault(_problem_kind(p), f"line {line_of[i]}: {p}")
+            firsts.setdefault(mut.problem_kind(p), f"line {line_of[i]}: {p}")
         text += "".join(f"\n    first {kind}: {where}" for kind, where in firsts.items())
         summary["unscored_by_reason"] = dict(by_kind)
         summary["unscored_total"] = len(problems)
@@ -945,21 +945,6 @@ def _is_utf8(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-
-
-def _problem_kind(problem: str) -> str:
-    """The reason a mutants row is not scored, in a few words (for counts by reason)."""
-    if "is a stop" in problem:
-        return "stops"
-    if "the sequence has" in problem:
-        return "wild type differs"
-    if "is outside" in problem:
-        return "position outside the sequence"
-    if "not one of the 20 amino acids" in problem:
-        return "non-standard letters"
-    if "names a position twice" in problem:
-        return "a position named twice"
-    return "unreadable (indels, other notations)"
 
 
 def _float(value: str | None, decimal_comma: bool = False) -> float:

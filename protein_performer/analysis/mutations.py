@@ -114,6 +114,22 @@ def check_mutants(
     return problems
 
 
+def problem_kind(problem: str) -> str:
+    """The reason a mutant is not scored, in a few words (for counts by reason), read from the
+    messages of :func:`parse_mutant` and :func:`check_mutants` above."""
+    if "is a stop" in problem:
+        return "stops"
+    if "the sequence has" in problem:
+        return "wild type differs"
+    if "is outside" in problem:
+        return "position outside the sequence"
+    if "not one of the 20 amino acids" in problem:
+        return "non-standard letters"
+    if "names a position twice" in problem:
+        return "a position named twice"
+    return "unreadable (indels, other notations)"
+
+
 def _window(n: int, index: int, width: int | None) -> int:
     """First residue of the window of ``width`` residues centred on ``index``."""
     if width is None or n <= width:
