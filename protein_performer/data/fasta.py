@@ -139,8 +139,7 @@ def check_readable_file(path: PathLike, what: str = "a FASTA file") -> None:
         raise DataError("no such file", path=path)
     if p.is_dir():
         raise DataError(f"is a directory, expected {what}", path=path)
-    if not p.is_file():
-        raise DataError(f"a pipe or other stream, not a file: {STREAM_HINT}", path=path)
+    refuse_stream(p)
     if not os.access(p, os.R_OK):
         raise DataError("permission denied", path=path)
 
@@ -150,6 +149,13 @@ STREAM_HINT = (
     "inputs are read more than once (to count, split and check them), so write it to a file "
     "first (compressed .gz/.bz2/.xz files are read as they are)"
 )
+
+
+def refuse_stream(path: Path) -> None:
+    """One-line :class:`DataError` when ``path`` exists but is neither a file nor a folder (a
+    pipe, a device): checked before anything reads from it (a pipe's bytes would be gone)."""
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise DataError(f"a pipe or other stream, not a file: {STREAM_HINT}", path=path)
 
 
 class NucleotideError(DataError):
@@ -166,9 +172,7 @@ class FastaReader:
     def __init__(self, path: PathLike, *, allow_empty_sequence: bool = False) -> None:
         self.path = Path(path)
         self.allow_empty_sequence = allow_empty_sequence
-        if self.path.exists() and not self.path.is_file() and not self.path.is_dir():
-            # checked before the magic bytes are read: a pipe's would be gone
-            raise DataError(f"a pipe or other stream, not a file: {STREAM_HINT}", path=path)
+        refuse_stream(self.path)  # before the magic bytes are read
         self.compression = detect_compression(path)
         if self.compression == "zip" and self.path.suffix in (".ckpt", ".pt", ".pth"):
             raise DataError(
