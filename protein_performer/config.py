@@ -289,6 +289,9 @@ class ExtractConfig(_AnalysisInputs):
         None, "record ids (or UniProt accessions / entry names) to extract (unset: every record)"
     )
     max_records: int | None = _key(None, "read at most this many records (unset: all)")
+    join: bool = _key(
+        False, "one window of every record read, <sep> between, in one file (file order)"
+    )
 
 
 @dataclass
@@ -312,14 +315,17 @@ class PlotHeadsConfig(_AnalysisInputs):
     """``plot-heads``: a layers × heads attention grid of one protein, and a head ranking."""
 
     record: str | None = _key(
-        None, "record id (or UniProt accession / entry name) to plot (unset: the first record)"
+        None,
+        "record id (or UniProt accession / entry name) to plot (unset: the first record); "
+        "with join=true the one analysed, placed after all the others",
     )
     zoom: int | None = _key(25, "also plot the first N residues (null: no zoom figure)")
     shared_scale: bool = _key(False, "one colour scale for every panel")
     max_length: int | None = _key(None, "tokens with <cls>/<eos> (unset: the model's)")
     truncate: bool = _key(False, "keep the first residues of a longer record (else an error)")
     join: bool = _key(
-        False, "one window of all records, <sep> between (the last one after its homologs)"
+        False,
+        "one window of all records, <sep> between (the last one, or record=, after its homologs)",
     )
     homologs: list[str] | None = _key(
         None, "join: ids of the records the last one is aligned to (unset: every earlier one)"

@@ -9,6 +9,7 @@ with ``format()`` (text) and ``to_dict()`` (JSON).
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import os
@@ -36,6 +37,7 @@ from protein_performer.analysis.figures import (
 from protein_performer.analysis.inputs import (
     Protein,
     checkpoint_label,
+    join_proteins,
     max_tokens,
     parse_indices,
     read_proteins,
@@ -55,7 +57,7 @@ from protein_performer.config import (
     SimilarityConfig,
     eval_fasta_paths,
 )
-from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet, InvalidResidueError
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, InvalidResidueError
 from protein_performer.data.fasta import EncodeCounts
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
@@ -165,16 +167,31 @@ def run_extract(cfg: ExtractConfig) -> CommandResult:
         source=str(cfg.checkpoint),
         records=cfg.records,
         max_records=cfg.max_records,
+        join=cfg.join,
     )
     n = len(manifest["records"])
     cropped = sum(1 for r in manifest["records"] if r["cropped"])
-    text = f"wrote {n:,} record file{'s' if n != 1 else ''} ({', '.join(manifest['include'])}) to {cfg.out}"
-    if cropped:
+    what = ", ".join(manifest["include"])
+    if cfg.join:
+        window = manifest["records"][0]
+        text = (
+            f"wrote one window of {len(window['joined']):,} proteins, {window['length']:,} "
+            f"positions ({what}) to {cfg.out}/{window['file']}"
+        )
+        dropped = window["proteins_read"] - len(window["joined"])
+        if window["cropped"]:
+            text += (
+                f"\n  truncate=true cut the first {window['cropped']:,} positions of the window"
+                + (f": {dropped} of {window['proteins_read']} proteins left out" if dropped else "")
+            )
+    else:
+        text = f"wrote {n:,} record file{'s' if n != 1 else ''} ({what}) to {cfg.out}"
+    if cropped and not cfg.join:
         text += f" ({cropped:,} truncated to max_length)"
     if manifest.get("input_changes"):
         text += f"\n  input: {manifest['input_changes']}"
     duplicates = sum(1 for r in manifest["records"] if r["file"] != f"{r['id']}.npz")
-    if duplicates:
+    if duplicates and not cfg.join:
         text += f"\n  {duplicates:,} record ids were repeated or unsafe as file names: see manifest.json"
     return CommandResult({"out": str(cfg.out), **manifest}, text)
 
@@ -267,20 +284,26 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         cfg, is_heads_dir, "figure directory"
     )
     limit = max_tokens(model, cfg.max_length, _trained_length(meta))
-    if cfg.join and cfg.record is not None:
-        raise ConfigError("join=true uses every record of fasta; leave record= unset")
     if cfg.homologs is not None and not cfg.join:
         raise ConfigError("homologs= names records of a joined window: add join=true")
-    proteins = read_proteins(
+    read = functools.partial(
+        read_proteins,
         fasta,
         alphabet,
         max_tokens=None if cfg.join else limit,
         truncate=cfg.truncate,
         invalid=cfg.invalid,
         strip_gaps=cfg.strip_gaps,
-        ids=None if cfg.record is None else [cfg.record],
-        max_kept=1 if cfg.record is None and not cfg.join else None,
     )
+    record = None if cfg.record is None else [cfg.record]
+    if cfg.join:
+        proteins = read()
+        if record is not None:  # the record analysed goes last, after every other one
+            target = read(ids=record)[0]
+            rest = [p for p in proteins if p.id != target.id]
+            proteins = [*rest, target]
+    else:
+        proteins = read(ids=record, max_kept=1 if record is None else None)
     segments, subjects = None, []
     names = ", ".join(map(str, fasta)) if isinstance(fasta, (list, tuple)) else str(fasta)
     if cfg.join and len(proteins) < 2:
@@ -444,45 +467,6 @@ def homolog_segments(
             problem = "is not a record of the FASTA"
         raise ConfigError(f"homologs: {h} {problem} ({where})")
     return sorted({index[h] for h in ids})
-
-
-def join_proteins(
-    proteins: list[Protein], alphabet: Alphabet, limit: int | None, *, truncate: bool
-) -> tuple[Protein, list[tuple[int, int]], list[Protein]]:
-    """One protein of ``p_1 <sep> p_2 … <sep> p_n``, each part's ``(start, stop)`` in it and
-    the proteins it holds (``truncate``: the front is cut, the last protein always kept)."""
-    parts, segments, pos = [], [], 0
-    for i, p in enumerate(proteins):
-        if i:
-            parts.append(np.array([alphabet.sep_idx], dtype=p.residues.dtype))
-            pos += 1
-        parts.append(p.residues)
-        segments.append((pos, pos + len(p.residues)))
-        pos += len(p.residues)
-    residues = np.concatenate(parts)
-    cropped = 0
-    if limit is not None and len(residues) + 2 > limit:
-        if not truncate:
-            raise ConfigError(
-                f"join: {len(proteins)} proteins make {len(residues) + 2} tokens, more than "
-                f"{limit}; give fewer records, max_length=, or truncate=true"
-            )
-        last = segments[-1][1] - segments[-1][0]
-        if last + 2 > limit:
-            raise ConfigError(
-                f"join: the last protein ({proteins[-1].id}, {last} residues) alone exceeds "
-                f"{limit} tokens, the model's window: no homolog fits before it (plot it alone "
-                "with truncate=true, or use a model with longer windows)"
-            )
-        # cut the front (the earliest context): the last protein is the one analysed
-        cropped = len(residues) + 2 - limit
-        residues = residues[cropped:]
-        kept = [(a - cropped, b - cropped) for a, b in segments if b > cropped]
-        proteins = proteins[len(segments) - len(kept) :]
-        segments = [(max(a, 0), b) for a, b in kept]
-    name = proteins[-1].id if len(proteins) == 1 else f"{proteins[-1].id}+{len(proteins) - 1}"
-    joined = Protein(name, f"{len(proteins)} proteins joined", residues, cropped)
-    return joined, segments, proteins
 
 
 def cross_protein_mass(attention: np.ndarray, segments: list[tuple[int, int]]) -> np.ndarray:

@@ -9,6 +9,12 @@ with ``attention_layers`` / ``attention_heads`` naming the selection; with ``per
 over residues; ``repr_layers`` names them (0 = embeddings, ``depth`` = the last block after the
 final LayerNorm, as in ESM). ``L`` counts residues: the ``<cls>``/``<eos>`` rows and columns are
 dropped unless ``keep_specials`` (so attention rows sum to 1 minus what went to them).
+
+With ``join`` every record read goes into one window ``p_1 <sep> p_2 … <sep> p_n`` (file
+order), written as one file (named for the last record and how many precede it) whose
+``segments`` ``(n, 2)`` hold each protein's ``[start, stop)`` in the rows above, with
+``segment_ids``; ``mean`` is then ``(repr_layers, n, dim)``, one mean per protein; ``sequence``
+shows ``<sep>`` as ``|``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from protein_performer.analysis.inputs import (
     Protein,
     as_protein,
     as_proteins,
+    join_proteins,
     max_tokens,
     padded_tokens,
     parse_indices,
@@ -38,7 +45,7 @@ from protein_performer.analysis.npz import NpzWriter
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.fasta import EncodeCounts
 from protein_performer.devices import check_dense_fits, pick_device
-from protein_performer.errors import ConfigError
+from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
 from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
 from protein_performer.progress import progress as progress_bar
@@ -230,11 +237,13 @@ def extract(
     source: str | None = None,
     records: Sequence[str] | None = None,
     max_records: int | None = None,
+    join: bool = False,
 ) -> dict[str, Any]:
     """Write one ``RECORD.npz`` per FASTA record into ``out`` plus ``manifest.json``.
 
     ``records``: only these ids (or accessions / entry names; one not found is an error);
-    ``max_records``: read at most this many records.
+    ``max_records``: read at most this many records. ``join``: one window of all the records
+    read instead (see the module docstring; ``truncate`` cuts the window's front).
 
     ``trained_length`` (the checkpoint's training crop, in tokens) caps the default window.
     Everything is checked and read before the first file is written; the directory appears
@@ -260,7 +269,7 @@ def extract(
     proteins = read_proteins(
         fasta,
         alphabet,
-        max_tokens=limit,
+        max_tokens=None if join else limit,
         truncate=truncate,
         invalid=invalid,
         strip_gaps=strip_gaps,
@@ -268,6 +277,13 @@ def extract(
         ids=records,
         max_records=max_records,
     )
+    segments, members, read_count = None, [], len(proteins)
+    if join:
+        if len(proteins) < 2:
+            names = ", ".join(map(str, [fasta] if isinstance(fasta, (str, Path)) else fasta))
+            raise DataError("join=true puts several proteins in one window; found one", path=names)
+        joined, segments, members = join_proteins(proteins, alphabet, limit, truncate=truncate)
+        proteins = [joined]
     files = record_file_names([p.id for p in proteins])
     dtype = np.float16 if float16 else np.float32
     device = next(model.parameters()).device
@@ -300,7 +316,14 @@ def extract(
             with NpzWriter(work / name) as npz:
                 npz.add("id", protein.id)
                 npz.add("description", protein.description)
-                npz.add("sequence", alphabet.decode(protein.residues))
+                if segments is None:
+                    npz.add("sequence", alphabet.decode(protein.residues))
+                else:
+                    text = alphabet.decode(protein.residues, keep_specials=True)
+                    npz.add("sequence", text.replace(alphabet.tokens[alphabet.sep_idx], "|"))
+                    shift = 1 if keep_specials else 0  # rows of the <cls> kept
+                    npz.add("segments", np.asarray(segments, dtype=np.int64) + shift)
+                    npz.add("segment_ids", np.asarray([p.id for p in members]))
                 npz.add("tokens", protein.tokens(alphabet)[0, span].numpy().astype(np.uint8))
                 if "attention" in include:
                     npz.add("attention_layers", np.asarray(sel_layers))
@@ -329,15 +352,25 @@ def extract(
                         npz.add("per_tok", per_tok.astype(dtype))
                     if "mean" in include:
                         residues = per_tok[:, 1:-1] if keep_specials else per_tok
-                        npz.add("mean", residues.mean(axis=1).astype(dtype))
-            records.append(
-                {
-                    "id": protein.id,
-                    "file": name,
-                    "length": protein.sequence_length,
-                    "cropped": protein.cropped,
-                }
-            )
+                        if segments is None:
+                            mean = residues.mean(axis=1)
+                        else:
+                            parts = [residues[:, a:b].mean(axis=1) for a, b in segments]
+                            mean = np.stack(parts, axis=1)
+                        npz.add("mean", mean.astype(dtype))
+            entry = {
+                "id": protein.id,
+                "file": name,
+                "length": protein.sequence_length,
+                "cropped": protein.cropped,
+            }
+            if segments is not None:
+                entry["joined"] = [
+                    {"id": p.id, "start": a, "stop": b}
+                    for p, (a, b) in zip(members, segments, strict=True)
+                ]
+                entry["proteins_read"] = read_count
+            records.append(entry)
         manifest = {
             "format": FORMAT,
             "checkpoint": source,
@@ -348,6 +381,7 @@ def extract(
             "attention_heads": sel_heads if "attention" in include else None,
             "repr_layers": sel_repr if reprs is not None else None,
             "keep_specials": keep_specials,
+            "join": join,
             "dtype": np.dtype(dtype).name,
             "input_changes": counts.changes(),
             "records": records,

@@ -328,3 +328,42 @@ def checkpoint_label(path: PathLike) -> str:
     p = Path(path)
     run = p.parent.parent.name if p.parent.name == "checkpoints" else p.parent.name
     return f"{run}/{p.stem}" if run else p.stem
+
+
+def join_proteins(
+    proteins: list[Protein], alphabet: Alphabet, limit: int | None, *, truncate: bool
+) -> tuple[Protein, list[tuple[int, int]], list[Protein]]:
+    """One protein of ``p_1 <sep> p_2 … <sep> p_n``, each part's ``(start, stop)`` in it and
+    the proteins it holds (``truncate``: the front is cut, the last protein always kept)."""
+    parts, segments, pos = [], [], 0
+    for i, p in enumerate(proteins):
+        if i:
+            parts.append(np.array([alphabet.sep_idx], dtype=p.residues.dtype))
+            pos += 1
+        parts.append(p.residues)
+        segments.append((pos, pos + len(p.residues)))
+        pos += len(p.residues)
+    residues = np.concatenate(parts)
+    cropped = 0
+    if limit is not None and len(residues) + 2 > limit:
+        if not truncate:
+            raise ConfigError(
+                f"join: {len(proteins)} proteins make {len(residues) + 2} tokens, more than "
+                f"{limit}; give fewer records, max_length=, or truncate=true"
+            )
+        last = segments[-1][1] - segments[-1][0]
+        if last + 2 > limit:
+            raise ConfigError(
+                f"join: the last protein ({proteins[-1].id}, {last} residues) alone exceeds "
+                f"{limit} tokens, the model's window: no homolog fits before it (plot it alone "
+                "with truncate=true, or use a model with longer windows)"
+            )
+        # cut the front (the earliest context): the last protein is the one analysed
+        cropped = len(residues) + 2 - limit
+        residues = residues[cropped:]
+        kept = [(a - cropped, b - cropped) for a, b in segments if b > cropped]
+        proteins = proteins[len(segments) - len(kept) :]
+        segments = [(max(a, 0), b) for a, b in kept]
+    name = proteins[-1].id if len(proteins) == 1 else f"{proteins[-1].id}+{len(proteins) - 1}"
+    joined = Protein(name, f"{len(proteins)} proteins joined", residues, cropped)
+    return joined, segments, proteins

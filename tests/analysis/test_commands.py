@@ -354,6 +354,78 @@ def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys)
     assert code == 0 and "to fit 30 tokens: 1 of 3 proteins left out entirely" in text, err
 
 
+def test_plot_heads_join_with_record_analyses_that_record(files, tmp_path, capsys) -> None:
+    proteins = random_proteins(3, 20, seed=4)
+    write_fasta(tmp_path / "family.fasta", proteins)
+    base = ["plot-heads", f"checkpoint={files / 'relu.ckpt'}", f"fasta={tmp_path / 'family.fasta'}"]
+    code, _, err = run(capsys, *base, f"out={tmp_path / 'h'}", "join=true", "record=p0")
+    assert code == 0, err
+    summary = json.loads((tmp_path / "h" / "heads.json").read_text())
+    # p0 goes last (its queries are the ones analysed), the others keep the file's order
+    assert [j["id"] for j in summary["joined"]] == ["p1", "p2", "p0"]
+    assert summary["homologs"] == ["p1", "p2"] and summary["record"] == "p0+2"
+    code, _, err = run(capsys, *base, f"out={tmp_path / 'x'}", "join=true", "record=p9")
+    assert code == 2 and "no record with id p9" in err and not (tmp_path / "x").exists()
+
+
+def test_extract_join_writes_one_window_with_its_segments(files, tmp_path, capsys) -> None:
+    from protein_performer.analysis.extraction import attention_maps, representations
+    from protein_performer.analysis.inputs import join_proteins
+    from protein_performer.training.checkpoints import load_model
+
+    proteins = random_proteins(3, 20, seed=4)
+    write_fasta(tmp_path / "family.fasta", proteins)
+    base = ["extract", f"checkpoint={files / 'relu.ckpt'}", f"fasta={tmp_path / 'family.fasta'}"]
+    out = tmp_path / "x"
+    code, text, err = run(
+        capsys, *base, f"out={out}", "join=true", "include=[attention,mean,per_tok]", "heads=[1]"
+    )
+    assert code == 0, err
+    assert "wrote one window of 3 proteins, 62 positions" in text
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["join"] is True and len(manifest["records"]) == 1
+    entry = manifest["records"][0]
+    assert [(j["id"], j["start"], j["stop"]) for j in entry["joined"]] == [
+        ("p0", 0, 20), ("p1", 21, 41), ("p2", 42, 62),
+    ]  # fmt: skip
+    z = np.load(out / entry["file"])
+    np.testing.assert_array_equal(z["segments"], [[0, 20], [21, 41], [42, 62]])
+    assert list(z["segment_ids"]) == ["p0", "p1", "p2"]
+    assert z["tokens"][20] == ALPHABET.sep_idx and z["sequence"].item().count("|") == 2
+    # the same window through the library: attention and per-protein means
+    model, _ = load_model(files / "relu.ckpt")
+    joined, segments, _ = join_proteins(proteins, ALPHABET, None, truncate=False)
+    att = attention_maps(model, joined, ALPHABET, heads=[1])
+    np.testing.assert_allclose(z["attention"], att, rtol=1e-5, atol=1e-6)
+    ((_, per_tok),) = list(representations(model, [joined], ALPHABET, repr_layers=[-1]))
+    np.testing.assert_allclose(z["per_tok"], per_tok, rtol=1e-5, atol=1e-6)
+    assert z["mean"].shape == (1, 3, per_tok.shape[-1])
+    for i, (a, b) in enumerate(segments):
+        np.testing.assert_allclose(z["mean"][:, i], per_tok[:, a:b].mean(1), rtol=1e-5, atol=1e-6)
+    # with <cls>/<eos> kept the segments move by one row
+    code, _, err = run(capsys, *base, f"out={tmp_path / 'k'}", "join=true", "keep_specials=true")
+    assert code == 0, err
+    z = np.load(tmp_path / "k" / entry["file"])
+    np.testing.assert_array_equal(z["segments"], [[1, 21], [22, 42], [43, 63]])
+    assert z["attention"].shape[-1] == 64
+    # too long: an error, or the front cut with truncate=true
+    code, _, err = run(capsys, *base, f"out={tmp_path / 'y'}", "join=true", "max_length=50")
+    assert code == 2 and "join: 3 proteins make 64 tokens, more than 50" in err
+    assert not (tmp_path / "y").exists()
+    code, text, err = run(
+        capsys, *base, f"out={tmp_path / 'y'}", "join=true", "max_length=30", "truncate=true"
+    )
+    assert code == 0, err
+    assert (
+        "truncate=true cut the first 34 positions of the window: 1 of 3 proteins left out" in text
+    )
+    code, _, err = run(
+        capsys, "extract", f"checkpoint={files / 'relu.ckpt'}", f"fasta={files / 'one.fasta'}",
+        f"out={tmp_path / 'z'}", "join=true",
+    )  # fmt: skip
+    assert code == 2 and "join=true puts several proteins in one window; found one" in err
+
+
 def test_plot_heads_join_measures_attention_on_the_aligned_residues(files, tmp_path, capsys):
     from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
     from protein_performer.analysis.commands import join_proteins
