@@ -9,6 +9,9 @@
 # Writes at most 6 files (JSON/PNG/CSV) under $OUT; everything else goes to stdout.
 #
 #   OUT=/tmp/gpu bash benchmarks/gpu_check.sh                 # ~7 min on one H200
+# On a lent device machine: run benchmarks/gpu_prepare.sh here first and carry .gpudata and
+# .whl (the proteomes and the packages its image lacks; RECIPE_DATA defaults to the copies):
+#   run(command="OUT=$OUT bash benchmarks/gpu_check.sh", carry=[".gpudata", ".whl"])
 # Knobs (environment): RECIPE_SECONDS, SCALING_LENGTHS, MODEL_LENGTHS, MODEL_ATTENTIONS.
 #   DEVICE=cpu QUICK=1 OUT=/tmp/dry bash benchmarks/gpu_check.sh   # dry run of the script
 set -uo pipefail
@@ -16,7 +19,10 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/gpu}
 DEVICE=${DEVICE:-cuda}
 QUICK=${QUICK:-0}
-RECIPE_DATA=${RECIPE_DATA:-../shared/data}     # holds the two proteomes of conf/data/proteomes
+PY=${PYTHON:-python3}
+# shellcheck source=benchmarks/_device_env.sh
+. benchmarks/_device_env.sh
+RECIPE_DATA=${RECIPE_DATA:-$pp_data}          # holds the two proteomes of conf/data/proteomes
 RECIPE_SECONDS=${RECIPE_SECONDS:-180}          # training time the step count is sized for
 RECIPE_OVERRIDES=${RECIPE_OVERRIDES:-}         # extra Hydra overrides (dry runs)
 case $RECIPE_SECONDS in
@@ -25,7 +31,6 @@ case $RECIPE_SECONDS in
 esac
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
 status=0
 if [ "$QUICK" = 1 ]; then
     scaling_lengths="256 512" model_lengths="256" model_dims="--dim 64 --depth 1 --heads 2"
@@ -85,7 +90,8 @@ EOF
     timeout 180 "$PY" -m protein_performer.cli evaluate checkpoint="$run/checkpoints/best.ckpt" \
         split=test "fasta=[$ecoli,$yeast]" output="$OUT/recipe_eval_test.json" || status=1
 else
-    stage "gpu_recipe skipped: no proteomes in $RECIPE_DATA"
+    stage "gpu_recipe skipped: no proteomes in $RECIPE_DATA (carry .gpudata: gpu_prepare.sh)"
+    status=1
 fi
 
 methods="favor-softmax favor-relu exact favor-softmax-causal favor-relu-causal exact-causal"

@@ -12,7 +12,12 @@
 #   4. model-level scaling at the paper's regular size (bf16 autocast) for the three kinds and
 #      the no-attention optimum.
 # Needs ../shared/data-like proteomes in DATA and a `data cluster` output in CLUSTERS (made on
-# a machine with MMseqs2; the device machine has none). Results: $OUT/homolog_gpu.tar.gz
+# a machine with MMseqs2; the device machine has none). On a lent device machine neither
+# ../shared nor hydra/biopython is there: run benchmarks/gpu_prepare.sh here first (CLUSTERS=
+# the keep-order clustering of docs/results.md) and carry .gpudata and .whl; DATA and CLUSTERS
+# then default to the carried copies:
+#   run(command="OUT=$OUT bash benchmarks/gpu_homolog.sh", carry=[".gpudata", ".whl"])
+# Results: $OUT/homolog_gpu.tar.gz
 # (logs, metrics.csv, summary.json, eval JSONs), $OUT/model_scaling_regular_gpu.json and PNG,
 # $OUT/<first kind>_last.ckpt; everything else goes to stdout.
 #
@@ -30,7 +35,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/gpu_homolog}
 DEVICE=${DEVICE:-cuda}
 QUICK=${QUICK:-0}
-DATA=${DATA:-../shared/data}
+PY=${PYTHON:-python3}
+# shellcheck source=benchmarks/_device_env.sh
+. benchmarks/_device_env.sh
+DATA=${DATA:-$pp_data}
+[ -d .gpudata/clusters14 ] && [ ! -d ../shared/data ] && CLUSTERS=${CLUSTERS:-.gpudata/clusters14}
 CLUSTERS=${CLUSTERS:?CLUSTERS must name a data cluster output for the 14 proteomes}
 TRAIN_SECONDS=${TRAIN_SECONDS:-180}
 MAX_STEPS=${MAX_STEPS:-3000}
@@ -69,7 +78,6 @@ elif [ -e "$WORK" ] && [ -n "$(ls -A "$WORK" 2>/dev/null)" ]; then
 fi
 mkdir -p "$WORK" || exit 2
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HYDRA_FULL_ERROR=1
-PY=${PYTHON:-python3}
 status=0
 stage() { echo; echo "== $* ($(date +%T), ${SECONDS} s)"; }
 # a stage's timeout: what it wants, cut to what is left of DEADLINE (at least 1 s: timeout 0
