@@ -121,10 +121,11 @@ class SelfAttention(nn.Module):
         # depthwise over positions, one filter per q/k/v channel; padded by hand in _split
         self.conv = nn.Conv1d(3 * dim, 3 * dim, qkv_conv, groups=3 * dim) if qkv_conv else None
         self.reset_conv()
-        # one map per head, local heads included, so that plain and hybrid models share shapes
+        # one map per head, local heads included, so that plain and hybrid models share shapes;
+        # none when every head is local (parameters without gradients stop DDP)
         self.maps = (
             HedgehogFeatureMaps(heads, self.dim_head, nb_features // 2)
-            if attention == "hedgehog"
+            if attention == "hedgehog" and local_heads < heads
             else None
         )
         self.favor: FavorAttention | None = None

@@ -307,6 +307,15 @@ def test_every_head_local_is_a_sliding_window_transformer():
     torch.testing.assert_close(attn.sum(-1), torch.ones(1, 4, 12), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("attention", ATTENTION_KINDS)
+def test_every_parameter_gets_a_gradient_with_every_head_local(attention):
+    # a parameter without a gradient stops DDP (find_unused_parameters=False) at step 2
+    model = ProteinLM(tiny_config(attention, local_heads=4, local_window=2), V)
+    model(random_ids(2, 12))["logits"].sum().backward()
+    unused = [name for name, p in model.named_parameters() if p.grad is None]
+    assert not unused
+
+
 @pytest.mark.parametrize(
     "kind, extra",
     [
