@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from protein_performer.config import (
     DataConfig,
@@ -604,6 +605,27 @@ def test_a_resume_inside_an_epoch_on_more_processes_is_refused_fewer_is_fine():
     _check_resume_processes(ckpt(2, 5), TrainerConfig(devices=1))  # fewer: goes on exactly
     _check_resume_processes(ckpt(1, 0), TrainerConfig(devices=2))  # at an epoch's start
     _check_resume_processes({"loops": {}}, TrainerConfig(devices=2))  # older checkpoints
+
+
+def test_the_resume_check_counts_devices_given_as_lists_strings_or_auto(monkeypatch):
+    from protein_performer.config import TrainerConfig
+    from protein_performer.training.run import _check_resume_processes, planned_devices
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    gpu = {"accelerator": "gpu"}
+    for devices, count in [
+        (2, 2), ("2", 2), ([0, 1, 2], 3), ("0,1", 2), ("auto", 4), (-1, 4), ("-1", 4),
+    ]:  # fmt: skip
+        assert planned_devices(TrainerConfig(devices=devices, **gpu)) == count, devices
+    assert planned_devices(TrainerConfig(accelerator="cpu", devices="auto")) == 1
+    assert planned_devices(TrainerConfig(accelerator="mps", devices="auto")) is None
+    state = {"epoch": 3, "batches": 5, "world_size": 2}
+    ckpt = {"loops": {"fit_loop": {"state_dict": {"combined_loader": [state]}}}}
+    # trainer=ddp's devices: auto on a 4-GPU node, and a list of four
+    for devices in ("auto", [0, 1, 2, 3]):
+        with pytest.raises(ConfigError, match="on 2 processes; resumed on 4"):
+            _check_resume_processes(ckpt, TrainerConfig(devices=devices, **gpu))
 
 
 def test_torchrun_with_devices_left_to_lightning_is_not_refused(monkeypatch):

@@ -330,6 +330,29 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
             )
 
 
+def planned_devices(t: TrainerConfig) -> int | None:
+    """Processes per node that ``trainer.devices`` asks for, as Lightning resolves it: a count,
+    a list of indices, or ``auto`` / ``-1`` (every GPU when the accelerator may be one, else
+    one CPU process); None when it cannot be told here (e.g. ``mps``)."""
+    devices = t.devices
+    if isinstance(devices, str):
+        devices = devices.strip()
+        if "," in devices:  # "0,1": those indices
+            return len([d for d in devices.split(",") if d.strip()])
+        devices = int(devices) if devices.lstrip("-").isdigit() else devices
+    if isinstance(devices, (list, tuple)):
+        return len(devices)
+    if isinstance(devices, int) and devices > 0:
+        return devices
+    if devices in ("auto", -1):
+        if t.accelerator == "cpu":
+            return 1
+        if t.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+            return torch.cuda.device_count()
+        return 1 if t.accelerator == "auto" else None
+    return None
+
+
 def _check_resume_processes(ckpt: dict[str, Any], t: TrainerConfig) -> None:
     """A run interrupted mid-epoch resumes on as many processes or fewer: on more, Lightning's
     restored count of the epoch's batches (per process) would end the epoch before the data
@@ -339,7 +362,8 @@ def _check_resume_processes(ckpt: dict[str, Any], t: TrainerConfig) -> None:
         saved, done = int(state.get("world_size", 0)), int(state.get("batches", 0))
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         return  # older checkpoints, other loaders: nothing to compare
-    now = t.devices * t.num_nodes if isinstance(t.devices, int) and t.devices > 0 else None
+    per_node = planned_devices(t)
+    now = per_node * t.num_nodes if per_node else None
     if saved and done and now and now > saved:
         raise ConfigError(
             f"ckpt_path: the run stopped inside an epoch on {saved} process"
