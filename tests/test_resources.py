@@ -1,0 +1,38 @@
+"""Hints for input paths that do not exist: the shipped sample, the presets' proteomes."""
+
+from __future__ import annotations
+
+import pytest
+
+from protein_performer.cli import main
+from protein_performer.resources import missing_path_hint, project_path, project_root
+
+
+def test_a_shipped_file_named_from_another_directory_is_pointed_to(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    sample = project_path("data/simulated_families.fasta.gz")
+    hint = missing_path_hint("data/simulated_families.fasta.gz")
+    assert hint == f" (the shipped simulated_families.fasta.gz is at {sample})"
+    assert missing_path_hint("data/nothing_like_it.fasta") == ""
+
+
+def test_the_presets_proteomes_say_where_they_are_read_from(tmp_path):
+    beside = project_root().parent / "shared" / "data" / "uniprot_UPX.fasta"
+    assert "reads the proteomes of ../shared/data beside a checkout" in missing_path_hint(beside)
+    assert missing_path_hint(tmp_path / "mine.fasta") == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["data", "stats", "data/simulated_families.fasta.gz"],
+        ["train", "data.files=[data/simulated_families.fasta.gz]"],
+        ["train", "experiment=demo", "data.clusters=data/simulated_families.members.tsv"],
+    ],
+)
+def test_commands_name_the_shipped_sample_when_run_elsewhere(argv, monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "(the shipped simulated_families." in err and str(project_root()) in err
+    assert not (tmp_path / "outputs").exists()
