@@ -45,7 +45,7 @@ def alignment_pairs(
 
 
 def aligned_mass(
-    attention: np.ndarray, queries: np.ndarray, keys: np.ndarray
+    attention: np.ndarray, queries: np.ndarray, keys: np.ndarray, causal: bool = False
 ) -> tuple[np.ndarray, float]:
     """Per head, the mean over aligned queries of the attention they put on their aligned keys.
 
@@ -55,7 +55,8 @@ def aligned_mass(
         queries, keys: ``(P,)`` window positions from :func:`alignment_pairs`.
     Returns:
         ``(mass, uniform)``: ``(layers, heads)`` means in [0, 1], and what uniform attention
-        over the window would give (aligned keys per query / L); ``nan`` when nothing aligns.
+        over the window would give (aligned keys per query / L; ``causal``: the aligned keys it
+        sees / the keys it sees, ``query + 1``); ``nan`` when nothing aligns.
     """
     n = attention.shape[-1]
     if len(queries) == 0:
@@ -67,5 +68,10 @@ def aligned_mass(
     on = np.zeros((*a.shape[:2], len(rows)))
     np.add.at(on, (..., inverse), picked)
     mass = (on / totals).mean(-1)
-    uniform = float(np.bincount(inverse).mean() / n)
+    if causal:
+        visible = np.zeros(len(rows))
+        np.add.at(visible, inverse, keys <= queries)
+        uniform = float((visible / (rows + 1)).mean())
+    else:
+        uniform = float(np.bincount(inverse).mean() / n)
     return mass, uniform

@@ -33,6 +33,7 @@ from protein_performer.analysis.figures import (
     head_ranking_figure,
     head_stats,
     similarity_figure,
+    uniform_stats,
 )
 from protein_performer.analysis.inputs import (
     Protein,
@@ -319,6 +320,8 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     att = attention_maps(model, protein, alphabet, layers=layers, heads=heads)
     sequence = alphabet.decode(protein.residues, keep_specials=True).replace("<sep>", "|")
     stats = head_stats(att)
+    uniform = uniform_stats(protein.sequence_length, model.causal)
+    uniform_name = "uniform causal" if model.causal else "uniform"
     aligned_uniform, queries, keys = None, None, None
     if segments is not None:
         stats["cross_protein"] = cross_protein_mass(att, segments)
@@ -327,7 +330,9 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
             parts = [alphabet.decode(protein.residues[a:b]) for a, b in picked]
             queries, keys = alignment_pairs(picked, parts)
             if len(queries):
-                stats["aligned"], aligned_uniform = aligned_mass(att, queries, keys)
+                stats["aligned"], aligned_uniform = aligned_mass(
+                    att, queries, keys, causal=model.causal
+                )
     kind = model.config.kind_label
     size = (
         f"{protein.sequence_length} residues"
@@ -353,7 +358,9 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         "cropped": protein.cropped,
         "layers": layers,
         "heads": heads,
-        "uniform_entropy": float(np.log(protein.sequence_length)),
+        "objective": "causal" if model.causal else "mlm",
+        "uniform_entropy": uniform["entropy"],
+        "uniform_distance": uniform["distance"],
         "heads_stats": per_head,
     }
     if segments is not None:
@@ -381,7 +388,13 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
                 title=f"{title}, first {min(cfg.zoom, protein.sequence_length)} residues",
             )
         head_ranking_figure(
-            stats, layers, heads, protein.sequence_length, work / "head_ranking", title=title
+            stats,
+            layers,
+            heads,
+            protein.sequence_length,
+            work / "head_ranking",
+            title=title,
+            causal=model.causal,
         )
         if best_aligned is not None:
             li, hi = layers.index(best_aligned["layer"]), heads.index(best_aligned["head"])
@@ -400,8 +413,8 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     text = (
         f"{protein.id}: {len(layers)} layers × {len(heads)} heads plotted to {outdir}; "
         f"lowest-entropy head L{lowest['layer']}H{lowest['head']}: {lowest['entropy']:.2f} nats "
-        f"(uniform: {np.log(protein.sequence_length):.2f}), mean distance "
-        f"{lowest['distance']:.1f} residues"
+        f"({uniform_name}: {uniform['entropy']:.2f}), mean distance "
+        f"{lowest['distance']:.1f} residues ({uniform_name}: {uniform['distance']:.1f})"
     )
     if cfg.zoom and cfg.zoom >= protein.sequence_length:
         text += f" (no zoom figure: zoom={cfg.zoom} covers all {protein.sequence_length} residues)"
@@ -427,7 +440,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         text += (
             f"\n  joined {len(segments)} proteins; the last one's queries put "
             f"{top['cross_protein']:.0%} of their attention on the others in "
-            f"L{top['layer']}H{top['head']} (the most of any head; uniform attention: "
+            f"L{top['layer']}H{top['head']} (the most of any head; {uniform_name} attention: "
             f"{share:.0%})"
         )
     if best_aligned is not None:
@@ -435,7 +448,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
             f"\n  {summary['aligned_residues']} of its residues align to a homolog (BLOSUM62); "
             f"L{best_aligned['layer']}H{best_aligned['head']} puts "
             f"{best_aligned['aligned']:.1%} of their attention on the aligned residues "
-            f"(uniform attention: {aligned_uniform:.1%}); figure alignment_head.png"
+            f"({uniform_name} attention: {aligned_uniform:.1%}); figure alignment_head.png"
         )
     return CommandResult({"out": str(outdir), **summary}, text)
 
@@ -642,6 +655,22 @@ def _offset_hint(parsed: list, sequence: str, offset: int) -> str:
     return f"; offset={best} would fit {n} of {len(sites)} sites"
 
 
+def _refuse_causal_checkpoint(checkpoint: str) -> None:
+    """score's refusal of a causal checkpoint, from its metadata (memory-mapped, no model)."""
+    from protein_performer.training.checkpoints import (
+        META_KEY,
+        read_checkpoint,
+        resolve_checkpoint,
+    )
+
+    meta = read_checkpoint(resolve_checkpoint(checkpoint), mmap=True).get(META_KEY, {})
+    if meta.get("objective") == "causal":
+        raise ConfigError(
+            "score needs a masked-LM checkpoint: every method reads the prediction at a "
+            "(masked) site from both sides, and this model is causal (next-token)"
+        )
+
+
 def run_score(cfg: ScoreConfig) -> CommandResult:
     import time
 
@@ -651,6 +680,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
 
     given = [cfg.method] if isinstance(cfg.method, str) else cfg.method
     methods = list(dict.fromkeys(mut.method_name(m) for m in given))
+    _refuse_causal_checkpoint(cfg.checkpoint)  # before the mutations file: no fix there helps
     fields, rows, delimiter, line_of, blank_rows = _read_mutations_csv(
         cfg.mutations, cfg.mutation_col
     )

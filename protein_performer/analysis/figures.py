@@ -211,6 +211,21 @@ def head_stats(attention: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
+def uniform_stats(length: int, causal: bool = False) -> dict[str, float]:
+    """What :func:`head_stats` gives for uniform attention over ``length`` positions: over
+    every position (log L, (L²−1)/(3L), 1/L), or, ``causal``, over the positions up to each
+    query (row i sees i + 1 keys: mean log(i + 1), (L − 1)/4, mean 1/(i + 1))."""
+    n = max(1, int(length))
+    if not causal:
+        return {"entropy": float(np.log(n)), "distance": (n**2 - 1) / (3 * n), "max_weight": 1 / n}
+    seen = np.arange(1, n + 1, dtype=np.float64)
+    return {
+        "entropy": float(np.log(seen).mean()),
+        "distance": (n - 1) / 4,
+        "max_weight": float((1 / seen).mean()),
+    }
+
+
 def head_ranking_figure(
     stats: dict[str, np.ndarray],
     layers: Sequence[int],
@@ -218,20 +233,23 @@ def head_ranking_figure(
     length: int,
     stem: Path,
     title: str = "",
+    causal: bool = False,
 ) -> list[Path]:
     """Heads ranked by attention entropy and by mean attention distance (local vs global),
-    with the uniform-attention values (log L, (L²−1)/(3L)) as reference lines."""
+    with the uniform-attention values (:func:`uniform_stats`) as reference lines."""
     plt = _pyplot()
     names = [f"L{layer}H{head}" for layer in layers for head in heads]
     fig, axes = plt.subplots(1, 2, figsize=(max(6.0, 0.35 * len(names)) * 2 / 1.4, 3.4))
+    uniform_values = uniform_stats(length, causal)
+    label_uniform = "uniform causal attention" if causal else "uniform attention"
     for ax, key, label, uniform in (
-        (axes[0], "entropy", "mean row entropy (nats)", float(np.log(length))),
-        (axes[1], "distance", "mean attention distance (residues)", (length**2 - 1) / (3 * length)),
+        (axes[0], "entropy", "mean row entropy (nats)", uniform_values["entropy"]),
+        (axes[1], "distance", "mean attention distance (residues)", uniform_values["distance"]),
     ):
         values = stats[key].ravel()
         order = np.argsort(values)
         ax.bar(range(len(values)), values[order], color="tab:blue")
-        ax.axhline(uniform, color="tab:red", ls="--", lw=1, label="uniform attention")
+        ax.axhline(uniform, color="tab:red", ls="--", lw=1, label=label_uniform)
         ax.set_xticks(range(len(values)), [names[k] for k in order], rotation=90, fontsize=6)
         ax.set_ylabel(label, fontsize=8)
         ax.legend(fontsize=7)

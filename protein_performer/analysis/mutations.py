@@ -193,7 +193,13 @@ def pseudo_log_likelihood(
     model: ProteinLM, alphabet: Alphabet, ids: np.ndarray | str, *, toks_per_batch: int = 8192
 ) -> float:
     """Σ_i log p(x_i | x with i masked) over every residue of ``ids`` (residue ids, or the
-    sequence as a string), in eval mode; the protein must fit the model."""
+    sequence as a string), in eval mode; the protein must fit the model. A causal model is
+    refused: its logits at a position predict the next residue, not the masked one."""
+    if getattr(model, "causal", False):
+        raise ConfigError(
+            "pseudo_log_likelihood needs a masked-LM model: it reads the prediction at a masked "
+            "residue, and this model is causal (next-token; its logits at i predict i + 1)"
+        )
     if isinstance(ids, str):
         ids = alphabet.encode(ids)
     with evaluating(model):

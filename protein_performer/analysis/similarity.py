@@ -22,6 +22,7 @@ take part (X, B, Z, U, O are neither sources nor targets).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +103,7 @@ class AttentionCounts:
     n_heads: int
     threshold: float
     seed: int = 0
+    causal: bool = False
     arcs: np.ndarray = field(init=False)  # (heads, 20) arcs >= threshold by target type
     null_arcs: np.ndarray = field(init=False)
     flow: np.ndarray = field(init=False)  # (20, 20) attention mass from type a to type b
@@ -116,6 +118,13 @@ class AttentionCounts:
         self.expected = np.zeros((20, 20), dtype=np.float64)
         self._rng = np.random.default_rng(self.seed)
 
+    @property
+    def min_keys(self) -> int:
+        """Causal: arcs are counted from query rows that see at least this many keys. A row of
+        k keys has a weight >= 1/k whatever it attends to, so the first rows of every protein
+        would pass any threshold; from 10/θ keys on, uniform attention is a tenth of θ."""
+        return math.ceil(10 / self.threshold) if self.causal else 0
+
     def add(self, attention: np.ndarray, types: np.ndarray) -> None:
         """``attention`` ``(heads, L, L)`` over one protein's residues (specials removed),
         ``types`` ``(L,)`` index in :data:`AA_ORDER` or -1 (non-standard)."""
@@ -129,15 +138,22 @@ class AttentionCounts:
         comp = onehot.sum(0) / len(t)
         # Vig: arcs >= threshold, counted by the target's type; null: targets redrawn
         high = att >= self.threshold  # (H, n, n)
+        if self.min_keys:  # causal: row i sees i + 1 keys
+            high[:, : self.min_keys - 1] = False
         self.arcs += np.einsum("hij,ja->ha", high, onehot).astype(np.int64)
         per_head = high.sum(axis=(1, 2))
         for h, k in enumerate(per_head):
             if k:
                 self.null_arcs[h] += self._rng.multinomial(int(k), comp)
-        # flow: mass from type a to type b, against uniform spread over this protein
+        # flow: mass from type a to type b, against uniform spread over the keys each row sees
+        # (the protein; causal: the residues up to the query)
         total = att.sum(0)  # (n, n)
         self.flow += onehot.T @ total @ onehot
-        self.expected += np.outer(onehot.T @ total.sum(1), comp)
+        if self.causal:
+            seen = np.cumsum(onehot, axis=0) / np.arange(1, len(t) + 1)[:, None]
+            self.expected += onehot.T @ (total.sum(1)[:, None] * seen)
+        else:
+            self.expected += np.outer(onehot.T @ total.sum(1), comp)
         self.proteins += 1
         self.residues += len(t)
 
@@ -288,7 +304,8 @@ def aa_similarity(
     layers = list(range(depth)) if layers is None else list(layers)
     heads = list(range(n_heads)) if heads is None else list(heads)
     types = _aa_index(alphabet)
-    counts = AttentionCounts(len(layers) * len(heads), threshold, seed)
+    causal = bool(getattr(model, "causal", False))
+    counts = AttentionCounts(len(layers) * len(heads), threshold, seed, causal=causal)
     for p in progress_bar(proteins, desc="attention", unit="protein", enabled=progress):
         maps = attention_maps(model, p, alphabet, layers=layers, heads=heads)
         counts.add(maps.reshape(-1, *maps.shape[2:]), types[p.residues.astype(np.int64)])
@@ -332,7 +349,9 @@ def aa_similarity(
         },
         "pairs": {name: offdiag_pairs(m) for name, m in matrices.items()},
         "masked_positions": positions,
-        "causal": bool(getattr(model, "causal", False)),
+        "causal": causal,
+        # causal: arcs only from query rows that see this many keys (AttentionCounts.min_keys)
+        "causal_min_keys": counts.min_keys or None,
         "mask_prob": mask_prob,
         "seed": seed,
         "amino_acid_order": AA_ORDER,
@@ -341,6 +360,9 @@ def aa_similarity(
             for n in (
                 max_weight_note,
                 "causal model: no substitution view (it never saw <mask>)" if joint is None else "",
+                f"causal model: attention arcs from query rows that see >= {counts.min_keys} keys"
+                if causal
+                else "",
             )
             if n
         )

@@ -74,3 +74,15 @@ def test_aligned_mass_against_planted_attention():
     np.testing.assert_allclose(mass[0, 2], 0.0)
     empty, none = aligned_mass(att, np.zeros(0, np.int64), np.zeros(0, np.int64))
     assert np.isnan(empty).all() and np.isnan(none)
+
+
+def test_aligned_mass_of_uniform_attention_is_its_uniform_value() -> None:
+    n = 30
+    queries = np.array([20, 20, 25, 29])  # a later protein's residues ...
+    keys = np.array([3, 4, 8, 12])  # ... aligned to an earlier one's
+    full = np.full((1, 1, n, n), 1.0 / n)
+    causal = (np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None])[None, None]
+    for matrix, is_causal in ((full, False), (causal, True)):
+        mass, uniform = aligned_mass(matrix, queries, keys, causal=is_causal)
+        assert mass[0, 0] == pytest.approx(uniform, abs=1e-12)
+    assert uniform == pytest.approx(np.mean([2 / 21, 1 / 26, 1 / 30]))

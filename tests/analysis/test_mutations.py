@@ -424,8 +424,21 @@ def test_a_causal_model_is_refused() -> None:
     mutants = [mut.parse_mutant("K2A")]
     with pytest.raises(ConfigError, match=r"needs a masked-LM checkpoint.*causal"):
         mut.score_mutants(model, ALPHABET, WT, mutants)
+    with pytest.raises(ConfigError, match=r"pseudo_log_likelihood needs a masked-LM model"):
+        mut.pseudo_log_likelihood(model, ALPHABET, WT)
     model.causal = False  # the same weights as a masked LM: scored
     assert mut.score_mutants(model, ALPHABET, WT, mutants)["masked-marginal"].shape == (1,)
+    assert np.isfinite(mut.pseudo_log_likelihood(model, ALPHABET, WT))
+
+
+def test_score_refuses_a_causal_checkpoint_before_reading_the_mutations(tmp_path, capsys):
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=64)
+    model = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx, causal=True)
+    save_model_checkpoint(tmp_path / "causal.ckpt", model, ALPHABET, "causal")
+    write_csv(tmp_path / "m.csv", [("K2A", "1"), ("S4*", "2")])  # a stop: refused by itself
+    code = _score(tmp_path / "causal.ckpt", tmp_path)
+    err = capsys.readouterr().err
+    assert code == 2 and "score needs a masked-LM checkpoint" in err and "S4*" not in err
 
 
 def test_score_says_a_csv_is_expected_for_a_directory(ckpt, tmp_path, capsys) -> None:

@@ -105,6 +105,32 @@ def test_uniform_attention_flow_is_zero_log_odds() -> None:
     assert counts.arcs.sum() == 0  # 1/40 < 0.3: no arcs
 
 
+def test_uniform_causal_attention_gives_no_arcs_and_zero_flow_log_odds() -> None:
+    from protein_performer.analysis.similarity import flow_log_odds
+
+    n = 60
+    causal = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]  # row i: 1/(i+1)
+    rng = np.random.default_rng(0)
+    counts = AttentionCounts(n_heads=2, threshold=0.3, causal=True)
+    plain = AttentionCounts(n_heads=2, threshold=0.3)
+    for _ in range(5):
+        types = rng.integers(0, 20, n)
+        counts.add(np.stack([causal, causal]), types)
+        plain.add(np.stack([causal, causal]), types)
+    # the first rows see 1-3 keys: every one of them is an arc unless they are left out
+    assert plain.arcs.sum() == 2 * 5 * (1 + 2 + 3) and counts.arcs.sum() == 0
+    assert counts.min_keys == 34
+    lo = flow_log_odds(counts.flow, counts.expected)
+    seen = counts.expected > 0
+    np.testing.assert_allclose(lo[seen & seen.T], 0.0, atol=1e-9)
+    # a row that sees enough keys and puts half its weight on one is counted
+    peaked = causal.copy()
+    peaked[50] = 0.5 / 50
+    peaked[50, 7] = 0.5 + 0.5 / 50
+    counts.add(np.stack([peaked, causal]), np.arange(n) % 20)
+    assert counts.arcs.sum() == 1 and counts.arcs[0, 7] == 1
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_model_attention_view_is_near_zero(seed: int) -> None:
     torch.manual_seed(seed)
