@@ -21,6 +21,7 @@ from protein_performer.training.metrics import (
     MLM_INPUT_KINDS,
     alignment_nll,
     batch_sums,
+    causal_unigram_sums,
     lm_token_stats,
     perplexity,
     unigram_log_probs,
@@ -49,7 +50,8 @@ class ProteinLMModule(pl.LightningModule):
     ``val/accuracy``, ``val/predicted_tokens`` and, for MLM, ``val/perplexity_mask``,
     ``val/accuracy_mask`` (positions shown as ``<mask>`` only) and
     ``val/unigram_perplexity_mask`` (the training data's residue frequencies on those
-    positions: the baseline) per validation.
+    positions: the baseline), for a causal model ``val/unigram_perplexity`` (the same baseline
+    on its next-token targets, :func:`causal_unigram_sums`) per validation.
 
     Every batch the dropout RNG is reseeded from ``(seed, global_step, rank, batch_idx)``; FAVOR+
     features are redrawn as a function of ``global_step`` only (same on every rank), so a
@@ -87,6 +89,8 @@ class ProteinLMModule(pl.LightningModule):
         self._val_sums = torch.zeros(7, dtype=torch.float64)
         # MLM: the unigram baseline's log-probabilities (training-data residue frequencies)
         self._unigram_logp: torch.Tensor | None = None
+        # the training data's token counts (causal: the unigram baseline of val/perplexity)
+        self._unigram_counts: np.ndarray | None = None
 
     # ---- forward / loss -------------------------------------------------------------------
     def forward(self, batch: Mapping[str, torch.Tensor], **kwargs: Any) -> dict[str, Any]:
@@ -142,6 +146,8 @@ class ProteinLMModule(pl.LightningModule):
         # nll, count, correct over all predicted positions, then over MLM <mask> inputs only,
         # then the unigram baseline's nll on those <mask> positions
         self._val_sums = torch.zeros(7, dtype=torch.float64, device=self.device)
+        # causal: the histogram of the predicted tokens, for the unigram baseline
+        self._val_targets = torch.zeros(len(self.alphabet), dtype=torch.float64, device=self.device)
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         if self.skip_validation:  # the run was interrupted: finish without the rest
@@ -151,6 +157,10 @@ class ProteinLMModule(pl.LightningModule):
             out["logits"], batch["labels"], batch["input_ids"], self.causal, self.alphabet.mask_idx
         )
         self._val_sums[:3] += total
+        if self.causal and self._unigram_counts is not None:
+            labels = batch["labels"][:, 1:].flatten()  # position t predicts labels[t + 1]
+            scored = (labels != IGNORE_INDEX).to(self._val_targets.dtype)
+            self._val_targets.index_add_(0, labels.clamp_min(0), scored)  # no host sync
         if kinds is not None:
             self._val_sums[3:6] += kinds[MLM_INPUT_KINDS.index("mask")]
             if self._unigram_logp is not None:
@@ -181,6 +191,12 @@ class ProteinLMModule(pl.LightningModule):
             self.log("val/accuracy_mask", m_correct / m_count, sync_dist=True)
             if self._unigram_logp is not None:
                 self.log("val/unigram_perplexity_mask", perplexity(u_nll, m_count), sync_dist=True)
+        if self.causal and self._unigram_counts is not None:  # the same next-token targets
+            hist = self._reduce_sum(self._val_targets).cpu()
+            sums, _ = causal_unigram_sums(hist, self._unigram_counts, self.alphabet, "")
+            u_nll, u_count, _ = sums.tolist()
+            if u_count > 0:
+                self.log("val/unigram_perplexity", perplexity(u_nll, u_count), sync_dist=True)
 
     # ---- optimisation -----------------------------------------------------------------------
     def configure_optimizers(self):
@@ -204,6 +220,7 @@ class ProteinLMModule(pl.LightningModule):
                 chunk = np.asarray(tokens[start : start + (1 << 24)])
                 counts += np.bincount(chunk, minlength=len(self.alphabet))[: len(self.alphabet)]
             self.data_info["unigram_counts"] = [int(c) for c in counts]
+            self._unigram_counts = counts
             if not self.causal:
                 self._unigram_logp = unigram_log_probs(counts, self.alphabet)
 

@@ -133,3 +133,28 @@ def unigram_log_probs(counts: Any, alphabet: Alphabet) -> torch.Tensor:
     weights = torch.where(residue, counts + 1.0, torch.zeros_like(counts))
     logp = torch.log(weights / weights.sum())
     return logp.float()
+
+
+def causal_unigram_sums(
+    target_hist: torch.Tensor, counts: Any, alphabet: Alphabet, counts_from: str
+) -> tuple[torch.Tensor, str]:
+    """``(nll_sum, count, correct)`` of the unigram baseline of a causal model on targets
+    with histogram ``target_hist`` ``(V,)``, and where its frequencies come from.
+
+    Residues keep the training data's (add-one smoothed) frequencies, scaled to the share of
+    residue targets; the special tokens a causal model is asked for (``<eos>``, ``<sep>``)
+    have no residue count, so they get their own rate among these targets (a structural
+    statistic, one per protein or window, not the residues' distribution)."""
+    hist = target_hist.double()
+    n = float(hist.sum())
+    residue = torch.tensor([len(t) == 1 for t in alphabet.tokens], dtype=torch.bool)
+    residue_p = unigram_log_probs(counts, alphabet).double().exp()
+    special_share = float(hist[~residue].sum()) / n if n else 0.0
+    p = torch.where(residue, residue_p * (1.0 - special_share), hist / max(n, 1.0))
+    seen = hist > 0
+    nll = float(-(hist[seen] * p[seen].log()).sum())
+    correct = float(hist[int(p.argmax())])
+    where = counts_from
+    if special_share:
+        where += " residue and target <eos>/<sep>"
+    return torch.tensor([nll, n, correct], dtype=torch.float64), where

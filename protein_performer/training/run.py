@@ -93,6 +93,7 @@ from protein_performer.training.metrics import (
     IGNORE_INDEX,
     MLM_INPUT_KINDS,
     batch_sums,
+    causal_unigram_sums,
     perplexity,
     unigram_log_probs,
 )
@@ -868,6 +869,8 @@ class TrainResult:
     val_perplexity_mask: float | None = None
     # the unigram baseline (training-data residue frequencies) on the same <mask> positions
     val_unigram_perplexity_mask: float | None = None
+    # causal: the unigram baseline on the same next-token targets (causal_unigram_sums)
+    val_unigram_perplexity: float | None = None
     max_steps: int | None = None
     # why training ended: "max_steps", "max_time", "SIGINT"/"SIGTERM" (interrupted), "stopped"
     stopped_by: str = "max_steps"
@@ -897,7 +900,12 @@ class TrainResult:
                 f"step{'' if (self.max_steps or self.steps) == 1 else 's'} "
                 f"in {self.train_seconds:.0f} s{why}",
                 f"  val perplexity  {_num(self.val_perplexity, '.3f')}"
-                f"  (best {_num(self.best_val_perplexity, '.3f')}){at}",
+                f"  (best {_num(self.best_val_perplexity, '.3f')}){at}"
+                + (
+                    f"; next-token, unigram {self.val_unigram_perplexity:.3f}"
+                    if self.val_unigram_perplexity is not None
+                    else ""
+                ),
                 f"  val accuracy    {_num(self.val_accuracy, '.4f')}",
                 *(
                     [
@@ -1170,6 +1178,7 @@ def train(
         last_checkpoint=last,
         val_perplexity_mask=_metric(trainer, "val/perplexity_mask"),
         val_unigram_perplexity_mask=_metric(trainer, "val/unigram_perplexity_mask"),
+        val_unigram_perplexity=_metric(trainer, "val/unigram_perplexity"),
         max_steps=cfg.trainer.max_steps,
         stopped_by=_stopped_by(cfg, steps, interrupt),
         val_step=val_step,
@@ -1517,31 +1526,6 @@ def _eval_packing(
             None,
         )
     return "stream", "concat, stream packing (proteins in a seeded order)", None
-
-
-def causal_unigram_sums(
-    target_hist: torch.Tensor, counts: Any, alphabet: Alphabet, counts_from: str
-) -> tuple[torch.Tensor, str]:
-    """``(nll_sum, count, correct)`` of the unigram baseline of a causal model on targets
-    with histogram ``target_hist`` ``(V,)``, and where its frequencies come from.
-
-    Residues keep the training data's (add-one smoothed) frequencies, scaled to the share of
-    residue targets; the special tokens a causal model is asked for (``<eos>``, ``<sep>``)
-    have no residue count, so they get their own rate among these targets (a structural
-    statistic, one per protein or window, not the residues' distribution)."""
-    hist = target_hist.double()
-    n = float(hist.sum())
-    residue = torch.tensor([len(t) == 1 for t in alphabet.tokens], dtype=torch.bool)
-    residue_p = unigram_log_probs(counts, alphabet).double().exp()
-    special_share = float(hist[~residue].sum()) / n if n else 0.0
-    p = torch.where(residue, residue_p * (1.0 - special_share), hist / max(n, 1.0))
-    seen = hist > 0
-    nll = float(-(hist[seen] * p[seen].log()).sum())
-    correct = float(hist[int(p.argmax())])
-    where = counts_from
-    if special_share:
-        where += " residue and target <eos>/<sep>"
-    return torch.tensor([nll, n, correct], dtype=torch.float64), where
 
 
 def _unigram_summary(

@@ -119,6 +119,19 @@ def test_causal_run_has_no_mask_breakdown(tiny_fasta, tmp_path, capsys):
     assert run_hydra("train", [*argv, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["val_perplexity"] is not None and summary["val_perplexity_mask"] is None
+    # the training summary's baseline is evaluate's on the run's val split: the same targets
+    val = evaluate(
+        EvalConfig(
+            checkpoint=summary["last_checkpoint"],
+            fasta=[str(tiny_fasta)],
+            split="val",
+            split_fractions=[0.8, 0.2, 0.0],
+            toks_per_batch=640,
+        )
+    )
+    assert val.perplexity == pytest.approx(summary["val_perplexity"], rel=1e-5)
+    uni = summary["val_unigram_perplexity"]
+    assert uni == pytest.approx(val.unigram["perplexity"], rel=1e-6)  # logged as float32
     heldout = write_fasta(tmp_path / "heldout.fasta", n=10, seed=6)
     result = evaluate(EvalConfig(checkpoint=summary["last_checkpoint"], fasta=str(heldout)))
     assert result.objective == "causal" and result.by_input is None
@@ -131,7 +144,7 @@ def test_causal_run_has_no_mask_breakdown(tiny_fasta, tmp_path, capsys):
 
 
 def test_causal_unigram_sums_equal_a_direct_sum():
-    from protein_performer.training.run import causal_unigram_sums, unigram_log_probs
+    from protein_performer.training.metrics import causal_unigram_sums, unigram_log_probs
 
     alphabet = default_alphabet()
     rng = np.random.default_rng(0)
