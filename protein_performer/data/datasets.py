@@ -11,7 +11,10 @@ dataset uses its own epoch counter, set by :meth:`set_epoch` and held in a share
 that worker processes see too. Evaluation datasets (``train=False``) always use epoch 0.
 
 Items are dicts ``{"tokens": (L,) int64 array, "index": int, "epoch": int}``; the collators in
-:mod:`protein_performer.data.masking` turn a list of them into a batch.
+:mod:`protein_performer.data.masking` turn a list of them into a batch. A cropped protein's item
+also says where the window cuts it (``cut_start``: residues before the window, so its first
+residue follows ``<cls>`` without its context; ``cut_end``: residues after, so its ``<eos>`` is
+not the protein's end): a causal model is not asked to predict either.
 """
 
 from __future__ import annotations
@@ -144,10 +147,25 @@ class CropDataset(EpochDataset):
         tokens[-1] = self.alphabet.eos_idx
         return tokens
 
+    def cut_flags(self, record: int, epoch: int) -> dict[str, bool]:
+        """``{"cut_start": True}`` / ``{"cut_end": True}`` where the window of ``record`` in
+        ``epoch`` (or a piece of a longer protein, :func:`split_long_records`) leaves residues
+        out before / after it; ``{}`` for a whole protein."""
+        n = int(self.source.lengths[record])
+        start = self.crop_start(record, epoch)
+        piece = getattr(self.source, "cut", None)
+        flags = {
+            "cut_start": start > 0 or (piece is not None and bool(piece[record, 0])),
+            "cut_end": start + self.max_length - 2 < n
+            or (piece is not None and bool(piece[record, 1])),
+        }
+        return {k: True for k, v in flags.items() if v}
+
     def __getitem__(self, key: int | tuple[int, ...]) -> Item:
         index, epoch = self._resolve(key)
         tokens = self._cropped(index, epoch)
-        return {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
+        item = {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
+        return item | self.cut_flags(index, epoch)
 
 
 CLUSTER_SAMPLING = ("cluster", "cluster_sqrt")
@@ -205,8 +223,10 @@ class ClusterCropDataset(CropDataset):
 
     def __getitem__(self, key: int | tuple[int, ...]) -> Item:
         index, epoch = self._resolve(key)
-        tokens = self._cropped(self.member(index, epoch), epoch)
-        return {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
+        record = self.member(index, epoch)
+        tokens = self._cropped(record, epoch)
+        item = {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
+        return item | self.cut_flags(record, epoch)
 
 
 PAIR_MASKS = ("all", "protein")

@@ -159,7 +159,9 @@ class MLMCollator:
 
 
 class CausalCollator:
-    """Pad items to the longest; labels = inputs with padding ignored (see :func:`causal_labels`)."""
+    """Pad items to the longest; labels = inputs with padding ignored (see :func:`causal_labels`),
+    and no target where a crop cut the protein: its first residue after ``cut_start`` (it
+    follows ``<cls>`` without its context) and the ``<eos>`` after ``cut_end`` (not its end)."""
 
     def __init__(self, alphabet: Alphabet) -> None:
         self.alphabet = alphabet
@@ -170,6 +172,11 @@ class CausalCollator:
         for row, item in enumerate(items):
             if not item.get("scored", True):  # a DDP evening-out repeat: no labels
                 labels[row] = IGNORE_INDEX
+            n = len(item["tokens"])
+            if item.get("cut_start") and n > 2:
+                labels[row, 1] = IGNORE_INDEX
+            if item.get("cut_end") and n > 2:
+                labels[row, n - 1] = IGNORE_INDEX
         return {"input_ids": input_ids, "labels": labels, "padding_mask": padding_mask}
 
 

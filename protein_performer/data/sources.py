@@ -50,6 +50,9 @@ class FlatSource:
         self.lengths: np.ndarray = np.diff(offsets)
         # what reading FASTA input skipped or replaced (an EncodeCounts), when known
         self.encode_counts: EncodeCounts | None = None
+        # (n, 2) bool for pieces of longer proteins (split_long_records): residues left out
+        # before / after each; None: every record is a whole protein
+        self.cut: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -116,6 +119,7 @@ def split_long_records(source: FlatSource, max_residues: int) -> FlatSource:
         raise ValueError(f"max_residues must be >= 1, got {max_residues}")
     pieces: list[np.ndarray] = []
     ids: list[str] = []
+    cut: list[tuple[bool, bool]] = []
     for i in range(len(source)):
         seq = source[i]
         n = len(seq)
@@ -124,6 +128,9 @@ def split_long_records(source: FlatSource, max_residues: int) -> FlatSource:
         for a, b in itertools.pairwise(bounds.tolist()):
             pieces.append(seq[a:b])
             ids.append(source.record_id(i) if k == 1 else f"{source.record_id(i)}[{a + 1}-{b}]")
+            cut.append((a > 0, b < n))
     out = FlatSource.from_arrays(pieces, ids, source.alphabet)
     out.encode_counts = getattr(source, "encode_counts", None)
+    # (n, 2): each piece leaves residues of its protein out before / after it
+    out.cut = np.array(cut, dtype=bool).reshape(-1, 2)
     return out

@@ -205,6 +205,31 @@ def test_causal_labels_unshifted_with_ignored_padding():
     assert torch.equal(causal_labels(x, pad), y)
 
 
+def test_causal_targets_leave_out_what_a_crop_cut():
+    from protein_performer.data.sources import split_long_records
+
+    src = FlatSource.from_strings(["ACDEFGHIKLMNPQRSTVWY", "MKV"])
+    ds = CropDataset(src, max_length=8, seed=3)  # 6 residues of the long one
+    for epoch in range(6):
+        item = ds[(0, epoch)]
+        start = ds.crop_start(0, epoch)
+        assert item.get("cut_start", False) == (start > 0)
+        assert item.get("cut_end", False) == (start + 6 < 20)
+        batch = CausalCollator(A)([item, ds[(1, epoch)]])
+        y = batch["labels"]
+        assert (y[0, 1] == IGNORE_INDEX) == (start > 0)  # its first residue, after <cls>
+        assert (y[0, 7] == IGNORE_INDEX) == (start + 6 < 20)  # the <eos> that is not its end
+        assert y[0, 2:7].tolist() == item["tokens"][2:7].tolist()
+        assert y[1, :5].tolist() == ds[(1, epoch)]["tokens"].tolist()  # whole: every target
+    assert not set(ds[(1, 0)]) & {"cut_start", "cut_end"}
+    # crop=sliding's pieces: the first keeps its start, the last its end
+    pieces = CropDataset(split_long_records(src, 6), max_length=8, train=False)
+    flags = [(p.get("cut_start", False), p.get("cut_end", False)) for p in pieces]
+    assert flags == [(False, True), (True, True), (True, True), (True, False), (False, False)]
+    y = CausalCollator(A)([pieces[i] for i in range(len(pieces))])["labels"]
+    assert int((y == A.eos_idx).sum()) == 2  # the two proteins' real ends only
+
+
 def test_collator_argument_validation():
     with pytest.raises(ConfigError, match="mask_prob"):
         MLMCollator(A, mask_prob=0.0)
