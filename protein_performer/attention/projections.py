@@ -24,7 +24,7 @@ def derive_seed(seed: int, layer_idx: int, counter: int) -> int:
 
 def _haar_orthogonal(dim: int, generator: torch.Generator) -> torch.Tensor:
     """A Haar-distributed ``(dim, dim)`` orthogonal matrix (rows orthonormal)."""
-    gauss = torch.randn(dim, dim, generator=generator, dtype=torch.float64)
+    gauss = torch.randn(dim, dim, generator=generator, dtype=torch.float64, device="cpu")
     q, r = torch.linalg.qr(gauss)
     # Without the sign fix the QR factor is not Haar distributed, and the rows would no
     # longer be marginally uniform directions (the estimator would become biased).
@@ -33,9 +33,11 @@ def _haar_orthogonal(dim: int, generator: torch.Generator) -> torch.Tensor:
 
 def _row_norms(rows: int, dim: int, norm: NormKind, generator: torch.Generator) -> torch.Tensor:
     if norm == "chi":
-        return torch.randn(rows, dim, generator=generator, dtype=torch.float64).norm(dim=1)
+        return torch.randn(rows, dim, generator=generator, dtype=torch.float64, device="cpu").norm(
+            dim=1
+        )
     if norm == "sqrt_d":
-        return torch.full((rows,), math.sqrt(dim), dtype=torch.float64)
+        return torch.full((rows,), math.sqrt(dim), dtype=torch.float64, device="cpu")
     raise ValueError(f"unknown norm kind {norm!r} (expected 'chi' or 'sqrt_d')")
 
 
@@ -55,7 +57,7 @@ def gaussian_orthogonal_matrix(
 
 def gaussian_iid_matrix(rows: int, dim: int, *, generator: torch.Generator) -> torch.Tensor:
     """``(rows, dim)`` float64 with iid ``N(0, 1)`` entries."""
-    return torch.randn(rows, dim, generator=generator, dtype=torch.float64)
+    return torch.randn(rows, dim, generator=generator, dtype=torch.float64, device="cpu")
 
 
 def draw_projection(
@@ -69,7 +71,8 @@ def draw_projection(
     antithetic: bool = False,
     norm: NormKind = "chi",
 ) -> torch.Tensor:
-    """The ``(rows, dim)`` float64 projection for ``(seed, layer_idx, counter)``.
+    """The ``(rows, dim)`` float64 projection for ``(seed, layer_idx, counter)``, drawn on
+    the CPU whatever the default device (bit-identical on every machine and DDP rank).
 
     ``antithetic`` draws ``ceil(rows/2)`` rows ``w`` and uses ``[w; -w]`` (truncated): each
     row is still marginally ``N(0, I)``, so unbiasedness is kept while the paired features

@@ -93,3 +93,13 @@ def test_invalid_arguments_raise() -> None:
         draw_projection(0, 4, seed=0)
     with pytest.raises(ValueError, match="orthogonal"):
         draw_projection(4, 4, seed=0, orthogonal=False, norm="sqrt_d")
+
+
+@pytest.mark.parametrize("orthogonal, norm", [(True, "chi"), (True, "sqrt_d"), (False, "chi")])
+def test_draws_are_made_on_the_cpu_whatever_the_default_device(orthogonal, norm) -> None:
+    # Lightning's init_module() or torch.set_default_device("cuda") set another default
+    kw = {"seed": 3, "layer_idx": 1, "orthogonal": orthogonal, "antithetic": True, "norm": norm}
+    expected = draw_projection(8, 4, **kw)
+    with torch.device("meta"):
+        drawn = draw_projection(8, 4, **kw)
+    assert drawn.device.type == "cpu" and torch.equal(drawn, expected)
