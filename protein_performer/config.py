@@ -583,6 +583,25 @@ def validate_train_config(cfg: TrainConfig) -> None:
     t = cfg.trainer
     _choice("trainer.accelerator", t.accelerator, ACCELERATORS)
     _choice("trainer.precision", t.precision, PRECISIONS)
+    if t.precision == "bf16-true":
+        kept = [
+            what
+            for what, used in (
+                ("rotary frequencies", cfg.model.position == "rotary"),
+                (
+                    "FAVOR projections",
+                    cfg.model.local_heads < cfg.model.heads
+                    and any(k.startswith("performer_") for k in cfg.model.layer_kinds()),
+                ),
+            )
+            if used
+        ]
+        if kept:
+            raise ConfigError(
+                f"trainer.precision=bf16-true would store the model's {' and '.join(kept)} in "
+                "bf16 (rotary angles off by up to π at 8,192 positions); use bf16-mixed, whose "
+                "autocast keeps them float32"
+            )
     if t.strategy == "ddp_spawn":
         raise ConfigError(
             "trainer.strategy=ddp_spawn is not supported: it trains in child processes whose "
@@ -590,6 +609,19 @@ def validate_train_config(cfg: TrainConfig) -> None:
             "(trainer.strategy=ddp)"
         )
     _choice("trainer.strategy", t.strategy, STRATEGIES)
+    if t.strategy == "fsdp":
+        if cfg.analysis.similarity_every_n_steps is not None:
+            raise ConfigError(
+                "analysis.similarity_every_n_steps runs the model on rank 0 alone, which FSDP's "
+                "sharded parameters do not allow; use trainer.strategy=ddp, or run aa-similarity "
+                "on the checkpoints"
+            )
+        if cfg.objective == "causal" and "performer_softmax" in cfg.model.layer_kinds():
+            raise ConfigError(
+                "causal performer_softmax keeps running OPRF statistics in buffers that DDP "
+                "broadcasts from rank 0 and FSDP does not (each rank would draw other features); "
+                "use trainer.strategy=ddp"
+            )
     _positive("trainer.max_steps", t.max_steps)
     _positive("trainer.val_check_interval", t.val_check_interval)
     _positive("trainer.log_every_n_steps", t.log_every_n_steps)

@@ -650,3 +650,40 @@ def test_library_configs_take_what_python_users_write():
     ]
     with pytest.raises(ConfigError, match=r"optim\.learning_rate is not a key of optim .*lr"):
         TrainConfig(optim={"learning_rate": 1e-3})
+
+
+def test_bf16_true_is_refused_where_it_would_cast_rotary_or_favor_buffers():
+    from protein_performer.config import ModelConfig, TrainConfig, TrainerConfig
+
+    def cfg(**model):
+        trainer = TrainerConfig(precision="bf16-true")
+        return TrainConfig(
+            model=ModelConfig(**model), trainer=trainer, data=DataConfig(files="x.fa")
+        )
+
+    with pytest.raises(ConfigError, match="store the model's FAVOR projections in bf16"):
+        validate_train_config(cfg(attention="performer_relu"))
+    with pytest.raises(ConfigError, match=r"rotary frequencies in bf16.*use bf16-mixed"):
+        validate_train_config(cfg(attention="transformer", position="rotary"))
+    validate_train_config(cfg(attention="transformer"))  # learned positions, exact: nothing cast
+
+
+def test_fsdp_is_refused_with_what_it_cannot_do():
+    from protein_performer.config import (
+        ModelConfig,
+        TrainAnalysisConfig,
+        TrainConfig,
+        TrainerConfig,
+    )
+
+    fsdp = TrainerConfig(strategy="fsdp", accelerator="gpu")
+    data = DataConfig(files="x.fa")
+    with pytest.raises(ConfigError, match="similarity_every_n_steps runs the model on rank 0"):
+        analysis = TrainAnalysisConfig(similarity_every_n_steps=10)
+        validate_train_config(TrainConfig(trainer=fsdp, analysis=analysis, data=data))
+    softmax = ModelConfig(attention="performer_softmax")
+    with pytest.raises(ConfigError, match=r"running OPRF statistics.*FSDP does not"):
+        validate_train_config(
+            TrainConfig(trainer=fsdp, model=softmax, objective="causal", data=data)
+        )
+    validate_train_config(TrainConfig(trainer=fsdp, model=softmax, data=data))  # per batch

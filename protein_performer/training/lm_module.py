@@ -26,7 +26,7 @@ from protein_performer.training.metrics import (
     perplexity,
     unigram_log_probs,
 )
-from protein_performer.training.optim import build_optimizer, build_scheduler
+from protein_performer.training.optim import build_optimizer, build_scheduler, param_dims
 
 
 def step_seed(seed: int, step: int, rank: int, batch_idx: int = 0) -> int:
@@ -82,6 +82,8 @@ class ProteinLMModule(pl.LightningModule):
         self.model = ProteinLM(
             model_config, len(self.alphabet), self.alphabet.pad_idx, causal=self.causal
         )
+        # parameter shapes before any wrapping: weight decay by name under FSDP's flat shards
+        self._param_dims = param_dims(self.model)
         self.last_batch_tokens = 0
         self.last_val_step: int | None = None  # global step of the last validation
         # set by GracefulInterrupt (one process only): the rest of a validation is skipped
@@ -200,7 +202,7 @@ class ProteinLMModule(pl.LightningModule):
 
     # ---- optimisation -----------------------------------------------------------------------
     def configure_optimizers(self):
-        optimizer = build_optimizer(self.model, self.optim_config)
+        optimizer = build_optimizer(self.model, self.optim_config, self._param_dims)
         scheduler = build_scheduler(optimizer, self.optim_config, self.total_steps)
         return {
             "optimizer": optimizer,

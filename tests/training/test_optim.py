@@ -31,6 +31,37 @@ def test_paper_preset_optimizer():
     assert type(adam) is torch.optim.Adam
 
 
+def test_weight_decay_follows_the_shapes_recorded_before_fsdp_flattened_them():
+    from torch import nn
+
+    from protein_performer.training.optim import param_dims
+
+    model = ProteinLM(ModelConfig(dim=32, depth=1, heads=4, ffn_dim=64, max_len=16), 31)
+    dims = param_dims(model)
+    decayed = {n for n, p in model.named_parameters() if p.dim() >= 2}
+
+    class Wrapped(nn.Module):  # FSDP's use_orig_params: wrapper names, flat 1-D shards
+        def __init__(self) -> None:
+            super().__init__()
+            self._fsdp_wrapped_module = nn.Module()
+            for name, p in model.named_parameters():
+                holder = self._fsdp_wrapped_module
+                *path, leaf = name.split(".")
+                for part in path:
+                    if not hasattr(holder, part):
+                        holder.add_module(part, nn.Module())
+                    holder = getattr(holder, part)
+                holder.register_parameter(leaf, nn.Parameter(p.detach().flatten()))
+
+    flat = Wrapped()
+    names = {id(p): n.replace("_fsdp_wrapped_module.", "") for n, p in flat.named_parameters()}
+    blind, _ = build_optimizer(flat, OptimConfig()).param_groups
+    assert not blind["params"]  # every shard is 1-D: without the record nothing is decayed
+    decay, no_decay = build_optimizer(flat, OptimConfig(), dims).param_groups
+    assert {names[id(p)] for p in decay["params"]} == decayed and decay["weight_decay"] == 0.1
+    assert {names[id(p)] for p in no_decay["params"]} == set(dims) - decayed
+
+
 def test_warmup_and_cosine_schedule():
     cfg = OptimConfig(schedule="cosine", warmup_steps=10, min_lr_ratio=0.1)
     assert lr_factor(0, cfg, 110) == pytest.approx(0.1)
@@ -59,6 +90,17 @@ def test_precision_is_bf16_on_gpu_and_fp32_on_cpu():
     expected = "bf16-mixed" if torch.cuda.is_available() else "32-true"
     assert resolve_precision("auto", "auto") == expected
     assert resolve_precision("gpu", "32-true") == "32-true"
+
+
+def test_precision_auto_is_fp16_autocast_on_gpus_without_native_bf16(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for native, expected in ((True, "bf16-mixed"), (False, "16-mixed")):
+        monkeypatch.setattr(
+            torch.cuda, "is_bf16_supported", lambda including_emulation=True, n=native: n
+        )
+        assert resolve_precision("gpu", "auto") == expected
+        assert resolve_precision("auto", "auto") == expected
+    assert resolve_precision("cpu", "auto") == "32-true"
 
 
 @pytest.mark.skipif(
