@@ -68,16 +68,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{kernel:8s} causal={causal!s:5s} blocks={chunk or 'auto'!s:4s} float32 on "
             f"{device} vs float64 CPU: output {err:.2e}, gradients {gerr:.2e}"
         )
-    x = 8 * torch.randn(
-        1, 8, args.bf16_length, 64, device=device
-    )  # |q| ~ 64: logits in the hundreds
+    # |q| ~ 64: logits in the hundreds; bf16 inputs, as the model's autocast qkv layer gives
+    x = (8 * torch.randn(1, 8, args.bf16_length, 64, device=device)).bfloat16()
     with torch.autocast(device.type, dtype=torch.bfloat16):
         for causal in (False, True):
-            y = FavorAttention(64, 256, causal=causal).to(device)(x, x, x)
+            xs = [x.clone().requires_grad_() for _ in range(3)]
+            y = FavorAttention(64, 256, causal=causal).to(device)(*xs)
+            y.float().square().mean().backward()
             z = exact_attention(x, x, x, causal=causal)
             finite = bool(torch.isfinite(y).all() and torch.isfinite(z).all())
+            finite &= all(bool(torch.isfinite(t.grad).all()) for t in xs)
+            finite &= y.dtype == torch.bfloat16  # the output keeps the input's dtype
             ok &= finite
-            print(f"bf16 autocast, causal={causal}: finite={finite}")
+            print(f"bf16 inputs under autocast, causal={causal}: finite={finite}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

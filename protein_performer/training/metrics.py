@@ -33,13 +33,14 @@ def lm_token_stats(logits: torch.Tensor, labels: torch.Tensor, causal: bool) -> 
     if causal:
         logits = logits[:, :-1]
         labels = labels[:, 1:]
-    selected = labels != IGNORE_INDEX
-    target = labels[selected]
-    picked = logits[selected]
-    if picked.dtype in (torch.float16, torch.bfloat16):
-        picked = picked.float()  # the loss is always computed in at least fp32
-    nll_sum = F.cross_entropy(picked, target, reduction="sum")
-    correct = (picked.detach().argmax(-1) == target).sum()
+    # every position through ignore_index, not a boolean selection: no host sync on a GPU
+    flat = logits.reshape(-1, logits.shape[-1])
+    target = labels.reshape(-1)
+    if flat.dtype in (torch.float16, torch.bfloat16):
+        flat = flat.float()  # the loss is always computed in at least fp32
+    selected = target != IGNORE_INDEX
+    nll_sum = F.cross_entropy(flat, target, ignore_index=IGNORE_INDEX, reduction="sum")
+    correct = ((flat.detach().argmax(-1) == target) & selected).sum()
     return TokenStats(nll_sum, selected.sum(), correct)
 
 

@@ -588,11 +588,23 @@ def _write_versioned(path: Path, text: str) -> None:
 
 
 def resolve_precision(accelerator: str, precision: str) -> str:
-    """``auto``: bf16 autocast on CUDA GPUs, fp32 on CPU."""
+    """``auto``: bf16 autocast on CUDA GPUs that compute in bf16 (Ampere and later), fp16
+    autocast on older ones (where bf16 would be emulated or fall back to fp32), fp32 on CPU."""
     if precision != "auto":
         return precision
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    return "bf16-mixed" if gpu else "32-true"
+    if not gpu:
+        return "32-true"
+    if torch.cuda.is_available() and not _bf16_native():
+        return "16-mixed"
+    return "bf16-mixed"
+
+
+def _bf16_native() -> bool:
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # torch without the argument
+        return bool(torch.cuda.is_bf16_supported())
 
 
 class TrainingDataModule(ProteinDataModule):
