@@ -9,9 +9,10 @@ times, in one process and alternating round by round:
 
 * a whole training step of the model without attention (``model_scaling.py``'s ``none``) and
   of the ReLU Performer (``--attention``), same size and batch;
-* the twelve products alone, at the kernel's own shapes (``B·H`` sequences, ``--rows`` rows per
-  block, ``m`` features, head dim D, the ``[v, 1]`` summary of ``D + 1`` columns), with ``out=``
-  buffers (no allocation), for every block of every layer of the step.
+* the twelve products alone, at the kernel's own shapes (``B·H`` sequences, its rows per block
+  (``FavorAttention.block_rows``, or ``--rows``), ``m`` features, head dim D, the ``[v, 1]``
+  summary of ``D + 1`` columns), with ``out=`` buffers (no allocation), for every block of every
+  layer of the step.
 
 Reported per round: ``none`` and Performer µs per token, their ratio, the products' µs per
 token and the *floor* ``(none + products) / none``: the ratio a kernel would reach if
@@ -81,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--length", type=positive_int, default=8192)
     p.add_argument("--tokens", type=positive_int, default=8192, help="tokens per step")
     p.add_argument("--features", type=positive_int, default=256)
-    p.add_argument("--rows", type=positive_int, default=1024, help="rows per kernel block")
+    p.add_argument(
+        "--rows", type=positive_int, default=None, help="rows per block (default: the kernel's)"
+    )
     p.add_argument("--attention", default="performer_relu")
     p.add_argument("--rounds", type=positive_int, default=5)
     p.add_argument("--threads", type=positive_int, default=2)
@@ -98,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     fav_step, _ = build(ns, args.attention)
     batch = tokens // args.length
     n, d = batch * heads, dim // heads
+    if args.rows is None:  # the bidirectional kernel's own choice for these shapes
+        from protein_performer.attention.favor import FavorAttention
+
+        kernel = FavorAttention(d, args.features, kernel="relu")
+        args.rows = kernel.block_rows(torch.device("cpu"), n, args.length)
     rows = min(args.rows, args.length)
     block, gflop = product_step(n, rows, args.features, d)
     blocks = depth * -(-args.length // rows)
