@@ -536,6 +536,10 @@ def test_settings_that_would_do_nothing_are_said():
         "data.mask_prob has no effect with objective=causal (nothing is masked)"
     ]
     assert notes("objective=causal") == []  # the default mask_prob is not the user's
+    assert notes("objective=causal", "model.save_features=true") == [
+        "model.save_features has no effect with objective=causal (causal FAVOR always "
+        "rebuilds its features in the backward)"
+    ]
     assert notes("model=transformer", "model.nb_features=16") == [
         "model.nb_features has no effect with model.attention=transformer"
     ]

@@ -375,6 +375,8 @@ def extract(
             "format": FORMAT,
             "checkpoint": source,
             "attention_kind": model.config.kind_label,
+            # causal attention maps are lower-triangular: each row sees the keys up to itself
+            "objective": "causal" if getattr(model, "causal", False) else "mlm",
             "fasta": [str(p) for p in ([fasta] if isinstance(fasta, (str, Path)) else fasta)],
             "include": include,
             "attention_layers": sel_layers if "attention" in include else None,

@@ -257,6 +257,11 @@ def settings_without_effect(cfg: TrainConfig, overrides: Sequence[str]) -> list[
         )
     if cfg.objective == "causal" and "data.mask_prob" in given:
         notes.append("data.mask_prob has no effect with objective=causal (nothing is masked)")
+    if cfg.objective == "causal" and "model.save_features" in given and m.save_features:
+        notes.append(
+            "model.save_features has no effect with objective=causal (causal FAVOR always "
+            "rebuilds its features in the backward)"
+        )
     if not (m.is_performer or m.attention == "hedgehog"):
         for key in ("model.nb_features", "model.redraw_interval", "model.save_features"):
             if key in given:
@@ -1479,12 +1484,18 @@ def _check_context_file(path: str) -> None:
 
 
 def _scope_note(
-    cfg: EvalConfig, stored: Mapping[str, Any], fasta: Sequence[str], run_cap: int | None
+    cfg: EvalConfig,
+    stored: Mapping[str, Any],
+    fasta: Sequence[str],
+    run_cap: int | None,
+    objective: str = "mlm",
 ) -> str | None:
     """What the scored records are, where it is not what a reader assumes: ``split=train``
     (trained on); the run's ``data.max_records`` applied before its split; no ``split=`` on
     a file the checkpoint's run trained on (most of its records were)."""
     notes = []
+    if cfg.mask_prob is not None and objective == "causal":
+        notes.append("mask_prob has no effect on a causal checkpoint (nothing is masked)")
     if cfg.split == "train":
         notes.append("split=train: proteins of the run's training split, not held out")
     if run_cap:
@@ -1881,7 +1892,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         residues_in_windows=cropping["share"],
         windows=cropping["windows"],
         packing=packing_note,
-        scope=_scope_note(cfg, stored, fasta, run_cap),
+        scope=_scope_note(cfg, stored, fasta, run_cap, meta["objective"]),
         context=context,
         split=None
         if not cfg.split

@@ -135,6 +135,11 @@ def test_causal_run_has_no_mask_breakdown(tiny_fasta, tmp_path, capsys):
     heldout = write_fasta(tmp_path / "heldout.fasta", n=10, seed=6)
     result = evaluate(EvalConfig(checkpoint=summary["last_checkpoint"], fasta=str(heldout)))
     assert result.objective == "causal" and result.by_input is None
+    again = evaluate(
+        EvalConfig(checkpoint=summary["last_checkpoint"], fasta=str(heldout), mask_prob=0.3)
+    )
+    assert again.perplexity == result.perplexity  # nothing is masked: said, not applied
+    assert "mask_prob has no effect on a causal checkpoint" in again.format()
     assert "by input" not in result.format()
     # the baseline predicts <eos> too (at its rate among the targets): finite, and near the
     # model's after two steps, not infinite as with residue frequencies alone
