@@ -346,7 +346,11 @@ class ScoreConfig:
     record: str | None = _key(
         None, "record id (or UniProt accession / entry name) of the wild type in fasta"
     )
-    method: Any = _key(["masked-marginal"], "masked-marginal, wt-marginal, pseudo-ll (or a list)")
+    method: Any = _key(
+        None,
+        "masked-marginal, wt-marginal, pseudo-ll (masked LM), log-likelihood (causal), or a "
+        "list (unset: masked-marginal, or log-likelihood for a causal checkpoint)",
+    )
     offset: int = _key(1, "the number of the sequence's first residue in the mutant notation")
     mutation_col: str = _key("mutant", "CSV column with the mutants")
     fitness_col: str | None = _key(
@@ -376,13 +380,14 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         raise ConfigError("give the wild type as sequence=SEQ or fasta=PATH (one of them)")
     if cfg.record is not None and cfg.fasta is None:
         raise ConfigError("record= picks a record of fasta=; give fasta=PATH")
-    methods = [cfg.method] if isinstance(cfg.method, str) else list(cfg.method or [])
-    if not methods:
-        raise ConfigError("method: give at least one of masked-marginal, wt-marginal, pseudo-ll")
-    from protein_performer.analysis.mutations import method_name
+    from protein_performer.analysis.mutations import METHODS, method_name
 
-    for m in methods:
-        _choice("method", method_name(m), ("masked-marginal", "wt-marginal", "pseudo-ll"))
+    if cfg.method is not None:
+        methods = [cfg.method] if isinstance(cfg.method, str) else list(cfg.method)
+        if not methods:
+            raise ConfigError(f"method: give at least one of {', '.join(METHODS)}")
+        for m in methods:
+            _choice("method", method_name(m), METHODS)
     _positive("toks_per_batch", cfg.toks_per_batch)
     _check_device(cfg.device)
     if cfg.attention is not None:

@@ -23,7 +23,12 @@ from protein_performer.analysis.extraction import (
     representations,
 )
 from protein_performer.analysis.inputs import Protein, read_proteins
-from protein_performer.analysis.mutations import pseudo_log_likelihood, score_mutants
+from protein_performer.analysis.mutations import (
+    log_likelihood,
+    log_likelihoods,
+    pseudo_log_likelihood,
+    score_mutants,
+)
 from protein_performer.analysis.similarity import aa_similarity, blosum62, sample_proteins
 
 __all__ = [
@@ -33,6 +38,8 @@ __all__ = [
     "blosum62",
     "extract",
     "load_for_analysis",
+    "log_likelihood",
+    "log_likelihoods",
     "pseudo_log_likelihood",
     "read_proteins",
     "representations",

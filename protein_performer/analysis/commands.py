@@ -655,20 +655,24 @@ def _offset_hint(parsed: list, sequence: str, offset: int) -> str:
     return f"; offset={best} would fit {n} of {len(sites)} sites"
 
 
-def _refuse_causal_checkpoint(checkpoint: str) -> None:
-    """score's refusal of a causal checkpoint, from its metadata (memory-mapped, no model)."""
+def _score_methods(cfg: ScoreConfig) -> list[str]:
+    """The methods ``score`` runs: those named, or the checkpoint's default (its objective is
+    read from the metadata, memory-mapped, before any model is built), checked against it."""
+    from protein_performer.analysis import mutations as mut
     from protein_performer.training.checkpoints import (
         META_KEY,
         read_checkpoint,
         resolve_checkpoint,
     )
 
-    meta = read_checkpoint(resolve_checkpoint(checkpoint), mmap=True).get(META_KEY, {})
-    if meta.get("objective") == "causal":
-        raise ConfigError(
-            "score needs a masked-LM checkpoint: every method reads the prediction at a "
-            "(masked) site from both sides, and this model is causal (next-token)"
-        )
+    meta = read_checkpoint(resolve_checkpoint(cfg.checkpoint), mmap=True).get(META_KEY, {})
+    causal = meta.get("objective") == "causal"
+    if cfg.method is None:
+        return mut.default_methods(causal)
+    given = [cfg.method] if isinstance(cfg.method, str) else cfg.method
+    methods = list(dict.fromkeys(mut.method_name(m) for m in given))
+    mut.check_methods(methods, causal)
+    return methods
 
 
 def run_score(cfg: ScoreConfig) -> CommandResult:
@@ -678,9 +682,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     from protein_performer.atomic import write_text_atomic
     from protein_performer.outputs import as_written, check_output_file
 
-    given = [cfg.method] if isinstance(cfg.method, str) else cfg.method
-    methods = list(dict.fromkeys(mut.method_name(m) for m in given))
-    _refuse_causal_checkpoint(cfg.checkpoint)  # before the mutations file: no fix there helps
+    methods = _score_methods(cfg)  # before the mutations file: no fix there helps
     fields, rows, delimiter, line_of, blank_rows = _read_mutations_csv(
         cfg.mutations, cfg.mutation_col
     )

@@ -9,7 +9,11 @@ multi-mutant:
   per mutant; ESM-1v's best rule);
 - ``wt-marginal``: the wild-type sequence unmasked (one forward pass per window);
 - ``pseudo-ll``: the pseudo-log-likelihood (every position masked in turn) of the mutant
-  sequence minus that of the wild type: one pass per residue per mutant, so slow.
+  sequence minus that of the wild type: one pass per residue per mutant, so slow;
+- ``log-likelihood`` (a causal model's, as ProGen2 and Tranception score): the sequence's
+  log-likelihood ``Σ_t log p(x_t | x_<t)`` (its ``<eos>`` included) of the mutant minus that of
+  the wild type, one pass per mutant. The masked-LM methods read the prediction at a site from
+  both sides, so they need a masked LM; this one needs a causal model.
 
 Proteins longer than the model's window (learned positions) are scored on a window of the
 model's length centred on each site, as ESM-1v does (clamped at the protein's ends).
@@ -31,7 +35,10 @@ from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
 from protein_performer.progress import progress as progress_bar
 
-METHODS = ("masked-marginal", "wt-marginal", "pseudo-ll")
+#: Masked-LM methods, then the causal model's.
+MLM_METHODS = ("masked-marginal", "wt-marginal", "pseudo-ll")
+CAUSAL_METHODS = ("log-likelihood",)
+METHODS = MLM_METHODS + CAUSAL_METHODS
 #: Other names for them: ESM's predict.py (``masked-marginals``, ``pseudo-ppl``) and the
 #: output columns (``masked_marginal``).
 METHOD_ALIASES = {
@@ -41,7 +48,32 @@ METHOD_ALIASES = {
     "wt_marginal": "wt-marginal",
     "pseudo-ppl": "pseudo-ll",
     "pseudo_ll": "pseudo-ll",
+    "log_likelihood": "log-likelihood",
+    "ll": "log-likelihood",
+    "loglik": "log-likelihood",
 }
+
+
+def default_methods(causal: bool) -> list[str]:
+    """The methods ``score`` uses when none is named: ESM-1v's masked marginal for a masked
+    LM, the sequence log-likelihood for a causal model."""
+    return ["log-likelihood"] if causal else ["masked-marginal"]
+
+
+def check_methods(methods: Sequence[str], causal: bool) -> None:
+    """ConfigError (one line) when a method does not fit the model's objective."""
+    wrong = [m for m in methods if m not in (CAUSAL_METHODS if causal else MLM_METHODS)]
+    if not wrong:
+        return
+    if causal:
+        raise ConfigError(
+            f"method={wrong[0]} reads a masked-LM prediction at the site (from both sides), and "
+            "this model is causal (next-token): score it with method=log-likelihood"
+        )
+    raise ConfigError(
+        "method=log-likelihood scores with a causal (next-token) model; this one is a masked "
+        "LM: use masked-marginal or pseudo-ll"
+    )
 
 
 def method_name(method: str) -> str:
@@ -189,6 +221,49 @@ def _site_log_probs(
 
 
 @torch.no_grad()
+def log_likelihoods(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    sequences: Sequence[np.ndarray | str],
+    *,
+    toks_per_batch: int = 8192,
+) -> np.ndarray:
+    """``(n,)`` float64: each sequence's log-likelihood under a causal model,
+    ``Σ_t log p(x_t | <cls> x_<t)`` over its residues and the ``<eos>`` after them (residue ids,
+    or strings read as FASTA records are), in eval mode. Every sequence must fit the model."""
+    if not getattr(model, "causal", False):
+        raise ConfigError(
+            "log_likelihood needs a causal (next-token) model; a masked LM's counterpart is "
+            "pseudo_log_likelihood"
+        )
+    seqs = [alphabet.encode(x) if isinstance(x, str) else np.asarray(x) for x in sequences]
+    device = next(model.parameters()).device
+    out = np.zeros(len(seqs), dtype=np.float64)
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    with evaluating(model):
+        for group in _batches(order, max(len(x) for x in seqs) + 2, toks_per_batch):
+            width = max(len(seqs[i]) for i in group) + 2
+            tokens = torch.full((len(group), width), alphabet.pad_idx, dtype=torch.long)
+            for row, i in enumerate(group):
+                n = len(seqs[i])
+                tokens[row, 0], tokens[row, n + 1] = alphabet.cls_idx, alphabet.eos_idx
+                tokens[row, 1 : n + 1] = torch.from_numpy(seqs[i].astype(np.int64))
+            pad = tokens == alphabet.pad_idx
+            logits = model(tokens.to(device), pad.to(device))["logits"].double()
+            logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, tokens[:, 1:, None].to(device))
+            keep = ~pad[:, 1:].to(device)
+            sums = (logp[..., 0] * keep).sum(-1).cpu().numpy()
+            for row, i in enumerate(group):
+                out[i] = sums[row]
+    return out
+
+
+def log_likelihood(model: ProteinLM, alphabet: Alphabet, ids: np.ndarray | str) -> float:
+    """One sequence's log-likelihood under a causal model (see :func:`log_likelihoods`)."""
+    return float(log_likelihoods(model, alphabet, [ids])[0])
+
+
+@torch.no_grad()
 def pseudo_log_likelihood(
     model: ProteinLM, alphabet: Alphabet, ids: np.ndarray | str, *, toks_per_batch: int = 8192
 ) -> float:
@@ -198,7 +273,8 @@ def pseudo_log_likelihood(
     if getattr(model, "causal", False):
         raise ConfigError(
             "pseudo_log_likelihood needs a masked-LM model: it reads the prediction at a masked "
-            "residue, and this model is causal (next-token; its logits at i predict i + 1)"
+            "residue, and this model is causal (next-token; its logits at i predict i + 1): "
+            "use log_likelihood"
         )
     if isinstance(ids, str):
         ids = alphabet.encode(ids)
@@ -244,7 +320,7 @@ def score_mutants(
     sequence: str,
     mutants: Sequence[Sequence[Substitution] | str],
     *,
-    methods: Sequence[str] | str = ("masked-marginal",),
+    methods: Sequence[str] | str | None = None,
     max_tokens: int | None = None,
     toks_per_batch: int = 8192,
     progress: bool = False,
@@ -260,19 +336,22 @@ def score_mutants(
     20 amino acids): a ValueError names the first that does not. ``max_tokens``: the window
     in tokens (with ``<cls>``/``<eos>``) a protein is scored in; None: the model's own (its
     ``max_len`` with learned positions, no limit with rotary ones). Scored in eval mode (the
-    model is left in the mode it was in). Every method reads masked-LM predictions: a causal
-    model is refused.
+    model is left in the mode it was in). The masked-LM methods need a masked LM and
+    ``log-likelihood`` a causal model (:func:`check_methods`); ``methods=None`` picks the
+    model's (:func:`default_methods`).
     """
-    if getattr(model, "causal", False):
-        raise ConfigError(
-            "score needs a masked-LM checkpoint: every method reads the prediction at a "
-            "(masked) site from both sides, and this model is causal (next-token)"
-        )
+    causal = bool(getattr(model, "causal", False))
     if isinstance(mutants, str):
         mutants = [mutants]  # one mutant, not its letters
+    if methods is None:
+        methods = default_methods(causal)
     if isinstance(methods, str):
         methods = [methods]
     methods = list(dict.fromkeys(method_name(m) for m in methods))
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
+    check_methods(methods, causal)
     mutants = [parse_mutant(m, offset) if isinstance(m, str) else list(m) for m in mutants]
     ids = alphabet.encode(sequence)
     problems = check_mutants(mutants, alphabet.decode(ids), offset)
@@ -344,6 +423,20 @@ def _score(
                     pseudo_log_likelihood(model, alphabet, mut, toks_per_batch=toks_per_batch) - wt
                 )
             out[method] = np.array(scores, dtype=np.float64)
+        elif method == "log-likelihood":
+            if width is not None and len(ids) > width:
+                raise DataError(
+                    f"method=log-likelihood needs the whole protein in the model's window "
+                    f"({len(ids)} residues > {width})"
+                )
+            variants = [ids]
+            for m in mutants:
+                mut = ids.copy()
+                for s in m:
+                    mut[s.index] = alphabet.index(s.mt)
+                variants.append(mut)
+            ll = log_likelihoods(model, alphabet, variants, toks_per_batch=toks_per_batch)
+            out[method] = ll[1:] - ll[0]
         else:
             raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     return out

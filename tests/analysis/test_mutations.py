@@ -416,29 +416,67 @@ def test_the_api_takes_mutant_strings_and_the_models_window() -> None:
     np.testing.assert_array_equal(by_text, by_sites)
 
 
-def test_a_causal_model_is_refused() -> None:
+def _causal_model() -> ProteinLM:
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=64)
+    return ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx, causal=True).double()
+
+
+def test_causal_log_likelihood_is_the_sum_of_next_token_log_probs() -> None:
+    model = _causal_model().eval()
+    seqs = ["MKTAYIAKQR", "MKV", "ACDEFGHIKLMNPQ"]
+    got = mut.log_likelihoods(model, ALPHABET, seqs, toks_per_batch=20)  # several batches
+    for seq, ll in zip(seqs, got, strict=True):
+        ids = [ALPHABET.cls_idx, *ALPHABET.encode(seq).tolist(), ALPHABET.eos_idx]
+        logp = torch.log_softmax(model(torch.tensor([ids]))["logits"][0], -1)
+        expected = sum(logp[t, ids[t + 1]].item() for t in range(len(ids) - 1))
+        assert ll == pytest.approx(expected, abs=1e-10)
+    assert mut.log_likelihood(model, ALPHABET, "MKV") == pytest.approx(got[1], abs=1e-12)
+
+
+def test_causal_models_score_by_log_likelihood_and_masked_lms_by_their_methods() -> None:
     from protein_performer.errors import ConfigError
 
-    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=64)
-    model = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx, causal=True)
-    mutants = [mut.parse_mutant("K2A")]
-    with pytest.raises(ConfigError, match=r"needs a masked-LM checkpoint.*causal"):
-        mut.score_mutants(model, ALPHABET, WT, mutants)
+    model = _causal_model()
+    mutants = ["K2A", "T3C:A4G", "M1M"]
+    scores = mut.score_mutants(model, ALPHABET, WT, mutants)  # the causal default
+    assert list(scores) == ["log-likelihood"]
+    wt = mut.log_likelihood(model, ALPHABET, WT)
+    for m, score in zip(mutants, scores["log-likelihood"], strict=True):
+        seq = list(WT)
+        for site in mut.parse_mutant(m):
+            seq[site.index] = site.mt
+        assert score == pytest.approx(mut.log_likelihood(model, ALPHABET, "".join(seq)) - wt)
+    assert scores["log-likelihood"][2] == 0.0  # synonymous
+    for method in ("masked-marginal", "pseudo-ll"):
+        with pytest.raises(ConfigError, match=r"causal \(next-token\): score it with method=log"):
+            mut.score_mutants(model, ALPHABET, WT, mutants, methods=method)
     with pytest.raises(ConfigError, match=r"pseudo_log_likelihood needs a masked-LM model"):
         mut.pseudo_log_likelihood(model, ALPHABET, WT)
-    model.causal = False  # the same weights as a masked LM: scored
-    assert mut.score_mutants(model, ALPHABET, WT, mutants)["masked-marginal"].shape == (1,)
+    model.causal = False  # the same weights as a masked LM
+    assert mut.score_mutants(model, ALPHABET, WT, mutants)["masked-marginal"].shape == (3,)
     assert np.isfinite(mut.pseudo_log_likelihood(model, ALPHABET, WT))
+    with pytest.raises(ConfigError, match="method=log-likelihood scores with a causal"):
+        mut.score_mutants(model, ALPHABET, WT, mutants, methods="ll")
+    with pytest.raises(ConfigError, match="log_likelihood needs a causal"):
+        mut.log_likelihood(model, ALPHABET, WT)
 
 
-def test_score_refuses_a_causal_checkpoint_before_reading_the_mutations(tmp_path, capsys):
-    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=64)
-    model = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx, causal=True)
-    save_model_checkpoint(tmp_path / "causal.ckpt", model, ALPHABET, "causal")
-    write_csv(tmp_path / "m.csv", [("K2A", "1"), ("S4*", "2")])  # a stop: refused by itself
-    code = _score(tmp_path / "causal.ckpt", tmp_path)
+def test_score_picks_log_likelihood_for_a_causal_checkpoint(tmp_path, capsys):
+    save_model_checkpoint(tmp_path / "causal.ckpt", _causal_model().float(), ALPHABET, "causal")
+    write_csv(tmp_path / "m.csv", [("K2A", "1"), ("T3C", "2"), ("A4G", "0.5")])
+    assert _score(tmp_path / "causal.ckpt", tmp_path) == 0
+    header, *rows = (tmp_path / "s.csv").read_text().splitlines()
+    assert header.split(",")[:3] == ["mutant", "fitness", "log_likelihood"]
+    wt = mut.log_likelihood(_causal_model(), ALPHABET, WT)
+    k2a = mut.log_likelihood(_causal_model(), ALPHABET, "MA" + WT[2:]) - wt
+    assert float(rows[0].split(",")[2]) == pytest.approx(k2a, rel=1e-4, abs=1e-5)
+    assert "(log-likelihood)" in capsys.readouterr().out
+    # a masked-LM method is refused before the mutations file is read (it has a stop here)
+    write_csv(tmp_path / "m.csv", [("K2A", "1"), ("S4*", "2")])
+    code = _score(tmp_path / "causal.ckpt", tmp_path, "method=masked-marginal", out="t.csv")
     err = capsys.readouterr().err
-    assert code == 2 and "score needs a masked-LM checkpoint" in err and "S4*" not in err
+    assert code == 2 and "score it with method=log-likelihood" in err and "S4*" not in err
 
 
 def test_score_says_a_csv_is_expected_for_a_directory(ckpt, tmp_path, capsys) -> None:
@@ -513,11 +551,15 @@ def test_scores_are_from_eval_mode_and_the_models_mode_is_kept() -> None:
     cfg = ModelConfig(attention="transformer", dim=32, depth=2, heads=4, ffn_dim=64, dropout=0.5)
     model = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx)
     assert model.training
-    first = mut.score_mutants(model, ALPHABET, WT, ["K2A", "Y5W"], methods=mut.METHODS)
+    first = mut.score_mutants(model, ALPHABET, WT, ["K2A", "Y5W"], methods=mut.MLM_METHODS)
     assert model.training  # left as it was
-    second = mut.score_mutants(model, ALPHABET, WT, ["K2A", "Y5W"], methods=mut.METHODS)
-    for method in mut.METHODS:
+    second = mut.score_mutants(model, ALPHABET, WT, ["K2A", "Y5W"], methods=mut.MLM_METHODS)
+    for method in mut.MLM_METHODS:
         np.testing.assert_array_equal(first[method], second[method])  # no dropout
+    model.causal = True  # the causal method too
+    ll = [mut.score_mutants(model, ALPHABET, WT, ["K2A"])["log-likelihood"] for _ in range(2)]
+    assert model.training and ll[0] == ll[1]
+    model.causal = False
     pll = mut.pseudo_log_likelihood(model, ALPHABET, WT)
     assert model.training and pll == mut.pseudo_log_likelihood(model.eval(), ALPHABET, WT)
 
