@@ -591,7 +591,7 @@ def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
             return False
         header = [h.strip() for h in first.replace("\t", ",").replace(";", ",").split(",")]
         return "blosum62" in header and any(
-            c in header for c in ("masked_marginal", "wt_marginal", "pseudo_ll")
+            c in header for c in ("masked_marginal", "wt_marginal", "pseudo_ll", "log_likelihood")
         )
 
     def plot_ours(path: Path) -> bool:  # a PNG cannot say who made it: its summary can

@@ -472,6 +472,7 @@ def test_score_picks_log_likelihood_for_a_causal_checkpoint(tmp_path, capsys):
     k2a = mut.log_likelihood(_causal_model(), ALPHABET, "MA" + WT[2:]) - wt
     assert float(rows[0].split(",")[2]) == pytest.approx(k2a, rel=1e-4, abs=1e-5)
     assert "(log-likelihood)" in capsys.readouterr().out
+    assert _score(tmp_path / "causal.ckpt", tmp_path, "overwrite=true") == 0  # its own CSV
     # a masked-LM method is refused before the mutations file is read (it has a stop here)
     write_csv(tmp_path / "m.csv", [("K2A", "1"), ("S4*", "2")])
     code = _score(tmp_path / "causal.ckpt", tmp_path, "method=masked-marginal", out="t.csv")
