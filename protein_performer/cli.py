@@ -392,7 +392,15 @@ def _cmd_hydra(command: str, argv: list[str]) -> int:
     return run_hydra(command, argv)
 
 
-HYDRA_COMMANDS = ("train", "evaluate", "extract", "aa-similarity", "plot-heads", "score")
+HYDRA_COMMANDS = (
+    "train",
+    "evaluate",
+    "extract",
+    "aa-similarity",
+    "plot-heads",
+    "score",
+    "generate",
+)
 
 
 # ---- parser -----------------------------------------------------------------------------
@@ -413,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("aa-similarity", "amino-acid similarity from a model vs BLOSUM62 (out=DIR)"),
         ("plot-heads", "layers × heads attention figures of one protein (out=DIR)"),
         ("score", "zero-shot mutation scores, masked marginals (mutations=CSV out=CSV)"),
+        ("generate", "proteins sampled from a causal checkpoint (n=10 out=FASTA)"),
     ):
         p = sub.add_parser(name, help=help_, add_help=False)
         p.add_argument("overrides", nargs=argparse.REMAINDER)

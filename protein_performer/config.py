@@ -364,8 +364,29 @@ class ScoreConfig:
     nb_features: int | None = _key(None, "random features for a Performer attention")
 
 
+@dataclass
+class GenerateConfig:
+    """``generate``: proteins sampled from a causal checkpoint, written as FASTA."""
+
+    checkpoint: str = _key("???", "a checkpoint of an objective=causal run (required)")
+    out: str = _key("???", "output FASTA (.fasta or .fasta.gz; required)")
+    n: int = _key(10, "proteins to sample")
+    prompt: str = _key("", "residues every protein starts with (e.g. M)")
+    max_length: int | None = _key(None, "tokens with <cls>/<eos> (unset: the model's max_len)")
+    temperature: float = _key(1.0, "softmax temperature (< 1: more likely residues)")
+    top_k: int | None = _key(None, "draw among the k likeliest tokens only (unset: all)")
+    top_p: float | None = _key(
+        None, "nucleus sampling: the likeliest tokens holding p (unset: all)"
+    )
+    seed: int = _key(0, "sampling seed (the same seed gives the same proteins)")
+    batch_size: int = _key(16, "proteins sampled together")
+    device: str = _key("auto", "auto, cpu, cuda or cuda:N")
+    overwrite: bool = _key(False, "replace an out FASTA written by generate")
+
+
 ANALYSIS_COMMANDS: dict[str, type] = {
     "score": ScoreConfig,
+    "generate": GenerateConfig,
     "extract": ExtractConfig,
     "aa-similarity": SimilarityConfig,
     "plot-heads": PlotHeadsConfig,
@@ -399,6 +420,16 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
 def validate_analysis_config(cfg: Any) -> None:
     if isinstance(cfg, ScoreConfig):
         _validate_score_config(cfg)
+        return
+    if isinstance(cfg, GenerateConfig):
+        from protein_performer.analysis.generation import check_sampling
+
+        for key in ("checkpoint", "out"):
+            if getattr(cfg, key) in (None, "", "???"):
+                raise ConfigError(f"{key}=PATH is required")
+        check_sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.n, cfg.max_length or 3)
+        _positive("batch_size", cfg.batch_size)
+        _check_device(cfg.device)
         return
     for key in ("checkpoint", "out"):
         if getattr(cfg, key) in (None, "", "???"):

@@ -53,6 +53,7 @@ from protein_performer.analysis.similarity import (
 )
 from protein_performer.config import (
     ExtractConfig,
+    GenerateConfig,
     PlotHeadsConfig,
     ScoreConfig,
     SimilarityConfig,
@@ -494,7 +495,94 @@ def cross_protein_mass(attention: np.ndarray, segments: list[tuple[int, int]]) -
     return (rows[..., others].sum(-1) / total).mean(-1)
 
 
+#: What marks a FASTA as generate's own (overwrite=true replaces no other file).
+GENERATED_MARK = "protein-performer generate"
+
+
+def _generated_fasta(path: Path) -> bool:
+    import gzip
+
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as fh:
+            first = fh.readline()
+    except (OSError, UnicodeDecodeError, EOFError):
+        return False
+    return first.startswith(">") and GENERATED_MARK in first
+
+
+def run_generate(cfg: GenerateConfig) -> CommandResult:
+    import time
+
+    from protein_performer.analysis.generation import generate
+    from protein_performer.data.fasta_writer import write_fasta
+    from protein_performer.outputs import check_output_file
+
+    out = check_output_file(
+        cfg.out,
+        "out",
+        overwrite=cfg.overwrite,
+        is_ours=_generated_fasta,
+        allow_input_name=True,
+        what="generated FASTA",
+        overwrite_hint="overwrite=true",
+    )
+    model, alphabet, _ = load_for_analysis(cfg.checkpoint, cfg.device)
+    t0 = time.perf_counter()
+    samples = generate(
+        model,
+        alphabet,
+        cfg.n,
+        prompt=cfg.prompt,
+        max_length=cfg.max_length,
+        temperature=cfg.temperature,
+        top_k=cfg.top_k,
+        top_p=cfg.top_p,
+        seed=cfg.seed,
+        batch_size=cfg.batch_size,
+        progress=True,
+    )
+    settings = f"seed={cfg.seed} temperature={cfg.temperature:g}"
+    if cfg.top_k is not None:
+        settings += f" top_k={cfg.top_k}"
+    if cfg.top_p is not None:
+        settings += f" top_p={cfg.top_p:g}"
+    records = [
+        (
+            f"gen{i + 1}",
+            f"{GENERATED_MARK} {settings} length={len(s.sequence)} "
+            f"ended={'eos' if s.ended else 'max_length'} log_prob={s.log_prob:.3f}",
+            s.sequence,
+        )
+        for i, s in enumerate(samples)
+    ]
+    written = write_fasta(out, records)
+    lengths = [len(s.sequence) for s in samples]
+    cut = sum(not s.ended for s in samples)
+    summary = {
+        "out": str(out),
+        "checkpoint": str(cfg.checkpoint),
+        "n": len(samples),
+        "ended_by_eos": len(samples) - cut,
+        "cut_at_max_length": cut,
+        "mean_length": float(np.mean(lengths)),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "sha256": written.sha256,
+    }
+    text = (
+        f"generated {len(samples):,} proteins ({settings}), lengths {min(lengths)}-"
+        f"{max(lengths)} (mean {np.mean(lengths):.0f}) in {summary['seconds']:.1f} s -> {out}"
+    )
+    if cut:
+        text += (
+            f"\n  {cut:,} reached max_length without <eos>: cut there "
+            "(ended=max_length in their headers)"
+        )
+    return CommandResult(summary, text)
+
+
 COMMANDS = {
+    "generate": run_generate,
     "extract": run_extract,
     "aa-similarity": run_aa_similarity,
     "plot-heads": run_plot_heads,

@@ -532,11 +532,10 @@ def help_text(command: str) -> str:
     else:
         intro = [
             f"usage: protein-performer {command} "
-            + (
-                "checkpoint=PATH sequence=SEQ|fasta=PATH mutations=CSV out=CSV"
-                if command == "score"
-                else "checkpoint=PATH fasta=PATH out=DIR"
-            )
+            + {
+                "score": "checkpoint=PATH sequence=SEQ|fasta=PATH mutations=CSV out=CSV",
+                "generate": "checkpoint=PATH out=FASTA",
+            }.get(command, "checkpoint=PATH fasta=PATH out=DIR")
             + " [KEY=VALUE ...] [--json]",
             "",
             *(COMMANDS[command].__doc__ or "").replace("``", "").strip().splitlines()[:1],

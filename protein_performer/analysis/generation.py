@@ -1,0 +1,145 @@
+"""Sampling proteins from a causal (next-token) model.
+
+Each sequence starts as ``<cls> prompt`` and grows one token at a time, drawn from the model's
+next-token distribution over the 20 amino acids and ``<eos>`` (the other tokens are never
+drawn), after ``temperature`` and, optionally, top-k / nucleus (top-p) truncation, until it
+draws ``<eos>`` or reaches ``max_length`` tokens (then it is cut there, and said so). Every
+step reruns the model on the whole prefix (no cache: simple and exact for every attention kind,
+quadratic in the length). Draws come from a CPU generator seeded with ``seed``, so a call is
+reproducible on any device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
+from protein_performer.errors import ConfigError
+from protein_performer.model.performer import ProteinLM, evaluating
+from protein_performer.progress import progress as progress_bar
+
+
+@dataclass
+class Sample:
+    """One generated protein: its residues (prompt included), whether the model ended it
+    (``<eos>``) or ``max_length`` cut it, and its log-probability under the sampling
+    distribution actually used (temperature and truncation applied)."""
+
+    sequence: str
+    ended: bool
+    log_prob: float
+
+
+def check_sampling(
+    temperature: float, top_k: int | None, top_p: float | None, n: int, max_length: int
+) -> None:
+    """One-line ConfigError for sampling settings that cannot work."""
+    if not temperature > 0:
+        raise ConfigError(f"temperature must be > 0 (got {temperature!r})")
+    if top_k is not None and not (isinstance(top_k, int) and top_k >= 1):
+        raise ConfigError(f"top_k must be a whole number >= 1 (got {top_k!r})")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ConfigError(f"top_p must be in (0, 1] (got {top_p!r})")
+    if not (isinstance(n, int) and n >= 1):
+        raise ConfigError(f"n must be a whole number >= 1 (got {n!r})")
+    if not (isinstance(max_length, int) and max_length >= 3):
+        raise ConfigError(
+            f"max_length must be >= 3 tokens, <cls> and <eos> included ({max_length!r})"
+        )
+
+
+def _truncate(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """``(B, V)`` logits with the tokens outside the top ``k`` / the smallest set holding
+    ``top_p`` of the probability set to -inf."""
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        probs, order = logits.softmax(-1).sort(-1, descending=True)
+        before = probs.cumsum(-1) - probs  # mass of the tokens ranked above each
+        drop = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, before >= top_p)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def generate(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    n: int = 1,
+    *,
+    prompt: str = "",
+    max_length: int | None = None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> list[Sample]:
+    """``n`` proteins sampled from a causal ``model`` (see the module docstring), in eval mode.
+
+    ``prompt``: residues every sequence starts with (read as a FASTA record's are);
+    ``max_length``: tokens with ``<cls>``/``<eos>`` (None: the model's ``max_len``).
+    """
+    if not getattr(model, "causal", False):
+        raise ConfigError(
+            "generate samples from a causal (next-token) model; this one is a masked LM "
+            "(train one with objective=causal)"
+        )
+    max_length = model.config.max_len if max_length is None else max_length
+    check_sampling(temperature, top_k, top_p, n, max_length)
+    if model.rotary is None and max_length > model.config.max_len:
+        raise ConfigError(
+            f"max_length={max_length} exceeds the model's {model.config.max_len} positions "
+            "(learned positions)"
+        )
+    try:
+        start = alphabet.clean_encode(prompt, record=1).ids if prompt else None
+    except ValueError as e:  # the reader's wording names a record and its invalid= policies
+        problem = str(e).split(";")[0].removeprefix("record 1: ")
+        raise ConfigError(f"prompt: {problem}") from None
+    start_ids = [] if start is None else [int(i) for i in start]
+    if len(start_ids) + 2 > max_length:
+        raise ConfigError(
+            f"the prompt's {len(start_ids)} residues leave no room in max_length={max_length}"
+        )
+    allowed = torch.zeros(len(alphabet), dtype=torch.bool)
+    allowed[[alphabet.index(a) for a in STANDARD_AMINO_ACIDS]] = True
+    allowed[alphabet.eos_idx] = True
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(int(seed))
+    samples: list[Sample] = []
+    bar = progress_bar(total=n, desc="generate", unit="protein", enabled=progress)
+    with evaluating(model):
+        for first in range(0, n, batch_size):
+            rows = min(batch_size, n - first)
+            tokens = torch.tensor([[alphabet.cls_idx, *start_ids]] * rows, dtype=torch.long)
+            done = torch.zeros(rows, dtype=torch.bool)
+            log_prob = torch.zeros(rows, dtype=torch.float64)
+            # up to max_length - 2 residues: with its <cls> and <eos> a sequence fits the window
+            while not bool(done.all()) and tokens.shape[1] < max_length:
+                logits = model(tokens.to(device))["logits"][:, -1].float().cpu()
+                logits = logits.masked_fill(~allowed, float("-inf")) / temperature
+                logp = torch.log_softmax(_truncate(logits, top_k, top_p), -1)
+                drawn = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]
+                if tokens.shape[1] == max_length - 1:  # no room for a residue: cut there
+                    drawn = torch.where(drawn == alphabet.eos_idx, drawn, alphabet.pad_idx)
+                step = logp.gather(-1, drawn[:, None])[:, 0].double()
+                log_prob += torch.where(done | (drawn == alphabet.pad_idx), 0.0, step)
+                drawn = torch.where(done, alphabet.pad_idx, drawn)
+                done |= drawn == alphabet.eos_idx
+                tokens = torch.cat([tokens, drawn[:, None]], dim=1)
+            for row in range(rows):
+                ids = [i for i in tokens[row, 1:].tolist() if i != alphabet.pad_idx]
+                ended = alphabet.eos_idx in ids
+                residues = ids[: ids.index(alphabet.eos_idx)] if ended else ids
+                samples.append(Sample(alphabet.decode(residues), ended, float(log_prob[row])))
+            bar.update(rows)
+    bar.close()
+    return samples
+
+
+__all__ = ["Sample", "check_sampling", "generate"]

@@ -1,0 +1,109 @@
+"""Sampling from a causal model: reproducible, only residues and <eos>, the length bounds, the
+log-probability it reports, top-k / top-p, refusals, and the generate command's FASTA."""
+
+from __future__ import annotations
+
+import gzip
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from protein_performer.analysis.generation import _truncate, generate
+from protein_performer.cli import main
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
+from protein_performer.errors import ConfigError
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
+from protein_performer.training.checkpoints import save_model_checkpoint
+
+A = default_alphabet()
+
+
+def causal_model(attention: str = "performer_relu", seed: int = 0) -> ProteinLM:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        attention=attention, dim=32, depth=2, heads=4, ffn_dim=64, max_len=48, nb_features=16
+    )
+    return ProteinLM(cfg, len(A), A.pad_idx, causal=True)
+
+
+@pytest.mark.parametrize("attention", ["performer_relu", "transformer"])
+def test_samples_are_reproducible_residues_within_the_window(attention) -> None:
+    model = causal_model(attention)
+    first = generate(model, A, 6, seed=3, prompt="mk", batch_size=4)
+    again = generate(model, A, 6, seed=3, prompt="MK", batch_size=4)
+    assert [s.sequence for s in first] == [s.sequence for s in again]
+    other = generate(model, A, 6, seed=4, prompt="MK", batch_size=4)
+    assert [s.sequence for s in first] != [s.sequence for s in other]
+    for s in first:
+        assert s.sequence.startswith("MK") and set(s.sequence) <= set(STANDARD_AMINO_ACIDS)
+        assert len(s.sequence) <= 48 - 2  # with <cls> and <eos> it fits the window
+        assert s.ended or len(s.sequence) == 46  # a cut sequence is cut at the window
+        assert math.isfinite(s.log_prob) and s.log_prob < 0
+
+
+def test_the_reported_log_prob_is_that_of_the_drawn_tokens() -> None:
+    model = causal_model("transformer").eval()
+    allowed = torch.zeros(len(A), dtype=torch.bool)
+    allowed[[A.index(a) for a in STANDARD_AMINO_ACIDS] + [A.eos_idx]] = True
+    for s in generate(model, A, 3, seed=1, prompt="M", max_length=20):
+        ids = [A.cls_idx, *A.encode(s.sequence).tolist()] + ([A.eos_idx] if s.ended else [])
+        logits = model(torch.tensor([ids]))["logits"][0].masked_fill(~allowed, -math.inf)
+        logp = torch.log_softmax(logits, -1)
+        expected = sum(logp[t, ids[t + 1]].item() for t in range(1, len(ids) - 1))  # after M
+        assert s.log_prob == pytest.approx(expected, abs=1e-4)
+
+
+def test_top_k_and_top_p_keep_the_likeliest_tokens() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isfinite(_truncate(logits, 2, None)).tolist() == [[True, True, False, False]]
+    assert torch.isfinite(_truncate(logits, None, 0.8)).tolist() == [[True, True, False, False]]
+    assert torch.isfinite(_truncate(logits, None, 0.81)).tolist() == [[True, True, True, False]]
+    assert torch.isfinite(_truncate(logits, None, 0.4)).tolist() == [[True, False, False, False]]
+    model = causal_model()
+    for s in generate(model, A, 4, seed=0, top_k=1, max_length=12):  # greedy: one answer
+        assert s.sequence == generate(model, A, 1, seed=9, top_k=1, max_length=12)[0].sequence
+
+
+def test_refusals() -> None:
+    mlm = ProteinLM(ModelConfig(dim=32, depth=1, heads=4, ffn_dim=64, max_len=48), len(A))
+    with pytest.raises(ConfigError, match=r"causal .* this one is a masked LM"):
+        generate(mlm, A)
+    model = causal_model()
+    for kwargs, message in (
+        ({"temperature": 0}, "temperature must be > 0"),
+        ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+        ({"top_k": 0}, "top_k must be a whole number"),
+        ({"max_length": 64}, "exceeds the model's 48 positions"),
+        ({"prompt": "M" * 47}, "leave no room"),
+        ({"prompt": "MK1"}, r"^prompt: invalid residue '1' at position 3$"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            generate(model, A, **kwargs)
+
+
+def test_generate_writes_a_fasta_and_replaces_only_its_own(tmp_path, capsys) -> None:
+    save_model_checkpoint(tmp_path / "c.ckpt", causal_model(), A, "causal")
+    base = ["generate", f"checkpoint={tmp_path / 'c.ckpt'}", "n=3", "max_length=24"]
+    out = tmp_path / "gen.fasta.gz"
+    assert main([*base, f"out={out}"]) == 0
+    assert "generated 3 proteins (seed=0 temperature=1)" in capsys.readouterr().out
+    text = gzip.decompress(out.read_bytes()).decode()
+    headers = [line for line in text.splitlines() if line.startswith(">")]
+    assert len(headers) == 3 and all("protein-performer generate seed=0" in h for h in headers)
+    assert main([*base, f"out={out}"]) == 2  # exists
+    assert main([*base, f"out={out}", "overwrite=true", "seed=1"]) == 0
+    assert gzip.decompress(out.read_bytes()).decode() != text
+    mine = tmp_path / "mine.fasta"
+    mine.write_text(">x\nMKV\n")
+    assert main([*base, f"out={mine}", "overwrite=true"]) == 2
+    assert mine.read_text() == ">x\nMKV\n" and "is never replaced" in capsys.readouterr().err
+    assert main([*base, f"out={tmp_path / 'g.fa'}", "temperature=0"]) == 2
+    assert not (tmp_path / "g.fa").exists()
+    mlm = ProteinLM(ModelConfig(dim=32, depth=1, heads=4, ffn_dim=64, max_len=48), len(A))
+    save_model_checkpoint(tmp_path / "m.ckpt", mlm, A, "mlm")
+    assert main(["generate", f"checkpoint={tmp_path / 'm.ckpt'}", f"out={tmp_path / 'h.fa'}"]) == 2
+    assert "masked LM" in capsys.readouterr().err and not (tmp_path / "h.fa").exists()
+    np.testing.assert_equal(len(list(tmp_path.glob(".*tmp*"))), 0)  # no temporaries left
