@@ -104,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.rows is None:  # the bidirectional kernel's own choice for these shapes
         from protein_performer.attention.favor import FavorAttention
 
-        kernel = FavorAttention(d, args.features, kernel="relu")
+        kind = "softmax" if args.attention.startswith("performer_softmax") else "relu"
+        kernel = FavorAttention(d, args.features, kernel=kind)
         args.rows = kernel.block_rows(torch.device("cpu"), n, args.length)
-    rows = min(args.rows, args.length)
+    rows = args.rows = min(args.rows, args.length)
     block, gflop = product_step(n, rows, args.features, d)
     blocks = depth * -(-args.length // rows)
 

@@ -119,7 +119,8 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
-    """Lightning ``Trainer`` settings. ``precision=auto``: bf16 autocast on GPU, fp32 on CPU."""
+    """Lightning ``Trainer`` settings. ``precision=auto``: bf16 autocast on GPUs that compute
+    in bf16, fp16 autocast on older ones, fp32 on CPU."""
 
     accelerator: str = "cpu"
     devices: Any = 1

@@ -75,7 +75,7 @@ TRAIN_KEY_HELP: dict[str, str] = {
     "trainer.devices": "devices (processes) per machine; auto or -1: all",
     "trainer.num_nodes": "machines (each started by a launcher: torchrun, SLURM)",
     "trainer.strategy": "auto | ddp | fsdp | single_device",
-    "trainer.precision": "auto (bf16-mixed on GPU, 32-true on CPU) | 32-true | bf16-mixed | ...",
+    "trainer.precision": "auto (bf16-mixed on GPUs with bf16, else 16-mixed; 32-true on CPU) | 32-true | ...",
     "trainer.max_steps": "training steps (optimizer updates)",
     "trainer.max_time": "stop after this long: 30m, 1h30m, HH:MM:SS, DD:HH:MM:SS",
     "trainer.checkpoint_every_minutes": "also save last.ckpt this often (null/0: at validations)",

@@ -38,7 +38,8 @@ def missing_path_hint(path: str | os.PathLike) -> str:
     text = os.fspath(path)
     if not os.path.isabs(text):
         shipped = Path(project_path(text))
-        if shipped.exists():
+        inside = any(shipped.is_relative_to(root) for root in (resources_dir(), project_root()))
+        if shipped.exists() and inside:
             return f" (the shipped {shipped.name} is at {shipped})"
     beside = os.path.normpath(project_root().parent / SHARED_DATA)
     if os.path.normpath(os.path.abspath(text)).startswith(beside + os.sep):

@@ -630,6 +630,13 @@ def test_the_resume_check_counts_devices_given_as_lists_strings_or_auto(monkeypa
     for devices in ("auto", [0, 1, 2, 3]):
         with pytest.raises(ConfigError, match="on 2 processes; resumed on 4"):
             _check_resume_processes(ckpt, TrainerConfig(devices=devices, **gpu))
+    # under a launcher (torchrun --nproc-per-node=2 on the 4-GPU node) its count is the one
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    _check_resume_processes(ckpt, TrainerConfig(devices="auto", **gpu))
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(ConfigError, match="on 2 processes; resumed on 3"):
+        _check_resume_processes(ckpt, TrainerConfig(devices="auto", **gpu))
 
 
 def test_torchrun_with_devices_left_to_lightning_is_not_refused(monkeypatch):

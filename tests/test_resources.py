@@ -14,6 +14,10 @@ def test_a_shipped_file_named_from_another_directory_is_pointed_to(monkeypatch, 
     hint = missing_path_hint("data/simulated_families.fasta.gz")
     assert hint == f" (the shipped simulated_families.fasta.gz is at {sample})"
     assert missing_path_hint("data/nothing_like_it.fasta") == ""
+    # a path that leads out of the package (../shared beside a checkout) is no shipped file
+    beside = project_root().parent / "shared"
+    if beside.exists():
+        assert "shipped" not in missing_path_hint("../shared")
 
 
 def test_the_presets_proteomes_say_where_they_are_read_from(tmp_path):

@@ -365,8 +365,9 @@ def extract(
                 "cropped": protein.cropped,
             }
             if segments is not None:
+                shift = 1 if keep_specials else 0  # the rows of the stored matrices, as segments
                 entry["joined"] = [
-                    {"id": p.id, "start": a, "stop": b}
+                    {"id": p.id, "start": a + shift, "stop": b + shift}
                     for p, (a, b) in zip(members, segments, strict=True)
                 ]
                 entry["proteins_read"] = read_count

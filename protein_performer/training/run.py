@@ -146,7 +146,8 @@ def _require_file(path: str, what: str) -> None:
             problem = "a directory, not a file"
         else:
             problem = f"a pipe or other stream, not a file: {STREAM_HINT}"
-        raise DataError(f"{what}: {problem}{missing_path_hint(path)}", path=path)
+        hint = missing_path_hint(path) if problem == "not found" else ""
+        raise DataError(f"{what}: {problem}{hint}", path=path)
 
 
 def _num(x: float | None, fmt: str) -> str:
@@ -375,6 +376,9 @@ def _check_resume_processes(ckpt: dict[str, Any], t: TrainerConfig) -> None:
         return  # older checkpoints, other loaders: nothing to compare
     per_node = planned_devices(t)
     now = per_node * t.num_nodes if per_node else None
+    world = os.environ.get("WORLD_SIZE", "")
+    if any(os.environ.get(v) for v in NODE_LAUNCH_ENV + MPI_LAUNCH_ENV) and world.isdigit():
+        now = int(world)  # a launcher started the processes: it says how many
     if saved and done and now and now > saved:
         raise ConfigError(
             f"ckpt_path: the run stopped inside an epoch on {saved} process"
@@ -603,6 +607,14 @@ def resolve_precision(accelerator: str, precision: str) -> str:
     if torch.cuda.is_available() and not _bf16_native():
         return "16-mixed"
     return "bf16-mixed"
+
+
+def _eval_autocast(device: torch.device) -> Any:
+    """Evaluation's precision on ``device``: what ``precision=auto`` trains with there."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if _bf16_native() else torch.float16
+    return torch.autocast("cuda", dtype=dtype)
 
 
 def _bf16_native() -> bool:
@@ -1764,11 +1776,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     device = pick_device(cfg.device)
     model.to(device)
     causal = meta["objective"] == "causal"
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if device.type == "cuda"
-        else contextlib.nullcontext()
-    )
+    autocast = _eval_autocast(device)
     # (nll sum, count, correct) in total and per MLM input kind, summed on the device
     sums = torch.zeros(3, dtype=torch.float64, device=device)
     kinds = (
@@ -1824,11 +1832,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     unigram = _unigram_summary(uni_sums, uni_kinds, counts_from)
     context = None
     if targets is not None:
-        with (
-            torch.autocast("cuda", dtype=torch.bfloat16)
-            if device.type == "cuda"
-            else (contextlib.nullcontext())
-        ):  # the same precision as the plain pass
+        with _eval_autocast(device):  # the same precision as the plain pass
             context = context_perplexity(
                 model,
                 alphabet,

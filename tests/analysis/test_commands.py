@@ -407,6 +407,8 @@ def test_extract_join_writes_one_window_with_its_segments(files, tmp_path, capsy
     assert code == 0, err
     z = np.load(tmp_path / "k" / entry["file"])
     np.testing.assert_array_equal(z["segments"], [[1, 21], [22, 42], [43, 63]])
+    kept = json.loads((tmp_path / "k" / "manifest.json").read_text())["records"][0]["joined"]
+    assert [(j["start"], j["stop"]) for j in kept] == [(1, 21), (22, 42), (43, 63)]
     assert z["attention"].shape[-1] == 64
     # too long: an error, or the front cut with truncate=true
     code, _, err = run(capsys, *base, f"out={tmp_path / 'y'}", "join=true", "max_length=50")
