@@ -432,7 +432,8 @@ def _check_accelerator(accelerator: str) -> None:
 
 def _warn_unapplied_optimizer_settings(ckpt: dict[str, Any], optim: Any) -> None:
     """A resume restores the optimizer (Lightning loads its state, learning rate included):
-    say so when the config asks for other values than the checkpoint's, which it keeps."""
+    say so when the config asks for other values than the checkpoint's, which it keeps, and
+    put the kept values in ``optim`` (the run's ``config.yaml`` records what trains)."""
     try:
         group = ckpt["optimizer_states"][0]["param_groups"][0]
         stored = {
@@ -455,6 +456,8 @@ def _warn_unapplied_optimizer_settings(ckpt: dict[str, Any], optim: Any) -> None
             ", ".join(f"{k}={given[k]}" for k in changed),
             ", ".join(f"{k.removeprefix('optim.')}={stored[k]}" for k in changed),
         )
+        for key in changed:
+            setattr(optim, key.removeprefix("optim."), stored[key])
 
 
 def _same_number(a: Any, b: Any) -> bool:

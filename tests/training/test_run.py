@@ -419,6 +419,10 @@ def test_optimizer_settings_changed_on_resume_are_said_to_be_kept(tiny_fasta, tm
     assert (
         f"optim.lr=0.5: the resumed run keeps the checkpoint's optimizer (lr={lr})" in caplog.text
     )
+    import yaml
+
+    written = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert written["optim"]["lr"] == lr  # what trained, not what was asked
     caplog.clear()
     cfg.optim.lr, cfg.ckpt_path, cfg.trainer.max_steps = (
         lr,
