@@ -5,14 +5,16 @@ next-token distribution over the 20 amino acids and ``<eos>`` (the other tokens 
 drawn), after ``temperature`` and, optionally, top-k / nucleus (top-p) truncation, until it
 draws ``<eos>`` or reaches ``max_length`` tokens (then it is cut there, and said so). Every
 step reruns the model on the whole prefix (no cache: simple and exact for every attention kind,
-quadratic in the length). Draws come from a CPU generator seeded with ``seed``, so a call is
-reproducible on any device.
+quadratic in the length). Protein ``i`` draws from its own CPU generator, seeded from
+``(seed, i)``: a call is reproducible on any device, and a protein does not depend on how many
+are sampled with it (``n``, ``batch_size``; up to float rounding of batched products).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
@@ -48,6 +50,12 @@ def check_sampling(
         raise ConfigError(
             f"max_length must be >= 3 tokens, <cls> and <eos> included ({max_length!r})"
         )
+
+
+def _generator(seed: int, index: int) -> torch.Generator:
+    """Protein ``index``'s own generator, from ``(seed, index)``."""
+    state = np.random.SeedSequence([int(seed) & (2**63 - 1), int(index)]).generate_state(2)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
 def _truncate(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
@@ -110,12 +118,12 @@ def generate(
     allowed[[alphabet.index(a) for a in STANDARD_AMINO_ACIDS]] = True
     allowed[alphabet.eos_idx] = True
     device = next(model.parameters()).device
-    generator = torch.Generator().manual_seed(int(seed))
     samples: list[Sample] = []
     bar = progress_bar(total=n, desc="generate", unit="protein", enabled=progress)
     with evaluating(model):
         for first in range(0, n, batch_size):
             rows = min(batch_size, n - first)
+            generators = [_generator(seed, first + row) for row in range(rows)]
             tokens = torch.tensor([[alphabet.cls_idx, *start_ids]] * rows, dtype=torch.long)
             done = torch.zeros(rows, dtype=torch.bool)
             log_prob = torch.zeros(rows, dtype=torch.float64)
@@ -124,7 +132,10 @@ def generate(
                 logits = model(tokens.to(device))["logits"][:, -1].float().cpu()
                 logits = logits.masked_fill(~allowed, float("-inf")) / temperature
                 logp = torch.log_softmax(_truncate(logits, top_k, top_p), -1)
-                drawn = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]
+                probs = logp.exp()
+                drawn = torch.cat(
+                    [torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(generators)]
+                )
                 if tokens.shape[1] == max_length - 1:  # no room for a residue: cut there
                     drawn = torch.where(drawn == alphabet.eos_idx, drawn, alphabet.pad_idx)
                 step = logp.gather(-1, drawn[:, None])[:, 0].double()

@@ -37,6 +37,9 @@ def test_samples_are_reproducible_residues_within_the_window(attention) -> None:
     assert [s.sequence for s in first] == [s.sequence for s in again]
     other = generate(model, A, 6, seed=4, prompt="MK", batch_size=4)
     assert [s.sequence for s in first] != [s.sequence for s in other]
+    # protein i is protein i, however many are sampled and in what batches
+    alone = [generate(model, A, i + 1, seed=3, prompt="MK", batch_size=1)[i] for i in (0, 4)]
+    assert [s.sequence for s in alone] == [first[0].sequence, first[4].sequence]
     for s in first:
         assert s.sequence.startswith("MK") and set(s.sequence) <= set(STANDARD_AMINO_ACIDS)
         assert len(s.sequence) <= 48 - 2  # with <cls> and <eos> it fits the window
