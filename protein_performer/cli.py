@@ -420,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("extract", "attention maps / representations, one .npz per record (out=DIR)"),
         ("aa-similarity", "amino-acid similarity from a model vs BLOSUM62 (out=DIR)"),
         ("plot-heads", "layers × heads attention figures of one protein (out=DIR)"),
-        ("score", "zero-shot mutation scores, masked marginals (mutations=CSV out=CSV)"),
+        ("score", "zero-shot mutation scores: masked marginals, causal log-likelihood (out=CSV)"),
         ("generate", "proteins sampled from a causal checkpoint (n=10 out=FASTA)"),
     ):
         p = sub.add_parser(name, help=help_, add_help=False)

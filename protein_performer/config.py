@@ -373,7 +373,10 @@ class GenerateConfig:
     out: str = _key("???", "output FASTA (.fasta or .fasta.gz; required)")
     n: int = _key(10, "proteins to sample")
     prompt: str = _key("", "residues every protein starts with (e.g. M)")
-    max_length: int | None = _key(None, "tokens with <cls>/<eos> (unset: the model's max_len)")
+    max_length: int | None = _key(
+        None, "tokens with <cls>/<eos> (unset: the length the model trained on)"
+    )
+    min_length: int = _key(1, "residues (prompt included) before <eos> may be drawn")
     temperature: float = _key(1.0, "softmax temperature (< 1: more likely residues)")
     top_k: int | None = _key(None, "draw among the k likeliest tokens only (unset: all)")
     top_p: float | None = _key(
@@ -428,8 +431,15 @@ def validate_analysis_config(cfg: Any) -> None:
         for key in ("checkpoint", "out"):
             if getattr(cfg, key) in (None, "", "???"):
                 raise ConfigError(f"{key}=PATH is required")
-        check_sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.n, cfg.max_length or 3)
-        _positive("batch_size", cfg.batch_size)
+        check_sampling(
+            cfg.temperature,
+            cfg.top_k,
+            cfg.top_p,
+            cfg.n,
+            cfg.max_length or max(3, cfg.min_length + 2),  # unset: checked against the model's
+            cfg.batch_size,
+            cfg.min_length,
+        )
         _check_device(cfg.device)
         return
     for key in ("checkpoint", "out"):

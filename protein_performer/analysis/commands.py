@@ -13,6 +13,7 @@ import functools
 import io
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -518,28 +519,38 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
     from protein_performer.data.fasta_writer import write_fasta
     from protein_performer.outputs import check_output_file
 
-    out = check_output_file(
-        cfg.out,
-        "out",
-        overwrite=cfg.overwrite,
-        is_ours=_generated_fasta,
-        allow_input_name=True,
-        what="generated FASTA",
-        overwrite_hint="overwrite=true",
-    )
-    model, alphabet, _ = load_for_analysis(cfg.checkpoint, cfg.device)
+    if not re.search(r"\.(fasta|fa|faa|fas)(\.gz)?$", str(cfg.out), re.IGNORECASE):
+        raise DataError("out: names the generated FASTA: end it in .fasta, .fa or .faa (.gz)")
+
+    def check_out() -> Path:
+        return check_output_file(
+            cfg.out,
+            "out",
+            overwrite=cfg.overwrite,
+            is_ours=_generated_fasta,
+            allow_input_name=True,
+            what="generated FASTA",
+            overwrite_hint="overwrite=true",
+        )
+
+    out = check_out()
+    existed = out.exists()
+    model, alphabet, meta = load_for_analysis(cfg.checkpoint, cfg.device)
+    limit = max_tokens(model, cfg.max_length, _trained_length(meta))
+    limit = limit or _trained_length(meta) or model.config.max_len  # rotary: what it trained on
     t0 = time.perf_counter()
     samples = generate(
         model,
         alphabet,
         cfg.n,
         prompt=cfg.prompt,
-        max_length=cfg.max_length,
+        max_length=limit,
         temperature=cfg.temperature,
         top_k=cfg.top_k,
         top_p=cfg.top_p,
         seed=cfg.seed,
         batch_size=cfg.batch_size,
+        min_length=cfg.min_length,
         progress=True,
     )
     settings = f"seed={cfg.seed} temperature={cfg.temperature:g}"
@@ -547,6 +558,12 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
         settings += f" top_k={cfg.top_k}"
     if cfg.top_p is not None:
         settings += f" top_p={cfg.top_p:g}"
+    settings += f" max_length={limit}"
+    if cfg.prompt:
+        settings += f" prompt={''.join(cfg.prompt.split()).upper()}"
+    if not existed and out.exists():  # appeared while sampling: someone else's now
+        raise DataError("out: a file appeared there while generating; it is not replaced", path=out)
+    check_out()
     records = [
         (
             f"gen{i + 1}",
@@ -566,6 +583,7 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
         "ended_by_eos": len(samples) - cut,
         "cut_at_max_length": cut,
         "mean_length": float(np.mean(lengths)),
+        "settings": settings,
         "seconds": round(time.perf_counter() - t0, 2),
         "sha256": written.sha256,
     }

@@ -12,6 +12,7 @@ are sampled with it (``n``, ``batch_size``; up to float rounding of batched prod
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,12 +36,20 @@ class Sample:
 
 
 def check_sampling(
-    temperature: float, top_k: int | None, top_p: float | None, n: int, max_length: int
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    n: int,
+    max_length: int,
+    batch_size: int = 1,
+    min_length: int = 1,
 ) -> None:
     """One-line ConfigError for sampling settings that cannot work."""
-    if not temperature > 0:
-        raise ConfigError(f"temperature must be > 0 (got {temperature!r})")
-    if top_k is not None and not (isinstance(top_k, int) and top_k >= 1):
+    if not (isinstance(temperature, (int, float)) and 1e-3 <= temperature < math.inf):
+        raise ConfigError(f"temperature must be a number from 0.001 up (got {temperature!r})")
+    if top_k is not None and not (
+        isinstance(top_k, int) and not isinstance(top_k, bool) and top_k >= 1
+    ):
         raise ConfigError(f"top_k must be a whole number >= 1 (got {top_k!r})")
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ConfigError(f"top_p must be in (0, 1] (got {top_p!r})")
@@ -48,7 +57,14 @@ def check_sampling(
         raise ConfigError(f"n must be a whole number >= 1 (got {n!r})")
     if not (isinstance(max_length, int) and max_length >= 3):
         raise ConfigError(
-            f"max_length must be >= 3 tokens, <cls> and <eos> included ({max_length!r})"
+            f"max_length must be >= 3 tokens, <cls> and <eos> included (got {max_length!r})"
+        )
+    if not (isinstance(batch_size, int) and batch_size >= 1):
+        raise ConfigError(f"batch_size must be a whole number >= 1 (got {batch_size!r})")
+    if not (isinstance(min_length, int) and 0 <= min_length <= max_length - 2):
+        raise ConfigError(
+            f"min_length must be a whole number from 0 to max_length - 2 = {max_length - 2} "
+            f"residues (got {min_length!r})"
         )
 
 
@@ -85,12 +101,15 @@ def generate(
     top_p: float | None = None,
     seed: int = 0,
     batch_size: int = 16,
+    min_length: int = 1,
     progress: bool = False,
 ) -> list[Sample]:
     """``n`` proteins sampled from a causal ``model`` (see the module docstring), in eval mode.
 
     ``prompt``: residues every sequence starts with (read as a FASTA record's are);
-    ``max_length``: tokens with ``<cls>``/``<eos>`` (None: the model's ``max_len``).
+    ``max_length``: tokens with ``<cls>``/``<eos>`` (None: the model's ``max_len``);
+    ``min_length``: residues (prompt included) before ``<eos>`` may be drawn (an empty
+    protein is no FASTA record the other commands read).
     """
     if not getattr(model, "causal", False):
         raise ConfigError(
@@ -98,7 +117,7 @@ def generate(
             "(train one with objective=causal)"
         )
     max_length = model.config.max_len if max_length is None else max_length
-    check_sampling(temperature, top_k, top_p, n, max_length)
+    check_sampling(temperature, top_k, top_p, n, max_length, batch_size, min_length)
     if model.rotary is None and max_length > model.config.max_len:
         raise ConfigError(
             f"max_length={max_length} exceeds the model's {model.config.max_len} positions "
@@ -131,6 +150,8 @@ def generate(
             while not bool(done.all()) and tokens.shape[1] < max_length:
                 logits = model(tokens.to(device))["logits"][:, -1].float().cpu()
                 logits = logits.masked_fill(~allowed, float("-inf")) / temperature
+                if tokens.shape[1] - 1 < min_length:  # residues so far: no <eos> yet
+                    logits[:, alphabet.eos_idx] = float("-inf")
                 logp = torch.log_softmax(_truncate(logits, top_k, top_p), -1)
                 probs = logp.exp()
                 drawn = torch.cat(

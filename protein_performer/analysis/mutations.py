@@ -15,8 +15,9 @@ multi-mutant:
   the wild type, one pass per mutant. The masked-LM methods read the prediction at a site from
   both sides, so they need a masked LM; this one needs a causal model.
 
-Proteins longer than the model's window (learned positions) are scored on a window of the
-model's length centred on each site, as ESM-1v does (clamped at the protein's ends).
+Proteins longer than the model's window (learned positions) are scored by the marginal methods
+on a window of the model's length centred on each site, as ESM-1v does (clamped at the
+protein's ends); ``pseudo-ll`` and ``log-likelihood`` need the whole protein in the window.
 Baselines for context: the BLOSUM62 score of each substitution and the unigram log-ratio
 ``log f(mutant) − log f(wild type)`` from the training data's residue frequencies.
 """
@@ -237,6 +238,8 @@ def log_likelihoods(
             "pseudo_log_likelihood"
         )
     seqs = [alphabet.encode(x) if isinstance(x, str) else np.asarray(x) for x in sequences]
+    if not seqs:
+        return np.zeros(0, dtype=np.float64)
     device = next(model.parameters()).device
     out = np.zeros(len(seqs), dtype=np.float64)
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))

@@ -70,13 +70,27 @@ def test_top_k_and_top_p_keep_the_likeliest_tokens() -> None:
         assert s.sequence == generate(model, A, 1, seed=9, top_k=1, max_length=12)[0].sequence
 
 
+def test_no_empty_protein_before_min_length() -> None:
+    model = causal_model()
+    with torch.no_grad():  # a model that wants to end at once: <eos> is all but certain
+        model.head.bias[A.eos_idx] = 50.0
+    eager = [s.sequence for s in generate(model, A, 8, seed=0, min_length=0)]
+    held = generate(model, A, 8, seed=0, min_length=5)
+    assert eager.count("") == 8 and all(len(s.sequence) == 5 and s.ended for s in held)
+    assert [len(s.sequence) for s in generate(model, A, 4, seed=0)] == [1] * 4  # default: 1
+
+
 def test_refusals() -> None:
     mlm = ProteinLM(ModelConfig(dim=32, depth=1, heads=4, ffn_dim=64, max_len=48), len(A))
     with pytest.raises(ConfigError, match=r"causal .* this one is a masked LM"):
         generate(mlm, A)
     model = causal_model()
     for kwargs, message in (
-        ({"temperature": 0}, "temperature must be > 0"),
+        ({"temperature": 0}, "temperature must be a number from 0.001 up"),
+        ({"temperature": math.inf}, "temperature must be a number from 0.001 up"),
+        ({"batch_size": 0}, "batch_size must be a whole number"),
+        ({"top_k": True}, "top_k must be a whole number"),
+        ({"min_length": 47}, "min_length must be a whole number from 0 to max_length - 2"),
         ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
         ({"top_k": 0}, "top_k must be a whole number"),
         ({"max_length": 64}, "exceeds the model's 48 positions"),
@@ -92,7 +106,7 @@ def test_generate_writes_a_fasta_and_replaces_only_its_own(tmp_path, capsys) -> 
     base = ["generate", f"checkpoint={tmp_path / 'c.ckpt'}", "n=3", "max_length=24"]
     out = tmp_path / "gen.fasta.gz"
     assert main([*base, f"out={out}"]) == 0
-    assert "generated 3 proteins (seed=0 temperature=1)" in capsys.readouterr().out
+    assert "generated 3 proteins (seed=0 temperature=1 max_length=24)" in capsys.readouterr().out
     text = gzip.decompress(out.read_bytes()).decode()
     headers = [line for line in text.splitlines() if line.startswith(">")]
     assert len(headers) == 3 and all("protein-performer generate seed=0" in h for h in headers)
@@ -105,8 +119,29 @@ def test_generate_writes_a_fasta_and_replaces_only_its_own(tmp_path, capsys) -> 
     assert mine.read_text() == ">x\nMKV\n" and "is never replaced" in capsys.readouterr().err
     assert main([*base, f"out={tmp_path / 'g.fa'}", "temperature=0"]) == 2
     assert not (tmp_path / "g.fa").exists()
+    assert main([*base, f"out={tmp_path / 'g.csv'}"]) == 2  # not a FASTA name
+    assert "end it in .fasta" in capsys.readouterr().err and not (tmp_path / "g.csv").exists()
     mlm = ProteinLM(ModelConfig(dim=32, depth=1, heads=4, ffn_dim=64, max_len=48), len(A))
     save_model_checkpoint(tmp_path / "m.ckpt", mlm, A, "mlm")
     assert main(["generate", f"checkpoint={tmp_path / 'm.ckpt'}", f"out={tmp_path / 'h.fa'}"]) == 2
     assert "masked LM" in capsys.readouterr().err and not (tmp_path / "h.fa").exists()
     np.testing.assert_equal(len(list(tmp_path.glob(".*tmp*"))), 0)  # no temporaries left
+
+
+def test_generate_never_replaces_a_file_that_appeared_meanwhile(tmp_path, monkeypatch, capsys):
+    import protein_performer.analysis.generation as generation
+
+    save_model_checkpoint(tmp_path / "c.ckpt", causal_model(), A, "causal", {"max_length": 20})
+    out = tmp_path / "gen.fasta"
+    real = generation.generate
+
+    def slow(*args, **kwargs):
+        samples = real(*args, **kwargs)
+        assert kwargs["max_length"] == 20  # unset: the length the model trained on
+        out.write_text(">theirs\nMKV\n")  # someone else's file, written while sampling
+        return samples
+
+    monkeypatch.setattr(generation, "generate", slow)
+    assert main(["generate", f"checkpoint={tmp_path / 'c.ckpt'}", f"out={out}", "n=2"]) == 2
+    assert out.read_text() == ">theirs\nMKV\n"
+    assert "appeared there while generating" in capsys.readouterr().err
