@@ -822,6 +822,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     if out.exists() and out.resolve() == Path(cfg.mutations).resolve():
         raise DataError("out: is the mutations CSV itself; choose another name", path=out)
     csv_ours, summary_ours, plot_ours = _score_outputs_are_ours(out)
+    existed = {p: p.exists() for p in (out, out.with_suffix(".json"), out.with_suffix(".png"))}
     check_output_file(
         out,
         "out",
@@ -1039,6 +1040,11 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             text += ")"
         text += ": " + ", ".join(
             f"{k} {'n/a' if r is None else f'{r:+.3f}'}" for k, r in rho.items()
+        )
+    appeared = [p for p, was in existed.items() if not was and p.exists()]
+    if appeared:  # written by someone else while scoring: theirs
+        raise DataError(
+            f"out: {appeared[0].name} appeared while scoring; nothing was written", path=appeared[0]
         )
     write_text_atomic(out, buf.getvalue())
     summary_path, plot_path = list(side)

@@ -596,3 +596,17 @@ def test_score_files_of_other_encodings_and_esm_names(ckpt, tmp_path, capsys) ->
     # ESM's method names are ours under another spelling
     assert _score(ckpt, tmp_path, "method=[masked-marginals,wt_marginal]") == 0
     assert "(masked-marginal, wt-marginal)" in capsys.readouterr().out
+
+
+def test_score_never_replaces_a_file_that_appeared_while_scoring(ckpt, tmp_path, monkeypatch):
+    write_csv(tmp_path / "m.csv", [("K2A", "1"), ("T3C", "2")])
+    real = mut.score_mutants
+
+    def slow(*args, **kwargs):
+        scores = real(*args, **kwargs)
+        (tmp_path / "s.json").write_text("{}")  # someone else's file, meanwhile
+        return scores
+
+    monkeypatch.setattr(mut, "score_mutants", slow)
+    assert _score(ckpt, tmp_path) == 2
+    assert (tmp_path / "s.json").read_text() == "{}" and not (tmp_path / "s.csv").exists()
