@@ -335,7 +335,7 @@ class PlotHeadsConfig(_AnalysisInputs):
 
 @dataclass
 class ScoreConfig:
-    """``score``: zero-shot variant-effect scores (masked marginals, ESM-1v style)."""
+    """``score``: zero-shot variant-effect scores (masked marginals as ESM-1v; causal: log-likelihood)."""
 
     checkpoint: str = _key("default", "a checkpoint written by train (default: the shipped one)")
     mutations: str = _key("???", "CSV with a column of mutants like H24C or H24C:P25A (required)")
@@ -436,7 +436,8 @@ def validate_analysis_config(cfg: Any) -> None:
             cfg.top_k,
             cfg.top_p,
             cfg.n,
-            cfg.max_length or max(3, cfg.min_length + 2),  # unset: checked against the model's
+            # unset: checked against the model's once it is loaded
+            max(3, cfg.min_length + 2) if cfg.max_length is None else cfg.max_length,
             cfg.batch_size,
             cfg.min_length,
         )

@@ -573,7 +573,7 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
         )
         for i, s in enumerate(samples)
     ]
-    written = write_fasta(out, records)
+    written = write_fasta(out, records, compress=str(out).lower().endswith(".gz"))
     lengths = [len(s.sequence) for s in samples]
     cut = sum(not s.ended for s in samples)
     summary = {
@@ -822,7 +822,10 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     if out.exists() and out.resolve() == Path(cfg.mutations).resolve():
         raise DataError("out: is the mutations CSV itself; choose another name", path=out)
     csv_ours, summary_ours, plot_ours = _score_outputs_are_ours(out)
-    existed = {p: p.exists() for p in (out, out.with_suffix(".json"), out.with_suffix(".png"))}
+    written = [out, out.with_suffix(".json")]
+    if cfg.fitness_col is not None:  # the plot is written (or an old one removed) only then
+        written.append(out.with_suffix(".png"))
+    existed = {p: p.exists() for p in written}
     check_output_file(
         out,
         "out",

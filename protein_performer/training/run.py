@@ -227,8 +227,9 @@ def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
                 f"{cfg.trainer.max_steps:,}; raise trainer.max_steps to train further "
                 "(nothing was changed)"
             )
-        if warn:
-            _warn_unapplied_optimizer_settings(ckpt, cfg.optim)
+        # said by the first check that finds it (it puts the kept values into cfg.optim, so
+        # the config the run directory records is what trains and a later check finds none)
+        _warn_unapplied_optimizer_settings(ckpt, cfg.optim)
         return step
     return None
 

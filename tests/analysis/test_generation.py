@@ -119,6 +119,9 @@ def test_generate_writes_a_fasta_and_replaces_only_its_own(tmp_path, capsys) -> 
     assert mine.read_text() == ">x\nMKV\n" and "is never replaced" in capsys.readouterr().err
     assert main([*base, f"out={tmp_path / 'g.fa'}", "temperature=0"]) == 2
     assert not (tmp_path / "g.fa").exists()
+    assert main([*base, f"out={tmp_path / 'G.FASTA.GZ'}"]) == 0  # any case: compressed
+    assert gzip.decompress((tmp_path / "G.FASTA.GZ").read_bytes()).startswith(b">gen1 ")
+    capsys.readouterr()
     assert main([*base, f"out={tmp_path / 'g.csv'}"]) == 2  # not a FASTA name
     assert "end it in .fasta" in capsys.readouterr().err and not (tmp_path / "g.csv").exists()
     mlm = ProteinLM(ModelConfig(dim=32, depth=1, heads=4, ffn_dim=64, max_len=48), len(A))

@@ -432,6 +432,9 @@ def test_causal_log_likelihood_is_the_sum_of_next_token_log_probs() -> None:
         expected = sum(logp[t, ids[t + 1]].item() for t in range(len(ids) - 1))
         assert ll == pytest.approx(expected, abs=1e-10)
     assert mut.log_likelihood(model, ALPHABET, "MKV") == pytest.approx(got[1], abs=1e-12)
+    padded = mut.log_likelihoods(model, ALPHABET, seqs, toks_per_batch=1000)  # one padded batch
+    np.testing.assert_allclose(padded, got, rtol=0, atol=1e-10)
+    assert mut.log_likelihoods(model, ALPHABET, []).shape == (0,)
 
 
 def test_causal_models_score_by_log_likelihood_and_masked_lms_by_their_methods() -> None:

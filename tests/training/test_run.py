@@ -408,6 +408,20 @@ def test_resume_and_init_from_together_are_refused(tiny_fasta, tmp_path):
         train(cfg, tmp_path / "run")
 
 
+def test_a_cli_resume_records_the_optimizer_settings_it_keeps(tiny_fasta, tmp_path, caplog):
+    import yaml
+
+    run_dir = tmp_path / "run"
+    argv = [*tiny_overrides(tiny_fasta, run_dir), "trainer.max_steps=2"]
+    assert run_hydra("train", argv) == 0
+    lr = yaml.safe_load((run_dir / "config.yaml").read_text())["optim"]["lr"]
+    resume = [f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", "trainer.max_steps=3"]
+    with caplog.at_level("WARNING"):
+        assert run_hydra("train", [*argv, *resume, "optim.lr=0.5"]) == 0
+    assert caplog.text.count("the resumed run keeps the checkpoint's optimizer") == 1
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["optim"]["lr"] == lr
+
+
 def test_optimizer_settings_changed_on_resume_are_said_to_be_kept(tiny_fasta, tmp_path, caplog):
     cfg = tiny_config(tiny_fasta, max_steps=2)
     first = train(cfg, tmp_path / "run")
