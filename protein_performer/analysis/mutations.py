@@ -228,6 +228,7 @@ def log_likelihoods(
     sequences: Sequence[np.ndarray | str],
     *,
     toks_per_batch: int = 8192,
+    progress: bool = False,
 ) -> np.ndarray:
     """``(n,)`` float64: each sequence's log-likelihood under a causal model,
     ``Σ_t log p(x_t | <cls> x_<t)`` over its residues and the ``<eos>`` after them (residue ids,
@@ -243,6 +244,7 @@ def log_likelihoods(
     device = next(model.parameters()).device
     out = np.zeros(len(seqs), dtype=np.float64)
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    bar = progress_bar(total=len(seqs), desc="log-likelihood", unit="sequence", enabled=progress)
     with evaluating(model):
         for group in _batches(order, max(len(x) for x in seqs) + 2, toks_per_batch):
             width = max(len(seqs[i]) for i in group) + 2
@@ -258,6 +260,8 @@ def log_likelihoods(
             sums = (logp[..., 0] * keep).sum(-1).cpu().numpy()
             for row, i in enumerate(group):
                 out[i] = sums[row]
+            bar.update(len(group))
+    bar.close()
     return out
 
 
@@ -438,7 +442,9 @@ def _score(
                 for s in m:
                     mut[s.index] = alphabet.index(s.mt)
                 variants.append(mut)
-            ll = log_likelihoods(model, alphabet, variants, toks_per_batch=toks_per_batch)
+            ll = log_likelihoods(
+                model, alphabet, variants, toks_per_batch=toks_per_batch, progress=progress
+            )
             out[method] = ll[1:] - ll[0]
         else:
             raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
