@@ -8,12 +8,15 @@ From Python::
     (protein,) = read_proteins("BPT1_BOVIN.fasta", alphabet)
     maps = attention_maps(model, protein, alphabet)  # (layers, heads, L, L)
     scores = score_mutants(model, alphabet, "MKTAYIAKQR", ["K2A", "T3C:A4G"])  # ESM-1v rules
+    # a causal checkpoint: sequence log-likelihoods and sampling
+    ll = log_likelihood(causal_model, alphabet, "MKTAYIAKQR")
+    samples = generate(causal_model, alphabet, n=10, prompt="M", seed=0)
 
 Results come from the model in eval mode (no dropout), whatever mode it is in; its mode is
 left as it was.
 
-The CLI commands ``extract``, ``aa-similarity`` and ``plot-heads`` are
-:func:`.commands.run_command` on their configs.
+The CLI commands ``extract``, ``aa-similarity``, ``plot-heads``, ``score`` and ``generate``
+are :func:`.commands.run_command` on their configs.
 """
 
 from protein_performer.analysis.extraction import (
@@ -22,6 +25,7 @@ from protein_performer.analysis.extraction import (
     load_for_analysis,
     representations,
 )
+from protein_performer.analysis.generation import generate
 from protein_performer.analysis.inputs import Protein, read_proteins
 from protein_performer.analysis.mutations import (
     log_likelihood,
@@ -37,6 +41,7 @@ __all__ = [
     "attention_maps",
     "blosum62",
     "extract",
+    "generate",
     "load_for_analysis",
     "log_likelihood",
     "log_likelihoods",
