@@ -136,36 +136,29 @@ class CropDataset(EpochDataset):
             epoch = 0
         return int(keyed_rng(TAG_CROP, self.seed, epoch, index).integers(0, excess + 1))
 
-    def _cropped(self, record: int, epoch: int) -> np.ndarray:
-        """``<cls> residues <eos>`` of ``record``, cropped for ``epoch``."""
+    def _cropped(self, record: int, epoch: int) -> tuple[np.ndarray, dict[str, bool]]:
+        """``<cls> residues <eos>`` of ``record``, cropped for ``epoch``, and where the window
+        (or a piece of a longer protein, :func:`split_long_records`) leaves residues out:
+        ``{"cut_start": True}`` before it, ``{"cut_end": True}`` after it, ``{}`` for neither."""
         residues = self.source[record]
         start = self.crop_start(record, epoch)
-        residues = residues[start : start + self.max_length - 2]
+        stop = start + self.max_length - 2
+        piece = self.source.cut
+        cut = {
+            "cut_start": start > 0 or (piece is not None and bool(piece[record, 0])),
+            "cut_end": stop < len(residues) or (piece is not None and bool(piece[record, 1])),
+        }
+        residues = residues[start:stop]
         tokens = np.empty(len(residues) + 2, dtype=np.int64)
         tokens[0] = self.alphabet.cls_idx
         tokens[1:-1] = residues
         tokens[-1] = self.alphabet.eos_idx
-        return tokens
-
-    def cut_flags(self, record: int, epoch: int) -> dict[str, bool]:
-        """``{"cut_start": True}`` / ``{"cut_end": True}`` where the window of ``record`` in
-        ``epoch`` (or a piece of a longer protein, :func:`split_long_records`) leaves residues
-        out before / after it; ``{}`` for a whole protein."""
-        n = int(self.source.lengths[record])
-        start = self.crop_start(record, epoch)
-        piece = getattr(self.source, "cut", None)
-        flags = {
-            "cut_start": start > 0 or (piece is not None and bool(piece[record, 0])),
-            "cut_end": start + self.max_length - 2 < n
-            or (piece is not None and bool(piece[record, 1])),
-        }
-        return {k: True for k, v in flags.items() if v}
+        return tokens, {k: True for k, v in cut.items() if v}
 
     def __getitem__(self, key: int | tuple[int, ...]) -> Item:
         index, epoch = self._resolve(key)
-        tokens = self._cropped(index, epoch)
-        item = {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
-        return item | self.cut_flags(index, epoch)
+        tokens, cut = self._cropped(index, epoch)
+        return {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key), **cut}
 
 
 CLUSTER_SAMPLING = ("cluster", "cluster_sqrt")
@@ -223,10 +216,8 @@ class ClusterCropDataset(CropDataset):
 
     def __getitem__(self, key: int | tuple[int, ...]) -> Item:
         index, epoch = self._resolve(key)
-        record = self.member(index, epoch)
-        tokens = self._cropped(record, epoch)
-        item = {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
-        return item | self.cut_flags(record, epoch)
+        tokens, cut = self._cropped(self.member(index, epoch), epoch)
+        return {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key), **cut}
 
 
 PAIR_MASKS = ("all", "protein")
