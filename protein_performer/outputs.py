@@ -196,6 +196,21 @@ def check_output_file(
     return check_writable_file(p, key)
 
 
+def absent(paths: Iterable[Path]) -> list[Path]:
+    """The ``paths`` that do not exist now: what :func:`refuse_appeared` checks later."""
+    return [p for p in paths if not p.exists()]
+
+
+def refuse_appeared(was_absent: Iterable[Path], key: str, doing: str) -> None:
+    """Just before writing outputs checked at the start of long work: one that did not exist
+    then and exists now was written by someone else meanwhile, and is theirs (DataError)."""
+    for p in was_absent:
+        if p.exists():
+            raise DataError(
+                f"{key}: {p.name} appeared there while {doing}; nothing was written", path=p
+            )
+
+
 def _check_parents(p: Path, key: str) -> None:
     """Every existing ancestor of ``p`` must be a directory (``notes.txt/out`` is an error)."""
     for parent in Path(os.path.abspath(p)).parents:

@@ -63,7 +63,13 @@ from protein_performer.config import (
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, InvalidResidueError
 from protein_performer.data.fasta import EncodeCounts
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
+from protein_performer.outputs import (
+    absent,
+    check_output_dir,
+    dir_with_manifest,
+    refuse_appeared,
+    staged_dir,
+)
 
 SIMILARITY_FORMAT = "protein-performer-aa-similarity/1"
 SIMILARITY_JSON = "similarity.json"
@@ -534,7 +540,7 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
         )
 
     out = check_out()
-    existed = out.exists()
+    was_absent = absent([out])
     model, alphabet, meta = load_for_analysis(cfg.checkpoint, cfg.device)
     limit = max_tokens(model, cfg.max_length, _trained_length(meta))
     limit = limit or _trained_length(meta) or model.config.max_len  # rotary: what it trained on
@@ -561,9 +567,8 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
     settings += f" max_length={limit}"
     if cfg.prompt:
         settings += f" prompt={''.join(cfg.prompt.split()).upper()}"
-    if not existed and out.exists():  # appeared while sampling: someone else's now
-        raise DataError("out: a file appeared there while generating; it is not replaced", path=out)
-    check_out()
+    refuse_appeared(was_absent, "out", "generating")
+    check_out()  # one that was there is still generate's own
     records = [
         (
             f"gen{i + 1}",
@@ -825,7 +830,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     written = [out, out.with_suffix(".json")]
     if cfg.fitness_col is not None:  # the plot is written (or an old one removed) only then
         written.append(out.with_suffix(".png"))
-    existed = {p: p.exists() for p in written}
+    was_absent = absent(written)
     check_output_file(
         out,
         "out",
@@ -1044,11 +1049,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         text += ": " + ", ".join(
             f"{k} {'n/a' if r is None else f'{r:+.3f}'}" for k, r in rho.items()
         )
-    appeared = [p for p, was in existed.items() if not was and p.exists()]
-    if appeared:  # written by someone else while scoring: theirs
-        raise DataError(
-            f"out: {appeared[0].name} appeared while scoring; nothing was written", path=appeared[0]
-        )
+    refuse_appeared(was_absent, "out", "scoring")
     write_text_atomic(out, buf.getvalue())
     summary_path, plot_path = list(side)
     write_text_atomic(summary_path, json.dumps(summary, indent=2) + "\n")

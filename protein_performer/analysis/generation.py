@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet, InvalidResidueError
 from protein_performer.errors import ConfigError
 from protein_performer.model.performer import ProteinLM, evaluating
 from protein_performer.progress import progress as progress_bar
@@ -124,10 +124,9 @@ def generate(
             "(learned positions)"
         )
     try:
-        start = alphabet.clean_encode(prompt, record=1).ids if prompt else None
-    except ValueError as e:  # the reader's wording names a record and its invalid= policies
-        problem = str(e).split(";")[0].removeprefix("record 1: ")
-        raise ConfigError(f"prompt: {problem}") from None
+        start = alphabet.clean_encode(prompt).ids if prompt else None
+    except InvalidResidueError as e:  # the problem without the reader's invalid= hints
+        raise ConfigError(f"prompt: {e.residue_problem or e.problem}") from None
     start_ids = [] if start is None else [int(i) for i in start]
     if len(start_ids) + 2 > max_length:
         raise ConfigError(
