@@ -284,6 +284,8 @@ def extract(
             raise DataError("join=true puts several proteins in one window; found one", path=names)
         joined, segments, members = join_proteins(proteins, alphabet, limit, truncate=truncate)
         proteins = [joined]
+        shift = 1 if keep_specials else 0  # the stored rows start with <cls> when it is kept
+        rows = [(a + shift, b + shift) for a, b in segments]
     files = record_file_names([p.id for p in proteins])
     dtype = np.float16 if float16 else np.float32
     device = next(model.parameters()).device
@@ -321,8 +323,7 @@ def extract(
                 else:
                     text = alphabet.decode(protein.residues, keep_specials=True)
                     npz.add("sequence", text.replace(alphabet.tokens[alphabet.sep_idx], "|"))
-                    shift = 1 if keep_specials else 0  # rows of the <cls> kept
-                    npz.add("segments", np.asarray(segments, dtype=np.int64) + shift)
+                    npz.add("segments", np.asarray(rows, dtype=np.int64))
                     npz.add("segment_ids", np.asarray([p.id for p in members]))
                 npz.add("tokens", protein.tokens(alphabet)[0, span].numpy().astype(np.uint8))
                 if "attention" in include:
@@ -365,10 +366,9 @@ def extract(
                 "cropped": protein.cropped,
             }
             if segments is not None:
-                shift = 1 if keep_specials else 0  # the rows of the stored matrices, as segments
                 entry["joined"] = [
-                    {"id": p.id, "start": a + shift, "stop": b + shift}
-                    for p, (a, b) in zip(members, segments, strict=True)
+                    {"id": p.id, "start": a, "stop": b}
+                    for p, (a, b) in zip(members, rows, strict=True)
                 ]
                 entry["proteins_read"] = read_count
             records.append(entry)

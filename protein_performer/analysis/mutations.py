@@ -370,6 +370,14 @@ def score_mutants(
         return _score(model, alphabet, ids, mutants, methods, max_tokens, toks_per_batch, progress)
 
 
+def _mutant_ids(ids: np.ndarray, sites: Sequence[Substitution], alphabet: Alphabet) -> np.ndarray:
+    """The residue ids of the wild type ``ids`` with ``sites`` substituted."""
+    mut = ids.copy()
+    for s in sites:
+        mut[s.index] = alphabet.index(s.mt)
+    return mut
+
+
 def _score(
     model: ProteinLM,
     alphabet: Alphabet,
@@ -423,9 +431,7 @@ def _score(
             scores = []
             # one pass per residue per mutant: the slow method, so its progress is shown
             for m in progress_bar(mutants, desc="pseudo-ll", unit="mutant", enabled=progress):
-                mut = ids.copy()
-                for s in m:
-                    mut[s.index] = alphabet.index(s.mt)
+                mut = _mutant_ids(ids, m, alphabet)
                 scores.append(
                     pseudo_log_likelihood(model, alphabet, mut, toks_per_batch=toks_per_batch) - wt
                 )
@@ -436,12 +442,7 @@ def _score(
                     f"method=log-likelihood needs the whole protein in the model's window "
                     f"({len(ids)} residues > {width})"
                 )
-            variants = [ids]
-            for m in mutants:
-                mut = ids.copy()
-                for s in m:
-                    mut[s.index] = alphabet.index(s.mt)
-                variants.append(mut)
+            variants = [ids, *(_mutant_ids(ids, m, alphabet) for m in mutants)]
             ll = log_likelihoods(
                 model, alphabet, variants, toks_per_batch=toks_per_batch, progress=progress
             )
