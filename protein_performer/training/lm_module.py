@@ -19,6 +19,7 @@ from protein_performer.training.checkpoints import META_KEY, check_resume_compat
 from protein_performer.training.metrics import (
     IGNORE_INDEX,
     MLM_INPUT_KINDS,
+    add_next_token_counts,
     alignment_nll,
     batch_sums,
     causal_unigram_sums,
@@ -160,9 +161,7 @@ class ProteinLMModule(pl.LightningModule):
         )
         self._val_sums[:3] += total
         if self.causal and self._unigram_counts is not None:
-            labels = batch["labels"][:, 1:].flatten()  # position t predicts labels[t + 1]
-            scored = (labels != IGNORE_INDEX).to(self._val_targets.dtype)
-            self._val_targets.index_add_(0, labels.clamp_min(0), scored)  # no host sync
+            add_next_token_counts(self._val_targets, batch["labels"])
         if kinds is not None:
             self._val_sums[3:6] += kinds[MLM_INPUT_KINDS.index("mask")]
             if self._unigram_logp is not None:

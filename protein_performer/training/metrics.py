@@ -136,6 +136,14 @@ def unigram_log_probs(counts: Any, alphabet: Alphabet) -> torch.Tensor:
     return logp.float()
 
 
+def add_next_token_counts(hist: torch.Tensor, labels: torch.Tensor) -> None:
+    """Add the causal targets of ``labels`` ``(B, L)`` (position t predicts ``labels[t + 1]``;
+    ``IGNORE_INDEX`` not counted) to the histogram ``hist`` ``(V,)``, in place, without a host
+    sync."""
+    targets = labels[:, 1:].flatten()
+    hist.index_add_(0, targets.clamp_min(0), (targets != IGNORE_INDEX).to(hist.dtype))
+
+
 def causal_unigram_sums(
     target_hist: torch.Tensor, counts: Any, alphabet: Alphabet, counts_from: str
 ) -> tuple[torch.Tensor, str]:

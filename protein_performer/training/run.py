@@ -90,8 +90,8 @@ from protein_performer.training.memory import (
     out_of_memory_error,
 )
 from protein_performer.training.metrics import (
-    IGNORE_INDEX,
     MLM_INPUT_KINDS,
+    add_next_token_counts,
     batch_sums,
     causal_unigram_sums,
     perplexity,
@@ -1814,9 +1814,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         if kinds is not None:
             kinds += per_kind
         if causal:
-            next_tokens = batch["labels"][:, 1:]  # position t predicts labels[t + 1]
-            next_tokens = next_tokens[next_tokens != IGNORE_INDEX]
-            target_hist += torch.bincount(next_tokens, minlength=len(alphabet)).double()
+            add_next_token_counts(target_hist, batch["labels"])
         else:
             uni = uni_logp.expand(*batch["labels"].shape, -1)
             total, per_kind = batch_sums(

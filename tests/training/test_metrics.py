@@ -128,3 +128,16 @@ def test_alignment_nll_scores_the_attention_on_the_aligned_key_at_scored_positio
     assert att.grad[0, 3, 0] < 0 and att.grad[0, 4, 1] == 0 and att.grad[1, 4].abs().sum() == 0
     none = alignment_nll(att, torch.full((2, 5), -1), labels)
     assert none == (None, None)
+
+
+def test_next_token_counts_are_the_targets_after_the_first_position():
+    from protein_performer.training.metrics import add_next_token_counts
+
+    labels = torch.tensor([[1, 5, 5, 7, -100], [2, 3, -100, -100, -100]])
+    hist = torch.zeros(9, dtype=torch.float64)
+    add_next_token_counts(hist, labels)
+    add_next_token_counts(hist, labels[:1])  # accumulates
+    expected = torch.zeros(9, dtype=torch.float64)
+    for t in [5, 5, 7, 3, 5, 5, 7]:  # labels[:, 1:] without the ignored ones
+        expected[t] += 1
+    assert torch.equal(hist, expected)
