@@ -14,10 +14,21 @@ def test_a_shipped_file_named_from_another_directory_is_pointed_to(monkeypatch, 
     hint = missing_path_hint("data/simulated_families.fasta.gz")
     assert hint == f" (the shipped simulated_families.fasta.gz is at {sample})"
     assert missing_path_hint("data/nothing_like_it.fasta") == ""
-    # a path that leads out of the package (../shared beside a checkout) is no shipped file
-    beside = project_root().parent / "shared"
-    if beside.exists():
-        assert "shipped" not in missing_path_hint("../shared")
+
+
+def test_a_path_leading_out_of_the_package_is_no_shipped_file(monkeypatch, tmp_path):
+    import protein_performer.resources as resources
+
+    root = tmp_path / "checkout"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "sample.fa").write_text(">a\nMKV\n")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "other.fa").write_text(">b\nMKV\n")
+    monkeypatch.setattr(resources, "project_root", lambda: root)
+    monkeypatch.setattr(resources, "resources_dir", lambda: root / "pkg" / "_resources")
+    monkeypatch.chdir(tmp_path)  # neither path exists from here
+    assert "the shipped sample.fa is at" in missing_path_hint("data/sample.fa")
+    assert "shipped" not in missing_path_hint("../shared/other.fa")  # beside it, not in it
 
 
 def test_the_presets_proteomes_say_where_they_are_read_from(tmp_path):
