@@ -15,6 +15,15 @@ cd "$(dirname "$0")/.."
 DATA=${DATA:-../shared/data}
 CLUSTERS=${CLUSTERS:-}
 PYVER=${PYVER:-3.12}
+# both folders are replaced below: never one that holds anything this script did not put there
+if [ -d .whl ] && [ -n "$(find .whl -mindepth 1 ! -name '*.whl' -print -quit)" ]; then
+    echo ".whl holds files that are not wheels: not replaced (move them, or remove .whl)" >&2
+    exit 2
+fi
+if [ -n "$CLUSTERS" ] && [ -d .gpudata/clusters14 ] && [ ! -f .gpudata/clusters14/members.tsv ]; then
+    echo ".gpudata/clusters14 is not a copy of a clustering (no members.tsv): not replaced" >&2
+    exit 2
+fi
 for folder in .gpudata .whl; do
     grep -qx "/$folder/" .git/info/exclude 2>/dev/null || echo "/$folder/" >>.git/info/exclude
 done

@@ -37,3 +37,14 @@ def test_device_env_reads_shared_data_where_it_exists_else_the_carried_copy(tmp_
     (tmp_path / "shared" / "data").mkdir(parents=True)
     done = _source_env(work, "true")
     assert done.stdout.strip() == "data=../shared/data"
+
+
+def test_gpu_prepare_never_replaces_a_whl_folder_of_other_files(tmp_path) -> None:
+    (tmp_path / "benchmarks").mkdir()
+    script = tmp_path / "benchmarks" / "gpu_prepare.sh"
+    script.write_text((BENCH / "gpu_prepare.sh").read_text())
+    (tmp_path / ".whl").mkdir()
+    (tmp_path / ".whl" / "notes.txt").write_text("mine")
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert done.returncode == 2 and ".whl holds files that are not wheels" in done.stderr
+    assert (tmp_path / ".whl" / "notes.txt").read_text() == "mine"
