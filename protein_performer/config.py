@@ -353,7 +353,14 @@ class ScoreConfig:
         "list (unset: masked-marginal, or log-likelihood for a causal checkpoint)",
     )
     offset: int = _key(1, "the number of the sequence's first residue in the mutant notation")
-    mutation_col: str = _key("mutant", "CSV column with the mutants")
+    mutation_col: str = _key(
+        "mutant", "CSV column with the mutants (H24C, or whole sequences as ProteinGym's indels)"
+    )
+    sequence_col: str | None = _key(
+        None,
+        "CSV column with each variant's whole sequence instead (e.g. mutated_sequence): "
+        "indels scored by pseudo-ll / log-likelihood",
+    )
     fitness_col: str | None = _key(
         None, "CSV column with measured fitness: Spearman + scatter plot"
     )

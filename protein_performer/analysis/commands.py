@@ -618,10 +618,11 @@ def run_command(command: str, cfg: Any) -> CommandResult:
 
 
 def _read_mutations_csv(
-    path: str, column: str
+    path: str, column: str, key: str = "mutation_col"
 ) -> tuple[list[str], list[dict[str, str]], str, list[int], int]:
     """Header (names stripped), rows, delimiter (comma, tab or semicolon), each row's line and
-    the number of rows of empty fields left out."""
+    the number of rows of empty fields left out. ``column`` must be in the header (``key``:
+    the setting that names it)."""
     from protein_performer.data.fasta import check_readable_file
 
     check_readable_file(path, "a CSV of mutations")
@@ -674,8 +675,13 @@ def _read_mutations_csv(
             "a FASTA file, not a CSV of mutations (mutations= and fasta= swapped?)", path=path
         )
     if column not in fields:
+        other = (
+            "; or sequence_col=mutated_sequence to read whole sequences"
+            if key == "mutation_col" and "mutated_sequence" in fields
+            else ""
+        )
         raise DataError(
-            f"no column {column!r} (columns: {', '.join(fields)}); set mutation_col=", path=path
+            f"no column {column!r} (columns: {', '.join(fields)}); set {key}={other}", path=path
         )
     if not rows:
         raise DataError("no mutations (only a header line)", path=path)
@@ -795,7 +801,9 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
 
     methods = _score_methods(cfg)  # before the mutations file: no fix there helps
     fields, rows, delimiter, line_of, blank_rows = _read_mutations_csv(
-        cfg.mutations, cfg.mutation_col
+        cfg.mutations,
+        cfg.sequence_col or cfg.mutation_col,
+        "sequence_col" if cfg.sequence_col else "mutation_col",
     )
     decimal_comma = delimiter == ";"  # a European spreadsheet's export: 0,88 is 0.88
     if cfg.fitness_col is not None and cfg.fitness_col not in fields:
@@ -863,19 +871,34 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
     )
     sequence, source = _wild_type(cfg, alphabet)
-    parsed: list[list[mut.Substitution] | None] = []
+    parsed: list[mut.Variant | None] = []
     problems: list[tuple[int, str]] = []
     for i, row in enumerate(rows):
         try:
-            parsed.append(mut.parse_mutant(row.get(cfg.mutation_col) or "", cfg.offset))
+            if cfg.sequence_col:
+                parsed.append(mut.variant_from_sequence(row.get(cfg.sequence_col) or "", sequence))
+            else:
+                parsed.append(
+                    mut.parse_variant(row.get(cfg.mutation_col) or "", sequence, cfg.offset)
+                )
         except ValueError as e:
             parsed.append(None)
-            problems.append((i, str(e)))
+            where = f"{cfg.sequence_col}: " if cfg.sequence_col else ""
+            problems.append((i, f"{where}{e}"))
     readable = [i for i, m in enumerate(parsed) if m is not None]
     problems += [
         (readable[j], p)
         for j, p in mut.check_mutants([parsed[i] for i in readable], sequence, cfg.offset)
     ]
+    site_method = next((m for m in methods if m not in mut.WHOLE_SEQUENCE_METHODS), None)
+    if site_method is not None:  # indels only the whole-sequence methods score
+        flagged = {i for i, _ in problems}
+        problems += [
+            (i, mut.indel_problem(m, sequence, site_method))
+            for i, m in enumerate(parsed)
+            if isinstance(m, mut.Indel) and i not in flagged
+        ]
+    substitutions = [m for m in parsed if m and not isinstance(m, mut.Indel)]
     problems.sort()
     bad_rows = {i for i, _ in problems}
     good = [i for i in range(len(rows)) if i not in bad_rows]
@@ -883,7 +906,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     mismatched = kinds.count("wild type differs")
     # rows past the sequence's ends are a crop (a domain of a longer protein), not a mismatch
     in_range = len(readable) - kinds.count("position outside the sequence")
-    hint = _offset_hint([m for m in parsed if m], sequence, cfg.offset) if mismatched else ""
+    hint = _offset_hint(substitutions, sequence, cfg.offset) if mismatched else ""
     if cfg.skip_mismatched and good and mismatched > in_range / 2:
         # most rows naming another residue: a wrong numbering or protein, not a few bad rows
         wild_type = "the sequence given" if source == "sequence=" else source
@@ -896,7 +919,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     if problems and (not cfg.skip_mismatched or not good):
         lines = [f"line {line_of[i]}: {p}" for i, p in problems[:3]]
         more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-        hint = _offset_hint([m for m in parsed if m], sequence, cfg.offset)
+        hint = _offset_hint(substitutions, sequence, cfg.offset)
         n = f"{len(rows):,}"
         what = (
             f"none of the {n} mutants fit"
@@ -929,6 +952,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             good_mutants,
             alphabet,  # type: ignore[arg-type]
             None if counts is None else np.asarray(counts),
+            wild_type=sequence,
         )
     )
     names = {name: name if name not in fields else f"{name}_pp" for name in columns}
@@ -979,7 +1003,21 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     if blank_rows:
         text += f"\n  {blank_rows:,} rows of empty fields left out"
         summary["blank_rows"] = blank_rows
-    synonymous = [i for i in good if parsed[i] and all(x.wt == x.mt for x in parsed[i])]
+    indels = [i for i in good if isinstance(parsed[i], mut.Indel)]
+    if indels:
+        text += (
+            f"\n  {len(indels):,} {'indel' if len(indels) == 1 else 'indels'} (whole sequences "
+            "of another length than the wild type) scored by their whole sequence; blosum62 "
+            "is blank for them (no substitution score)"
+        )
+        summary["indels"] = len(indels)
+    synonymous = [
+        i
+        for i in good
+        if parsed[i]
+        and not isinstance(parsed[i], mut.Indel)
+        and all(x.wt == x.mt for x in parsed[i])  # type: ignore[union-attr]
+    ]
     if synonymous:
         i = synonymous[0]
         text += (
@@ -1004,7 +1042,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     seen: dict[tuple, int] = {}
     repeats = []
     for i in good:
-        key = tuple(sorted((x.index, x.mt) for x in parsed[i]))  # type: ignore[union-attr]
+        m = parsed[i]
+        key = m.sequence if isinstance(m, mut.Indel) else tuple(sorted((x.index, x.mt) for x in m))  # type: ignore[union-attr]
         if key in seen:
             repeats.append((i, seen[key]))
         seen.setdefault(key, i)

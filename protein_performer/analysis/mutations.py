@@ -15,6 +15,11 @@ multi-mutant:
   the wild type, one pass per mutant. The masked-LM methods read the prediction at a site from
   both sides, so they need a masked LM; this one needs a causal model.
 
+A variant can also be given as its whole sequence (ProteinGym's ``mutated_sequence``, or its
+indel files' ``mutant`` column): one of the wild type's length is read as the substitutions
+where it differs; one of another length is an :class:`Indel`, which only the whole-sequence
+methods (``pseudo-ll``, ``log-likelihood``) score: the marginals read one aligned site.
+
 Proteins longer than the model's window (learned positions) are scored by the marginal methods
 on a window of the model's length centred on each site, as ESM-1v does (clamped at the
 protein's ends); ``pseudo-ll`` and ``log-likelihood`` need the whole protein in the window.
@@ -40,6 +45,8 @@ from protein_performer.progress import progress as progress_bar
 MLM_METHODS = ("masked-marginal", "wt-marginal", "pseudo-ll")
 CAUSAL_METHODS = ("log-likelihood",)
 METHODS = MLM_METHODS + CAUSAL_METHODS
+#: The methods that score a variant by its whole sequence (so indels too).
+WHOLE_SEQUENCE_METHODS = ("pseudo-ll", "log-likelihood")
 #: Other names for them: ESM's predict.py (``masked-marginals``, ``pseudo-ppl``) and the
 #: output columns (``masked_marginal``).
 METHOD_ALIASES = {
@@ -96,6 +103,59 @@ class Substitution:
     mt: str
 
 
+@dataclass(frozen=True)
+class Indel:
+    """A variant given as its whole ``sequence``, of another length than the wild type (an
+    insertion, a deletion or both): scored by :data:`WHOLE_SEQUENCE_METHODS` only."""
+
+    sequence: str
+
+
+#: A variant: the substitutions it makes (``[]``: the wild type), or an indel.
+Variant = list[Substitution] | Indel
+
+
+def clean_sequence(text: str) -> str:
+    """A sequence read as a FASTA record's is: whitespace removed, upper case, a final ``*``
+    (a stop) dropped."""
+    return "".join(str(text).split()).upper().removesuffix("*")
+
+
+def variant_from_sequence(sequence: str, wild_type: str) -> Variant:
+    """A variant's whole ``sequence`` against ``wild_type`` (both read by
+    :func:`clean_sequence`): the substitutions where it differs when the lengths are equal,
+    else an :class:`Indel`. ValueError for an empty sequence or one with a character that is
+    not a letter (a gap ``-``, a digit, an inner ``*``)."""
+    seq, wt = clean_sequence(sequence), clean_sequence(wild_type)
+    if not seq:
+        raise ValueError("an empty sequence")
+    bad = next((c for c in seq if not ("A" <= c <= "Z")), None)
+    if bad is not None:
+        raise ValueError(
+            f"cannot read sequence: {bad!r} at position {seq.index(bad) + 1} is not a residue "
+            "letter"
+        )
+    if len(seq) != len(wt):
+        return Indel(seq)
+    return [Substitution(i, w, m) for i, (w, m) in enumerate(zip(wt, seq, strict=True)) if w != m]
+
+
+def looks_like_sequence(text: str, wild_type: str) -> bool:
+    """Whether a mutant field holds a whole sequence (as ProteinGym's indel files do) rather
+    than a notation: letters only and at least ``max(10, len(wild_type) // 2)`` of them, so a
+    word (``WT``, ``deletion``) is not read as a protein."""
+    seq = clean_sequence(text)
+    return seq.isalpha() and seq.isascii() and len(seq) >= max(10, len(wild_type) // 2)
+
+
+def parse_variant(text: str, wild_type: str, offset: int = 1) -> Variant:
+    """A mutant field: a notation (:func:`parse_mutant`) or a whole sequence
+    (:func:`variant_from_sequence`, when :func:`looks_like_sequence`)."""
+    if str(text).strip().lower() not in WILD_TYPE_NAMES and looks_like_sequence(text, wild_type):
+        return variant_from_sequence(text, wild_type)
+    return parse_mutant(text, offset)
+
+
 def parse_mutant(text: str, offset: int = 1) -> list[Substitution]:
     """``"H24C:P25A"`` -> substitutions (0-based index = position − offset); ``WT``/``_wt``
     -> ``[]`` (the wild type). Raises ValueError with the problem in words for anything else
@@ -122,13 +182,19 @@ def parse_mutant(text: str, offset: int = 1) -> list[Substitution]:
 
 
 def check_mutants(
-    mutants: Sequence[Sequence[Substitution]], sequence: str, offset: int = 1
+    mutants: Sequence[Sequence[Substitution] | Indel], sequence: str, offset: int = 1
 ) -> list[tuple[int, str]]:
     """``(index, problem)`` for each mutant (0-based, in order) that does not fit the wild-type
     ``sequence``: a position outside it, a wild-type letter that differs, or a mutant letter
-    that is not one of the 20 amino acids."""
+    (an indel's letter) that is not one of the 20 amino acids."""
     problems = []
     for i, sites in enumerate(mutants):
+        if isinstance(sites, Indel):
+            bad = next((c for c in sites.sequence if c not in STANDARD_AMINO_ACIDS), None)
+            if bad is not None:
+                where = sites.sequence.index(bad) + 1
+                problems.append((i, f"indel: {bad!r} at {where} is not one of the 20 amino acids"))
+            continue
         for s in sites:
             pos = s.index + offset
             name = f"{s.wt}{pos}{s.mt}"
@@ -160,6 +226,8 @@ def problem_kind(problem: str) -> str:
         return "non-standard letters"
     if "names a position twice" in problem:
         return "a position named twice"
+    if problem.startswith("an indel ("):
+        return "indels"
     return "unreadable (indels, other notations)"
 
 
@@ -298,34 +366,59 @@ def pseudo_log_likelihood(
     return float(sum(logp[i][int(ids[i])] for i in range(len(ids))))
 
 
-def blosum62_scores(mutants: Sequence[Sequence[Substitution]]) -> np.ndarray:
-    """Σ over sites of BLOSUM62(wt, mt), 0 for a synonymous site (``S2S``)."""
+def blosum62_scores(mutants: Sequence[Sequence[Substitution] | Indel]) -> np.ndarray:
+    """Σ over sites of BLOSUM62(wt, mt), 0 for a synonymous site (``S2S``); NaN for an indel
+    (no substitution score)."""
     from Bio.Align import substitution_matrices
 
     m = substitution_matrices.load("BLOSUM62")
     # a synonymous site (S2S) changes nothing: 0, as the wild type and every model column
     return np.array(
-        [sum(m[s.wt, s.mt] for s in sites if s.wt != s.mt) for sites in mutants],
+        [
+            np.nan
+            if isinstance(sites, Indel)
+            else sum(m[s.wt, s.mt] for s in sites if s.wt != s.mt)
+            for sites in mutants
+        ],
         dtype=np.float64,
     )
 
 
 def unigram_scores(
-    mutants: Sequence[Sequence[Substitution]], counts: np.ndarray, alphabet: Alphabet
+    mutants: Sequence[Sequence[Substitution] | Indel],
+    counts: np.ndarray,
+    alphabet: Alphabet,
+    wild_type: str | None = None,
 ) -> np.ndarray:
-    """Σ over sites of log f(mt) − log f(wt), f the add-one smoothed residue frequencies."""
+    """Σ over sites of log f(mt) − log f(wt), f the add-one smoothed residue frequencies; for
+    an indel, Σ log f over its sequence minus over ``wild_type`` (the same sum, which the
+    sites' terms are the part of that differs)."""
     counts = np.asarray(counts, dtype=np.float64)
     freq = {aa: counts[alphabet.index(aa)] + 1.0 for aa in STANDARD_AMINO_ACIDS}
     total = sum(freq.values())
     logf = {aa: np.log(v / total) for aa, v in freq.items()}
-    return np.array([sum(logf[s.mt] - logf[s.wt] for s in sites) for sites in mutants])
+
+    def whole(seq: str) -> float:
+        return sum(logf[aa] for aa in seq)
+
+    if wild_type is None and any(isinstance(m, Indel) for m in mutants):
+        raise ValueError("unigram_scores: an indel's score needs wild_type=")
+    return np.array(
+        [
+            whole(sites.sequence) - whole(wild_type)  # type: ignore[arg-type]
+            if isinstance(sites, Indel)
+            else sum(logf[s.mt] - logf[s.wt] for s in sites)
+            for sites in mutants
+        ],
+        dtype=np.float64,
+    )
 
 
 def score_mutants(
     model: ProteinLM,
     alphabet: Alphabet,
     sequence: str,
-    mutants: Sequence[Sequence[Substitution] | str],
+    mutants: Sequence[Sequence[Substitution] | Indel | str],
     *,
     methods: Sequence[str] | str | None = None,
     max_tokens: int | None = None,
@@ -334,8 +427,9 @@ def score_mutants(
     offset: int = 1,
 ) -> dict[str, np.ndarray]:
     """``{method: (n,) scores}`` for ``mutants`` of the wild-type ``sequence``: parsed
-    substitutions or strings (``"H24C"``, ``"H24C:P25A"``; positions numbered from
-    ``offset``, the number of the sequence's first residue).
+    substitutions, :class:`Indel` s or strings (``"H24C"``, ``"H24C:P25A"``, positions numbered
+    from ``offset``, the number of the sequence's first residue; or a variant's whole
+    sequence, see :func:`parse_variant`). Indels need :data:`WHOLE_SEQUENCE_METHODS`.
 
     ``sequence`` is read as a FASTA record's is (whitespace and line breaks removed, any
     case, a final ``*`` dropped), and the mutants are checked against what is scored. Every
@@ -359,21 +453,47 @@ def score_mutants(
     if unknown:
         raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
     check_methods(methods, causal)
-    mutants = [parse_mutant(m, offset) if isinstance(m, str) else list(m) for m in mutants]
     ids = alphabet.encode(sequence)
-    problems = check_mutants(mutants, alphabet.decode(ids), offset)
+    wild_type = alphabet.decode(ids)
+    mutants = [
+        parse_variant(m, wild_type, offset)
+        if isinstance(m, str)
+        else m
+        if isinstance(m, Indel)
+        else list(m)
+        for m in mutants
+    ]
+    problems = check_mutants(mutants, wild_type, offset)
     if problems:
         i, problem = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ValueError(f"mutant {i + 1} does not fit the wild type: {problem}{more}")
+    site_methods = [m for m in methods if m not in WHOLE_SEQUENCE_METHODS]
+    indel = next((i for i, m in enumerate(mutants) if isinstance(m, Indel)), None)
+    if indel is not None and site_methods:
+        raise ValueError(
+            f"mutant {indel + 1} is {indel_problem(mutants[indel], wild_type, site_methods[0])}"
+        )
     with evaluating(model):
         return _score(model, alphabet, ids, mutants, methods, max_tokens, toks_per_batch, progress)
 
 
-def _mutant_ids(ids: np.ndarray, sites: Sequence[Substitution], alphabet: Alphabet) -> np.ndarray:
-    """The residue ids of the wild type ``ids`` with ``sites`` substituted."""
+def indel_problem(variant: Indel, wild_type: str, method: str) -> str:
+    """Why ``method`` (a site method) leaves an indel unscored, in words."""
+    return (
+        f"an indel ({len(variant.sequence):,} residues, the wild type has "
+        f"{len(wild_type):,}): {method} reads one aligned site; indels are scored by "
+        "method=pseudo-ll (masked LM) or log-likelihood (causal)"
+    )
+
+
+def _mutant_ids(ids: np.ndarray, variant: Variant, alphabet: Alphabet) -> np.ndarray:
+    """The residue ids of the wild type ``ids`` with ``variant``'s substitutions made (an
+    indel: its own sequence's)."""
+    if isinstance(variant, Indel):
+        return alphabet.encode(variant.sequence)
     mut = ids.copy()
-    for s in sites:
+    for s in variant:
         mut[s.index] = alphabet.index(s.mt)
     return mut
 
@@ -382,7 +502,7 @@ def _score(
     model: ProteinLM,
     alphabet: Alphabet,
     ids: np.ndarray,
-    mutants: list[list[Substitution]],
+    mutants: list[Variant],
     methods: Sequence[str],
     max_tokens: int | None,
     toks_per_batch: int,
@@ -391,7 +511,8 @@ def _score(
     if max_tokens is None and model.rotary is None:
         max_tokens = model.config.max_len
     width = None if max_tokens is None else max_tokens - 2
-    sites = sorted({s.index for m in mutants for s in m})
+    longest = max([len(ids), *(len(m.sequence) for m in mutants if isinstance(m, Indel))])
+    sites = sorted({s.index for m in mutants if not isinstance(m, Indel) for s in m})
     out: dict[str, np.ndarray] = {}
 
     def marginal(masked: bool) -> np.ndarray:
@@ -422,10 +543,10 @@ def _score(
         elif method == "wt-marginal":
             out[method] = marginal(False)
         elif method == "pseudo-ll":
-            if width is not None and len(ids) > width:
+            if width is not None and longest > width:
                 raise DataError(
                     f"method=pseudo-ll needs the whole protein in the model's window "
-                    f"({len(ids)} residues > {width}); use masked-marginal"
+                    f"({longest} residues > {width}); use masked-marginal"
                 )
             wt = pseudo_log_likelihood(model, alphabet, ids, toks_per_batch=toks_per_batch)
             scores = []
@@ -437,10 +558,10 @@ def _score(
                 )
             out[method] = np.array(scores, dtype=np.float64)
         elif method == "log-likelihood":
-            if width is not None and len(ids) > width:
+            if width is not None and longest > width:
                 raise DataError(
                     f"method=log-likelihood needs the whole protein in the model's window "
-                    f"({len(ids)} residues > {width})"
+                    f"({longest} residues > {width})"
                 )
             variants = [ids, *(_mutant_ids(ids, m, alphabet) for m in mutants)]
             ll = log_likelihoods(
@@ -485,9 +606,12 @@ def column_name(method: str) -> str:
 
 
 def baseline_columns(
-    mutants: Sequence[Sequence[Substitution]], alphabet: Alphabet, counts: np.ndarray | None
+    mutants: Sequence[Sequence[Substitution] | Indel],
+    alphabet: Alphabet,
+    counts: np.ndarray | None,
+    wild_type: str | None = None,
 ) -> Mapping[str, np.ndarray]:
     cols = {"blosum62": blosum62_scores(mutants)}
     if counts is not None:
-        cols["unigram_log_ratio"] = unigram_scores(mutants, counts, alphabet)
+        cols["unigram_log_ratio"] = unigram_scores(mutants, counts, alphabet, wild_type)
     return cols

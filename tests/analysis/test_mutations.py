@@ -16,6 +16,7 @@ from torch import nn
 from protein_performer.analysis import mutations as mut
 from protein_performer.cli import main
 from protein_performer.data.alphabet import default_alphabet
+from protein_performer.errors import DataError
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
 from protein_performer.training.checkpoints import save_model_checkpoint
@@ -613,3 +614,117 @@ def test_score_never_replaces_a_file_that_appeared_while_scoring(ckpt, tmp_path,
     monkeypatch.setattr(mut, "score_mutants", slow)
     assert _score(ckpt, tmp_path) == 2
     assert (tmp_path / "s.json").read_text() == "{}" and not (tmp_path / "s.csv").exists()
+
+
+# ---- whole sequences and indels (ProteinGym's mutated_sequence / indel files) ------------
+def test_whole_sequences_are_substitutions_or_indels() -> None:
+    same = WT[:4] + "W" + WT[5:]
+    assert mut.parse_variant(same, WT) == [mut.Substitution(4, "Y", "W")]
+    assert mut.parse_variant(same.lower() + "*", WT) == [mut.Substitution(4, "Y", "W")]
+    assert mut.parse_variant(WT, WT) == []  # the wild type itself
+    assert mut.parse_variant(WT[:5] + WT[6:], WT) == mut.Indel(WT[:5] + WT[6:])  # deletion
+    assert mut.parse_variant("Y5W", WT) == [mut.Substitution(4, "Y", "W")]
+    assert mut.parse_variant("WT", WT) == mut.parse_variant("wildtype", WT) == []
+    with pytest.raises(ValueError, match="cannot read mutation 'deletion'"):
+        mut.parse_variant("deletion", WT)
+    with pytest.raises(ValueError, match=r"'-' at position 3 is not a residue letter"):
+        mut.variant_from_sequence("MK-AYIAKQRQISFVKSHFSRQ", WT)
+    assert mut.check_mutants([mut.Indel("MKXA" + WT)], WT) == [
+        (0, "indel: 'X' at 3 is not one of the 20 amino acids")
+    ]
+
+
+def test_indels_are_scored_by_their_whole_sequence() -> None:
+    causal = _causal_model()
+    deletion, insertion, sub = WT[:5] + WT[6:], WT[:3] + "GG" + WT[3:], WT[:1] + "A" + WT[2:]
+    scores = mut.score_mutants(causal, ALPHABET, WT, [deletion, insertion, sub, "K2A"])
+    wt = mut.log_likelihood(causal, ALPHABET, WT)
+    expected = [mut.log_likelihood(causal, ALPHABET, s) - wt for s in (deletion, insertion, sub)]
+    np.testing.assert_allclose(scores["log-likelihood"][:3], expected, rtol=0, atol=1e-10)
+    assert scores["log-likelihood"][3] == scores["log-likelihood"][2]  # K2A by notation
+
+    table = TableModel()
+    got = mut.score_mutants(table, ALPHABET, WT, [mut.Indel(deletion)], methods="pseudo-ll")
+    wt_pll = mut.pseudo_log_likelihood(table, ALPHABET, WT)
+    assert got["pseudo-ll"][0] == pytest.approx(
+        mut.pseudo_log_likelihood(table, ALPHABET, deletion) - wt_pll, abs=1e-9
+    )
+    with pytest.raises(
+        ValueError, match=r"mutant 2 is an indel \(21 residues, the wild type has 22\)"
+    ):
+        mut.score_mutants(table, ALPHABET, WT, ["K2A", deletion])  # masked-marginal
+    with pytest.raises(DataError, match="needs the whole protein in the model's window"):
+        mut.score_mutants(table, ALPHABET, WT, [WT * 3], methods="pseudo-ll")  # 66 > 62
+
+
+def test_indel_baselines() -> None:
+    counts = np.zeros(len(ALPHABET))
+    counts[ALPHABET.index("G")] = 99
+    variants = [mut.Indel("MKGG"), mut.parse_mutant("M1G")]
+    assert np.isnan(mut.blosum62_scores(variants)[0])
+    u = mut.unigram_scores(variants, counts, ALPHABET, wild_type="MK")
+    logf = np.log(np.array([100.0, 1.0]) / 119.0)  # G, any other
+    assert u[0] == pytest.approx(2 * logf[0])  # two G added
+    assert u[1] == pytest.approx(logf[0] - logf[1])
+    with pytest.raises(ValueError, match="needs wild_type"):
+        mut.unigram_scores(variants, counts, ALPHABET)
+
+
+def test_score_reads_proteingym_indel_files(tmp_path, capsys) -> None:
+    save_model_checkpoint(tmp_path / "causal.ckpt", _causal_model().float(), ALPHABET, "causal")
+    deletion, insertion = WT[:5] + WT[6:], WT[:3] + "GG" + WT[3:]
+    rows = [(deletion, "0.1"), (insertion, "0.5"), ("K2A", "0.9"), (WT[:1] + "R" + WT[2:], "1")]
+    write_csv(tmp_path / "m.csv", rows, header=("mutant", "DMS_score"))
+    assert _score(tmp_path / "causal.ckpt", tmp_path, "fitness_col=DMS_score") == 0
+    out = capsys.readouterr().out
+    assert "2 indels (whole sequences of another length" in out
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    model = _causal_model()
+    wt = mut.log_likelihood(model, ALPHABET, WT)
+    for row, seq in zip(got, (deletion, insertion, "MA" + WT[2:], "MR" + WT[2:]), strict=True):
+        expected = mut.log_likelihood(model, ALPHABET, seq) - wt
+        assert float(row["log_likelihood"]) == pytest.approx(expected, rel=1e-4, abs=1e-4)
+    assert [r["blosum62"] for r in got][:2] == ["", ""] and got[2]["blosum62"] == "-1"
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["indels"] == 2 and summary["scored"] == 4
+    # the same variants as whole sequences in another column, ProteinGym v1's mutated_sequence
+    rows = [("x", s, f) for s, f in ((deletion, "0.1"), ("MA" + WT[2:], "0.9"))]
+    write_csv(tmp_path / "v.csv", rows, header=("mutant", "mutated_sequence", "DMS_score"))
+    assert _score(tmp_path / "causal.ckpt", tmp_path, csv_name="v.csv", out="t.csv") == 2
+    assert "cannot read mutation 'x'" in capsys.readouterr().err
+    code = _score(
+        tmp_path / "causal.ckpt",
+        tmp_path,
+        "sequence_col=mutated_sequence",
+        csv_name="v.csv",
+        out="t.csv",
+    )
+    assert code == 0
+    with open(tmp_path / "t.csv", newline="") as fh:
+        again = list(csv.DictReader(fh))
+    assert [r["log_likelihood"] for r in again] == [
+        got[0]["log_likelihood"],
+        got[2]["log_likelihood"],
+    ]
+    write_csv(tmp_path / "w.csv", [(deletion, "1")], header=("mutated_sequence", "DMS_score"))
+    assert _score(tmp_path / "causal.ckpt", tmp_path, csv_name="w.csv", out="u.csv") == 2
+    assert "or sequence_col=mutated_sequence" in capsys.readouterr().err
+
+
+def test_score_leaves_indels_to_the_whole_sequence_methods(ckpt, tmp_path, capsys) -> None:
+    deletion = WT[:5] + WT[6:]
+    write_csv(tmp_path / "m.csv", [(deletion, "0.1"), ("K2A", "0.9"), ("T3C", "0.3")])
+    assert _score(ckpt, tmp_path) == 2  # masked-marginal, the masked LM's default
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "line 2: an indel (21 residues" in err
+    assert "method=pseudo-ll" in err and not (tmp_path / "s.csv").exists()
+    assert _score(ckpt, tmp_path, "skip_mismatched=true") == 0
+    assert "1 row left unscored: indels 1" in capsys.readouterr().out
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert got[0]["masked_marginal"] == "" and got[1]["masked_marginal"] != ""
+    assert _score(ckpt, tmp_path, "method=pseudo-ll", "overwrite=true") == 0
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert all(r["pseudo_ll"] != "" for r in got)
