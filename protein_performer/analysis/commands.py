@@ -521,7 +521,8 @@ def _generated_fasta(path: Path) -> bool:
 def run_generate(cfg: GenerateConfig) -> CommandResult:
     import time
 
-    from protein_performer.analysis.generation import generate
+    from protein_performer.analysis.generation import generate, prompt_ids
+    from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
     from protein_performer.data.fasta_writer import write_fasta
     from protein_performer.outputs import check_output_file
 
@@ -565,8 +566,9 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
     if cfg.top_p is not None:
         settings += f" top_p={cfg.top_p:g}"
     settings += f" max_length={limit}"
-    if cfg.prompt:
-        settings += f" prompt={''.join(cfg.prompt.split()).upper()}"
+    used = alphabet.decode(prompt_ids(alphabet, cfg.prompt))  # as read: no final '*'
+    if used:
+        settings += f" prompt={used}"
     refuse_appeared(was_absent, "out", "generating")
     check_out()  # one that was there is still generate's own
     records = [
@@ -601,6 +603,13 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
             f"\n  {cut:,} reached max_length without <eos>: cut there "
             "(ended=max_length in their headers)"
         )
+    rare = sorted({c for c in used if c not in STANDARD_AMINO_ACIDS})
+    if rare:
+        text += (
+            f"\n  the prompt holds {', '.join(rare)} (not one of the 20 amino acids): kept "
+            "as given at the start of every protein; the drawn residues are the 20"
+        )
+        summary["prompt_nonstandard"] = rare
     return CommandResult(summary, text)
 
 

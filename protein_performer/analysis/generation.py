@@ -61,7 +61,9 @@ def check_sampling(
         )
     if not (isinstance(batch_size, int) and batch_size >= 1):
         raise ConfigError(f"batch_size must be a whole number >= 1 (got {batch_size!r})")
-    if not (isinstance(min_length, int) and 0 <= min_length <= max_length - 2):
+    if not (isinstance(min_length, int) and not isinstance(min_length, bool) and min_length >= 0):
+        raise ConfigError(f"min_length must be a whole number >= 0 residues (got {min_length!r})")
+    if min_length > max_length - 2:
         raise ConfigError(
             f"min_length must be a whole number from 0 to max_length - 2 = {max_length - 2} "
             f"residues (got {min_length!r})"
@@ -86,6 +88,16 @@ def _truncate(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> t
         drop = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, before >= top_p)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
+
+
+def prompt_ids(alphabet: Alphabet, prompt: str) -> list[int]:
+    """The residue ids of ``prompt``, read as a FASTA record's are (whitespace removed, any
+    case, a final ``*`` dropped); a one-line ConfigError for a letter that is no residue."""
+    try:
+        ids = alphabet.clean_encode(prompt).ids if prompt else None
+    except InvalidResidueError as e:  # the problem without the reader's invalid= hints
+        raise ConfigError(f"prompt: {e.residue_problem or e.problem}") from None
+    return [] if ids is None else [int(i) for i in ids]
 
 
 @torch.no_grad()
@@ -123,14 +135,11 @@ def generate(
             f"max_length={max_length} exceeds the model's {model.config.max_len} positions "
             "(learned positions)"
         )
-    try:
-        start = alphabet.clean_encode(prompt).ids if prompt else None
-    except InvalidResidueError as e:  # the problem without the reader's invalid= hints
-        raise ConfigError(f"prompt: {e.residue_problem or e.problem}") from None
-    start_ids = [] if start is None else [int(i) for i in start]
-    if len(start_ids) + 2 > max_length:
+    start_ids = prompt_ids(alphabet, prompt)
+    if len(start_ids) + 3 > max_length:  # <cls>, the prompt, one drawn residue, <eos>
         raise ConfigError(
-            f"the prompt's {len(start_ids)} residues leave no room in max_length={max_length}"
+            f"the prompt's {len(start_ids)} residues leave no room for a drawn residue in "
+            f"max_length={max_length} tokens (with <cls> and <eos>)"
         )
     allowed = torch.zeros(len(alphabet), dtype=torch.bool)
     allowed[[alphabet.index(a) for a in STANDARD_AMINO_ACIDS]] = True
@@ -173,4 +182,4 @@ def generate(
     return samples
 
 
-__all__ = ["Sample", "check_sampling", "generate"]
+__all__ = ["Sample", "check_sampling", "generate", "prompt_ids"]

@@ -95,6 +95,8 @@ def test_refusals() -> None:
         ({"top_k": 0}, "top_k must be a whole number"),
         ({"max_length": 64}, "exceeds the model's 48 positions"),
         ({"prompt": "M" * 47}, "leave no room"),
+        ({"prompt": "M" * 46}, "leave no room for a drawn residue in max_length=48"),
+        ({"min_length": -1}, r"min_length must be a whole number >= 0 residues \(got -1\)"),
         ({"prompt": "MK1"}, r"^prompt: invalid residue '1' at position 3$"),
     ):
         with pytest.raises(ConfigError, match=message):
@@ -148,3 +150,21 @@ def test_generate_never_replaces_a_file_that_appeared_meanwhile(tmp_path, monkey
     assert main(["generate", f"checkpoint={tmp_path / 'c.ckpt'}", f"out={out}", "n=2"]) == 2
     assert out.read_text() == ">theirs\nMKV\n"
     assert "appeared there while generating" in capsys.readouterr().err
+
+
+def test_a_prompt_is_recorded_as_read_and_rare_letters_are_said(tmp_path, capsys) -> None:
+    save_model_checkpoint(tmp_path / "c.ckpt", causal_model(), A, "causal")
+    base = ["generate", f"checkpoint={tmp_path / 'c.ckpt'}", "n=2", "max_length=12"]
+    assert generate(causal_model(), A, 2, prompt="M" * 45, seed=0)[0].sequence.startswith("M" * 45)
+    assert main([*base, f"out={tmp_path / 'a.fa'}", "prompt=m k*"]) == 0
+    out = capsys.readouterr().out
+    headers = [x for x in (tmp_path / "a.fa").read_text().splitlines() if x.startswith(">")]
+    assert all(" prompt=MK " in h for h in headers) and "prompt=MK)" in out
+    assert "not one of the 20" not in out
+    assert main([*base, f"out={tmp_path / 'b.fa'}", "prompt=*"]) == 0
+    assert "prompt=" not in (tmp_path / "b.fa").read_text()  # '*' alone: no prompt
+    assert main([*base, f"out={tmp_path / 'c.fa'}", "prompt=MXB"]) == 0
+    out = capsys.readouterr().out
+    assert "the prompt holds B, X (not one of the 20 amino acids)" in out
+    assert main([*base, "min_length=-1", f"out={tmp_path / 'd.fa'}"]) == 2
+    assert "min_length must be a whole number >= 0 residues (got -1)" in capsys.readouterr().err
