@@ -369,6 +369,8 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
         "objective": "causal" if model.causal else "mlm",
         "uniform_entropy": uniform["entropy"],
         "uniform_distance": uniform["distance"],
+        # the figure shows the weights as they are (<cls>/<eos> columns left out)
+        "stats_of": "each query's weights among residues, renormalised to sum to 1",
         "heads_stats": per_head,
     }
     if segments is not None:

@@ -103,15 +103,21 @@ def head_grid_figure(
 ) -> list[Path]:
     """Layers × heads grid of ``attention`` ``(layers, heads, L, L)`` for one protein; with
     ``zoom`` only its first ``zoom`` residues. Residue letters label the axes when at most 40
-    residues are shown."""
+    residues are shown, residue numbers otherwise; rows are queries, columns keys."""
     plt = _pyplot()
     if zoom:
         attention = attention[:, :, :zoom, :zoom]
         sequence = sequence[:zoom]
     nl, nh, n = attention.shape[0], attention.shape[1], attention.shape[2]
     size = 2.0 if n > 40 else 2.6
+    # a fixed grid, colour bars in inset axes: a layout engine's cost grows with the square
+    # of the panels (a 12 x 16 grid took minutes and 24 GB)
     fig, axes = plt.subplots(
-        nl, nh, figsize=(size * nh * 1.15, size * nl), squeeze=False, layout="constrained"
+        nl,
+        nh,
+        figsize=(size * nh * 1.3, size * nl * 1.1 + 0.6),
+        squeeze=False,
+        gridspec_kw={"wspace": 0.45, "hspace": 0.35},
     )
     vmax = float(attention.max()) if shared_scale else None
     for i, layer in enumerate(layers):
@@ -123,18 +129,47 @@ def head_grid_figure(
             if n <= 40:
                 ax.set_xticks(range(n), list(sequence), fontsize=4)
                 ax.set_yticks(range(n), list(sequence), fontsize=4)
-            else:
-                ax.set_xticks([])
-                ax.set_yticks([])
+            else:  # residue numbers (1-based) on the outer panels
+                ticks = _position_ticks(n)
+                ax.set_xticks(ticks, [str(t + 1) for t in ticks] if i == nl - 1 else [])
+                ax.set_yticks(ticks, [str(t + 1) for t in ticks] if j == 0 else [])
+                ax.tick_params(labelsize=5, length=2)
+            if i == nl - 1:
+                ax.set_xlabel("key residue", fontsize=6)
+            if j == 0:
+                ax.set_ylabel("query residue", fontsize=6)
             ax.set_title(f"layer {layer} head {head}", fontsize=7)
             if not shared_scale:
-                cb = plt.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+                cb = fig.colorbar(im, cax=ax.inset_axes((1.04, 0.0, 0.05, 1.0)))
+                # a rasterized colour bar makes the PDF backend render a raster of the whole
+                # figure per panel (minutes and GBs for a large grid)
+                cb.solids.set_rasterized(False)
                 cb.ax.tick_params(labelsize=5)
     if shared_scale:
-        fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.02)
+        fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.02).set_label(
+            "attention weight", fontsize=7
+        )
     if title:
         fig.suptitle(title, fontsize=10)
+    fig.text(
+        0.5,
+        0.0,
+        "colour: attention weight from each query residue (row) to each key residue (column); "
+        "<cls>/<eos> columns not shown, so a row sums to at most 1; "
+        + ("one scale for every panel" if shared_scale else "each panel its own scale"),
+        ha="center",
+        va="top",
+        fontsize=7,
+    )
     return save_figure(fig, stem)
+
+
+def _position_ticks(n: int) -> list[int]:
+    """0-based positions of 1-based residue numbers at a round step, about 4 per axis."""
+    step = next(
+        s for s in (5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10**9) if n / s <= 5
+    )
+    return [t - 1 for t in range(step, n + 1, step)]
 
 
 def alignment_figure(
@@ -239,7 +274,7 @@ def head_ranking_figure(
     with the uniform-attention values (:func:`uniform_stats`) as reference lines."""
     plt = _pyplot()
     names = [f"L{layer}H{head}" for layer in layers for head in heads]
-    fig, axes = plt.subplots(1, 2, figsize=(max(6.0, 0.35 * len(names)) * 2 / 1.4, 3.4))
+    fig, axes = plt.subplots(1, 2, figsize=(max(6.0, 0.35 * len(names)) * 2 / 1.4, 3.6))
     uniform_values = uniform_stats(length, causal)
     label_uniform = "uniform causal attention" if causal else "uniform attention"
     for ax, key, label, uniform in (
@@ -248,11 +283,27 @@ def head_ranking_figure(
     ):
         values = stats[key].ravel()
         order = np.argsort(values)
-        ax.bar(range(len(values)), values[order], color="tab:blue")
-        ax.axhline(uniform, color="tab:red", ls="--", lw=1, label=label_uniform)
+        # points, not bars from 0: heads differ from uniform by a few per cent, which a
+        # zero-based axis hides; the axis spans the heads and the uniform line
+        ax.vlines(range(len(values)), uniform, values[order], color="tab:blue", lw=1.5)
+        ax.plot(range(len(values)), values[order], "o", color="tab:blue", ms=4)
+        ax.axhline(uniform, color="tab:red", ls="--", lw=1)
+        ax.annotate(
+            f"{label_uniform}: {uniform:.3g}",
+            (1.0, uniform),
+            xycoords=("axes fraction", "data"),
+            xytext=(2, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=6,
+            color="tab:red",
+        )
+        low, high = min(values.min(), uniform), max(values.max(), uniform)
+        pad = 0.08 * (high - low) or 0.05 * max(abs(high), 1.0)
+        ax.set_ylim(low - pad, high + pad)
         ax.set_xticks(range(len(values)), [names[k] for k in order], rotation=90, fontsize=6)
+        ax.set_xlabel("head (layer L, head H), sorted", fontsize=7)
         ax.set_ylabel(label, fontsize=8)
-        ax.legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -36,3 +36,45 @@ def test_uniform_stats_are_head_stats_of_uniform_attention() -> None:
             expected = uniform_stats(n, is_causal)
             for key in ("entropy", "distance", "max_weight"):
                 assert math.isclose(stats[key][0, 0], expected[key], abs_tol=1e-12), (n, key)
+
+
+def _drawn(monkeypatch, draw) -> list:
+    """The matplotlib figures ``draw`` saves (not written)."""
+    from protein_performer.analysis import figures
+
+    figs: list = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, stem, formats=(): figs.append(fig))
+    draw()
+    return figs
+
+
+def test_a_large_head_grid_rasterizes_nothing_and_labels_its_axes(monkeypatch, tmp_path):
+    """A rasterized artist makes the PDF backend render the whole figure once per artist: a
+    12 x 16 grid's colour bars took minutes and 24 GB."""
+    from protein_performer.analysis.figures import head_grid_figure
+
+    att = np.full((12, 16, 60, 60), 1 / 60, dtype=np.float32)
+    (fig,) = _drawn(
+        monkeypatch,
+        lambda: head_grid_figure(att, range(12), range(16), "A" * 60, tmp_path / "h"),
+    )
+    assert not [a for a in fig.findobj() if a.get_rasterized()]
+    panels = [ax for ax in fig.axes if ax.get_title().startswith("layer")]
+    assert len(panels) == 192
+    assert sum(ax.get_xlabel() == "key residue" for ax in panels) == 16
+    assert sum(ax.get_ylabel() == "query residue" for ax in panels) == 12
+    bottom_left = next(ax for ax in panels if ax.get_title() == "layer 11 head 0")
+    assert [t.get_text() for t in bottom_left.get_xticklabels()] == ["20", "40", "60"]
+    assert fig.get_layout_engine() is None  # a layout engine's cost grows with panels²
+
+
+def test_the_head_ranking_axis_shows_differences_from_uniform(monkeypatch, tmp_path):
+    from protein_performer.analysis.figures import head_ranking_figure
+
+    stats = {"entropy": np.array([[4.40, 4.42]]), "distance": np.array([[33.1, 33.4]])}
+    (fig,) = _drawn(
+        monkeypatch, lambda: head_ranking_figure(stats, [0], [0, 1], 100, tmp_path / "r")
+    )
+    low, high = fig.axes[1].get_ylim()
+    assert 32.9 < low < 33.1 and 33.4 < high < 33.6  # not from 0: 33.1 vs 33.4 visible
+    assert fig.axes[0].get_ylim()[1] > math.log(100)  # the uniform line inside the axis
