@@ -100,7 +100,7 @@ TRAIN_KEY_HELP: dict[str, str] = {
     "objective": "mlm (masked LM, bidirectional) | causal (next token)",
     "seed": "model initialisation and dropout",
     "init_from": "start from another checkpoint's weights (e.g. transformer -> performer)",
-    "ckpt_path": "resume a run exactly from its checkpoints/last.ckpt",
+    "ckpt_path": "resume a run exactly from its checkpoints/last.ckpt (last: the one in hydra.run.dir if any, else start)",
 }
 
 _LEAF = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w]*):(?P<value>.*)$")

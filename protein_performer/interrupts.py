@@ -14,28 +14,47 @@ from typing import Any
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM turned into an exception (exit code 143 instead of Ctrl-C's 130)."""
+    """SIGTERM (or SIGHUP, SIGUSR1/2) turned into an exception; the exit code is 128 + the
+    signal's number (143 for SIGTERM) instead of Ctrl-C's 130."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__()
+        self.signum = int(signum)
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated
+    raise Terminated(signum)
+
+
+#: Signals that end a command like SIGTERM (their default action kills it mid-write); each is
+#: left alone where it is ignored (``nohup`` ignores SIGHUP).
+TERMINATING = tuple(
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name)
+)
 
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """While active, SIGTERM raises :class:`Terminated` in the main thread."""
+    """While active, SIGTERM (and SIGHUP, SIGUSR1/2 where not ignored) raises
+    :class:`Terminated` in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {}
+    for sig in TERMINATING:
+        if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, _raise_terminated)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def exit_code(exc: KeyboardInterrupt) -> int:
-    return 143 if isinstance(exc, Terminated) else 130
+    return 128 + exc.signum if isinstance(exc, Terminated) else 130
 
 
 def stopped_line(exc: KeyboardInterrupt) -> str:

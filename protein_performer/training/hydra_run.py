@@ -37,6 +37,7 @@ from protein_performer.config import (
     validate_train_config,
 )
 from protein_performer.errors import ConfigError, ProteinPerformerError
+from protein_performer.interrupts import TERMINATING
 from protein_performer.resources import project_path, project_root, resources_dir
 
 COMMANDS: dict[str, type] = {"train": TrainConfig, "evaluate": EvalConfig, **ANALYSIS_COMMANDS}
@@ -677,6 +678,7 @@ def run_hydra(command: str, argv: list[str]) -> int:
             continue
         if child is not None:
             run_dir = child["run_dir"]
+            job.config.ckpt_path = child.get("ckpt_path")  # as rank 0 resolved ckpt_path=last
         elif args.multirun:
             run_dir = str(Path(sweep_dir) / str(i))
         else:
@@ -732,7 +734,7 @@ def _run_jobs_in_subprocesses(jobs: list[ComposedJob], sweep_dir: str, args: Cli
         if args.json:
             cmd.append("--json")
         code = subprocess.run(cmd, check=False).returncode
-        if code in (130, 143):
+        if code == 130 or code - 128 in TERMINATING:  # a job interrupted
             _say_not_run(jobs, i, sweep_dir)
             return code
         if code != 0:
@@ -755,6 +757,36 @@ def resume_run_dir(job: ComposedJob) -> str | None:
     if folder.name == CHECKPOINT_DIR and (folder.parent / "config.yaml").is_file():
         return str(folder.parent)
     return None
+
+
+#: ``ckpt_path=last``: resume the run directory's last checkpoint, or start when it has none.
+LAST = "last"
+
+
+def resolve_last(job: ComposedJob, run_dir: str, quiet: bool = False) -> str | None:
+    """``ckpt_path=last`` for the run in ``run_dir``: its ``checkpoints/last.ckpt`` when there
+    is one, else None (a new run): one command for a job's first start and every requeue. The
+    run directory must be named (the default one is new for every run)."""
+    from protein_performer.training.run import CHECKPOINT_DIR
+
+    named = any(o.split("=", 1)[0].lstrip("+~") == "hydra.run.dir" for o in job.overrides)
+    if not named and not _in_sweep(run_dir, job):
+        raise ConfigError(
+            "ckpt_path=last resumes the run in hydra.run.dir: name that directory (the default "
+            "one is new for every run), e.g. hydra.run.dir=runs/$SLURM_JOB_ID"
+        )
+    last = Path(run_dir) / CHECKPOINT_DIR / "last.ckpt"
+    if last.is_file():
+        if not quiet:
+            print(f"ckpt_path=last: resuming from {last}", file=sys.stderr, flush=True)
+        return str(last)
+    if not quiet:
+        print(f"ckpt_path=last: no {last} yet, starting the run", file=sys.stderr, flush=True)
+    return None
+
+
+def _in_sweep(run_dir: str, job: ComposedJob) -> bool:
+    return Path(run_dir).parent.resolve() == Path(job.sweep_dir).resolve()
 
 
 def _names_run_dir(job: ComposedJob) -> bool:
@@ -801,6 +833,8 @@ def _run_train(
     )
 
     claimed = is_rank_zero() and _ddp_child_job() is None
+    if claimed and job.config.ckpt_path == LAST:
+        job.config.ckpt_path = resolve_last(job, run_dir, quiet=args.json)
     existed = run_dir_existed(run_dir)
     if claimed:
         check_train_inputs(job.config)  # a typo in a path must not leave a claimed directory
@@ -813,7 +847,9 @@ def _run_train(
         )
     else:
         path = Path(run_dir)
-    marker = json.dumps({"index": index, "run_dir": str(path.resolve())})
+    marker = json.dumps(
+        {"index": index, "run_dir": str(path.resolve()), "ckpt_path": job.config.ckpt_path}
+    )
     out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     try:
         with _env(DDP_JOB_ENV, marker), out:

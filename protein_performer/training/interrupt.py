@@ -1,4 +1,5 @@
-"""Ctrl-C (SIGINT) and SIGTERM while training: finish the step, save, stop cleanly.
+"""Ctrl-C (SIGINT), SIGTERM, SIGHUP and SIGUSR1/2 while training: finish the step, save, stop
+cleanly.
 
 The first signal asks the run to stop after the current optimizer step: the final
 ``checkpoints/last.ckpt`` and ``summary.json`` are written as for any run (marked interrupted)
@@ -25,10 +26,18 @@ from protein_performer.interrupts import Terminated, sigterm_raises
 __all__ = ["GracefulInterrupt", "Terminated", "sigterm_raises"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Also stop a run cleanly: a closed terminal (SIGHUP) and the warnings a scheduler sends
+#: before its time limit or a preemption (Slurm's ``--signal=USR1@90``). Left alone where they
+#: are ignored (``nohup`` ignores SIGHUP).
+MORE_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGHUP", "SIGUSR1", "SIGUSR2") if hasattr(signal, name)
+)
+#: The names a run stopped by a signal records in ``stopped_by``.
+STOP_SIGNAL_NAMES = tuple(signal.Signals(s).name for s in STOP_SIGNALS + MORE_STOP_SIGNALS)
 
 
 class GracefulInterrupt(pl.Callback):
-    """Turns SIGINT/SIGTERM during ``fit`` into ``trainer.should_stop`` after the current step."""
+    """Turns a stop signal during ``fit`` into ``trainer.should_stop`` after the current step."""
 
     def __init__(self) -> None:
         self.received: str | None = None
@@ -46,7 +55,7 @@ class GracefulInterrupt(pl.Callback):
         if self.received is not None:
             self.aborted = True
             self.restore()
-            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
         self.received = name
         if not is_rank_zero():
             return  # said once, by rank 0 (which stops at the same step)
@@ -64,6 +73,9 @@ class GracefulInterrupt(pl.Callback):
         self._pid = os.getpid()
         for sig in STOP_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
+        for sig in MORE_STOP_SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                self._previous[sig] = signal.signal(sig, self._handle)
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():

@@ -80,7 +80,11 @@ from protein_performer.training.context_eval import (
     record_order,
     sample_targets,
 )
-from protein_performer.training.interrupt import GracefulInterrupt, sigterm_raises
+from protein_performer.training.interrupt import (
+    STOP_SIGNAL_NAMES,
+    GracefulInterrupt,
+    sigterm_raises,
+)
 from protein_performer.training.lm_module import ProteinLMModule
 from protein_performer.training.memory import (
     MemoryEstimate,
@@ -913,7 +917,7 @@ class TrainResult:
 
     @property
     def interrupted(self) -> bool:
-        return self.stopped_by in ("SIGINT", "SIGTERM")
+        return self.stopped_by in STOP_SIGNAL_NAMES
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "interrupted": self.interrupted}

@@ -38,8 +38,9 @@ def _train_steps(run_dir: Path) -> list[int]:
         return [int(r["step"]) for r in csv.DictReader(f) if r.get("train/loss")]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1])
 def test_a_signal_stops_after_the_step_with_checkpoint_and_summary(tiny_fasta, tmp_path, signum):
+    """SIGUSR1: the warning Slurm sends before a time limit or preemption (--signal=USR1@90)."""
     before = signal.getsignal(signum)
     cfg = tiny_config(tiny_fasta, max_steps=40, val_check_interval=2)
     run_dir = tmp_path / "run"
@@ -551,3 +552,59 @@ def test_the_stop_is_said_once_by_rank_zero_and_data_workers_leave_it_to_the_tra
     rank0 = GracefulInterrupt()
     rank0._handle(signal.SIGINT, None)
     assert capsys.readouterr().err.count("SIGINT received: stopping after this step") == 1
+
+
+def test_an_ignored_sighup_stays_ignored_and_others_end_commands_like_sigterm():
+    """nohup ignores SIGHUP: the run must not take it over; elsewhere SIGHUP and SIGUSR1/2 end
+    a command as SIGTERM does (cleanup, exit code 128 + the signal)."""
+    from protein_performer.interrupts import Terminated, exit_code, sigterm_raises
+    from protein_performer.training.interrupt import GracefulInterrupt
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        stop = GracefulInterrupt()
+        stop.install()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGUSR2) == stop._handle
+        stop.restore()
+        with sigterm_raises():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        with pytest.raises(Terminated) as caught, sigterm_raises():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(1)
+        assert exit_code(caught.value) == 129
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
+def test_ckpt_path_last_starts_a_run_or_resumes_it(tmp_path):
+    """One command for a job's first start and every requeue."""
+    fasta = write_fasta(tmp_path / "t.fasta", n=60)
+    run_dir = tmp_path / "run"
+    argv = [o for o in tiny_overrides(fasta, run_dir) if not o.startswith("trainer.max_steps")]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    first = subprocess.run(
+        _cli("train", *argv, "ckpt_path=last", "trainer.max_steps=3"),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "ckpt_path=last: no " in first.stderr and "yet, starting the run" in first.stderr
+    again = subprocess.run(
+        _cli("train", *argv, "ckpt_path=last", "trainer.max_steps=5"),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"ckpt_path=last: resuming from {run_dir / 'checkpoints' / 'last.ckpt'}" in again.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 5 and summary["resumed_from_step"] == 3
+    unnamed = [o for o in argv if not o.startswith("hydra.run.dir")]
+    r = subprocess.run(
+        _cli("train", *unnamed, "ckpt_path=last"), capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 2 and "ckpt_path=last resumes the run in hydra.run.dir" in r.stderr
