@@ -53,3 +53,7 @@ class DataError(ProteinPerformerError, ValueError):
 
 class ConfigError(ProteinPerformerError, ValueError):
     """Invalid configuration (unknown key, wrong type, out-of-range value)."""
+
+
+class TrainingDiverged(ProteinPerformerError):
+    """The training loss became non-finite: the run stops before that step's update."""

@@ -210,12 +210,30 @@ def _kind_specific(key: str) -> bool:
     return _is_projection(key) or FEATURE_MAP_MARK in f".{key}"
 
 
+def check_finite_weights(state: Mapping[str, torch.Tensor], source: str | Path) -> None:
+    """DataError when a floating-point tensor of ``state`` holds NaN or inf: the weights of a
+    run that diverged, whose every output would be NaN."""
+    bad = [
+        k
+        for k, v in state.items()
+        if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())
+    ]
+    if bad:
+        raise DataError(
+            f"holds non-finite weights ({len(bad)} of {len(state)} tensors, e.g. {bad[0]}): "
+            "the run diverged; use a checkpoint from before it (or train again with a lower "
+            "optim.lr)",
+            path=str(source),
+        )
+
+
 def load_weights(model: ProteinLM, state: Mapping[str, torch.Tensor], source: str) -> None:
     """Copy ``state`` into ``model``. FAVOR+ projection buffers are taken from ``state`` when
     both sides have them with the same shape; otherwise the model keeps its own draw (so an
     exact-attention checkpoint loads into a Performer and vice versa). Hedgehog's feature
     maps are taken when both sides have them (a shape mismatch is an error) and kept at the
     model's own initialisation when the checkpoint has none."""
+    check_finite_weights(state, source)
     own = model.state_dict()
     unexpected = [k for k in state if k not in own and not _kind_specific(k)]
     missing = [k for k in own if k not in state and not _kind_specific(k)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch
 from protein_performer.attention import redraw_all
 from protein_performer.config import AlignConfig, OptimConfig
 from protein_performer.data.alphabet import Alphabet, default_alphabet
+from protein_performer.errors import TrainingDiverged
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
 from protein_performer.training.checkpoints import META_KEY, check_resume_compatible, make_metadata
@@ -129,7 +131,16 @@ class ProteinLMModule(pl.LightningModule):
         count = total[1].clamp_min(1.0)
         loss = stats.nll_sum * (self._world_size() / count.float())
         mean_nll = total[0] / count
-        self.last_batch_tokens = int(total[3].item())
+        nll_sum, tokens = total[[0, 3]].tolist()  # one host sync for both
+        self.last_batch_tokens = int(tokens)
+        if not math.isfinite(nll_sum):  # the same on every rank: reduced above
+            # before backward: the weights stay those of the last finite step
+            raise TrainingDiverged(
+                f"training diverged: the loss is {nll_sum} at step {self.global_step} (lr "
+                f"{self.optimizers().param_groups[0]['lr']:.3g}); stopped before that step's "
+                "update, so checkpoints/last.ckpt (if written) holds finite weights: resume "
+                "from it or start again with a lower optim.lr (or longer optim.warmup_steps)"
+            )
         self.log("train/loss", mean_nll.float(), prog_bar=True, on_step=True, on_epoch=False)
         self.log("train/perplexity", mean_nll.exp().float(), on_step=True, on_epoch=False)
         self.log("train/accuracy", (total[2] / count).float(), on_step=True, on_epoch=False)

@@ -66,8 +66,13 @@ def alignment_nll(
 
 
 def perplexity(nll_sum: float, count: float) -> float:
-    """``exp(mean NLL)`` (nan when nothing was predicted)."""
-    return math.exp(nll_sum / count) if count > 0 else float("nan")
+    """``exp(mean NLL)`` (nan when nothing was predicted; inf past float range)."""
+    if not count > 0:
+        return float("nan")
+    try:
+        return math.exp(nll_sum / count)
+    except OverflowError:  # a diverged model's loss above ~709.8 nats
+        return math.inf
 
 
 # What the model saw at an MLM-predicted position (BERT's 80/10/10 corruption).

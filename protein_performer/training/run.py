@@ -66,9 +66,11 @@ from protein_performer.training.callbacks import (
 from protein_performer.training.checkpoint_io import AtomicCheckpointIO
 from protein_performer.training.checkpoints import (
     META_KEY,
+    check_finite_weights,
     check_resume_compatible,
     init_weights_from,
     load_model,
+    model_state,
     read_checkpoint,
 )
 from protein_performer.training.context_eval import (
@@ -155,7 +157,23 @@ def _require_file(path: str, what: str) -> None:
 
 
 def _num(x: float | None, fmt: str) -> str:
-    return "n/a" if x is None else format(x, fmt)
+    if x is None:
+        return "n/a"
+    if math.isfinite(x) and abs(x) >= 1e6 and fmt.endswith("f"):
+        return format(x, ".4g")  # a diverged model's perplexity, not 300 digits
+    return format(x, fmt)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as None: ``NaN`` and ``Infinity`` are not JSON,
+    and strict parsers reject the whole file."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def check_train_inputs(cfg: TrainConfig) -> int | None:
@@ -222,6 +240,10 @@ def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
             ckpt.get(META_KEY), cfg.model, default_alphabet(), cfg.objective, "ckpt_path"
         )
         _check_resume_split((ckpt.get(META_KEY) or {}).get("data"), cfg.data)
+        try:
+            check_finite_weights(model_state(ckpt), cfg.ckpt_path)
+        except DataError as e:
+            raise DataError(f"ckpt_path: {e.problem}", path=cfg.ckpt_path) from None
         step = int(ckpt.get("global_step", 0))
         _check_resume_processes(ckpt, cfg.trainer)
         if step >= cfg.trainer.max_steps:
@@ -920,7 +942,7 @@ class TrainResult:
         return self.stopped_by in STOP_SIGNAL_NAMES
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "interrupted": self.interrupted}
+        return json_safe({**asdict(self), "interrupted": self.interrupted})
 
     def format(self) -> str:
         verb = "interrupted" if self.interrupted else "finished"
@@ -1271,7 +1293,7 @@ class EvalResult:
     scope: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return json_safe(asdict(self))
 
     def format(self) -> str:
         seqs = "sequence" if self.sequences == 1 else "sequences"
