@@ -25,6 +25,34 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
+def add_overwrite_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace output files (--json, --png) that exist already (else refused)",
+    )
+
+
+def check_outputs(
+    parser: argparse.ArgumentParser, paths: Sequence[Path | str | None], overwrite: bool
+) -> None:
+    """Before any work: an output that exists is replaced only with ``--overwrite`` (a user's
+    file, or an earlier run's results), and its folder must exist (a typo in a path makes
+    none; the default results folder is made)."""
+    for path in paths:
+        if path is None:
+            continue
+        path = Path(path)
+        if path.is_dir():
+            parser.error(f"{path}: is a directory; give a file name")
+        if path.exists() and not overwrite:
+            parser.error(
+                f"{path}: exists already; add --overwrite to replace it, or choose another name"
+            )
+        if not path.parent.is_dir() and path.parent.resolve() != RESULTS:
+            parser.error(f"{path}: its directory {path.parent} does not exist")
+
+
 def int_at_least(low: int) -> Callable[[str], int]:
     """An argparse type: an integer >= ``low`` (lengths, sizes, counts)."""
 

@@ -25,7 +25,14 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, format_table, write_json
+from _common import (
+    RESULTS,
+    add_overwrite_arg,
+    check_outputs,
+    environment,
+    format_table,
+    write_json,
+)
 from context_curve import add_heldout_args, heldout_targets
 
 
@@ -55,7 +62,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--top", type=int, default=4, help="heads to print per checkpoint")
     p.add_argument("--json", type=Path, default=RESULTS / "alignment_heads.json")
+    add_overwrite_arg(p)
     args = p.parse_args()
+    check_outputs(p, [args.json], args.overwrite)
     labels = args.labels or [str(c) for c in args.checkpoints]
     if len(labels) != len(args.checkpoints):
         raise SystemExit(f"--labels: {len(labels)} values for {len(args.checkpoints)} checkpoints")

@@ -42,7 +42,16 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, format_table, machine_line, positive_int, write_json
+from _common import (
+    RESULTS,
+    add_overwrite_arg,
+    check_outputs,
+    environment,
+    format_table,
+    machine_line,
+    positive_int,
+    write_json,
+)
 
 from protein_performer.attention import FavorAttention, exact_attention
 
@@ -246,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         help="q/k split factors a of the matched-shrinkage table (q*a, k/a)",
     )
     parser.add_argument("--threads", type=positive_int, default=2)
+    add_overwrite_arg(parser)
     args = parser.parse_args(argv)
+    check_outputs(parser, [args.json], args.overwrite)
     if importlib.util.find_spec("performer_pytorch") is None:
         print(
             "approximation.py: error: it compares with performer-pytorch, which is not "

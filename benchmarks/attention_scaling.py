@@ -39,7 +39,9 @@ from _common import (
     RESULTS,
     PeakRSS,
     add_attention_shape_args,
+    add_overwrite_arg,
     check_device,
+    check_outputs,
     environment,
     format_table,
     machine_line,
@@ -380,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=("time", "memory", "both"), help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
+    add_overwrite_arg(parser)
     args = parser.parse_args(argv)
     if not args.worker:
         check_device(parser, args.device)
@@ -394,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(worker(args)))
         return 0
+    check_outputs(parser, [args.json, args.png or args.json.with_suffix(".png")], args.overwrite)
     lengths = args.lengths or ([256, 512] if args.quick else LENGTHS)
     at, long = (lengths[-2], lengths[-1]) if len(lengths) > 1 else (lengths[0], lengths[0])
     if {8192, 16384} <= set(lengths):  # the lengths the targets name

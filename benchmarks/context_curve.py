@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, format_table, write_json
+from _common import (
+    RESULTS,
+    add_overwrite_arg,
+    check_outputs,
+    environment,
+    format_table,
+    write_json,
+)
 
 
 def checkpoints(run: Path) -> list[Path]:
@@ -122,7 +129,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, default=RESULTS / "context_curve.json")
     p.add_argument("--png", type=Path, default=RESULTS / "context_curve.png")
+    add_overwrite_arg(p)
     args = p.parse_args()
+    check_outputs(p, [args.json, args.png], args.overwrite)
     offsets = args.offsets or [0] * len(args.runs)
     labels = args.labels or [run.name for run in args.runs]
     for flag, given in (("--offsets", offsets), ("--labels", labels)):

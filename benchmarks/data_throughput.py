@@ -104,7 +104,11 @@ def main() -> None:
         default=400_000,
         help="records in the synthetic file for the memory check (0 to skip)",
     )
+    from _common import add_overwrite_arg, check_outputs
+
+    add_overwrite_arg(ap)
     args = ap.parse_args()
+    check_outputs(ap, [args.json], args.overwrite)
     cases = []
     if ECOLI.exists() and YEAST.exists():
         for mode in ("stats", "preprocess"):

@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
     add_attention_shape_args,
+    add_overwrite_arg,
+    check_outputs,
     environment,
     format_table,
     machine_line,
@@ -229,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         "--rtol", type=float, default=1e-4, help="largest difference allowed, relative"
     )
     parser.add_argument("--json", type=Path, default=RESULTS / "kernel_ab.json")
+    add_overwrite_arg(parser)
     args = parser.parse_args(argv)
+    check_outputs(parser, [args.json], args.overwrite)
     try:
         commit = git("rev-parse", "--verify", "--quiet", f"{args.rev}^{{commit}}").strip()
     except SystemExit:

@@ -47,7 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
     PeakRSS,
+    add_overwrite_arg,
     check_device,
+    check_outputs,
     environment,
     format_table,
     machine_line,
@@ -328,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--attention", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
+    add_overwrite_arg(parser)
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(paired_worker(args) if args.paired else worker(args)))
@@ -343,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     lengths = args.lengths or ([256, 1024] if args.quick else [1024, 4096, 8192])
     json_path = args.json or RESULTS / f"model_scaling_{args.size}.json"
     png_path = args.png or json_path.with_suffix(".png")
+    check_outputs(parser, [json_path, png_path], args.overwrite)
 
     print(machine_line(args.device, args.threads), flush=True)
     started = time.perf_counter()

@@ -38,7 +38,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, format_table, machine_line, positive_int, write_json
+from _common import (
+    RESULTS,
+    add_overwrite_arg,
+    check_outputs,
+    environment,
+    format_table,
+    machine_line,
+    positive_int,
+    write_json,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "data" / "simulated_families.fasta.gz"
@@ -463,17 +472,27 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--png", type=Path, default=None, help="default: next to the JSON")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    add_overwrite_arg(p)
     return p
 
 
+def _tag(args: argparse.Namespace) -> str:
+    tag = f"retrieval_{args.context}" + ("_vary" if args.vary_length else "")
+    return tag + ("_align" if args.align else "")
+
+
 def main() -> None:
-    args = parser().parse_args()
+    cli = parser()
+    args = cli.parse_args()
     if args.quick:
         args.steps, args.eval_every, args.eval_windows, args.crop = 20, 10, 16, 60
     if args.worker:
         args.attention = args.attention[0]
         print(json.dumps(worker(args)))
         return
+    json_path = args.json or RESULTS / f"{_tag(args)}.json"
+    png_path = args.png or json_path.with_suffix(".png")
+    check_outputs(cli, [json_path, png_path], args.overwrite)
     print(machine_line(threads=args.threads), flush=True)
     runs = []
     for kind in args.attention:
@@ -520,13 +539,10 @@ def main() -> None:
         "masked positions"
     )
     print(format_table(headers, rows))
-    tag = f"retrieval_{args.context}" + ("_vary" if args.vary_length else "")
-    tag += "_align" if args.align else ""
     payload = {"env": environment(), "args": vars(args) | {"json": None, "png": None}, "runs": runs}
-    json_path = args.json or RESULTS / f"{tag}.json"
     write_json(json_path, payload)
     print(f"wrote {json_path}")
-    plot(runs, args, args.png or json_path.with_suffix(".png"))
+    plot(runs, args, png_path)
 
 
 def plot(runs: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> None:

@@ -84,3 +84,29 @@ def test_approximation_without_performer_pytorch_says_what_to_install(monkeypatc
     )
     assert module.main(["--quick"]) == 2
     assert "pip install -c constraints.txt -e '.[bench]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "flag"),
+    [
+        ("attention_scaling.py", ["--quick"], "--png"),
+        ("model_scaling.py", ["--quick"], "--png"),
+        ("favor_floor.py", [], "--json"),
+        ("kernel_ab.py", ["--rev", "HEAD"], "--json"),
+        ("dilution.py", ["x.ckpt", "--quick"], "--json"),
+    ],
+)
+def test_an_existing_output_is_replaced_only_with_overwrite(script, argv, flag, tmp_path, capsys):
+    """Before any work: a user's file (or an earlier run's results) is never replaced unasked,
+    and a path into a folder that does not exist is a typo, not a folder to make."""
+    mine = tmp_path / ("mine.png" if flag == "--png" else "mine.json")
+    mine.write_text("my own results")
+    paths = ["--json", str(tmp_path / "b.json")] if flag == "--png" else []
+    with pytest.raises(SystemExit) as info:
+        load_benchmark(script).main([*argv, *paths, flag, str(mine)])
+    assert info.value.code == 2
+    assert "exists already; add --overwrite to replace it" in capsys.readouterr().err
+    assert mine.read_text() == "my own results"
+    with pytest.raises(SystemExit):
+        load_benchmark(script).main([*argv, "--json", str(tmp_path / "typo" / "b.json")])
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "typo").exists()
