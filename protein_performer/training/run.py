@@ -106,6 +106,7 @@ from protein_performer.training.metrics import (
 from protein_performer.training.metrics_log import RunCSVLogger
 from protein_performer.training.progress import StepProgressBar
 from protein_performer.training.resumable import ResumableLoader
+from protein_performer.training.run_lock import LOCK_NAME, check_unlocked, run_lock
 
 log = logging.getLogger(__name__)
 
@@ -498,7 +499,7 @@ def _same_number(a: Any, b: Any) -> bool:
 
 RUN_DIR_ENTRIES = re.compile(
     r"(config(\.\d+)?\.yaml|overrides\.yaml|hparams\.yaml|metrics(\.\d+)?\.csv|summary\.json"
-    rf"|{CHECKPOINT_DIR}|tensorboard)"
+    rf"|{CHECKPOINT_DIR}|tensorboard|\.lock)"
 )
 
 
@@ -531,6 +532,8 @@ def check_run_dir(
     if p.is_symlink() and p.is_dir():
         p = p.resolve()  # writing into the directory a link points to replaces nothing
     p = check_output_dir(p, key, is_ours=lambda _: True, overwrite=True, what=key)
+    if p.is_dir():
+        check_unlocked(p)  # a run training there now: nothing of it is touched
     if not p.is_dir() or not any(p.iterdir()) or _resuming_in(p, ckpt_path):
         return p
     names = sorted(entries(p))
@@ -1115,7 +1118,8 @@ TRAIN_OPTIONS = {
 }
 EVAL_OPTIONS = {"strip_gaps": "strip_gaps=true"}
 
-RUN_CONFIG_FILES = frozenset({"config.yaml", "overrides.yaml", "hparams.yaml"})
+# what a run writes before it trains (its lock too: removed with them when nothing trained)
+RUN_CONFIG_FILES = frozenset({"config.yaml", "overrides.yaml", "hparams.yaml", LOCK_NAME})
 
 
 def remove_unused_run_dir(path: Path, *, keep_dir: bool = False) -> None:
@@ -1184,68 +1188,78 @@ def train(
         run_path = claim_run_dir(run_dir, cfg.ckpt_path, config_to_yaml(cfg))
     else:
         run_path = make_output_dir(Path(run_dir).resolve(), "run directory")
-    trainer = None
-    try:
-        if rank_zero and overrides is not None:
-            _write_versioned(run_path / "overrides.yaml", "".join(f"- {o}\n" for o in overrides))
-        pl.seed_everything(cfg.seed, workers=True, verbose=False)
-        dm = build_datamodule(cfg)
-        files = [*(cfg.data.files or []), *(cfg.data.val_files or []), *(cfg.data.test_files or [])]
-        if rank_zero and not cfg.data.shards and cfg.trainer.enable_progress_bar:
-            # reading 79k proteins takes seconds, millions minutes: said before, timed after
-            print(f"reading {len(files):,} FASTA file{'s' if len(files) != 1 else ''} ...",
-                  file=sys.stderr, flush=True)  # fmt: skip
-        t_read = time.perf_counter()
-        dm.setup("fit")  # data errors before anything is printed (fit reuses what is loaded)
-        read_s = time.perf_counter() - t_read
-        if rank_zero:
-            data_line = _data_line(dm, cfg, read_s)
-            _print_header(cfg, run_path, estimate, warning, resume_step, data_line)
-        module = build_module(cfg, dm.alphabet)
-        trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks, resume_step)
-        interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))
-        start = time.perf_counter()
-        _fit(trainer, module, dm, cfg, interrupt)
-    except BaseException as e:
-        if created:
-            remove_unused_run_dir(run_path, keep_dir=run_dir_claimed or run_path in existed)
-        if is_out_of_memory(e):
-            step = int(trainer.global_step) if trainer is not None else None
-            raise out_of_memory_error(e, cfg, step) from None
-        if isinstance(e, DataError):
-            raise e.with_options(TRAIN_OPTIONS) from None
-        raise
-    elapsed = time.perf_counter() - start
-    best = checkpoint.best_model_path or None
-    last_cb = next(c for c in trainer.callbacks if isinstance(c, LastCheckpoint))
-    last = str(last_cb.path) if last_cb.path.is_file() else None
-    best_score = checkpoint.best_model_score
-    steps = int(trainer.global_step)
-    val_step = module.last_val_step
-    result = TrainResult(
-        run_dir=str(run_path),
-        attention=cfg.model.kind_label,
-        objective=cfg.objective,
-        steps=steps,
-        val_perplexity=_metric(trainer, "val/perplexity"),
-        val_accuracy=_metric(trainer, "val/accuracy"),
-        val_loss=_metric(trainer, "val/loss"),
-        best_val_perplexity=None if best_score is None else float(best_score),
-        tokens_per_s=throughput.tokens_per_s,
-        train_seconds=elapsed,
-        best_checkpoint=best,
-        last_checkpoint=last,
-        val_perplexity_mask=_metric(trainer, "val/perplexity_mask"),
-        val_unigram_perplexity_mask=_metric(trainer, "val/unigram_perplexity_mask"),
-        val_unigram_perplexity=_metric(trainer, "val/unigram_perplexity"),
-        max_steps=cfg.trainer.max_steps,
-        stopped_by=_stopped_by(cfg, steps, interrupt),
-        val_step=val_step,
-        resumed_from_step=resume_step,
-    )
-    if trainer.is_global_zero:
-        write_text_atomic(run_path / "summary.json", json.dumps(result.to_dict(), indent=2) + "\n")
-    return result
+    # one writer at a time (a resume while the run still trains is refused)
+    with run_lock(run_path, enabled=rank_zero):
+        trainer = None
+        try:
+            if rank_zero and overrides is not None:
+                _write_versioned(
+                    run_path / "overrides.yaml", "".join(f"- {o}\n" for o in overrides)
+                )
+            pl.seed_everything(cfg.seed, workers=True, verbose=False)
+            dm = build_datamodule(cfg)
+            files = [
+                *(cfg.data.files or []),
+                *(cfg.data.val_files or []),
+                *(cfg.data.test_files or []),
+            ]
+            if rank_zero and not cfg.data.shards and cfg.trainer.enable_progress_bar:
+                # reading 79k proteins takes seconds, millions minutes: said before, timed after
+                print(f"reading {len(files):,} FASTA file{'s' if len(files) != 1 else ''} ...",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            t_read = time.perf_counter()
+            dm.setup("fit")  # data errors before anything is printed (fit reuses what is loaded)
+            read_s = time.perf_counter() - t_read
+            if rank_zero:
+                data_line = _data_line(dm, cfg, read_s)
+                _print_header(cfg, run_path, estimate, warning, resume_step, data_line)
+            module = build_module(cfg, dm.alphabet)
+            trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks, resume_step)
+            interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))
+            start = time.perf_counter()
+            _fit(trainer, module, dm, cfg, interrupt)
+        except BaseException as e:
+            if created:
+                remove_unused_run_dir(run_path, keep_dir=run_dir_claimed or run_path in existed)
+            if is_out_of_memory(e):
+                step = int(trainer.global_step) if trainer is not None else None
+                raise out_of_memory_error(e, cfg, step) from None
+            if isinstance(e, DataError):
+                raise e.with_options(TRAIN_OPTIONS) from None
+            raise
+        elapsed = time.perf_counter() - start
+        best = checkpoint.best_model_path or None
+        last_cb = next(c for c in trainer.callbacks if isinstance(c, LastCheckpoint))
+        last = str(last_cb.path) if last_cb.path.is_file() else None
+        best_score = checkpoint.best_model_score
+        steps = int(trainer.global_step)
+        val_step = module.last_val_step
+        result = TrainResult(
+            run_dir=str(run_path),
+            attention=cfg.model.kind_label,
+            objective=cfg.objective,
+            steps=steps,
+            val_perplexity=_metric(trainer, "val/perplexity"),
+            val_accuracy=_metric(trainer, "val/accuracy"),
+            val_loss=_metric(trainer, "val/loss"),
+            best_val_perplexity=None if best_score is None else float(best_score),
+            tokens_per_s=throughput.tokens_per_s,
+            train_seconds=elapsed,
+            best_checkpoint=best,
+            last_checkpoint=last,
+            val_perplexity_mask=_metric(trainer, "val/perplexity_mask"),
+            val_unigram_perplexity_mask=_metric(trainer, "val/unigram_perplexity_mask"),
+            val_unigram_perplexity=_metric(trainer, "val/unigram_perplexity"),
+            max_steps=cfg.trainer.max_steps,
+            stopped_by=_stopped_by(cfg, steps, interrupt),
+            val_step=val_step,
+            resumed_from_step=resume_step,
+        )
+        if trainer.is_global_zero:
+            write_text_atomic(
+                run_path / "summary.json", json.dumps(result.to_dict(), indent=2) + "\n"
+            )
+        return result
 
 
 # ---- evaluate ---------------------------------------------------------------------------------
