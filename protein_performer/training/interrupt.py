@@ -45,6 +45,8 @@ class GracefulInterrupt(pl.Callback):
         self.stop_reason: str | None = None
         self.aborted = False
         self.stopped_at: int | None = None
+        # the step whose validation this stop cut short (its numbers are not recorded)
+        self.validation_cut_at: int | None = None
         self._previous: dict[int, Any] = {}
         self._pid = os.getpid()
 
@@ -110,6 +112,8 @@ class GracefulInterrupt(pl.Callback):
         # a stop asked for during validation skips the rest of it (one process only: under DDP
         # every rank must run the same collectives, so the validation finishes)
         if self.received and trainer.world_size == 1 and hasattr(pl_module, "skip_validation"):
+            if not pl_module.skip_validation and not trainer.sanity_checking:
+                self.validation_cut_at = trainer.global_step
             pl_module.skip_validation = True
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -939,6 +939,8 @@ class TrainResult:
     # the step of the last validation (the val_* numbers); None when none ran
     val_step: int | None = None
     resumed_from_step: int | None = None
+    # the step whose validation a stop signal cut short (not recorded, not redone on resume)
+    validation_cut_at: int | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -985,6 +987,15 @@ class TrainResult:
                 f"  run directory   {self.run_dir}",
                 f"  best checkpoint {self.best_checkpoint or 'n/a'}",
                 f"  last checkpoint {self.last_checkpoint or 'n/a'}",
+                *(
+                    [
+                        f"  the validation at step {self.validation_cut_at:,} was cut short: "
+                        "not recorded, and a resume goes on training without it (evaluate "
+                        "the last checkpoint with split=val for that step's numbers)"
+                    ]
+                    if self.validation_cut_at is not None
+                    else []
+                ),
             ]
         )
 
@@ -1254,6 +1265,7 @@ def train(
             stopped_by=_stopped_by(cfg, steps, interrupt),
             val_step=val_step,
             resumed_from_step=resume_step,
+            validation_cut_at=interrupt.validation_cut_at,
         )
         if trainer.is_global_zero:
             write_text_atomic(

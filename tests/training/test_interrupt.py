@@ -48,6 +48,7 @@ def test_a_signal_stops_after_the_step_with_checkpoint_and_summary(tiny_fasta, t
     name = signal.Signals(signum).name
     assert result.interrupted and result.stopped_by == name and result.steps == 5
     assert "interrupted" in result.format() and "5 of 40 steps" in result.format()
+    assert result.validation_cut_at is None and "cut short" not in result.format()
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
     assert ckpt["global_step"] == 5  # the state after the step that was running
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -196,6 +197,8 @@ def test_ctrl_c_during_validation_skips_the_rest_and_the_next_step(tiny_fasta, t
     result = train(cfg, tmp_path / "run", callbacks=[probe])
     assert result.interrupted and result.steps == 3  # no step after the interrupted validation
     assert result.val_step is None and result.best_checkpoint is None  # no partial metrics
+    assert result.validation_cut_at == 3  # said: a resume does not redo it
+    assert "the validation at step 3 was cut short" in result.format()
     ckpt = torch.load(result.last_checkpoint, weights_only=True, map_location="cpu")
     assert ckpt["global_step"] == 3
     # the training rows logged before the stop are on disk
