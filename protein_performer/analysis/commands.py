@@ -263,8 +263,22 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
         "heads": heads,
         **result.to_dict(),
     }
+    names = (
+        ", ".join(Path(f).name for f in fasta)
+        if isinstance(fasta, (list, tuple))
+        else Path(fasta).name
+    )
+    if len(names) > 60:
+        names = names[:57] + "..."
+    info = result.info
+    title = (
+        f"{label} ({model.config.kind_label}) · {names}"
+        + (f" ({cfg.split} split)" if cfg.split else "")
+        + f" · {info['proteins']:,} proteins, {info['residues']:,} residues · "
+        f"attention θ = {info['threshold']}, {info['heads_kept']} of {info['heads_total']} heads"
+    )
     with _staged(cfg, outdir, is_similarity_dir, "similarity directory") as work:
-        _write_similarity(work, result, summary, f"{label} ({model.config.kind_label})")
+        _write_similarity(work, result, summary, title)
     text = result.format()
     if capped:
         text += f"\n  max_residues={cfg.max_residues} capped at {max_residues} (the model's window)"
@@ -284,7 +298,15 @@ def _write_similarity(work: Path, result: SimilarityResult, summary: dict, title
     for name, m in result.matrices.items():
         if m is not None:
             (work / f"{name}.csv").write_text(_matrix_csv(m), encoding="utf-8")
-    similarity_figure(result.matrices, result.r, ref, work / "similarity", title=title)
+    i = result.info
+    notes = {}
+    if result.matrices.get("attention") is None:
+        notes["attention"] = (
+            f"no head has ≥ {i['min_arcs']} arcs\nwith weight ≥ θ = {i['threshold']}\n(lower threshold=)"
+        )
+    if result.matrices.get("substitution") is None and i.get("causal"):
+        notes["substitution"] = "a causal model never\npredicts at a masked site"
+    similarity_figure(result.matrices, result.r, ref, work / "similarity", title=title, notes=notes)
     (work / SIMILARITY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
 
@@ -1113,7 +1135,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             summary["spearman"],
             plot_path.with_suffix(""),
             formats=("png",),
-            title=f"{len(good):,} mutants of {source} ({model.config.kind_label})",
+            title=f"{len(good):,} mutants of {source} · {checkpoint_label(cfg.checkpoint)} "
+            f"({model.config.kind_label})",
         )
     elif plot_path.exists() and cfg.overwrite:
         plot_path.unlink()  # a plot of an earlier run (checked to be ours) would mislead

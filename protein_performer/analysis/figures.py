@@ -47,7 +47,7 @@ def _group_lines(ax, n: int) -> None:
         ax.axvline(pos - 0.5, color="0.3", lw=0.6)
 
 
-def _matrix_panel(ax, m: np.ndarray, title: str) -> None:
+def _matrix_panel(ax, m: np.ndarray, title: str, unit: str = "") -> None:
     plt = _pyplot()
     shown = np.where(np.eye(20, dtype=bool), np.nan, m)  # the diagonal is not compared
     finite = shown[np.isfinite(shown)]
@@ -57,7 +57,18 @@ def _matrix_panel(ax, m: np.ndarray, title: str) -> None:
     ax.set_yticks(range(20), list(AA_ORDER), fontsize=7)
     _group_lines(ax, 20)
     ax.set_title(title, fontsize=9)
-    plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    cb = plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    if unit:
+        cb.set_label(unit, fontsize=7)
+
+
+#: What each similarity view is, and the unit of its colour bar.
+SIMILARITY_VIEWS = {
+    "attention": ("attention (Vig et al.)", "Pearson r across heads"),
+    "flow": ("attention flow log-odds", "log2-odds (bits)"),
+    "substitution": ("model substitution log-odds", "log2-odds (bits)"),
+    "embedding": ("token embedding cosine", "cosine"),
+}
 
 
 def similarity_figure(
@@ -66,24 +77,30 @@ def similarity_figure(
     blosum: np.ndarray,
     stem: Path,
     title: str = "",
+    notes: dict[str, str] | None = None,
 ) -> list[Path]:
-    """Every available view beside BLOSUM62, amino acids grouped by physico-chemistry,
-    a diverging colour map centred at 0 (diagonal blank), r with BLOSUM62 in each title."""
+    """Every view beside BLOSUM62, amino acids grouped by physico-chemistry, a diverging
+    colour map centred at 0 (diagonal blank), r with BLOSUM62 in each title (and the
+    attention view's row-permutation null, ``r["attention_null"]``). A view with nothing to
+    show is a panel saying why (``notes[view]``), not a missing panel."""
     plt = _pyplot()
-    labels = {
-        "attention": "attention (Vig et al.)",
-        "flow": "attention flow log-odds",
-        "substitution": "model substitution log-odds",
-        "embedding": "token embedding cosine",
-    }
-    views = [(k, v) for k, v in labels.items() if matrices.get(k) is not None]
-    fig, axes = plt.subplots(1, len(views) + 1, figsize=(3.6 * (len(views) + 1), 3.6))
+    notes = notes or {}
+    views = [k for k in SIMILARITY_VIEWS if matrices.get(k) is not None or k in notes]
+    fig, axes = plt.subplots(1, len(views) + 1, figsize=(3.8 * (len(views) + 1), 4.0))
     axes = np.atleast_1d(axes)
-    _matrix_panel(axes[0], blosum, "BLOSUM62")
-    for ax, (key, label) in zip(axes[1:], views, strict=True):
+    _matrix_panel(axes[0], blosum, "BLOSUM62", "log-odds (half bits; diagonal not shown)")
+    for ax, key in zip(axes[1:], views, strict=True):
+        label, unit = SIMILARITY_VIEWS[key]
+        if matrices.get(key) is None:
+            ax.set_axis_off()
+            ax.set_title(f"{label}\nnot defined", fontsize=9)
+            ax.text(0.5, 0.5, notes[key], ha="center", va="center", wrap=True, fontsize=8)
+            continue
         value = r.get(key)
         shown = "n/a" if value is None else f"{value:+.2f}"
-        _matrix_panel(ax, matrices[key], f"{label}\nr = {shown}")
+        if key == "attention" and r.get("attention_null") is not None:
+            shown += f" (null {r['attention_null']:+.2f})"
+        _matrix_panel(ax, matrices[key], f"{label}\nr = {shown}", unit)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -310,6 +327,17 @@ def head_ranking_figure(
     return save_figure(fig, stem)
 
 
+#: The unit of each score column on a scatter plot's axis.
+SCORE_UNITS = {
+    "masked_marginal": "log-ratio mutant - wild type, nats",
+    "wt_marginal": "log-ratio mutant - wild type, nats",
+    "pseudo_ll": "pseudo-log-likelihood difference, nats",
+    "log_likelihood": "log-likelihood difference, nats",
+    "blosum62": "BLOSUM62 score, half bits",
+    "unigram_log_ratio": "residue-frequency log-ratio, nats",
+}
+
+
 def score_scatter_figure(
     scores: dict[str, np.ndarray],
     fitness: np.ndarray,
@@ -326,14 +354,16 @@ def score_scatter_figure(
     for ax, (name, values) in zip(axes[0], scores.items(), strict=True):
         ok = np.isfinite(values) & np.isfinite(fitness)
         n = int(ok.sum())
-        ax.scatter(values[ok], fitness[ok], s=4, alpha=0.4, color="tab:blue", linewidths=0)
+        # markers that stay visible for a few mutants and do not blot out thousands
+        size, alpha = (30.0, 0.8) if n <= 100 else (12.0, 0.5) if n <= 2000 else (4.0, 0.35)
+        ax.scatter(values[ok], fitness[ok], s=size, alpha=alpha, color="tab:blue", linewidths=0)
         value = rho.get(name)
         chance = f", ±{1 / max(1, n - 1) ** 0.5:.2f} by chance" if n > 1 else ""
         ax.set_title(
             f"{name}\nSpearman {'n/a' if value is None else f'{value:+.3f}'} (n={n:,}{chance})",
             fontsize=8,
         )
-        ax.set_xlabel(name, fontsize=8)
+        ax.set_xlabel(f"{name} ({SCORE_UNITS.get(name, 'score')})", fontsize=8)
         ax.set_ylabel(fitness_name, fontsize=8)
     if title:
         fig.suptitle(title, fontsize=9)

@@ -78,3 +78,21 @@ def test_the_head_ranking_axis_shows_differences_from_uniform(monkeypatch, tmp_p
     low, high = fig.axes[1].get_ylim()
     assert 32.9 < low < 33.1 and 33.4 < high < 33.6  # not from 0: 33.1 vs 33.4 visible
     assert fig.axes[0].get_ylim()[1] > math.log(100)  # the uniform line inside the axis
+
+
+def test_the_similarity_figure_says_what_is_missing_and_the_null(monkeypatch, tmp_path):
+    from protein_performer.analysis.figures import similarity_figure
+
+    m = np.random.default_rng(0).normal(size=(20, 20))
+    matrices = {"attention": m, "flow": None, "substitution": m, "embedding": m}
+    r = {"attention": -0.14, "attention_null": 0.03, "substitution": 0.1, "embedding": 0.3}
+    notes = {"flow": "nothing to show here"}
+    (fig,) = _drawn(
+        monkeypatch,
+        lambda: similarity_figure(matrices, r, m, tmp_path / "s", title="t", notes=notes),
+    )
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert "attention (Vig et al.)\nr = -0.14 (null +0.03)" in titles
+    assert "attention flow log-odds\nnot defined" in titles  # a panel, not a gap
+    labels = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
+    assert "cosine" in labels and "log-odds (half bits; diagonal not shown)" in labels
