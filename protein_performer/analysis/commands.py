@@ -906,18 +906,30 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     sequence, source = _wild_type(cfg, alphabet)
     parsed: list[mut.Variant | None] = []
     problems: list[tuple[int, str]] = []
+    window = max_tokens(model, None, _trained_length(meta))
     for i, row in enumerate(rows):
+        text = row.get(cfg.sequence_col or cfg.mutation_col) or ""
+        whole = bool(cfg.sequence_col) or mut.looks_like_sequence(text, sequence)
         try:
             if cfg.sequence_col:
-                parsed.append(mut.variant_from_sequence(row.get(cfg.sequence_col) or "", sequence))
+                variant = mut.variant_from_sequence(text, sequence)
             else:
-                parsed.append(
-                    mut.parse_variant(row.get(cfg.mutation_col) or "", sequence, cfg.offset)
-                )
+                variant = mut.parse_variant(text, sequence, cfg.offset)
         except ValueError as e:
             parsed.append(None)
             where = f"{cfg.sequence_col}: " if cfg.sequence_col else ""
             problems.append((i, f"{where}{e}"))
+            continue
+        problem = mut.unlike_wild_type(variant, sequence) if whole else None
+        long = isinstance(variant, mut.Indel) and window and len(variant.sequence) > window - 2
+        if problem is None and long:
+            problem = (
+                f"an indel of {len(variant.sequence):,} residues, longer than the model's "
+                f"window ({window - 2:,} residues)"
+            )
+        parsed.append(None if problem else variant)
+        if problem:
+            problems.append((i, problem))
     readable = [i for i, m in enumerate(parsed) if m is not None]
     problems += [
         (readable[j], p)
@@ -1065,7 +1077,6 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             "counts); BLOSUM62 is the baseline"
         )
         summary["baselines_missing"] = ["unigram_log_ratio"]
-    window = max_tokens(model, None, _trained_length(meta))
     if window is not None and len(sequence) > window - 2:
         text += (
             f"\n  the protein ({len(sequence):,} residues) is longer than the model's window: "

@@ -140,6 +140,30 @@ def variant_from_sequence(sequence: str, wild_type: str) -> Variant:
     return [Substitution(i, w, m) for i, (w, m) in enumerate(zip(wt, seq, strict=True)) if w != m]
 
 
+def unlike_wild_type(variant: Variant, wild_type: str) -> str | None:
+    """Why a variant given as a whole sequence cannot be the wild type's (a wrong record or
+    protein): fewer than half of the wild type's residues kept (equal lengths: at the same
+    positions; an indel: at its two ends, where a few insertions or deletions leave them).
+    None when it can be. For substitutions written as notation this is the wild-type check's
+    job, so it only applies to variants read from sequences."""
+    n = len(wild_type)
+    if isinstance(variant, Indel):
+        seq = variant.sequence
+        short = min(len(seq), n)
+        prefix = next((i for i in range(short) if seq[i] != wild_type[i]), short)
+        rest = short - prefix
+        suffix = next((i for i in range(rest) if seq[-1 - i] != wild_type[-1 - i]), rest)
+        kept, what = prefix + suffix, f"{len(seq):,} residues"
+    else:
+        kept, what = n - len(variant), f"{len(variant):,} substitutions"
+    if kept * 2 >= n:
+        return None
+    return (
+        f"a whole sequence unlike the wild type ({what}; {kept:,} of its {n:,} residues kept): "
+        "a variant of another protein (wrong record= or sequence=?)"
+    )
+
+
 def looks_like_sequence(text: str, wild_type: str) -> bool:
     """Whether a mutant field holds a whole sequence (as ProteinGym's indel files do) rather
     than a notation: letters only and at least ``max(10, len(wild_type) // 2)`` of them, so a
@@ -222,6 +246,10 @@ def problem_kind(problem: str) -> str:
         return "wild type differs"
     if "is outside" in problem:
         return "position outside the sequence"
+    if problem.startswith("a whole sequence unlike the wild type"):
+        return "wild type differs"
+    if "longer than the model's window" in problem:
+        return "longer than the model's window"
     if "not one of the 20 amino acids" in problem:
         return "non-standard letters"
     if "names a position twice" in problem:

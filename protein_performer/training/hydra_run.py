@@ -217,6 +217,9 @@ def _plain_validation_message(msg: str, key: str | None) -> str:
         return f"expected a list, e.g. {key}=[a,b]"
     if "is not Optional" in msg:
         return "cannot be null"
+    m = re.match(r"Cannot convert '(?:list|ListConfig)' to string: '(.*)'", msg)
+    if m:
+        return f"takes one value, not a list (got {m[1]})"
     m = re.match(r"Value '(.*)' of type '(\w+)' could not be converted to (\w+)", msg)
     if m:
         value, kind = m[1], _KIND_WORDS.get(m[3], m[3].lower())

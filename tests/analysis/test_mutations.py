@@ -728,3 +728,35 @@ def test_score_leaves_indels_to_the_whole_sequence_methods(ckpt, tmp_path, capsy
     with open(tmp_path / "s.csv", newline="") as fh:
         got = list(csv.DictReader(fh))
     assert all(r["pseudo_ll"] != "" for r in got)
+
+
+def test_whole_sequences_of_another_protein_are_not_scored_as_its_variants(tmp_path, capsys):
+    assert mut.unlike_wild_type(mut.Indel(WT[:5] + WT[7:]), WT) is None  # a deletion
+    other = "ACDEFGHIKLMNPQRSTVWYAC"  # 22 residues like WT, another protein
+    assert "unlike the wild type (22 substitutions; 0 of its 22" in mut.unlike_wild_type(
+        mut.variant_from_sequence(other, WT), WT
+    )
+    assert mut.unlike_wild_type(mut.Indel(other + "G"), WT) is not None
+    save_model_checkpoint(tmp_path / "causal.ckpt", _causal_model().float(), ALPHABET, "causal")
+    rows = [(other, "1"), (other[:-1], "2"), ("K2A", "3")]
+    write_csv(tmp_path / "m.csv", rows, header=("mutant", "DMS_score"))
+    code = _score(tmp_path / "causal.ckpt", tmp_path, "skip_mismatched=true")
+    err = capsys.readouterr().err
+    assert code == 2 and "a wrong offset= or record=" in err  # most rows: a wrong protein
+    long = WT + "G" * 50  # 72 residues > the window's 62
+    rows = [(long, "1"), (WT[:5] + WT[6:], "2"), ("K2A", "3")]
+    write_csv(tmp_path / "m.csv", rows, header=("mutant", "DMS_score"))
+    assert _score(tmp_path / "causal.ckpt", tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "line 2: an indel of 72 residues, longer than the model's window (62" in err
+    assert _score(tmp_path / "causal.ckpt", tmp_path, "skip_mismatched=true") == 0
+    assert "longer than the model's window 1" in capsys.readouterr().out
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert got[0]["log_likelihood"] == "" and got[1]["log_likelihood"] != ""
+
+
+def test_a_list_where_score_takes_one_file_is_said_plainly(tmp_path, capsys):
+    code = main(["score", "fasta=[a.fa,b.fa]", "mutations=m.csv", f"out={tmp_path / 's.csv'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == "error: fasta: takes one value, not a list (got ['a.fa', 'b.fa'])\n"
