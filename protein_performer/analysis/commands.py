@@ -531,15 +531,24 @@ GENERATED_MARK = "protein-performer generate"
 
 
 def _generated_fasta(path: Path) -> bool:
+    """Whether ``path`` is a FASTA ``generate`` wrote: every header carries its mark (a record
+    a user added makes it theirs too)."""
     import gzip
 
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8") as fh:
-            first = fh.readline()
+            headers = 0
+            for line in fh:
+                if line.startswith(">"):
+                    if GENERATED_MARK not in line:
+                        return False
+                    headers += 1
+                elif headers == 0 and line.strip():
+                    return False  # text before the first header
     except (OSError, UnicodeDecodeError, EOFError):
         return False
-    return first.startswith(">") and GENERATED_MARK in first
+    return headers > 0
 
 
 def run_generate(cfg: GenerateConfig) -> CommandResult:
@@ -740,7 +749,9 @@ def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
         except (OSError, UnicodeDecodeError):
             return False
         header = [h.strip() for h in first.replace("\t", ",").replace(";", ",").split(",")]
-        return "blosum62" in header and any(
+        # score writes its columns last, baselines at the end: a column a user added after
+        # them makes the file theirs
+        return header[-1].removesuffix("_pp") in ("blosum62", "unigram_log_ratio") and any(
             c in header for c in ("masked_marginal", "wt_marginal", "pseudo_ll", "log_likelihood")
         )
 

@@ -168,3 +168,15 @@ def test_a_prompt_is_recorded_as_read_and_rare_letters_are_said(tmp_path, capsys
     assert "the prompt holds B, X (not one of the 20 amino acids)" in out
     assert main([*base, "min_length=-1", f"out={tmp_path / 'd.fa'}"]) == 2
     assert "min_length must be a whole number >= 0 residues (got -1)" in capsys.readouterr().err
+
+
+def test_overwrite_keeps_a_generated_fasta_a_user_added_to(tmp_path, capsys) -> None:
+    save_model_checkpoint(tmp_path / "c.ckpt", causal_model(), A, "causal")
+    base = ["generate", f"checkpoint={tmp_path / 'c.ckpt'}", "n=2", "max_length=12"]
+    out = tmp_path / "g.fasta"
+    assert main([*base, f"out={out}"]) == 0
+    with open(out, "a") as fh:
+        fh.write(">my_design\nMKVLA\n")
+    mine = out.read_text()
+    assert main([*base, f"out={out}", "overwrite=true"]) == 2
+    assert "never replaced" in capsys.readouterr().err and out.read_text() == mine

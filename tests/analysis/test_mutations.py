@@ -760,3 +760,14 @@ def test_a_list_where_score_takes_one_file_is_said_plainly(tmp_path, capsys):
     code = main(["score", "fasta=[a.fa,b.fa]", "mutations=m.csv", f"out={tmp_path / 's.csv'}"])
     err = capsys.readouterr().err
     assert code == 2 and err == "error: fasta: takes one value, not a list (got ['a.fa', 'b.fa'])\n"
+
+
+def test_overwrite_keeps_a_scores_csv_a_user_added_to(ckpt, tmp_path, capsys):
+    write_csv(tmp_path / "m.csv", [("M1A", "1"), ("K2R", "2")])
+    assert _score(ckpt, tmp_path) == 0
+    out = tmp_path / "s.csv"
+    lines = out.read_text().splitlines()
+    out.write_text("\n".join([lines[0] + ",my_notes", *(x + ",checked" for x in lines[1:])]) + "\n")
+    mine = out.read_text()
+    assert _score(ckpt, tmp_path, "overwrite=true") == 2
+    assert "never replaced" in capsys.readouterr().err and out.read_text() == mine
