@@ -636,6 +636,13 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
             f"\n  {cut:,} reached max_length without <eos>: cut there "
             "(ended=max_length in their headers)"
         )
+    trained = _trained_length(meta)
+    if trained and limit > trained:
+        text += (
+            f"\n  max_length={limit} is past the {trained} tokens the model trained on: "
+            "positions beyond them are untrained (and score's log-likelihood takes proteins "
+            "of that window only)"
+        )
     rare = sorted({c for c in used if c not in STANDARD_AMINO_ACIDS})
     if rare:
         text += (

@@ -364,6 +364,12 @@ def join_proteins(
         kept = [(a - cropped, b - cropped) for a, b in segments if b > cropped]
         proteins = proteins[len(segments) - len(kept) :]
         segments = [(max(a, 0), b) for a, b in kept]
+        if len(segments) == 1:  # nothing of the others fits: no joined window to analyse
+            raise ConfigError(
+                f"join: only the last protein ({proteins[-1].id}, {last} residues) fits in "
+                f"{limit} tokens with truncate=true: no homolog before it (plot it alone, or "
+                "use a model with longer windows)"
+            )
     name = proteins[-1].id if len(proteins) == 1 else f"{proteins[-1].id}+{len(proteins) - 1}"
     joined = Protein(name, f"{len(proteins)} proteins joined", residues, cropped)
     return joined, segments, proteins

@@ -557,3 +557,14 @@ def test_aa_similarity_split_is_the_runs_own_after_max_records(files, tmp_path, 
         assert code == 0, text
         counts[name] = json.loads((out / "similarity.json").read_text())["proteins"]
     assert 0 < counts["cap.ckpt"] <= 20 < counts["all.ckpt"]
+
+
+def test_join_with_truncate_needs_a_homolog_in_the_window():
+    from protein_performer.analysis.inputs import join_proteins
+    from protein_performer.errors import ConfigError
+
+    a, b = random_proteins(2, 30, seed=3)
+    joined, segments, _ = join_proteins([a, b], ALPHABET, 40, truncate=True)
+    assert len(segments) == 2 and len(joined.residues) == 38  # part of a, then b
+    with pytest.raises(ConfigError, match=r"only the last protein \(p1, 30 residues\) fits"):
+        join_proteins([a, b], ALPHABET, 33, truncate=True)  # <sep> + b fill it

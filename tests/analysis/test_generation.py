@@ -180,3 +180,12 @@ def test_overwrite_keeps_a_generated_fasta_a_user_added_to(tmp_path, capsys) -> 
     mine = out.read_text()
     assert main([*base, f"out={out}", "overwrite=true"]) == 2
     assert "never replaced" in capsys.readouterr().err and out.read_text() == mine
+
+
+def test_a_max_length_past_the_trained_length_is_said(tmp_path, capsys) -> None:
+    save_model_checkpoint(tmp_path / "c.ckpt", causal_model(), A, "causal", {"max_length": 10})
+    base = ["generate", f"checkpoint={tmp_path / 'c.ckpt'}", "n=1"]
+    assert main([*base, f"out={tmp_path / 'a.fa'}", "max_length=12"]) == 0
+    assert "max_length=12 is past the 10 tokens the model trained on" in capsys.readouterr().out
+    assert main([*base, f"out={tmp_path / 'b.fa'}"]) == 0
+    assert "past the" not in capsys.readouterr().out
