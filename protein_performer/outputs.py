@@ -138,6 +138,15 @@ def check_output_dir(
         return p
     ours = is_ours is not None and is_ours(p)
     if not ours:
+        extra = getattr(is_ours, "foreign", lambda _: None)(p)
+        if extra:  # this command's output with files of someone else's in it: name those
+            shown = ", ".join(extra[:4]) + (", ..." if len(extra) > 4 else "")
+            raise DataError(
+                f"{key}: the {what} holds {len(extra):,} "
+                f"{'entry' if len(extra) == 1 else 'entries'} this command did not write "
+                f"({shown}); it is never replaced (move them, or choose a new {what})",
+                path=p,
+            )
         raise DataError(
             f"{key}: {describe_existing(p)}, not (only) what this command writes; "
             f"it is never replaced (choose a new {what})",
@@ -323,15 +332,20 @@ def dir_with_manifest(
     ``fmt`` and the directory holds nothing but it and ``names`` (a set, or a function of the
     manifest giving the file names it lists)."""
 
-    def is_ours(path: Path) -> bool:
+    def foreign(path: Path) -> list[str] | None:
+        """The entries this command did not write; None when ``path`` is not its output."""
         try:
             data = json.loads((Path(path) / manifest).read_text(encoding="utf-8"))
             present = entries(Path(path))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            return False
+            return None
         if not isinstance(data, dict) or data.get("format") != fmt:
-            return False
+            return None
         allowed = set(names(data) if callable(names) else names) | {manifest}
-        return present <= allowed
+        return sorted(present - allowed)
 
+    def is_ours(path: Path) -> bool:
+        return foreign(path) == []
+
+    is_ours.foreign = foreign  # type: ignore[attr-defined]
     return is_ours

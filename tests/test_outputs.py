@@ -357,3 +357,20 @@ def test_a_path_through_a_new_folder_and_back_is_checked_where_it_lands(
         run_hydra("train", tiny_overrides(tiny_fasta, tmp_path / "q" / ".." / "home"))
     assert sorted(p.name for p in home.iterdir()) == ["notes.txt"]
     assert not (tmp_path / "q").exists()
+
+
+def test_a_refused_output_directory_names_the_files_that_are_not_its_own(tmp_path):
+    import json
+
+    from protein_performer.outputs import dir_with_manifest
+
+    ours = dir_with_manifest("m.json", "fmt-1", ["a.png", "b.png"])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "m.json").write_text(json.dumps({"format": "fmt-1"}))
+    for name in ("a.png", "b.png", "notes.txt"):
+        (out / name).write_text("x")
+    with pytest.raises(DataError, match=r"holds 1 entry this command did not write \(notes.txt\)"):
+        check_output_dir(out, "out", overwrite=True, is_ours=ours, what="figure directory")
+    (out / "notes.txt").unlink()
+    assert check_output_dir(out, "out", overwrite=True, is_ours=ours) == out

@@ -555,7 +555,6 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
     import time
 
     from protein_performer.analysis.generation import generate, prompt_ids
-    from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
     from protein_performer.data.fasta_writer import write_fasta
     from protein_performer.outputs import check_output_file
 
@@ -1053,7 +1052,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         rows_word = "row" if len(problems) == 1 else "rows"
         by_kind = Counter(kinds)
         text += f"\n  {len(problems):,} {rows_word} left unscored: " + ", ".join(
-            f"{kind} {n:,}" for kind, n in by_kind.most_common()
+            f"{kind}: {n:,}" for kind, n in by_kind.most_common()
         )
         firsts = {}
         for i, p in problems:
@@ -1066,6 +1065,13 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     if blank_rows:
         text += f"\n  {blank_rows:,} rows of empty fields left out"
         summary["blank_rows"] = blank_rows
+    rare = sorted({c for c in sequence if c not in STANDARD_AMINO_ACIDS})
+    if rare:
+        text += (
+            f"\n  the wild type holds {', '.join(rare)} (not one of the 20 amino acids): "
+            "scored as the model reads them, the unknown-residue tokens"
+        )
+        summary["wild_type_nonstandard"] = rare
     indels = [i for i in good if isinstance(parsed[i], mut.Indel)]
     if indels:
         text += (
@@ -1131,6 +1137,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
                 "rows_without_numeric_fitness": no_value,
             }
         )
+        if n_pairs > 1 and np.ptp(fitness[good][np.isfinite(fitness[good])]) == 0:
+            text += f"\n  every {cfg.fitness_col} value is the same: no correlation is defined"
         text += "\n  Spearman with " + cfg.fitness_col + f" (n={n_pairs:,}"
         if n_pairs < 30:  # the null's spread is about 1/sqrt(n - 1)
             text += f"; few pairs: ±{1 / max(1, n_pairs - 1) ** 0.5:.2f} by chance"

@@ -72,7 +72,10 @@ def check_sampling(
 
 def _generator(seed: int, index: int) -> torch.Generator:
     """Protein ``index``'s own generator, from ``(seed, index)``."""
-    state = np.random.SeedSequence([int(seed) & (2**63 - 1), int(index)]).generate_state(2)
+    seed = int(seed)
+    # 0 <= seed < 2**63 as before; any other seed its own entropy (no two seeds alias)
+    words = [seed, index] if 0 <= seed < 2**63 else [abs(seed), index, 1 + (seed < 0)]
+    state = np.random.SeedSequence(words).generate_state(2)
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 

@@ -256,7 +256,7 @@ def problem_kind(problem: str) -> str:
         return "a position named twice"
     if problem.startswith("an indel ("):
         return "indels"
-    return "unreadable (indels, other notations)"
+    return "unreadable (other notations)"
 
 
 def _window(n: int, index: int, width: int | None) -> int:

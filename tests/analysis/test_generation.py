@@ -189,3 +189,13 @@ def test_a_max_length_past_the_trained_length_is_said(tmp_path, capsys) -> None:
     assert "max_length=12 is past the 10 tokens the model trained on" in capsys.readouterr().out
     assert main([*base, f"out={tmp_path / 'b.fa'}"]) == 0
     assert "past the" not in capsys.readouterr().out
+
+
+def test_no_two_seeds_alias() -> None:
+    from protein_performer.analysis.generation import _generator
+
+    seeds = [0, 5, 2**63 - 1, 2**63, -1, -(2**63), 2**64]
+    states = [_generator(s, 0).initial_seed() for s in seeds]
+    assert len(set(states)) == len(seeds)
+    old = np.random.SeedSequence([5, 3]).generate_state(2)  # the seeds in use keep their draws
+    assert _generator(5, 3).initial_seed() == int(old[0]) << 32 | int(old[1])

@@ -322,7 +322,7 @@ def test_score_reads_tabs_wild_type_rows_and_hints_the_offset(ckpt, tmp_path, ca
     write_csv(tmp_path / "m.csv", [("K2*", "1"), ("K2R", "2")])
     assert _score(ckpt, tmp_path, "skip_mismatched=true", out="y.csv") == 0
     out = capsys.readouterr().out
-    assert "1 row left unscored: stops 1" in out
+    assert "1 row left unscored: stops: 1" in out
     assert "first stops: line 2: 'K2*' is a stop (nonsense) mutant" in out
 
 
@@ -338,7 +338,7 @@ def test_score_says_why_rows_are_left_out_and_reads_spreadsheet_files(ckpt, tmp_
     assert _score(ckpt, tmp_path, "skip_mismatched=true", "fitness_col=fitness") == 0
     out = capsys.readouterr().out
     assert (
-        "3 rows left unscored: stops 1, unreadable (indels, other notations) 1, wild type differs 1"
+        "3 rows left unscored: stops: 1, unreadable (other notations): 1, wild type differs: 1"
         in out
     )
     assert "1 synonymous row (first: line 7, K2K) scored 0 in every column" in out
@@ -359,7 +359,7 @@ def test_score_says_why_rows_are_left_out_and_reads_spreadsheet_files(ckpt, tmp_
     rows = [(f"{aa}{i + 1}A", "1") for i, aa in enumerate(WT) if aa != "A"]
     write_csv(tmp_path / "m.csv", rows + [(f"K{n}A", "1") for n in range(23, 60)])
     assert _score(ckpt, tmp_path, "skip_mismatched=true", "overwrite=true") == 0
-    assert "position outside the sequence 37" in capsys.readouterr().out
+    assert "position outside the sequence: 37" in capsys.readouterr().out
     # a European spreadsheet: semicolons, decimal commas, a space after the separator in the
     # header, blank rows of empty fields
     (tmp_path / "eu.csv").write_text("mutant; fitness\nK2R;0,5\nT3C;1,25\nY5W;-2\n;\n;\n")
@@ -720,7 +720,7 @@ def test_score_leaves_indels_to_the_whole_sequence_methods(ckpt, tmp_path, capsy
     assert err.count("\n") == 1 and "line 2: an indel (21 residues" in err
     assert "method=pseudo-ll" in err and not (tmp_path / "s.csv").exists()
     assert _score(ckpt, tmp_path, "skip_mismatched=true") == 0
-    assert "1 row left unscored: indels 1" in capsys.readouterr().out
+    assert "1 row left unscored: indels: 1" in capsys.readouterr().out
     with open(tmp_path / "s.csv", newline="") as fh:
         got = list(csv.DictReader(fh))
     assert got[0]["masked_marginal"] == "" and got[1]["masked_marginal"] != ""
@@ -750,7 +750,7 @@ def test_whole_sequences_of_another_protein_are_not_scored_as_its_variants(tmp_p
     err = capsys.readouterr().err
     assert "line 2: an indel of 72 residues, longer than the model's window (62" in err
     assert _score(tmp_path / "causal.ckpt", tmp_path, "skip_mismatched=true") == 0
-    assert "longer than the model's window 1" in capsys.readouterr().out
+    assert "longer than the model's window: 1" in capsys.readouterr().out
     with open(tmp_path / "s.csv", newline="") as fh:
         got = list(csv.DictReader(fh))
     assert got[0]["log_likelihood"] == "" and got[1]["log_likelihood"] != ""
@@ -771,3 +771,22 @@ def test_overwrite_keeps_a_scores_csv_a_user_added_to(ckpt, tmp_path, capsys):
     mine = out.read_text()
     assert _score(ckpt, tmp_path, "overwrite=true") == 2
     assert "never replaced" in capsys.readouterr().err and out.read_text() == mine
+
+
+def test_score_says_when_fitness_is_constant_and_the_wild_type_is_not_standard(
+    ckpt, tmp_path, capsys
+):
+    write_csv(tmp_path / "m.csv", [("M1A", "1"), ("K2R", "1"), ("T3C", "1")])
+    assert _score(ckpt, tmp_path, "fitness_col=fitness") == 0
+    assert "every fitness value is the same: no correlation is defined" in capsys.readouterr().out
+    code = main(
+        [
+            "score",
+            f"checkpoint={ckpt}",
+            "sequence=MKTXAYIAKQ",
+            f"mutations={tmp_path / 'm.csv'}",
+            f"out={tmp_path / 't.csv'}",
+        ]
+    )
+    assert code == 0
+    assert "the wild type holds X (not one of the 20 amino acids)" in capsys.readouterr().out
