@@ -502,6 +502,11 @@ def homolog_segments(
             raise ConfigError(f"homologs: {p.id} names more than one record of {where}")
         index[p.id] = i
     for h in ids:
+        if h in index and h == proteins[-1].id:
+            raise ConfigError(
+                f"homologs: {h} names more than one record of {where}, the last (aligned) one "
+                "among them; give each record a unique id"
+            )
         if h in index:
             continue
         if h == proteins[-1].id:

@@ -145,6 +145,7 @@ def read_proteins(
     check_distinct_inputs({"fasta": paths})  # a file listed twice would be read twice
     wanted = None if ids is None else set(ids)
     out: list[Protein] = []
+    where: list[str] = []  # each kept protein's file and record number, for messages
     counts = EncodeCounts() if counts is None else counts
     seen: list[str] = []  # ids of records not asked for, for suggestions
     filtered = 0
@@ -182,6 +183,7 @@ def read_proteins(
                 cropped = len(residues) - (max_tokens - 2)
                 residues = residues[: max_tokens - 2]
             out.append(Protein(rec.id, rec.title, residues, cropped))
+            where.append(f"{Path(path).name} record {rec.number:,}")
             if max_kept is not None and len(out) >= max_kept:
                 break
         if max_kept is not None and len(out) >= max_kept:
@@ -200,6 +202,8 @@ def read_proteins(
             skipped = counts.changes()
             if skipped:
                 hint += f"; {skipped}"
+            if max_records is not None:
+                hint += f"; only the first {max_records:,} records of each file were read (max_records=)"
             raise DataError(f"no record with id {shown}{hint}", path=names)
         chosen: set[int] = set()
         for name in sorted(wanted):
@@ -207,7 +211,7 @@ def read_proteins(
             exact = [i for i, p in enumerate(out) if p.id == name]
             hits = exact or [i for i, p in enumerate(out) if name in record_names(p.id)]
             if len(hits) > 1:  # which one was meant cannot be told
-                shown = ", ".join(out[i].id for i in hits[:3])
+                shown = "; ".join(f"{out[i].id} in {where[i]}" for i in hits[:3])
                 fix = (
                     "give each record a unique id (the first word of its header)"
                     if exact

@@ -500,6 +500,8 @@ def test_plot_heads_homologs_aligns_the_last_record_to_the_named_ones(files, tmp
     copy = Protein("p0", "", unrelated.residues)
     write_fasta(tmp_path / "twice.fasta", [homolog, copy, records[-1]])
     twice = f"fasta={tmp_path / 'twice.fasta'}"
+    write_fasta(tmp_path / "last.fasta", [homolog, unrelated, Protein("p0", "", mutant)])
+    last = f"fasta={tmp_path / 'last.fasta'}"
     for extra, message in (
         ([window, "homologs=[p0]"], "homologs= names records of a joined window: add join=true"),
         ([window, "join=true", "homologs=[p7]"], "homologs: p7 is not a record of the FASTA"),
@@ -508,6 +510,7 @@ def test_plot_heads_homologs_aligns_the_last_record_to_the_named_ones(files, tmp
         ([window, "join=true", "homologs=[p0]", "max_length=30", "truncate=true"],
          "homologs: p0 was cut from the front of the window by truncate=true"),
         ([twice, "join=true", "homologs=[p0]"], "homologs: p0 names more than one record of"),
+        ([last, "join=true", "homologs=[p0]"], "the last (aligned) one among them"),
     ):  # fmt: skip
         code, _, err = run(capsys, *base, f"out={tmp_path / 'bad'}", *extra)
         assert code != 0 and message in err and len(err.strip().splitlines()) == 1, err

@@ -272,9 +272,13 @@ def test_a_uniprot_record_is_found_by_its_accession_or_entry_name(tmp_path) -> N
     twice = tmp_path / "twice.fasta"
     twice.write_text(">sp|P1|A_HUMAN\nMKV\n>tr|P1|B_MOUSE\nMKW\n")
     with pytest.raises(
-        DataError, match=r"record id P1 names 2 records \(sp\|P1\|A_HUMAN, tr.*give the full id"
+        DataError,
+        match=r"record id P1 names 2 records \(sp\|P1\|A_HUMAN in twice.fasta record 1; "
+        r"tr\|P1\|B_MOUSE in twice.fasta record 2\); give the full id",
     ):
         read_proteins(twice, ALPHABET, ids=["P1"])
+    with pytest.raises(DataError, match=r"only the first 1 records of each file were read"):
+        read_proteins(twice, ALPHABET, ids=["B_MOUSE"], max_records=1)
     # an exact id wins over accessions and entry names (isoforms share an entry name)
     iso = tmp_path / "iso.fasta"
     iso.write_text(">sp|P1|ABC_HUMAN\nMKV\n>sp|P1-2|ABC_HUMAN\nMKW\n>ABC_HUMAN\nMKY\n")
