@@ -13,9 +13,11 @@ else from ``torch.distributed``, else 0/1. Build the Trainer with
 
 from __future__ import annotations
 
+import atexit
 import logging
 import numbers
 import os
+import signal
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
@@ -145,6 +147,42 @@ def _families_of_at_least(
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     renumbered = [np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, sizes, strict=True)]
     return select_records(source, records), renumbered
+
+
+def _end_data_workers() -> None:
+    """At exit, kill the daemonic children still alive (data workers: persistent ones outlive
+    ``fit``). multiprocessing's own exit handler terminates them with SIGTERM and then joins
+    them, and data workers ignore SIGTERM (:func:`leave_stop_signals_to_main`): it would wait
+    forever. Daemonic children are ended at exit either way; this only makes it certain."""
+    import multiprocessing
+
+    children = [p for p in multiprocessing.active_children() if p.daemon]
+    if children and hasattr(signal, "SIGCHLD"):
+        # torch's SIGCHLD handler would report each killed worker as a failure
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for proc in children:
+        proc.kill()
+
+
+_exit_hook_registered = False
+
+
+def _register_exit_hook() -> None:
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        # registered after multiprocessing's own handler, so it runs before it (LIFO)
+        atexit.register(_end_data_workers)
+        _exit_hook_registered = True
+
+
+def leave_stop_signals_to_main(worker_id: int) -> None:
+    """A data worker ignores the stop signals a scheduler sends every process of a job
+    (SIGTERM, SIGHUP, SIGUSR1/2): the main process stops the run cleanly and ends its workers,
+    while a worker they killed would crash the run before it saved (Ctrl-C's SIGINT the
+    workers already leave to it)."""
+    for name in ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
 class ProteinDataModule(pl.LightningDataModule):
@@ -719,6 +757,8 @@ class ProteinDataModule(pl.LightningDataModule):
         if split not in self.datasets:
             self.setup(stage)
         ds = self._require(split)
+        if self.num_workers > 0:
+            _register_exit_hook()
         return DataLoader(
             ds,
             batch_sampler=self.batch_sampler(split),
@@ -726,6 +766,7 @@ class ProteinDataModule(pl.LightningDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.persistent_workers and self.num_workers > 0,
             pin_memory=self.pin_memory,
+            worker_init_fn=leave_stop_signals_to_main if self.num_workers > 0 else None,
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -611,3 +611,33 @@ def test_ckpt_path_last_starts_a_run_or_resumes_it(tmp_path):
         _cli("train", *unnamed, "ckpt_path=last"), capture_output=True, text=True, env=env
     )
     assert r.returncode == 2 and "ckpt_path=last resumes the run in hydra.run.dir" in r.stderr
+
+
+def test_a_schedulers_sigterm_to_every_process_with_data_workers_saves(tmp_path):
+    """Slurm signals every process of a job: data workers must leave the stop to the main
+    process (a worker killed by SIGTERM crashed the run before it saved)."""
+    fasta = write_fasta(tmp_path / "t.fasta", n=200)
+    run_dir = tmp_path / "run"
+    argv = [o for o in tiny_overrides(fasta, run_dir) if not o.startswith("trainer.max_steps")]
+    argv += ["trainer.max_steps=100000", "trainer.val_check_interval=100000"]
+    argv += ["data.num_workers=2", "trainer.checkpoint_every_minutes=1000"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        _cli("train", *argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # its own process group, as a job's
+    )
+    metrics = run_dir / "metrics.csv"
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if metrics.is_file() and len(_train_steps(run_dir)) >= 3:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGTERM)  # the main process and its data workers
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and "resume with:" in err
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
