@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
 import types
@@ -788,6 +789,24 @@ def resolve_last(job: ComposedJob, run_dir: str, quiet: bool = False) -> str | N
     return None
 
 
+def _finished(last: str, job: ComposedJob, quiet: bool = False) -> bool:
+    """Whether ``ckpt_path=last`` found a run that has trained all its steps (said)."""
+    from protein_performer.training.checkpoints import read_checkpoint
+
+    step = int(read_checkpoint(last, mmap=True).get("global_step", 0))
+    max_steps = job.config.trainer.max_steps
+    if step < max_steps:
+        return False
+    if not quiet:
+        print(
+            f"ckpt_path=last: the run is complete ({step:,} of trainer.max_steps={max_steps:,} "
+            f"steps in {last}); nothing left to train (raise trainer.max_steps to go on)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return True
+
+
 def _in_sweep(run_dir: str, job: ComposedJob) -> bool:
     return Path(run_dir).parent.resolve() == Path(job.sweep_dir).resolve()
 
@@ -809,6 +828,20 @@ def _hydra_value(text: str, *, quote: bool = False) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def program() -> list[str]:
+    """How to run this program again as it was run: ``protein-performer`` when that name
+    finds this executable, its path when it was run by path (a job script calling
+    ``/path/venv/bin/protein-performer``), else ``python -m protein_performer``."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if Path(argv0).name == "protein-performer":
+        found = shutil.which("protein-performer")
+        if found and Path(found).resolve() == Path(argv0).resolve():
+            return ["protein-performer"]
+        if Path(argv0).exists():
+            return [str(Path(argv0).resolve())]
+    return [sys.executable, "-m", "protein_performer"]
+
+
 def resume_command(job: ComposedJob, last_checkpoint: str) -> str:
     """The command that continues an interrupted job from its ``last.ckpt``."""
     keep = [
@@ -816,7 +849,7 @@ def resume_command(job: ComposedJob, last_checkpoint: str) -> str:
         for o in job.overrides
         if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "hydra.run.dir")
     ]
-    words = ["protein-performer", "train", *keep, f"ckpt_path={_hydra_value(last_checkpoint)}"]
+    words = [*program(), "train", *keep, f"ckpt_path={_hydra_value(last_checkpoint)}"]
     # relative paths in the overrides are relative to where this run was started
     return f"cd {shlex.quote(os.getcwd())} && " + " ".join(shlex.quote(w) for w in words)
 
@@ -838,6 +871,8 @@ def _run_train(
     claimed = is_rank_zero() and _ddp_child_job() is None
     if claimed and job.config.ckpt_path == LAST:
         job.config.ckpt_path = resolve_last(job, run_dir, quiet=args.json)
+        if job.config.ckpt_path and _finished(job.config.ckpt_path, job, quiet=args.json):
+            return 0  # a requeue of a run that is done: nothing to do, not an error
     existed = run_dir_existed(run_dir)
     if claimed:
         check_train_inputs(job.config)  # a typo in a path must not leave a claimed directory

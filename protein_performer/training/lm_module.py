@@ -138,8 +138,9 @@ class ProteinLMModule(pl.LightningModule):
             raise TrainingDiverged(
                 f"training diverged: the loss is {nll_sum} at step {self.global_step} (lr "
                 f"{self.optimizers().param_groups[0]['lr']:.3g}); stopped before that step's "
-                "update, so checkpoints/last.ckpt (if written) holds finite weights: resume "
-                "from it or start again with a lower optim.lr (or longer optim.warmup_steps)"
+                "update, so checkpoints/last.ckpt (if written) holds finite weights: start a "
+                "new run from them (init_from=) or from scratch with a lower optim.lr or a "
+                "longer optim.warmup_steps (a resume would keep this learning rate)"
             )
         self.log("train/loss", mean_nll.float(), prog_bar=True, on_step=True, on_epoch=False)
         self.log("train/perplexity", mean_nll.exp().float(), on_step=True, on_epoch=False)

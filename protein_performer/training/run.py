@@ -966,16 +966,16 @@ class TrainResult:
                 f"  val perplexity  {_num(self.val_perplexity, '.3f')}"
                 f"  (best {_num(self.best_val_perplexity, '.3f')}){at}"
                 + (
-                    f"; next-token, unigram {self.val_unigram_perplexity:.3f}"
+                    f"; next-token, unigram {_num(self.val_unigram_perplexity, '.3f')}"
                     if self.val_unigram_perplexity is not None
                     else ""
                 ),
                 f"  val accuracy    {_num(self.val_accuracy, '.4f')}",
                 *(
                     [
-                        f"  <mask> only     {self.val_perplexity_mask:.3f}  (val perplexity"
+                        f"  <mask> only     {_num(self.val_perplexity_mask, '.3f')}  (val perplexity"
                         + (
-                            f"; unigram {self.val_unigram_perplexity_mask:.3f})"
+                            f"; unigram {_num(self.val_unigram_perplexity_mask, '.3f')})"
                             if self.val_unigram_perplexity_mask is not None
                             else ")"
                         )
@@ -1326,7 +1326,7 @@ class EvalResult:
         files = self.fasta.split(", ")
         name = self.fasta if len(files) <= 2 else f"{files[0]} and {len(files) - 1} more files"
         text = (
-            f"{name}: perplexity {self.perplexity:.3f}, accuracy {self.accuracy:.4f} "
+            f"{name}: perplexity {_num(self.perplexity, '.3f')}, accuracy {self.accuracy:.4f} "
             f"({self.predicted_tokens:,} predicted token{'' if self.predicted_tokens == 1 else 's'}"
             f" in {self.sequences:,} {seqs}; {self.attention}, {self.objective})"
         )
@@ -1360,17 +1360,13 @@ class EvalResult:
             text += f"\n  note: {self.scope}"
         if self.unigram:
             u = self.unigram
-            line = (
-                f"\n  unigram baseline ({u['from']} frequencies): perplexity {u['perplexity']:.3f}"
-            )
+            line = f"\n  unigram baseline ({u['from']} frequencies): perplexity {_num(u['perplexity'], '.3f')}"
             mask = (self.by_input or {}).get("mask") or {}
             if u.get("mask_perplexity") and mask.get("perplexity"):
                 ratio = mask["perplexity"] / u["mask_perplexity"]
-                line += (
-                    f"; on <mask> positions {u['mask_perplexity']:.3f} (model/unigram {ratio:.3f})"
-                )
+                line += f"; on <mask> positions {_num(u['mask_perplexity'], '.3f')} (model/unigram {_num(ratio, '.3f')})"
             else:
-                line += f" (model/unigram {self.perplexity / u['perplexity']:.3f})"
+                line += f" (model/unigram {_num(self.perplexity / u['perplexity'], '.3f')})"
             text += line
         if self.by_input:
             parts = [

@@ -166,8 +166,9 @@ def test_ctrl_c_on_the_command_line_saves_and_prints_how_to_resume(tmp_path):
     cd, _, rest = line.partition(" && ")
     assert shlex.split(cd) == ["cd", os.getcwd()]  # relative paths work from anywhere
     command = shlex.split(rest)
-    assert command[:2] == ["protein-performer", "train"]
-    command = [w for w in command[2:] if not w.startswith("trainer.max_steps")]
+    # run as `python -m protein_performer.cli`: the same interpreter, as a module
+    assert command[:4] == [sys.executable, "-m", "protein_performer", "train"]
+    command = [w for w in command[4:] if not w.startswith("trainer.max_steps")]
     command.append(f"trainer.max_steps={steps + 3}")
     r = subprocess.run(_cli("train", *command), capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -606,6 +607,14 @@ def test_ckpt_path_last_starts_a_run_or_resumes_it(tmp_path):
     assert f"ckpt_path=last: resuming from {run_dir / 'checkpoints' / 'last.ckpt'}" in again.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 5 and summary["resumed_from_step"] == 3
+    done = subprocess.run(  # a requeue of the finished run: nothing to do, not an error
+        _cli("train", *argv, "ckpt_path=last", "trainer.max_steps=5"),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0 and "ckpt_path=last: the run is complete (5 of" in done.stderr
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
     unnamed = [o for o in argv if not o.startswith("hydra.run.dir")]
     r = subprocess.run(
         _cli("train", *unnamed, "ckpt_path=last"), capture_output=True, text=True, env=env
@@ -641,3 +650,19 @@ def test_a_schedulers_sigterm_to_every_process_with_data_workers_saves(tmp_path)
     assert proc.returncode == 143, err[-2000:]
     assert "Traceback" not in err and "resume with:" in err
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_the_resume_line_runs_the_program_as_it_was_run(tmp_path, monkeypatch):
+    from protein_performer.training.hydra_run import program
+
+    exe = tmp_path / "venv" / "bin" / "protein-performer"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(exe), "train"])
+    monkeypatch.setenv("PATH", "/usr/bin")  # not on PATH: its path, as the job script gave it
+    assert program() == [str(exe.resolve())]
+    monkeypatch.setenv("PATH", str(exe.parent))
+    assert program() == ["protein-performer"]
+    monkeypatch.setattr(sys, "argv", ["/x/protein_performer/__main__.py"])
+    assert program() == [sys.executable, "-m", "protein_performer"]
