@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import Timer
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from protein_performer.atomic import make_output_dir, write_text_atomic
@@ -880,9 +881,20 @@ def build_trainer(
     return trainer, throughput, checkpoint
 
 
+class SessionTimer(Timer):
+    """``trainer.max_time`` for this invocation: Lightning's timer restores the time a resumed
+    run had used, so every later job of a chain (each resuming with the same budget, under its
+    scheduler's limit) stopped at once; this one starts from zero on every start."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+
 def _lightning_trainer(
     t: TrainerConfig, run_dir: Path, loggers: list[Any], callbacks: list[pl.Callback]
 ) -> pl.Trainer:
+    if t.max_time:
+        callbacks = [*callbacks, SessionTimer(duration=t.max_time, interval="step")]
     return pl.Trainer(
         accelerator=t.accelerator,
         devices=t.devices,
@@ -891,7 +903,6 @@ def _lightning_trainer(
         precision=resolve_precision(t.accelerator, t.precision),
         max_steps=t.max_steps,
         max_epochs=-1,
-        max_time=t.max_time,
         val_check_interval=t.val_check_interval,
         check_val_every_n_epoch=None,
         limit_val_batches=t.limit_val_batches,

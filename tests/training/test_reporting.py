@@ -43,6 +43,10 @@ def test_a_run_stopped_by_max_time_says_so(tiny_fasta, tmp_path):
     assert "(stopped by max_time)" in result.format() and not result.interrupted
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["stopped_by"] == "max_time" and summary["interrupted"] is False
+    # the next job of a chain, resuming with the same budget, gets it afresh
+    cfg.ckpt_path = result.last_checkpoint
+    again = train(cfg, tmp_path / "run")
+    assert again.stopped_by == "max_time" and again.steps > result.steps + 5
 
 
 def test_a_redirected_log_is_quiet(tmp_path):
