@@ -784,9 +784,57 @@ def resolve_last(job: ComposedJob, run_dir: str, quiet: bool = False) -> str | N
         if not quiet:
             print(f"ckpt_path=last: resuming from {last}", file=sys.stderr, flush=True)
         return str(last)
+    kept = set_aside_attempt(Path(run_dir))
     if not quiet:
         print(f"ckpt_path=last: no {last} yet, starting the run", file=sys.stderr, flush=True)
+        if kept:
+            print(
+                "  an earlier attempt there saved no checkpoint (killed before its first one); "
+                f"its files are kept as {', '.join(kept)}",
+                file=sys.stderr,
+                flush=True,
+            )
     return None
+
+
+def set_aside_attempt(run_dir: Path) -> list[str]:
+    """Rename the files of an earlier attempt at a run that saved no checkpoint (killed before
+    its first, or diverged) to ``NAME.N.EXT`` so the run can start again in ``run_dir``;
+    returns the new names. Nothing happens unless ``run_dir`` holds only such a run's files,
+    with no live run in it."""
+    from protein_performer.training.run import (
+        CHECKPOINT_DIR,
+        RUN_DIR_ENTRIES,
+        _is_run_config,
+        check_unlocked,
+    )
+
+    if not run_dir.is_dir() or not (run_dir / "config.yaml").is_file():
+        return []
+    check_unlocked(run_dir)
+    ckpts = run_dir / CHECKPOINT_DIR
+    names = {p.name for p in run_dir.iterdir()}
+    if (
+        not _is_run_config(run_dir / "config.yaml")
+        or any(not RUN_DIR_ENTRIES.fullmatch(n) for n in names)
+        or (ckpts.is_dir() and any(ckpts.iterdir()))
+    ):
+        return []  # a user's folder or a run with checkpoints: check_run_dir says what it is
+    n = 1
+    while any((run_dir / f"{stem}.{n}{ext}").exists() for stem, ext in _ATTEMPT_FILES):
+        n += 1
+    kept = []
+    for stem, ext in _ATTEMPT_FILES:
+        path = run_dir / f"{stem}{ext}"
+        if path.is_file():
+            path.rename(run_dir / f"{stem}.{n}{ext}")
+            kept.append(f"{stem}.{n}{ext}")
+    (run_dir / "hparams.yaml").unlink(missing_ok=True)  # Lightning's copy of the config
+    return kept
+
+
+#: What an attempt at a run writes before its first checkpoint.
+_ATTEMPT_FILES = (("config", ".yaml"), ("overrides", ".yaml"), ("metrics", ".csv"))
 
 
 def _finished(last: str, job: ComposedJob, quiet: bool = False) -> bool:

@@ -499,9 +499,14 @@ def _same_number(a: Any, b: Any) -> bool:
 
 
 RUN_DIR_ENTRIES = re.compile(
-    r"(config(\.\d+)?\.yaml|overrides\.yaml|hparams\.yaml|metrics(\.\d+)?\.csv|summary\.json"
+    r"(config(\.\d+)?\.yaml|overrides(\.\d+)?\.yaml|hparams\.yaml|metrics(\.\d+)?\.csv"
+    r"|summary\.json"
     rf"|{CHECKPOINT_DIR}|tensorboard|\.lock)"
 )
+
+
+#: What an attempt that saved no checkpoint leaves once set aside for a new start.
+SET_ASIDE = re.compile(rf"(config|overrides)\.\d+\.yaml|metrics\.\d+\.csv|\.lock|{CHECKPOINT_DIR}")
 
 
 def _resuming_in(p: Path, ckpt_path: str | None) -> bool:
@@ -537,6 +542,8 @@ def check_run_dir(
         check_unlocked(p)  # a run training there now: nothing of it is touched
     if not p.is_dir() or not any(p.iterdir()) or _resuming_in(p, ckpt_path):
         return p
+    if all(SET_ASIDE.fullmatch(n) for n in entries(p)) and not any((p / CHECKPOINT_DIR).glob("*")):
+        return p  # earlier attempts that saved no checkpoint, set aside (ckpt_path=last)
     names = sorted(entries(p))
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
     config = p / "config.yaml"

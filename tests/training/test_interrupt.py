@@ -666,3 +666,28 @@ def test_the_resume_line_runs_the_program_as_it_was_run(tmp_path, monkeypatch):
     assert program() == ["protein-performer"]
     monkeypatch.setattr(sys, "argv", ["/x/protein_performer/__main__.py"])
     assert program() == [sys.executable, "-m", "protein_performer"]
+
+
+def test_ckpt_path_last_restarts_an_attempt_that_saved_no_checkpoint(tiny_fasta, tmp_path, capsys):
+    """A job killed before its first checkpoint (or diverged) left config and metrics only: its
+    requeue starts the run again, the attempt's files kept under other names."""
+    from protein_performer.cli import main
+
+    run = tmp_path / "run"
+    argv = [*tiny_overrides(tiny_fasta, run), "ckpt_path=last"]
+    assert main(["train", *argv]) == 0
+    (run / "checkpoints" / "last.ckpt").unlink()
+    for ckpt in (run / "checkpoints").glob("*"):
+        ckpt.unlink()
+    (run / "summary.json").unlink()  # as a SIGKILL before the first checkpoint leaves it
+    metrics = (run / "metrics.csv").read_text()
+    assert main(["train", *argv]) == 0
+    err = capsys.readouterr().err
+    assert "its files are kept as config.1.yaml, overrides.1.yaml, metrics.1.csv" in err
+    assert (run / "metrics.1.csv").read_text() == metrics  # nothing lost
+    assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "summary.json").is_file()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.yaml").write_text("my: notes\n")  # a user's folder
+    mine = [*tiny_overrides(tiny_fasta, tmp_path / "mine"), "ckpt_path=last"]
+    assert main(["train", *mine]) == 2
+    assert (tmp_path / "mine" / "config.yaml").read_text() == "my: notes\n"
