@@ -561,7 +561,7 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
 
     from protein_performer.analysis.generation import generate, prompt_ids
     from protein_performer.data.fasta_writer import write_fasta
-    from protein_performer.outputs import check_output_file
+    from protein_performer.outputs import check_output_file, make_parents, remove_empty
 
     if not re.search(r"\.(fasta|fa|faa|fas)(\.gz)?$", str(cfg.out), re.IGNORECASE):
         raise DataError("out: names the generated FASTA: end it in .fasta, .fa or .faa (.gz)")
@@ -617,7 +617,12 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
         )
         for i, s in enumerate(samples)
     ]
-    written = write_fasta(out, records, compress=str(out).lower().endswith(".gz"))
+    made = make_parents(out)  # as score and extract do (the check above made nothing)
+    try:
+        written = write_fasta(out, records, compress=str(out).lower().endswith(".gz"))
+    except BaseException:
+        remove_empty(made)
+        raise
     lengths = [len(s.sequence) for s in samples]
     cut = sum(not s.ended for s in samples)
     summary = {

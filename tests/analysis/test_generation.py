@@ -199,3 +199,10 @@ def test_no_two_seeds_alias() -> None:
     assert len(set(states)) == len(seeds)
     old = np.random.SeedSequence([5, 3]).generate_state(2)  # the seeds in use keep their draws
     assert _generator(5, 3).initial_seed() == int(old[0]) << 32 | int(old[1])
+
+
+def test_generate_makes_the_output_folder_as_score_and_extract_do(tmp_path) -> None:
+    save_model_checkpoint(tmp_path / "c.ckpt", causal_model(), A, "causal")
+    out = tmp_path / "new" / "deep" / "g.fasta"
+    argv = ["generate", f"checkpoint={tmp_path / 'c.ckpt'}", "n=1", "max_length=12"]
+    assert main([*argv, f"out={out}"]) == 0 and out.is_file()
