@@ -43,6 +43,8 @@ PRECISIONS: tuple[str, ...] = (
     "bf16-true",
     "16-mixed",
 )
+#: Lightning's short names for them (what a Lightning config may hold).
+PRECISION_ALIASES = {"32": "32-true", "64": "64-true", "16": "16-mixed", "bf16": "bf16-mixed"}
 STRATEGIES: tuple[str, ...] = ("auto", "ddp", "fsdp", "single_device")
 
 
@@ -637,6 +639,7 @@ def validate_train_config(cfg: TrainConfig) -> None:
         )
     t = cfg.trainer
     _choice("trainer.accelerator", t.accelerator, ACCELERATORS)
+    t.precision = PRECISION_ALIASES.get(str(t.precision), t.precision)
     _choice("trainer.precision", t.precision, PRECISIONS)
     if t.precision == "bf16-true":
         kept = [

@@ -698,3 +698,14 @@ def test_fsdp_is_refused_with_what_it_cannot_do():
             TrainConfig(trainer=fsdp, model=softmax, objective="causal", data=data)
         )
     validate_train_config(TrainConfig(trainer=fsdp, model=softmax, data=data))  # per batch
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"), [("32", "32-true"), ("bf16", "bf16-mixed"), ("16", "16-mixed")]
+)
+def test_lightnings_short_precision_names_are_read(given, meant):
+    from protein_performer.config import TrainerConfig
+
+    cfg = TrainConfig(trainer=TrainerConfig(precision=given), data=DataConfig(files="x.fa"))
+    validate_train_config(cfg)
+    assert cfg.trainer.precision == meant
