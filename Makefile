@@ -27,8 +27,8 @@ lint: venv
 
 bench: venv
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,cluster,bench]'
-	$(BIN)/python benchmarks/attention_scaling.py
-	$(BIN)/python benchmarks/approximation.py
+	$(BIN)/python benchmarks/attention_scaling.py --overwrite
+	$(BIN)/python benchmarks/approximation.py --overwrite
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

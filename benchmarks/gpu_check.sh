@@ -63,7 +63,7 @@ if [ -f "$ecoli" ] && [ -f "$yeast" ]; then
     # shellcheck disable=SC2086
     timeout 120 "$PY" benchmarks/model_scaling.py --device "$DEVICE" --precision bf16 \
         --lengths 512 --tokens 65536 --steps 5 --attentions performer_relu $probe_dims \
-        --json /tmp/recipe_probe.json || status=1
+        --json /tmp/recipe_probe.json --overwrite || status=1
     steps=$("$PY" - "$RECIPE_SECONDS" <<'EOF'
 import json, sys
 point = json.load(open("/tmp/recipe_probe.json"))["points"][0]
@@ -102,13 +102,14 @@ stage "attention scaling (bf16 inputs)"
 # shellcheck disable=SC2086
 timeout 300 "$PY" benchmarks/attention_scaling.py --device "$DEVICE" --dtype bfloat16 \
     --methods $methods --lengths $scaling_lengths --rounds 1 --repeats 3 --min-time 0.2 $in_process \
-    --pp-causal-max-length 16384 --timeout 60 --json "$OUT/scaling_bf16.json" || status=1
+    --pp-causal-max-length 16384 --timeout 60 --json "$OUT/scaling_bf16.json" --overwrite \
+    || status=1
 
 stage "whole model, bf16 autocast"
 # shellcheck disable=SC2086
 timeout 200 "$PY" benchmarks/model_scaling.py --device "$DEVICE" --precision bf16 \
     --lengths $model_lengths --attentions $model_attentions --tokens 65536 --steps 5 \
     --timeout 60 $model_dims \
-    --json "$OUT/model_bf16.json" || status=1
+    --json "$OUT/model_bf16.json" --overwrite || status=1
 stage "done, status $status"
 exit $status

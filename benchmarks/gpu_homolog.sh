@@ -163,6 +163,6 @@ stage "whole model, regular size, $precision"
 timeout "$(budget 240)" "$PY" benchmarks/model_scaling.py --device "$DEVICE" \
     --precision "$precision" $scaling \
     --attentions performer_relu performer_softmax transformer none --timeout 60 \
-    --json "$OUT/model_scaling_regular_gpu.json" || status=1
+    --json "$OUT/model_scaling_regular_gpu.json" --overwrite || status=1
 stage "done, status $status"
 exit $status

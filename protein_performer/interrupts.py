@@ -26,8 +26,8 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated(signum)
 
 
-#: Signals that end a command like SIGTERM (their default action kills it mid-write); each is
-#: left alone where it is ignored (``nohup`` ignores SIGHUP).
+#: Signals that end a command like SIGTERM (their default action kills it mid-write). Except
+#: SIGTERM, each is taken over only where nothing else handles it (:func:`takes_over`).
 TERMINATING = tuple(
     getattr(signal, name)
     for name in ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
@@ -35,16 +35,24 @@ TERMINATING = tuple(
 )
 
 
+def takes_over(sig: int) -> bool:
+    """Whether a stop handler may replace ``sig``'s: always for SIGTERM; for the others only
+    while the default (killing) action is set, so an ignored one (``nohup``'s SIGHUP) stays
+    ignored and one a library or the user handles (submitit's SIGUSR2, Lightning's Slurm
+    requeue on SIGUSR1) stays theirs."""
+    return sig == signal.SIGTERM or signal.getsignal(sig) is signal.SIG_DFL
+
+
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """While active, SIGTERM (and SIGHUP, SIGUSR1/2 where not ignored) raises
+    """While active, SIGTERM (and SIGHUP, SIGUSR1/2 where nothing else handles them) raises
     :class:`Terminated` in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {}
     for sig in TERMINATING:
-        if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN:
+        if takes_over(sig):
             previous[sig] = signal.signal(sig, _raise_terminated)
     try:
         yield

@@ -110,3 +110,14 @@ def test_an_existing_output_is_replaced_only_with_overwrite(script, argv, flag, 
     with pytest.raises(SystemExit):
         load_benchmark(script).main([*argv, "--json", str(tmp_path / "typo" / "b.json")])
     assert "does not exist" in capsys.readouterr().err and not (tmp_path / "typo").exists()
+
+
+def test_overwrite_lets_an_existing_output_be_replaced(tmp_path):
+    common = load_benchmark("_common.py")
+    parser = argparse.ArgumentParser()
+    mine = tmp_path / "x.json"
+    mine.write_text("{}")
+    common.check_outputs(parser, [mine, None], overwrite=True)  # no refusal
+    missing_default = common.RESULTS / "never_made_here" / "x.json"
+    with pytest.raises(SystemExit):
+        common.check_outputs(parser, [missing_default], overwrite=False)  # a subfolder of it

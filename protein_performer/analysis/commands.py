@@ -784,6 +784,8 @@ def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
 
 
 def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
+    from protein_performer.analysis.mutations import clean_sequence
+
     if cfg.sequence is not None:
         text = str(cfg.sequence)
         # a sequence is letters (and line breaks, '*'); a file name has '.' or '/'
@@ -792,8 +794,7 @@ def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
                 f"sequence={cfg.sequence} names a file: give it as fasta= (and record= to pick "
                 "one of its records)"
             )
-        sequence = "".join(str(cfg.sequence).split()).upper()
-        sequence = sequence.removesuffix("*")  # a terminal stop, as in a FASTA record
+        sequence = clean_sequence(str(cfg.sequence))  # as a FASTA record is read
         if not sequence:
             raise ConfigError("sequence= is empty")
         bad = [c for c in sequence if c not in alphabet.residues]

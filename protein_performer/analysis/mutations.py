@@ -572,9 +572,10 @@ def _score(
             out[method] = marginal(False)
         elif method == "pseudo-ll":
             if width is not None and longest > width:
+                hint = "; use masked-marginal" if len(ids) > width else " (an indel)"
                 raise DataError(
                     f"method=pseudo-ll needs the whole protein in the model's window "
-                    f"({longest} residues > {width}); use masked-marginal"
+                    f"({longest} residues > {width}){hint}"
                 )
             wt = pseudo_log_likelihood(model, alphabet, ids, toks_per_batch=toks_per_batch)
             scores = []

@@ -180,9 +180,14 @@ def leave_stop_signals_to_main(worker_id: int) -> None:
     (SIGTERM, SIGHUP, SIGUSR1/2): the main process stops the run cleanly and ends its workers,
     while a worker they killed would crash the run before it saved (Ctrl-C's SIGINT the
     workers already leave to it)."""
-    for name in ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
+    from protein_performer.interrupts import TERMINATING
+
+    for sig in TERMINATING:
+        signal.signal(sig, signal.SIG_IGN)
+    if os.environ.get("PL_SEED_WORKERS") == "1":  # what Lightning's own worker_init_fn does
+        from lightning_fabric.utilities.seed import pl_worker_init_function
+
+        pl_worker_init_function(worker_id)
 
 
 class ProteinDataModule(pl.LightningDataModule):

@@ -753,7 +753,7 @@ def resume_run_dir(job: ComposedJob) -> str | None:
     (``RUN/checkpoints/last.ckpt`` -> ``RUN``), unless the overrides name a new
     ``hydra.run.dir``. None when not resuming or the checkpoint is not in a run directory."""
     ckpt = getattr(job.config, "ckpt_path", None)
-    if not ckpt or any(o.split("=", 1)[0].lstrip("+~") == "hydra.run.dir" for o in job.overrides):
+    if not ckpt or _names_hydra_run_dir(job):
         return None
     from protein_performer.training.run import CHECKPOINT_DIR
 
@@ -767,74 +767,41 @@ def resume_run_dir(job: ComposedJob) -> str | None:
 LAST = "last"
 
 
-def resolve_last(job: ComposedJob, run_dir: str, quiet: bool = False) -> str | None:
+def resolve_last(
+    job: ComposedJob, run_dir: str, quiet: bool = False, main: bool = True
+) -> str | None:
     """``ckpt_path=last`` for the run in ``run_dir``: its ``checkpoints/last.ckpt`` when there
     is one, else None (a new run): one command for a job's first start and every requeue. The
-    run directory must be named (the default one is new for every run)."""
-    from protein_performer.training.run import CHECKPOINT_DIR
+    run directory must be named (the default one is new for every run). Every process of a
+    multi-process job resolves it alike; only the ``main`` one (rank 0) says so, waits for
+    another machine's lock to go stale (a requeue shortly after a kill) and sets aside an
+    earlier attempt that saved no checkpoint."""
+    from protein_performer.training.run import CHECKPOINT_DIR, set_aside_attempt
+    from protein_performer.training.run_lock import wait_for_other_machine
 
-    named = any(o.split("=", 1)[0].lstrip("+~") == "hydra.run.dir" for o in job.overrides)
-    if not named and not _in_sweep(run_dir, job):
+    if not _names_hydra_run_dir(job) and not _in_sweep(run_dir, job):
         raise ConfigError(
             "ckpt_path=last resumes the run in hydra.run.dir: name that directory (the default "
             "one is new for every run), e.g. hydra.run.dir=runs/$SLURM_JOB_ID"
         )
+    if main:
+        wait_for_other_machine(Path(run_dir), quiet=quiet)
     last = Path(run_dir) / CHECKPOINT_DIR / "last.ckpt"
     if last.is_file():
-        if not quiet:
+        if main and not quiet:
             print(f"ckpt_path=last: resuming from {last}", file=sys.stderr, flush=True)
         return str(last)
-    kept = set_aside_attempt(Path(run_dir))
-    if not quiet:
+    kept = set_aside_attempt(Path(run_dir)) if main else []
+    if main and not quiet:
         print(f"ckpt_path=last: no {last} yet, starting the run", file=sys.stderr, flush=True)
         if kept:
             print(
-                "  an earlier attempt there saved no checkpoint (killed before its first one); "
-                f"its files are kept as {', '.join(kept)}",
+                "  an earlier attempt there saved no checkpoint (killed or diverged before its "
+                f"first); its files are kept as {', '.join(kept)}",
                 file=sys.stderr,
                 flush=True,
             )
     return None
-
-
-def set_aside_attempt(run_dir: Path) -> list[str]:
-    """Rename the files of an earlier attempt at a run that saved no checkpoint (killed before
-    its first, or diverged) to ``NAME.N.EXT`` so the run can start again in ``run_dir``;
-    returns the new names. Nothing happens unless ``run_dir`` holds only such a run's files,
-    with no live run in it."""
-    from protein_performer.training.run import (
-        CHECKPOINT_DIR,
-        RUN_DIR_ENTRIES,
-        _is_run_config,
-        check_unlocked,
-    )
-
-    if not run_dir.is_dir() or not (run_dir / "config.yaml").is_file():
-        return []
-    check_unlocked(run_dir)
-    ckpts = run_dir / CHECKPOINT_DIR
-    names = {p.name for p in run_dir.iterdir()}
-    if (
-        not _is_run_config(run_dir / "config.yaml")
-        or any(not RUN_DIR_ENTRIES.fullmatch(n) for n in names)
-        or (ckpts.is_dir() and any(ckpts.iterdir()))
-    ):
-        return []  # a user's folder or a run with checkpoints: check_run_dir says what it is
-    n = 1
-    while any((run_dir / f"{stem}.{n}{ext}").exists() for stem, ext in _ATTEMPT_FILES):
-        n += 1
-    kept = []
-    for stem, ext in _ATTEMPT_FILES:
-        path = run_dir / f"{stem}{ext}"
-        if path.is_file():
-            path.rename(run_dir / f"{stem}.{n}{ext}")
-            kept.append(f"{stem}.{n}{ext}")
-    (run_dir / "hparams.yaml").unlink(missing_ok=True)  # Lightning's copy of the config
-    return kept
-
-
-#: What an attempt at a run writes before its first checkpoint.
-_ATTEMPT_FILES = (("config", ".yaml"), ("overrides", ".yaml"), ("metrics", ".csv"))
 
 
 def _finished(last: str, job: ComposedJob, quiet: bool = False) -> bool:
@@ -859,10 +826,13 @@ def _in_sweep(run_dir: str, job: ComposedJob) -> bool:
     return Path(run_dir).parent.resolve() == Path(job.sweep_dir).resolve()
 
 
+def _names_hydra_run_dir(job: ComposedJob) -> bool:
+    """Whether the command line sets ``hydra.run.dir``."""
+    return any(o.split("=", 1)[0].lstrip("+~") == "hydra.run.dir" for o in job.overrides)
+
+
 def _names_run_dir(job: ComposedJob) -> bool:
-    return any(o.split("=", 1)[0].lstrip("+~") == "hydra.run.dir" for o in job.overrides) or (
-        resume_run_dir(job) is not None
-    )
+    return _names_hydra_run_dir(job) or (resume_run_dir(job) is not None)
 
 
 def _hydra_value(text: str, *, quote: bool = False) -> str:
@@ -905,7 +875,8 @@ def resume_command(job: ComposedJob, last_checkpoint: str) -> str:
 def _run_train(
     job: ComposedJob, run_dir: str, index: int, args: CliArgs, *, find_free: bool = False
 ) -> int:
-    """Run one training job; returns its exit code (130/143 when interrupted)."""
+    """Run one training job; returns its exit code (130 for Ctrl-C, 128 + the signal's number
+    for another stop signal)."""
     from protein_performer.training.run import (
         check_train_inputs,
         claim_run_dir,
@@ -917,9 +888,12 @@ def _run_train(
     )
 
     claimed = is_rank_zero() and _ddp_child_job() is None
-    if claimed and job.config.ckpt_path == LAST:
-        job.config.ckpt_path = resolve_last(job, run_dir, quiet=args.json)
-        if job.config.ckpt_path and _finished(job.config.ckpt_path, job, quiet=args.json):
+    if job.config.ckpt_path == LAST:  # every rank alike (srun/torchrun start each one)
+        job.config.ckpt_path = resolve_last(job, run_dir, quiet=args.json, main=claimed)
+        last = job.config.ckpt_path
+        if last and _finished(last, job, quiet=args.json or not claimed):
+            if args.json and claimed:
+                print(json.dumps({"run_dir": run_dir, "complete": True, "last_checkpoint": last}))
             return 0  # a requeue of a run that is done: nothing to do, not an error
     existed = run_dir_existed(run_dir)
     if claimed:

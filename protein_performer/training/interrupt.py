@@ -11,6 +11,7 @@ there is nothing to save yet.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -21,17 +22,21 @@ import pytorch_lightning as pl
 import torch
 
 from protein_performer.devices import is_rank_zero
-from protein_performer.interrupts import Terminated, sigterm_raises
+from protein_performer.interrupts import (
+    TERMINATING,
+    Terminated,
+    _raise_terminated,
+    sigterm_raises,
+    takes_over,
+)
 
 __all__ = ["GracefulInterrupt", "Terminated", "sigterm_raises"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: Also stop a run cleanly: a closed terminal (SIGHUP) and the warnings a scheduler sends
-#: before its time limit or a preemption (Slurm's ``--signal=USR1@90``). Left alone where they
-#: are ignored (``nohup`` ignores SIGHUP).
-MORE_STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGHUP", "SIGUSR1", "SIGUSR2") if hasattr(signal, name)
-)
+#: before its time limit or a preemption (Slurm's ``--signal=USR1@90``), where nothing else
+#: handles them (:func:`takes_over`).
+MORE_STOP_SIGNALS = tuple(s for s in TERMINATING if s != signal.SIGTERM)
 #: The names a run stopped by a signal records in ``stopped_by``.
 STOP_SIGNAL_NAMES = tuple(signal.Signals(s).name for s in STOP_SIGNALS + MORE_STOP_SIGNALS)
 
@@ -62,12 +67,13 @@ class GracefulInterrupt(pl.Callback):
         if not is_rank_zero():
             return  # said once, by rank 0 (which stops at the same step)
         again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
-        print(
-            f"\n{name} received: stopping after this step and saving checkpoints/last.ckpt "
-            f"({again} to abort without saving)",
-            file=sys.stderr,
-            flush=True,
-        )
+        with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+            print(
+                f"\n{name} received: stopping after this step and saving checkpoints/last.ckpt "
+                f"({again} to abort without saving)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread() or self._previous:
@@ -76,7 +82,8 @@ class GracefulInterrupt(pl.Callback):
         for sig in STOP_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
         for sig in MORE_STOP_SIGNALS:
-            if signal.getsignal(sig) is not signal.SIG_IGN:
+            # the CLI's sigterm_raises holds them now: that is ours, not someone else's
+            if takes_over(sig) or signal.getsignal(sig) is _raise_terminated:
                 self._previous[sig] = signal.signal(sig, self._handle)
 
     def restore(self) -> None:

@@ -40,6 +40,11 @@ def step_seed(seed: int, step: int, rank: int, batch_idx: int = 0) -> int:
     return int.from_bytes(digest, "big") & ((1 << 63) - 1)
 
 
+#: Non-finite training losses in a row that fp16 training (whose loss scaler skips a step
+#: that overflows) takes for divergence.
+FP16_NONFINITE_STEPS = 3
+
+
 class ProteinLMModule(pl.LightningModule):
     """Trains :class:`ProteinLM` on batches ``{"input_ids", "labels", "padding_mask"}``.
 
@@ -91,6 +96,7 @@ class ProteinLMModule(pl.LightningModule):
         self.last_val_step: int | None = None  # global step of the last validation
         # set by GracefulInterrupt (one process only): the rest of a validation is skipped
         self.skip_validation = False
+        self.nonfinite_steps = 0  # non-finite training losses in a row
         self._val_sums = torch.zeros(7, dtype=torch.float64)
         # MLM: the unigram baseline's log-probabilities (training-data residue frequencies)
         self._unigram_logp: torch.Tensor | None = None
@@ -133,15 +139,23 @@ class ProteinLMModule(pl.LightningModule):
         mean_nll = total[0] / count
         nll_sum, tokens = total[[0, 3]].tolist()  # one host sync for both
         self.last_batch_tokens = int(tokens)
-        if not math.isfinite(nll_sum):  # the same on every rank: reduced above
-            # before backward: the weights stay those of the last finite step
-            raise TrainingDiverged(
-                f"training diverged: the loss is {nll_sum} at step {self.global_step} (lr "
-                f"{self.optimizers().param_groups[0]['lr']:.3g}); stopped before that step's "
-                "update, so checkpoints/last.ckpt (if written) holds finite weights: start a "
-                "new run from them (init_from=) or from scratch with a lower optim.lr or a "
-                "longer optim.warmup_steps (a resume would keep this learning rate)"
-            )
+        if math.isfinite(nll_sum):
+            self.nonfinite_steps = 0
+        else:  # the same on every rank: reduced above
+            self.nonfinite_steps += 1
+            # fp16's loss scaler skips a step whose gradients overflow: a lone non-finite
+            # loss there is its business; in a row, or in any other precision, it is divergence
+            fp16 = str(getattr(self.trainer, "precision", "")) == "16-mixed"
+            if not fp16 or self.nonfinite_steps >= FP16_NONFINITE_STEPS:
+                # before backward: the weights are those of the last finite step's update
+                raise TrainingDiverged(
+                    f"training diverged: the loss is {nll_sum} at step {self.global_step} (lr "
+                    f"{self.optimizers().param_groups[0]['lr']:.3g}); stopped before that "
+                    "step's update, so checkpoints/last.ckpt (if written) holds an earlier "
+                    "step's weights: start a new run from them (init_from=) or from scratch "
+                    "with a lower optim.lr or a longer optim.warmup_steps (a resume would keep "
+                    "this learning rate)"
+                )
         self.log("train/loss", mean_nll.float(), prog_bar=True, on_step=True, on_epoch=False)
         self.log("train/perplexity", mean_nll.exp().float(), on_step=True, on_epoch=False)
         self.log("train/accuracy", (total[2] / count).float(), on_step=True, on_epoch=False)

@@ -500,13 +500,63 @@ def _same_number(a: Any, b: Any) -> bool:
 
 RUN_DIR_ENTRIES = re.compile(
     r"(config(\.\d+)?\.yaml|overrides(\.\d+)?\.yaml|hparams\.yaml|metrics(\.\d+)?\.csv"
-    r"|summary\.json"
-    rf"|{CHECKPOINT_DIR}|tensorboard|\.lock)"
+    r"|summary(\.\d+)?\.json"
+    rf"|{CHECKPOINT_DIR}|tensorboard(\.\d+)?|\.lock)"
 )
 
 
 #: What an attempt that saved no checkpoint leaves once set aside for a new start.
-SET_ASIDE = re.compile(rf"(config|overrides)\.\d+\.yaml|metrics\.\d+\.csv|\.lock|{CHECKPOINT_DIR}")
+SET_ASIDE = re.compile(
+    rf"(config|overrides)\.\d+\.yaml|metrics\.\d+\.csv|summary\.\d+\.json|tensorboard\.\d+"
+    rf"|\.lock|{CHECKPOINT_DIR}"
+)
+#: An attempt's files and folders, set aside as ``NAME.N.EXT`` (``hparams.yaml``, Lightning's
+#: copy of the config, is removed).
+_ATTEMPT_FILES = (
+    ("config", ".yaml"),
+    ("overrides", ".yaml"),
+    ("metrics", ".csv"),
+    ("summary", ".json"),
+    ("tensorboard", ""),
+)
+
+
+def saved_checkpoints(run_dir: Path) -> list[Path]:
+    """The checkpoints a run saved in ``run_dir`` (not an interrupted write's hidden
+    temporary)."""
+    folder = run_dir / CHECKPOINT_DIR
+    return (
+        [p for p in folder.glob("*.ckpt") if not p.name.startswith(".")] if folder.is_dir() else []
+    )
+
+
+def attempt_without_checkpoint(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run's files and no checkpoint (an attempt killed before its
+    first, or diverged): what :func:`set_aside_attempt` may set aside."""
+    if not run_dir.is_dir() or not _is_run_config(run_dir / "config.yaml"):
+        return False
+    names = entries(run_dir)
+    return all(RUN_DIR_ENTRIES.fullmatch(n) for n in names) and not saved_checkpoints(run_dir)
+
+
+def set_aside_attempt(run_dir: Path) -> list[str]:
+    """Rename an :func:`attempt_without_checkpoint`'s files to ``NAME.N.EXT`` (N the first
+    number free for all of them) so that the run can start again in ``run_dir``; returns the
+    new names ([] and nothing touched for any other directory, or one a live run holds)."""
+    if not attempt_without_checkpoint(run_dir):
+        return []
+    check_unlocked(run_dir)
+    n = 1
+    while any((run_dir / f"{stem}.{n}{ext}").exists() for stem, ext in _ATTEMPT_FILES):
+        n += 1
+    kept = []
+    for stem, ext in _ATTEMPT_FILES:
+        path = run_dir / f"{stem}{ext}"
+        if path.exists():
+            path.rename(run_dir / f"{stem}.{n}{ext}")
+            kept.append(f"{stem}.{n}{ext}")
+    (run_dir / "hparams.yaml").unlink(missing_ok=True)
+    return kept
 
 
 def _resuming_in(p: Path, ckpt_path: str | None) -> bool:
@@ -542,7 +592,7 @@ def check_run_dir(
         check_unlocked(p)  # a run training there now: nothing of it is touched
     if not p.is_dir() or not any(p.iterdir()) or _resuming_in(p, ckpt_path):
         return p
-    if all(SET_ASIDE.fullmatch(n) for n in entries(p)) and not any((p / CHECKPOINT_DIR).glob("*")):
+    if all(SET_ASIDE.fullmatch(n) for n in entries(p)) and not saved_checkpoints(p):
         return p  # earlier attempts that saved no checkpoint, set aside (ckpt_path=last)
     names = sorted(entries(p))
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
@@ -892,6 +942,10 @@ class SessionTimer(Timer):
     """``trainer.max_time`` for this invocation: Lightning's timer restores the time a resumed
     run had used, so every later job of a chain (each resuming with the same budget, under its
     scheduler's limit) stopped at once; this one starts from zero on every start."""
+
+    @property
+    def state_key(self) -> str:
+        return "Timer"  # the key Lightning's timer used: older checkpoints find it
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         pass

@@ -10,7 +10,9 @@ machine) or it was not touched for :data:`STALE_S` seconds (another machine, aft
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,14 +26,43 @@ HEARTBEAT_S = 20.0
 STALE_S = 120.0
 
 
-def _stale(path: Path, holder: str) -> bool:
+def _same_machine(holder: str) -> bool:
     host, _, pid = holder.rpartition("~")
-    if host == owner_tag().rpartition("~")[0] and pid.isdigit():
-        return not _alive(int(pid))
+    # Windows: os.kill(pid, 0) is a Ctrl-C event there, not a probe: judged by mtime only
+    return host == owner_tag().rpartition("~")[0] and pid.isdigit() and os.name != "nt"
+
+
+def _age(path: Path) -> float:
     try:
-        return time.time() - path.stat().st_mtime > STALE_S
+        return time.time() - path.stat().st_mtime
     except FileNotFoundError:
-        return True
+        return math.inf
+
+
+def _stale(path: Path, holder: str) -> bool:
+    if _same_machine(holder):
+        pid = int(holder.rpartition("~")[2])
+        return pid == os.getpid() or not _alive(pid)  # our own pid: a restarted container's
+    return _age(path) > STALE_S
+
+
+def wait_for_other_machine(run_dir: Path, quiet: bool = False) -> None:
+    """Wait (up to :data:`STALE_S`) while another machine's lock on ``run_dir`` may be a
+    killed run's: a requeue started within two minutes of a kill would be refused (and end a
+    job chain). A live holder keeps touching it, and is then refused as usual."""
+    path = Path(run_dir) / LOCK_NAME
+    if not path.exists() or _same_machine(holder := _holder(path)) or _stale(path, holder):
+        return
+    if not quiet:
+        print(
+            f"run directory {run_dir}: locked by {holder} on another machine, last touched "
+            f"{_age(path):.0f} s ago; waiting up to {STALE_S:.0f} s for it to go stale",
+            file=sys.stderr,
+            flush=True,
+        )
+    deadline = time.monotonic() + STALE_S + HEARTBEAT_S
+    while time.monotonic() < deadline and path.exists() and not _stale(path, _holder(path)):
+        time.sleep(min(5.0, HEARTBEAT_S))
 
 
 def _holder(path: Path) -> str:
@@ -76,6 +107,11 @@ def run_lock(run_dir: Path, enabled: bool = True) -> Iterator[None]:
             raise DataError(_busy(holder, path), path=run_dir) from None
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(tag + "\n")
+        # two processes taking over one stale lock at once: the later unlinks the earlier's
+        # new file; the one that finds another name there backs off
+        time.sleep(0.05)
+        if _holder(path) != tag:
+            raise DataError(_busy(_holder(path), path), path=run_dir)
         break
     else:
         raise DataError("run directory: could not take its lock", path=run_dir)
@@ -85,8 +121,10 @@ def run_lock(run_dir: Path, enabled: bool = True) -> Iterator[None]:
         while not stop.wait(HEARTBEAT_S):
             try:
                 os.utime(path)
+            except FileNotFoundError:
+                return  # removed (by hand): nothing to keep alive
             except OSError:
-                return
+                continue  # a passing network-filesystem error: a later beat may get through
 
     thread = threading.Thread(target=beat, name="run-lock-heartbeat", daemon=True)
     thread.start()

@@ -60,3 +60,60 @@ def test_a_resume_while_the_run_trains_is_refused(tiny_fasta, tmp_path):
         train(cfg, run)
     (run / rl.LOCK_NAME).unlink()
     assert {p.name: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+
+
+def test_a_stop_handler_someone_else_set_stays_theirs():
+    """submitit's SIGUSR2 or Lightning's Slurm requeue on SIGUSR1: not taken over."""
+    import signal
+
+    from protein_performer.interrupts import sigterm_raises
+    from protein_performer.training.interrupt import GracefulInterrupt
+
+    def theirs(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGUSR2, theirs)
+    try:
+        with sigterm_raises():
+            assert signal.getsignal(signal.SIGUSR2) is theirs
+        stop = GracefulInterrupt()
+        stop.install()
+        assert signal.getsignal(signal.SIGUSR2) is theirs
+        stop.restore()
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+        with sigterm_raises():  # the CLI's, then the run's: both ours
+            stop.install()
+            assert signal.getsignal(signal.SIGUSR2) == stop._handle
+            stop.restore()
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+
+
+def test_an_attempt_without_a_checkpoint_is_set_aside_whatever_it_left(tiny_fasta, tmp_path):
+    from protein_performer.training.run import check_run_dir, set_aside_attempt
+
+    run = tmp_path / "run"
+    train(tiny_config(tiny_fasta, max_steps=2, val_check_interval=2), run)
+    for ckpt in (run / "checkpoints").glob("*.ckpt"):
+        ckpt.unlink()
+    (run / "checkpoints" / ".last.ckpt.host~1.x.tmp").write_text("")  # killed mid-write
+    (run / "tensorboard").mkdir()
+    kept = set_aside_attempt(run)
+    assert "config.1.yaml" in kept and "tensorboard.1" in kept and "summary.1.json" in kept
+    assert check_run_dir(run) == run  # a new start is accepted there now
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "config.yaml").write_text("model: x\n")
+    assert set_aside_attempt(tmp_path / "user") == []  # not a run's: nothing touched
+
+
+def test_every_rank_resolves_ckpt_path_last_alike(tmp_path, capsys):
+    from protein_performer.training.hydra_run import compose_job, resolve_last
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_text("x")
+    job = compose_job("train", [f"hydra.run.dir={run}", "ckpt_path=last"])
+    assert resolve_last(job, str(run), main=False) == str(run / "checkpoints" / "last.ckpt")
+    assert capsys.readouterr().err == ""  # said by rank 0 only
+    (run / "checkpoints" / "last.ckpt").unlink()
+    assert resolve_last(job, str(run), main=False) is None
