@@ -45,6 +45,13 @@ def step_seed(seed: int, step: int, rank: int, batch_idx: int = 0) -> int:
 FP16_NONFINITE_STEPS = 3
 
 
+def diverged(nonfinite_steps: int, precision: str) -> bool:
+    """Whether ``nonfinite_steps`` non-finite training losses in a row end the run: one does,
+    but under fp16 (``16-mixed``), whose loss scaler skips a step that overflows and lowers its
+    scale, only :data:`FP16_NONFINITE_STEPS` in a row do."""
+    return nonfinite_steps >= (FP16_NONFINITE_STEPS if precision == "16-mixed" else 1)
+
+
 class ProteinLMModule(pl.LightningModule):
     """Trains :class:`ProteinLM` on batches ``{"input_ids", "labels", "padding_mask"}``.
 
@@ -143,10 +150,7 @@ class ProteinLMModule(pl.LightningModule):
             self.nonfinite_steps = 0
         else:  # the same on every rank: reduced above
             self.nonfinite_steps += 1
-            # fp16's loss scaler skips a step whose gradients overflow: a lone non-finite
-            # loss there is its business; in a row, or in any other precision, it is divergence
-            fp16 = str(getattr(self.trainer, "precision", "")) == "16-mixed"
-            if not fp16 or self.nonfinite_steps >= FP16_NONFINITE_STEPS:
+            if diverged(self.nonfinite_steps, str(getattr(self.trainer, "precision", ""))):
                 # before backward: the weights are those of the last finite step's update
                 raise TrainingDiverged(
                     f"training diverged: the loss is {nll_sum} at step {self.global_step} (lr "

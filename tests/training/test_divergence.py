@@ -83,3 +83,11 @@ def test_overflowing_perplexities_are_inf_readable_and_null_in_json():
     )
     data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
     assert data["loss"] is None and data["perplexity"] is None
+
+
+def test_fp16_leaves_a_lone_overflow_to_its_loss_scaler():
+    from protein_performer.training.lm_module import FP16_NONFINITE_STEPS, diverged
+
+    assert diverged(1, "32-true") and diverged(1, "bf16-mixed")
+    assert not diverged(FP16_NONFINITE_STEPS - 1, "16-mixed")
+    assert diverged(FP16_NONFINITE_STEPS, "16-mixed")
