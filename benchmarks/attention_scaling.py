@@ -471,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     where = f"{args.threads} threads" if args.device == "cpu" else args.device
     title = (
         f"B={args.batch} H={args.heads} D={args.dim} m={args.features}, {args.dtype}, "
-        f"{where}, forward+backward"
+        f"{where}, forward+backward\n{machine_line(args.device, args.threads)}"
+        + ("\nsmoke run (--quick): one pass per point, not a measurement" if args.quick else "")
     )
     plot(points, png, title)
     print(f"\nwrote {args.json} and {png}")

@@ -407,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         "save_features",
     )
     config = {k: getattr(args, k) for k in keys} | {
+        "quick": args.quick,
         "rounds": args.rounds,
         "dim": args.dim,
         "depth": args.depth,
@@ -510,14 +511,25 @@ def plot(points: list[dict[str, Any]], config: dict[str, Any], path: Path) -> No
             axes[1].loglog(*zip(*mem, strict=True), marker="o", label=label, **style)
     axes[0].set_ylabel("training step time per token (µs)")
     axes[1].set_ylabel("peak memory of a step (MiB)")
+    measured = sorted({p["length"] for p in points if "step_s" in p})
     for ax in axes:
         ax.set_xlabel("sequence length L")
         ax.grid(True, which="both", alpha=0.3)
+        if measured:  # the lengths measured, not powers of ten
+            ax.set_xticks(measured, [f"{n:,}" for n in measured])
+            ax.minorticks_off()
         if ax.lines:
             ax.legend(fontsize=8)
     fig.suptitle(
         f"{config['depth']}×{config['dim']}, {config['heads']} heads, m={config['features']}, "
-        f"{config['device']} {config['precision']}"
+        f"{config['device']} {config['precision']}\n"
+        f"{machine_line(config['device'], config.get('threads'))}"
+        + (
+            "\nsmoke run (--quick): one step per point, not a measurement"
+            if config.get("quick")
+            else ""
+        ),
+        fontsize=9,
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -559,7 +559,11 @@ def plot(runs: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> No
     ax.axhline(runs[0]["curve"][-1]["unigram"], color="grey", lw=0.8, label="unigram")
     ax.set_xlabel("training step")
     ax.set_ylabel("perplexity on the target's masked positions")
-    ax.set_title(f"context={args.context}: solid with context, dotted alone")
+    ax.set_title(
+        f"context={args.context}: solid with context, dotted alone; {args.steps} steps\n"
+        f"{machine_line(threads=args.threads)}" + ("\nsmoke run (--quick)" if args.quick else ""),
+        fontsize=8,
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
