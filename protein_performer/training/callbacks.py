@@ -9,6 +9,7 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from protein_performer.errors import DataError
 from protein_performer.training.interrupt import GracefulInterrupt
 
 
@@ -154,3 +155,37 @@ class LastCheckpoint(ModelCheckpoint):
         # training stopped without a validation at its last step (no validation data, Ctrl-C)
         if trainer.global_step > 0 and self._step_written != trainer.global_step:
             self._save_now(trainer)
+
+
+class LockGuard(pl.Callback):
+    """Stops a run whose run-directory lock another process has taken over (this one was
+    paused past the lock's staleness: a stopped job, a frozen node) before it writes another
+    step, row or checkpoint over that process's."""
+
+    #: seconds between two reads of the lock file while training
+    every_s = 5.0
+
+    def __init__(self, held: Any) -> None:
+        self.held = held
+
+    def _check(self, every_s: float | None = None) -> None:
+        holder = self.held.lost(self.every_s if every_s is None else every_s)
+        if holder is not None:
+            raise DataError(
+                f"run directory: another process ({holder}) took this run's lock over while "
+                "this one was paused; stopping without writing more (that process goes on "
+                "with the run)",
+                path=self.held.path.parent,
+            )
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._check()
+
+    def on_validation_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._check()
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._check(every_s=0.0)  # never a checkpoint over the other process's
+
+    def on_train_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._check(every_s=0.0)  # nor its summary

@@ -710,7 +710,7 @@ def _say_not_run(jobs: list[ComposedJob], stopped: int, sweep_dir: str) -> None:
         return
     lines = [f"the sweep stopped at job {stopped + 1} of {len(jobs)}; not run:"]
     for j in rest:
-        words = ["protein-performer", "train", *jobs[j].overrides]
+        words = [*program(), "train", *jobs[j].overrides]
         words.append(f"hydra.run.dir={_hydra_value(str(Path(sweep_dir) / str(j)))}")
         lines.append(
             f"  cd {shlex.quote(os.getcwd())} && " + " ".join(shlex.quote(w) for w in words)
@@ -779,7 +779,14 @@ def resolve_last(
     from protein_performer.training.run import CHECKPOINT_DIR, set_aside_attempt
     from protein_performer.training.run_lock import wait_for_other_machine
 
-    if not _names_hydra_run_dir(job) and not _in_sweep(run_dir, job):
+    if _in_sweep(run_dir, job):
+        if not _names_hydra_run_dir(job, "hydra.sweep.dir"):
+            raise ConfigError(
+                "ckpt_path=last in a sweep resumes its jobs in hydra.sweep.dir: name that "
+                "directory (the default one is new for every sweep), e.g. "
+                "hydra.sweep.dir=sweeps/$SLURM_JOB_ID"
+            )
+    elif not _names_hydra_run_dir(job):
         raise ConfigError(
             "ckpt_path=last resumes the run in hydra.run.dir: name that directory (the default "
             "one is new for every run), e.g. hydra.run.dir=runs/$SLURM_JOB_ID"
@@ -826,9 +833,9 @@ def _in_sweep(run_dir: str, job: ComposedJob) -> bool:
     return Path(run_dir).parent.resolve() == Path(job.sweep_dir).resolve()
 
 
-def _names_hydra_run_dir(job: ComposedJob) -> bool:
-    """Whether the command line sets ``hydra.run.dir``."""
-    return any(o.split("=", 1)[0].lstrip("+~") == "hydra.run.dir" for o in job.overrides)
+def _names_hydra_run_dir(job: ComposedJob, key: str = "hydra.run.dir") -> bool:
+    """Whether the command line sets ``hydra.run.dir`` (or ``key``)."""
+    return any(o.split("=", 1)[0].lstrip("+~") == key for o in job.overrides)
 
 
 def _names_run_dir(job: ComposedJob) -> bool:

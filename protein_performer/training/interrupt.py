@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 import pytorch_lightning as pl
@@ -33,6 +34,8 @@ from protein_performer.interrupts import (
 __all__ = ["GracefulInterrupt", "Terminated", "sigterm_raises"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Seconds after which the same stop signal again aborts the save (sooner: a duplicate).
+REPEAT_S = 2.0
 #: Also stop a run cleanly: a closed terminal (SIGHUP) and the warnings a scheduler sends
 #: before its time limit or a preemption (Slurm's ``--signal=USR1@90``), where nothing else
 #: handles them (:func:`takes_over`).
@@ -52,6 +55,7 @@ class GracefulInterrupt(pl.Callback):
         self.stopped_at: int | None = None
         # the step whose validation this stop cut short (its numbers are not recorded)
         self.validation_cut_at: int | None = None
+        self._received_at = 0.0
         self._previous: dict[int, Any] = {}
         self._pid = os.getpid()
 
@@ -60,13 +64,26 @@ class GracefulInterrupt(pl.Callback):
             return  # a data-loader worker (forked with this handler): the trainer stops it
         name = signal.Signals(signum).name
         if self.received is not None:
+            # Ctrl-C again, or the same signal sent again a while later, is a person asking to
+            # abort; anything else is a duplicate delivery (srun forwards a scancel's TERM) or
+            # a scheduler's later signal while the save is under way: the save goes on
+            again = signum == signal.SIGINT or (
+                name == self.received and time.monotonic() - self._received_at >= REPEAT_S
+            )
+            if not again:
+                return
             self.aborted = True
             self.restore()
             raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
         self.received = name
+        self._received_at = time.monotonic()
         if not is_rank_zero():
             return  # said once, by rank 0 (which stops at the same step)
-        again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
+        again = (
+            "press Ctrl-C again"
+            if signum == signal.SIGINT
+            else f"send {name} again after {REPEAT_S:.0f} s"
+        )
         with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
             print(
                 f"\n{name} received: stopping after this step and saving checkpoints/last.ckpt "

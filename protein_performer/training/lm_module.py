@@ -156,9 +156,9 @@ class ProteinLMModule(pl.LightningModule):
                     f"training diverged: the loss is {nll_sum} at step {self.global_step} (lr "
                     f"{self.optimizers().param_groups[0]['lr']:.3g}); stopped before that "
                     "step's update, so checkpoints/last.ckpt (if written) holds an earlier "
-                    "step's weights: start a new run from them (init_from=) or from scratch "
-                    "with a lower optim.lr or a longer optim.warmup_steps (a resume would keep "
-                    "this learning rate)"
+                    "step's weights: start again with a lower optim.lr or a longer "
+                    "optim.warmup_steps (a resume would keep this learning rate; init_from= "
+                    "those weights only if their validation was finite)"
                 )
         self.log("train/loss", mean_nll.float(), prog_bar=True, on_step=True, on_epoch=False)
         self.log("train/perplexity", mean_nll.exp().float(), on_step=True, on_epoch=False)
@@ -210,6 +210,15 @@ class ProteinLMModule(pl.LightningModule):
         nll, count, correct, m_nll, m_count, m_correct, u_nll = sums
         if count == 0:
             return
+        if not math.isfinite(nll) and not self.trainer.sanity_checking:  # the same on all ranks
+            # finite weights whose outputs overflow: the next checkpoint would be broken
+            raise TrainingDiverged(
+                f"training diverged: the validation loss is {nll} at step "
+                f"{self.trainer.global_step} (lr {self.optimizers().param_groups[0]['lr']:.3g}); "
+                "stopped before this step's checkpoints: start again with a lower optim.lr "
+                "or a longer optim.warmup_steps (a resume would keep this learning rate, and "
+                "the weights of this step give no finite output)"
+            )
         if not self.trainer.sanity_checking:
             self.last_val_step = int(self.trainer.global_step)
         # Already summed over ranks; sync_dist only averages identical values (no warning).

@@ -61,6 +61,7 @@ from protein_performer.resources import missing_path_hint
 from protein_performer.training.callbacks import (
     BestCheckpoint,
     LastCheckpoint,
+    LockGuard,
     TokenThroughput,
     ValidateOnFinalStep,
 )
@@ -1272,7 +1273,7 @@ def train(
     else:
         run_path = make_output_dir(Path(run_dir).resolve(), "run directory")
     # one writer at a time (a resume while the run still trains is refused)
-    with run_lock(run_path, enabled=rank_zero):
+    with run_lock(run_path, enabled=rank_zero) as held:
         trainer = None
         try:
             if rank_zero and overrides is not None:
@@ -1297,7 +1298,10 @@ def train(
                 data_line = _data_line(dm, cfg, read_s)
                 _print_header(cfg, run_path, estimate, warning, resume_step, data_line)
             module = build_module(cfg, dm.alphabet)
-            trainer, throughput, checkpoint = build_trainer(cfg, run_path, callbacks, resume_step)
+            guard = [LockGuard(held)] if held is not None else []
+            trainer, throughput, checkpoint = build_trainer(
+                cfg, run_path, [*(callbacks or []), *guard], resume_step
+            )
             interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))
             start = time.perf_counter()
             _fit(trainer, module, dm, cfg, interrupt)
@@ -1402,6 +1406,11 @@ class EvalResult:
             f"({self.predicted_tokens:,} predicted token{'' if self.predicted_tokens == 1 else 's'}"
             f" in {self.sequences:,} {seqs}; {self.attention}, {self.objective})"
         )
+        if not math.isfinite(self.perplexity):
+            text += (
+                "\n  the perplexity is not finite: the model's outputs overflow or are NaN on "
+                "these proteins (weights of a run that diverged?)"
+            )
         if self.predicted_tokens < 100:
             # perplexity over a handful of positions says little: said next to it
             text += (

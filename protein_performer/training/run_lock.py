@@ -40,10 +40,15 @@ def _age(path: Path) -> float:
 
 
 def _stale(path: Path, holder: str) -> bool:
+    """A live holder touches its lock every :data:`HEARTBEAT_S`: one untouched for
+    :data:`STALE_S` is stale wherever it was taken (a reused pid after a reboot does not keep
+    it); on this machine a holder whose process is gone (or is this one) at once."""
+    if _age(path) > STALE_S:
+        return True
     if _same_machine(holder):
         pid = int(holder.rpartition("~")[2])
         return pid == os.getpid() or not _alive(pid)  # our own pid: a restarted container's
-    return _age(path) > STALE_S
+    return False
 
 
 def wait_for_other_machine(run_dir: Path, quiet: bool = False) -> None:
@@ -87,12 +92,34 @@ def _busy(holder: str, path: Path) -> str:
     )
 
 
+class HeldLock:
+    """The lock this process holds on a run directory; :meth:`lost` says whether another
+    process has taken it over since (this one was paused past :data:`STALE_S`, a stopped
+    job, a frozen node), after which this run must not write there."""
+
+    def __init__(self, path: Path, tag: str) -> None:
+        self.path, self.tag = path, tag
+        self._checked = 0.0
+        self._lost: str | None = None
+
+    def lost(self, every_s: float = 5.0) -> str | None:
+        """The holder that took the lock over, or None while it is ours (read at most every
+        ``every_s`` seconds)."""
+        now = time.monotonic()
+        if self._lost is None and now - self._checked >= every_s:
+            self._checked = now
+            holder = _holder(self.path)
+            if self.path.exists() and holder != self.tag:
+                self._lost = holder
+        return self._lost
+
+
 @contextlib.contextmanager
-def run_lock(run_dir: Path, enabled: bool = True) -> Iterator[None]:
+def run_lock(run_dir: Path, enabled: bool = True) -> Iterator[HeldLock | None]:
     """Hold ``run_dir``'s lock while the block runs (``enabled=False``: a DDP rank other than
-    0, whose rank 0 holds it). A live holder is a one-line DataError naming it."""
+    0, whose rank 0 holds it; yields None). A live holder is a one-line DataError naming it."""
     if not enabled:
-        yield
+        yield None
         return
     path = Path(run_dir) / LOCK_NAME
     tag = owner_tag()
@@ -115,10 +142,13 @@ def run_lock(run_dir: Path, enabled: bool = True) -> Iterator[None]:
         break
     else:
         raise DataError("run directory: could not take its lock", path=run_dir)
+    held = HeldLock(path, tag)
     stop = threading.Event()
 
     def beat() -> None:
         while not stop.wait(HEARTBEAT_S):
+            if held.lost(every_s=0.0):
+                return  # another process holds it now: touching it would keep theirs alive
             try:
                 os.utime(path)
             except FileNotFoundError:
@@ -129,7 +159,7 @@ def run_lock(run_dir: Path, enabled: bool = True) -> Iterator[None]:
     thread = threading.Thread(target=beat, name="run-lock-heartbeat", daemon=True)
     thread.start()
     try:
-        yield
+        yield held
     finally:
         stop.set()
         if _holder(path) == tag:

@@ -83,6 +83,7 @@ def test_overflowing_perplexities_are_inf_readable_and_null_in_json():
     )
     data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
     assert data["loss"] is None and data["perplexity"] is None
+    assert "the perplexity is not finite" in result.format()
 
 
 def test_fp16_leaves_a_lone_overflow_to_its_loss_scaler():
@@ -91,3 +92,21 @@ def test_fp16_leaves_a_lone_overflow_to_its_loss_scaler():
     assert diverged(1, "32-true") and diverged(1, "bf16-mixed")
     assert not diverged(FP16_NONFINITE_STEPS - 1, "16-mixed")
     assert diverged(FP16_NONFINITE_STEPS, "16-mixed")
+
+
+def test_a_non_finite_validation_stops_the_run_before_its_checkpoints(tiny_fasta, tmp_path):
+    """Finite weights whose outputs overflow: the checkpoint of that step would be broken."""
+    import pytorch_lightning as pl
+
+    class Overflow(pl.Callback):
+        def on_validation_batch_start(self, trainer, pl_module, *args):
+            if trainer.global_step == 4:
+                with torch.no_grad():
+                    for p in pl_module.parameters():
+                        p.fill_(3e38)  # finite, but every output overflows
+
+    cfg = tiny_config(tiny_fasta, max_steps=20, val_check_interval=2)
+    with pytest.raises(TrainingDiverged, match=r"the validation loss is (nan|inf) at step 4"):
+        train(cfg, tmp_path / "run", callbacks=[Overflow()])
+    best = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    assert torch.load(best, weights_only=True)["global_step"] == 2  # not the broken step

@@ -74,6 +74,15 @@ def test_a_second_signal_aborts_at_once(tiny_fasta, tmp_path):
     assert signal.getsignal(signal.SIGINT) == before
 
 
+def test_a_duplicate_stop_signal_does_not_throw_the_save_away(tiny_fasta, tmp_path):
+    """srun forwards a scancel's SIGTERM, a scheduler follows its USR1 with TERM: the save goes
+    on; only Ctrl-C again, or the same signal again a while later, aborts."""
+    cfg = tiny_config(tiny_fasta, max_steps=40)
+    result = train(cfg, tmp_path / "run", callbacks=[SignalAt(3, signal.SIGTERM, times=2)])
+    assert result.interrupted and result.steps == 3
+    assert torch.load(result.last_checkpoint, weights_only=True)["global_step"] == 3
+
+
 class LastCkptStep(pl.Callback):
     """Records the global step stored in last.ckpt at each step (None: no file yet)."""
 
@@ -620,6 +629,16 @@ def test_ckpt_path_last_starts_a_run_or_resumes_it(tmp_path):
         _cli("train", *unnamed, "ckpt_path=last"), capture_output=True, text=True, env=env
     )
     assert r.returncode == 2 and "ckpt_path=last resumes the run in hydra.run.dir" in r.stderr
+    r = subprocess.run(  # a sweep: its default folder is new every time too
+        _cli("train", "-m", *unnamed, "ckpt_path=last", "seed=0,1"),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert (
+        r.returncode == 2
+        and "name that directory (the default one is new for every sweep)" in r.stderr
+    )
 
 
 def test_a_schedulers_sigterm_to_every_process_with_data_workers_saves(tmp_path):

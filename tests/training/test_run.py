@@ -203,11 +203,13 @@ def test_an_interrupted_sweep_says_which_jobs_did_not_run(tmp_path, capsys, monk
     assert ran == [0, 1]
     err = capsys.readouterr().err
     assert "the sweep stopped at job 2 of 4; not run:" in err
-    lines = [ln for ln in err.splitlines() if "protein-performer train" in ln]
+    lines = [ln for ln in err.splitlines() if " train " in ln and "&&" in ln]
     assert len(lines) == 2 and "optim.lr=0.003" in lines[0] and "optim.lr=0.004" in lines[1]
     # each line runs as printed: its overrides compose the job the sweep would have run
     for line, lr, index in zip(lines, (3e-3, 4e-3), (2, 3), strict=True):
-        words = shlex.split(line.split("&&", 1)[1])[2:]
+        words = shlex.split(line.split("&&", 1)[1])
+        assert words[: len(hr.program())] == hr.program()  # as this program was run
+        words = words[len(hr.program()) + 1 :]
         job = compose_job("train", expand_overrides(words, multirun=False)[0])
         assert job.config.optim.lr == lr and job.run_dir == f"{sweep}/{index}"
 

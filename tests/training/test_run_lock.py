@@ -117,3 +117,34 @@ def test_every_rank_resolves_ckpt_path_last_alike(tmp_path, capsys):
     assert capsys.readouterr().err == ""  # said by rank 0 only
     (run / "checkpoints" / "last.ckpt").unlink()
     assert resolve_last(job, str(run), main=False) is None
+
+
+def test_a_run_whose_lock_was_taken_over_stops_without_writing(tiny_fasta, tmp_path, monkeypatch):
+    """Paused past the lock's staleness (a stopped job), a requeue took it over: this run
+    must not write another step or checkpoint over that one's."""
+    import pytorch_lightning as pl
+
+    run = tmp_path / "run"
+
+    class TakeOver(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 2:
+                (run / rl.LOCK_NAME).write_text("other-node~77\n")  # the requeue's lock
+
+    from protein_performer.training.callbacks import LockGuard
+
+    monkeypatch.setattr(LockGuard, "every_s", 0.0)
+    cfg = tiny_config(tiny_fasta, max_steps=40, val_check_interval=1000)
+    with pytest.raises(DataError, match=r"another process \(other-node~77\) took this run's"):
+        train(cfg, run, callbacks=[TakeOver()])
+    assert (run / rl.LOCK_NAME).read_text() == "other-node~77\n"  # theirs, left alone
+
+
+def test_a_lock_untouched_past_its_staleness_is_stale_whatever_its_pid(tmp_path):
+    lock = tmp_path / rl.LOCK_NAME
+    host = owner_tag().rpartition("~")[0]
+    lock.write_text(f"{host}~1\n")  # pid 1 is alive on every machine (reused after a reboot)
+    old = time.time() - rl.STALE_S - 5
+    os.utime(lock, (old, old))
+    with rl.run_lock(tmp_path) as held:
+        assert held.lost() is None
