@@ -899,8 +899,13 @@ def _run_train(
         job.config.ckpt_path = resolve_last(job, run_dir, quiet=args.json, main=claimed)
         last = job.config.ckpt_path
         if last and _finished(last, job, quiet=args.json or not claimed):
-            if args.json and claimed:
-                print(json.dumps({"run_dir": run_dir, "complete": True, "last_checkpoint": last}))
+            if args.json and claimed:  # what the run's own --json said, if it is there
+                summary = Path(run_dir) / "summary.json"
+                try:
+                    data = json.loads(summary.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    data = {"run_dir": run_dir, "last_checkpoint": last}
+                print(json.dumps({**data, "complete": True}))
             return 0  # a requeue of a run that is done: nothing to do, not an error
     existed = run_dir_existed(run_dir)
     if claimed:
