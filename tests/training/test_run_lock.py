@@ -148,3 +148,17 @@ def test_a_lock_untouched_past_its_staleness_is_stale_whatever_its_pid(tmp_path)
     os.utime(lock, (old, old))
     with rl.run_lock(tmp_path) as held:
         assert held.lost() is None
+
+
+def test_a_finished_runs_requeue_prints_its_summary_as_json(tiny_fasta, tmp_path, capsys):
+    import json
+
+    from protein_performer.cli import main
+    from tests.training.helpers import tiny_overrides
+
+    argv = ["train", *tiny_overrides(tiny_fasta, tmp_path / "run"), "ckpt_path=last", "--json"]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(argv) == 0  # the requeue: nothing left to train
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["complete"] is True and again["steps"] == first["steps"] == 4
