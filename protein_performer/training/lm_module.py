@@ -168,6 +168,14 @@ class ProteinLMModule(pl.LightningModule):
             align_nll, on_target = alignment_nll(
                 out["probe_attention"], batch["align_to"], batch["labels"]
             )
+            bad = align_nll is not None and not bool(torch.isfinite(align_nll.detach()))
+            # every rank asks (a rank without alignment targets too): the same answer on all
+            if self._reduce_sum(torch.tensor([float(bad)], device=self.device)).item() > 0:
+                raise TrainingDiverged(
+                    f"training diverged: the attention-supervision loss is not finite at step "
+                    f"{self.global_step}; stopped before that step's update (lower align.weight "
+                    "or optim.lr)"
+                )
             if align_nll is not None:
                 loss = loss + self.align.weight * align_nll
                 self.log("train/align_loss", align_nll.detach().float(), on_step=True)

@@ -847,3 +847,22 @@ def test_shards_keep_the_digest_of_the_table_they_were_split_by(tmp_path):
     ev = EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test", device="cpu")
     with pytest.raises(DataError, match="not the one the training run split by"):
         evaluate(ev)
+
+
+def test_a_non_finite_attention_supervision_loss_stops_the_run(tmp_path, monkeypatch):
+    import protein_performer.training.lm_module as lm
+    from protein_performer.errors import TrainingDiverged
+
+    real = lm.alignment_nll
+
+    def broken(*args, **kwargs):
+        nll, mass = real(*args, **kwargs)
+        return (None if nll is None else nll * float("nan")), mass
+
+    monkeypatch.setattr(lm, "alignment_nll", broken)
+    cfg, _ = pairs_config(tmp_path, max_steps=6, test_fraction=0.2)
+    cfg.data.pair_copy = 1.0
+    cfg.model.attention = "transformer"
+    cfg.align.weight = 1.0
+    with pytest.raises(TrainingDiverged, match="attention-supervision loss is not finite"):
+        train(cfg, tmp_path / "run")
