@@ -25,12 +25,18 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
-def add_overwrite_arg(parser: argparse.ArgumentParser) -> None:
+def add_output_args(parser: argparse.ArgumentParser) -> None:
+    """``--overwrite``, and every option's default in ``--help`` (most have no help text of
+    their own; where a file is written is one of them)."""
     parser.add_argument(
         "--overwrite",
         action="store_true",
         help="replace output files (--json, --png) that exist already (else refused)",
     )
+    for action in parser._actions:
+        shown = action.default not in (None, False, argparse.SUPPRESS)
+        if shown and action.help != argparse.SUPPRESS and "%(default)" not in (action.help or ""):
+            action.help = f"{action.help or ''} (default: %(default)s)".strip()
 
 
 def check_outputs(

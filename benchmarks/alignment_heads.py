@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
-    add_overwrite_arg,
+    add_output_args,
     check_outputs,
     environment,
     format_table,
@@ -62,7 +62,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--top", type=int, default=4, help="heads to print per checkpoint")
     p.add_argument("--json", type=Path, default=RESULTS / "alignment_heads.json")
-    add_overwrite_arg(p)
+    add_output_args(p)
     args = p.parse_args()
     check_outputs(p, [args.json], args.overwrite)
     labels = args.labels or [str(c) for c in args.checkpoints]

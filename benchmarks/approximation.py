@@ -44,7 +44,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
-    add_overwrite_arg,
+    add_output_args,
     check_outputs,
     environment,
     format_table,
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         help="q/k split factors a of the matched-shrinkage table (q*a, k/a)",
     )
     parser.add_argument("--threads", type=positive_int, default=2)
-    add_overwrite_arg(parser)
+    add_output_args(parser)
     args = parser.parse_args(argv)
     check_outputs(parser, [args.json], args.overwrite)
     if importlib.util.find_spec("performer_pytorch") is None:

@@ -39,7 +39,7 @@ from _common import (
     RESULTS,
     PeakRSS,
     add_attention_shape_args,
-    add_overwrite_arg,
+    add_output_args,
     check_device,
     check_outputs,
     environment,
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=("time", "memory", "both"), help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
-    add_overwrite_arg(parser)
+    add_output_args(parser)
     args = parser.parse_args(argv)
     if not args.worker:
         check_device(parser, args.device)

@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
-    add_overwrite_arg,
+    add_output_args,
     check_outputs,
     environment,
     format_table,
@@ -129,7 +129,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, default=RESULTS / "context_curve.json")
     p.add_argument("--png", type=Path, default=RESULTS / "context_curve.png")
-    add_overwrite_arg(p)
+    add_output_args(p)
     args = p.parse_args()
     check_outputs(p, [args.json, args.png], args.overwrite)
     offsets = args.offsets or [0] * len(args.runs)

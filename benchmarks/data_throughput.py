@@ -104,9 +104,9 @@ def main() -> None:
         default=400_000,
         help="records in the synthetic file for the memory check (0 to skip)",
     )
-    from _common import add_overwrite_arg, check_outputs
+    from _common import add_output_args, check_outputs
 
-    add_overwrite_arg(ap)
+    add_output_args(ap)
     args = ap.parse_args()
     check_outputs(ap, [args.json], args.overwrite)
     cases = []

@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
-    add_overwrite_arg,
+    add_output_args,
     check_outputs,
     environment,
     format_table,
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument("--json", type=Path, default=RESULTS / "dilution.json")
     p.add_argument("--quick", action="store_true", help="2 proteins, fill 0 and 100 (seconds)")
-    add_overwrite_arg(p)
+    add_output_args(p)
     args = p.parse_args(argv)
     check_outputs(p, [args.json], args.overwrite)
     if args.quick:

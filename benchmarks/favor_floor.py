@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
-    add_overwrite_arg,
+    add_output_args,
     check_outputs,
     environment,
     format_table,
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=positive_int, default=5)
     p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument("--json", type=Path, default=RESULTS / "favor_floor.json")
-    add_overwrite_arg(p)
+    add_output_args(p)
     args = p.parse_args(argv)
     check_outputs(p, [args.json], args.overwrite)
     torch.set_num_threads(args.threads)

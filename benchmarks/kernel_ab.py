@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
     add_attention_shape_args,
-    add_overwrite_arg,
+    add_output_args,
     check_outputs,
     environment,
     format_table,
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         "--rtol", type=float, default=1e-4, help="largest difference allowed, relative"
     )
     parser.add_argument("--json", type=Path, default=RESULTS / "kernel_ab.json")
-    add_overwrite_arg(parser)
+    add_output_args(parser)
     args = parser.parse_args(argv)
     check_outputs(parser, [args.json], args.overwrite)
     try:

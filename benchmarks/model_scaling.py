@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
     PeakRSS,
-    add_overwrite_arg,
+    add_output_args,
     check_device,
     check_outputs,
     environment,
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--attention", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
-    add_overwrite_arg(parser)
+    add_output_args(parser)
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(paired_worker(args) if args.paired else worker(args)))

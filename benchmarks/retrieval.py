@@ -40,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
-    add_overwrite_arg,
+    add_output_args,
     check_outputs,
     environment,
     format_table,
@@ -472,7 +472,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--png", type=Path, default=None, help="default: next to the JSON")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    add_overwrite_arg(p)
+    add_output_args(p)
     return p
 
 
