@@ -34,7 +34,7 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
         help="replace output files (--json, --png) that exist already (else refused)",
     )
     for action in parser._actions:
-        shown = action.default not in (None, False, argparse.SUPPRESS)
+        shown = not any(action.default is x for x in (None, False, argparse.SUPPRESS))
         if shown and action.help != argparse.SUPPRESS and "%(default)" not in (action.help or ""):
             action.help = f"{action.help or ''} (default: %(default)s)".strip()
 

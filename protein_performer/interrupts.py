@@ -38,8 +38,7 @@ TERMINATING = tuple(
 def takes_over(sig: int) -> bool:
     """Whether a stop handler may replace ``sig``'s: always for SIGTERM; for the others only
     while the default (killing) action is set, so an ignored one (``nohup``'s SIGHUP) stays
-    ignored and one a library or the user handles (submitit's SIGUSR2, Lightning's Slurm
-    requeue on SIGUSR1) stays theirs."""
+    ignored and one a library or the user handles (submitit's SIGUSR2) stays theirs."""
     return sig == signal.SIGTERM or signal.getsignal(sig) is signal.SIG_DFL
 
 

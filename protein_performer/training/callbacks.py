@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from protein_performer.errors import DataError
@@ -159,33 +160,44 @@ class LastCheckpoint(ModelCheckpoint):
 
 class LockGuard(pl.Callback):
     """Stops a run whose run-directory lock another process has taken over (this one was
-    paused past the lock's staleness: a stopped job, a frozen node) before it writes another
-    step, row or checkpoint over that process's."""
+    paused past the lock's staleness: a stopped job, a frozen node) before it writes more steps,
+    rows or checkpoints over that process's. Rank 0 holds the lock (``held``; None on other
+    ranks): every :attr:`every_steps` steps all ranks learn its answer together, so all stop
+    at the same step."""
 
-    #: seconds between two reads of the lock file while training
-    every_s = 5.0
+    #: steps between two checks of the lock while training (a collective under DDP)
+    every_steps = 20
 
     def __init__(self, held: Any) -> None:
         self.held = held
 
-    def _check(self, every_s: float | None = None) -> None:
-        holder = self.held.lost(self.every_s if every_s is None else every_s)
-        if holder is not None:
-            raise DataError(
-                f"run directory: another process ({holder}) took this run's lock over while "
-                "this one was paused; stopping without writing more (that process goes on "
-                "with the run)",
-                path=self.held.path.parent,
-            )
+    def _lost(self) -> str | None:
+        return None if self.held is None else self.held.lost(every_s=0.0)
+
+    def _stop(self, holder: str) -> None:
+        path = None if self.held is None else self.held.path.parent
+        raise DataError(
+            f"run directory: another process ({holder}) took this run's lock over while this "
+            "one was paused; stopping without writing more (that process goes on with the run)",
+            path=path,
+        )
 
     def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._check()
-
-    def on_validation_start(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._check()
+        if trainer.global_step % self.every_steps:
+            return
+        holder = self._lost()
+        if trainer.world_size > 1:  # every rank asks: the same answer, the same step
+            flag = torch.tensor(float(holder is not None), device=trainer.strategy.root_device)
+            if float(trainer.strategy.reduce(flag, reduce_op="sum")) > 0:
+                self._stop(holder or "rank 0's lock")
+        elif holder is not None:
+            self._stop(holder)
 
     def on_save_checkpoint(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._check(every_s=0.0)  # never a checkpoint over the other process's
+        # never a checkpoint over the other process's (one process: no collective to keep)
+        if trainer.world_size == 1 and (holder := self._lost()) is not None:
+            self._stop(holder)
 
     def on_train_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._check(every_s=0.0)  # nor its summary
+        if trainer.world_size == 1 and (holder := self._lost()) is not None:
+            self._stop(holder)  # nor its summary

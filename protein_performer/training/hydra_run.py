@@ -675,6 +675,13 @@ def run_hydra(command: str, argv: list[str]) -> int:
         return _run_analysis(command, jobs[0], args)
     child = _ddp_child_job()
     sweep_dir = jobs[0].sweep_dir
+    last_in_sweep = args.multirun and any(j.config.ckpt_path == LAST for j in jobs)
+    if last_in_sweep and child is None and not _names_hydra_run_dir(jobs[0], "hydra.sweep.dir"):
+        raise ConfigError(
+            "ckpt_path=last in a sweep resumes its jobs in hydra.sweep.dir: name that "
+            "directory (the default one is new for every sweep), e.g. "
+            "hydra.sweep.dir=sweeps/$SLURM_JOB_ID"
+        )
     if args.multirun and child is None and any(_is_distributed(j.config) for j in jobs):
         return _run_jobs_in_subprocesses(jobs, sweep_dir, args)
     for i, job in enumerate(jobs):
@@ -779,20 +786,12 @@ def resolve_last(
     from protein_performer.training.run import CHECKPOINT_DIR, set_aside_attempt
     from protein_performer.training.run_lock import wait_for_other_machine
 
-    if _in_sweep(run_dir, job):
-        if not _names_hydra_run_dir(job, "hydra.sweep.dir"):
-            raise ConfigError(
-                "ckpt_path=last in a sweep resumes its jobs in hydra.sweep.dir: name that "
-                "directory (the default one is new for every sweep), e.g. "
-                "hydra.sweep.dir=sweeps/$SLURM_JOB_ID"
-            )
-    elif not _names_hydra_run_dir(job):
+    if not _in_sweep(run_dir, job) and not _names_hydra_run_dir(job):  # (sweeps: run_hydra)
         raise ConfigError(
             "ckpt_path=last resumes the run in hydra.run.dir: name that directory (the default "
             "one is new for every run), e.g. hydra.run.dir=runs/$SLURM_JOB_ID"
         )
-    if main:
-        wait_for_other_machine(Path(run_dir), quiet=quiet)
+    wait_for_other_machine(Path(run_dir), quiet=quiet or not main)  # every rank alike
     last = Path(run_dir) / CHECKPOINT_DIR / "last.ckpt"
     if last.is_file():
         if main and not quiet:

@@ -104,6 +104,7 @@ class ProteinLMModule(pl.LightningModule):
         # set by GracefulInterrupt (one process only): the rest of a validation is skipped
         self.skip_validation = False
         self.nonfinite_steps = 0  # non-finite training losses in a row
+        self.nonfinite_align = 0  # ... and attention-supervision losses
         self._val_sums = torch.zeros(7, dtype=torch.float64)
         # MLM: the unigram baseline's log-probabilities (training-data residue frequencies)
         self._unigram_logp: torch.Tensor | None = None
@@ -170,7 +171,10 @@ class ProteinLMModule(pl.LightningModule):
             )
             bad = align_nll is not None and not bool(torch.isfinite(align_nll.detach()))
             # every rank asks (a rank without alignment targets too): the same answer on all
-            if self._reduce_sum(torch.tensor([float(bad)], device=self.device)).item() > 0:
+            bad = self._reduce_sum(torch.tensor([float(bad)], device=self.device)).item() > 0
+            self.nonfinite_align = self.nonfinite_align + 1 if bad else 0
+            precision = str(getattr(self.trainer, "precision", ""))
+            if bad and diverged(self.nonfinite_align, precision):
                 raise TrainingDiverged(
                     f"training diverged: the attention-supervision loss is not finite at step "
                     f"{self.global_step}; stopped before that step's update (lower align.weight "
@@ -218,12 +222,13 @@ class ProteinLMModule(pl.LightningModule):
         nll, count, correct, m_nll, m_count, m_correct, u_nll = sums
         if count == 0:
             return
-        if not math.isfinite(nll) and not self.trainer.sanity_checking:  # the same on all ranks
+        fp16 = str(getattr(self.trainer, "precision", "")) == "16-mixed"
+        if not math.isfinite(nll) and not self.trainer.sanity_checking and not fp16:
             # finite weights whose outputs overflow: the next checkpoint would be broken
             raise TrainingDiverged(
                 f"training diverged: the validation loss is {nll} at step "
                 f"{self.trainer.global_step} (lr {self.optimizers().param_groups[0]['lr']:.3g}); "
-                "stopped before this step's checkpoints: start again with a lower optim.lr "
+                "stopped before this validation's checkpoints: start again with a lower optim.lr "
                 "or a longer optim.warmup_steps (a resume would keep this learning rate, and "
                 "the weights of this step give no finite output)"
             )

@@ -1298,9 +1298,8 @@ def train(
                 data_line = _data_line(dm, cfg, read_s)
                 _print_header(cfg, run_path, estimate, warning, resume_step, data_line)
             module = build_module(cfg, dm.alphabet)
-            guard = [LockGuard(held)] if held is not None else []
             trainer, throughput, checkpoint = build_trainer(
-                cfg, run_path, [*(callbacks or []), *guard], resume_step
+                cfg, run_path, [*(callbacks or []), LockGuard(held)], resume_step
             )
             interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))
             start = time.perf_counter()

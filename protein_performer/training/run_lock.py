@@ -3,8 +3,11 @@
 A resume started while the run is still training (a requeued job whose first instance has not
 ended, an array collision) would interleave two writers' rows in ``metrics.csv`` and replace
 each other's checkpoints. The lock file holds its owner (``HOST~PID``, :func:`owner_tag`) and
-is touched every :data:`HEARTBEAT_S` seconds; a lock is stale when its process is gone (same
-machine) or it was not touched for :data:`STALE_S` seconds (another machine, after a kill).
+is touched every :data:`HEARTBEAT_S` seconds. A lock is stale when, on this machine, its
+process is gone or the process with its pid started after the lock was last touched (a pid
+reused after a reboot); on another machine, when it was not touched for :data:`STALE_S`
+seconds (a killed run). A run whose lock was taken over anyway (it was paused past that) sees
+it (:meth:`HeldLock.lost`) and stops before writing more.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ HEARTBEAT_S = 20.0
 STALE_S = 120.0
 
 
-def _same_machine(holder: str) -> bool:
+def _same_machine(holder: str | None) -> bool:
+    if holder is None:
+        return False
     host, _, pid = holder.rpartition("~")
     # Windows: os.kill(pid, 0) is a Ctrl-C event there, not a probe: judged by mtime only
     return host == owner_tag().rpartition("~")[0] and pid.isdigit() and os.name != "nt"
@@ -39,42 +44,67 @@ def _age(path: Path) -> float:
         return math.inf
 
 
-def _stale(path: Path, holder: str) -> bool:
-    """A live holder touches its lock every :data:`HEARTBEAT_S`: one untouched for
-    :data:`STALE_S` is stale wherever it was taken (a reused pid after a reboot does not keep
-    it); on this machine a holder whose process is gone (or is this one) at once."""
-    if _age(path) > STALE_S:
+def _started_at(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), from /proc; None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _stale(path: Path, holder: str | None) -> bool:
+    """Whether the lock at ``path`` (held by ``holder``, None when unreadable) belongs to no
+    live run (see the module's docstring)."""
+    if not _same_machine(holder):
+        return _age(path) > STALE_S
+    pid = int(holder.rpartition("~")[2])  # type: ignore[union-attr]
+    if pid == os.getpid() or not _alive(pid):  # our own pid: a restarted container's
         return True
-    if _same_machine(holder):
-        pid = int(holder.rpartition("~")[2])
-        return pid == os.getpid() or not _alive(pid)  # our own pid: a restarted container's
-    return False
+    started = _started_at(pid)
+    if started is None:  # no /proc: the heartbeat decides
+        return _age(path) > STALE_S
+    try:
+        touched = path.stat().st_mtime
+    except FileNotFoundError:
+        return True
+    return started > touched + 1.0  # a pid reused since the holder last touched it
 
 
 def wait_for_other_machine(run_dir: Path, quiet: bool = False) -> None:
-    """Wait (up to :data:`STALE_S`) while another machine's lock on ``run_dir`` may be a
-    killed run's: a requeue started within two minutes of a kill would be refused (and end a
-    job chain). A live holder keeps touching it, and is then refused as usual."""
+    """Wait while another machine's lock on ``run_dir`` may be a killed run's (until it has
+    been untouched for :data:`STALE_S`): a requeue started within two minutes of a kill would
+    be refused (and end a job chain). A live holder keeps touching it, and is then refused as
+    usual."""
     path = Path(run_dir) / LOCK_NAME
-    if not path.exists() or _same_machine(holder := _holder(path)) or _stale(path, holder):
+    holder = _holder(path)
+    if holder is None or _same_machine(holder) or _stale(path, holder):
         return
+    wait = max(0.0, STALE_S - _age(path)) + 1.0
     if not quiet:
         print(
             f"run directory {run_dir}: locked by {holder} on another machine, last touched "
-            f"{_age(path):.0f} s ago; waiting up to {STALE_S:.0f} s for it to go stale",
+            f"{_age(path):.0f} s ago; waiting up to {wait:.0f} s for it to go stale",
             file=sys.stderr,
             flush=True,
         )
-    deadline = time.monotonic() + STALE_S + HEARTBEAT_S
+    deadline = time.monotonic() + wait
     while time.monotonic() < deadline and path.exists() and not _stale(path, _holder(path)):
-        time.sleep(min(5.0, HEARTBEAT_S))
+        time.sleep(min(1.0, wait / 10))
 
 
-def _holder(path: Path) -> str:
+def _holder(path: Path) -> str | None:
+    """Who holds the lock at ``path``; None when there is none or it cannot be read now (a
+    passing network-filesystem error is no one's)."""
     try:
         return path.read_text(encoding="utf-8").strip() or "unknown"
     except (OSError, UnicodeDecodeError):
-        return "unknown"
+        return None
 
 
 def check_unlocked(run_dir: Path) -> None:
@@ -85,10 +115,10 @@ def check_unlocked(run_dir: Path) -> None:
         raise DataError(_busy(holder, path), path=run_dir)
 
 
-def _busy(holder: str, path: Path) -> str:
+def _busy(holder: str | None, path: Path) -> str:
     return (
-        f"run directory: a run is training in it now ({holder}); wait for it to end "
-        f"(or stop it), or remove {path} if no such run is alive"
+        f"run directory: a run is training in it now ({holder or 'unknown'}); wait for it to "
+        f"end (or stop it), or remove {path} if no such run is alive"
     )
 
 
@@ -104,12 +134,13 @@ class HeldLock:
 
     def lost(self, every_s: float = 5.0) -> str | None:
         """The holder that took the lock over, or None while it is ours (read at most every
-        ``every_s`` seconds)."""
+        ``every_s`` seconds; a read that fails, or a lock removed by hand, is not a
+        takeover)."""
         now = time.monotonic()
         if self._lost is None and now - self._checked >= every_s:
             self._checked = now
             holder = _holder(self.path)
-            if self.path.exists() and holder != self.tag:
+            if holder is not None and holder != self.tag:
                 self._lost = holder
         return self._lost
 
@@ -137,8 +168,9 @@ def run_lock(run_dir: Path, enabled: bool = True) -> Iterator[HeldLock | None]:
         # two processes taking over one stale lock at once: the later unlinks the earlier's
         # new file; the one that finds another name there backs off
         time.sleep(0.05)
-        if _holder(path) != tag:
-            raise DataError(_busy(_holder(path), path), path=run_dir)
+        holder = _holder(path)
+        if holder is not None and holder != tag:
+            raise DataError(_busy(holder, path), path=run_dir)
         break
     else:
         raise DataError("run directory: could not take its lock", path=run_dir)

@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from protein_performer.atomic import owner_tag
 from protein_performer.errors import DataError
@@ -133,19 +134,25 @@ def test_a_run_whose_lock_was_taken_over_stops_without_writing(tiny_fasta, tmp_p
 
     from protein_performer.training.callbacks import LockGuard
 
-    monkeypatch.setattr(LockGuard, "every_s", 0.0)
+    monkeypatch.setattr(LockGuard, "every_steps", 1)
     cfg = tiny_config(tiny_fasta, max_steps=40, val_check_interval=1000)
+    cfg.trainer.checkpoint_every_minutes = 1e-6  # last.ckpt after every step, while it may
     with pytest.raises(DataError, match=r"another process \(other-node~77\) took this run's"):
         train(cfg, run, callbacks=[TakeOver()])
     assert (run / rl.LOCK_NAME).read_text() == "other-node~77\n"  # theirs, left alone
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] <= 3  # nothing written after the takeover at step 2
 
 
-def test_a_lock_untouched_past_its_staleness_is_stale_whatever_its_pid(tmp_path):
+def test_a_lock_from_before_its_pids_process_started_is_stale(tmp_path):
     lock = tmp_path / rl.LOCK_NAME
     host = owner_tag().rpartition("~")[0]
     lock.write_text(f"{host}~1\n")  # pid 1 is alive on every machine (reused after a reboot)
-    old = time.time() - rl.STALE_S - 5
-    os.utime(lock, (old, old))
+    started = rl._started_at(1)
+    if started is None:
+        pytest.skip("no /proc here")
+    before = started - 100  # touched last before pid 1 started: another boot's lock
+    os.utime(lock, (before, before))
     with rl.run_lock(tmp_path) as held:
         assert held.lost() is None
 
@@ -162,3 +169,22 @@ def test_a_finished_runs_requeue_prints_its_summary_as_json(tiny_fasta, tmp_path
     assert main(argv) == 0  # the requeue: nothing left to train
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["complete"] is True and again["steps"] == first["steps"] == 4
+
+
+def test_an_unreadable_lock_is_no_takeover(tmp_path, monkeypatch):
+    """A passing read error (NFS) must not stop a healthy run as if its lock were taken."""
+    with rl.run_lock(tmp_path) as held:
+        monkeypatch.setattr(rl, "_holder", lambda path: None)
+        assert held.lost(every_s=0.0) is None
+
+
+def test_a_requeue_waits_for_another_machines_lock_to_go_stale(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(rl, "STALE_S", 1.0)
+    lock = tmp_path / rl.LOCK_NAME
+    lock.write_text("other-node~5\n")  # a killed run's, just touched
+    start = time.monotonic()
+    rl.wait_for_other_machine(tmp_path)
+    assert 0.9 < time.monotonic() - start < 10
+    assert "locked by other-node~5 on another machine" in capsys.readouterr().err
+    with rl.run_lock(tmp_path):  # stale now: taken over
+        pass
