@@ -65,6 +65,28 @@ class BestCheckpoint(ModelCheckpoint):
         if not getattr(pl_module, "skip_validation", False):
             super().on_validation_end(trainer, pl_module)
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """A run resumed in another directory (a copied or moved run, ``hydra.run.dir=NEW``)
+        keeps its best score: Lightning restores it only in the same directory, so the first
+        validation after the resume replaced best.ckpt whatever its perplexity. Its best file
+        is the one now beside this directory's checkpoints if it was copied along, else the
+        stored one (never deleted from there: Lightning removes files in its own folder only);
+        with neither, the best starts afresh."""
+        stored = state_dict.get("dirpath")
+        if stored is None or Path(stored) == Path(self.dirpath or ""):
+            super().load_state_dict(state_dict)
+            return
+        old = state_dict.get("best_model_path") or ""
+        here = Path(self.dirpath or "") / Path(old).name if old else None
+        best = here if here is not None and here.is_file() else Path(old) if old else None
+        if best is None or not best.is_file() or state_dict.get("best_model_score") is None:
+            return
+        score = state_dict["best_model_score"]
+        self.best_model_score = score
+        self.best_model_path = self.kth_best_model_path = str(best)
+        self.kth_value = score
+        self.best_k_models = {str(best): score}
+
 
 def _interrupted(trainer: pl.Trainer) -> bool:
     """Whether Ctrl-C / SIGTERM (:class:`GracefulInterrupt`) stopped this run."""

@@ -819,9 +819,14 @@ def _finished(last: str, job: ComposedJob, quiet: bool = False) -> bool:
     if step < max_steps:
         return False
     if not quiet:
+        where = (
+            f"complete ({step:,} of trainer.max_steps={max_steps:,} steps in {last})"
+            if step == max_steps
+            else f"at step {step:,} ({last}), past trainer.max_steps={max_steps:,}"
+        )
         print(
-            f"ckpt_path=last: the run is complete ({step:,} of trainer.max_steps={max_steps:,} "
-            f"steps in {last}); nothing left to train (raise trainer.max_steps to go on)",
+            f"ckpt_path=last: the run is {where}; nothing left to train (raise "
+            "trainer.max_steps to go on)",
             file=sys.stderr,
             flush=True,
         )
@@ -903,8 +908,16 @@ def _run_train(
                 try:
                     data = json.loads(summary.read_text(encoding="utf-8"))
                 except (OSError, ValueError):
-                    data = {"run_dir": run_dir, "last_checkpoint": last}
-                print(json.dumps({**data, "complete": True}))
+                    data = {}
+                # where the run is now (a moved run's summary names its old folder)
+                best = Path(last).with_name("best.ckpt")
+                data |= {
+                    "run_dir": str(Path(run_dir).resolve()),
+                    "last_checkpoint": last,
+                    "best_checkpoint": str(best) if best.is_file() else None,
+                    "complete": True,
+                }
+                print(json.dumps(data))
             return 0  # a requeue of a run that is done: nothing to do, not an error
     existed = run_dir_existed(run_dir)
     if claimed:

@@ -74,6 +74,7 @@ from protein_performer.training.checkpoints import (
     load_model,
     model_state,
     read_checkpoint,
+    resolve_checkpoint,
 )
 from protein_performer.training.context_eval import (
     Target,
@@ -225,8 +226,8 @@ def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
                 "data=shards starts from none)",
                 " and ".join(unread) + (" are" if len(unread) > 1 else " is"),
             )
-    if cfg.init_from:
-        _require_file(cfg.init_from, "init_from: checkpoint")
+    if cfg.init_from:  # "default": the shipped checkpoint, as in the analysis commands
+        _require_file(str(resolve_checkpoint(cfg.init_from)), "init_from: checkpoint")
     if cfg.ckpt_path:
         try:
             ckpt = read_checkpoint(cfg.ckpt_path, mmap=True)
@@ -508,7 +509,7 @@ RUN_DIR_ENTRIES = re.compile(
 
 #: What an attempt that saved no checkpoint leaves once set aside for a new start.
 SET_ASIDE = re.compile(
-    rf"(config|overrides)\.\d+\.yaml|metrics\.\d+\.csv|summary\.\d+\.json|tensorboard\.\d+"
+    rf"(config|overrides)\.\d+\.yaml|metrics\.\d+\.csv|tensorboard\.\d+"
     rf"|\.lock|{CHECKPOINT_DIR}"
 )
 #: An attempt's files and folders, set aside as ``NAME.N.EXT`` (``hparams.yaml``, Lightning's
@@ -517,7 +518,6 @@ _ATTEMPT_FILES = (
     ("config", ".yaml"),
     ("overrides", ".yaml"),
     ("metrics", ".csv"),
-    ("summary", ".json"),
     ("tensorboard", ""),
 )
 
@@ -536,6 +536,8 @@ def attempt_without_checkpoint(run_dir: Path) -> bool:
     first, or diverged): what :func:`set_aside_attempt` may set aside."""
     if not run_dir.is_dir() or not _is_run_config(run_dir / "config.yaml"):
         return False
+    if (run_dir / "summary.json").exists():
+        return False  # a run that ended (its checkpoints removed since): not to redo unasked
     names = entries(run_dir)
     return all(RUN_DIR_ENTRIES.fullmatch(n) for n in names) and not saved_checkpoints(run_dir)
 

@@ -710,3 +710,26 @@ def test_ckpt_path_last_restarts_an_attempt_that_saved_no_checkpoint(tiny_fasta,
     mine = [*tiny_overrides(tiny_fasta, tmp_path / "mine"), "ckpt_path=last"]
     assert main(["train", *mine]) == 2
     assert (tmp_path / "mine" / "config.yaml").read_text() == "my: notes\n"
+
+
+def test_a_moved_run_keeps_its_best_score_and_file(tiny_fasta, tmp_path):
+    """Lightning restores the best score only in the same folder: a copied run's first
+    validation after the resume replaced best.ckpt whatever its perplexity."""
+    import shutil
+
+    from protein_performer.training.callbacks import BestCheckpoint
+
+    class Seen(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            best = next(c for c in trainer.callbacks if isinstance(c, BestCheckpoint))
+            self.score, self.path = float(best.best_model_score), best.best_model_path
+
+    cfg = tiny_config(tiny_fasta, max_steps=4, val_check_interval=2)
+    first = train(cfg, tmp_path / "run")
+    shutil.copytree(tmp_path / "run", tmp_path / "moved")
+    shutil.rmtree(tmp_path / "run")  # moved, not copied: the stored folder is gone
+    seen = Seen()
+    cfg.ckpt_path, cfg.trainer.max_steps = str(tmp_path / "moved/checkpoints/last.ckpt"), 6
+    train(cfg, tmp_path / "moved", callbacks=[seen])
+    assert seen.score == pytest.approx(first.best_val_perplexity)
+    assert seen.path == str(tmp_path / "moved" / "checkpoints" / "best.ckpt")

@@ -99,8 +99,10 @@ def test_an_attempt_without_a_checkpoint_is_set_aside_whatever_it_left(tiny_fast
         ckpt.unlink()
     (run / "checkpoints" / ".last.ckpt.host~1.x.tmp").write_text("")  # killed mid-write
     (run / "tensorboard").mkdir()
+    assert set_aside_attempt(run) == []  # it ended (summary.json): not redone unasked
+    (run / "summary.json").unlink()  # as a killed attempt leaves it
     kept = set_aside_attempt(run)
-    assert "config.1.yaml" in kept and "tensorboard.1" in kept and "summary.1.json" in kept
+    assert "config.1.yaml" in kept and "tensorboard.1" in kept and "metrics.1.csv" in kept
     assert check_run_dir(run) == run  # a new start is accepted there now
     (tmp_path / "user").mkdir()
     (tmp_path / "user" / "config.yaml").write_text("model: x\n")
@@ -188,3 +190,14 @@ def test_a_requeue_waits_for_another_machines_lock_to_go_stale(tmp_path, monkeyp
     assert "locked by other-node~5 on another machine" in capsys.readouterr().err
     with rl.run_lock(tmp_path):  # stale now: taken over
         pass
+
+
+def test_init_from_default_is_the_shipped_checkpoint(tiny_fasta):
+    from protein_performer.training.checkpoints import resolve_checkpoint
+    from protein_performer.training.run import check_train_inputs
+
+    if not resolve_checkpoint("default").is_file():
+        pytest.skip("no shipped checkpoint here")
+    cfg = tiny_config(tiny_fasta)
+    cfg.init_from = "default"
+    check_train_inputs(cfg)  # found, as checkpoint=default is by the analysis commands
