@@ -1191,6 +1191,8 @@ def _print_header(
             else "at validations"
         ),
     ]
+    if cfg.init_from:
+        lines.append(f"weights from: {cfg.init_from} (init_from: a new run, its own optimizer)")
     if warning:
         lines.append(f"warning: {warning}")
     print("\n".join(lines), file=sys.stderr, flush=True)

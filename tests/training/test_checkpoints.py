@@ -257,7 +257,7 @@ def test_resume_from_another_model_is_refused(tiny_fasta, tmp_path):
         train(cfg, tmp_path / "b")
 
 
-def test_init_from_converts_exact_attention_to_performer(tiny_fasta, tmp_path):
+def test_init_from_converts_exact_attention_to_performer(tiny_fasta, tmp_path, capsys):
     exact = train(tiny_config(tiny_fasta, "transformer", max_steps=2), tmp_path / "exact")
     cfg = tiny_config(tiny_fasta, "performer_softmax", max_steps=2)
     cfg.init_from = exact.last_checkpoint
@@ -270,8 +270,10 @@ def test_init_from_converts_exact_attention_to_performer(tiny_fasta, tmp_path):
             torch.testing.assert_close(v, source[k], rtol=0, atol=0)
             n_shared += 1
     assert n_shared == len(source)
+    capsys.readouterr()
     tuned = train(cfg, tmp_path / "tuned")
     assert tuned.steps == 2
+    assert f"weights from: {exact.last_checkpoint} (init_from" in capsys.readouterr().err
 
 
 def test_converted_performer_softmax_approaches_the_exact_model(tmp_path):
