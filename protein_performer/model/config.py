@@ -106,7 +106,7 @@ class ModelConfig:
     def kind_label(self) -> str:
         """The attention kind as reports name it: ``attention``, with ``+exact[...]`` for a
         layer-wise hybrid."""
-        if not self.exact_layers:
+        if not self.exact_layers or self.attention == "transformer":  # every layer is exact
             return self.attention
         return f"{self.attention}+exact{list(self.exact_layers)}"
 

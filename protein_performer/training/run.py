@@ -1166,7 +1166,7 @@ def _print_header(
     shape = f"{m.depth}×{m.dim}, {m.heads} heads" + (
         f", {m.nb_features} features" if m.is_performer or m.attention == "hedgehog" else ""
     )
-    if m.exact_layers:
+    if m.exact_layers and m.attention != "transformer":  # (every layer of it is exact)
         shape += f", exact attention in layers {list(m.exact_layers)}"
     if m.nope_layers:
         shape += f", no rotary positions in layers {list(m.nope_layers)}"

@@ -687,3 +687,12 @@ def test_return_attentions_larger_than_memory_is_refused_up_front(monkeypatch):
     with pytest.raises(ConfigError, match=rf"every layer \({depth} × 1 × {heads} × 60 × 60\)"):
         model(ids, return_attentions=True)
     assert model(ids)["logits"].shape[:2] == (1, 60)  # without the matrices it runs
+
+
+def test_a_transformer_is_not_labelled_a_hybrid():
+    from protein_performer.model.config import ModelConfig
+
+    assert ModelConfig(attention="transformer", exact_layers=[-1]).kind_label == "transformer"
+    assert ModelConfig(attention="performer_relu", exact_layers=[-1]).kind_label == (
+        "performer_relu+exact[-1]"
+    )
