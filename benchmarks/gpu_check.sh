@@ -88,7 +88,8 @@ EOF
     cp "$run/metrics.csv" "$OUT/recipe_metrics.csv" 2>/dev/null
     stage "gpu_recipe: evaluate on the test split"
     timeout 180 "$PY" -m protein_performer.cli evaluate checkpoint="$run/checkpoints/best.ckpt" \
-        split=test "fasta=[$ecoli,$yeast]" output="$OUT/recipe_eval_test.json" || status=1
+        split=test "fasta=[$ecoli,$yeast]" output="$OUT/recipe_eval_test.json" overwrite=true \
+        || status=1
 else
     stage "gpu_recipe skipped: no proteomes in $RECIPE_DATA (carry .gpudata: gpu_prepare.sh)"
     status=1

@@ -138,7 +138,7 @@ for kind in $KINDS; do
         timeout "$limit" "$PY" -m protein_performer.cli evaluate checkpoint="$ckpt" \
             "fasta=[$files]" clusters="$CLUSTERS" split=test context=cluster \
             context_min_members=3 context_max_proteins=300 context_order="$CONTEXT_ORDER" \
-            max_length=$length $fill $eval_extra output="$WORK/${kind}_eval${length}.json" \
+            max_length=$length $fill $eval_extra output="$WORK/${kind}_eval${length}.json" overwrite=true \
             >"$WORK/${kind}_eval${length}.log" 2>&1 &
         pids+=($!)
     done

@@ -948,13 +948,9 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             where = f"{cfg.sequence_col}: " if cfg.sequence_col else ""
             problems.append((i, f"{where}{e}"))
             continue
-        problem = mut.unlike_wild_type(variant, sequence) if whole else None
-        long = isinstance(variant, mut.Indel) and window and len(variant.sequence) > window - 2
-        if problem is None and long:
-            problem = (
-                f"an indel of {len(variant.sequence):,} residues, longer than the model's "
-                f"window ({window - 2:,} residues)"
-            )
+        problem = mut.whole_sequence_problem(
+            variant, sequence, None if window is None else window - 2, whole
+        )
         parsed.append(None if problem else variant)
         if problem:
             problems.append((i, problem))

@@ -164,6 +164,22 @@ def unlike_wild_type(variant: Variant, wild_type: str) -> str | None:
     )
 
 
+def whole_sequence_problem(
+    variant: Variant, wild_type: str, window: int | None, whole: bool = True
+) -> str | None:
+    """Why a variant cannot be scored as the wild type's (None: it can): given as a whole
+    sequence (``whole``), one :func:`unlike_wild_type`; an indel longer than ``window``
+    residues (the whole-sequence methods need it in the model's window)."""
+    problem = unlike_wild_type(variant, wild_type) if whole else None
+    long = isinstance(variant, Indel) and window is not None and len(variant.sequence) > window
+    if problem is None and long:
+        problem = (
+            f"an indel of {len(variant.sequence):,} residues, longer than the model's "
+            f"window ({window:,} residues)"
+        )
+    return problem
+
+
 def looks_like_sequence(text: str, wild_type: str) -> bool:
     """Whether a mutant field holds a whole sequence (as ProteinGym's indel files do) rather
     than a notation: letters only and at least ``max(10, len(wild_type) // 2)`` of them, so a
@@ -483,6 +499,10 @@ def score_mutants(
     check_methods(methods, causal)
     ids = alphabet.encode(sequence)
     wild_type = alphabet.decode(ids)
+    whole = [
+        isinstance(m, Indel) or (isinstance(m, str) and looks_like_sequence(m, wild_type))
+        for m in mutants
+    ]
     mutants = [
         parse_variant(m, wild_type, offset)
         if isinstance(m, str)
@@ -491,7 +511,16 @@ def score_mutants(
         else list(m)
         for m in mutants
     ]
-    problems = check_mutants(mutants, wild_type, offset)
+    if max_tokens is None and model.rotary is None:
+        max_tokens = model.config.max_len
+    window = None if max_tokens is None else max_tokens - 2
+    problems = [
+        (i, problem)
+        for i, (m, w) in enumerate(zip(mutants, whole, strict=True))
+        if (problem := whole_sequence_problem(m, wild_type, window, w)) is not None
+    ]
+    problems += check_mutants(mutants, wild_type, offset)
+    problems.sort(key=lambda x: x[0])
     if problems:
         i, problem = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

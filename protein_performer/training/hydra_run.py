@@ -798,7 +798,8 @@ def resolve_last(
             print(f"ckpt_path=last: resuming from {last}", file=sys.stderr, flush=True)
         return str(last)
     kept = set_aside_attempt(Path(run_dir)) if main else []
-    if main and not quiet:
+    fresh = kept or not Path(run_dir).exists() or not any(Path(run_dir).iterdir())
+    if main and not quiet and fresh:  # (anything else: the run-directory check says what)
         print(f"ckpt_path=last: no {last} yet, starting the run", file=sys.stderr, flush=True)
         if kept:
             print(

@@ -502,16 +502,34 @@ def _same_number(a: Any, b: Any) -> bool:
 
 RUN_DIR_ENTRIES = re.compile(
     r"(config(\.\d+)?\.yaml|overrides(\.\d+)?\.yaml|hparams\.yaml|metrics(\.\d+)?\.csv"
-    r"|summary(\.\d+)?\.json"
-    rf"|{CHECKPOINT_DIR}|tensorboard(\.\d+)?|\.lock)"
+    rf"|summary\.json|{CHECKPOINT_DIR}|tensorboard(\.\d+)?|{re.escape(LOCK_NAME)})"
 )
 
 
 #: What an attempt that saved no checkpoint leaves once set aside for a new start.
 SET_ASIDE = re.compile(
     rf"(config|overrides)\.\d+\.yaml|metrics\.\d+\.csv|tensorboard\.\d+"
-    rf"|\.lock|{CHECKPOINT_DIR}"
+    rf"|{re.escape(LOCK_NAME)}|{CHECKPOINT_DIR}"
 )
+
+
+def _only_temporaries(folder: Path) -> bool:
+    """Whether ``folder`` is missing or holds nothing but hidden temporaries (an interrupted
+    checkpoint write's)."""
+    return not folder.is_dir() or all(p.name.startswith(".") for p in folder.iterdir())
+
+
+def _set_aside_only(p: Path) -> bool:
+    """Whether ``p`` holds nothing but attempts set aside by :func:`set_aside_attempt` (at
+    least one: a folder of other things is a user's) and no checkpoint."""
+    names = entries(p)
+    return (
+        any(re.fullmatch(r"config\.\d+\.yaml", n) for n in names)
+        and all(SET_ASIDE.fullmatch(n) for n in names)
+        and _only_temporaries(p / CHECKPOINT_DIR)
+    )
+
+
 #: An attempt's files and folders, set aside as ``NAME.N.EXT`` (``hparams.yaml``, Lightning's
 #: copy of the config, is removed).
 _ATTEMPT_FILES = (
@@ -539,7 +557,9 @@ def attempt_without_checkpoint(run_dir: Path) -> bool:
     if (run_dir / "summary.json").exists():
         return False  # a run that ended (its checkpoints removed since): not to redo unasked
     names = entries(run_dir)
-    return all(RUN_DIR_ENTRIES.fullmatch(n) for n in names) and not saved_checkpoints(run_dir)
+    return all(RUN_DIR_ENTRIES.fullmatch(n) for n in names) and _only_temporaries(
+        run_dir / CHECKPOINT_DIR
+    )
 
 
 def set_aside_attempt(run_dir: Path) -> list[str]:
@@ -595,7 +615,7 @@ def check_run_dir(
         check_unlocked(p)  # a run training there now: nothing of it is touched
     if not p.is_dir() or not any(p.iterdir()) or _resuming_in(p, ckpt_path):
         return p
-    if all(SET_ASIDE.fullmatch(n) for n in entries(p)) and not saved_checkpoints(p):
+    if _set_aside_only(p):
         return p  # earlier attempts that saved no checkpoint, set aside (ckpt_path=last)
     names = sorted(entries(p))
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
@@ -620,9 +640,22 @@ def check_run_dir(
             "or one stopped while loading); choose a new one",
             path=p,
         )
+    others = saved_checkpoints(p)
+    if others:  # last.ckpt removed, best.ckpt kept
+        raise DataError(
+            f"{key}: holds a run without checkpoints/last.ckpt ({shown}); continue it from "
+            f"another of its checkpoints with ckpt_path={others[0]}, or choose a new one",
+            path=p,
+        )
+    if (p / "summary.json").exists():
+        raise DataError(
+            f"{key}: holds a run that ended (summary.json) and whose checkpoints are gone "
+            f"({shown}); choose a new one (its metrics and summary are kept there)",
+            path=p,
+        )
     raise DataError(
         f"{key}: holds a run that saved no checkpoint to resume from ({shown}); choose a new "
-        "one (or remove that directory)",
+        "one, or start it again there with ckpt_path=last (its files are kept as NAME.1.EXT)",
         path=p,
     )
 

@@ -1,4 +1,4 @@
-"""One training process writes a run directory at a time: ``RUN/.lock``.
+"""One training process writes a run directory at a time: ``RUN/.protein-performer.lock``.
 
 A resume started while the run is still training (a requeued job whose first instance has not
 ended, an array collision) would interleave two writers' rows in ``metrics.csv`` and replace
@@ -24,7 +24,8 @@ from pathlib import Path
 from protein_performer.atomic import _alive, owner_tag
 from protein_performer.errors import DataError
 
-LOCK_NAME = ".lock"
+#: a name of its own: a folder may hold another tool's ``.lock``
+LOCK_NAME = ".protein-performer.lock"
 HEARTBEAT_S = 20.0
 STALE_S = 120.0
 

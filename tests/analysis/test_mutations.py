@@ -16,7 +16,6 @@ from torch import nn
 from protein_performer.analysis import mutations as mut
 from protein_performer.cli import main
 from protein_performer.data.alphabet import default_alphabet
-from protein_performer.errors import DataError
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
 from protein_performer.training.checkpoints import save_model_checkpoint
@@ -653,8 +652,11 @@ def test_indels_are_scored_by_their_whole_sequence() -> None:
         ValueError, match=r"mutant 2 is an indel \(21 residues, the wild type has 22\)"
     ):
         mut.score_mutants(table, ALPHABET, WT, ["K2A", deletion])  # masked-marginal
-    with pytest.raises(DataError, match="needs the whole protein in the model's window"):
+    with pytest.raises(ValueError, match=r"mutant 1 does not fit .* an indel of 66 residues"):
         mut.score_mutants(table, ALPHABET, WT, [WT * 3], methods="pseudo-ll")  # 66 > 62
+    other = "ACDEFGHIKLMNPQRSTVWYAC"  # another protein of the same length: not 20 substitutions
+    with pytest.raises(ValueError, match="a whole sequence unlike the wild type"):
+        mut.score_mutants(table, ALPHABET, WT, [other])
 
 
 def test_indel_baselines() -> None:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -175,8 +176,17 @@ def test_a_finished_runs_requeue_prints_its_summary_as_json(tiny_fasta, tmp_path
 
 def test_an_unreadable_lock_is_no_takeover(tmp_path, monkeypatch):
     """A passing read error (NFS) must not stop a healthy run as if its lock were taken."""
+    real = Path.read_text
+
+    def flaky(self, *args, **kwargs):
+        if self.name == rl.LOCK_NAME:
+            raise OSError(5, "Input/output error")
+        return real(self, *args, **kwargs)
+
     with rl.run_lock(tmp_path) as held:
-        monkeypatch.setattr(rl, "_holder", lambda path: None)
+        monkeypatch.setattr(Path, "read_text", flaky)
+        assert held.lost(every_s=0.0) is None  # a failed read: still ours
+        monkeypatch.setattr(Path, "read_text", real)
         assert held.lost(every_s=0.0) is None
 
 
@@ -201,3 +211,46 @@ def test_init_from_default_is_the_shipped_checkpoint(tiny_fasta):
     cfg = tiny_config(tiny_fasta)
     cfg.init_from = "default"
     check_train_inputs(cfg)  # found, as checkpoint=default is by the analysis commands
+
+
+def test_a_users_folder_is_no_set_aside_attempt_and_its_lock_not_ours(tmp_path):
+    from protein_performer.training.run import check_run_dir
+
+    other = tmp_path / "a"
+    other.mkdir()
+    (other / ".lock").write_text("another tool's\n")  # not our lock's name
+    with pytest.raises(DataError, match="not empty"):
+        check_run_dir(other)
+    assert (other / ".lock").read_text() == "another tool's\n"
+    mine = tmp_path / "b"
+    (mine / "checkpoints").mkdir(parents=True)
+    (mine / "checkpoints" / "notes.txt").write_text("mine")  # a user's file, not a temporary
+    with pytest.raises(DataError):
+        check_run_dir(mine)
+    assert (mine / "checkpoints" / "notes.txt").read_text() == "mine"
+
+
+def test_a_rank_other_than_zero_resolves_ckpt_path_last_too(tmp_path, monkeypatch):
+    """srun/torchrun start every rank with the same command line: none may keep 'last'."""
+    import protein_performer.training.run as run_module
+    from protein_performer.training.hydra_run import CliArgs, _run_train, compose_job
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_text("x")
+    seen = []
+
+    class Reached(Exception):
+        pass
+
+    def fake_train(cfg, *args, **kwargs):
+        seen.append(cfg.ckpt_path)
+        raise Reached
+
+    monkeypatch.setattr(run_module, "is_rank_zero", lambda: False)
+    monkeypatch.setattr(run_module, "train", fake_train)
+    monkeypatch.setattr("protein_performer.training.hydra_run._finished", lambda *a, **k: False)
+    job = compose_job("train", [f"hydra.run.dir={run}", "ckpt_path=last"])
+    with pytest.raises(Reached):
+        _run_train(job, str(run), 0, CliArgs(overrides=[]))
+    assert seen == [str(run / "checkpoints" / "last.ckpt")]
