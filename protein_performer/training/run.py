@@ -188,9 +188,10 @@ def check_train_inputs(cfg: TrainConfig) -> int | None:
     return _check_paths(cfg, warn=False)  # train() checks again, and says what it notices
 
 
-def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
+def _check_paths(cfg: TrainConfig, warn: bool = True, scan: bool = True) -> int | None:
     """Check every input path before any work; returns the global step of ``cfg.ckpt_path``
-    (None when not resuming)."""
+    (None when not resuming). ``scan``: read every weight of ``cfg.ckpt_path`` for NaN/inf
+    (train() skips it when the CLI's :func:`check_train_inputs` did it)."""
     d = cfg.data
     for key in ("files", "val_files", "test_files"):
         for p in getattr(d, key) or []:
@@ -245,7 +246,8 @@ def _check_paths(cfg: TrainConfig, warn: bool = True) -> int | None:
         )
         _check_resume_split((ckpt.get(META_KEY) or {}).get("data"), cfg.data)
         try:
-            check_finite_weights(model_state(ckpt), cfg.ckpt_path)
+            if scan:  # every tensor read: once per start (the CLI's first pass does it)
+                check_finite_weights(model_state(ckpt), cfg.ckpt_path)
         except DataError as e:
             raise DataError(f"ckpt_path: {e.problem}", path=cfg.ckpt_path) from None
         step = int(ckpt.get("global_step", 0))
@@ -1292,7 +1294,7 @@ def train(
     """
     validate_train_config(cfg)
     _check_trainer(cfg.trainer)
-    resume_step = _check_paths(cfg)
+    resume_step = _check_paths(cfg, scan=not run_dir_claimed)
     rank_zero = is_rank_zero()
     if rank_zero:
         for note in settings_without_effect(cfg, overrides or ()):

@@ -110,3 +110,17 @@ def test_a_non_finite_validation_stops_the_run_before_its_checkpoints(tiny_fasta
         train(cfg, tmp_path / "run", callbacks=[Overflow()])
     best = tmp_path / "run" / "checkpoints" / "best.ckpt"
     assert torch.load(best, weights_only=True)["global_step"] == 2  # not the broken step
+
+
+def test_a_resume_from_non_finite_weights_is_refused_once_scanned(tmp_path, capsys):
+    fasta = write_fasta(tmp_path / "t.fasta", n=60)
+    argv = ["train", *tiny_overrides(fasta, tmp_path / "run")]
+    assert main(argv) == 0
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, weights_only=True)
+    key = next(k for k, v in ckpt["state_dict"].items() if v.is_floating_point())
+    ckpt["state_dict"][key].view(-1)[0] = float("nan")
+    torch.save(ckpt, last)
+    capsys.readouterr()
+    assert main([*argv, f"ckpt_path={last}", "trainer.max_steps=6"]) == 2
+    assert "holds non-finite weights" in capsys.readouterr().err
