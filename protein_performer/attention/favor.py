@@ -21,7 +21,10 @@ from .feature_maps import (
     oprf_t,
     query_features,
 )
-from .linear_attention import bidirectional_linear_attention
+from .linear_attention import (
+    bidirectional_linear_attention,
+    packed_bidirectional_linear_attention,
+)
 from .projections import NormKind, draw_projection
 
 Estimator = Literal["oprf", "favor+"]
@@ -372,6 +375,38 @@ class FavorAttention(nn.Module):
                     qf, kf, vf, flat_mask, params, chunk, self.save_features
                 )
         return out.reshape(bsz, heads, lq, dv).to(out_dtype)
+
+    def forward_packed(
+        self, qkv: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``qkv`` ``(B, L, 3, H, D)``, the output of a fused q/k/v projection -> ``(B, L, H,
+        D)``: :meth:`forward` of its per-head queries, keys and values, in the layout an output
+        projection reads. Bidirectional attention on a CPU reads and writes these layouts in
+        place (:func:`packed_bidirectional_linear_attention`: no copy of q, k, v, the output
+        or their gradients); elsewhere this is :meth:`forward` of the views, transposed."""
+        if qkv.dim() != 5 or qkv.shape[2] != 3:
+            raise ValueError(f"qkv must be (B, L, 3, H, D), got {tuple(qkv.shape)}")
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        if self.causal or qkv.device.type != "cpu" or qkv.numel() == 0:
+            return self.forward(q, k, v, key_padding_mask).transpose(1, 2)
+        self._check_inputs(q, k, key_padding_mask)
+        out_dtype = qkv.dtype
+        _, length, _, heads, _ = qkv.shape
+        with torch.autocast(device_type=qkv.device.type, enabled=False):
+            dtype = torch.float64 if qkv.dtype == torch.float64 else torch.float32
+            if qkv.dtype != dtype:
+                qkv = qkv.to(dtype)
+                q, k, _ = qkv.permute(2, 0, 3, 1, 4)
+            mask = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
+            params = self._params(q, k, mask, gather=True)
+            out = packed_bidirectional_linear_attention(
+                qkv,
+                self._flat_mask(mask, heads),
+                params,
+                self.block_rows(qkv.device, heads, length),
+                self.save_features,
+            )
+        return out.to(out_dtype)
 
     def features(
         self, q: torch.Tensor, k: torch.Tensor, key_padding_mask: torch.Tensor | None = None

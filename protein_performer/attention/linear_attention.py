@@ -164,8 +164,140 @@ def _rows(t: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
     return None if t is None else t[:, sl]
 
 
+def forward_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    p: FeatureParams,
+    chunk: int,
+    out: torch.Tensor,
+    den: torch.Tensor,
+    state: torch.Tensor,
+    phi_q_all: torch.Tensor | None = None,
+    phi_k_all: torch.Tensor | None = None,
+    scratch: Scratch | None = None,
+) -> torch.Tensor:
+    """The forward for ``N`` sequences ``q`` ``(N, Lq, D)``, ``k`` ``(N, Lk, D)``, ``v`` ``(N,
+    Lk, Dv)`` (any strides with a unit last stride: per-head views of a packed projection
+    are read in place), ``mask`` ``(N, Lk)`` or None.
+
+    Writes the output into ``out`` ``(N, Lq, Dv)``, the normaliser into ``den`` ``(N, Lq)``,
+    the summary into ``state`` ``(N, m, Dv+1)`` (zeros on entry) and, when given, the
+    features without their offsets into ``phi_q_all`` / ``phi_k_all`` ``(N, L, m)`` (keys
+    against the final stabiliser). Returns the stabiliser ``(N, 1, 1)`` (0 for ReLU).
+    """
+    lk, lq = k.shape[1], q.shape[1]
+    off_q, off_k = p.spec.query_offset, p.spec.key_offset
+    keep = phi_q_all is not None
+    block_refs = []
+    dv1 = v.shape[-1] + 1
+    stab = RunningMax(k)
+    row_term = p.key_row_term(k)
+    for sl in blocks(lk, chunk):
+        mc = _rows(mask, sl)
+        phi_k, _ = key_block(
+            k[:, sl], p, _rows(row_term, sl), mc, stab, state, offset=False, scratch=scratch
+        )
+        va = values_with_ones(v[:, sl], mc, scratch_block(scratch, "va", v, *phi_k.shape[:2], dv1))
+        state.baddbmm_(phi_k.transpose(1, 2), va)
+        if keep:
+            phi_k_all[:, sl] = phi_k
+            block_refs.append((sl, stab.ref))
+    if off_k:  # no stabiliser here: softmax key features have no offset
+        state += off_k * valid_value_sum(v, mask)
+    if keep and p.spec.kind == "softmax":
+        # to the final stabiliser, as the summary (a block before any finite key has zero
+        # features and ref 0: the clamp keeps exp finite there)
+        for sl, ref in block_refs:
+            phi_k_all[:, sl] *= torch.exp((ref - stab.ref).clamp_max_(0.0))
+    query_term = state.sum(1, keepdim=True).mul_(off_q)  # (N, 1, Dv+1)
+    for sl in blocks(lq, chunk):
+        phi_q, _ = query_features(q[:, sl], p, offset=False, scratch=scratch)
+        na = scratch_block(scratch, "na", q, *phi_q.shape[:2], dv1)
+        split_output(torch.baddbmm(query_term, phi_q, state, out=na), out[:, sl], den[:, sl])
+        if keep:
+            phi_q_all[:, sl] = phi_q
+    return stab.ref
+
+
+def backward_rows(
+    g: torch.Tensor,
+    q: torch.Tensor | None,
+    k: torch.Tensor | None,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    p: FeatureParams,
+    chunk: int,
+    state: torch.Tensor,
+    ref: torch.Tensor,
+    out: torch.Tensor,
+    den: torch.Tensor,
+    phi_q_all: torch.Tensor | None,
+    phi_k_all: torch.Tensor | None,
+    dq: torch.Tensor | None,
+    dk: torch.Tensor | None,
+    dv: torch.Tensor | None,
+    scratch: Scratch | None = None,
+) -> None:
+    """The backward of :func:`forward_rows` for dLoss/dout ``g`` ``(N, Lq, Dv)``: writes
+    dLoss/dq, dk, dv into ``dq``, ``dk``, ``dv`` (each may be None: not needed; any strides
+    with a unit last stride). ``q`` may be None when the features were kept; ``k`` too but
+    for the softmax kernel (its ``|k|²`` term)."""
+    off_q, off_k = p.spec.query_offset, p.spec.key_offset
+    kept = phi_q_all is not None
+    lq, lk = g.shape[1], v.shape[1]
+    dstate = torch.zeros_like(state)
+    gp_sum = torch.zeros_like(state[:, :1])
+    for sl in blocks(lq, chunk):
+        if kept:
+            phi_q = phi_q_all[:, sl]
+            vjp_q = query_vjp(phi_q, p, offset=False, scratch=scratch)
+        else:
+            phi_q, vjp_q = query_features(q[:, sl], p, offset=False, scratch=scratch)
+        gp = output_adjoint(g[:, sl], out[:, sl], den[:, sl], scratch)
+        if dq is not None:
+            dphi = scratch_block(scratch, "dphi", gp, *phi_q.shape)
+            vjp_q(torch.bmm(gp, state.transpose(1, 2), out=dphi), out=dq[:, sl])
+        dstate.baddbmm_(phi_q.transpose(1, 2), gp)
+        if off_q:
+            gp_sum += gp.sum(1, keepdim=True)
+    if off_q:
+        dstate += off_q * gp_sum
+    if dk is None and dv is None:
+        return
+    stabilizer = ref if p.spec.kind == "softmax" else None
+    row_term = None if kept else p.key_row_term(k)
+    dv_state = dstate[..., :-1]
+    value_term = dv_state.sum(1, keepdim=True).mul_(off_k)  # (N, 1, Dv)
+    for sl in blocks(lk, chunk):
+        mc = _rows(mask, sl)
+        if kept:
+            phi_k = phi_k_all[:, sl]
+            vjp_k = key_vjp(phi_k, _rows(k, sl), mc, p, offset=False)
+        else:
+            phi_k, vjp_k = key_features(
+                k[:, sl], p, _rows(row_term, sl), mc, stabilizer, offset=False, scratch=scratch
+            )
+        rows = phi_k.shape[1]
+        if dv is not None:
+            dvb = dv[:, sl]
+            if off_k:
+                torch.baddbmm(value_term, phi_k, dv_state, out=dvb)
+                if mc is not None:
+                    dvb.masked_fill_(mc[..., None], 0.0)
+            else:
+                torch.bmm(phi_k, dv_state, out=dvb)
+        if dk is not None:
+            va = scratch_block(scratch, "va", v, v.shape[0], rows, v.shape[-1] + 1)
+            va = values_with_ones(v[:, sl], mc, va)
+            dphi = scratch_block(scratch, "dphi", va, *phi_k.shape)
+            vjp_k(torch.bmm(va, dstate.transpose(1, 2), out=dphi), out=dk[:, sl])
+
+
 class BidirectionalFavorFunction(torch.autograd.Function):
-    """Autograd function behind :func:`bidirectional_linear_attention`.
+    """Autograd function behind :func:`bidirectional_linear_attention`, on ``(N, L, D)``
+    inputs (:func:`forward_rows`, :func:`backward_rows`).
 
     Features are handled without their constant offset ``c`` (``eps`` / ``kernel_eps``,
     :attr:`KernelSpec.query_offset`): ``(Φ + c) S = Φ S + c·1ᵀS`` and ``(Φ + c)ᵀ X = ΦᵀX +
@@ -186,52 +318,21 @@ class BidirectionalFavorFunction(torch.autograd.Function):
     ) -> torch.Tensor:
         n, lk, _ = k.shape
         lq, m = q.shape[1], p.nb_features
-        off_q, off_k = p.spec.query_offset, p.spec.key_offset
         keep = save and any(ctx.needs_input_grad[:3])
         phi_q_all = q.new_empty(n, lq, m) if keep else None
         phi_k_all = k.new_empty(n, lk, m) if keep else None
-        block_refs = []
-        scratch = cpu_scratch(v)
-        dv1 = v.shape[-1] + 1
-        state = k.new_zeros(n, m, dv1)
-        stab = RunningMax(k)
-        row_term = p.key_row_term(k)
-        for sl in blocks(lk, chunk):
-            mc = _rows(mask, sl)
-            phi_k, _ = key_block(
-                k[:, sl], p, _rows(row_term, sl), mc, stab, state, offset=False, scratch=scratch
-            )
-            va = values_with_ones(
-                v[:, sl], mc, scratch_block(scratch, "va", v, *phi_k.shape[:2], dv1)
-            )
-            state.baddbmm_(phi_k.transpose(1, 2), va)
-            if keep:
-                phi_k_all[:, sl] = phi_k
-                block_refs.append((sl, stab.ref))
-        if off_k:  # no stabiliser here: softmax key features have no offset
-            state += off_k * valid_value_sum(v, mask)
-        if keep and p.spec.kind == "softmax":
-            # to the final stabiliser, as the summary (a block before any finite key has zero
-            # features and ref 0: the clamp keeps exp finite there)
-            for sl, ref in block_refs:
-                phi_k_all[:, sl] *= torch.exp((ref - stab.ref).clamp_max_(0.0))
         out = q.new_empty(n, lq, v.shape[-1])
         den = q.new_empty(n, lq)
-        query_term = state.sum(1, keepdim=True).mul_(off_q)  # (N, 1, Dv+1)
-        for sl in blocks(lq, chunk):
-            phi_q, _ = query_features(q[:, sl], p, offset=False, scratch=scratch)
-            na = scratch_block(scratch, "na", q, *phi_q.shape[:2], dv1)
-            split_output(torch.baddbmm(query_term, phi_q, state, out=na), out[:, sl], den[:, sl])
-            if keep:
-                phi_q_all[:, sl] = phi_q
+        state = k.new_zeros(n, m, v.shape[-1] + 1)
+        ref = forward_rows(
+            q, k, v, mask, p, chunk, out, den, state, phi_q_all, phi_k_all, cpu_scratch(v)
+        )
         ctx.params, ctx.chunk = p, chunk
         # kept features replace q (and k, but for the softmax kernel's |k|² term)
         q_saved = None if keep else q
         k_saved = k if not keep or p.spec.kind == "softmax" else None
         ctx.shapes = q.shape, k.shape
-        ctx.save_for_backward(
-            q_saved, k_saved, v, mask, state, stab.ref, out, den, phi_q_all, phi_k_all
-        )
+        ctx.save_for_backward(q_saved, k_saved, v, mask, state, ref, out, den, phi_q_all, phi_k_all)
         return out
 
     @staticmethod
@@ -239,73 +340,99 @@ class BidirectionalFavorFunction(torch.autograd.Function):
     @without_autocast
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, mask, state, ref, out, den, phi_q_all, phi_k_all = ctx.saved_tensors
-        p, chunk = ctx.params, ctx.chunk
-        off_q, off_k = p.spec.query_offset, p.spec.key_offset
         (n, lq, d), (_, lk, _) = ctx.shapes
-        kept = phi_q_all is not None
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         dq = v.new_empty(n, lq, d) if need_q else None
-        dstate = torch.zeros_like(state)
-        gp_sum = torch.zeros_like(state[:, :1])
-        scratch = cpu_scratch(v)
-        for sl in blocks(lq, chunk):
-            if kept:
-                phi_q = phi_q_all[:, sl]
-                vjp_q = query_vjp(phi_q, p, offset=False, scratch=scratch)
-            else:
-                phi_q, vjp_q = query_features(q[:, sl], p, offset=False, scratch=scratch)
-            gp = output_adjoint(g[:, sl], out[:, sl], den[:, sl], scratch)
-            if dq is not None:
-                dphi = scratch_block(scratch, "dphi", gp, *phi_q.shape)
-                grad = scratch_block(scratch, "grad", v, *phi_q.shape[:2], d)
-                dq[:, sl] = vjp_q(torch.bmm(gp, state.transpose(1, 2), out=dphi), out=grad)
-            dstate.baddbmm_(phi_q.transpose(1, 2), gp)
-            if off_q:
-                gp_sum += gp.sum(1, keepdim=True)
-        if off_q:
-            dstate += off_q * gp_sum
-
         dk = v.new_empty(n, lk, d) if need_k else None
         dv = torch.empty_like(v) if need_v else None
-        if dk is not None or dv is not None:
-            stabilizer = ref if p.spec.kind == "softmax" else None
-            row_term = None if kept else p.key_row_term(k)
-            dv_state = dstate[..., :-1]
-            value_term = dv_state.sum(1, keepdim=True).mul_(off_k)  # (N, 1, Dv)
-            for sl in blocks(lk, chunk):
-                mc = _rows(mask, sl)
-                if kept:
-                    phi_k = phi_k_all[:, sl]
-                    vjp_k = key_vjp(phi_k, _rows(k, sl), mc, p, offset=False)
-                else:
-                    phi_k, vjp_k = key_features(
-                        k[:, sl],
-                        p,
-                        _rows(row_term, sl),
-                        mc,
-                        stabilizer,
-                        offset=False,
-                        scratch=scratch,
-                    )
-                rows = phi_k.shape[1]
-                if dv is not None:
-                    # through a contiguous block: bmm into a strided slice of dv would
-                    # allocate a temporary per block
-                    dvb = scratch_block(scratch, "grad", v, n, rows, v.shape[-1])
-                    if off_k:
-                        dvb = torch.baddbmm(value_term, phi_k, dv_state, out=dvb)
-                    else:
-                        dvb = torch.bmm(phi_k, dv_state, out=dvb)
-                    if off_k and mc is not None:
-                        dvb.masked_fill_(mc[..., None], 0.0)
-                    dv[:, sl] = dvb
-                if dk is not None:
-                    va = scratch_block(scratch, "va", v, n, rows, v.shape[-1] + 1)
-                    va = values_with_ones(v[:, sl], mc, va)
-                    dphi = scratch_block(scratch, "dphi", va, *phi_k.shape)
-                    grad = scratch_block(scratch, "grad", v, n, rows, d)
-                    dk[:, sl] = vjp_k(torch.bmm(va, dstate.transpose(1, 2), out=dphi), out=grad)
+        backward_rows(
+            g, q, k, v, mask, ctx.params, ctx.chunk, state, ref, out, den,
+            phi_q_all, phi_k_all, dq, dk, dv, cpu_scratch(v),
+        )  # fmt: skip
         return dq, dk, dv, None, None, None, None
+
+
+def _heads(t: torch.Tensor | None, i: int) -> torch.Tensor | None:
+    """Batch element ``i``'s rows ``(H, L, D)`` of a ``(B, L, H, D)`` tensor, a view."""
+    return None if t is None else t[i].transpose(0, 1)
+
+
+def _at(t: torch.Tensor | None, i: int) -> torch.Tensor | None:
+    return None if t is None else t[i]
+
+
+def _slab(p: FeatureParams, heads: int, i: int) -> FeatureParams:
+    """The feature parameters of batch element ``i`` (rows ``i·H .. i·H + H`` of ``N``)."""
+    rows = slice(i * heads, (i + 1) * heads)
+    return FeatureParams(spec=p.spec, wq=p.wq[rows], wk=p.wk[rows], k_sq_coef=p.k_sq_coef)
+
+
+class PackedBidirectionalFavorFunction(torch.autograd.Function):
+    """Bidirectional FAVOR on a packed projection ``qkv`` ``(B, L, 3, H, D)`` (the layout of a
+    fused q/k/v linear layer) -> ``(B, L, H, D)``, the layout the output projection reads.
+
+    The same computation as :class:`BidirectionalFavorFunction`, one batch element at a time
+    on per-head views: queries, keys and values are read in place and the output and the
+    gradient ``(B, L, 3, H, D)`` are written in place, where the ``(B·H, L, D)`` route copies
+    q, k, v and the output in the forward and the gradients in the backward (each a fresh
+    allocation; at L = 16,384 every one is new memory to the OS, benchmarks/README.md). With
+    kept features the backward needs only v (and k, softmax): those are saved as copies, so
+    the projection is not kept alive, as on the other route.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        qkv: torch.Tensor,
+        mask: torch.Tensor | None,
+        p: FeatureParams,
+        chunk: int,
+        save: bool = False,
+    ) -> torch.Tensor:
+        b, length, _, heads, d = qkv.shape
+        m = p.nb_features
+        q, k, v = qkv.unbind(2)  # (B, L, H, D) views
+        keep = save and ctx.needs_input_grad[0]
+        phi_q_all = qkv.new_empty(b, heads, length, m) if keep else None
+        phi_k_all = qkv.new_empty(b, heads, length, m) if keep else None
+        out = qkv.new_empty(b, length, heads, d)
+        den = qkv.new_empty(b, heads, length)
+        state = qkv.new_zeros(b, heads, m, d + 1)
+        ref = qkv.new_empty(b, heads, 1, 1)
+        masks = None if mask is None else mask.view(b, heads, length)
+        scratch = cpu_scratch(qkv)
+        for i in range(b):
+            ref[i] = forward_rows(
+                _heads(q, i), _heads(k, i), _heads(v, i), _at(masks, i), _slab(p, heads, i),
+                chunk, _heads(out, i), den[i], state[i], _at(phi_q_all, i), _at(phi_k_all, i),
+                scratch,
+            )  # fmt: skip
+        ctx.params, ctx.chunk = p, chunk
+        if keep:
+            q = None
+            k = k.contiguous() if p.spec.kind == "softmax" else None
+            v = v.contiguous()
+        ctx.save_for_backward(q, k, v, mask, state, ref, out, den, phi_q_all, phi_k_all)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    @without_autocast
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v, mask, state, ref, out, den, phi_q_all, phi_k_all = ctx.saved_tensors
+        b, length, heads, d = v.shape
+        dqkv = v.new_empty(b, length, 3, heads, d)
+        dq, dk, dv = dqkv.unbind(2)
+        masks = None if mask is None else mask.view(b, heads, length)
+        scratch = cpu_scratch(v)
+        for i in range(b):
+            backward_rows(
+                _heads(g, i), _heads(q, i), _heads(k, i), _heads(v, i), _at(masks, i),
+                _slab(ctx.params, heads, i), ctx.chunk, state[i], ref[i], _heads(out, i),
+                den[i], _at(phi_q_all, i), _at(phi_k_all, i), _heads(dq, i), _heads(dk, i),
+                _heads(dv, i), scratch,
+            )  # fmt: skip
+        return dqkv, None, None, None, None
 
 
 def bidirectional_linear_attention(
@@ -328,3 +455,21 @@ def bidirectional_linear_attention(
     # checked here: inside the function's forward grad mode is always off
     save = save_features and torch.is_grad_enabled()
     return BidirectionalFavorFunction.apply(q, k, v, key_mask, params, chunk, save)
+
+
+def packed_bidirectional_linear_attention(
+    qkv: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    params: FeatureParams,
+    chunk: int = 1024,
+    save_features: bool = False,
+) -> torch.Tensor:
+    """:func:`bidirectional_linear_attention` on a packed ``qkv`` ``(B, L, 3, H, D)`` (queries,
+    keys, values of each head; any strides with a unit last one) -> ``(B, L, H, D)``, without
+    copying q, k, v or the output (:class:`PackedBidirectionalFavorFunction`).
+
+    ``key_mask`` ``(B·H, L)`` bool, True = padded key; ``params`` for ``N = B·H`` rows, batch
+    element major. Gradients flow to ``qkv``.
+    """
+    save = save_features and torch.is_grad_enabled()
+    return PackedBidirectionalFavorFunction.apply(qkv, key_mask, params, chunk, save)

@@ -158,6 +158,11 @@ class SelfAttention(nn.Module):
         return (width - 1, 0) if self.causal else ((width - 1) // 2, width // 2)
 
     def _split(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None):
+        """Queries, keys, values ``(B, H, L, D)``: views of :meth:`_packed`."""
+        return self._packed(x, padding_mask).permute(2, 0, 3, 1, 4)
+
+    def _packed(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The q/k/v projection of ``x`` ``(B, L, dim)`` as ``(B, L, 3, H, D)``."""
         b, n, _ = x.shape
         h = self.qkv(x)
         if self.conv is not None:
@@ -166,8 +171,7 @@ class SelfAttention(nn.Module):
             h = self.conv(F.pad(h.transpose(1, 2), self._conv_pad()))
             # channels last again: SDPA's fused kernels need stride 1 in the head dimension
             h = h.transpose(1, 2).contiguous()
-        q, k, v = h.view(b, n, 3, self.heads, self.dim_head).permute(2, 0, 3, 1, 4)
-        return q, k, v
+        return h.view(b, n, 3, self.heads, self.dim_head)
 
     @torch.no_grad()
     def attention_rows(
@@ -251,6 +255,10 @@ class SelfAttention(nn.Module):
         """``x`` ``(B, L, dim)``, ``padding_mask`` ``(B, L)`` True at padding. Returns the output
         ``(B, L, dim)`` and, if ``need_weights``, the attention matrix ``(B, H, L, L)``."""
         b, n, _ = x.shape
+        if self.favor is not None and not self.local_heads and rotary is None and not need_weights:
+            # q, k, v read in place from the projection, the output written as self.out reads it
+            o = self.favor.forward_packed(self._packed(x, padding_mask), padding_mask)
+            return self.out(o.reshape(b, n, -1)), None
         q, k, v = self._split(x, padding_mask)
         if rotary is not None:
             q, k = apply_rotary(q, k, *rotary)

@@ -1,0 +1,175 @@
+"""Bidirectional FAVOR on a packed q/k/v projection ``(B, L, 3, H, D)``, read and written in
+place: the same attention and gradients as the ``(B·H, L, D)`` route."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import protein_performer.attention.linear_attention as la
+from protein_performer.attention import FavorAttention
+from protein_performer.attention.linear_attention import packed_bidirectional_linear_attention
+from tests.attention.reference import explicit_from_features, gradcheck_inputs
+
+CONFIGS = [
+    {"kernel": "softmax", "estimator": "oprf"},
+    {"kernel": "softmax", "estimator": "favor+", "antithetic": False},
+    {"kernel": "relu"},
+    {"kernel": "relu", "projection": "none"},
+]
+
+
+def _packed(b: int, length: int, h: int, d: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, length, 3, h, d, generator=g, dtype=torch.float64).requires_grad_()
+
+
+def _mask(b: int, length: int) -> torch.Tensor:
+    mask = torch.zeros(b, length, dtype=torch.bool)
+    mask[0, -5:] = True
+    mask[-1, :3] = True
+    return mask
+
+
+def _views(qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)
+    return q, k, v
+
+
+@pytest.mark.parametrize("save", [True, False])
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("masked", [False, True])
+def test_packed_matches_explicit_attention_and_the_flat_route(
+    cfg: dict, masked: bool, save: bool
+) -> None:
+    attn = FavorAttention(16, 40, chunk_size=6, save_features=save, **cfg).double()
+    qkv = _packed(3, 23, 2, 16)
+    mask = _mask(3, 23) if masked else None
+    out = attn.forward_packed(qkv, mask)
+    assert out.shape == (3, 23, 2, 16)
+    q, k, v = _views(qkv)
+    phi_q, phi_k = attn.features(q, k, key_padding_mask=mask)
+    ref = explicit_from_features(phi_q, phi_k, v, causal=False).transpose(1, 2)
+    flat = attn(q, k, v, key_padding_mask=mask).transpose(1, 2)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(out, flat, atol=1e-13, rtol=1e-12)
+    g = torch.randn_like(out)
+    (grad,) = torch.autograd.grad((out * g).sum(), qkv)
+    (ref_grad,) = torch.autograd.grad((ref * g).sum(), qkv)
+    (flat_grad,) = torch.autograd.grad((flat * g).sum(), qkv)
+    torch.testing.assert_close(grad, ref_grad, atol=1e-11, rtol=1e-9)
+    torch.testing.assert_close(grad, flat_grad, atol=1e-12, rtol=1e-11)
+
+
+@pytest.mark.parametrize("save", [True, False])
+@pytest.mark.parametrize("kind", ["softmax", "relu"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_gradcheck_of_the_packed_function(kind: str, masked: bool, save: bool) -> None:
+    b, h, length, d = 2, 2, 9, 4
+    params, _, *_ = gradcheck_inputs(kind, False, lq=length, lk=length, n=b * h, d=d)
+    mask = _mask(b, length).repeat_interleave(h, dim=0) if masked else None
+    qkv = _packed(b, length, h, d, seed=1)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return packed_bidirectional_linear_attention(x, mask, params, 4, save)
+
+    assert torch.autograd.gradcheck(fn, (qkv,))
+
+
+def test_strided_input_and_gradients_of_the_output_are_read_in_place() -> None:
+    """A ``qkv`` that is a permuted view of another buffer, and an output gradient that is not
+    contiguous, give what their contiguous copies give."""
+    attn = FavorAttention(8, 24, chunk_size=5).double()
+    base = torch.randn(2, 3, 4, 13, 8, dtype=torch.float64)  # (B, 3, H, L, D)
+    qkv = base.permute(0, 3, 1, 2, 4).requires_grad_()  # (B, L, 3, H, D), not contiguous
+    dense = qkv.detach().contiguous().requires_grad_()
+    g = torch.randn(2, 4, 13, 8, dtype=torch.float64).transpose(1, 2)  # (B, L, H, D), strided
+    out, want = attn.forward_packed(qkv), attn.forward_packed(dense)
+    torch.testing.assert_close(out, want, atol=0, rtol=0)
+    (grad,) = torch.autograd.grad((out * g).sum(), qkv)
+    (grad_dense,) = torch.autograd.grad((want * g.contiguous()).sum(), dense)
+    torch.testing.assert_close(grad, grad_dense, atol=1e-14, rtol=1e-13)
+
+
+def test_kept_features_are_saved_tensors_per_batch_element_and_head() -> None:
+    attn = FavorAttention(8, 16, chunk_size=5, save_features=True)
+    qkv = torch.randn(2, 12, 3, 3, 8, requires_grad=True)
+    shapes = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.shape[-1] == 16:
+            shapes.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attn.forward_packed(qkv).sum().backward()
+    assert shapes == [(2, 3, 12, 16), (2, 3, 12, 16)]
+    with torch.no_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        shapes.clear()
+        attn.forward_packed(qkv)
+    assert shapes == []
+
+
+def test_causal_and_empty_inputs_take_the_flat_route() -> None:
+    causal = FavorAttention(8, 16, causal=True, chunk_size=4).double()
+    qkv = _packed(2, 10, 2, 8)
+    want = causal(*_views(qkv)).transpose(1, 2)
+    torch.testing.assert_close(causal.forward_packed(qkv), want, atol=0, rtol=0)
+    empty = torch.zeros(2, 0, 3, 2, 8, requires_grad=True)
+    out = FavorAttention(8, 16).forward_packed(empty)
+    assert out.shape == (2, 0, 2, 8)
+    out.sum().backward()
+    assert empty.grad is not None and empty.grad.shape == empty.shape
+
+
+def test_wrong_shape_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"\(B, L, 3, H, D\)"):
+        FavorAttention(8, 16).forward_packed(torch.zeros(2, 10, 2, 2, 8))
+
+
+def test_bf16_autocast_runs_in_float32_and_returns_bf16() -> None:
+    attn = FavorAttention(16, 32, kernel="relu")
+    qkv = torch.randn(2, 40, 3, 2, 16)
+    want = attn.forward_packed(qkv)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = attn.forward_packed(qkv.bfloat16())
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize("attention", ["performer_relu", "performer_softmax"])
+def test_a_model_takes_the_packed_route_with_the_same_loss_and_gradients(
+    attention: str, monkeypatch
+) -> None:
+    from protein_performer.model.config import ModelConfig
+    from protein_performer.model.performer import ProteinLM
+
+    config = ModelConfig(attention=attention, dim=32, depth=2, heads=4, ffn_dim=64, dropout=0.0)
+    model = ProteinLM(config, 25, 0).double()
+    ids = torch.randint(4, 25, (3, 17))
+    ids[0, -4:] = 0  # padding
+
+    def loss_and_grads() -> tuple[torch.Tensor, ...]:
+        model.zero_grad()
+        loss = model(ids)["logits"].square().mean()
+        loss.backward()
+        return (loss.detach(), *(p.grad.clone() for p in model.parameters()))
+
+    calls = []
+    forward = la.PackedBidirectionalFavorFunction.forward
+
+    def spy(ctx, *args):
+        calls.append(args[0].shape)
+        return forward(ctx, *args)
+
+    monkeypatch.setattr(la.PackedBidirectionalFavorFunction, "forward", staticmethod(spy))
+    packed = loss_and_grads()
+    assert calls == [(3, 17, 3, 4, 8)] * 2  # every layer, one call each
+
+    def flat_route(self, qkv, key_padding_mask=None):
+        q, k, v = _views(qkv)
+        return self.forward(q, k, v, key_padding_mask).transpose(1, 2)
+
+    monkeypatch.setattr(FavorAttention, "forward_packed", flat_route)
+    for got, want in zip(packed, loss_and_grads(), strict=True):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
