@@ -23,7 +23,7 @@ from protein_performer.attention.hedgehog import (
 )
 from protein_performer.attention.local import local_attention, local_attention_rows
 from protein_performer.attention.taylor import taylor_attention, taylor_attention_rows
-from protein_performer.model.rotary import apply_rotary
+from protein_performer.model.rotary import apply_rotary, rotate_packed
 
 
 def exact_attention_rows(
@@ -255,9 +255,13 @@ class SelfAttention(nn.Module):
         """``x`` ``(B, L, dim)``, ``padding_mask`` ``(B, L)`` True at padding. Returns the output
         ``(B, L, dim)`` and, if ``need_weights``, the attention matrix ``(B, H, L, L)``."""
         b, n, _ = x.shape
-        if self.favor is not None and not self.local_heads and rotary is None and not need_weights:
+        favor = self.favor
+        if favor is not None and not favor.causal and not self.local_heads and not need_weights:
             # q, k, v read in place from the projection, the output written as self.out reads it
-            o = self.favor.forward_packed(self._packed(x, padding_mask), padding_mask)
+            qkv = self._packed(x, padding_mask)
+            if rotary is not None:
+                qkv = rotate_packed(qkv, *rotary)
+            o = favor.forward_packed(qkv, padding_mask)
             return self.out(o.reshape(b, n, -1)), None
         q, k, v = self._split(x, padding_mask)
         if rotary is not None:

@@ -35,3 +35,41 @@ def apply_rotary(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate ``q``, ``k`` of shape ``(B, H, L, D)`` by position; cos/sin are ``(L, D)``."""
     return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+class _RotatePacked(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        dtype = torch.promote_types(qkv.dtype, cos.dtype)
+        c, s = (t.to(dtype)[:, None, None, :] for t in (cos, sin))  # (L, 1, 1, D)
+        ctx.save_for_backward(c, s)
+        ctx.input_dtype = qkv.dtype
+        out = torch.empty(qkv.shape, dtype=dtype, device=qkv.device)
+        _rotate(qkv[:, :, :2], c, s, out[:, :, :2], sign=1.0)
+        out[:, :, 2] = qkv[:, :, 2]
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        c, s = ctx.saved_tensors
+        dx = torch.empty(g.shape, dtype=g.dtype, device=g.device)
+        _rotate(g[:, :, :2], c, s, dx[:, :, :2], sign=-1.0)  # the rotation's transpose
+        dx[:, :, 2] = g[:, :, 2]
+        return dx.to(ctx.input_dtype), None, None
+
+
+def _rotate(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, out: torch.Tensor, sign: float):
+    """``out = x·cos + sign·rotate_half(x)·sin``, written into ``out`` (no temporaries)."""
+    half = x.shape[-1] // 2
+    torch.mul(x, c, out=out)
+    out[..., :half].addcmul_(x[..., half:], s[..., :half], value=-sign)
+    out[..., half:].addcmul_(x[..., :half], s[..., half:], value=sign)
+
+
+def rotate_packed(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """:func:`apply_rotary` on a packed projection ``qkv`` ``(B, L, 3, H, D)``: queries and keys
+    rotated, values passed through, in one new ``(B, L, 3, H, D)`` tensor (the layout
+    :meth:`~protein_performer.attention.FavorAttention.forward_packed` reads in place), in the
+    dtype ``q * cos`` would have; cos/sin ``(L, D)``."""
+    return _RotatePacked.apply(qkv, cos, sin)

@@ -9,6 +9,8 @@ import torch
 import protein_performer.attention.linear_attention as la
 from protein_performer.attention import FavorAttention
 from protein_performer.attention.linear_attention import packed_bidirectional_linear_attention
+from protein_performer.model.blocks import SelfAttention
+from protein_performer.model.rotary import RotaryEmbedding, apply_rotary, rotate_packed
 from tests.attention.reference import explicit_from_features, gradcheck_inputs
 
 CONFIGS = [
@@ -137,14 +139,17 @@ def test_bf16_autocast_runs_in_float32_and_returns_bf16() -> None:
     torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.05)
 
 
+@pytest.mark.parametrize("position", ["learned", "rotary"])
 @pytest.mark.parametrize("attention", ["performer_relu", "performer_softmax"])
 def test_a_model_takes_the_packed_route_with_the_same_loss_and_gradients(
-    attention: str, monkeypatch
+    attention: str, position: str, monkeypatch
 ) -> None:
     from protein_performer.model.config import ModelConfig
     from protein_performer.model.performer import ProteinLM
 
-    config = ModelConfig(attention=attention, dim=32, depth=2, heads=4, ffn_dim=64, dropout=0.0)
+    config = ModelConfig(
+        attention=attention, dim=32, depth=2, heads=4, ffn_dim=64, dropout=0.0, position=position
+    )
     model = ProteinLM(config, 25, 0).double()
     ids = torch.randint(4, 25, (3, 17))
     ids[0, -4:] = 0  # padding
@@ -166,10 +171,40 @@ def test_a_model_takes_the_packed_route_with_the_same_loss_and_gradients(
     packed = loss_and_grads()
     assert calls == [(3, 17, 3, 4, 8)] * 2  # every layer, one call each
 
-    def flat_route(self, qkv, key_padding_mask=None):
-        q, k, v = _views(qkv)
-        return self.forward(q, k, v, key_padding_mask).transpose(1, 2)
-
-    monkeypatch.setattr(FavorAttention, "forward_packed", flat_route)
+    # the route before: q, k, v as (B, H, L, D) views, rotated by apply_rotary
+    monkeypatch.setattr(SelfAttention, "forward", _flat_self_attention)
     for got, want in zip(packed, loss_and_grads(), strict=True):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
+
+
+def _flat_self_attention(self, x, padding_mask=None, rotary=None, need_weights=False):
+    b, n, _ = x.shape
+    q, k, v = self._split(x, padding_mask)
+    if rotary is not None:
+        q, k = apply_rotary(q, k, *rotary)
+    o = self.favor(q, k, v, key_padding_mask=padding_mask)
+    return self.out(o.transpose(1, 2).reshape(b, n, -1)), None
+
+
+def test_rotate_packed_is_apply_rotary_on_the_packed_layout() -> None:
+    qkv = _packed(2, 11, 3, 8)
+    cos, sin = RotaryEmbedding(8)(11, qkv.device, torch.float64)
+    q, k, v = _views(qkv)
+    want = torch.stack([*apply_rotary(q, k, cos, sin), v]).permute(1, 3, 0, 2, 4)
+    got = rotate_packed(qkv, cos, sin)
+    torch.testing.assert_close(got, want, atol=1e-15, rtol=0)
+    g = torch.randn_like(got)
+    (grad,) = torch.autograd.grad((got * g).sum(), qkv)
+    (want_grad,) = torch.autograd.grad((want * g).sum(), qkv)
+    torch.testing.assert_close(grad, want_grad, atol=1e-15, rtol=0)
+    assert torch.autograd.gradcheck(lambda x: rotate_packed(x, cos, sin), (qkv,))
+
+
+def test_rotate_packed_promotes_as_apply_rotary_and_returns_the_input_dtype_gradient() -> None:
+    qkv = torch.randn(1, 5, 3, 2, 4, dtype=torch.bfloat16, requires_grad=True)
+    cos, sin = RotaryEmbedding(4)(5, qkv.device, torch.float32)
+    q, k, _ = _views(qkv)
+    out = rotate_packed(qkv, cos, sin)
+    assert out.dtype == apply_rotary(q, k, cos, sin)[0].dtype == torch.float32
+    out.sum().backward()
+    assert qkv.grad.dtype == torch.bfloat16
