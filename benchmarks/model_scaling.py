@@ -6,9 +6,11 @@ steps (forward + backward + Adam; 15% of positions predicted) on random residues
 regular`` is the Performer paper's regular model (6 layers, d 512, 8 heads, d_ff 2048),
 ``small`` 4 × 256 × 8 heads (d_ff 1024); m = 256 features. Kinds: the three attentions,
 ``KIND+exact`` (the layer-wise hybrid: exact attention in the last layer,
-``model.exact_layers=[-1]``) and ``none``, the paper's "no attention" optimum (each attention
-returns its V: everything else in the model, no token mixing), the floor a linear attention is
-measured against.
+``model.exact_layers=[-1]``), ``KIND+flat`` (FAVOR through the ``(B·H, L, D)`` route of views
+and copies it took before it read the fused q/k/v projection in place, ``SelfAttention.packed =
+False``: what that change is worth, in one ``--paired`` process) and ``none``, the paper's "no
+attention" optimum (each attention returns its V: everything else in the model, no token
+mixing), the floor a linear attention is measured against.
 Reported: tokens/s of the fastest of ``--steps`` timed steps after one warm-up, and the peak
 memory of one step (GPU: the caching allocator's peak; CPU: resident-set growth, see
 ``_common.PeakRSS``). A point that runs out of memory or time says so, which is the point for
@@ -61,6 +63,8 @@ ATTENTIONS = ["performer_relu", "performer_softmax", "transformer", "none"]
 CHOICES = [*ATTENTIONS, "taylor", "hedgehog"]  # on request: --attentions taylor hedgehog
 # KIND+exact: the layer-wise hybrid, exact attention in the last layer (model.exact_layers=[-1])
 CHOICES += [f"{k}+exact" for k in ("performer_relu", "performer_softmax", "taylor", "hedgehog")]
+# KIND+flat: FAVOR on (B·H, L, D) copies of q, k, v instead of the fused projection in place
+CHOICES += [f"{k}+flat" for k in ("performer_relu", "performer_softmax")]
 SIZES = {  # (dim, depth, heads, ffn_dim)
     "tiny": (64, 2, 4, 256),
     "small": (256, 4, 8, 1024),
@@ -116,6 +120,8 @@ def build(args: argparse.Namespace, attention: str) -> tuple[Callable[[], float]
     model = ProteinLM(config, len(alphabet), alphabet.pad_idx).to(device)
     if attention == "none":
         _no_attention(model)
+    for block in model.blocks:
+        block.attn.packed = hybrid != "flat"
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     batch = max(1, args.tokens // args.length)
     residues = [alphabet.index(a) for a in "ACDEFGHIKLMNPQRSTVWY"]

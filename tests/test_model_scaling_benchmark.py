@@ -124,3 +124,36 @@ def test_a_paired_worker_times_every_kind_in_one_process():
     assert result["batch"] == 2 and result["tokens"] == 128
     assert set(result["times_s"]) == {"performer_relu", "none"}
     assert all(len(t) == 3 and min(t) > 0 for t in result["times_s"].values())
+
+
+def test_flat_kinds_take_the_route_of_copies_and_the_others_the_packed_one(monkeypatch):
+    import protein_performer.attention.linear_attention as la
+
+    bench = _bench()
+    args = argparse.Namespace(
+        device="cpu",
+        dim=32,
+        depth=2,
+        heads=2,
+        ffn_dim=64,
+        features=16,
+        length=64,
+        tokens=128,
+        checkpointing=False,
+        qkv_conv=0,
+        save_features=False,
+        precision="fp32",
+    )
+    calls = []
+    forward = la.PackedBidirectionalFavorFunction.forward
+
+    def spy(ctx, *a):
+        calls.append(1)
+        return forward(ctx, *a)
+
+    monkeypatch.setattr(la.PackedBidirectionalFavorFunction, "forward", staticmethod(spy))
+    for kind, packed_calls in [("performer_relu+flat", 0), ("performer_softmax", 2)]:
+        calls.clear()
+        step, _ = bench.build(args, kind)
+        step()
+        assert len(calls) == packed_calls, kind

@@ -116,6 +116,9 @@ class SelfAttention(nn.Module):
         self.attention = attention
         self.local_heads = local_heads
         self.local_window = local_window
+        # bidirectional FAVOR reads the fused projection in place (False: the (B·H, L, D)
+        # route of views and copies, kept for comparisons: benchmarks/model_scaling.py)
+        self.packed = True
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
         # depthwise over positions, one filter per q/k/v channel; padded by hand in _split
@@ -256,7 +259,8 @@ class SelfAttention(nn.Module):
         ``(B, L, dim)`` and, if ``need_weights``, the attention matrix ``(B, H, L, L)``."""
         b, n, _ = x.shape
         favor = self.favor
-        if favor is not None and not favor.causal and not self.local_heads and not need_weights:
+        packed = self.packed and not self.local_heads and not need_weights
+        if favor is not None and not favor.causal and packed:
             # q, k, v read in place from the projection, the output written as self.out reads it
             qkv = self._packed(x, padding_mask)
             if rotary is not None:
