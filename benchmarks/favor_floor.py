@@ -9,10 +9,10 @@ times, in one process and alternating round by round:
 
 * a whole training step of the model without attention (``model_scaling.py``'s ``none``) and
   of the ReLU Performer (``--attention``), same size and batch;
-* the twelve products alone, at the kernel's own shapes (``B·H`` sequences, its rows per block
-  (``FavorAttention.block_rows``, or ``--rows``), ``m`` features, head dim D, the ``[v, 1]``
-  summary of ``D + 1`` columns), with ``out=`` buffers (no allocation), for every block of every
-  layer of the step.
+* the twelve products alone, at the kernel's own shapes (the packed route's ``H`` sequences of
+  one batch element, its rows per block (``FavorAttention.block_rows``, or ``--rows``), ``m``
+  features, head dim D, the ``[v, 1]`` summary of ``D + 1`` columns), with ``out=`` buffers (no
+  allocation), for every block of every batch element and layer of the step.
 
 Reported per round: ``none`` and Performer µs per token, their ratio, the products' µs per
 token and the *floor* ``(none + products) / none``: the ratio a kernel would reach if
@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     none_step, tokens = build(ns, "none")
     fav_step, _ = build(ns, args.attention)
     batch = tokens // args.length
-    n, d = batch * heads, dim // heads
+    # the packed route (bidirectional, on the CPU) takes one batch element's heads at a time
+    n, d = heads, dim // heads
     if args.rows is None:  # the bidirectional kernel's own choice for these shapes
         from protein_performer.attention.favor import FavorAttention
 
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         args.rows = kernel.block_rows(torch.device("cpu"), n, args.length)
     rows = args.rows = min(args.rows, args.length)
     block, gflop = product_step(n, rows, args.features, d)
-    blocks = depth * -(-args.length // rows)
+    blocks = depth * batch * -(-args.length // rows)
 
     def products() -> float:
         start = time.perf_counter()

@@ -139,6 +139,8 @@ def compare_model(
             models[name] = ProteinLM(config, len(alphabet), alphabet.pad_idx, causal=args.causal)
         finally:
             blocks.FavorAttention = tree_cls
+    for block in models["revision"].blocks:  # a revision before the packed route has none
+        block.attn.packed = hasattr(block.attn.favor, "forward_packed")
     models["tree"].load_state_dict(models["revision"].state_dict())
     assert type(models["revision"].blocks[0].attn.favor) is old_cls
     optimizers = {n: torch.optim.Adam(m.parameters(), lr=1e-4) for n, m in models.items()}

@@ -7,8 +7,9 @@ regular`` is the Performer paper's regular model (6 layers, d 512, 8 heads, d_ff
 ``small`` 4 × 256 × 8 heads (d_ff 1024); m = 256 features. Kinds: the three attentions,
 ``KIND+exact`` (the layer-wise hybrid: exact attention in the last layer,
 ``model.exact_layers=[-1]``), ``KIND+flat`` (FAVOR through the ``(B·H, L, D)`` route of views
-and copies it took before it read the fused q/k/v projection in place, ``SelfAttention.packed =
-False``: what that change is worth, in one ``--paired`` process) and ``none``, the paper's "no
+and copies, ``SelfAttention.packed = False``, beside the fused q/k/v projection read in place:
+what that is worth, in one ``--paired`` process; the same code off the CPU but for rotary
+models) and ``none``, the paper's "no
 attention" optimum (each attention returns its V: everything else in the model, no token
 mixing), the floor a linear attention is measured against.
 Reported: tokens/s of the fastest of ``--steps`` timed steps after one warm-up, and the peak

@@ -40,7 +40,8 @@ def test_the_floor_benchmark_runs(tmp_path) -> None:
     args = ["--size", "tiny", "--length", "128", "--tokens", "256", "--rounds", "2"]
     assert floor.main([*args, "--rows", "64", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
-    assert payload["blocks_per_step"] == 2 * 2  # depth 2, two blocks of 64 rows
+    # depth 2, two sequences (one batch element at a time), two blocks of 64 rows each
+    assert payload["blocks_per_step"] == 2 * 2 * 2
     for r in payload["rounds"]:
         assert r["floor"] > 1.0 and r["ratio"] > 0
         assert abs(r["floor"] - (r["none"] + r["products"]) / r["none"]) < 1e-9

@@ -88,3 +88,21 @@ def test_model_steps_of_head_against_itself_are_identical(tmp_path, capsys, monk
         assert p["max_abs_diff"] == 0.0 and p["max_abs_value"] > 0
         assert len(p["times_s"]["tree"]) == 2
     assert "training steps of the tiny model" in capsys.readouterr().out
+
+
+def test_a_model_of_a_revision_before_the_packed_route_takes_its_flat_route():
+    """``--model`` against a revision whose FavorAttention has no ``forward_packed``."""
+    import argparse
+
+    from protein_performer.attention.favor import FavorAttention
+
+    class Old(FavorAttention):
+        def __getattribute__(self, name: str):
+            if name == "forward_packed":
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    bench = load_benchmark("kernel_ab.py")
+    args = argparse.Namespace(model="tiny", features=16, causal=False, tokens=64, rounds=1)
+    point = bench.compare_model(Old, "relu", 32, args)
+    assert point["max_abs_diff"] <= 1e-5 * point["max_abs_value"]

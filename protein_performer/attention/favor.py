@@ -295,7 +295,8 @@ class FavorAttention(nn.Module):
             raise TypeError(f"q and k must be floating point, got {q.dtype} and {k.dtype}")
 
     def block_rows(self, device: torch.device, n: int, length: int) -> int:
-        """Rows per block of the recomputing kernels for ``n = B·H`` sequences of ``length``.
+        """Rows per block of the recomputing kernels for ``n`` sequences of ``length`` (``B·H``;
+        ``H`` on the packed route, which takes one batch element at a time).
 
         ``chunk_size`` when given. On the CPU, where small blocks are fastest, 256 rows
         (causal) and 1024 (bidirectional), fewer when ``n`` is so large that one ``(N, rows,
@@ -382,8 +383,10 @@ class FavorAttention(nn.Module):
         """``qkv`` ``(B, L, 3, H, D)``, the output of a fused q/k/v projection -> ``(B, L, H,
         D)``: :meth:`forward` of its per-head queries, keys and values, in the layout an output
         projection reads. Bidirectional attention on a CPU reads and writes these layouts in
-        place (:func:`packed_bidirectional_linear_attention`: no copy of q, k, v, the output
-        or their gradients); elsewhere this is :meth:`forward` of the views, transposed."""
+        place (:func:`packed_bidirectional_linear_attention`: no copy of float32/float64 q, k,
+        v, the output or their gradients; other dtypes are computed in float32 from one copy);
+        elsewhere this is :meth:`forward` of the views, transposed. Called as a method, not
+        through the module: forward hooks on this module do not see it."""
         if qkv.dim() != 5 or qkv.shape[2] != 3:
             raise ValueError(f"qkv must be (B, L, 3, H, D), got {tuple(qkv.shape)}")
         q, k, v = qkv.permute(2, 0, 3, 1, 4)

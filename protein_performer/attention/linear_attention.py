@@ -399,7 +399,7 @@ class PackedBidirectionalFavorFunction(torch.autograd.Function):
         den = qkv.new_empty(b, heads, length)
         state = qkv.new_zeros(b, heads, m, d + 1)
         ref = qkv.new_empty(b, heads, 1, 1)
-        masks = None if mask is None else mask.view(b, heads, length)
+        masks = None if mask is None else mask.reshape(b, heads, length)
         scratch = cpu_scratch(qkv)
         for i in range(b):
             ref[i] = forward_rows(
@@ -423,7 +423,7 @@ class PackedBidirectionalFavorFunction(torch.autograd.Function):
         b, length, heads, d = v.shape
         dqkv = v.new_empty(b, length, 3, heads, d)
         dq, dk, dv = dqkv.unbind(2)
-        masks = None if mask is None else mask.view(b, heads, length)
+        masks = None if mask is None else mask.reshape(b, heads, length)
         scratch = cpu_scratch(v)
         for i in range(b):
             backward_rows(

@@ -121,7 +121,7 @@ class SelfAttention(nn.Module):
         self.packed = True
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
-        # depthwise over positions, one filter per q/k/v channel; padded by hand in _split
+        # depthwise over positions, one filter per q/k/v channel; padded by hand in _packed
         self.conv = nn.Conv1d(3 * dim, 3 * dim, qkv_conv, groups=3 * dim) if qkv_conv else None
         self.reset_conv()
         # one map per head, local heads included, so that plain and hybrid models share shapes;

@@ -45,7 +45,11 @@ class _RotatePacked(torch.autograd.Function):
         ctx.save_for_backward(c, s)
         ctx.input_dtype = qkv.dtype
         out = torch.empty(qkv.shape, dtype=dtype, device=qkv.device)
-        _rotate(qkv[:, :, :2], c, s, out[:, :, :2], sign=1.0)
+        x, o, half = qkv[:, :, :2], out[:, :, :2], qkv.shape[-1] // 2
+        # x·cos + rotate_half(x)·sin, rotate_half(x) = [-x2, x1]
+        torch.mul(x, c, out=o)
+        o[..., :half].addcmul_(x[..., half:], s[..., :half], value=-1.0)
+        o[..., half:].addcmul_(x[..., :half], s[..., half:])
         out[:, :, 2] = qkv[:, :, 2]
         return out
 
@@ -54,17 +58,13 @@ class _RotatePacked(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
         c, s = ctx.saved_tensors
         dx = torch.empty(g.shape, dtype=g.dtype, device=g.device)
-        _rotate(g[:, :, :2], c, s, dx[:, :, :2], sign=-1.0)  # the rotation's transpose
+        gx, o, half = g[:, :, :2], dx[:, :, :2], g.shape[-1] // 2
+        # the transpose: dx1 = g1·c1 + g2·s2, dx2 = g2·c2 − g1·s1
+        torch.mul(gx, c, out=o)
+        o[..., :half].addcmul_(gx[..., half:], s[..., half:])
+        o[..., half:].addcmul_(gx[..., :half], s[..., :half], value=-1.0)
         dx[:, :, 2] = g[:, :, 2]
         return dx.to(ctx.input_dtype), None, None
-
-
-def _rotate(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, out: torch.Tensor, sign: float):
-    """``out = x·cos + sign·rotate_half(x)·sin``, written into ``out`` (no temporaries)."""
-    half = x.shape[-1] // 2
-    torch.mul(x, c, out=out)
-    out[..., :half].addcmul_(x[..., half:], s[..., :half], value=-sign)
-    out[..., half:].addcmul_(x[..., :half], s[..., half:], value=sign)
 
 
 def rotate_packed(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -87,25 +87,35 @@ def test_strided_input_and_gradients_of_the_output_are_read_in_place() -> None:
     dense = qkv.detach().contiguous().requires_grad_()
     g = torch.randn(2, 4, 13, 8, dtype=torch.float64).transpose(1, 2)  # (B, L, H, D), strided
     out, want = attn.forward_packed(qkv), attn.forward_packed(dense)
-    torch.testing.assert_close(out, want, atol=0, rtol=0)
+    torch.testing.assert_close(out, want, atol=1e-14, rtol=1e-13)
     (grad,) = torch.autograd.grad((out * g).sum(), qkv)
     (grad_dense,) = torch.autograd.grad((want * g.contiguous()).sum(), dense)
     torch.testing.assert_close(grad, grad_dense, atol=1e-14, rtol=1e-13)
 
 
-def test_kept_features_are_saved_tensors_per_batch_element_and_head() -> None:
-    attn = FavorAttention(8, 16, chunk_size=5, save_features=True)
+@pytest.mark.parametrize("kernel", ["relu", "softmax"])
+def test_kept_features_are_saved_tensors_and_the_projection_is_not(kernel: str) -> None:
+    """With kept features the backward needs v (and k, softmax) only: copies of them are saved,
+    nothing that shares the projection's storage (which would keep all of it alive)."""
+    attn = FavorAttention(8, 16, kernel=kernel, chunk_size=5, save_features=True)
     qkv = torch.randn(2, 12, 3, 3, 8, requires_grad=True)
-    shapes = []
+    shapes, shared = [], []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         if t.shape[-1] == 16:
             shapes.append(tuple(t.shape))
+        shared.append(t.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr())
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         attn.forward_packed(qkv).sum().backward()
     assert shapes == [(2, 3, 12, 16), (2, 3, 12, 16)]
+    assert shared and not any(shared)
+    attn.save_features = False  # the default: q, k, v are read from the projection itself
+    shared.clear()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attn.forward_packed(qkv).sum().backward()
+    assert any(shared)
     with torch.no_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         shapes.clear()
         attn.forward_packed(qkv)
@@ -131,12 +141,15 @@ def test_wrong_shape_is_refused() -> None:
 
 def test_bf16_autocast_runs_in_float32_and_returns_bf16() -> None:
     attn = FavorAttention(16, 32, kernel="relu")
-    qkv = torch.randn(2, 40, 3, 2, 16)
-    want = attn.forward_packed(qkv)
+    qkv = torch.randn(2, 40, 3, 2, 16).bfloat16().requires_grad_()
+    want = attn.forward_packed(qkv.detach().float())  # float32 from the same bf16 values
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        got = attn.forward_packed(qkv.bfloat16())
+        got = attn.forward_packed(qkv)
     assert got.dtype == torch.bfloat16
-    torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.05)
+    # the float32 result rounded once to bf16, nothing computed in bf16
+    torch.testing.assert_close(got, want.bfloat16(), atol=0, rtol=0)
+    got.float().sum().backward()
+    assert qkv.grad is not None and qkv.grad.dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("position", ["learned", "rotary"])
@@ -197,6 +210,19 @@ def test_rotate_packed_is_apply_rotary_on_the_packed_layout() -> None:
     (grad,) = torch.autograd.grad((got * g).sum(), qkv)
     (want_grad,) = torch.autograd.grad((want * g).sum(), qkv)
     torch.testing.assert_close(grad, want_grad, atol=1e-15, rtol=0)
+    assert torch.autograd.gradcheck(lambda x: rotate_packed(x, cos, sin), (qkv,))
+    # any tables, not only those whose halves repeat (RotaryEmbedding's): the transpose is exact
+    cos, sin = torch.randn(2, 11, 8, dtype=torch.float64)
+    q, k, v = _views(qkv)
+    want = torch.stack([*apply_rotary(q, k, cos, sin), v]).permute(1, 3, 0, 2, 4)
+    got = rotate_packed(qkv, cos, sin)
+    g = torch.randn_like(got)
+    for a, b in zip(
+        torch.autograd.grad((got * g).sum(), qkv),
+        torch.autograd.grad((want * g).sum(), qkv),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, atol=1e-14, rtol=0)
     assert torch.autograd.gradcheck(lambda x: rotate_packed(x, cos, sin), (qkv,))
 
 
