@@ -82,12 +82,13 @@ def oprf_statistic(
     """
 
     def moments(t: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        # a norm over both dimensions: the squares are not kept (one (B, H, L, D) pass fewer)
         if valid is None:
-            return t.pow(2).sum(-1).mean(-1), t.mean(-2)
+            return torch.linalg.vector_norm(t, dim=(-2, -1)).square() / t.shape[-2], t.mean(-2)
         v = valid[:, None, :, None]
         count = v.to(t.dtype).sum(-2).clamp_min(1)
         t = torch.where(v, t, 0.0)  # padded rows may hold inf/NaN: never multiply them
-        return t.pow(2).sum((-1, -2)) / count[..., 0], t.sum(-2) / count
+        return torch.linalg.vector_norm(t, dim=(-2, -1)).square() / count[..., 0], t.sum(-2) / count
 
     x2, xm = moments(x, x_valid)
     y2, ym = moments(y, y_valid)

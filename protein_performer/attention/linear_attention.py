@@ -185,7 +185,9 @@ def forward_rows(
     Writes the output into ``out`` ``(N, Lq, Dv)``, the normaliser into ``den`` ``(N, Lq)``,
     the summary into ``state`` ``(N, m, Dv+1)`` (zeros on entry) and, when given, the
     features without their offsets into ``phi_q_all`` / ``phi_k_all`` ``(N, L, m)`` (keys
-    against the final stabiliser). Returns the stabiliser ``(N, 1, 1)`` (0 for ReLU).
+    against the final stabiliser). Returns the stabiliser ``(N, 1, 1)`` (0 for ReLU) and the
+    keys' row term ``(N, Lk)`` (:meth:`FeatureParams.key_row_term`: softmax; else None), which
+    the backward reuses.
     """
     lk, lq = k.shape[1], q.shape[1]
     off_q, off_k = p.spec.query_offset, p.spec.key_offset
@@ -218,7 +220,7 @@ def forward_rows(
         split_output(torch.baddbmm(query_term, phi_q, state, out=na), out[:, sl], den[:, sl])
         if keep:
             phi_q_all[:, sl] = phi_q
-    return stab.ref
+    return stab.ref, row_term
 
 
 def backward_rows(
@@ -231,6 +233,7 @@ def backward_rows(
     chunk: int,
     state: torch.Tensor,
     ref: torch.Tensor,
+    row_term: torch.Tensor | None,
     out: torch.Tensor,
     den: torch.Tensor,
     phi_q_all: torch.Tensor | None,
@@ -240,9 +243,9 @@ def backward_rows(
     dv: torch.Tensor | None,
     scratch: Scratch | None = None,
 ) -> None:
-    """The backward of :func:`forward_rows` for dLoss/dout ``g`` ``(N, Lq, Dv)``: writes
-    dLoss/dq, dk, dv into ``dq``, ``dk``, ``dv`` (each may be None: not needed; any strides
-    with a unit last stride). ``q`` may be None when the features were kept; ``k`` too but
+    """The backward of :func:`forward_rows` for dLoss/dout ``g`` ``(N, Lq, Dv)``, from what it
+    returned and wrote: writes dLoss/dq, dk, dv into ``dq``, ``dk``, ``dv`` (each may be None:
+    not needed; any strides with a unit last stride). ``q`` may be None when the features were kept; ``k`` too but
     for the softmax kernel (its ``|k|²`` term)."""
     off_q, off_k = p.spec.query_offset, p.spec.key_offset
     kept = phi_q_all is not None
@@ -267,7 +270,6 @@ def backward_rows(
     if dk is None and dv is None:
         return
     stabilizer = ref if p.spec.kind == "softmax" else None
-    row_term = None if kept else p.key_row_term(k)
     dv_state = dstate[..., :-1]
     value_term = dv_state.sum(1, keepdim=True).mul_(off_k)  # (N, 1, Dv)
     for sl in blocks(lk, chunk):
@@ -324,7 +326,7 @@ class BidirectionalFavorFunction(torch.autograd.Function):
         out = q.new_empty(n, lq, v.shape[-1])
         den = q.new_empty(n, lq)
         state = k.new_zeros(n, m, v.shape[-1] + 1)
-        ref = forward_rows(
+        ref, row_term = forward_rows(
             q, k, v, mask, p, chunk, out, den, state, phi_q_all, phi_k_all, cpu_scratch(v)
         )
         ctx.params, ctx.chunk = p, chunk
@@ -332,21 +334,24 @@ class BidirectionalFavorFunction(torch.autograd.Function):
         q_saved = None if keep else q
         k_saved = k if not keep or p.spec.kind == "softmax" else None
         ctx.shapes = q.shape, k.shape
-        ctx.save_for_backward(q_saved, k_saved, v, mask, state, ref, out, den, phi_q_all, phi_k_all)
+        row_term = None if keep else row_term
+        ctx.save_for_backward(
+            q_saved, k_saved, v, mask, state, ref, row_term, out, den, phi_q_all, phi_k_all
+        )
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     @without_autocast
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        q, k, v, mask, state, ref, out, den, phi_q_all, phi_k_all = ctx.saved_tensors
+        q, k, v, mask, state, ref, row_term, out, den, phi_q_all, phi_k_all = ctx.saved_tensors
         (n, lq, d), (_, lk, _) = ctx.shapes
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         dq = v.new_empty(n, lq, d) if need_q else None
         dk = v.new_empty(n, lk, d) if need_k else None
         dv = torch.empty_like(v) if need_v else None
         backward_rows(
-            g, q, k, v, mask, ctx.params, ctx.chunk, state, ref, out, den,
+            g, q, k, v, mask, ctx.params, ctx.chunk, state, ref, row_term, out, den,
             phi_q_all, phi_k_all, dq, dk, dv, cpu_scratch(v),
         )  # fmt: skip
         return dq, dk, dv, None, None, None, None
@@ -401,25 +406,28 @@ class PackedBidirectionalFavorFunction(torch.autograd.Function):
         ref = qkv.new_empty(b, heads, 1, 1)
         masks = None if mask is None else mask.reshape(b, heads, length)
         scratch = cpu_scratch(qkv)
+        row_terms = []
         for i in range(b):
-            ref[i] = forward_rows(
+            ref[i], row_term = forward_rows(
                 _heads(q, i), _heads(k, i), _heads(v, i), _at(masks, i), _slab(p, heads, i),
                 chunk, _heads(out, i), den[i], state[i], _at(phi_q_all, i), _at(phi_k_all, i),
                 scratch,
             )  # fmt: skip
+            row_terms.append(row_term)
+        row_term = None if keep or row_terms[0] is None else torch.stack(row_terms)
         ctx.params, ctx.chunk = p, chunk
         if keep:
             q = None
             k = k.contiguous() if p.spec.kind == "softmax" else None
             v = v.contiguous()
-        ctx.save_for_backward(q, k, v, mask, state, ref, out, den, phi_q_all, phi_k_all)
+        ctx.save_for_backward(q, k, v, mask, state, ref, row_term, out, den, phi_q_all, phi_k_all)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     @without_autocast
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        q, k, v, mask, state, ref, out, den, phi_q_all, phi_k_all = ctx.saved_tensors
+        q, k, v, mask, state, ref, row_term, out, den, phi_q_all, phi_k_all = ctx.saved_tensors
         b, length, heads, d = v.shape
         dqkv = v.new_empty(b, length, 3, heads, d)
         dq, dk, dv = dqkv.unbind(2)
@@ -428,7 +436,8 @@ class PackedBidirectionalFavorFunction(torch.autograd.Function):
         for i in range(b):
             backward_rows(
                 _heads(g, i), _heads(q, i), _heads(k, i), _heads(v, i), _at(masks, i),
-                _slab(ctx.params, heads, i), ctx.chunk, state[i], ref[i], _heads(out, i),
+                _slab(ctx.params, heads, i), ctx.chunk, state[i], ref[i], _at(row_term, i),
+                _heads(out, i),
                 den[i], _at(phi_q_all, i), _at(phi_k_all, i), _heads(dq, i), _heads(dk, i),
                 _heads(dv, i), scratch,
             )  # fmt: skip
