@@ -10,7 +10,7 @@ from torch import nn
 
 from ..devices import check_dense_fits
 from ..errors import ConfigError
-from .causal import causal_linear_attention
+from .causal import causal_linear_attention, packed_causal_linear_attention
 from .exact import check_key_padding_mask
 from .feature_maps import (
     FeatureParams,
@@ -382,15 +382,16 @@ class FavorAttention(nn.Module):
     ) -> torch.Tensor:
         """``qkv`` ``(B, L, 3, H, D)``, the output of a fused q/k/v projection -> ``(B, L, H,
         D)``: :meth:`forward` of its per-head queries, keys and values, in the layout an output
-        projection reads. Bidirectional attention on a CPU reads and writes these layouts in
-        place (:func:`packed_bidirectional_linear_attention`: no copy of float32/float64 q, k,
-        v, the output or their gradients; other dtypes are computed in float32 from one copy);
+        projection reads. On a CPU these layouts are read and written in place
+        (:func:`packed_bidirectional_linear_attention`, :func:`packed_causal_linear_attention`:
+        no copy of float32/float64 q, k, v, the output or their gradients; other dtypes are
+        computed in float32 from one copy);
         elsewhere this is :meth:`forward` of the views, transposed. Called as a method, not
         through the module: forward hooks on this module do not see it."""
         if qkv.dim() != 5 or qkv.shape[2] != 3:
             raise ValueError(f"qkv must be (B, L, 3, H, D), got {tuple(qkv.shape)}")
         q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        if self.causal or qkv.device.type != "cpu" or qkv.numel() == 0:
+        if qkv.device.type != "cpu" or qkv.numel() == 0:
             return self.forward(q, k, v, key_padding_mask).transpose(1, 2)
         self._check_inputs(q, k, key_padding_mask)
         out_dtype = qkv.dtype
@@ -402,13 +403,16 @@ class FavorAttention(nn.Module):
                 q, k, _ = qkv.permute(2, 0, 3, 1, 4)
             mask = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
             params = self._params(q, k, mask, gather=True)
-            out = packed_bidirectional_linear_attention(
-                qkv,
-                self._flat_mask(mask, heads),
-                params,
-                self.block_rows(qkv.device, heads, length),
-                self.save_features,
-            )
+            flat_mask = self._flat_mask(mask, heads)
+            chunk = self.block_rows(qkv.device, heads, length)
+            if self.causal:
+                out = packed_causal_linear_attention(
+                    qkv, flat_mask, params, chunk, self.subchunk_size
+                )
+            else:
+                out = packed_bidirectional_linear_attention(
+                    qkv, flat_mask, params, chunk, self.save_features
+                )
         return out.to(out_dtype)
 
     def features(

@@ -260,7 +260,7 @@ class SelfAttention(nn.Module):
         b, n, _ = x.shape
         favor = self.favor
         packed = self.packed and not self.local_heads and not need_weights
-        if favor is not None and not favor.causal and packed:
+        if favor is not None and packed:
             # q, k, v read in place from the projection, the output written as self.out reads it
             qkv = self._packed(x, padding_mask)
             if rotary is not None:

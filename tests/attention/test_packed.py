@@ -8,6 +8,7 @@ import torch
 
 import protein_performer.attention.linear_attention as la
 from protein_performer.attention import FavorAttention
+from protein_performer.attention.causal import packed_causal_linear_attention
 from protein_performer.attention.linear_attention import packed_bidirectional_linear_attention
 from protein_performer.model.blocks import SelfAttention
 from protein_performer.model.rotary import RotaryEmbedding, apply_rotary, rotate_packed
@@ -38,20 +39,21 @@ def _views(qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return q, k, v
 
 
-@pytest.mark.parametrize("save", [True, False])
+@pytest.mark.parametrize(("causal", "save"), [(False, True), (False, False), (True, False)])
 @pytest.mark.parametrize("cfg", CONFIGS)
 @pytest.mark.parametrize("masked", [False, True])
 def test_packed_matches_explicit_attention_and_the_flat_route(
-    cfg: dict, masked: bool, save: bool
+    cfg: dict, masked: bool, causal: bool, save: bool
 ) -> None:
-    attn = FavorAttention(16, 40, chunk_size=6, save_features=save, **cfg).double()
+    attn = FavorAttention(16, 40, chunk_size=6, save_features=save, causal=causal, **cfg)
+    attn = attn.double()
     qkv = _packed(3, 23, 2, 16)
     mask = _mask(3, 23) if masked else None
     out = attn.forward_packed(qkv, mask)
     assert out.shape == (3, 23, 2, 16)
     q, k, v = _views(qkv)
     phi_q, phi_k = attn.features(q, k, key_padding_mask=mask)
-    ref = explicit_from_features(phi_q, phi_k, v, causal=False).transpose(1, 2)
+    ref = explicit_from_features(phi_q, phi_k, v, causal=causal).transpose(1, 2)
     flat = attn(q, k, v, key_padding_mask=mask).transpose(1, 2)
     torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
     torch.testing.assert_close(out, flat, atol=1e-13, rtol=1e-12)
@@ -63,17 +65,19 @@ def test_packed_matches_explicit_attention_and_the_flat_route(
     torch.testing.assert_close(grad, flat_grad, atol=1e-12, rtol=1e-11)
 
 
-@pytest.mark.parametrize("save", [True, False])
+@pytest.mark.parametrize("route", ["bidirectional", "saved", "causal"])
 @pytest.mark.parametrize("kind", ["softmax", "relu"])
 @pytest.mark.parametrize("masked", [False, True])
-def test_gradcheck_of_the_packed_function(kind: str, masked: bool, save: bool) -> None:
+def test_gradcheck_of_the_packed_function(kind: str, masked: bool, route: str) -> None:
     b, h, length, d = 2, 2, 9, 4
     params, _, *_ = gradcheck_inputs(kind, False, lq=length, lk=length, n=b * h, d=d)
     mask = _mask(b, length).repeat_interleave(h, dim=0) if masked else None
     qkv = _packed(b, length, h, d, seed=1)
 
     def fn(x: torch.Tensor) -> torch.Tensor:
-        return packed_bidirectional_linear_attention(x, mask, params, 4, save)
+        if route == "causal":  # blocks of 4 rows, sub-chunks of 3
+            return packed_causal_linear_attention(x, mask, params, 4, 3)
+        return packed_bidirectional_linear_attention(x, mask, params, 4, route == "saved")
 
     assert torch.autograd.gradcheck(fn, (qkv,))
 
@@ -122,11 +126,7 @@ def test_kept_features_are_saved_tensors_and_the_projection_is_not(kernel: str) 
     assert shapes == []
 
 
-def test_causal_and_empty_inputs_take_the_flat_route() -> None:
-    causal = FavorAttention(8, 16, causal=True, chunk_size=4).double()
-    qkv = _packed(2, 10, 2, 8)
-    want = causal(*_views(qkv)).transpose(1, 2)
-    torch.testing.assert_close(causal.forward_packed(qkv), want, atol=0, rtol=0)
+def test_empty_inputs_take_the_flat_route() -> None:
     empty = torch.zeros(2, 0, 3, 2, 8, requires_grad=True)
     out = FavorAttention(8, 16).forward_packed(empty)
     assert out.shape == (2, 0, 2, 8)
@@ -152,18 +152,21 @@ def test_bf16_autocast_runs_in_float32_and_returns_bf16() -> None:
     assert qkv.grad is not None and qkv.grad.dtype == torch.bfloat16
 
 
-@pytest.mark.parametrize("position", ["learned", "rotary"])
+@pytest.mark.parametrize(
+    ("position", "causal"), [("learned", False), ("rotary", False), ("rotary", True)]
+)
 @pytest.mark.parametrize("attention", ["performer_relu", "performer_softmax"])
 def test_a_model_takes_the_packed_route_with_the_same_loss_and_gradients(
-    attention: str, position: str, monkeypatch
+    attention: str, position: str, causal: bool, monkeypatch
 ) -> None:
+    import protein_performer.attention.causal as ca
     from protein_performer.model.config import ModelConfig
     from protein_performer.model.performer import ProteinLM
 
     config = ModelConfig(
         attention=attention, dim=32, depth=2, heads=4, ffn_dim=64, dropout=0.0, position=position
     )
-    model = ProteinLM(config, 25, 0).double()
+    model = ProteinLM(config, 25, 0, causal=causal).double()
     ids = torch.randint(4, 25, (3, 17))
     ids[0, -4:] = 0  # padding
 
@@ -174,13 +177,14 @@ def test_a_model_takes_the_packed_route_with_the_same_loss_and_gradients(
         return (loss.detach(), *(p.grad.clone() for p in model.parameters()))
 
     calls = []
-    forward = la.PackedBidirectionalFavorFunction.forward
+    function = ca.PackedCausalFavorFunction if causal else la.PackedBidirectionalFavorFunction
+    forward = function.forward
 
     def spy(ctx, *args):
         calls.append(args[0].shape)
         return forward(ctx, *args)
 
-    monkeypatch.setattr(la.PackedBidirectionalFavorFunction, "forward", staticmethod(spy))
+    monkeypatch.setattr(function, "forward", staticmethod(spy))
     packed = loss_and_grads()
     assert calls == [(3, 17, 3, 4, 8)] * 2  # every layer, one call each
 
