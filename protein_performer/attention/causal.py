@@ -359,8 +359,8 @@ class PackedCausalFavorFunction(torch.autograd.Function):
             )  # fmt: skip
             raws.append(raw)
             refs.append(ref)
-        raw_all = None if raws[0] is None else torch.stack(raws)  # (B, H, sub-chunks)
-        ref_all = None if refs[0] is None else torch.stack(refs)
+        raw_all = None if not b or raws[0] is None else torch.stack(raws)  # (B, H, sub-chunks)
+        ref_all = None if not b or refs[0] is None else torch.stack(refs)
         ctx.params, ctx.chunk, ctx.sub = p, chunk, sub
         ctx.save_for_backward(qkv, mask, out, den, raw_all, ref_all)
         return out
@@ -391,8 +391,9 @@ def packed_causal_linear_attention(
     chunk: int = 256,
     sub: int = 64,
 ) -> torch.Tensor:
-    """:func:`causal_linear_attention` on a packed ``qkv`` ``(B, L, 3, H, D)`` -> ``(B, L, H,
-    D)`` (:class:`PackedCausalFavorFunction`); ``key_mask`` ``(B·H, L)``, ``params`` for
-    ``N = B·H`` rows, batch element major. Gradients flow to ``qkv``."""
+    """:func:`causal_linear_attention` on a packed ``qkv`` ``(B, L, 3, H, D)`` (any strides with
+    a unit last one) -> ``(B, L, H, D)`` (:class:`PackedCausalFavorFunction`); ``key_mask``
+    ``(B·H, L)``, ``params`` for ``N = B·H`` rows, batch element major. Gradients flow to
+    ``qkv``."""
     sub = max(1, min(sub, chunk))
     return PackedCausalFavorFunction.apply(qkv, key_mask, params, chunk, sub)

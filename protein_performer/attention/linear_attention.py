@@ -177,7 +177,7 @@ def forward_rows(
     phi_q_all: torch.Tensor | None = None,
     phi_k_all: torch.Tensor | None = None,
     scratch: Scratch | None = None,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The forward for ``N`` sequences ``q`` ``(N, Lq, D)``, ``k`` ``(N, Lk, D)``, ``v`` ``(N,
     Lk, Dv)`` (any strides with a unit last stride: per-head views of a packed projection
     are read in place), ``mask`` ``(N, Lk)`` or None.
@@ -414,7 +414,7 @@ class PackedBidirectionalFavorFunction(torch.autograd.Function):
                 scratch,
             )  # fmt: skip
             row_terms.append(row_term)
-        row_term = None if keep or row_terms[0] is None else torch.stack(row_terms)
+        row_term = None if keep or not b or row_terms[0] is None else torch.stack(row_terms)
         ctx.params, ctx.chunk = p, chunk
         if keep:
             q = None

@@ -116,7 +116,7 @@ class SelfAttention(nn.Module):
         self.attention = attention
         self.local_heads = local_heads
         self.local_window = local_window
-        # bidirectional FAVOR reads the fused projection in place (False: the (B·H, L, D)
+        # FAVOR reads the fused projection in place on the CPU (False: the (B·H, L, D)
         # route of views and copies, kept for comparisons: benchmarks/model_scaling.py)
         self.packed = True
         self.qkv = nn.Linear(dim, 3 * dim)

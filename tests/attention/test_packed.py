@@ -1,5 +1,5 @@
-"""Bidirectional FAVOR on a packed q/k/v projection ``(B, L, 3, H, D)``, read and written in
-place: the same attention and gradients as the ``(B·H, L, D)`` route."""
+"""FAVOR (bidirectional and causal) on a packed q/k/v projection ``(B, L, 3, H, D)``, read and
+written in place: the same attention and gradients as the ``(B·H, L, D)`` route."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ import torch
 
 import protein_performer.attention.linear_attention as la
 from protein_performer.attention import FavorAttention
-from protein_performer.attention.causal import packed_causal_linear_attention
-from protein_performer.attention.linear_attention import packed_bidirectional_linear_attention
+from protein_performer.attention.causal import (
+    causal_linear_attention,
+    packed_causal_linear_attention,
+)
+from protein_performer.attention.linear_attention import (
+    bidirectional_linear_attention,
+    packed_bidirectional_linear_attention,
+)
 from protein_performer.model.blocks import SelfAttention
 from protein_performer.model.rotary import RotaryEmbedding, apply_rotary, rotate_packed
 from tests.attention.reference import explicit_from_features, gradcheck_inputs
@@ -47,6 +53,7 @@ def test_packed_matches_explicit_attention_and_the_flat_route(
 ) -> None:
     attn = FavorAttention(16, 40, chunk_size=6, save_features=save, causal=causal, **cfg)
     attn = attn.double()
+    attn.subchunk_size = 4  # causal: blocks of 6 rows in sub-chunks of 4 and 2
     qkv = _packed(3, 23, 2, 16)
     mask = _mask(3, 23) if masked else None
     out = attn.forward_packed(qkv, mask)
@@ -80,6 +87,43 @@ def test_gradcheck_of_the_packed_function(kind: str, masked: bool, route: str) -
         return packed_bidirectional_linear_attention(x, mask, params, 4, route == "saved")
 
     assert torch.autograd.gradcheck(fn, (qkv,))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kind", ["softmax", "relu"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_packed_functions_equal_the_flat_ones_with_parameters_that_differ_per_row(
+    kind: str, masked: bool, causal: bool
+) -> None:
+    """Feature parameters that differ for every batch element and head (through FavorAttention
+    a causal module's are the same for all batch elements): each element gets its own."""
+    b, h, length, d = 2, 2, 11, 4
+    params, _, *_ = gradcheck_inputs(kind, False, lq=length, lk=length, n=b * h, d=d)
+    mask = _mask(b, length).repeat_interleave(h, dim=0) if masked else None
+    qkv = _packed(b, length, h, d, seed=2)
+    q, k, v = (t.reshape(b * h, length, d) for t in _views(qkv))
+    if causal:  # blocks of 4 rows, sub-chunks of 3
+        got = packed_causal_linear_attention(qkv, mask, params, 4, 3)
+        want = causal_linear_attention(q, k, v, mask, params, 4, 3)
+    else:
+        got = packed_bidirectional_linear_attention(qkv, mask, params, 4)
+        want = bidirectional_linear_attention(q, k, v, mask, params, 4)
+    want = want.view(b, h, length, d).transpose(1, 2)
+    torch.testing.assert_close(got, want, atol=1e-14, rtol=1e-12)
+    g = torch.randn_like(got)
+    (grad,) = torch.autograd.grad((got * g).sum(), qkv)
+    (want_grad,) = torch.autograd.grad((want * g).sum(), qkv)
+    torch.testing.assert_close(grad, want_grad, atol=1e-13, rtol=1e-12)
+
+
+def test_an_empty_batch_gives_an_empty_output_and_gradient() -> None:
+    params, _, *_ = gradcheck_inputs("softmax", False, lq=5, lk=5, n=0, d=4)
+    for fn in (packed_bidirectional_linear_attention, packed_causal_linear_attention):
+        qkv = torch.zeros(0, 5, 3, 2, 4, dtype=torch.float64, requires_grad=True)
+        out = fn(qkv, None, params)
+        assert out.shape == (0, 5, 2, 4)
+        out.sum().backward()
+        assert qkv.grad.shape == qkv.shape
 
 
 def test_strided_input_and_gradients_of_the_output_are_read_in_place() -> None:
