@@ -259,7 +259,10 @@ class SelfAttention(nn.Module):
         ``(B, L, dim)`` and, if ``need_weights``, the attention matrix ``(B, H, L, L)``."""
         b, n, _ = x.shape
         favor = self.favor
-        packed = self.packed and not self.local_heads and not need_weights
+        # on the CPU only: elsewhere copies are cheap, and a loop over batch elements is not
+        packed = (
+            self.packed and x.device.type == "cpu" and not self.local_heads and not need_weights
+        )
         if favor is not None and packed:
             # q, k, v read in place from the projection, the output written as self.out reads it
             qkv = self._packed(x, padding_mask)
