@@ -13,6 +13,15 @@ def _bench():
     return load_benchmark("model_scaling.py")
 
 
+def _tiny_args(**overrides) -> argparse.Namespace:
+    """A worker's arguments for a one-layer 32-wide model, 2 sequences of 64 tokens."""
+    base = dict(
+        device="cpu", dim=32, depth=1, heads=2, ffn_dim=64, features=16, length=64, tokens=128,
+        checkpointing=False, qkv_conv=0, save_features=False, precision="fp32",
+    )  # fmt: skip
+    return argparse.Namespace(**{**base, **overrides})
+
+
 def test_each_point_is_its_fastest_round_and_failed_rounds_are_skipped():
     bench = _bench()
     raw = [
@@ -103,23 +112,7 @@ def test_paired_needs_no_attention_among_the_kinds(capsys):
 
 def test_a_paired_worker_times_every_kind_in_one_process():
     bench = _bench()
-    args = argparse.Namespace(
-        attentions=["performer_relu", "none"],
-        threads=1,
-        device="cpu",
-        dim=32,
-        depth=1,
-        heads=2,
-        ffn_dim=64,
-        features=16,
-        length=64,
-        tokens=128,
-        checkpointing=False,
-        qkv_conv=0,
-        save_features=False,
-        precision="fp32",
-        steps=3,
-    )
+    args = _tiny_args(attentions=["performer_relu", "none"], threads=1, steps=3)
     result = bench.paired_worker(args)
     assert result["batch"] == 2 and result["tokens"] == 128
     assert set(result["times_s"]) == {"performer_relu", "none"}
@@ -130,20 +123,7 @@ def test_flat_kinds_take_the_route_of_copies_and_the_others_the_packed_one(monke
     import protein_performer.attention.linear_attention as la
 
     bench = _bench()
-    args = argparse.Namespace(
-        device="cpu",
-        dim=32,
-        depth=2,
-        heads=2,
-        ffn_dim=64,
-        features=16,
-        length=64,
-        tokens=128,
-        checkpointing=False,
-        qkv_conv=0,
-        save_features=False,
-        precision="fp32",
-    )
+    args = _tiny_args(depth=2)
     calls = []
     forward = la.PackedBidirectionalFavorFunction.forward
 

@@ -437,9 +437,8 @@ class PackedBidirectionalFavorFunction(torch.autograd.Function):
             backward_rows(
                 _heads(g, i), _heads(q, i), _heads(k, i), _heads(v, i), _at(masks, i),
                 _slab(ctx.params, heads, i), ctx.chunk, state[i], ref[i], _at(row_term, i),
-                _heads(out, i),
-                den[i], _at(phi_q_all, i), _at(phi_k_all, i), _heads(dq, i), _heads(dk, i),
-                _heads(dv, i), scratch,
+                _heads(out, i), den[i], _at(phi_q_all, i), _at(phi_k_all, i),
+                _heads(dq, i), _heads(dk, i), _heads(dv, i), scratch,
             )  # fmt: skip
         return dqkv, None, None, None, None
 
