@@ -82,13 +82,16 @@ def oprf_statistic(
     """
 
     def moments(t: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        # a norm over both dimensions: the squares are not kept (one (B, H, L, D) pass fewer)
+        # squares through row norms: a norm over (L, D) of a strided view (a head of a fused
+        # projection) is several times slower than (L,) norms over D, and keeps no squares
+        sq = torch.linalg.vector_norm(t, dim=-1).square()  # (..., L)
         if valid is None:
-            return torch.linalg.vector_norm(t, dim=(-2, -1)).square() / t.shape[-2], t.mean(-2)
-        v = valid[:, None, :, None]
-        count = v.to(t.dtype).sum(-2).clamp_min(1)
-        t = torch.where(v, t, 0.0)  # padded rows may hold inf/NaN: never multiply them
-        return torch.linalg.vector_norm(t, dim=(-2, -1)).square() / count[..., 0], t.sum(-2) / count
+            return sq.mean(-1), t.mean(-2)
+        v = valid[:, None, :]
+        count = v.to(t.dtype).sum(-1).clamp_min(1)
+        # padded rows may hold inf/NaN: select, never multiply them
+        sq = torch.where(v, sq, 0.0).sum(-1) / count
+        return sq, torch.where(v[..., None], t, 0.0).sum(-2) / count[..., None]
 
     x2, xm = moments(x, x_valid)
     y2, ym = moments(y, y_valid)

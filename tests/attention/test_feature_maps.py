@@ -118,6 +118,9 @@ def test_oprf_statistic_equals_mean_over_pairs_with_masks() -> None:
         torch.testing.assert_close(got[b], pairs.pow(2).sum(-1).mean((-1, -2)))
     unmasked = (x[..., :, None, :] + y[..., None, :, :]).pow(2).sum(-1).mean((-1, -2))
     torch.testing.assert_close(oprf_statistic(x, y), unmasked)
+    # padded rows may hold anything: they are selected away, never multiplied
+    x[0, :, 5:], y[1, :, 0], y[1, :, 1] = float("inf"), float("nan"), float("-inf")
+    torch.testing.assert_close(oprf_statistic(x, y, valid, valid), got)
 
 
 def test_relu_features_definition() -> None:
