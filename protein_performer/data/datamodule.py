@@ -18,6 +18,7 @@ import logging
 import numbers
 import os
 import signal
+import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
@@ -25,6 +26,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
 from protein_performer.data.batching import (
@@ -149,14 +151,27 @@ def _families_of_at_least(
     return select_records(source, records), renumbered
 
 
-def _end_data_workers() -> None:
-    """At exit, kill the daemonic children still alive (data workers: persistent ones outlive
-    ``fit``). multiprocessing's own exit handler terminates them with SIGTERM and then joins
-    them, and data workers ignore SIGTERM (:func:`leave_stop_signals_to_main`): it would wait
-    forever. Daemonic children are ended at exit either way; this only makes it certain."""
-    import multiprocessing
+_data_workers: weakref.WeakSet = weakref.WeakSet()
 
-    children = [p for p in multiprocessing.active_children() if p.daemon]
+
+class WorkerTrackingDataLoader(DataLoader):
+    """A DataLoader whose worker processes are remembered, so that the exit hook ends these
+    and no other process (:func:`_end_data_workers`)."""
+
+    def _get_iterator(self) -> _BaseDataLoaderIter:
+        iterator = super()._get_iterator()
+        for worker in getattr(iterator, "_workers", ()):
+            _data_workers.add(worker)
+        return iterator
+
+
+def _end_data_workers() -> None:
+    """At exit, kill this module's data workers still alive (persistent ones outlive
+    ``fit``). multiprocessing's own exit handler terminates daemonic children with SIGTERM
+    and then joins them, and these workers ignore SIGTERM (:func:`leave_stop_signals_to_main`):
+    it would wait forever. Other children (a library user's own) are left to multiprocessing,
+    whose SIGTERM lets them clean up."""
+    children = [p for p in list(_data_workers) if p.is_alive()]
     if children and hasattr(signal, "SIGCHLD"):
         # torch's SIGCHLD handler would report each killed worker as a failure
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -764,7 +779,7 @@ class ProteinDataModule(pl.LightningDataModule):
         ds = self._require(split)
         if self.num_workers > 0:
             _register_exit_hook()
-        return DataLoader(
+        return WorkerTrackingDataLoader(
             ds,
             batch_sampler=self.batch_sampler(split),
             collate_fn=self.collator,
