@@ -125,6 +125,12 @@ class ProteinLMModule(pl.LightningModule):
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         step = self.global_step
+        # the step loggers label rows with: Lightning restores it one short from a checkpoint
+        # saved at a validation's end (every last.ckpt but a mid-epoch stop's), so a resumed
+        # run's metrics.csv rows would be labelled one step too early
+        epoch_loop = getattr(getattr(self._trainer, "fit_loop", None), "epoch_loop", None)
+        if getattr(epoch_loop, "_batches_that_stepped", step) != step:
+            epoch_loop._batches_that_stepped = step
         torch.manual_seed(step_seed(self.seed, step, self.global_rank, batch_idx))
         redraw_all(self.model, step)
 

@@ -452,6 +452,32 @@ def test_a_run_without_validation_data_resumes_exactly_inside_an_epoch(tmp_path)
     assert [b[s] for s in range(12)] == pytest.approx([a[s] for s in range(12)], rel=1e-5)
 
 
+def test_extending_a_run_whose_last_checkpoint_followed_a_validation_keeps_step_labels(
+    tmp_path,
+):
+    """last.ckpt saved at a validation's end (a run stopped at max_steps with validation
+    data): Lightning restores the loggers' step one short; the resumed rows are labelled as
+    an uninterrupted run's, validation rows included."""
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=120)
+    cfg = tiny_config(fasta, max_steps=8, val_check_interval=2)
+    train(cfg, tmp_path / "full")
+    cfg.trainer.max_steps = 3  # off the validation interval: a validation of its own
+    short = train(cfg, tmp_path / "cut")
+    cfg.ckpt_path, cfg.trainer.max_steps = short.last_checkpoint, 8
+    train(cfg, tmp_path / "cut")
+    a, b = train_losses(tmp_path / "full"), train_losses(tmp_path / "cut")
+    assert sorted(b) == sorted(a) == list(range(8))
+    assert [b[s] for s in range(8)] == pytest.approx([a[s] for s in range(8)], rel=1e-5)
+
+    def val_steps(run: Path) -> list[int]:
+        with open(run / "metrics.csv") as f:
+            return [int(r["step"]) for r in csv.DictReader(f) if r.get("val/loss")]
+
+    assert val_steps(tmp_path / "full") == [1, 3, 5, 7]
+    assert val_steps(tmp_path / "cut") == [1, 2, 3, 5, 7]  # + the short run's final one
+
+
 def test_an_interrupt_during_the_final_validation_offers_no_resume_that_would_be_refused(
     tiny_fasta, tmp_path, monkeypatch, capsys
 ):
