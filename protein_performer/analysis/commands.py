@@ -732,6 +732,14 @@ def _read_mutations_csv(
         raise DataError(
             "a FASTA file, not a CSV of mutations (mutations= and fasta= swapped?)", path=path
         )
+    repeated = next((f for f in fields if fields.count(f) > 1), None)
+    if repeated is not None:  # a row would keep only the last of them: data silently lost
+        where = ", ".join(str(i) for i, f in enumerate(fields, 1) if f == repeated)
+        raise DataError(
+            f"column name {repeated!r} is repeated in the header (columns {where}): "
+            "give each column its own name",
+            path=path,
+        )
     if column not in fields:
         other = (
             "; or sequence_col=mutated_sequence to read whole sequences"

@@ -259,6 +259,19 @@ def test_score_bad_input_is_one_line(ckpt, tmp_path, capsys, rows, extra, messag
     assert not (tmp_path / "o" / "s.csv").exists()
 
 
+@pytest.mark.parametrize(
+    "header", ["mutant,fitness,fitness", "mutant,mutant,fitness", "mutant,fitness, fitness"]
+)
+def test_score_refuses_a_header_that_repeats_a_column(ckpt, tmp_path, capsys, header) -> None:
+    """A row would keep only the last of two same-named fields: another column's values
+    (or the mutant itself) silently replaced."""
+    (tmp_path / "m.csv").write_text(f"{header}\nM1A,1,2\nM1C,3,4\n")
+    code = _score(ckpt, tmp_path)
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and "is repeated in the header" in err, err
+    assert not (tmp_path / "s.csv").exists()
+
+
 def test_score_errors_name_the_csv_line_past_blank_lines(ckpt, tmp_path, capsys) -> None:
     (tmp_path / "m.csv").write_text("mutant,fitness\nM1A,1\n\n\n1A,2\n")
     code = _score(ckpt, tmp_path)
