@@ -709,3 +709,26 @@ def test_lightnings_short_precision_names_are_read(given, meant):
     cfg = TrainConfig(trainer=TrainerConfig(precision=given), data=DataConfig(files="x.fa"))
     validate_train_config(cfg)
     assert cfg.trainer.precision == meant
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, True, 1.5])
+def test_seeds_outside_what_numpy_takes_are_one_line_errors(seed) -> None:
+    """seed_everything and numpy refuse them with a traceback deep in a run."""
+    from protein_performer.config import (
+        GenerateConfig,
+        SimilarityConfig,
+        validate_analysis_config,
+        validate_eval_config,
+    )
+
+    cfg = compose_job("train", []).config
+    cfg.seed = seed
+    with pytest.raises(ConfigError, match=r"^seed must be an integer in 0\.\.4294967295"):
+        validate_train_config(cfg)
+    with pytest.raises(ConfigError, match=r"^seed must be an integer"):
+        validate_eval_config(EvalConfig(checkpoint="x.ckpt", fasta="x.fa", seed=seed))
+    for kind in (SimilarityConfig, GenerateConfig):
+        with pytest.raises(ConfigError, match=r"^seed must be an integer"):
+            validate_analysis_config(kind(seed=seed))
+    cfg.seed = 2**32 - 1
+    validate_train_config(cfg)

@@ -138,6 +138,11 @@ class SimulationParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        for key in ("root_length_median", "root_length_sigma", "substitution_rate",
+                    "indel_rate", "indel_mean_length", "gamma_shape"):  # fmt: skip
+            value = getattr(self, key)
+            if value is not None and not math.isfinite(value):
+                raise ConfigError(f"simulate: {key} must be a finite number (got {value!r})")
         checks = [
             (1 <= self.n_families <= 99_999, "n_families must be in [1, 99999]"),
             (1 <= self.min_members <= self.max_members, "need 1 <= min_members <= max_members"),
@@ -145,9 +150,12 @@ class SimulationParams:
             (1 <= self.min_length <= self.max_length, "need 1 <= min_length <= max_length"),
             (self.root_length_median > 0, "root_length_median must be > 0"),
             (self.root_length_sigma >= 0, "root_length_sigma must be >= 0"),
-            (self.substitution_rate >= 0, "substitution_rate must be >= 0"),
-            (self.indel_rate >= 0, "indel_rate must be >= 0"),
-            (self.indel_mean_length >= 1, "indel_mean_length must be >= 1"),
+            # beyond these every member is unrelated to its family (and the events per site
+            # make a run take hours): a typo, not a family
+            (0 <= self.substitution_rate <= 100, "substitution_rate must be in [0, 100]"),
+            (0 <= self.indel_rate <= 10, "indel_rate must be in [0, 10]"),
+            (1 <= self.indel_mean_length <= 1000, "indel_mean_length must be in [1, 1000]"),
+            (self.root_length_sigma <= 10, "root_length_sigma must be <= 10"),
             (self.gamma_shape is None or self.gamma_shape > 0, "gamma_shape must be > 0 or None"),
             (self.seed >= 0, "seed must be >= 0"),
         ]

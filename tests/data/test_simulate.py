@@ -322,6 +322,13 @@ def test_plain_output_without_gz_suffix(tmp_path):
         dict(substitution_rate=-0.1),
         dict(gamma_shape=0.0),
         dict(indel_mean_length=0.5),
+        dict(indel_rate=float("inf")),
+        dict(substitution_rate=float("inf")),
+        dict(gamma_shape=float("inf")),
+        dict(root_length_median=float("inf")),
+        dict(root_length_sigma=float("nan")),
+        dict(indel_mean_length=float("inf")),
+        dict(indel_rate=1e6),
     ],
 )
 def test_invalid_parameters_raise_config_error_and_write_nothing(tmp_path, bad):
