@@ -1,6 +1,6 @@
 """``python -m protein_performer``: the ``protein-performer`` command."""
 
-from protein_performer.cli import main
+from protein_performer.entry import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -590,8 +590,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
-    parser = build_parser()
     try:
+        parser = build_parser()
         with sigterm_raises():  # SIGTERM cleans up like Ctrl-C (no half-written output)
             if argv and argv[0] in HYDRA_COMMANDS:
                 return _cmd_hydra(argv[0], argv[1:])

@@ -254,3 +254,23 @@ def test_a_data_command_given_key_value_says_it_takes_plain_paths(tmp_path, caps
     err = capsys.readouterr().err
     assert code == 2
     assert "fasta=x.fa: no such file (x.fa exists: the data commands take plain paths" in err
+
+
+def test_ctrl_c_while_the_command_starts_is_one_line(monkeypatch, capsys):
+    """The CLI's imports take seconds: a Ctrl-C during them ends in the interrupt line, not
+    an import traceback (the console script imports the CLI inside the handling)."""
+    import importlib.abc
+
+    from protein_performer.entry import main as entry_main
+
+    class Interrupting(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "protein_performer.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "protein_performer.cli")
+    monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
+    assert entry_main() == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("interrupted"), err
