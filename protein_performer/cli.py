@@ -172,12 +172,23 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
     )
     for split, s in manifest["splits"].items():
         print(f"  {split:5s} {s['records']:>10,} records {s['residues']:>14,} residues")
+    fractions = dict(
+        zip(("train", "val", "test"), manifest["split"].get("fractions") or [1] * 3, strict=True)
+    )
     empty = [split for split, s in manifest["splits"].items() if not s["records"]]
-    if empty and manifest["split"]["method"] != "explicit":
+    # a split asked to be empty (fraction 0: e.g. 0,0,1 for a held-out file) is not a problem
+    short = [split for split in empty if fractions.get(split, 1) > 0]
+    if short and manifest["split"]["method"] != "explicit":
         print(
-            f"warning: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} "
+            f"warning: the {' and '.join(short)} split{'s are' if len(short) > 1 else ' is'} "
             f"empty (fractions {manifest['split']['fractions']}, {c['records_kept']:,} records "
             "kept): too few records or clusters to split",
+            file=sys.stderr,
+        )
+    if "train" in empty and fractions.get("train", 1) == 0:
+        print(
+            "note: no train split (its fraction is 0): these shards can be evaluated on, "
+            "not trained on",
             file=sys.stderr,
         )
     leaks = manifest["held_out_in_train"] or {}

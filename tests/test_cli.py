@@ -274,3 +274,22 @@ def test_ctrl_c_while_the_command_starts_is_one_line(monkeypatch, capsys):
     assert entry_main() == 130
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("interrupted"), err
+
+
+def test_preprocess_warns_of_empty_splits_only_where_a_fraction_asked_for_records(tmp_path, capsys):
+    from tests.training.helpers import write_fasta
+
+    fasta = write_fasta(tmp_path / "p.fasta", n=40)
+    code, _, err = _run(
+        capsys, "data", "preprocess", str(fasta), str(tmp_path / "a"), "--no-progress",
+        "--fractions", "0,0,1",
+    )  # fmt: skip
+    assert code == 0 and "too few records" not in err
+    assert "note: no train split (its fraction is 0)" in err
+    one = tmp_path / "one.fasta"
+    one.write_text(">a\nMKVLA\n")
+    code, _, err = _run(
+        capsys, "data", "preprocess", str(one), str(tmp_path / "b"), "--no-progress"
+    )
+    assert code == 0 and "the val and test splits are empty" in err and "too few records" in err
+    assert "no train split" not in err
