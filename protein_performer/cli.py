@@ -116,7 +116,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         + (
             " (e.g. "
             + ", ".join(
-                f"record {e['record']} repeats record {e['first']}" for e in dup["examples"][:3]
+                _repeat_line(e, len(stats["files"]) > 1) for e in dup["examples"][:3]
             )
             + ")"
             if dup["count"]
@@ -631,6 +631,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {os_error_line(e)}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _repeat_line(example: dict[str, Any], several_files: bool) -> str:
+    """``record 4 repeats record 2`` (with several files: of which file each is)."""
+    if not several_files or "file" not in example:
+        return f"record {example['record']} repeats record {example['first']}"
+    return (
+        f"record {example['record']} of {example['file']} repeats record "
+        f"{example['first']} of {example['first_file']}"
+    )
 
 
 def os_error_line(e: OSError) -> str:

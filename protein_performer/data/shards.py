@@ -255,7 +255,7 @@ def preprocess(
                 for rec, ids in encoded:
                     split = fixed_split or assigner(split_key(rec, cluster_of, reader.path))
                     writers[split].add(rec.id, ids)  # type: ignore[arg-type]
-                    dups.add(rec.id)
+                    dups.add(rec.id, rec.number, str(reader.path))
                     if leaks is not None:
                         leaks.add(split, rec.id, ids)  # type: ignore[arg-type]
                     if counts.records_kept % 2048 == 0:

@@ -78,31 +78,56 @@ class DuplicateFinder:
     """Exact duplicate-id detection from 64-bit digests, reported after the pass."""
 
     def __init__(self) -> None:
-        self._chunks: list[np.ndarray] = []
-        self._buf: list[int] = []
+        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._buf: list[tuple[int, int, int]] = []
+        self._files: dict[str, int] = {}
+        self._added = 0
 
-    def add(self, key: str) -> None:
-        self._buf.append(digest64(key.encode()))
+    def add(self, key: str, record: int | None = None, file: str | None = None) -> None:
+        """``key``: the id; ``record``: its 1-based number in ``file`` (default: the position
+        among the :meth:`add` calls; pass it when some records are not added, e.g. skipped
+        invalid ones, or when records come from several files)."""
+        self._added += 1
+        where = self._files.setdefault(file, len(self._files)) if file is not None else -1
+        self._buf.append((digest64(key.encode()), self._added if record is None else record, where))
         if len(self._buf) >= 65536:
-            self._chunks.append(np.asarray(self._buf, dtype=np.uint64))
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buf:
+            digests, records, files = zip(*self._buf, strict=True)
+            self._chunks.append(
+                (
+                    np.asarray(digests, dtype=np.uint64),
+                    np.asarray(records, dtype=np.int64),
+                    np.asarray(files, dtype=np.int32),
+                )
+            )
             self._buf = []
 
     def result(self, max_examples: int = 10) -> dict[str, Any]:
-        """``{"count": records whose id occurred earlier, "examples": [{record, first}, ...]}``.
-
-        Record numbers are 1-based positions in the order of :meth:`add` calls.
-        """
-        digests = np.concatenate([*self._chunks, np.asarray(self._buf, dtype=np.uint64)])
-        if len(digests) == 0:
+        """``{"count": records whose id occurred earlier, "examples": [{record, first}, ...]}``
+        (record numbers as given to :meth:`add`; with files, ``file`` and ``first_file``
+        too), the earliest repeats first."""
+        self._flush()
+        if not self._chunks:
             return {"count": 0, "examples": []}
+        digests, records, files = (
+            np.concatenate(parts) for parts in zip(*self._chunks, strict=True)
+        )
         order = np.argsort(digests, kind="stable")
         s = digests[order]
         dup = np.flatnonzero(s[1:] == s[:-1]) + 1  # positions (in sorted order) of repeats
         starts = np.searchsorted(s, s[dup], side="left")  # first occurrence of each repeat
-        records = order[dup] + 1
-        firsts = order[starts] + 1
-        pick = np.argsort(records, kind="stable")[:max_examples]
-        examples = [{"record": int(records[i]), "first": int(firsts[i])} for i in pick]
+        repeat, first = order[dup], order[starts]  # positions in the order of add calls
+        names = list(self._files)
+        examples = []
+        for k in np.argsort(repeat, kind="stable")[:max_examples]:
+            i, j = repeat[k], first[k]
+            example: dict[str, Any] = {"record": int(records[i]), "first": int(records[j])}
+            if files[i] >= 0:
+                example.update(file=names[files[i]], first_file=names[files[j]])
+            examples.append(example)
         return {"count": len(dup), "examples": examples}
 
 
@@ -167,7 +192,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
                     if nuc >= NUCLEOTIDE_SHARE * len(raw):
                         nucleotide_like += 1
                 kinds[rec.header.kind] += 1
-                dups.add(rec.id)
+                dups.add(rec.id, rec.number, str(path))
                 bar.update(1)
             total_bytes += reader.size
             files.append(

@@ -178,3 +178,14 @@ def test_a_hash_split_counts_held_out_copies_of_training_records(tmp_path, capsy
     err = capsys.readouterr().err
     assert code == 0 and "val records are identical to a training record" in err
     assert "--clusters keeps such copies on one side" in err
+
+
+def test_duplicate_examples_name_records_of_the_file_past_skipped_ones(tmp_path):
+    """Numbers in the manifest are the file's own records, not the kept ones' positions."""
+    src = tmp_path / "d.fa"
+    src.write_text(">x\nMKV1LL\n>y\nMKVLLA\n>z\nMKVLLW\n>y\nMKVLLC\n")
+    m = preprocess(src, tmp_path / "o", policy="skip", progress=False)
+    assert m["duplicate_ids"]["count"] == 1
+    assert m["duplicate_ids"]["examples"][0] == {
+        "record": 4, "first": 2, "file": str(src), "first_file": str(src),
+    }  # fmt: skip

@@ -67,5 +67,18 @@ def test_stats_reports_problems_without_failing(tmp_path):
     assert s["records_with_lowercase"] == 1 and s["records_with_stop"] == 1
     assert s["nonstandard_residues"] == {"X": 2, "U": 2, "O": 1}
     assert s["composition"]["M"] == 2 and s["composition"]["K"] == 2
-    assert s["duplicate_ids"]["count"] == 1
+    assert s["duplicate_ids"] == {
+        "count": 1,
+        "examples": [{"record": 3, "first": 1, "file": str(p), "first_file": str(p)}],
+    }
     assert s["lengths"]["min"] == 4 and s["lengths"]["max"] == 5
+    other = tmp_path / "t.fa"
+    other.write_text(">c\nMKV\n>d\nMKV\n")
+    both = fasta_stats([p, other])["duplicate_ids"]
+    assert both["count"] == 2  # record numbers are each file's own
+    assert both["examples"][1] == {
+        "record": 1,
+        "first": 4,
+        "file": str(other),
+        "first_file": str(p),
+    }
