@@ -968,7 +968,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         for j, p in mut.check_mutants([parsed[i] for i in readable], sequence, cfg.offset)
     ]
     site_method = next((m for m in methods if m not in mut.WHOLE_SEQUENCE_METHODS), None)
-    if site_method is not None:  # indels only the whole-sequence methods score
+    whole = [m for m in methods if m in mut.WHOLE_SEQUENCE_METHODS]
+    if site_method is not None and not whole:  # indels only the whole-sequence methods score
         flagged = {i for i, _ in problems}
         problems += [
             (i, mut.indel_problem(m, sequence, site_method))
@@ -1091,8 +1092,9 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     if indels:
         text += (
             f"\n  {len(indels):,} {'indel' if len(indels) == 1 else 'indels'} (whole sequences "
-            "of another length than the wild type) scored by their whole sequence; blosum62 "
-            "is blank for them (no substitution score)"
+            "of another length than the wild type) scored by their whole sequence; "
+            f"{', '.join([*(mut.column_name(m) for m in methods if m not in whole), 'blosum62'])}"
+            " blank for them (no substitution score)"
         )
         summary["indels"] = len(indels)
     synonymous = [

@@ -208,8 +208,8 @@ def parse_mutant(text: str, offset: int = 1) -> list[Substitution]:
         m = _SITE.fullmatch(part.strip())
         if not m and part.strip().endswith("*"):
             raise ValueError(
-                f"{text!r} is a stop (nonsense) mutant: masked-LM scores cover substitutions "
-                "between the 20 amino acids"
+                f"{text!r} is a stop (nonsense) mutant: scores cover substitutions between "
+                "the 20 amino acids (and indels given as whole sequences)"
             )
         if not m:
             raise ValueError(f"cannot read mutation {text!r} (expected e.g. H24C or H24C:P25A)")
@@ -473,7 +473,8 @@ def score_mutants(
     """``{method: (n,) scores}`` for ``mutants`` of the wild-type ``sequence``: parsed
     substitutions, :class:`Indel` s or strings (``"H24C"``, ``"H24C:P25A"``, positions numbered
     from ``offset``, the number of the sequence's first residue; or a variant's whole
-    sequence, see :func:`parse_variant`). Indels need :data:`WHOLE_SEQUENCE_METHODS`.
+    sequence, see :func:`parse_variant`). Indels need one of :data:`WHOLE_SEQUENCE_METHODS`
+    (site methods beside it give them NaN).
 
     ``sequence`` is read as a FASTA record's is (whitespace and line breaks removed, any
     case, a final ``*`` dropped), and the mutants are checked against what is scored. Every
@@ -527,7 +528,7 @@ def score_mutants(
         raise ValueError(f"mutant {i + 1} does not fit the wild type: {problem}{more}")
     site_methods = [m for m in methods if m not in WHOLE_SEQUENCE_METHODS]
     indel = next((i for i, m in enumerate(mutants) if isinstance(m, Indel)), None)
-    if indel is not None and site_methods:
+    if indel is not None and site_methods == methods:
         raise ValueError(
             f"mutant {indel + 1} is {indel_problem(mutants[indel], wild_type, site_methods[0])}"
         )
@@ -585,7 +586,9 @@ def _score(
         )
         return np.array(
             [
-                sum(
+                np.nan  # a site method reads no indel (a whole-sequence method beside it does)
+                if isinstance(m, Indel)
+                else sum(
                     logp[s.index][alphabet.index(s.mt)] - logp[s.index][alphabet.index(s.wt)]
                     for s in m
                 )

@@ -665,6 +665,11 @@ def test_indels_are_scored_by_their_whole_sequence() -> None:
         ValueError, match=r"mutant 2 is an indel \(21 residues, the wild type has 22\)"
     ):
         mut.score_mutants(table, ALPHABET, WT, ["K2A", deletion])  # masked-marginal
+    both = mut.score_mutants(
+        table, ALPHABET, WT, ["K2A", deletion], methods=["masked-marginal", "pseudo-ll"]
+    )
+    assert np.isnan(both["masked-marginal"][1]) and not np.isnan(both["masked-marginal"][0])
+    assert both["pseudo-ll"][1] == pytest.approx(got["pseudo-ll"][0], abs=1e-9)
     with pytest.raises(ValueError, match=r"mutant 1 does not fit .* an indel of 66 residues"):
         mut.score_mutants(table, ALPHABET, WT, [WT * 3], methods="pseudo-ll")  # 66 > 62
     other = "ACDEFGHIKLMNPQRSTVWYAC"  # another protein of the same length: not 20 substitutions
@@ -743,6 +748,15 @@ def test_score_leaves_indels_to_the_whole_sequence_methods(ckpt, tmp_path, capsy
     with open(tmp_path / "s.csv", newline="") as fh:
         got = list(csv.DictReader(fh))
     assert all(r["pseudo_ll"] != "" for r in got)
+    pll = [r["pseudo_ll"] for r in got]
+    # beside a site method the indel is still scored by the whole-sequence one
+    assert _score(ckpt, tmp_path, "method=[masked-marginal,pseudo-ll]", "overwrite=true") == 0
+    out = capsys.readouterr().out
+    assert "scored 3 of 3" in out and "masked_marginal, blosum62 blank for them" in out
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert [r["pseudo_ll"] for r in got] == pll
+    assert got[0]["masked_marginal"] == "" and got[1]["masked_marginal"] != ""
 
 
 def test_whole_sequences_of_another_protein_are_not_scored_as_its_variants(tmp_path, capsys):
