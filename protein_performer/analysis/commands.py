@@ -43,6 +43,7 @@ from protein_performer.analysis.inputs import (
     max_tokens,
     parse_indices,
     read_proteins,
+    record_names,
     split_filter,
 )
 from protein_performer.analysis.similarity import (
@@ -496,27 +497,30 @@ def homolog_segments(
     where = f"the joined window of {fasta}"
     if not ids:
         raise ConfigError("homologs=[] names no record; leave homologs unset to use every one")
-    index: dict[str, int] = {}
-    for i, p in enumerate(proteins[:-1]):
-        if p.id in index and p.id in ids:
-            raise ConfigError(f"homologs: {p.id} names more than one record of {where}")
-        index[p.id] = i
+    others, last = proteins[:-1], proteins[-1]
+    chosen: set[int] = set()
     for h in ids:
-        if h in index and h == proteins[-1].id:
+        # as record= finds them: an exact id first, else a UniProt accession or entry name
+        exact = [i for i, p in enumerate(others) if p.id == h]
+        hits = exact or [i for i, p in enumerate(others) if h in record_names(p.id)]
+        is_last = last.id == h or (not exact and h in record_names(last.id))
+        if len(hits) > 1 or (hits and is_last):
+            which = ", the last (aligned) one among them" if is_last else ""
             raise ConfigError(
-                f"homologs: {h} names more than one record of {where}, the last (aligned) one "
-                "among them; give each record a unique id"
+                f"homologs: {h} names more than one record of {where}{which}; give each "
+                "record a unique id (or the full id)"
             )
-        if h in index:
+        if hits:
+            chosen.add(hits[0])
             continue
-        if h == proteins[-1].id:
+        if is_last:
             problem = "is the last record (the one aligned to the others)"
-        elif h in read_ids:
+        elif any(h in record_names(r) for r in read_ids):
             problem = "was cut from the front of the window by truncate=true"
         else:
             problem = "is not a record of the FASTA"
         raise ConfigError(f"homologs: {h} {problem} ({where})")
-    return sorted({index[h] for h in ids})
+    return sorted(chosen)
 
 
 def cross_protein_mass(attention: np.ndarray, segments: list[tuple[int, int]]) -> np.ndarray:

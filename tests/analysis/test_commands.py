@@ -571,3 +571,22 @@ def test_join_with_truncate_needs_a_homolog_in_the_window():
     assert len(segments) == 2 and len(joined.residues) == 38  # part of a, then b
     with pytest.raises(ConfigError, match=r"only the last protein \(p1, 30 residues\) fits"):
         join_proteins([a, b], ALPHABET, 33, truncate=True)  # <sep> + b fill it
+
+
+def test_homologs_are_found_by_accession_or_entry_name_as_record_is() -> None:
+    from protein_performer.analysis.commands import homolog_segments
+    from protein_performer.analysis.inputs import Protein
+    from protein_performer.errors import ConfigError
+
+    ids = ["sp|P11111|A_HUMAN", "tr|Q22222|Q22222_ECOLI", "plain", "sp|P33333|C_HUMAN"]
+    proteins = [Protein(i, "", np.zeros(3, dtype=np.uint8)) for i in ids]
+    read = [p.id for p in proteins]
+    assert homolog_segments(proteins, ["Q22222"], read, "f.fa") == [1]
+    assert homolog_segments(proteins, ["A_HUMAN", "plain", ids[1]], read, "f.fa") == [0, 1, 2]
+    with pytest.raises(ConfigError, match="homologs: P33333 is the last record"):
+        homolog_segments(proteins, ["P33333"], read, "f.fa")
+    with pytest.raises(ConfigError, match="homologs: P99999 is not a record of the FASTA"):
+        homolog_segments(proteins, ["P99999"], read, "f.fa")
+    twice = [proteins[0], Protein("sp|P11111|A_MOUSE", "", proteins[0].residues), proteins[3]]
+    with pytest.raises(ConfigError, match="P11111 names more than one record"):
+        homolog_segments(twice, ["P11111"], [p.id for p in twice], "f.fa")
