@@ -106,9 +106,12 @@ def make_temp_file(path: Path) -> tuple[int, str]:
     Where the file system refuses the mode change, the file stays as mkstemp made it. The
     name carries this process's :func:`owner_tag`; those of killed writers are removed first."""
     remove_leftovers(path)
-    fd, tmp = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".tmp"
-    )
+    try:
+        fd, tmp = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".tmp"
+        )
+    except OSError as e:  # named after the output, not a temporary name the user never chose
+        raise type(e)(e.errno, e.strerror, str(path)) from None
     with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.fchmod
         os.fchmod(fd, 0o666 & ~current_umask())
     return fd, tmp

@@ -134,3 +134,18 @@ def test_temporaries_of_killed_writers_are_removed_on_the_next_write(tmp_path, c
     stale.mkdir()
     _, work = start_staging(tmp_path / "maps")
     assert not stale.exists() and work.name.startswith(f".maps.{owner_tag()}.tmp-")
+
+
+def test_a_folder_that_refuses_the_file_is_reported_under_the_outputs_name(tmp_path, monkeypatch):
+    """A read-only folder (or a full disk) refuses the temporary file: the error names the
+    output the user asked for, not ``.best.ckpt.HOST~PID.x.tmp``."""
+    import tempfile
+
+    def refuse(dir, prefix, suffix):
+        raise PermissionError(13, "Permission denied", os.path.join(dir, prefix + "x" + suffix))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(PermissionError) as err:
+        write_text_atomic(tmp_path / "best.ckpt", "x")
+    assert err.value.filename == str(tmp_path / "best.ckpt")
+    assert err.value.strerror == "Permission denied"
