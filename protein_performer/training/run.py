@@ -33,7 +33,7 @@ import torch
 from pytorch_lightning.callbacks import Timer
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from protein_performer.atomic import make_output_dir, write_text_atomic
+from protein_performer.atomic import check_writable_file, make_output_dir, write_text_atomic
 from protein_performer.config import (
     DataConfig,
     EvalConfig,
@@ -615,7 +615,11 @@ def check_run_dir(
     p = check_output_dir(p, key, is_ours=lambda _: True, overwrite=True, what=key)
     if p.is_dir():
         check_unlocked(p)  # a run training there now: nothing of it is touched
-    if not p.is_dir() or not any(p.iterdir()) or _resuming_in(p, ckpt_path):
+    if _resuming_in(p, ckpt_path):
+        # before the steps it would lose: their checkpoint could not be saved
+        check_writable_file(p / CHECKPOINT_DIR / "last.ckpt", "resuming the run")
+        return p
+    if not p.is_dir() or not any(p.iterdir()):
         return p
     if _set_aside_only(p):
         return p  # earlier attempts that saved no checkpoint, set aside (ckpt_path=last)

@@ -448,3 +448,30 @@ def test_optimizer_settings_changed_on_resume_are_said_to_be_kept(tiny_fasta, tm
     with caplog.at_level("WARNING"):
         train(cfg, tmp_path / "run")
     assert "keeps the checkpoint's optimizer" not in caplog.text
+
+
+def test_a_resume_into_an_unwritable_checkpoints_folder_is_refused_before_training(
+    tmp_path, monkeypatch
+):
+    """Otherwise the resumed steps are trained and lost when their checkpoint is saved."""
+    import protein_performer.atomic as atomic
+    from protein_performer.errors import DataError
+    from protein_performer.training.run import check_run_dir
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    real = atomic.make_temp_file
+
+    def refuse(path):
+        if path.parent.name == "checkpoints":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(atomic, "make_temp_file", refuse)
+    last = str(run / "checkpoints" / "last.ckpt")
+    with pytest.raises(DataError, match="resuming the run: cannot write here"):
+        check_run_dir(run, ckpt_path=last)
+    monkeypatch.setattr(atomic, "make_temp_file", real)
+    assert check_run_dir(run, ckpt_path=last) == run
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.ckpt"]
