@@ -115,9 +115,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         f"duplicate ids: {dup['count']}"
         + (
             " (e.g. "
-            + ", ".join(
-                _repeat_line(e, len(stats["files"]) > 1) for e in dup["examples"][:3]
-            )
+            + ", ".join(_repeat_line(e, len(stats["files"]) > 1) for e in dup["examples"][:3])
             + ")"
             if dup["count"]
             else ""

@@ -16,7 +16,8 @@ from protein_performer.training.interrupt import GracefulInterrupt
 
 class TokenThroughput(pl.Callback):
     """Logs ``train/tokens_per_s`` (non-padding tokens of the global batch per second of
-    training wall time, data loading included, validation excluded) and keeps run totals."""
+    training wall time, data loading included, validation and the wait for the first batch
+    excluded) and keeps run totals."""
 
     def __init__(self) -> None:
         self.total_tokens = 0
@@ -28,7 +29,15 @@ class TokenThroughput(pl.Callback):
         return self.total_tokens / self.total_seconds if self.total_seconds > 0 else 0.0
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._mark = time.perf_counter()
+        self._mark = None
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, idx: int
+    ) -> None:
+        # timed from the first batch in hand: the data workers' start (and a resume's
+        # fast-forward through the epoch's done batches) is not training
+        if self._mark is None:
+            self._mark = time.perf_counter()
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, idx: int

@@ -31,6 +31,10 @@ from protein_performer.training.metrics import (
 )
 from protein_performer.training.optim import build_optimizer, build_scheduler, param_dims
 
+#: the last validation (its step and metrics) in a training checkpoint: what a resumed run that
+#: stops before validating reports
+LAST_VALIDATION_KEY = "protein_performer_last_validation"
+
 
 def step_seed(seed: int, step: int, rank: int, batch_idx: int = 0) -> int:
     """Seed for the dropout RNG of one training batch (a pure function of the position in
@@ -101,6 +105,7 @@ class ProteinLMModule(pl.LightningModule):
         self._param_dims = param_dims(self.model)
         self.last_batch_tokens = 0
         self.last_val_step: int | None = None  # global step of the last validation
+        self.last_val_metrics: dict[str, float] = {}  # its metrics (saved in checkpoints)
         # set by GracefulInterrupt (one process only): the rest of a validation is skipped
         self.skip_validation = False
         self.nonfinite_steps = 0  # non-finite training losses in a row
@@ -240,22 +245,32 @@ class ProteinLMModule(pl.LightningModule):
             )
         if not self.trainer.sanity_checking:
             self.last_val_step = int(self.trainer.global_step)
+            self.last_val_metrics = {}
         # Already summed over ranks; sync_dist only averages identical values (no warning).
-        self.log("val/loss", nll / count, sync_dist=True)
-        self.log("val/perplexity", perplexity(nll, count), prog_bar=True, sync_dist=True)
-        self.log("val/accuracy", correct / count, prog_bar=True, sync_dist=True)
-        self.log("val/predicted_tokens", count, sync_dist=True)
+        self._log_val("val/loss", nll / count, sync_dist=True)
+        self._log_val("val/perplexity", perplexity(nll, count), prog_bar=True, sync_dist=True)
+        self._log_val("val/accuracy", correct / count, prog_bar=True, sync_dist=True)
+        self._log_val("val/predicted_tokens", count, sync_dist=True)
         if m_count > 0:  # MLM: positions the model saw as <mask> (no copying the input)
-            self.log("val/perplexity_mask", perplexity(m_nll, m_count), sync_dist=True)
-            self.log("val/accuracy_mask", m_correct / m_count, sync_dist=True)
+            self._log_val("val/perplexity_mask", perplexity(m_nll, m_count), sync_dist=True)
+            self._log_val("val/accuracy_mask", m_correct / m_count, sync_dist=True)
             if self._unigram_logp is not None:
-                self.log("val/unigram_perplexity_mask", perplexity(u_nll, m_count), sync_dist=True)
+                self._log_val(
+                    "val/unigram_perplexity_mask", perplexity(u_nll, m_count), sync_dist=True
+                )
         if self.causal and self._unigram_counts is not None:  # the same next-token targets
             hist = self._reduce_sum(self._val_targets).cpu()
             sums, _ = causal_unigram_sums(hist, self._unigram_counts, self.alphabet, "")
             u_nll, u_count, _ = sums.tolist()
             if u_count > 0:
-                self.log("val/unigram_perplexity", perplexity(u_nll, u_count), sync_dist=True)
+                self._log_val("val/unigram_perplexity", perplexity(u_nll, u_count), sync_dist=True)
+
+    def _log_val(self, key: str, value: float, **kwargs: Any) -> None:
+        """Log a validation metric and keep it with the step it describes: a resumed run that
+        stops before its own first validation reports the checkpoint's."""
+        self.log(key, value, **kwargs)
+        if not self.trainer.sanity_checking:
+            self.last_val_metrics[key] = float(value)
 
     # ---- optimisation -----------------------------------------------------------------------
     def configure_optimizers(self):
@@ -288,8 +303,18 @@ class ProteinLMModule(pl.LightningModule):
         checkpoint[META_KEY] = make_metadata(
             self.model, self.alphabet, self.objective, self.data_info
         )
+        if self.last_val_step is not None:
+            checkpoint[LAST_VALIDATION_KEY] = {
+                "step": self.last_val_step,
+                "metrics": dict(self.last_val_metrics),
+            }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_resume_compatible(
             checkpoint.get(META_KEY), self.model.config, self.alphabet, self.objective, "checkpoint"
         )
+        last = checkpoint.get(LAST_VALIDATION_KEY)
+        if isinstance(last, dict) and isinstance(last.get("step"), int):
+            self.last_val_step = last["step"]
+            metrics = last.get("metrics") or {}
+            self.last_val_metrics = {str(k): float(v) for k, v in metrics.items()}

@@ -1076,7 +1076,12 @@ class TrainResult:
             [
                 f"training {verb}: {self.attention} ({self.objective}), {self.steps:,}{of} "
                 f"step{'' if (self.max_steps or self.steps) == 1 else 's'} "
-                f"in {self.train_seconds:.0f} s{why}",
+                + (
+                    f"({self.steps - self.resumed_from_step:,} of them in this run) "
+                    if self.resumed_from_step
+                    else ""
+                )
+                + f"in {self.train_seconds:.0f} s{why}",
                 f"  val perplexity  {_num(self.val_perplexity, '.3f')}"
                 f"  (best {_num(self.best_val_perplexity, '.3f')}){at}"
                 + (
@@ -1363,22 +1368,27 @@ def train(
         best_score = checkpoint.best_model_score
         steps = int(trainer.global_step)
         val_step = module.last_val_step
+
+        def val(key: str) -> float | None:  # this run's, else the checkpoint's (a resume)
+            value = _metric(trainer, key)
+            return module.last_val_metrics.get(key) if value is None else value
+
         result = TrainResult(
             run_dir=str(run_path),
             attention=cfg.model.kind_label,
             objective=cfg.objective,
             steps=steps,
-            val_perplexity=_metric(trainer, "val/perplexity"),
-            val_accuracy=_metric(trainer, "val/accuracy"),
-            val_loss=_metric(trainer, "val/loss"),
+            val_perplexity=val("val/perplexity"),
+            val_accuracy=val("val/accuracy"),
+            val_loss=val("val/loss"),
             best_val_perplexity=None if best_score is None else float(best_score),
             tokens_per_s=throughput.tokens_per_s,
             train_seconds=elapsed,
             best_checkpoint=best,
             last_checkpoint=last,
-            val_perplexity_mask=_metric(trainer, "val/perplexity_mask"),
-            val_unigram_perplexity_mask=_metric(trainer, "val/unigram_perplexity_mask"),
-            val_unigram_perplexity=_metric(trainer, "val/unigram_perplexity"),
+            val_perplexity_mask=val("val/perplexity_mask"),
+            val_unigram_perplexity_mask=val("val/unigram_perplexity_mask"),
+            val_unigram_perplexity=val("val/unigram_perplexity"),
             max_steps=cfg.trainer.max_steps,
             stopped_by=_stopped_by(cfg, steps, interrupt),
             val_step=val_step,

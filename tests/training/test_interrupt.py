@@ -478,6 +478,25 @@ def test_extending_a_run_whose_last_checkpoint_followed_a_validation_keeps_step_
     assert val_steps(tmp_path / "cut") == [1, 2, 3, 5, 7]  # + the short run's final one
 
 
+def test_a_resume_stopped_before_its_first_validation_reports_the_checkpoints(tmp_path):
+    """The summary's validation is the last one there is (the checkpoint's, with its step),
+    not n/a; the step line says how many steps this run trained."""
+    fasta = write_fasta(tmp_path / "t.fasta", n=120)
+    cfg = tiny_config(fasta, max_steps=4, val_check_interval=2)
+    first = train(cfg, tmp_path / "run")
+    assert first.val_step == 4 and first.val_perplexity is not None
+    cfg.ckpt_path, cfg.trainer.max_steps = first.last_checkpoint, 12
+    resumed = train(cfg, tmp_path / "run", callbacks=[SignalAt(5)])
+    assert resumed.interrupted and resumed.steps == 5 and resumed.resumed_from_step == 4
+    assert resumed.val_step == 4
+    assert resumed.val_perplexity == pytest.approx(first.val_perplexity, rel=1e-6)
+    assert resumed.val_accuracy == pytest.approx(first.val_accuracy, rel=1e-6)
+    assert "5 of 12 steps (1 of them in this run)" in resumed.format()
+    assert "val perplexity  n/a" not in resumed.format()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["val_step"] == 4 and summary["val_perplexity"] is not None
+
+
 def test_an_interrupt_during_the_final_validation_offers_no_resume_that_would_be_refused(
     tiny_fasta, tmp_path, monkeypatch, capsys
 ):
