@@ -54,7 +54,8 @@ def estimate_memory(cfg: Any, vocab_size: int) -> MemoryEstimate:
     m, d = cfg.model, cfg.data
     params = count_parameters(m, vocab_size)
     length = min(d.max_length, m.max_len) if m.position == "learned" else d.max_length
-    tokens = d.toks_per_batch if d.batch_size is None else d.batch_size * length
+    # a batch holds at least one whole row: a budget below it still trains rows of `length`
+    tokens = max(d.toks_per_batch, length) if d.batch_size is None else d.batch_size * length
     per_token = 0
     for kind in m.layer_kinds():
         per_token += 10 * m.dim + 2 * m.ffn_dim

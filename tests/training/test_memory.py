@@ -29,6 +29,7 @@ def test_parameter_count_is_exact_without_allocating(tiny_fasta, attention):
 def test_activation_estimate_scales_like_the_attention(tiny_fasta):
     cfg = tiny_config(tiny_fasta, "transformer")
     cfg.model.max_len = cfg.data.max_length = 4096
+    cfg.data.toks_per_batch = 8192
     n = len(default_alphabet())
     exact_4k = estimate_memory(cfg, n).activation_bytes
     cfg.model.attention = "performer_relu"
@@ -172,3 +173,13 @@ def _saved_for_backward(model: torch.nn.Module, ids: torch.Tensor) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(ids)
     return sum(kept.values())
+
+
+def test_a_budget_below_one_row_is_estimated_at_the_row_it_trains(tiny_fasta):
+    cfg = tiny_config(tiny_fasta, "performer_relu")
+    cfg.data.toks_per_batch, cfg.data.max_length = 10, 512
+    n = len(default_alphabet())
+    small = estimate_memory(cfg, n)
+    assert small.tokens == min(512, cfg.model.max_len)
+    cfg.data.toks_per_batch = small.tokens
+    assert estimate_memory(cfg, n).activation_bytes == small.activation_bytes
