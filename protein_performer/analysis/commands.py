@@ -641,7 +641,8 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
         "sha256": written.sha256,
     }
     text = (
-        f"generated {len(samples):,} proteins ({settings}), lengths {min(lengths)}-"
+        f"generated {len(samples):,} protein{'' if len(samples) == 1 else 's'} ({settings}), "
+        f"lengths {min(lengths)}-"
         f"{max(lengths)} (mean {np.mean(lengths):.0f}) in {summary['seconds']:.1f} s -> {out}"
     )
     if cut:
@@ -1083,7 +1084,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         if hint:
             text += hint.replace("; ", "\n  ", 1)
     if blank_rows:
-        text += f"\n  {blank_rows:,} rows of empty fields left out"
+        text += f"\n  {blank_rows:,} row{'' if blank_rows == 1 else 's'} of empty fields left out"
         summary["blank_rows"] = blank_rows
     rare = sorted({c for c in sequence if c not in STANDARD_AMINO_ACIDS})
     if rare:

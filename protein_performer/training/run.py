@@ -1466,7 +1466,8 @@ class EvalResult:
         if self.predicted_tokens < 100:
             # perplexity over a handful of positions says little: said next to it
             text += (
-                f"\n  warning: {self.predicted_tokens} predicted positions only: these numbers "
+                f"\n  warning: {self.predicted_tokens} predicted "
+                f"position{'' if self.predicted_tokens == 1 else 's'} only: these numbers "
                 "are noisy (more or longer records, or another seed= to see how much)"
             )
         if self.input_changes:
@@ -1499,7 +1500,12 @@ class EvalResult:
                 ratio = mask["perplexity"] / u["mask_perplexity"]
                 line += f"; on <mask> positions {_num(u['mask_perplexity'], '.3f')} (model/unigram {_num(ratio, '.3f')})"
             else:
-                line += f" (model/unigram {_num(self.perplexity / u['perplexity'], '.3f')})"
+                line += (
+                    f" (model/unigram {_num(self.perplexity / u['perplexity'], '.3f')} on every "
+                    "scored position: none was <mask>)"
+                    if self.by_input is not None and not mask.get("predicted_tokens")
+                    else f" (model/unigram {_num(self.perplexity / u['perplexity'], '.3f')})"
+                )
             text += line
         if self.by_input:
             parts = [
