@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -101,6 +101,17 @@ class DataConfig:
             value = getattr(self, key)
             if isinstance(value, (str, os.PathLike)):
                 setattr(self, key, [os.fspath(value)])
+            elif value is not None:
+                if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
+                    value = None  # refused below
+                else:
+                    value = list(value)  # a tuple or generator: read once, kept as a list
+                if value is None or not all(isinstance(v, (str, os.PathLike)) for v in value):
+                    raise ConfigError(
+                        f"data.{key} must be a FASTA path or a list of them "
+                        f"(got {getattr(self, key)!r})"
+                    )
+                setattr(self, key, value)
 
 
 @dataclass

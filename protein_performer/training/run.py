@@ -136,7 +136,34 @@ class _QuietLightning(logging.Filter):
         return not str(record.msg).startswith(self.NOISE)
 
 
-logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_QuietLightning())
+@contextlib.contextmanager
+def _callers_state_kept() -> Any:
+    """What :func:`train` changes for the run and gives back to its caller (a library user's
+    own experiment continues as it was): the global RNGs (Lightning's ``seed_everything``
+    reseeds them), the environment variables it sets for data workers and Lightning's logger
+    filter (:class:`_QuietLightning`)."""
+    import random
+
+    rngs = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    env = {k: os.environ.get(k) for k in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")}
+    quiet = _QuietLightning()
+    logger = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        random.setstate(rngs[0])
+        np.random.set_state(rngs[1])
+        torch.set_rng_state(rngs[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 # ---- small helpers --------------------------------------------------------------------------
@@ -1299,8 +1326,27 @@ def train(
     line's) are saved as ``overrides.yaml``.
 
     SIGINT/SIGTERM stop the run after the current step with its checkpoint and summary
-    written (``result.interrupted``); a second signal raises ``KeyboardInterrupt``.
+    written (``result.interrupted``); a second signal raises ``KeyboardInterrupt``. The
+    caller's global RNG states and environment are as they were afterwards.
     """
+    if isinstance(cfg, Mapping):  # TrainConfig(**d): unknown keys are one-line errors there
+        cfg = TrainConfig(**cfg)
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"train: cfg must be a TrainConfig, got {type(cfg).__name__}")
+    with _callers_state_kept():
+        return _train(
+            cfg, run_dir, callbacks=callbacks, overrides=overrides, run_dir_claimed=run_dir_claimed
+        )
+
+
+def _train(
+    cfg: TrainConfig,
+    run_dir: str | os.PathLike,
+    *,
+    callbacks: list[pl.Callback] | None,
+    overrides: Sequence[str] | None,
+    run_dir_claimed: bool,
+) -> TrainResult:
     validate_train_config(cfg)
     _check_trainer(cfg.trainer)
     resume_step = _check_paths(cfg, scan=not run_dir_claimed)

@@ -475,3 +475,46 @@ def test_a_resume_into_an_unwritable_checkpoints_folder_is_refused_before_traini
     monkeypatch.setattr(atomic, "make_temp_file", real)
     assert check_run_dir(run, ckpt_path=last) == run
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.ckpt"]
+
+
+def test_train_gives_the_callers_rngs_environment_and_logging_back(tiny_fasta, tmp_path):
+    """A library user's own experiment goes on as it was (Lightning's seed_everything reseeds
+    the global RNGs and sets PL_* variables for data workers)."""
+    import logging
+    import os
+    import random
+
+    random.seed(5)
+    np.random.seed(5)
+    torch.manual_seed(5)
+    os.environ.pop("PL_GLOBAL_SEED", None)
+    os.environ["PL_SEED_WORKERS"] = "mine"
+    logger = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    filters = list(logger.filters)
+    expected = (random.random(), np.random.rand(), torch.rand(1))
+    random.seed(5)
+    np.random.seed(5)
+    torch.manual_seed(5)
+    cfg = tiny_config(tiny_fasta, max_steps=2)
+    cfg.seed = 123
+    train(cfg, tmp_path / "run")
+    assert (random.random(), np.random.rand()) == expected[:2]
+    assert torch.equal(torch.rand(1), expected[2])
+    assert "PL_GLOBAL_SEED" not in os.environ and os.environ["PL_SEED_WORKERS"] == "mine"
+    os.environ.pop("PL_SEED_WORKERS")
+    assert logger.filters == filters
+
+
+def test_train_takes_a_dict_and_refuses_what_is_no_config(tiny_fasta, tmp_path):
+    from protein_performer.config import DataConfig, TrainConfig
+
+    cfg = tiny_config(tiny_fasta, max_steps=1)
+    as_dict = {k: getattr(cfg, k) for k in ("model", "data", "optim", "trainer")}
+    assert train(as_dict, tmp_path / "run").steps == 1
+    with pytest.raises(TypeError, match="cfg must be a TrainConfig, got list"):
+        train([cfg], tmp_path / "other")
+    with pytest.raises(ConfigError, match=r"data\.files must be a FASTA path or a list"):
+        TrainConfig(data={"files": 5})
+    with pytest.raises(ConfigError, match=r"data\.val_files must be a FASTA path or a list"):
+        DataConfig(val_files=[str(tiny_fasta), 3])
+    assert DataConfig(files=(p for p in [str(tiny_fasta)])).files == [str(tiny_fasta)]
