@@ -397,3 +397,26 @@ def test_a_dense_attention_matrix_larger_than_memory_is_refused_up_front(monkeyp
     with pytest.raises(ConfigError, match=r"attention matrix \(1 × 2 × 40 × 40\) needs 12\.8 kB"):
         attn.attention_matrix(q, q)
     assert attn.attention_matrix(q[:, :, :30], q[:, :, :30]).shape == (1, 2, 30, 30)  # 7.2 kB
+
+
+def test_a_non_finite_input_falls_back_to_favor_plus_and_spoils_no_running_statistic() -> None:
+    """A NaN query spread to every row through the OPRF statistic, and one non-finite batch
+    folded NaN into a causal module's running statistics for good."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 60, 16, generator=g) * 0.5 for _ in range(3))
+    bad = q.clone()
+    bad[0, 0, 7, 0] = float("nan")
+    att = FavorAttention(16, 32)
+    out = att(bad, k, v)
+    assert out[0, 0].isnan().any(-1).nonzero().flatten().tolist() == [7]
+    assert not out[0, 1].isnan().any()
+    causal = FavorAttention(16, 32, causal=True)
+    causal(q, k, v)  # a clean batch, then one with an infinite key, each a step
+    causal.maybe_redraw(1)
+    inf_k = k.clone()
+    inf_k[0, 0, 50, 0] = float("inf")
+    causal(q, inf_k, v)
+    causal.maybe_redraw(2)
+    assert torch.isfinite(causal.oprf_stat).all()
+    causal.eval()
+    assert not causal(q, k, v).isnan().any()
