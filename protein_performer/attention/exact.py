@@ -73,6 +73,10 @@ def exact_attention(
     if key_padding_mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     lq, lk = q.shape[-2], k.shape[-2]
+    # padded rows may hold anything: a NaN there would reach every score (NaN - inf is NaN)
+    # and every output (0 · NaN), so they are zeroed, as FAVOR zeroes their features
+    pad = key_padding_mask.bool()[:, None, :, None]
+    k, v = k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
     allowed = ~key_padding_mask.bool()[:, None, None, :]  # (B, 1, 1, Lk)
     if causal:
         # top-left aligned, like is_causal=True

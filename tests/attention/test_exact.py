@@ -53,6 +53,18 @@ def test_rows_without_visible_keys_are_zero_with_finite_gradients() -> None:
     assert all(torch.isfinite(gr).all() for gr in grads)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_padded_keys_holding_nan_or_inf_change_nothing(causal: bool) -> None:
+    q, k, v = _qkv(2)
+    mask = torch.zeros(2, 13, dtype=torch.bool)
+    mask[0, 9:] = True
+    ref = exact_attention(q, k, v, causal=causal, key_padding_mask=mask)
+    k2, v2 = k.detach().clone(), v.detach().clone()
+    k2[0, :, 10], v2[0, :, 11], k2[0, :, 12] = float("nan"), float("nan"), float("inf")
+    out = exact_attention(q, k2, v2, causal=causal, key_padding_mask=mask)
+    torch.testing.assert_close(out, ref)
+
+
 def test_bad_mask_shape_raises() -> None:
     q, k, v = _qkv(2)
     with pytest.raises(ValueError, match="key_padding_mask"):
