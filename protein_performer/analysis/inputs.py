@@ -55,6 +55,10 @@ class Protein:
 def as_protein(item: Protein | str, alphabet: Alphabet, index: int = 0) -> Protein:
     """``item`` as a :class:`Protein`: a sequence string is read as a FASTA record's is (any
     case, whitespace removed; named ``seq{index}``)."""
+    if not isinstance(alphabet, Alphabet):
+        raise TypeError(
+            f"alphabet must be an Alphabet (e.g. default_alphabet()), got {type(alphabet).__name__}"
+        )
     if isinstance(item, Protein):
         return item
     if isinstance(item, str):

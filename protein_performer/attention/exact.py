@@ -122,3 +122,5 @@ def check_key_padding_mask(mask: torch.Tensor | None, k: torch.Tensor) -> None:
     if mask.dtype != torch.bool:
         # a float "keep" mask (1 = attend) would silently mean the opposite
         raise TypeError(f"key_padding_mask must be bool (True = padded key), got {mask.dtype}")
+    if mask.device != k.device:
+        raise ValueError(f"key_padding_mask is on {mask.device}, the keys on {k.device}")

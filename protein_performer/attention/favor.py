@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
@@ -95,6 +96,17 @@ class FavorAttention(nn.Module):
         save_features: bool = False,
     ) -> None:
         super().__init__()
+        for name, value in (
+            ("dim_head", dim_head),
+            ("nb_features", nb_features),
+            ("redraw_interval", redraw_interval),
+            ("seed", seed),
+            ("layer_idx", layer_idx),
+            ("subchunk_size", subchunk_size),
+            ("chunk_size", 1 if chunk_size is None else chunk_size),
+        ):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an int, got {value!r}")
         _check(dim_head >= 1, f"dim_head must be >= 1, got {dim_head}")
         _check(nb_features >= 1, f"nb_features must be >= 1, got {nb_features}")
         _check(kernel in ("softmax", "relu"), f"kernel must be 'softmax' or 'relu', got {kernel!r}")

@@ -262,6 +262,8 @@ def encode_batch(
     alphabet = alphabet or default_alphabet()
     rows = []
     for i, seq in enumerate(sequences):
+        if not isinstance(seq, str):
+            raise TypeError(f"sequence {i + 1} must be a string, got {type(seq).__name__}")
         ids = alphabet.clean_encode(seq, record=i + 1).ids
         assert ids is not None  # policy error: invalid letters raise
         rows.append(np.concatenate([[alphabet.cls_idx], ids, [alphabet.eos_idx]]))

@@ -54,9 +54,15 @@ def mask_tokens(
         ``input_ids`` ``(L,)`` int64 and ``labels`` ``(L,)`` int64: the original token at the
         selected positions, ``IGNORE_INDEX`` elsewhere.
     """
-    tokens = np.asarray(tokens, dtype=np.int64)
+    raw = np.asarray(tokens)
+    if raw.size and not np.issubdtype(raw.dtype, np.integer):
+        raise TypeError(f"tokens must be integer token ids, got dtype {raw.dtype}")
+    tokens = raw.astype(np.int64, copy=False)
     if tokens.ndim != 1:
         raise ValueError(f"tokens must be one sequence (L,), got shape {tokens.shape}")
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= len(alphabet)):
+        bad = int(tokens.min()) if tokens.min() < 0 else int(tokens.max())
+        raise ValueError(f"token id {bad} is outside the vocabulary (0..{len(alphabet) - 1})")
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(seed)), got {rng!r}")
     fracs = {"mask_prob": mask_prob, "mask_token_frac": mask_token_frac}

@@ -590,3 +590,10 @@ def test_homologs_are_found_by_accession_or_entry_name_as_record_is() -> None:
     twice = [proteins[0], Protein("sp|P11111|A_MOUSE", "", proteins[0].residues), proteins[3]]
     with pytest.raises(ConfigError, match="P11111 names more than one record"):
         homolog_segments(twice, ["P11111"], [p.id for p in twice], "f.fa")
+
+
+def test_an_analysis_without_an_alphabet_says_so() -> None:
+    from protein_performer.analysis.inputs import as_protein
+
+    with pytest.raises(TypeError, match="alphabet must be an Alphabet"):
+        as_protein("MKV", None)

@@ -7,6 +7,7 @@ import io
 import itertools
 import statistics
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -420,3 +421,15 @@ def test_a_non_finite_input_falls_back_to_favor_plus_and_spoils_no_running_stati
     assert torch.isfinite(causal.oprf_stat).all()
     causal.eval()
     assert not causal(q, k, v).isnan().any()
+
+
+def test_constructor_and_mask_misuse_are_named_errors() -> None:
+    with pytest.raises(TypeError, match=r"nb_features must be an int, got 32\.5"):
+        FavorAttention(16, 32.5)
+    with pytest.raises(TypeError, match="dim_head must be an int, got '16'"):
+        FavorAttention("16")
+    FavorAttention(np.int64(16), np.int64(8))  # numpy integers are integers
+    q = torch.randn(1, 2, 5, 16)
+    mask = torch.zeros(1, 5, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match="key_padding_mask is on meta, the keys on cpu"):
+        FavorAttention(16, 8)(q, q, q, mask)

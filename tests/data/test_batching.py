@@ -255,3 +255,11 @@ def test_evaluation_repeats_are_marked_not_scored(world_size):
         assert sorted(scored) == sorted(len(s) + 2 for s in seqs)  # each protein exactly once
     train = FixedBatchSampler(len(ds), 2, shuffle=False, rank=world_size - 1, world_size=world_size)
     assert all(len(key) == 2 for keys in train for key in keys)  # training repeats do count
+
+
+@pytest.mark.parametrize("item", [None, b"MKV", 5])
+def test_encode_batch_names_an_item_that_is_no_sequence(item) -> None:
+    from protein_performer.data.batching import encode_batch
+
+    with pytest.raises(TypeError, match="sequence 2 must be a string"):
+        encode_batch(["MKV", item])

@@ -270,3 +270,17 @@ def test_mask_tokens_refuses_what_it_cannot_mean():
         mask_tokens(ids[None], A, rng)
     with pytest.raises(TypeError, match="numpy Generator"):
         mask_tokens(ids, A, 0)
+
+
+@pytest.mark.parametrize(
+    "tokens, error, message",
+    [
+        (np.array([0, 99, 5]), ValueError, "token id 99 is outside the vocabulary"),
+        (np.array([0, -3, 5]), ValueError, "token id -3 is outside the vocabulary"),
+        (np.array([4.5, 5.0]), TypeError, "tokens must be integer token ids"),
+    ],
+)
+def test_mask_tokens_refuses_what_are_no_token_ids(tokens, error, message) -> None:
+    """-3 indexed the vocabulary from its end and 4.5 was truncated, silently."""
+    with pytest.raises(error, match=message):
+        mask_tokens(tokens, default_alphabet(), np.random.default_rng(0))
