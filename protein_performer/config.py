@@ -294,7 +294,11 @@ class ExtractConfig(_AnalysisInputs):
     include: list[str] = _key(["attention", "mean"], "any of attention, per_tok, mean")
     repr_layers: Any = _key([-1], "representation layers (0: embeddings, -1: the last)")
     max_length: int | None = _key(None, "tokens per record with <cls>/<eos> (unset: the model's)")
-    truncate: bool = _key(False, "keep the first residues of longer records (else an error)")
+    truncate: bool = _key(
+        False,
+        "keep the first residues of longer records; with join=true cut the front of the "
+        "window, the last record kept (else an error)",
+    )
     keep_specials: bool = _key(False, "keep the <cls>/<eos> rows and columns")
     float16: bool = _key(False, "store float16 (half the size)")
     toks_per_batch: int = _key(4096, "tokens per batch for representations")
@@ -336,7 +340,11 @@ class PlotHeadsConfig(_AnalysisInputs):
     zoom: int | None = _key(25, "also plot the first N residues (null: no zoom figure)")
     shared_scale: bool = _key(False, "one colour scale for every panel")
     max_length: int | None = _key(None, "tokens with <cls>/<eos> (unset: the model's)")
-    truncate: bool = _key(False, "keep the first residues of a longer record (else an error)")
+    truncate: bool = _key(
+        False,
+        "keep the first residues of a longer record; with join=true cut the front of the "
+        "window, the analysed record kept (else an error)",
+    )
     join: bool = _key(
         False,
         "one window of all records, <sep> between (the last one, or record=, after its homologs)",
@@ -683,8 +691,9 @@ def validate_train_config(cfg: TrainConfig) -> None:
     if t.strategy == "ddp_spawn":
         raise ConfigError(
             "trainer.strategy=ddp_spawn is not supported: it trains in child processes whose "
-            "steps, metrics and checkpoints this run's summary cannot see; use trainer=ddp "
-            "(trainer.strategy=ddp)"
+            "steps, metrics and checkpoints this run's summary cannot see; use "
+            "trainer.strategy=ddp (on GPUs: trainer=ddp; on the CPU: trainer.strategy=ddp "
+            "trainer.accelerator=cpu trainer.devices=N)"
         )
     _choice("trainer.strategy", t.strategy, STRATEGIES)
     if t.strategy == "fsdp":

@@ -343,7 +343,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     if cfg.join:
         read_ids = [p.id for p in proteins]
         protein, segments, proteins = join_proteins(
-            proteins, alphabet, limit, truncate=cfg.truncate
+            proteins, alphabet, limit, truncate=cfg.truncate, model=model
         )
         subjects = homolog_segments(proteins, cfg.homologs, read_ids, names)
     else:

@@ -282,7 +282,9 @@ def extract(
         if len(proteins) < 2:
             names = ", ".join(map(str, [fasta] if isinstance(fasta, (str, Path)) else fasta))
             raise DataError("join=true puts several proteins in one window; found one", path=names)
-        joined, segments, members = join_proteins(proteins, alphabet, limit, truncate=truncate)
+        joined, segments, members = join_proteins(
+            proteins, alphabet, limit, truncate=truncate, model=model
+        )
         proteins = [joined]
         shift = 1 if keep_specials else 0  # the stored rows start with <cls> when it is kept
         rows = [(a + shift, b + shift) for a, b in segments]

@@ -339,10 +339,16 @@ def checkpoint_label(path: PathLike) -> str:
 
 
 def join_proteins(
-    proteins: list[Protein], alphabet: Alphabet, limit: int | None, *, truncate: bool
+    proteins: list[Protein],
+    alphabet: Alphabet,
+    limit: int | None,
+    *,
+    truncate: bool,
+    model: ProteinLM | None = None,
 ) -> tuple[Protein, list[tuple[int, int]], list[Protein]]:
     """One protein of ``p_1 <sep> p_2 … <sep> p_n``, each part's ``(start, stop)`` in it and
-    the proteins it holds (``truncate``: the front is cut, the last protein always kept)."""
+    the proteins it holds (``truncate``: the front is cut, the last protein always kept).
+    ``model``: the model it is for (a window past its learned positions is not suggested)."""
     parts, segments, pos = [], [], 0
     for i, p in enumerate(proteins):
         if i:
@@ -355,9 +361,12 @@ def join_proteins(
     cropped = 0
     if limit is not None and len(residues) + 2 > limit:
         if not truncate:
+            longer = model is None or model.rotary is not None or limit < model.config.max_len
             raise ConfigError(
                 f"join: {len(proteins)} proteins make {len(residues) + 2} tokens, more than "
-                f"{limit}; give fewer records, max_length=, or truncate=true"
+                f"{limit}; give fewer records"
+                + (", a larger max_length=" if longer else "")
+                + ", or truncate=true (cuts the front of the window, the last record kept)"
             )
         last = segments[-1][1] - segments[-1][0]
         if last + 2 > limit:

@@ -334,6 +334,12 @@ def settings_without_effect(cfg: TrainConfig, overrides: Sequence[str]) -> list[
     return notes
 
 
+TENSORBOARD_MISSING = (
+    "trainer.tensorboard=true needs the tensorboard package "
+    "(pip install tensorboard: the extra 'protein-performer[tensorboard]')"
+)
+
+
 def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
     """Before any data is read or a run directory claimed: what Lightning would find only
     later, in its own words, or not at all (a multi-node run waits forever for nodes that
@@ -346,9 +352,14 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
         t.accelerator == "auto" and not on_cuda and torch.backends.mps.is_available()
     )
     on_gpu = on_cuda or on_mps
+    if t.tensorboard and not any(
+        importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")
+    ):
+        raise ConfigError(TENSORBOARD_MISSING)
     if t.strategy == "fsdp" and not on_cuda:
         raise ConfigError(
-            "trainer.strategy=fsdp runs on CUDA GPUs only; on the CPU use trainer=ddp"
+            "trainer.strategy=fsdp runs on CUDA GPUs only; on the CPU use trainer.strategy=ddp "
+            "trainer.accelerator=cpu trainer.devices=N"
         )
     if not on_gpu and t.precision in ("16-mixed", "16-true"):
         raise ConfigError(
@@ -960,10 +971,7 @@ def build_trainer(
 
             loggers.append(TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""))
         except ModuleNotFoundError:
-            raise ConfigError(
-                "trainer.tensorboard=true needs the tensorboard package "
-                "(pip install tensorboard: the extra 'protein-performer[tensorboard]')"
-            ) from None
+            raise ConfigError(TENSORBOARD_MISSING) from None
     throughput = TokenThroughput()
     checkpoint = BestCheckpoint(
         dirpath=str(run_dir / CHECKPOINT_DIR),
@@ -1210,7 +1218,8 @@ def _data_line(dm: ProteinDataModule, cfg: TrainConfig, read_s: float = 0.0) -> 
     parts = []
     for split, ds in dm.datasets.items():
         proteins = dm.windows[split][0] if split in dm.windows else len(ds.source)
-        parts.append(f"{split} {proteins:,} proteins ({ds.source.n_residues:,} residues)")
+        word = "protein" if proteins == 1 else "proteins"
+        parts.append(f"{split} {proteins:,} {word} ({ds.source.n_residues:,} residues)")
     d = cfg.data
     if d.shards:
         how = {"explicit": "by the files given per split", "cluster": "by cluster"}

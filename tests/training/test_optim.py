@@ -12,7 +12,7 @@ from protein_performer.config import OptimConfig
 from protein_performer.errors import ConfigError
 from protein_performer.model import ModelConfig, ProteinLM
 from protein_performer.training.optim import build_optimizer, build_scheduler, lr_factor
-from protein_performer.training.run import build_trainer, resolve_precision
+from protein_performer.training.run import build_trainer, resolve_precision, train
 from tests.training.helpers import tiny_config
 
 
@@ -112,3 +112,7 @@ def test_tensorboard_without_the_package_is_a_clear_error(tiny_fasta, tmp_path):
     cfg = tiny_config(tiny_fasta, tensorboard=True)
     with pytest.raises(ConfigError, match=r"protein-performer\[tensorboard\]"):
         build_trainer(cfg, tmp_path)
+    # and before any data is read or a run directory made
+    with pytest.raises(ConfigError, match=r"protein-performer\[tensorboard\]"):
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
