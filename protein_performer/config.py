@@ -9,6 +9,7 @@ adds the value checks (choices, ranges). The Hydra glue (:func:`run_hydra`) live
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -516,7 +517,8 @@ def _check_device(value: Any) -> None:
 
 def check_seed(key: str, value: Any) -> None:
     """A seed numpy and Lightning accept: an integer in 0 .. 2**32 - 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+    integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if not integer or not 0 <= value < 2**32:
         raise ConfigError(f"{key} must be an integer in 0..4294967295 (got {value!r})")
 
 

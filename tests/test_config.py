@@ -732,3 +732,7 @@ def test_seeds_outside_what_numpy_takes_are_one_line_errors(seed) -> None:
             validate_analysis_config(kind(seed=seed))
     cfg.seed = 2**32 - 1
     validate_train_config(cfg)
+    import numpy as np
+
+    cfg.seed = np.int64(3)  # a sweep over np.arange(...)
+    validate_train_config(cfg)

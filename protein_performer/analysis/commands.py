@@ -737,8 +737,10 @@ def _read_mutations_csv(
         raise DataError(
             "a FASTA file, not a CSV of mutations (mutations= and fasta= swapped?)", path=path
         )
-    repeated = next((f for f in fields if fields.count(f) > 1), None)
-    if repeated is not None:  # a row would keep only the last of them: data silently lost
+    # a row would keep only the last of them: data silently lost (blank names, a spreadsheet's
+    # empty trailing columns, name nothing a setting can read)
+    repeated = next((f for f in fields if f and fields.count(f) > 1), None)
+    if repeated is not None:
         where = ", ".join(str(i) for i, f in enumerate(fields, 1) if f == repeated)
         raise DataError(
             f"column name {repeated!r} is repeated in the header (columns {where}): "
@@ -1150,12 +1152,17 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         fitness = np.array([_float(r.get(cfg.fitness_col), decimal_comma) for r in rows])
         rho = {k: mut.spearman(v, fitness) for k, v in full.items()}
         n_pairs = int(np.sum(np.isfinite(fitness[good]))) if good else 0
+        # a column blank for some rows (a site method beside indels) correlates over fewer
+        column_pairs = {
+            k: int(np.sum(np.isfinite(v) & np.isfinite(fitness))) for k, v in full.items()
+        }
         no_value = len(good) - n_pairs
         summary.update(
             {
                 "fitness_col": cfg.fitness_col,
                 "spearman": rho,
                 "pairs": n_pairs,
+                "pairs_by_column": column_pairs,
                 "rows_without_numeric_fitness": no_value,
             }
         )
@@ -1178,7 +1185,9 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         else:
             text += ")"
         text += ": " + ", ".join(
-            f"{k} {'n/a' if r is None else f'{r:+.3f}'}" for k, r in rho.items()
+            f"{k} {'n/a' if r is None else f'{r:+.3f}'}"
+            + (f" (n={column_pairs[k]:,})" if column_pairs[k] != n_pairs else "")
+            for k, r in rho.items()
         )
     refuse_appeared(was_absent, "out", "scoring")
     write_text_atomic(out, buf.getvalue())

@@ -243,20 +243,22 @@ class FavorAttention(nn.Module):
             q_valid = valid if q.shape[-2] == k.shape[-2] else None
             # statistic of x = q·D^(-1/4), y = k·D^(-1/4): quadratic, so rescale afterwards
             stat = oprf_statistic(q, k, q_valid, valid) * self.dim_head**-0.5  # (B, H)
-            # a non-finite q or k (a diverging step, a bad input) gives a non-finite statistic:
-            # that (batch, head) falls back to FAVOR+ (t = 1) so the bad rows stay its own
-            finite = torch.isfinite(stat)
+            # a non-finite q or k (a diverging step, a bad input), or one so large that t
+            # overflows, gives no usable statistic: that (batch, head) falls back to FAVOR+
+            # (statistic 0, t = 1), so the bad rows stay its own
+            usable = torch.isfinite(stat) & torch.isfinite(oprf_t(stat, self.dim_head))
             if not self.causal:
-                return oprf_t(torch.where(finite, stat, 0.0), self.dim_head)
+                return oprf_t(torch.where(usable, stat, 0.0), self.dim_head)
             if gather and self.training:
                 # nor is it folded into the running statistics, which it would spoil for good:
-                # those heads count this batch at their running value
+                # those heads count this batch at their running value (before the first fold,
+                # FAVOR+'s 0, which the momentum then moves away from as data comes in)
                 running = (
                     self.oprf_stat.to(stat)
                     if self.oprf_stat.numel() == stat.shape[1]
                     else torch.zeros_like(stat[0])
                 )
-                stat = torch.where(finite, stat, running)
+                stat = torch.where(usable, stat, running)
                 head_stat = stat.mean(0).to(self.oprf_pending)
                 if self.oprf_pending.shape != head_stat.shape:
                     self.oprf_pending.resize_(head_stat.shape).zero_()

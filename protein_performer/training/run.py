@@ -140,7 +140,7 @@ class _QuietLightning(logging.Filter):
 def _callers_state_kept() -> Any:
     """What :func:`train` changes for the run and gives back to its caller (a library user's
     own experiment continues as it was): the global RNGs (Lightning's ``seed_everything``
-    reseeds them), the environment variables it sets for data workers and Lightning's logger
+    reseeds them; CUDA's only when CUDA was initialised before the run), the environment variables it sets for data workers and Lightning's logger
     filter (:class:`_QuietLightning`)."""
     import random
 
@@ -340,6 +340,13 @@ TENSORBOARD_MISSING = (
 )
 
 
+def _installed(module: str) -> bool:
+    """Whether ``module`` is an installed package (not a folder of that name in the working
+    directory, which imports as a namespace package)."""
+    spec = importlib.util.find_spec(module)
+    return spec is not None and spec.origin not in (None, "namespace")
+
+
 def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
     """Before any data is read or a run directory claimed: what Lightning would find only
     later, in its own words, or not at all (a multi-node run waits forever for nodes that
@@ -352,9 +359,7 @@ def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
         t.accelerator == "auto" and not on_cuda and torch.backends.mps.is_available()
     )
     on_gpu = on_cuda or on_mps
-    if t.tensorboard and not any(
-        importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")
-    ):
+    if t.tensorboard and not any(_installed(m) for m in ("tensorboard", "tensorboardX")):
         raise ConfigError(TENSORBOARD_MISSING)
     if t.strategy == "fsdp" and not on_cuda:
         raise ConfigError(

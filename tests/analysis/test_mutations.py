@@ -272,6 +272,12 @@ def test_score_refuses_a_header_that_repeats_a_column(ckpt, tmp_path, capsys, he
     assert not (tmp_path / "s.csv").exists()
 
 
+def test_score_reads_a_header_with_blank_trailing_columns(ckpt, tmp_path, capsys) -> None:
+    """A spreadsheet's empty columns (``mutant,fitness,,``) name nothing: not a repeat."""
+    (tmp_path / "m.csv").write_text("mutant,fitness,,\nM1A,1,,\nM1C,3,,\n")
+    assert _score(ckpt, tmp_path) == 0, capsys.readouterr().err
+
+
 def test_score_errors_name_the_csv_line_past_blank_lines(ckpt, tmp_path, capsys) -> None:
     (tmp_path / "m.csv").write_text("mutant,fitness\nM1A,1\n\n\n1A,2\n")
     code = _score(ckpt, tmp_path)
@@ -757,6 +763,17 @@ def test_score_leaves_indels_to_the_whole_sequence_methods(ckpt, tmp_path, capsy
         got = list(csv.DictReader(fh))
     assert [r["pseudo_ll"] for r in got] == pll
     assert got[0]["masked_marginal"] == "" and got[1]["masked_marginal"] != ""
+    # with fitness: the site column correlates over the substitutions only, and says so
+    code = _score(
+        ckpt, tmp_path, "method=[masked-marginal,pseudo-ll]", "fitness_col=fitness",
+        "overwrite=true",
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert code == 0 and summary["pairs"] == 3
+    assert summary["pairs_by_column"]["masked_marginal"] == 2
+    assert summary["pairs_by_column"]["pseudo_ll"] == 3
+    assert "masked_marginal" in out and "(n=2)" in out
 
 
 def test_whole_sequences_of_another_protein_are_not_scored_as_its_variants(tmp_path, capsys):

@@ -421,6 +421,19 @@ def test_a_non_finite_input_falls_back_to_favor_plus_and_spoils_no_running_stati
     assert torch.isfinite(causal.oprf_stat).all()
     causal.eval()
     assert not causal(q, k, v).isnan().any()
+    # finite but so large that t overflows: the same fallback
+    causal.train()
+    huge = k.clone()
+    huge[0, 1, 20] *= 1e11
+    causal(q, huge, v)
+    causal.maybe_redraw(3)
+    assert torch.isfinite(causal.oprf_stat).all()
+    causal.eval()
+    assert not causal(q, k, v).isnan().any()
+    big_q = q.clone()
+    big_q[0, 0, 7] *= 1e10
+    out = att(big_q, k, v)
+    assert not out[0, 0, :7].isnan().any() and not out[0, 1].isnan().any()
 
 
 def test_constructor_and_mask_misuse_are_named_errors() -> None:
