@@ -130,6 +130,12 @@ def _prepare(cfg: Any, is_ours: Any, what: str) -> tuple:
     return fasta, outdir, model, alphabet, meta, layers, heads
 
 
+def _trained_packed(meta: dict[str, Any]) -> bool:
+    """Whether the checkpoint's run trained on packed windows (``data.mode=concat``: proteins
+    between ``<sep>`` tokens, no ``<cls>``/``<eos>``)."""
+    return (meta.get("data") or {}).get("mode") == "concat"
+
+
 def _trained_length(meta: dict[str, Any]) -> int | None:
     """The crop length (tokens) the checkpoint's run trained on, when it says so."""
     value = (meta.get("data") or {}).get("max_length")
@@ -600,6 +606,7 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
         batch_size=cfg.batch_size,
         min_length=cfg.min_length,
         progress=True,
+        packed=(packed := _trained_packed(meta)),
     )
     settings = f"seed={cfg.seed} temperature={cfg.temperature:g}"
     if cfg.top_k is not None:
@@ -616,7 +623,8 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
         (
             f"gen{i + 1}",
             f"{GENERATED_MARK} {settings} length={len(s.sequence)} "
-            f"ended={'eos' if s.ended else 'max_length'} log_prob={s.log_prob:.3f}",
+            f"ended={(('sep' if packed else 'eos') if s.ended else 'max_length')} "
+            f"log_prob={s.log_prob:.3f}",
             s.sequence,
         )
         for i, s in enumerate(samples)
@@ -1028,6 +1036,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         max_tokens=max_tokens(model, None, _trained_length(meta)),
         toks_per_batch=cfg.toks_per_batch,
         progress=True,
+        packed=_trained_packed(meta),
     )
     elapsed = time.perf_counter() - t0
     counts = meta.get("data", {}).get("unigram_counts")

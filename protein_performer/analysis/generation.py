@@ -104,6 +104,14 @@ def prompt_ids(alphabet: Alphabet, prompt: str) -> list[int]:
 
 
 @torch.no_grad()
+def protein_bounds(alphabet: Alphabet, packed: bool = False) -> tuple[int, int]:
+    """The tokens a causal model saw before and after a protein: ``<cls>``/``<eos>``, or
+    ``<sep>``/``<sep>`` for one trained on packed windows (``data.mode=concat``)."""
+    if packed:
+        return alphabet.sep_idx, alphabet.sep_idx
+    return alphabet.cls_idx, alphabet.eos_idx
+
+
 def generate(
     model: ProteinLM,
     alphabet: Alphabet,
@@ -118,14 +126,19 @@ def generate(
     batch_size: int = 16,
     min_length: int = 1,
     progress: bool = False,
+    packed: bool = False,
 ) -> list[Sample]:
     """``n`` proteins sampled from a causal ``model`` (see the module docstring), in eval mode.
 
     ``prompt``: residues every sequence starts with (read as a FASTA record's are);
     ``max_length``: tokens with ``<cls>``/``<eos>`` (None: the model's ``max_len``);
     ``min_length``: residues (prompt included) before ``<eos>`` may be drawn (an empty
-    protein is no FASTA record the other commands read).
+    protein is no FASTA record the other commands read). ``packed``: the model trained on
+    packed windows (``data.mode=concat``), where a protein follows a ``<sep>`` and ends at the
+    next one and ``<cls>``/``<eos>`` never occur: each sequence starts after ``<sep>`` and ends
+    at one (:func:`protein_bounds`).
     """
+    begin, end = protein_bounds(alphabet, packed)
     if not getattr(model, "causal", False):
         raise ConfigError(
             "generate samples from a causal (next-token) model; this one is a masked LM "
@@ -146,7 +159,7 @@ def generate(
         )
     allowed = torch.zeros(len(alphabet), dtype=torch.bool)
     allowed[[alphabet.index(a) for a in STANDARD_AMINO_ACIDS]] = True
-    allowed[alphabet.eos_idx] = True
+    allowed[end] = True
     device = next(model.parameters()).device
     samples: list[Sample] = []
     bar = progress_bar(total=n, desc="generate", unit="protein", enabled=progress)
@@ -154,7 +167,7 @@ def generate(
         for first in range(0, n, batch_size):
             rows = min(batch_size, n - first)
             generators = [_generator(seed, first + row) for row in range(rows)]
-            tokens = torch.tensor([[alphabet.cls_idx, *start_ids]] * rows, dtype=torch.long)
+            tokens = torch.tensor([[begin, *start_ids]] * rows, dtype=torch.long)
             done = torch.zeros(rows, dtype=torch.bool)
             log_prob = torch.zeros(rows, dtype=torch.float64)
             # up to max_length - 2 residues: with its <cls> and <eos> a sequence fits the window
@@ -162,27 +175,27 @@ def generate(
                 logits = model(tokens.to(device))["logits"][:, -1].float().cpu()
                 logits = logits.masked_fill(~allowed, float("-inf")) / temperature
                 if tokens.shape[1] - 1 < min_length:  # residues so far: no <eos> yet
-                    logits[:, alphabet.eos_idx] = float("-inf")
+                    logits[:, end] = float("-inf")
                 logp = torch.log_softmax(_truncate(logits, top_k, top_p), -1)
                 probs = logp.exp()
                 drawn = torch.cat(
                     [torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(generators)]
                 )
                 if tokens.shape[1] == max_length - 1:  # no room for a residue: cut there
-                    drawn = torch.where(drawn == alphabet.eos_idx, drawn, alphabet.pad_idx)
+                    drawn = torch.where(drawn == end, drawn, alphabet.pad_idx)
                 step = logp.gather(-1, drawn[:, None])[:, 0].double()
                 log_prob += torch.where(done | (drawn == alphabet.pad_idx), 0.0, step)
                 drawn = torch.where(done, alphabet.pad_idx, drawn)
-                done |= drawn == alphabet.eos_idx
+                done |= drawn == end
                 tokens = torch.cat([tokens, drawn[:, None]], dim=1)
             for row in range(rows):
                 ids = [i for i in tokens[row, 1:].tolist() if i != alphabet.pad_idx]
-                ended = alphabet.eos_idx in ids
-                residues = ids[: ids.index(alphabet.eos_idx)] if ended else ids
+                ended = end in ids
+                residues = ids[: ids.index(end)] if ended else ids
                 samples.append(Sample(alphabet.decode(residues), ended, float(log_prob[row])))
             bar.update(rows)
     bar.close()
     return samples
 
 
-__all__ = ["Sample", "check_sampling", "generate", "prompt_ids"]
+__all__ = ["Sample", "check_sampling", "generate", "prompt_ids", "protein_bounds"]

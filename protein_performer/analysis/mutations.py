@@ -341,10 +341,16 @@ def log_likelihoods(
     *,
     toks_per_batch: int = 8192,
     progress: bool = False,
+    packed: bool = False,
 ) -> np.ndarray:
     """``(n,)`` float64: each sequence's log-likelihood under a causal model,
     ``Σ_t log p(x_t | <cls> x_<t)`` over its residues and the ``<eos>`` after them (residue ids,
-    or strings read as FASTA records are), in eval mode. Every sequence must fit the model."""
+    or strings read as FASTA records are), in eval mode. Every sequence must fit the model.
+    ``packed``: a model trained on packed windows, whose proteins lie between ``<sep>`` tokens
+    (:func:`~protein_performer.analysis.generation.protein_bounds`)."""
+    from protein_performer.analysis.generation import protein_bounds
+
+    begin, end = protein_bounds(alphabet, packed)
     if not getattr(model, "causal", False):
         raise ConfigError(
             "log_likelihood needs a causal (next-token) model; a masked LM's counterpart is "
@@ -363,7 +369,7 @@ def log_likelihoods(
             tokens = torch.full((len(group), width), alphabet.pad_idx, dtype=torch.long)
             for row, i in enumerate(group):
                 n = len(seqs[i])
-                tokens[row, 0], tokens[row, n + 1] = alphabet.cls_idx, alphabet.eos_idx
+                tokens[row, 0], tokens[row, n + 1] = begin, end
                 tokens[row, 1 : n + 1] = torch.from_numpy(seqs[i].astype(np.int64))
             pad = tokens == alphabet.pad_idx
             logits = model(tokens.to(device), pad.to(device))["logits"].double()
@@ -377,9 +383,11 @@ def log_likelihoods(
     return out
 
 
-def log_likelihood(model: ProteinLM, alphabet: Alphabet, ids: np.ndarray | str) -> float:
+def log_likelihood(
+    model: ProteinLM, alphabet: Alphabet, ids: np.ndarray | str, *, packed: bool = False
+) -> float:
     """One sequence's log-likelihood under a causal model (see :func:`log_likelihoods`)."""
-    return float(log_likelihoods(model, alphabet, [ids])[0])
+    return float(log_likelihoods(model, alphabet, [ids], packed=packed)[0])
 
 
 @torch.no_grad()
@@ -469,6 +477,7 @@ def score_mutants(
     toks_per_batch: int = 8192,
     progress: bool = False,
     offset: int = 1,
+    packed: bool = False,
 ) -> dict[str, np.ndarray]:
     """``{method: (n,) scores}`` for ``mutants`` of the wild-type ``sequence``: parsed
     substitutions, :class:`Indel` s or strings (``"H24C"``, ``"H24C:P25A"``, positions numbered
@@ -484,7 +493,8 @@ def score_mutants(
     ``max_len`` with learned positions, no limit with rotary ones). Scored in eval mode (the
     model is left in the mode it was in). The masked-LM methods need a masked LM and
     ``log-likelihood`` a causal model (:func:`check_methods`); ``methods=None`` picks the
-    model's (:func:`default_methods`).
+    model's (:func:`default_methods`). ``packed``: a causal model trained on packed windows
+    (``log-likelihood`` frames each sequence by ``<sep>``, see :func:`log_likelihoods`).
     """
     causal = bool(getattr(model, "causal", False))
     if isinstance(mutants, str):
@@ -533,7 +543,9 @@ def score_mutants(
             f"mutant {indel + 1} is {indel_problem(mutants[indel], wild_type, site_methods[0])}"
         )
     with evaluating(model):
-        return _score(model, alphabet, ids, mutants, methods, max_tokens, toks_per_batch, progress)
+        return _score(
+            model, alphabet, ids, mutants, methods, max_tokens, toks_per_batch, progress, packed
+        )
 
 
 def indel_problem(variant: Indel, wild_type: str, method: str) -> str:
@@ -565,6 +577,7 @@ def _score(
     max_tokens: int | None,
     toks_per_batch: int,
     progress: bool,
+    packed: bool = False,
 ) -> dict[str, np.ndarray]:
     if max_tokens is None and model.rotary is None:
         max_tokens = model.config.max_len
@@ -626,7 +639,12 @@ def _score(
                 )
             variants = [ids, *(_mutant_ids(ids, m, alphabet) for m in mutants)]
             ll = log_likelihoods(
-                model, alphabet, variants, toks_per_batch=toks_per_batch, progress=progress
+                model,
+                alphabet,
+                variants,
+                toks_per_batch=toks_per_batch,
+                progress=progress,
+                packed=packed,
             )
             out[method] = ll[1:] - ll[0]
         else:

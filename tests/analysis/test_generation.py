@@ -206,3 +206,38 @@ def test_generate_makes_the_output_folder_as_score_and_extract_do(tmp_path) -> N
     out = tmp_path / "new" / "deep" / "g.fasta"
     argv = ["generate", f"checkpoint={tmp_path / 'c.ckpt'}", "n=1", "max_length=12"]
     assert main([*argv, f"out={out}"]) == 0 and out.is_file()
+
+
+def test_a_model_trained_on_packed_windows_samples_between_separators() -> None:
+    """Such a model never saw <cls>/<eos>: a protein follows a <sep> and ends at the next."""
+    model = causal_model("transformer").eval()
+    allowed = torch.zeros(len(A), dtype=torch.bool)
+    allowed[[A.index(a) for a in STANDARD_AMINO_ACIDS] + [A.sep_idx]] = True
+    samples = generate(model, A, 4, seed=2, prompt="M", max_length=20, packed=True)
+    for s in samples:
+        ids = [A.sep_idx, *A.encode(s.sequence).tolist()] + ([A.sep_idx] if s.ended else [])
+        logits = model(torch.tensor([ids]))["logits"][0].masked_fill(~allowed, -math.inf)
+        logp = torch.log_softmax(logits, -1)
+        expected = sum(logp[t, ids[t + 1]].item() for t in range(1, len(ids) - 1))
+        assert s.log_prob == pytest.approx(expected, abs=1e-4)
+    plain = generate(model, A, 4, seed=2, prompt="M", max_length=20)
+    assert [s.log_prob for s in plain] != [s.log_prob for s in samples]
+
+
+def test_generate_frames_proteins_as_the_checkpoints_run_trained(tmp_path, monkeypatch, capsys):
+    import protein_performer.analysis.generation as generation
+
+    seen = []
+    real = generation.generate
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["packed"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generation, "generate", spy)
+    for mode in ("concat", "crop"):
+        ckpt = tmp_path / f"{mode}.ckpt"
+        save_model_checkpoint(ckpt, causal_model(), A, "causal", data={"mode": mode})
+        out = tmp_path / f"{mode}.fasta"
+        assert main(["generate", f"checkpoint={ckpt}", "n=2", "max_length=24", f"out={out}"]) == 0
+    assert seen == [True, False]

@@ -451,6 +451,16 @@ def test_causal_log_likelihood_is_the_sum_of_next_token_log_probs() -> None:
         expected = sum(logp[t, ids[t + 1]].item() for t in range(len(ids) - 1))
         assert ll == pytest.approx(expected, abs=1e-10)
     assert mut.log_likelihood(model, ALPHABET, "MKV") == pytest.approx(got[1], abs=1e-12)
+    # a model trained on packed windows: each protein between <sep> tokens
+    packed = mut.log_likelihoods(model, ALPHABET, seqs, packed=True)
+    for seq, ll in zip(seqs, packed, strict=True):
+        ids = [ALPHABET.sep_idx, *ALPHABET.encode(seq).tolist(), ALPHABET.sep_idx]
+        logp = torch.log_softmax(model(torch.tensor([ids]))["logits"][0], -1)
+        assert ll == pytest.approx(sum(logp[t, ids[t + 1]].item() for t in range(len(ids) - 1)))
+    scores = mut.score_mutants(model, ALPHABET, "MKV", ["K2A"], packed=True)
+    assert scores["log-likelihood"][0] == pytest.approx(
+        mut.log_likelihood(model, ALPHABET, "MAV", packed=True) - packed[1]
+    )
     padded = mut.log_likelihoods(model, ALPHABET, seqs, toks_per_batch=1000)  # one padded batch
     np.testing.assert_allclose(padded, got, rtol=0, atol=1e-10)
     assert mut.log_likelihoods(model, ALPHABET, []).shape == (0,)
