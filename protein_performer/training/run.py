@@ -1795,6 +1795,9 @@ def _eval_packing(
         return "stream", None, None
     trained = stored.get("packing")
     table = cfg.clusters or stored.get("clusters")
+    run_table = stored.get("clusters")
+    if cfg.split and cfg.context == "cluster" and run_table and Path(run_table).exists():
+        table = run_table  # clusters= picks the context only (see _eval_split)
     if trained == "family" and cfg.split and table and Path(table).exists():
         spread = int(stored.get("family_spread") or 1)
         how = f", family_spread={spread}" if spread > 1 else ""

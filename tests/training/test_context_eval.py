@@ -866,3 +866,21 @@ def test_a_non_finite_attention_supervision_loss_stops_the_run(tmp_path, monkeyp
     cfg.align.weight = 1.0
     with pytest.raises(TrainingDiverged, match="attention-supervision loss is not finite"):
         train(cfg, tmp_path / "run")
+
+
+def test_context_clusters_do_not_change_the_run_s_family_packing(tmp_path) -> None:
+    """With split= and context=cluster, clusters= picks the context only: the windows are
+    packed by the training run's table, as the line about them says."""
+    from protein_performer.config import EvalConfig
+    from protein_performer.training.run import _eval_packing
+
+    run_table, other = tmp_path / "run.tsv", tmp_path / "other.tsv"
+    run_table.write_text("cluster\tmember\n")
+    other.write_text("cluster\tmember\n")
+    stored = {"packing": "family", "clusters": str(run_table)}
+    cfg = EvalConfig(checkpoint="c.ckpt", fasta="x.fa", split="test", context="cluster",
+                     clusters=str(other))  # fmt: skip
+    packing, words, table = _eval_packing(cfg, stored, "concat")
+    assert packing == "family" and table == str(run_table) and str(run_table) in words
+    cfg.context = None  # without context, clusters= is the table the split is drawn from
+    assert _eval_packing(cfg, stored, "concat")[2] == str(other)
