@@ -452,7 +452,7 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
 
 def validate_analysis_config(cfg: Any) -> None:
     if hasattr(cfg, "seed"):
-        check_seed("seed", cfg.seed)
+        cfg.seed = check_seed("seed", cfg.seed)
     if isinstance(cfg, ScoreConfig):
         _validate_score_config(cfg)
         return
@@ -515,11 +515,13 @@ def _check_device(value: Any) -> None:
         raise ConfigError(f"device={value!r} is not valid; choose one of: auto, cpu, cuda, cuda:N")
 
 
-def check_seed(key: str, value: Any) -> None:
-    """A seed numpy and Lightning accept: an integer in 0 .. 2**32 - 1."""
+def check_seed(key: str, value: Any) -> int:
+    """A seed numpy and Lightning accept: an integer in 0 .. 2**32 - 1, returned as an int
+    (a numpy integer would not go into the saved config or JSON)."""
     integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if not integer or not 0 <= value < 2**32:
         raise ConfigError(f"{key} must be an integer in 0..4294967295 (got {value!r})")
+    return int(value)
 
 
 def _positive(key: str, value: Any, *, allow_zero: bool = False) -> None:
@@ -575,7 +577,7 @@ def parse_max_time(value: object) -> str:
 def validate_train_config(cfg: TrainConfig) -> None:
     """Value checks beyond the types; raises a one-line :class:`ConfigError` naming the key."""
     cfg.model.validate("model")
-    check_seed("seed", cfg.seed)
+    cfg.seed = check_seed("seed", cfg.seed)
     _choice("objective", cfg.objective, OBJECTIVES)
     d = cfg.data
     _choice("data.mode", d.mode, DATA_MODES)
@@ -762,7 +764,7 @@ def eval_fasta_paths(cfg: EvalConfig) -> list[str]:
 def validate_eval_config(cfg: EvalConfig) -> None:
     if cfg.checkpoint in (None, "", "???"):
         raise ConfigError("checkpoint=PATH is required (evaluate checkpoint=... fasta=...)")
-    check_seed("seed", cfg.seed)
+    cfg.seed = check_seed("seed", cfg.seed)
     eval_fasta_paths(cfg)
     if cfg.split is not None:
         _choice("split", cfg.split, ("train", "val", "test"))

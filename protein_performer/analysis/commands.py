@@ -641,7 +641,7 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
         "out": str(out),
         "checkpoint": str(cfg.checkpoint),
         "n": len(samples),
-        "ended_by_eos": len(samples) - cut,
+        "ended_by_eos": len(samples) - cut,  # by the end token (<sep> for packed training)
         "cut_at_max_length": cut,
         "mean_length": float(np.mean(lengths)),
         "settings": settings,
@@ -655,7 +655,7 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
     )
     if cut:
         text += (
-            f"\n  {cut:,} reached max_length without <eos>: cut there "
+            f"\n  {cut:,} reached max_length without {'<sep>' if packed else '<eos>'}: cut there "
             "(ended=max_length in their headers)"
         )
     trained = _trained_length(meta)

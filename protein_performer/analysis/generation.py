@@ -103,7 +103,6 @@ def prompt_ids(alphabet: Alphabet, prompt: str) -> list[int]:
     return [] if ids is None else [int(i) for i in ids]
 
 
-@torch.no_grad()
 def protein_bounds(alphabet: Alphabet, packed: bool = False) -> tuple[int, int]:
     """The tokens a causal model saw before and after a protein: ``<cls>``/``<eos>``, or
     ``<sep>``/``<sep>`` for one trained on packed windows (``data.mode=concat``)."""
@@ -112,6 +111,7 @@ def protein_bounds(alphabet: Alphabet, packed: bool = False) -> tuple[int, int]:
     return alphabet.cls_idx, alphabet.eos_idx
 
 
+@torch.no_grad()
 def generate(
     model: ProteinLM,
     alphabet: Alphabet,

@@ -241,3 +241,30 @@ def test_generate_frames_proteins_as_the_checkpoints_run_trained(tmp_path, monke
         out = tmp_path / f"{mode}.fasta"
         assert main(["generate", f"checkpoint={ckpt}", "n=2", "max_length=24", f"out={out}"]) == 0
     assert seen == [True, False]
+
+
+def test_generation_builds_no_autograd_graph() -> None:
+    """Every step's activations would be kept to the end (19.6 GB instead of 1.1 GB measured
+    for 8 proteins of 400 tokens) if sampling ran with gradients."""
+    model = causal_model()
+    seen = []
+    model.register_forward_hook(lambda *_: seen.append(torch.is_grad_enabled()))
+    generate(model, A, 2, seed=0, max_length=12)
+    generate(model, A, 2, seed=0, max_length=12, packed=True)
+    assert seen and not any(seen)
+
+
+def test_a_packed_model_s_proteins_say_they_ended_at_sep(tmp_path, monkeypatch, capsys):
+    import protein_performer.analysis.generation as generation
+
+    def ends(*args, **kwargs):
+        return [generation.Sample("MKV", True, -1.0), generation.Sample("MKVL", False, -2.0)]
+
+    monkeypatch.setattr(generation, "generate", ends)
+    ckpt = tmp_path / "c.ckpt"
+    save_model_checkpoint(ckpt, causal_model(), A, "causal", data={"mode": "concat"})
+    out = tmp_path / "g.fasta"
+    assert main(["generate", f"checkpoint={ckpt}", "n=2", "max_length=24", f"out={out}"]) == 0
+    headers = [line for line in out.read_text().splitlines() if line.startswith(">")]
+    assert "ended=sep" in headers[0] and "ended=max_length" in headers[1]
+    assert "1 reached max_length without <sep>" in capsys.readouterr().out

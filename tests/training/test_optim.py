@@ -116,3 +116,16 @@ def test_tensorboard_without_the_package_is_a_clear_error(tiny_fasta, tmp_path):
     with pytest.raises(ConfigError, match=r"protein-performer\[tensorboard\]"):
         train(cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_folder_named_like_a_package_is_not_the_package(tmp_path, monkeypatch) -> None:
+    """A run directory's tensorboard/ folder in the working directory imports as a namespace
+    package: not the tensorboard a run needs."""
+    from protein_performer.training.run import _installed
+
+    (tmp_path / "ppfakepkg").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not _installed("ppfakepkg")
+    (tmp_path / "ppfakepkg" / "__init__.py").write_text("")
+    importlib.invalidate_caches()
+    assert _installed("ppfakepkg")

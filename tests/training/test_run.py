@@ -518,3 +518,6 @@ def test_train_takes_a_dict_and_refuses_what_is_no_config(tiny_fasta, tmp_path):
     with pytest.raises(ConfigError, match=r"data\.val_files must be a FASTA path or a list"):
         DataConfig(val_files=[str(tiny_fasta), 3])
     assert DataConfig(files=(p for p in [str(tiny_fasta)])).files == [str(tiny_fasta)]
+    cfg.seed = np.int64(3)  # a sweep over np.arange(...): saved as a plain int
+    assert train(cfg, tmp_path / "seeded").steps == 1
+    assert "seed: 3" in (tmp_path / "seeded" / "config.yaml").read_text()
