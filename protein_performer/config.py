@@ -227,7 +227,7 @@ class EvalConfig:
     """
 
     checkpoint: str = "default"
-    fasta: Any = "???"
+    fasta: Any = None  # unset with split=: the training run's own files
     split: str | None = None
     # unset: the checkpoint's training run's values (so split=test is that run's test split)
     split_fractions: list[float] | None = None
@@ -749,9 +749,18 @@ def validate_train_config(cfg: TrainConfig) -> None:
         )
 
 
+def fasta_unset(value: Any) -> bool:
+    return value is None or value in ("", "???") or (isinstance(value, (list, tuple)) and not value)
+
+
 def eval_fasta_paths(cfg: EvalConfig) -> list[str]:
     """``cfg.fasta`` as a list of paths (it may be one path or a list)."""
     value = cfg.fasta
+    if fasta_unset(value) and getattr(cfg, "split", None) is None:
+        raise ConfigError(
+            "fasta=... is required (a FASTA path or a list [a.fa,b.fa]; or split=val|test "
+            "alone for the training run's held-out part of its own files)"
+        )
     paths = [value] if isinstance(value, str) else list(value or [])
     if not paths or not all(isinstance(p, str) and p not in ("", "???") for p in paths):
         raise ConfigError("fasta=PATH (or fasta=[A,B]) is required")
@@ -765,9 +774,10 @@ def validate_eval_config(cfg: EvalConfig) -> None:
     if cfg.checkpoint in (None, "", "???"):
         raise ConfigError("checkpoint=PATH is required (evaluate checkpoint=... fasta=...)")
     cfg.seed = check_seed("seed", cfg.seed)
-    eval_fasta_paths(cfg)
     if cfg.split is not None:
         _choice("split", cfg.split, ("train", "val", "test"))
+    if not fasta_unset(cfg.fasta) or cfg.split is None:
+        eval_fasta_paths(cfg)
     if cfg.split_by is not None:
         _choice("split_by", cfg.split_by, SPLIT_BY)
     if cfg.attention is not None:

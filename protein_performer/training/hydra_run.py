@@ -576,7 +576,7 @@ def help_text(command: str) -> str:
 
 _EVALUATE_KEYS = {
     "checkpoint": "a checkpoint written by train (default: the shipped one)",
-    "fasta": "FASTA file, or a list [a.fa,b.fa.gz] (required)",
+    "fasta": "FASTA file, or a list [a.fa,b.fa.gz] (required; unset with split=: the training run's own files)",
     "split": "score one part (train, val or test) of the hash split; unset: every record",
     "split_fractions": "train/val/test fractions of that split (unset: the training run's)",
     "split_seed": "seed of that split (unset: the training run's)",

@@ -8,6 +8,7 @@ A run directory receives ``config.yaml`` (the resolved config), ``metrics.csv`` 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import importlib.util
 import json
@@ -40,6 +41,7 @@ from protein_performer.config import (
     TrainConfig,
     TrainerConfig,
     eval_fasta_paths,
+    fasta_unset,
     validate_eval_config,
     validate_train_config,
 )
@@ -941,6 +943,8 @@ def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
         "family_spread": d.family_spread,
         # the training files (absolute), so that evaluate can say when it scores them whole
         "files": [os.path.abspath(f) for f in d.files] if d.files and not d.shards else None,
+        # val/test read from files of their own: ``files`` is the training part only
+        "held_out_files": bool(d.val_files or d.test_files),
         # the records read before the hash split (shards cap their train split after it;
         # explicit val/test files have no split to cap)
         "max_records": None if d.shards or d.val_files or d.test_files else d.max_records,
@@ -1922,6 +1926,34 @@ def _context_targets(
 
 
 @torch.inference_mode()
+def _run_files(cfg: EvalConfig) -> list[str]:
+    """The FASTA files the checkpoint's training run read and split (``evaluate split=``
+    without ``fasta=``), checked to be here."""
+    from protein_performer.training.checkpoints import META_KEY, read_checkpoint
+
+    meta = read_checkpoint(cfg.checkpoint, mmap=True).get(META_KEY) or {}
+    stored = meta.get("data") or {}
+    files = stored.get("files")
+    # an older checkpoint does not say whether its files were all it split: not guessed
+    if not files or stored.get("held_out_files") is not False:
+        raise ConfigError(
+            f"split={cfg.split} without fasta=: the checkpoint records no files it split "
+            "(trained on shards, on held-out files given apart, or saved before this was "
+            "recorded); give fasta="
+        )
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        raise DataError(
+            f"split={cfg.split} without fasta=: the training run's file is not here (of "
+            f"{len(files)}); give fasta= (the same files, where they are now)",
+            path=missing[0],
+        )
+    log.warning(
+        "split=%s: the training run's %d FASTA files, as it read them", cfg.split, len(files)
+    )
+    return list(files)
+
+
 def evaluate(cfg: EvalConfig) -> EvalResult:
     """Perplexity and accuracy of a checkpoint on FASTA file(s): every record, or one part of
     their hash split (``cfg.split``).
@@ -1930,6 +1962,8 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     to ``cfg.output`` when set.
     """
     validate_eval_config(cfg)
+    if fasta_unset(cfg.fasta):  # split= alone: the training run's own files
+        cfg = dataclasses.replace(cfg, fasta=_run_files(cfg))
     fasta = eval_fasta_paths(cfg)
     for path in fasta:
         _require_file(path, "fasta")

@@ -46,7 +46,9 @@ def test_a_run_stopped_by_max_time_says_so(tiny_fasta, tmp_path):
     # the next job of a chain, resuming with the same budget, gets it afresh
     cfg.ckpt_path = result.last_checkpoint
     again = train(cfg, tmp_path / "run")
-    assert again.stopped_by == "max_time" and again.steps > result.steps + 5
+    # (a spent budget would stop it at its first check: a step at most; a loaded machine
+    # trains few steps in 2 s)
+    assert again.stopped_by == "max_time" and again.steps > result.steps + 1
 
 
 def test_a_redirected_log_is_quiet(tmp_path):

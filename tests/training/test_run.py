@@ -521,3 +521,28 @@ def test_train_takes_a_dict_and_refuses_what_is_no_config(tiny_fasta, tmp_path):
     cfg.seed = np.int64(3)  # a sweep over np.arange(...): saved as a plain int
     assert train(cfg, tmp_path / "seeded").steps == 1
     assert "seed: 3" in (tmp_path / "seeded" / "config.yaml").read_text()
+
+
+def test_evaluate_split_alone_reads_the_training_runs_own_files(tmp_path) -> None:
+    fasta = write_fasta(tmp_path / "t.fasta", n=60)
+    cfg = tiny_config(fasta, max_steps=2)
+    run = train(cfg, tmp_path / "run")
+    alone = evaluate(EvalConfig(checkpoint=run.last_checkpoint, split="val", toks_per_batch=640))
+    given = evaluate(
+        EvalConfig(
+            checkpoint=run.last_checkpoint, fasta=str(fasta), split="val", toks_per_batch=640
+        )
+    )
+    assert alone.perplexity == pytest.approx(given.perplexity, rel=1e-9)
+    assert (alone.sequences, alone.predicted_tokens) == (given.sequences, given.predicted_tokens)
+    with pytest.raises(ConfigError, match=r"fasta=\.\.\. is required"):
+        evaluate(EvalConfig(checkpoint=run.last_checkpoint))
+    fasta.rename(tmp_path / "moved.fasta")
+    with pytest.raises(DataError, match="the training run's file is not here"):
+        evaluate(EvalConfig(checkpoint=run.last_checkpoint, split="val"))
+    held = write_fasta(tmp_path / "h.fasta", n=20, seed=1)
+    cfg = tiny_config(tmp_path / "moved.fasta", max_steps=1)
+    cfg.data.val_files = [str(held)]
+    other = train(cfg, tmp_path / "run2")
+    with pytest.raises(ConfigError, match="records no files it split"):
+        evaluate(EvalConfig(checkpoint=other.last_checkpoint, split="val"))
