@@ -14,6 +14,7 @@ def main() -> int:
     try:
         from protein_performer.cli import main as cli_main
     except KeyboardInterrupt:
-        print("interrupted (while starting: nothing was written)", file=sys.stderr)
+        # a process of a multi-process run may be the one starting: claim nothing about files
+        print("interrupted (while starting)", file=sys.stderr)
         return 130
     return cli_main()

@@ -688,7 +688,8 @@ def check_run_dir(
     if set(names) <= RUN_CONFIG_FILES:
         raise DataError(
             f"{key}: holds a run that has not trained yet ({shown}: another run starting now, "
-            "or one stopped while loading); choose a new one",
+            "or one stopped while loading); choose a new one, or start it again there with "
+            "ckpt_path=last (its files are kept as NAME.1.EXT)",
             path=p,
         )
     others = saved_checkpoints(p)

@@ -245,8 +245,9 @@ def test_two_runs_cannot_share_a_directory(tiny_fasta, tmp_path):
     assert claim_run_dir(run_dir, None, text) == run_dir.resolve()
     with pytest.raises(
         DataError, match=r"has not trained yet \(config\.yaml: another run starting"
-    ):
+    ) as refused:
         claim_run_dir(run_dir, None, text)
+    assert "ckpt_path=last" in str(refused.value)  # what starts a stopped one again
     assert (run_dir / "config.yaml").read_text() == text
     # default (timestamped) directories move on to the next free name instead
     assert claim_run_dir(run_dir, None, text, find_free=True).name == "run_1"
