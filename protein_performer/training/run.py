@@ -142,8 +142,9 @@ class _QuietLightning(logging.Filter):
 def _callers_state_kept() -> Any:
     """What :func:`train` changes for the run and gives back to its caller (a library user's
     own experiment continues as it was): the global RNGs (Lightning's ``seed_everything``
-    reseeds them; CUDA's only when CUDA was initialised before the run), the environment variables it sets for data workers and Lightning's logger
-    filter (:class:`_QuietLightning`)."""
+    reseeds them; CUDA's only when CUDA was initialised before the run), the environment
+    variables it sets for data workers and Lightning's logger filter
+    (:class:`_QuietLightning`)."""
     import random
 
     rngs = (random.getstate(), np.random.get_state(), torch.get_rng_state())
