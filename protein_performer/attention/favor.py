@@ -246,9 +246,10 @@ class FavorAttention(nn.Module):
             # a non-finite q or k (a diverging step, a bad input), or one so large that t
             # overflows, gives no usable statistic: that (batch, head) falls back to FAVOR+
             # (statistic 0, t = 1), so the bad rows stay its own
-            usable = torch.isfinite(stat) & torch.isfinite(oprf_t(stat, self.dim_head))
+            t = oprf_t(stat, self.dim_head)
+            usable = torch.isfinite(stat) & torch.isfinite(t)
             if not self.causal:
-                return oprf_t(torch.where(usable, stat, 0.0), self.dim_head)
+                return torch.where(usable, t, 1.0)
             if gather and self.training:
                 # nor is it folded into the running statistics, which it would spoil for good:
                 # those heads count this batch at their running value (before the first fold,
