@@ -30,10 +30,11 @@ def work_dtype(t: torch.Tensor) -> torch.dtype:
 
 def _normalise(na: torch.Tensor) -> torch.Tensor:
     """``[numerator, normaliser]`` ``(..., Dv+1)`` -> their ratio; 0 where no key is visible
-    (normaliser at or below :func:`den_floor`)."""
+    (normaliser below :func:`den_floor`). A NaN normaliser stays NaN: a diverging step must
+    show, not read as "no visible key"."""
     den = na[..., -1:]
-    visible = den >= den_floor(den.dtype)
-    return torch.where(visible, na[..., :-1] / torch.where(visible, den, 1.0), 0.0)
+    hidden = den < den_floor(den.dtype)
+    return torch.where(hidden, 0.0, na[..., :-1] / torch.where(hidden, 1.0, den))
 
 
 def feature_attention(
@@ -56,7 +57,9 @@ def feature_attention(
         q, k, v = q.to(work), k.to(work), v.to(work)
         va = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # [v, 1]: numerator, normaliser
         if key_padding_mask is not None:
-            va = va.masked_fill(key_padding_mask.to(torch.bool)[:, None, :, None], 0.0)
+            # padded keys leave both sums whatever they hold (a NaN there must not reach a row)
+            padded = key_padding_mask.to(torch.bool)[:, None, :, None]
+            k, va = k.masked_fill(padded, 0.0), va.masked_fill(padded, 0.0)
         if not causal:
             na = torch.matmul(phi_q(q), torch.matmul(phi_k(k).transpose(-1, -2), va))
         else:
@@ -97,11 +100,11 @@ def feature_attention_rows(
         stop = min(start + chunk_size, q.shape[-2])
         with torch.autocast(device_type=q.device.type, enabled=False):  # as the forward
             a = kernel(q[..., start:stop, :].to(work_dtype(q)), k.to(work_dtype(k)))
-        if key_padding_mask is not None:
+        if key_padding_mask is not None:  # (a NaN in a padded key is replaced, not multiplied)
             a = a.masked_fill(key_padding_mask.to(torch.bool)[:, None, None, :], 0.0)
         if causal:
             rows = torch.arange(start, stop, device=q.device)[:, None]
             a = a.masked_fill(torch.arange(n, device=q.device)[None, :] > rows, 0.0)
         den = a.sum(-1, keepdim=True)
-        visible = den >= den_floor(den.dtype)
-        yield start, torch.where(visible, a / torch.where(visible, den, 1.0), 0.0)
+        hidden = den < den_floor(den.dtype)
+        yield start, torch.where(hidden, 0.0, a / torch.where(hidden, 1.0, den))

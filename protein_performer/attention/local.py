@@ -43,6 +43,9 @@ def local_attention(
         raise ValueError(f"window must be >= 1, got {window}")
     if key_padding_mask is not None:
         key_padding_mask = key_padding_mask.to(torch.bool)
+        # a masked score still multiplies its value: padded keys and values must be finite
+        padded = key_padding_mask[:, None, :, None]
+        k, v = k.masked_fill(padded, 0.0), v.masked_fill(padded, 0.0)
     b, h, n, d = q.shape
     if n <= 2 * window + 1:  # the band is no smaller than the whole matrix
         band = torch.ones(n, n, dtype=torch.bool, device=q.device)

@@ -123,3 +123,25 @@ def test_hedgehog_model_trains_transfers_and_validates():
         load_weights(other, model.state_dict(), "hedgehog.ckpt")
     with pytest.raises(ConfigError, match=r"nb_features must be even.*hedgehog"):
         ModelConfig(attention="hedgehog", nb_features=7).validate()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_padded_keys_holding_nan_change_nothing_and_a_real_nan_shows(causal):
+    gen = torch.Generator().manual_seed(4)
+    maps = random_maps(3, 4, 6, seed=1)
+    q, k, v = (torch.randn(2, 3, 10, 4, dtype=torch.float64, generator=gen) for _ in range(3))
+    mask = torch.zeros(2, 10, dtype=torch.bool)
+    mask[0, 7:] = True
+    with torch.no_grad():
+        ref = hedgehog_attention(q, k, v, maps, causal=causal, key_padding_mask=mask, chunk_size=4)
+        k2, v2 = k.clone(), v.clone()
+        k2[0, :, 7], v2[0, :, 8], k2[0, :, 9] = float("nan"), float("nan"), float("inf")
+        out = hedgehog_attention(
+            q, k2, v2, maps, causal=causal, key_padding_mask=mask, chunk_size=4
+        )
+        torch.testing.assert_close(out, ref)
+        k2[1, :, 0] = float("nan")
+        out = hedgehog_attention(
+            q, k2, v2, maps, causal=causal, key_padding_mask=mask, chunk_size=4
+        )
+    assert torch.isnan(out[1]).any() and not torch.isnan(out[0]).any()

@@ -56,3 +56,20 @@ def test_local_attention_is_local():
     assert not torch.allclose(out[:, :, 26:], out2[:, :, 26:])
     with pytest.raises(ValueError, match="window"):
         local_attention(q, k, v, 0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n, window", [(5, 8), (40, 3)])  # the whole-matrix and banded routes
+def test_padded_keys_holding_nan_or_inf_change_nothing(n, window, causal):
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 3, n, 4, dtype=torch.float64, generator=gen) for _ in range(3))
+    mask = torch.zeros(2, n, dtype=torch.bool)
+    mask[0, n - 3 :] = True
+    ref = local_attention(q, k, v, window, causal, mask)
+    k2, v2 = k.clone(), v.clone()
+    k2[0, :, n - 3], v2[0, :, n - 2], k2[0, :, n - 1] = float("nan"), float("nan"), float("inf")
+    out = local_attention(q, k2, v2, window, causal, mask)
+    torch.testing.assert_close(out, ref)
+    for start, rows in local_attention_rows(q, k2, window, causal, mask, chunk_size=4):
+        _, weights = dense_reference(q, k, v, window, causal, mask)
+        torch.testing.assert_close(rows, weights[:, :, start : start + rows.shape[2]])

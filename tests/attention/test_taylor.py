@@ -92,3 +92,21 @@ def test_taylor_model_trains_and_its_weights_equal_its_forward(local_heads):
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
     with pytest.raises(ConfigError, match=r"model\.attention.*taylor"):
         ModelConfig(attention="tailor").validate()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_padded_keys_holding_nan_or_inf_change_nothing_and_a_real_nan_shows(causal):
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 11, 4, dtype=torch.float64, generator=gen) for _ in range(3))
+    mask = torch.zeros(2, 11, dtype=torch.bool)
+    mask[0, 8:] = True
+    ref = taylor_attention(q, k, v, causal, mask, chunk_size=4)
+    k2, v2 = k.clone(), v.clone()
+    k2[0, :, 8], v2[0, :, 9], k2[0, :, 10] = float("nan"), float("nan"), float("inf")
+    torch.testing.assert_close(taylor_attention(q, k2, v2, causal, mask, chunk_size=4), ref)
+    rows = torch.cat([r for _, r in taylor_attention_rows(q, k2, causal, mask, chunk_size=4)], 2)
+    assert torch.isfinite(rows).all()
+    # a NaN in a key that counts is a diverging step: it must show, not read as "no key"
+    k2[1, :, 0] = float("nan")
+    out = taylor_attention(q, k2, v2, causal, mask, chunk_size=4)
+    assert torch.isnan(out[1]).any() and not torch.isnan(out[0]).any()
