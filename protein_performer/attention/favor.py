@@ -34,6 +34,15 @@ Estimator = Literal["oprf", "favor+"]
 ACCEL_BLOCK_ELEMENTS = 2**25
 #: The most elements of a bidirectional block on a CPU: 1,024 rows of B·H = 8 sequences at m = 256.
 CPU_BLOCK_ELEMENTS = 2**21
+#: FavorAttention's buffers whose precision is part of the method, with the lowest each
+#: keeps: a module-wide cast below it (``precision=bf16-true``) would round the drawn
+#: projection and stall the running statistics (their small updates fall below the format's
+#: resolution), so such a cast moves them to the new device only. ``.double()`` applies.
+MIN_PRECISION = {
+    "projection": torch.float32,
+    "oprf_stat": torch.float32,
+    "oprf_pending": torch.float64,
+}
 
 
 class FavorAttention(nn.Module):
@@ -158,6 +167,15 @@ class FavorAttention(nn.Module):
             self.register_buffer("oprf_pending", torch.empty(0, dtype=torch.float64))
             self.register_buffer("oprf_pending_count", torch.zeros((), dtype=torch.long))
             self.register_buffer("oprf_last_fold", torch.full((), -1, dtype=torch.long))
+
+    def _apply(self, fn: Any, recurse: bool = True) -> FavorAttention:
+        kept = {n: self._buffers[n] for n in MIN_PRECISION if self._buffers.get(n) is not None}
+        super()._apply(fn, recurse)
+        for name, old in kept.items():
+            new, floor = self._buffers[name], MIN_PRECISION[name]
+            if new.dtype.is_floating_point and torch.finfo(new.dtype).eps > torch.finfo(floor).eps:
+                self._buffers[name] = old.to(device=new.device, dtype=floor)
+        return self
 
     # ---- projections and redraws ------------------------------------------------------
 

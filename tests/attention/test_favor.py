@@ -278,6 +278,29 @@ def test_bf16_autocast_with_large_norm_inputs_is_finite(cfg: dict) -> None:
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
 
 
+def test_a_module_cast_to_bf16_keeps_its_projection_and_statistics_in_full_precision() -> None:
+    # precision=bf16-true casts the whole model: the drawn projection must not be rounded
+    # and the running OPRF statistics must not stall below bf16's resolution
+    full = FavorAttention(16, 32, kernel="softmax", causal=True, seed=3, redraw_interval=2)
+    half = FavorAttention(16, 32, kernel="softmax", causal=True, seed=3, redraw_interval=2)
+    half.to(torch.bfloat16)
+    assert half.projection.dtype == torch.float32 and half.oprf_pending.dtype == torch.float64
+    torch.testing.assert_close(half.projection, full.projection, rtol=0, atol=0)
+    full.train(), half.train()
+    with torch.no_grad():
+        for step in range(1, 7):
+            q, k, v = (t.bfloat16() for t in _qkv(2, 2, 12, 16, 1.0 + step / 10, seed=step))
+            full(q.float(), k.float(), v.float()), half(q, k, v)
+            full.maybe_redraw(step), half.maybe_redraw(step)
+    assert half.oprf_stat.dtype == torch.float32 and int(half.redraw_counter) == 3
+    torch.testing.assert_close(half.oprf_stat, full.oprf_stat, rtol=0, atol=0)
+    torch.testing.assert_close(half.projection, full.projection, rtol=0, atol=0)
+    # a cast to a higher precision applies, and back again
+    assert half.double().projection.dtype == torch.float64
+    assert half.float().projection.dtype == torch.float32
+    assert half.oprf_pending.dtype == torch.float64
+
+
 def test_output_dtype_follows_input() -> None:
     attn = FavorAttention(8, 16)
     q, k, v = (t.float() for t in _qkv(1, 1, 5, 8, 1.0))
