@@ -15,7 +15,14 @@ Softmax key features are stabilised per sub-chunk by the running max of the key 
 to the end of that sub-chunk (detached): a large later key cannot underflow earlier ones, at
 any block size, beyond the ``sub`` rows that share one stabiliser. Sums against different
 stabilisers are combined with weights ``exp(ref_s − ref_t) ≤ 1`` (a ``(T, T)`` matrix per
-block instead of a plain cumulative sum).
+block instead of a plain cumulative sum). Within a sub-chunk the stabiliser does see the
+sub-chunk's later keys: one whose logit exceeds every key a row can see by more than the
+float's exponent range (~87 in float32, ~708 in float64; key norms around 45 at head size
+16) underflows that row's features, and the row reads as having no visible key (output 0).
+That is a leak of the future within ``sub`` rows, in a regime where softmax attention is
+one-hot anyway; per-row stabilisers would need ``(sub, sub, m)`` exponentials per
+sub-chunk. (performer-pytorch stabilises causal key features by their max over the whole
+sequence.)
 """
 
 from __future__ import annotations

@@ -541,7 +541,10 @@ class FavorAttention(nn.Module):
 
         Built ``chunk_size`` query rows at a time (see :meth:`attention_rows`, which also
         selects heads and never holds the whole matrix). Rows sum to 1 (a row with no visible
-        key is all zeros); ``matrix @ v`` equals :meth:`forward`.
+        key is all zeros); ``matrix @ v`` equals :meth:`forward` (causal softmax: unless key
+        logits differ by more than the float's exponent range, where the matrix's one
+        stabiliser over all keys and the forward's per-sub-chunk ones underflow different
+        rows; see :mod:`~protein_performer.attention.causal`).
         """
         self._check_inputs(q, k, key_padding_mask)
         check_dense_fits(
