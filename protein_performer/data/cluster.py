@@ -584,13 +584,14 @@ def _digest_of_file(path: str, mtime_ns: int, size: int) -> str:
 
 def check_run_clustering(
     table: PathLike, digest: str, stored: Mapping[str, Any], split: str
-) -> None:
+) -> str | None:
     """For ``split`` (train/val/test) of a checkpoint's cluster split: the clusters table used
     now must be the training run's (``stored["clusters_digest"]``; checkpoints before it carry
     none and are not checked). Re-made into the run's path, it is refused: the held-out part
-    would hold proteins the model trained on. Another path is the user's choice: warned."""
+    would hold proteins the model trained on. Another path is the user's choice: warned, and
+    the warning returned (for a result to carry it)."""
     if not stored.get("clusters_digest") or digest == stored["clusters_digest"]:
-        return
+        return None
     run_table = stored.get("clusters")
     same_path = bool(run_table) and members_file(table) == members_file(run_table)
     how = (
@@ -607,3 +608,4 @@ def check_run_clustering(
             f"{problem}; give the run's table (clusters=...), or leave split unset", path=table
         )
     log.warning("%s: %s", table, problem)
+    return f"{table}: {problem}"

@@ -125,6 +125,18 @@ def _sequence_digests(source: FlatSource) -> np.ndarray:
     )
 
 
+def identical_records(source: FlatSource, train_digests: np.ndarray) -> np.ndarray:
+    """Indices of ``source``'s records whose tokens equal a training record's
+    (``train_digests``: :func:`sequence_digests` of the training records, sorted unique)."""
+    return np.flatnonzero(np.isin(_sequence_digests(source), train_digests))
+
+
+def sequence_digests(source: FlatSource) -> np.ndarray:
+    """The sorted distinct 64-bit digests of ``source``'s records (see
+    :func:`identical_records`)."""
+    return np.unique(_sequence_digests(source))
+
+
 def _families_of_at_least(
     source: FlatSource,
     groups: list[np.ndarray],
@@ -699,11 +711,11 @@ class ProteinDataModule(pl.LightningDataModule):
             held_out = self.split_fractions is not None and sum(self.split_fractions[1:]) > 0
             by_record = self.shards is None and self.split_by == "record" and held_out
             if explicit or by_record:  # kept only to check held-out records (8 bytes a record)
-                self._train_digests = np.unique(_sequence_digests(source))
+                self._train_digests = sequence_digests(source)
             return
         if self._train_digests is None or self._sources[split] is not None:
             return
-        shared = np.flatnonzero(np.isin(_sequence_digests(source), self._train_digests))
+        shared = identical_records(source, self._train_digests)
         if len(shared):
             hint = "" if explicit else " (data.split_by=cluster keeps such copies on one side)"
             log.warning(

@@ -52,7 +52,11 @@ from protein_performer.data.cluster import (
     read_members,
     table_digest,
 )
-from protein_performer.data.datamodule import ProteinDataModule
+from protein_performer.data.datamodule import (
+    ProteinDataModule,
+    identical_records,
+    sequence_digests,
+)
 from protein_performer.data.fasta import STREAM_HINT, check_distinct_inputs, load_fasta_source
 from protein_performer.data.shards import read_manifest
 from protein_performer.devices import is_rank_zero, pick_device, usable_cpus
@@ -1639,7 +1643,10 @@ class EvalResult:
 
 def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
     """The split evaluate reproduces: the values given, else the checkpoint's training run's
-    (so ``split=test`` scores that run's held-out proteins), else the defaults."""
+    (so ``split=test`` scores that run's held-out proteins), else the defaults. ``caveats``:
+    the warnings why its held-out part may hold proteins the model trained on (said as they
+    are found; the result keeps them)."""
+    caveats: list[str] = []
     # clusters= alone implies a cluster split, except when it is there for context=cluster
     implied = "cluster" if cfg.clusters and cfg.context != "cluster" else None
     if cfg.split and stored.get("split_by") == "explicit":
@@ -1657,13 +1664,11 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
         )
     by = cfg.split_by or implied or stored.get("split_by") or "record"
     if cfg.split and stored.get("split_by") and by != stored["split_by"]:
-        log.warning(
-            "split=%s split_by=%s: the training run split by %s; this held-out part may hold "
-            "proteins the model trained on",
-            cfg.split,
-            by,
-            stored["split_by"],
+        caveats.append(
+            f"split={cfg.split} split_by={by}: the training run split by {stored['split_by']}; "
+            "this held-out part may hold proteins the model trained on"
         )
+        log.warning("%s", caveats[-1])
     clusters = cfg.clusters or (stored.get("clusters") if by == "cluster" else None)
     if cfg.split and cfg.context == "cluster" and by == "cluster" and stored.get("clusters"):
         # the split is the training run's; clusters= is the context's table
@@ -1680,13 +1685,12 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
             )
             clusters = table
         else:  # moved or made elsewhere: the table given is the only one there is
-            log.warning(
-                "split=%s: the training run's clusters table %s is not here; the split is "
-                "drawn from clusters=%s (the run's own split only if it is the same clustering)",
-                cfg.split,
-                table,
-                cfg.clusters,
+            caveats.append(
+                f"split={cfg.split}: the training run's clusters table {table} is not here; the "
+                f"split is drawn from clusters={cfg.clusters} (the run's own split only if it "
+                "is the same clustering)"
             )
+            log.warning("%s", caveats[-1])
     if cfg.split is None:
         given = [
             k
@@ -1708,13 +1712,35 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
             path=clusters,
         )
     if cfg.split and by == "cluster" and stored.get("split_by") == "cluster":
-        check_run_clustering(clusters, table_digest(clusters), stored, cfg.split)
+        problem = check_run_clustering(clusters, table_digest(clusters), stored, cfg.split)
+        if problem:
+            caveats.append(problem)
     return {
+        "caveats": caveats,
         "by": by,
         "clusters": clusters if by == "cluster" else None,
         "fractions": cfg.split_fractions or stored.get("split_fractions") or [0.9, 0.05, 0.05],
         "seed": cfg.split_seed if cfg.split_seed is not None else (stored.get("split_seed") or 0),
     }
+
+
+def _training_copies(dm: ProteinDataModule, split: str, source: Any) -> str | None:
+    """For a held-out part of a split by record: how many of its records are identical to a
+    training record (two strains' copies under two ids: a hash of the id puts them on both
+    sides), said and returned; None when there are none. Reads the training part."""
+    train = dm._load_source("train")
+    if train is None or source is None or not len(source):
+        return None
+    shared = identical_records(source, sequence_digests(train))
+    if not len(shared):
+        return None
+    problem = (
+        f"{len(shared):,} of {len(source):,} {split} records are identical to a training "
+        f"sequence (e.g. {source.record_id(int(shared[0]))}): their metrics are not held out "
+        "(the run split by record; data.split_by=cluster keeps such copies on one side)"
+    )
+    log.warning("%s", problem)
+    return problem
 
 
 def _warn_repeated_ids(source: Any, cfg: EvalConfig) -> None:
@@ -1778,9 +1804,10 @@ def _scope_note(
             "by record, so most cluster members sit in its training split and only proteins "
             "with a member in this part are scored with context"
         )
-    trained = set(stored.get("files") or [])
+    # the same file by another path (a symlink, a relative one) is the same data
+    trained = {os.path.realpath(f) for f in stored.get("files") or []}
     if not cfg.split and stored.get("split_by") in ("record", "cluster"):
-        shared = [f for f in fasta if os.path.abspath(f) in trained]
+        shared = [f for f in fasta if os.path.realpath(f) in trained]
         if shared:
             notes.append(
                 f"{', '.join(shared)}: the training run's data, and without split= every "
@@ -2043,6 +2070,12 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         else:
             problem = f"the {split} split is empty"
         raise DataError(problem, path=", ".join(fasta))
+    caveats = split_info["caveats"]
+    if cfg.split in ("val", "test") and split_info["by"] == "record":
+        whole = dm._load_source(split) if split in dm.windows else source
+        copies = _training_copies(dm, split, whole)
+        if copies:
+            caveats.append(copies)
     targets = fill = None
     if cfg.context:
         if meta["objective"] == "causal":
@@ -2184,7 +2217,10 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         residues_in_windows=cropping["share"],
         windows=cropping["windows"],
         packing=packing_note,
-        scope=_scope_note(cfg, stored, fasta, run_cap, meta["objective"]),
+        scope="; ".join(
+            n for n in (_scope_note(cfg, stored, fasta, run_cap, meta["objective"]), *caveats) if n
+        )
+        or None,
         context=context,
         split=None
         if not cfg.split
@@ -2194,6 +2230,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
             "fractions": list(split_info["fractions"]),
             "seed": split_info["seed"],
             "clusters": split_info["clusters"],
+            "caveats": caveats,
         },
     )
     if cfg.output:

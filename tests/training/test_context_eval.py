@@ -680,8 +680,12 @@ def test_a_clusters_table_made_again_is_not_the_runs_split(tmp_path, caplog):
     shutil.copy(table, other)
     clusters_of_three(fasta, table)  # the run's table back
     with caplog.at_level("WARNING"):
-        evaluate(EvalConfig(**ev, clusters=str(other)))
+        other_split = evaluate(EvalConfig(**ev, clusters=str(other)))
     assert "not the one the training run split by (another clustering)" in caplog.text
+    # and the result keeps it (a --json or output= reader sees no stderr)
+    (caveat,) = other_split.to_dict()["split"]["caveats"]
+    assert "another clustering" in caveat and "another clustering" in other_split.scope
+    assert before.to_dict()["split"]["caveats"] == [] and before.scope is None
 
 
 def test_a_resume_that_changes_the_split_is_refused(tmp_path):
@@ -725,6 +729,10 @@ def test_evaluate_packs_windows_as_the_training_run_did(tmp_path):
     assert (
         whole.scope.startswith(f"{fasta}: the training run's data") and "note: " in whole.format()
     )
+    link = tmp_path / "link.fasta"  # the same file by another path
+    link.symlink_to(fasta)
+    by_link = evaluate(EvalConfig(**{**ev, "fasta": str(link)}))
+    assert by_link.scope.startswith(f"{link}: the training run's data")
     # another file, its ids in no clusters table: stream windows, and no note on training data
     other = write_fasta(tmp_path / "other.fasta", n=10, seed=5)
     other.write_text(other.read_text().replace("|T0", "|N0"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -275,6 +276,27 @@ def test_resuming_unchanged_keeps_one_config_and_ignores_extra_files(tiny_fasta,
     assert (run_dir / "config.1.yaml").is_file()
 
 
+def test_evaluate_says_when_held_out_records_of_a_record_split_copy_training_ones(tmp_path, caplog):
+    """Two strains' identical proteins under two ids: a split by record puts copies on both
+    sides. Training says so for val; evaluate split=val|test says it too, and keeps it."""
+    from protein_performer.config import EvalConfig
+    from protein_performer.training.run import evaluate
+
+    fasta = write_fasta(tmp_path / "strains.fasta", n=40)
+    text = fasta.read_text()
+    fasta.write_text(text + text.replace(">sp|T", ">sp|S").replace("_TEST", "_STRAIN2"))
+    cfg = tiny_config(fasta, max_steps=1)
+    cfg.data.split_fractions = [0.6, 0.2, 0.2]
+    result = train(cfg, tmp_path / "run")
+    with caplog.at_level("WARNING"):
+        test = evaluate(
+            EvalConfig(checkpoint=result.last_checkpoint, split="test", toks_per_batch=640)
+        )
+    (caveat,) = test.to_dict()["split"]["caveats"]
+    assert re.search(r"\d+ of \d+ test records are identical to a training sequence", caveat)
+    assert caveat in test.scope and caveat in caplog.text and caveat in test.format()
+
+
 def test_resuming_a_finished_run_is_refused_and_its_results_stay(tiny_fasta, tmp_path):
     from protein_performer.errors import ConfigError
 
@@ -362,6 +384,7 @@ def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
         "fractions": [0.6, 0.4, 0.0],
         "seed": 7,
         "clusters": None,
+        "caveats": [],
     }
     # clusters= would draw a cluster split, whose held-out part the model trained on
     table = tmp_path / "members.tsv"
