@@ -317,6 +317,11 @@ class ExtractConfig(_AnalysisInputs):
 class SimilarityConfig(_AnalysisInputs):
     """``aa-similarity``: amino-acid similarity views of a model against BLOSUM62."""
 
+    fasta: Any = _key(
+        None,
+        "FASTA file, or a list [a.fa,b.fa.gz] (required; with split= unset: the training "
+        "run's own files)",
+    )
     split: str | None = _key(None, "use only this part (train/val/test) of the training split")
     clusters: str | None = _key(
         None, "`data cluster` output for a cluster split (unset: the run's)"
@@ -477,7 +482,8 @@ def validate_analysis_config(cfg: Any) -> None:
     for key in ("checkpoint", "out"):
         if getattr(cfg, key) in (None, "", "???"):
             raise ConfigError(f"{key}=PATH is required")
-    eval_fasta_paths(cfg)  # type: ignore[arg-type]
+    if not fasta_unset(cfg.fasta) or getattr(cfg, "split", None) is None:
+        eval_fasta_paths(cfg)  # type: ignore[arg-type]
     _choice("invalid", cfg.invalid, INVALID_POLICIES)
     _check_device(cfg.device)
     if cfg.attention is not None:

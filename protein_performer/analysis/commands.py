@@ -9,6 +9,7 @@ with ``format()`` (text) and ``to_dict()`` (JSON).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import io
 import json
@@ -60,6 +61,7 @@ from protein_performer.config import (
     ScoreConfig,
     SimilarityConfig,
     eval_fasta_paths,
+    fasta_unset,
 )
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, InvalidResidueError
 from protein_performer.data.fasta import EncodeCounts
@@ -119,7 +121,12 @@ def _out_dir(cfg: Any, is_ours: Any, what: str) -> Path:
 
 def _prepare(cfg: Any, is_ours: Any, what: str) -> tuple:
     """Inputs, checked output directory, model and layer/head selections of a figure command:
-    ``(fasta, outdir, model, alphabet, metadata, layers, heads)``."""
+    ``(fasta, outdir, model, alphabet, metadata, layers, heads)``. ``split=`` without
+    ``fasta=`` reads the training run's own files (as evaluate does)."""
+    if getattr(cfg, "split", None) and fasta_unset(cfg.fasta):
+        from protein_performer.training.checkpoints import run_files
+
+        cfg = dataclasses.replace(cfg, fasta=run_files(cfg.checkpoint, cfg.split))
     fasta = eval_fasta_paths(cfg)
     outdir = _out_dir(cfg, is_ours, what)
     model, alphabet, meta = load_for_analysis(

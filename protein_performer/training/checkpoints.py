@@ -8,6 +8,8 @@ strings and tensors are stored, so nothing executable is unpickled when loading.
 
 from __future__ import annotations
 
+import logging
+import os
 import pickle
 import re
 import zipfile
@@ -24,6 +26,8 @@ from protein_performer.data.masking import OBJECTIVES
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.config import ARCHITECTURE_FIELDS, ModelConfig
 from protein_performer.model.performer import ProteinLM
+
+log = logging.getLogger(__name__)
 
 META_KEY = "protein_performer"
 FORMAT_VERSION = 1
@@ -446,3 +450,27 @@ def save_model_checkpoint(
         META_KEY: make_metadata(model, alphabet, objective, data),
     }
     write_atomic(p, lambda fh: torch.save(payload, fh))
+
+
+def run_files(checkpoint: str | Path, split: str | None) -> list[str]:
+    """The FASTA files the checkpoint's training run read and split (``split=`` without
+    ``fasta=`` in evaluate and aa-similarity), checked to be here; said."""
+    meta = read_checkpoint(checkpoint, mmap=True).get(META_KEY) or {}
+    stored = meta.get("data") or {}
+    files = stored.get("files")
+    # an older checkpoint does not say whether its files were all it split: not guessed
+    if not files or stored.get("held_out_files") is not False:
+        raise ConfigError(
+            f"split={split} without fasta=: the checkpoint records no files it split "
+            "(trained on shards, on held-out files given apart, or saved before this was "
+            "recorded); give fasta="
+        )
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        raise DataError(
+            f"split={split} without fasta=: the training run's file is not here (of "
+            f"{len(files)}); give fasta= (the same files, where they are now)",
+            path=missing[0],
+        )
+    log.warning("split=%s: the training run's %d FASTA files, as it read them", split, len(files))
+    return list(files)

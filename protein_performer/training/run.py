@@ -81,6 +81,7 @@ from protein_performer.training.checkpoints import (
     model_state,
     read_checkpoint,
     resolve_checkpoint,
+    run_files,
 )
 from protein_performer.training.context_eval import (
     Target,
@@ -1955,34 +1956,6 @@ def _context_targets(
 
 
 @torch.inference_mode()
-def _run_files(cfg: EvalConfig) -> list[str]:
-    """The FASTA files the checkpoint's training run read and split (``evaluate split=``
-    without ``fasta=``), checked to be here."""
-    from protein_performer.training.checkpoints import META_KEY, read_checkpoint
-
-    meta = read_checkpoint(cfg.checkpoint, mmap=True).get(META_KEY) or {}
-    stored = meta.get("data") or {}
-    files = stored.get("files")
-    # an older checkpoint does not say whether its files were all it split: not guessed
-    if not files or stored.get("held_out_files") is not False:
-        raise ConfigError(
-            f"split={cfg.split} without fasta=: the checkpoint records no files it split "
-            "(trained on shards, on held-out files given apart, or saved before this was "
-            "recorded); give fasta="
-        )
-    missing = [f for f in files if not os.path.isfile(f)]
-    if missing:
-        raise DataError(
-            f"split={cfg.split} without fasta=: the training run's file is not here (of "
-            f"{len(files)}); give fasta= (the same files, where they are now)",
-            path=missing[0],
-        )
-    log.warning(
-        "split=%s: the training run's %d FASTA files, as it read them", cfg.split, len(files)
-    )
-    return list(files)
-
-
 def evaluate(cfg: EvalConfig) -> EvalResult:
     """Perplexity and accuracy of a checkpoint on FASTA file(s): every record, or one part of
     their hash split (``cfg.split``).
@@ -1992,7 +1965,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     """
     validate_eval_config(cfg)
     if fasta_unset(cfg.fasta):  # split= alone: the training run's own files
-        cfg = dataclasses.replace(cfg, fasta=_run_files(cfg))
+        cfg = dataclasses.replace(cfg, fasta=run_files(cfg.checkpoint, cfg.split))
     fasta = eval_fasta_paths(cfg)
     for path in fasta:
         _require_file(path, "fasta")

@@ -562,6 +562,30 @@ def test_aa_similarity_split_is_the_runs_own_after_max_records(files, tmp_path, 
     assert 0 < counts["cap.ckpt"] <= 20 < counts["all.ckpt"]
 
 
+def test_aa_similarity_split_alone_reads_the_runs_own_files(
+    files, tmp_path, capsys, caplog
+) -> None:
+    fasta = str(files / "proteins.fasta")
+    data = {"split_by": "record", "split_fractions": [0.5, 0.0, 0.5], "split_seed": 0}
+    data |= {"files": [fasta], "held_out_files": False}
+    ckpt = tmp_path / "run.ckpt"
+    save_model_checkpoint(ckpt, tiny_model("performer_relu"), ALPHABET, "mlm", data)
+    results = []
+    for given in ([f"fasta={fasta}"], []):
+        out = tmp_path / f"sim{len(given)}"
+        code, _, err = run(
+            capsys, "aa-similarity", f"checkpoint={ckpt}", *given, f"out={out}",
+            "split=test", "min_arcs=1",
+        )  # fmt: skip
+        assert code == 0, err
+        results.append(json.loads((out / "similarity.json").read_text()))
+    assert "the training run's 1 FASTA files" in caplog.text
+    assert results[0]["proteins"] == results[1]["proteins"] > 0
+    assert results[1]["fasta"] == [fasta]
+    code, _, err = run(capsys, "aa-similarity", f"checkpoint={ckpt}", f"out={tmp_path / 'x'}")
+    assert code != 0 and "fasta=... is required" in err
+
+
 def test_join_with_truncate_needs_a_homolog_in_the_window():
     from protein_performer.analysis.inputs import join_proteins
     from protein_performer.errors import ConfigError

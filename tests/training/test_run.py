@@ -523,6 +523,26 @@ def test_train_takes_a_dict_and_refuses_what_is_no_config(tiny_fasta, tmp_path):
     assert "seed: 3" in (tmp_path / "seeded" / "config.yaml").read_text()
 
 
+def test_evaluate_runs_the_model_without_gradients(tmp_path, monkeypatch) -> None:
+    """(A helper put between the decorator and evaluate once took its inference mode: every
+    evaluation built the autograd graph of every batch.)"""
+    from protein_performer.training import run as run_module
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=30)
+    result = train(tiny_config(fasta, max_steps=1), tmp_path / "run")
+    seen = []
+    loader = run_module.load_model
+
+    def load_model(*args, **kwargs):
+        model, meta = loader(*args, **kwargs)
+        model.register_forward_hook(lambda *_: seen.append(torch.is_grad_enabled()))
+        return model, meta
+
+    monkeypatch.setattr(run_module, "load_model", load_model)
+    evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), toks_per_batch=640))
+    assert seen and not any(seen)
+
+
 def test_evaluate_split_alone_reads_the_training_runs_own_files(tmp_path) -> None:
     fasta = write_fasta(tmp_path / "t.fasta", n=60)
     cfg = tiny_config(fasta, max_steps=2)
