@@ -121,6 +121,18 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             else ""
         )
     )
+    same = stats["identical_sequences"]
+    print(
+        f"identical sequences: {same['count']:,}"
+        + (
+            (" record repeats" if same["count"] == 1 else " records repeat")
+            + " an earlier record's sequence (e.g. "
+            + _repeat_line(same["examples"][0], len(stats["files"]) > 1)
+            + "; a split by record can put such copies on both sides: data.split_by=cluster)"
+            if same["count"]
+            else ""
+        )
+    )
     comments = sum(f.get("comment_lines", 0) for f in stats["files"])
     if comments:
         print(f"comment lines (';', not sequence): {comments:,} skipped")

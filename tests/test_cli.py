@@ -33,6 +33,13 @@ def test_stats_text(tmp_path, capsys):
     p.write_bytes(FASTA)
     code, out, _ = _run(capsys, "data", "stats", str(p), "--no-progress")
     assert code == 0 and "records:    2" in out and "median 5" in out
+    assert "identical sequences: 0\n" in out
+    twice = tmp_path / "twice.fa"
+    twice.write_text(">a strain 1\nMKVLA\n>b strain 2\nmkvla*\n")
+    code, out, _ = _run(capsys, "data", "stats", str(twice), "--no-progress")
+    line = next(x for x in out.splitlines() if x.startswith("identical sequences"))
+    assert line.startswith("identical sequences: 1 record repeats an earlier record's sequence")
+    assert "record 2 repeats record 1" in line and "data.split_by=cluster" in line
 
 
 def test_a_closed_pipe_on_stdout_is_no_traceback(tmp_path):

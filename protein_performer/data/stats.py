@@ -76,8 +76,9 @@ def digest64(data: bytes) -> int:
 
 
 class DuplicateFinder:
-    """Exact duplicate-id detection from 64-bit digests, reported after the pass (12 bytes a
-    record: a digest and a record number; files are kept as runs of consecutive records)."""
+    """Exact duplicate detection (of ids, or of sequences) from 64-bit digests, reported after
+    the pass (12 bytes a record: a digest and a record number; files are kept as runs of
+    consecutive records)."""
 
     def __init__(self) -> None:
         self._chunks: list[tuple[np.ndarray, np.ndarray]] = []
@@ -87,15 +88,16 @@ class DuplicateFinder:
         self._file_names: list[str] = []
         self._added = 0
 
-    def add(self, key: str, record: int | None = None, file: str | None = None) -> None:
-        """``key``: the id; ``record``: its 1-based number in ``file`` (default: the position
+    def add(self, key: str | bytes, record: int | None = None, file: str | None = None) -> None:
+        """``key``: the id (or any bytes, e.g. a sequence); ``record``: its 1-based number in
+        ``file`` (default: the position
         among the :meth:`add` calls; pass it when some records are not added, e.g. skipped
         invalid ones, or when records come from several files)."""
         if file is not None and (not self._file_names or self._file_names[-1] != file):
             self._file_starts.append(self._added)
             self._file_names.append(file)
         self._added += 1
-        self._digests.append(digest64(key.encode()))
+        self._digests.append(digest64(key if isinstance(key, bytes) else key.encode()))
         self._records.append(self._added if record is None else record)
         if len(self._digests) >= 65536:
             self._flush()
@@ -146,7 +148,9 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
     Returns a JSON-ready dict: files (path, compression, sha256, bytes), records, residues,
     lengths (min/max/mean/percentiles), composition (letter → count, uppercase), invalid
     characters (char → records containing it), lowercase records, nucleotide-like records
-    (DNA/RNA given as protein), header kinds, duplicates.
+    (DNA/RNA given as protein), header kinds, duplicate ids, identical sequences (records
+    whose sequence, read as training reads it, an earlier record has: two strains' copies
+    under two ids).
     """
     from protein_performer.data.fasta import (
         NUCLEOTIDE_LETTERS,
@@ -161,7 +165,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     lengths = LengthHistogram()
-    dups = DuplicateFinder()
+    dups, same_sequence = DuplicateFinder(), DuplicateFinder()
     byte_counts = np.zeros(256, dtype=np.int64)
     invalid_records: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
@@ -197,6 +201,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
                         nucleotide_like += 1
                 kinds[rec.header.kind] += 1
                 dups.add(rec.id, rec.number, str(path))
+                same_sequence.add(raw, rec.number, str(path))
                 bar.update(1)
             total_bytes += reader.size
             files.append(
@@ -228,6 +233,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
         "nucleotide_like_records": nucleotide_like,
         "header_kinds": dict(kinds),
         "duplicate_ids": dups.result(),
+        "identical_sequences": same_sequence.result(),
         "elapsed_s": round(elapsed, 3),
         "records_per_s": round(summary["count"] / elapsed, 1) if elapsed > 0 else None,
         "mb_per_s": round(total_bytes / 1e6 / elapsed, 2) if elapsed > 0 else None,

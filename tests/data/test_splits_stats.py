@@ -74,7 +74,13 @@ def test_stats_reports_problems_without_failing(tmp_path):
     assert s["lengths"]["min"] == 4 and s["lengths"]["max"] == 5
     other = tmp_path / "t.fa"
     other.write_text(">c\nMKV\n>d\nMKV\n")
-    both = fasta_stats([p, other])["duplicate_ids"]
+    assert s["identical_sequences"]["count"] == 0
+    stats = fasta_stats([p, other])
+    both = stats["duplicate_ids"]
+    assert stats["identical_sequences"] == {  # the same protein under two ids
+        "count": 1,
+        "examples": [{"record": 2, "first": 1, "file": str(other), "first_file": str(other)}],
+    }
     assert both["count"] == 2  # record numbers are each file's own
     assert both["examples"][1] == {
         "record": 1,
