@@ -330,7 +330,8 @@ def aa_similarity(
     if sim is None:
         lower = "; a lower threshold (e.g. 0.1) finds more arcs" if threshold > 0.1 else ""
         max_weight_note = (
-            f"{int(kept.sum())} of {len(kept)} heads have >= {min_arcs} attention weights "
+            f"{int(kept.sum())} of {len(kept)} heads "
+            f"{'has' if int(kept.sum()) == 1 else 'have'} >= {min_arcs} attention weights "
             f">= {threshold} (3 are needed for the attention view{lower})"
         )
     info = {

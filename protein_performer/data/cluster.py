@@ -422,8 +422,8 @@ def cluster_fasta(
         for path in cleanup:
             shutil.rmtree(path, ignore_errors=True)
     _progress(
-        f"wrote {outdir}: {manifest['counts']['clusters']:,} clusters of "
-        f"{len(headers):,} records ({manifest['counts']['singletons']:,} singletons)",
+        f"wrote {outdir}: {_count(manifest['counts']['clusters'], 'cluster')} of "
+        f"{_count(len(headers), 'record')} ({_count(manifest['counts']['singletons'], 'singleton')})",
         quiet,
     )
     return manifest
@@ -580,6 +580,11 @@ def table_digest(path: PathLike) -> str:
 @functools.lru_cache(maxsize=8)
 def _digest_of_file(path: str, mtime_ns: int, size: int) -> str:
     return members_digest(read_members(path))
+
+
+def _count(n: int, word: str) -> str:
+    """``1 cluster``, ``2 clusters``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def check_run_clustering(

@@ -472,5 +472,10 @@ def run_files(checkpoint: str | Path, split: str | None) -> list[str]:
             f"{len(files)}); give fasta= (the same files, where they are now)",
             path=missing[0],
         )
-    log.warning("split=%s: the training run's %d FASTA files, as it read them", split, len(files))
+    what = (
+        "FASTA file, as it read it"
+        if len(files) == 1
+        else f"{len(files)} FASTA files, as it read them"
+    )
+    log.warning("split=%s: the training run's %s", split, what)
     return list(files)

@@ -1280,7 +1280,12 @@ def _print_header(
         f"run directory: {run_path}",
         f"model: {m.attention} ({shape}): {estimate.format()}",
         *([f"data: {data}"] if data else []),
-        f"training: {steps}, validation every {t.val_check_interval:,}, last.ckpt "
+        f"training: {steps}, validation "
+        + (
+            f"every {t.val_check_interval:,} and at the end, last.ckpt "
+            if t.val_check_interval < t.max_steps
+            else "at the end, last.ckpt "
+        )
         + (
             f"every {t.checkpoint_every_minutes:g} min"
             if t.checkpoint_every_minutes

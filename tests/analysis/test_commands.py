@@ -579,7 +579,7 @@ def test_aa_similarity_split_alone_reads_the_runs_own_files(
         )  # fmt: skip
         assert code == 0, err
         results.append(json.loads((out / "similarity.json").read_text()))
-    assert "the training run's 1 FASTA files" in caplog.text
+    assert "the training run's FASTA file, as it read it" in caplog.text
     assert results[0]["proteins"] == results[1]["proteins"] > 0
     assert results[1]["fasta"] == [fasta]
     code, _, err = run(capsys, "aa-similarity", f"checkpoint={ckpt}", f"out={tmp_path / 'x'}")
