@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import functools
 import io
+import itertools
 import json
 import os
 import re
@@ -464,6 +465,8 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     )
     if cfg.zoom and cfg.zoom >= protein.sequence_length:
         text += f" (no zoom figure: zoom={cfg.zoom} covers all {protein.sequence_length} residues)"
+    if cfg.record is None and not cfg.join and _several_records(fasta):
+        text += f"\n  the first record of {names}; record=ID plots another"
     if segments is None and protein.cropped:
         text += (
             f"\n  truncate=true: the figures show residues 1-{protein.sequence_length:,} of "
@@ -550,6 +553,15 @@ def cross_protein_mass(attention: np.ndarray, segments: list[tuple[int, int]]) -
 
 #: What marks a FASTA as generate's own (overwrite=true replaces no other file).
 GENERATED_MARK = "protein-performer generate"
+
+
+def _several_records(fasta: list[str]) -> bool:
+    """Whether the FASTA file(s) hold more than one record (reads at most two)."""
+    from protein_performer.data.fasta import FastaReader
+
+    if len(fasta) > 1:
+        return True
+    return sum(1 for _ in itertools.islice(FastaReader(fasta[0]), 2)) > 1
 
 
 def _generated_fasta(path: Path) -> bool:

@@ -146,6 +146,19 @@ def test_plot_heads_writes_grid_zoom_and_ranking(files, tmp_path, capsys) -> Non
     assert len(summary["heads_stats"]) == 4
     for h in summary["heads_stats"]:
         assert 0 < h["entropy"] <= np.log(30) + 1e-6
+    assert "record=ID plots another" not in text  # a record was named
+    code, text, _ = run(
+        capsys, "plot-heads", f"checkpoint={files / 'relu.ckpt'}",
+        f"fasta={files / 'proteins.fasta'}", f"out={tmp_path / 'first'}", "layers=1",
+    )  # fmt: skip
+    assert code == 0 and f"the first record of {files / 'proteins.fasta'}; record=ID" in text
+    one = tmp_path / "one.fasta"
+    one.write_text(">" + (files / "proteins.fasta").read_text().split(">")[1])  # its first
+    code, text, _ = run(
+        capsys, "plot-heads", f"checkpoint={files / 'relu.ckpt'}", f"fasta={one}",
+        f"out={tmp_path / 'one'}", "layers=1",
+    )  # fmt: skip
+    assert code == 0 and "plotted to" in text and "record=ID" not in text  # nothing else to pick
 
 
 def test_extract_cli(files, tmp_path, capsys) -> None:
