@@ -1129,7 +1129,9 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             f"\n  {len(indels):,} {'indel' if len(indels) == 1 else 'indels'} (whole sequences "
             "of another length than the wild type) scored by their whole sequence; "
             f"{', '.join([*(mut.column_name(m) for m in methods if m not in whole), 'blosum62'])}"
-            " blank for them (no substitution score)"
+            " blank for them (no substitution score); a whole-sequence score sums one term "
+            "per residue, so a deletion loses terms and an insertion adds them: compare "
+            "indels of one length with each other"
         )
         summary["indels"] = len(indels)
     synonymous = [
