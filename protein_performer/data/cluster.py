@@ -326,7 +326,7 @@ def cluster_fasta(
         if memory:
             cmd += ["--split-memory-limit", str(memory)]
         log_path = work / "mmseqs.log"
-        code = _run_mmseqs(cmd, log_path)
+        code = _run_mmseqs(cmd, log_path, quiet)
         lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines()]
         last = next((ln for ln in reversed(lines) if ln), "no output")
         if code != 0:
@@ -429,13 +429,27 @@ def cluster_fasta(
     return manifest
 
 
-def _run_mmseqs(cmd: list[str], log_path: Path) -> int:
+#: Seconds between the lines that say MMseqs2 is still running (it prints nothing at -v 1).
+HEARTBEAT_S = 30.0
+
+
+def _run_mmseqs(cmd: list[str], log_path: Path, quiet: bool = True) -> int:
     """Run MMseqs2 in its own process group, so that an interrupt stops it and the workers it
-    starts (``mmseqs align`` ...) instead of leaving them writing into a removed directory."""
+    starts (``mmseqs align`` ...) instead of leaving them writing into a removed directory;
+    unless ``quiet``, say every :data:`HEARTBEAT_S` seconds that it is still running."""
+    start = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            return proc.wait()
+            while True:
+                try:
+                    return proc.wait(timeout=HEARTBEAT_S)
+                except subprocess.TimeoutExpired:
+                    elapsed = int(time.monotonic() - start)
+                    _progress(
+                        f"mmseqs {cmd[1]}: running for {elapsed // 60} min {elapsed % 60:02d} s",
+                        quiet,
+                    )
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)

@@ -408,3 +408,18 @@ def test_a_members_table_keyed_by_accession_finds_uniprot_records(tmp_path) -> N
         rid: s for s in ("train", "test") if s in dm.datasets for rid in dm.datasets[s].source.ids
     }
     assert sides["sp|P11111|A_HUMAN"] == sides["sp|P22222|B_HUMAN"]  # one cluster, one side
+
+
+def test_a_long_mmseqs_run_says_it_is_still_running(tmp_path, monkeypatch, capsys):
+    from protein_performer.data import cluster
+
+    monkeypatch.setattr(cluster, "HEARTBEAT_S", 0.1)
+    cmd = ["sh", "-c", "sleep 0.35; echo done"]
+    assert cluster._run_mmseqs(cmd, tmp_path / "log", quiet=False) == 0
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) >= 2 and all(
+        s.startswith("cluster: mmseqs -c: running for 0 min") for s in said
+    )
+    assert (tmp_path / "log").read_text() == "done\n"
+    assert cluster._run_mmseqs(cmd, tmp_path / "log") == 0  # quiet: nothing said
+    assert capsys.readouterr().err == ""
