@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
+import shutil
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,11 +47,16 @@ from protein_performer.analysis.inputs import (
 from protein_performer.analysis.npz import NpzWriter
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.fasta import EncodeCounts
-from protein_performer.devices import check_dense_fits, pick_device
+from protein_performer.devices import check_dense_fits, pick_device, size_text
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
 from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
 from protein_performer.progress import progress as progress_bar
+
+log = logging.getLogger(__name__)
+
+#: Outputs above this many bytes are announced before the work starts.
+ANNOUNCE_BYTES = 1 << 30
 
 FORMAT = "protein-performer-extract/1"
 MANIFEST = "manifest.json"
@@ -301,6 +309,14 @@ def extract(
             toks_per_batch=toks_per_batch,
             keep_specials=keep_specials,
         )
+    size = output_bytes(
+        [_span(p, keep_specials) for p in proteins],
+        include,
+        len(sel_layers) * len(sel_heads),
+        len(sel_repr) * model.config.dim,
+        np.dtype(dtype).itemsize,
+    )
+    _say_size(outdir, size, len(proteins), float16, progress)
     records = []
     with staged_dir(
         outdir,
@@ -393,6 +409,40 @@ def extract(
         }
         (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
+
+
+def output_bytes(
+    spans: Sequence[slice], include: Sequence[str], maps: int, width: int, itemsize: int
+) -> int:
+    """What :func:`extract` writes before compression, in bytes: per record of ``n`` stored
+    positions, ``maps`` attention maps of ``n × n`` and ``width`` (representation layers ×
+    model width) values per position (``per_tok``) or once (``mean``)."""
+    total = 0
+    for span in spans:
+        n = span.stop - span.start
+        if "attention" in include:
+            total += maps * n * n * itemsize
+        if "per_tok" in include:
+            total += width * n * itemsize
+        if "mean" in include:
+            total += width * itemsize
+    return total
+
+
+def _say_size(outdir: Path, size: int, records: int, float16: bool, progress: bool) -> None:
+    """Announce a large output (with ``progress``), and warn when it exceeds the free space
+    where it goes (an estimate before compression, which shrinks attention maps little)."""
+    where = next((p for p in (outdir, *outdir.parents) if p.exists()), Path("."))
+    free = shutil.disk_usage(where).free
+    what = (
+        f"about {size_text(size)} for {records:,} records (before compression; "
+        + ("" if float16 else "float16=true halves it, ")
+        + "layers=/heads=/include=/max_records= write less)"
+    )
+    if size > free:
+        log.warning("extract: %s, and %s are free in %s", what, size_text(free), where)
+    elif progress and size >= ANNOUNCE_BYTES:
+        print(f"extract: writing {what}", file=sys.stderr, flush=True)
 
 
 def _attention_stream(

@@ -354,3 +354,32 @@ def test_sequence_strings_and_devices_are_taken_as_a_user_writes_them() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="device=cuda:1 but no CUDA device"):
             pick_device("cuda:1")
+
+
+def test_the_output_size_is_estimated_and_a_disk_too_small_is_warned_about(
+    tmp_path, monkeypatch, capsys, caplog
+) -> None:
+    from collections import namedtuple
+
+    model = tiny_model("performer_relu")
+    proteins = random_proteins(3, 20, seed=2)
+    fasta = tmp_path / "in.fasta"
+    write_fasta(fasta, proteins)
+    kw = dict(include=["attention", "per_tok", "mean"], layers=[1], progress=True)
+    monkeypatch.setattr(extract_mod, "ANNOUNCE_BYTES", 1)
+    extract(model, ALPHABET, fasta, tmp_path / "o", **kw)
+    stored = 0
+    for p in proteins:
+        data = np.load(tmp_path / "o" / f"{p.id}.npz")
+        stored += sum(data[k].nbytes for k in ("attention", "per_tok", "mean"))
+    # 1 layer x 4 heads of 20 x 20, per_tok 1 x 20 x 32 and mean 1 x 32, float32, x 3
+    assert stored == 3 * 4 * (4 * 400 + 20 * 32 + 32)
+    spans = [slice(0, 20)] * 3
+    assert extract_mod.output_bytes(spans, kw["include"], 4, 32, 4) == stored
+    assert f"extract: writing about {stored / 1e3:.1f} kB for 3 records" in capsys.readouterr().err
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(extract_mod.shutil, "disk_usage", lambda _: usage(10, 10, stored - 1))
+    with caplog.at_level("WARNING"):
+        extract(model, ALPHABET, fasta, tmp_path / "o2", **kw)
+    assert f"about {stored / 1e3:.1f} kB for 3 records (before compression" in caplog.text
+    assert f"and {(stored - 1) / 1e3:.1f} kB are free in" in caplog.text
