@@ -554,14 +554,14 @@ def _same_number(a: Any, b: Any) -> bool:
 
 
 RUN_DIR_ENTRIES = re.compile(
-    r"(config(\.\d+)?\.yaml|overrides(\.\d+)?\.yaml|hparams\.yaml|metrics(\.\d+)?\.csv"
+    r"(config(\.\d+)?\.yaml|overrides(\.\d+)?\.yaml|hparams(\.\d+)?\.yaml|metrics(\.\d+)?\.csv"
     rf"|summary\.json|{CHECKPOINT_DIR}|tensorboard(\.\d+)?|{re.escape(LOCK_NAME)})"
 )
 
 
 #: What an attempt that saved no checkpoint leaves once set aside for a new start.
 SET_ASIDE = re.compile(
-    rf"(config|overrides)\.\d+\.yaml|metrics\.\d+\.csv|tensorboard\.\d+"
+    rf"(config|overrides|hparams)\.\d+\.yaml|metrics\.\d+\.csv|tensorboard\.\d+"
     rf"|{re.escape(LOCK_NAME)}|{CHECKPOINT_DIR}"
 )
 
@@ -583,11 +583,12 @@ def _set_aside_only(p: Path) -> bool:
     )
 
 
-#: An attempt's files and folders, set aside as ``NAME.N.EXT`` (``hparams.yaml``, Lightning's
-#: copy of the config, is removed).
+#: An attempt's files and folders, set aside as ``NAME.N.EXT`` (nothing is removed: this
+#: project never writes ``hparams.yaml``, so one there is a user's or an older version's).
 _ATTEMPT_FILES = (
     ("config", ".yaml"),
     ("overrides", ".yaml"),
+    ("hparams", ".yaml"),
     ("metrics", ".csv"),
     ("tensorboard", ""),
 )
@@ -631,7 +632,6 @@ def set_aside_attempt(run_dir: Path) -> list[str]:
         if path.exists():
             path.rename(run_dir / f"{stem}.{n}{ext}")
             kept.append(f"{stem}.{n}{ext}")
-    (run_dir / "hparams.yaml").unlink(missing_ok=True)
     return kept
 
 
@@ -676,8 +676,9 @@ def check_run_dir(
         return p  # earlier attempts that saved no checkpoint, set aside (ckpt_path=last)
     names = sorted(entries(p))
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-    config = p / "config.yaml"
-    ours = not config.exists() or _is_run_config(config)
+    # every run writes config.yaml first: a folder without one (a metrics.csv, a
+    # checkpoints/ of the user's own) is not a run, whatever its names
+    ours = _is_run_config(p / "config.yaml")
     if not ours or any(not RUN_DIR_ENTRIES.fullmatch(n) for n in names):
         raise DataError(
             f"{key}: not empty ({shown}); a new run needs a new or empty directory "
@@ -1308,7 +1309,7 @@ TRAIN_OPTIONS = {
 EVAL_OPTIONS = {"strip_gaps": "strip_gaps=true"}
 
 # what a run writes before it trains (its lock too: removed with them when nothing trained)
-RUN_CONFIG_FILES = frozenset({"config.yaml", "overrides.yaml", "hparams.yaml", LOCK_NAME})
+RUN_CONFIG_FILES = frozenset({"config.yaml", "overrides.yaml", LOCK_NAME})
 
 
 def remove_unused_run_dir(path: Path, *, keep_dir: bool = False) -> None:

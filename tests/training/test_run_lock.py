@@ -100,10 +100,12 @@ def test_an_attempt_without_a_checkpoint_is_set_aside_whatever_it_left(tiny_fast
         ckpt.unlink()
     (run / "checkpoints" / ".last.ckpt.host~1.x.tmp").write_text("")  # killed mid-write
     (run / "tensorboard").mkdir()
+    (run / "hparams.yaml").write_text("mine: 1\n")  # this project writes none: a user's
     assert set_aside_attempt(run) == []  # it ended (summary.json): not redone unasked
     (run / "summary.json").unlink()  # as a killed attempt leaves it
     kept = set_aside_attempt(run)
     assert "config.1.yaml" in kept and "tensorboard.1" in kept and "metrics.1.csv" in kept
+    assert (run / "hparams.1.yaml").read_text() == "mine: 1\n"  # kept, as the message says
     assert check_run_dir(run) == run  # a new start is accepted there now
     (tmp_path / "user").mkdir()
     (tmp_path / "user" / "config.yaml").write_text("model: x\n")
@@ -228,6 +230,15 @@ def test_a_users_folder_is_no_set_aside_attempt_and_its_lock_not_ours(tmp_path):
     with pytest.raises(DataError):
         check_run_dir(mine)
     assert (mine / "checkpoints" / "notes.txt").read_text() == "mine"
+    # a folder without a run's config.yaml is no run, whatever its names: not offered
+    # ckpt_path=last (which would refuse it in turn)
+    for name in ("metrics.csv", "hparams.yaml"):
+        user = tmp_path / f"user_{name}"
+        user.mkdir()
+        (user / name).write_text("mine\n")
+        with pytest.raises(DataError, match="not empty") as refused:
+            check_run_dir(user)
+        assert "ckpt_path=last" not in str(refused.value)
 
 
 def test_a_rank_other_than_zero_resolves_ckpt_path_last_too(tmp_path, monkeypatch):
