@@ -180,6 +180,10 @@ class FavorAttention(nn.Module):
     # ---- projections and redraws ------------------------------------------------------
 
     def _draw(self, counter: int) -> torch.Tensor:
+        if torch.get_default_device().type == "meta":
+            # a model built to be measured, not run (a parameter count, a shape check):
+            # drawing would allocate and factorise (m, D) blocks on the CPU for nothing
+            return torch.empty(self.nb_features, self.dim_head, dtype=torch.float32)
         w = draw_projection(
             self.nb_features,
             self.dim_head,

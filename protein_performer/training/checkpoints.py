@@ -8,6 +8,7 @@ strings and tensors are stored, so nothing executable is unpickled when loading.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pickle
@@ -239,25 +240,7 @@ def load_weights(model: ProteinLM, state: Mapping[str, torch.Tensor], source: st
     model's own initialisation when the checkpoint has none."""
     check_finite_weights(state, source)
     own = model.state_dict()
-    unexpected = [k for k in state if k not in own and not _kind_specific(k)]
-    missing = [k for k in own if k not in state and not _kind_specific(k)]
-    mismatched = [
-        k
-        for k, v in state.items()
-        if k in own and not _is_projection(k) and tuple(v.shape) != tuple(own[k].shape)
-    ]
-    if unexpected or missing or mismatched:
-        parts = []
-        for label, keys in (("unexpected", unexpected), ("missing", missing)):
-            if keys:
-                parts.append(f"{len(keys)} {label} tensors (e.g. {keys[0]})")
-        if mismatched:
-            k = mismatched[0]
-            parts.append(
-                f"{len(mismatched)} shape mismatches (e.g. {k}: "
-                f"{tuple(state[k].shape)} vs {tuple(own[k].shape)})"
-            )
-        raise ConfigError(f"checkpoint {source} does not fit this model: {'; '.join(parts)}")
+    check_fits(own, state, source)
     # FavorAttention resizes its own running statistics buffer when loading
     usable = {
         k: v
@@ -277,6 +260,34 @@ def load_weights(model: ProteinLM, state: Mapping[str, torch.Tensor], source: st
             and int(module.redraw_counter) != 0
         ):
             module.redraw_projection(0)
+
+
+def check_fits(
+    own: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor], source: str
+) -> None:
+    """Refuse ``state`` for a model whose state dict is ``own`` (its tensors' shapes only are
+    read: a model on the meta device will do) when tensors are missing, unexpected or of
+    another shape (random projections and kind-specific tensors aside, see
+    :func:`load_weights`)."""
+    unexpected = [k for k in state if k not in own and not _kind_specific(k)]
+    missing = [k for k in own if k not in state and not _kind_specific(k)]
+    mismatched = [
+        k
+        for k, v in state.items()
+        if k in own and not _is_projection(k) and tuple(v.shape) != tuple(own[k].shape)
+    ]
+    if unexpected or missing or mismatched:
+        parts = []
+        for label, keys in (("unexpected", unexpected), ("missing", missing)):
+            if keys:
+                parts.append(f"{len(keys)} {label} tensors (e.g. {keys[0]})")
+        if mismatched:
+            k = mismatched[0]
+            parts.append(
+                f"{len(mismatched)} shape mismatches (e.g. {k}: "
+                f"{tuple(state[k].shape)} vs {tuple(own[k].shape)})"
+            )
+        raise ConfigError(f"checkpoint {source} does not fit this model: {'; '.join(parts)}")
 
 
 def architecture_mismatch(stored: Mapping[str, Any], config: ModelConfig) -> list[str]:
@@ -313,13 +324,19 @@ def load_model(
         config.attention = attention
     if nb_features is not None:
         config.nb_features = nb_features
-    model = ProteinLM(
+    build = functools.partial(
+        ProteinLM,
         config,
         len(stored_alphabet),
         stored_alphabet.pad_idx,
         causal=meta["objective"] == "causal",
     )
-    load_weights(model, model_state(ckpt), str(path))
+    state = model_state(ckpt)
+    with torch.device("meta"):  # metadata that does not describe the weights: said before
+        skeleton = build()  # a model of its size is allocated
+    check_fits(skeleton.state_dict(), state, str(path))
+    model = build()
+    load_weights(model, state, str(path))
     model.eval()
     return model, meta
 

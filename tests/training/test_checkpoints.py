@@ -215,6 +215,36 @@ def test_checkpoint_of_another_alphabet_or_architecture_is_refused(tmp_path):
         init_weights_from(same, path, ALPHABET, "causal")
 
 
+def test_metadata_that_does_not_describe_the_weights_is_refused_before_building(
+    tmp_path, monkeypatch
+):
+    """A checkpoint whose stored model settings say dim=65536 over 32-wide weights was built
+    at that size (51 GB) before the shapes were compared: a traceback, or the machine's
+    memory. Now the shapes are compared on the meta device first."""
+    from protein_performer.training import checkpoints
+
+    path = tmp_path / "t.ckpt"
+    save_model_checkpoint(
+        path, ProteinLM(_config("performer_relu"), len(ALPHABET)), ALPHABET, "mlm"
+    )
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["protein_performer"]["model"] |= {"dim": 2048, "heads": 2}  # (65536 in the report)
+    torch.save(ckpt, tmp_path / "huge.ckpt")
+    built = []
+    real_init = ProteinLM.__init__
+
+    def init(self, *args, **kwargs):
+        built.append(torch.get_default_device().type)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoints.ProteinLM, "__init__", init)
+    with pytest.raises(ConfigError, match=r"does not fit this model: \d+ shape mismatches .*2048"):
+        load_model(tmp_path / "huge.ckpt")
+    assert built == ["meta"]
+    model, _ = load_model(path)  # a checkpoint that fits: built for real after the check
+    assert built[1:] == ["meta", "cpu"] and next(model.parameters()).device.type == "cpu"
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("old", [0, 3, 4])
 def test_init_from_widens_the_qkv_convolution_to_the_same_function(tmp_path, causal, old):

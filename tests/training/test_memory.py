@@ -26,6 +26,23 @@ def test_parameter_count_is_exact_without_allocating(tiny_fasta, attention):
     assert count_parameters(cfg.model, n) > 6e9
 
 
+def test_counting_parameters_draws_no_projection(tiny_fasta, monkeypatch):
+    """(A head of 32,768 once drew and factorised an 8.6 GB orthogonal block just to be
+    counted, and the run died with a traceback instead of the memory estimate's line.)"""
+    from protein_performer.attention import favor
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a projection was drawn")
+
+    cfg = tiny_config(tiny_fasta, "performer_relu")
+    n = len(default_alphabet())
+    expected = count_parameters(cfg.model, n)
+    monkeypatch.setattr(favor, "draw_projection", refuse)
+    assert count_parameters(cfg.model, n) == expected
+    cfg.model.dim, cfg.model.heads = 65536, 2
+    assert count_parameters(cfg.model, n) > 1e10
+
+
 def test_activation_estimate_scales_like_the_attention(tiny_fasta):
     cfg = tiny_config(tiny_fasta, "transformer")
     cfg.model.max_len = cfg.data.max_length = 4096
