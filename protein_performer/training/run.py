@@ -761,6 +761,27 @@ def claim_run_dir(
     raise DataError(f"{key}: no free directory next to it (tried {base}_1 to _999)", path=base)
 
 
+#: Files a resume's claim kept as ``NAME.N.EXT`` (path -> where the old one went): put back
+#: when the resume stops before training (:func:`restore_versioned`), so a run's history
+#: holds no config that never trained a step.
+_versioned: dict[Path, Path] = {}
+
+
+def restore_versioned(run_dir: Path) -> None:
+    """Put back the files :func:`_write_versioned` replaced in ``run_dir`` (said)."""
+    for path, old in list(_versioned.items()):
+        if path.parent == run_dir:
+            del _versioned[path]
+            if old.is_file():
+                os.replace(old, path)
+                log.warning("%s put back (the resume stopped before training)", path.name)
+
+
+def _forget_versioned(run_dir: Path) -> None:
+    for path in [p for p in _versioned if p.parent == run_dir]:
+        del _versioned[path]
+
+
 def _write_versioned(path: Path, text: str) -> None:
     """Write ``path``; when it exists with other content (ignoring ``ckpt_path`` and
     ``hydra.run.dir``, which a resume changes) keep the old one as ``NAME.N.EXT``."""
@@ -778,6 +799,7 @@ def _write_versioned(path: Path, text: str) -> None:
             n += 1
         old = path.with_name(f"{path.stem}.{n}{path.suffix}")
         os.replace(path, old)
+        _versioned[path] = old
         log.warning("%s changed on resuming; the previous one is %s", path.name, old.name)
     write_text_atomic(path, text)
 
@@ -1428,10 +1450,13 @@ def _train(
             )
             interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))
             start = time.perf_counter()
+            _forget_versioned(run_path)  # the resume trains with this config now
             _fit(trainer, module, dm, cfg, interrupt)
         except BaseException as e:
             if created:
                 remove_unused_run_dir(run_path, keep_dir=run_dir_claimed or run_path in existed)
+            elif rank_zero:
+                restore_versioned(run_path)
             if is_out_of_memory(e):
                 step = int(trainer.global_step) if trainer is not None else None
                 raise out_of_memory_error(e, cfg, step) from None

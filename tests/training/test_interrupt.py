@@ -328,6 +328,38 @@ def test_a_refused_resume_leaves_the_run_directory_as_it_was(tiny_fasta, tmp_pat
     assert not (tmp_path / "elsewhere").exists()
 
 
+def test_a_resume_that_fails_before_training_puts_its_config_back(tiny_fasta, tmp_path):
+    """A changed config is kept as config.N.yaml when the resume claims the directory; a
+    resume that then fails on its data trained nothing with it: the run's history must not
+    say it did (through train() and through the CLI, which claims first)."""
+    from protein_performer.config import run_hydra
+    from protein_performer.errors import DataError
+
+    run_dir = tmp_path / "run"
+    overrides = tiny_overrides(tiny_fasta, run_dir)
+    run_hydra("train", [*overrides, "trainer.max_steps=2"])
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    bad = tmp_path / "bad.fasta"
+    bad.write_text(">a\nMKV1\n")
+    last = str(run_dir / "checkpoints" / "last.ckpt")
+    cfg = tiny_config(bad, max_steps=4)
+    cfg.ckpt_path = last
+    with pytest.raises(DataError, match="invalid residue"):
+        train(cfg, run_dir)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+    changed = [o for o in overrides if not o.startswith("data.files=")]
+    with pytest.raises(DataError, match="invalid residue"):
+        run_hydra(
+            "train", [*changed, f"data.files=['{bad}']", "trainer.max_steps=4", f"ckpt_path={last}"]
+        )
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+    # a resume that trains keeps the changed config as before
+    cfg = tiny_config(tiny_fasta, max_steps=3)
+    cfg.ckpt_path = last
+    assert train(cfg, run_dir).steps == 3
+    assert (run_dir / "config.1.yaml").read_bytes() == before["config.yaml"]
+
+
 def test_a_run_without_a_checkpoint_says_there_is_nothing_to_resume(tiny_fasta, tmp_path):
     from protein_performer.errors import DataError
     from protein_performer.training.run import config_to_yaml
