@@ -13,6 +13,7 @@ import logging
 import os
 import pickle
 import re
+import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -146,7 +147,13 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
         if problem:
             raise DataError(f"truncated or corrupt checkpoint ({problem})", path=p)
     try:
-        ckpt = torch.load(p, map_location="cpu", weights_only=True, mmap=mmap)
+        with warnings.catch_warnings():
+            # torch warns about a pickle protocol it may not read, then fails: one line below
+            warnings.simplefilter("ignore", UserWarning)
+            # only the zip format maps; a legacy file is read (it is small, or it is old)
+            ckpt = torch.load(
+                p, map_location="cpu", weights_only=True, mmap=mmap and head.startswith(b"PK")
+            )
     except pickle.UnpicklingError as e:
         # torch's wording differs for unknown classes and for blocked modules (os, posix, ...)
         found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e)) or re.search(
@@ -158,9 +165,8 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
                 f"({found.group(1)})",
                 path=p,
             ) from None
-        raise DataError(
-            "not a readable PyTorch checkpoint (corrupt or unknown format)", path=p
-        ) from None
+        what = "a plain pickle, or damaged" if head[:1] == b"\x80" else "corrupt or unknown format"
+        raise DataError(f"not a readable PyTorch checkpoint ({what})", path=p) from None
     except (MemoryError, KeyboardInterrupt):
         raise
     except Exception as e:  # torch raises many kinds (IndexError, KeyError, ...) on bad bytes

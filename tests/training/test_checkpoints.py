@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from protein_performer.errors import ConfigError, DataError
 from protein_performer.model import ModelConfig, ProteinLM
 from protein_performer.training import lm_module
 from protein_performer.training.checkpoints import (
+    META_KEY,
     init_weights_from,
     load_model,
     model_state,
@@ -164,8 +166,10 @@ def test_unsafe_or_foreign_files_give_clear_errors(tmp_path):
     legacy = tmp_path / "legacy.ckpt"
     with open(legacy, "wb") as f:
         pickle.dump({"state_dict": _Payload()}, f)
-    with pytest.raises(DataError, match="not a readable PyTorch checkpoint"):
-        read_checkpoint(legacy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's protocol warning is not the user's business
+        with pytest.raises(DataError, match=r"not a readable PyTorch checkpoint \(a plain pickle"):
+            read_checkpoint(legacy)
     # a blocked module (os.system): torch words it otherwise; still "refusing", not "corrupt"
     shell = tmp_path / "shell.ckpt"
     torch.save({"state_dict": _Shell()}, shell)
@@ -173,6 +177,21 @@ def test_unsafe_or_foreign_files_give_clear_errors(tmp_path):
         DataError, match=r"refusing to load: .* does not allow \((posix|nt)\.system\)$"
     ):
         read_checkpoint(shell)
+
+
+def test_a_checkpoint_in_torchs_legacy_format_reads_everywhere(tmp_path):
+    """Legacy (non-zip) files cannot be memory-mapped: the metadata-only read used by
+    resume and score refused them as unreadable while evaluate read them."""
+    path = tmp_path / "new.ckpt"
+    save_model_checkpoint(
+        path, ProteinLM(_config("performer_relu"), len(ALPHABET)), ALPHABET, "mlm"
+    )
+    ckpt = torch.load(path, weights_only=True)
+    legacy = tmp_path / "legacy.ckpt"
+    torch.save(ckpt, legacy, _use_new_zipfile_serialization=False)
+    for mmap in (False, True):
+        meta = read_checkpoint(legacy, mmap=mmap)[META_KEY]
+        assert meta["model"] == ckpt[META_KEY]["model"] and meta["objective"] == "mlm"
 
 
 def test_damaged_metadata_is_one_line_not_a_key_error(tmp_path):
