@@ -183,6 +183,8 @@ def config_to_yaml(cfg: Any) -> str:
 
 def _require_file(path: str, what: str) -> None:
     """One-line :class:`DataError` ``PATH: WHAT: not found`` (or ``not a file``)."""
+    if not str(path).strip():  # Path("") is the working directory
+        raise ConfigError(f"{what}: an empty path (a file is needed)")
     p = Path(path)
     if not p.is_file():
         if not p.exists():

@@ -386,6 +386,12 @@ def test_a_typo_in_a_data_path_leaves_no_run_directory(tiny_fasta, tmp_path):
         with pytest.raises(DataError, match=f"data\\.shards: {problem}"):
             run_hydra("train", [*overrides, f"data.shards={shards}"])
     assert not run_dir.exists()
+    from protein_performer.errors import ConfigError
+
+    for empty in ("data.files=", "data.files=['']"):  # not the working directory
+        with pytest.raises(ConfigError, match=r"^data\.files: an empty path"):
+            run_hydra("train", [*overrides, empty])
+    assert not run_dir.exists()
     assert run_hydra("train", [*overrides, f"data.files=['{tiny_fasta}']"]) == 0
 
 
