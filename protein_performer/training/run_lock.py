@@ -2,11 +2,13 @@
 
 A resume started while the run is still training (a requeued job whose first instance has not
 ended, an array collision) would interleave two writers' rows in ``metrics.csv`` and replace
-each other's checkpoints. The lock file holds its owner (``HOST~PID``, :func:`owner_tag`) and
-is touched every :data:`HEARTBEAT_S` seconds. A lock is stale when, on this machine, its
-process is gone or the process with its pid started after the lock was last touched (a pid
-reused after a reboot); on another machine, when it was not touched for :data:`STALE_S`
-seconds (a killed run). A run whose lock was taken over anyway (it was paused past that) sees
+each other's checkpoints. The lock file holds its owner (``HOST~PID``, :func:`owner_tag`), on
+Linux the owner's start time in clock ticks since boot (``start TICKS``), and is touched every
+:data:`HEARTBEAT_S` seconds. A lock is stale when, on this machine, its process is gone or the
+process with its pid is another one (its start ticks differ: a pid reused, e.g. after a
+reboot; ticks since boot do not move with the wall clock, which a VM's pause or an NTP step
+can shift by seconds); on another machine, when it was not touched for :data:`STALE_S` seconds
+(a killed run). A run whose lock was taken over anyway (it was paused past that) sees
 it (:meth:`HeldLock.lost`) and stops before writing more.
 """
 
@@ -45,6 +47,27 @@ def _age(path: Path) -> float:
         return math.inf
 
 
+def _start_ticks(pid: int) -> int | None:
+    """Process ``pid``'s start in clock ticks since boot, from /proc; None elsewhere."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _recorded_ticks(path: Path) -> int | None:
+    """The ``start TICKS`` line of the lock at ``path`` (locks written before it have none)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in lines[1:]:
+        key, _, value = line.partition(" ")
+        if key == "start" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
 def _started_at(pid: int) -> float | None:
     """When process ``pid`` started (seconds since the epoch), from /proc; None elsewhere."""
     try:
@@ -67,6 +90,10 @@ def _stale(path: Path, holder: str | None) -> bool:
     pid = int(holder.rpartition("~")[2])  # type: ignore[union-attr]
     if pid == os.getpid() or not _alive(pid):  # our own pid: a restarted container's
         return True
+    recorded, now = _recorded_ticks(path), _start_ticks(pid)
+    if recorded is not None and now is not None:
+        return now != recorded  # another process has that pid now
+    # an older lock without its start ticks: the wall clock decides
     started = _started_at(pid)
     if started is None:  # no /proc: the heartbeat decides
         return _age(path) > STALE_S
@@ -103,9 +130,10 @@ def _holder(path: Path) -> str | None:
     """Who holds the lock at ``path``; None when there is none or it cannot be read now (a
     passing network-filesystem error is no one's)."""
     try:
-        return path.read_text(encoding="utf-8").strip() or "unknown"
+        lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
+    return (lines[0].strip() if lines else "") or "unknown"
 
 
 def check_unlocked(run_dir: Path) -> None:
@@ -164,8 +192,9 @@ def run_lock(run_dir: Path, enabled: bool = True) -> Iterator[HeldLock | None]:
                 path.unlink(missing_ok=True)  # a killed run's lock
                 continue
             raise DataError(_busy(holder, path), path=run_dir) from None
+        ticks = _start_ticks(os.getpid())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(tag + "\n")
+            fh.write(tag + "\n" + (f"start {ticks}\n" if ticks is not None else ""))
         # two processes taking over one stale lock at once: the later unlinks the earlier's
         # new file; the one that finds another name there backs off
         time.sleep(0.05)

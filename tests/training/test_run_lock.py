@@ -35,7 +35,10 @@ def test_a_live_holder_is_refused_and_a_dead_ones_lock_taken_over(tmp_path):
     assert lock.read_text() == f"{host}~{os.getppid()}\n"  # left as it was
     lock.write_text(f"{host}~{_dead_pid()}\n")
     with rl.run_lock(tmp_path):
-        assert lock.read_text().strip() == owner_tag()
+        tag, *rest = lock.read_text().splitlines()
+        assert tag == owner_tag()
+        if rl._start_ticks(os.getpid()) is not None:
+            assert rest == [f"start {rl._start_ticks(os.getpid())}"]
     assert not lock.exists()  # released
     lock.write_text("other-node~123\n")  # another machine: judged by its heartbeat
     with pytest.raises(DataError), rl.run_lock(tmp_path):
@@ -158,6 +161,26 @@ def test_a_lock_from_before_its_pids_process_started_is_stale(tmp_path):
         pytest.skip("no /proc here")
     before = started - 100  # touched last before pid 1 started: another boot's lock
     os.utime(lock, (before, before))
+    with rl.run_lock(tmp_path) as held:
+        assert held.lost() is None
+
+
+def test_a_live_holder_stays_live_whatever_the_wall_clock_did(tmp_path):
+    """Its start ticks since boot decide, not the wall clock: a VM paused and resumed (or an
+    NTP step) put a live run's start after its lock's last touch, and a second process took
+    the lock over and stopped it."""
+    lock = tmp_path / rl.LOCK_NAME
+    host = owner_tag().rpartition("~")[0]
+    parent = os.getppid()
+    ticks = rl._start_ticks(parent)
+    if ticks is None:
+        pytest.skip("no /proc here")
+    lock.write_text(f"{host}~{parent}\nstart {ticks}\n")
+    early = rl._started_at(parent) - 100  # the clock moved: "touched before it started"
+    os.utime(lock, (early, early))
+    with pytest.raises(DataError, match="a run is training in it now"), rl.run_lock(tmp_path):
+        pass
+    lock.write_text(f"{host}~{parent}\nstart {ticks + 1}\n")  # that pid is another process now
     with rl.run_lock(tmp_path) as held:
         assert held.lost() is None
 
