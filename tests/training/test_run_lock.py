@@ -94,6 +94,25 @@ def test_a_stop_handler_someone_else_set_stays_theirs():
         signal.signal(signal.SIGUSR2, before)
 
 
+def test_a_process_started_ignoring_ctrl_c_keeps_ignoring_it():
+    """A script's `cmd &` (no job control) or nohup starts it with SIGINT ignored: training
+    must not start obeying it (while loading it was ignored)."""
+    import signal
+
+    from protein_performer.training.interrupt import GracefulInterrupt
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        stop = GracefulInterrupt()
+        stop.install()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == stop._handle  # the rest as before
+        stop.restore()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_an_attempt_without_a_checkpoint_is_set_aside_whatever_it_left(tiny_fasta, tmp_path):
     from protein_performer.training.run import check_run_dir, set_aside_attempt
 
