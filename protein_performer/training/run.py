@@ -800,10 +800,46 @@ def _write_versioned(path: Path, text: str) -> None:
         while path.with_name(f"{path.stem}.{n}{path.suffix}").exists():
             n += 1
         old = path.with_name(f"{path.stem}.{n}{path.suffix}")
+        changes = _changed_keys(path.read_text(encoding="utf-8"), text)
         os.replace(path, old)
         _versioned[path] = old
-        log.warning("%s changed on resuming; the previous one is %s", path.name, old.name)
+        log.warning(
+            "%s changed on resuming%s; the previous one is %s",
+            path.name,
+            f" ({changes})" if changes else "",
+            old.name,
+        )
     write_text_atomic(path, text)
+
+
+def _changed_keys(before: str, after: str, shown: int = 4) -> str:
+    """``seed: 0 -> 7; data.files: [...] -> [...]`` for two YAML configs' differing leaves
+    (``ckpt_path`` aside), or "" when either is no mapping."""
+    from omegaconf import OmegaConf
+
+    def leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+        if not isinstance(node, dict):
+            return {prefix: node}
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out |= leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+        return out
+
+    try:  # (hydra's own YAML reader: no other dependency)
+        a, b = (OmegaConf.to_container(OmegaConf.create(t)) for t in (before, after))
+    except Exception:  # not a mapping, not YAML: no detail, the files say it
+        return ""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return ""
+    la, lb = leaves(a), leaves(b)
+    keys = [k for k in {**la, **lb} if k != "ckpt_path" and la.get(k) != lb.get(k)]
+
+    def short(v: Any) -> str:
+        text = str(v)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    parts = [f"{k}: {short(la.get(k))} -> {short(lb.get(k))}" for k in keys[:shown]]
+    return "; ".join(parts) + (f"; {len(keys) - shown} more" if len(keys) > shown else "")
 
 
 def resolve_precision(accelerator: str, precision: str) -> str:

@@ -328,7 +328,7 @@ def test_a_refused_resume_leaves_the_run_directory_as_it_was(tiny_fasta, tmp_pat
     assert not (tmp_path / "elsewhere").exists()
 
 
-def test_a_resume_that_fails_before_training_puts_its_config_back(tiny_fasta, tmp_path):
+def test_a_resume_that_fails_before_training_puts_its_config_back(tiny_fasta, tmp_path, caplog):
     """A changed config is kept as config.N.yaml when the resume claims the directory; a
     resume that then fails on its data trained nothing with it: the run's history must not
     say it did (through train() and through the CLI, which claims first)."""
@@ -355,9 +355,13 @@ def test_a_resume_that_fails_before_training_puts_its_config_back(tiny_fasta, tm
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
     # a resume that trains keeps the changed config as before
     cfg = tiny_config(tiny_fasta, max_steps=3)
-    cfg.ckpt_path = last
-    assert train(cfg, run_dir).steps == 3
+    cfg.ckpt_path, cfg.seed = last, 7
+    with caplog.at_level("WARNING"):
+        assert train(cfg, run_dir).steps == 3
     assert (run_dir / "config.1.yaml").read_bytes() == before["config.yaml"]
+    # what changed is named (a seed or data change takes effect, unlike the optimizer's)
+    said = "config.yaml changed on resuming (trainer.max_steps: 2 -> 3; seed: 0 -> 7)"
+    assert said in caplog.text
 
 
 def test_a_run_without_a_checkpoint_says_there_is_nothing_to_resume(tiny_fasta, tmp_path):
