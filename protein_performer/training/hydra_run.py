@@ -701,7 +701,18 @@ def run_hydra(command: str, argv: list[str]) -> int:
         # a default (timestamped) directory taken by a run started in the same second: the
         # next free one; a directory the user named is theirs to choose
         default_dir = child is None and not args.multirun and not _names_run_dir(job)
-        code = _run_train(job, run_dir, i, args, find_free=default_dir)
+        try:
+            code = _run_train(job, run_dir, i, args, find_free=default_dir)
+        except Exception:
+            if args.multirun and child is None:  # which job, before the error's own line
+                print(
+                    f"[{i + 1}/{len(jobs)}] {' '.join(job.overrides)}: failed "
+                    f"({i} finished before it)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                _say_not_run(jobs, i, sweep_dir)
+            raise
         if code != 0:
             if args.multirun and child is None:
                 _say_not_run(jobs, i, sweep_dir)
@@ -710,8 +721,8 @@ def run_hydra(command: str, argv: list[str]) -> int:
 
 
 def _say_not_run(jobs: list[ComposedJob], stopped: int, sweep_dir: str) -> None:
-    """After job ``stopped`` of a sweep was interrupted: the jobs that did not run, each as
-    the command that runs it into the directory the sweep would have used."""
+    """After job ``stopped`` of a sweep was interrupted (or failed): the jobs that did not
+    run, each as the command that runs it into the directory the sweep would have used."""
     rest = range(stopped + 1, len(jobs))
     if not rest:
         return

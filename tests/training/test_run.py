@@ -214,6 +214,23 @@ def test_an_interrupted_sweep_says_which_jobs_did_not_run(tmp_path, capsys, monk
         assert job.config.optim.lr == lr and job.run_dir == f"{sweep}/{index}"
 
 
+def test_a_failing_sweep_job_is_named_before_its_error(tmp_path, capsys, monkeypatch):
+    import protein_performer.training.hydra_run as hr
+
+    def fake_run_train(job, run_dir, index, args, find_free=False):
+        if index == 1:
+            raise DataError("x.fa: record 3: invalid residue")
+        return 0
+
+    monkeypatch.setattr(hr, "_run_train", fake_run_train)
+    argv = ["-m", "seed=0,1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    with pytest.raises(DataError, match="invalid residue"):
+        run_hydra("train", argv)
+    err = capsys.readouterr().err
+    assert re.search(r"\[2/3\] .*seed=1: failed \(1 finished before it\)", err)
+    assert "the sweep stopped at job 2 of 3; not run:" in err and "seed=2" in err
+
+
 def test_missing_data_file_is_a_clear_error(tmp_path):
     cfg = tiny_config(tmp_path / "nope.fasta")
     with pytest.raises(DataError, match=r"nope\.fasta: data\.files: not found"):
