@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from pathlib import Path
@@ -295,6 +296,12 @@ def test_cfg_job_prints_the_resolved_config(capsys):
     out = capsys.readouterr().out
     assert "attention: transformer" in out and "lr: 0.0003" in out
     assert "${" not in out
+    argv = ["--cfg", "all", "--json", "-m", "seed=1,2", "model=transformer"]
+    assert run_hydra("train", argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    jobs = [json.loads(line) for line in lines]  # one JSON object per job, not YAML
+    assert [j["seed"] for j in jobs] == [1, 2] and jobs[0]["model"]["attention"] == "transformer"
+    assert jobs[0]["hydra"]["run"]["dir"]
 
 
 def test_help_lists_groups_and_options(capsys):

@@ -550,7 +550,8 @@ def help_text(command: str) -> str:
         lines.append("  -m, --multirun   run every combination of comma-separated values (a sweep)")
     lines += [
         "  --json           print the result as JSON on stdout (progress goes to stderr)",
-        "  --cfg job|all    print the composed configuration (all: with hydra run dirs), exit",
+        "  --cfg job|all    print the composed configuration (all: with hydra run dirs; with "
+        "--json as JSON), exit",
         "  -h, --help       this help",
     ]
     if command == "train":
@@ -662,6 +663,15 @@ def run_hydra(command: str, argv: list[str]) -> int:
     job_lists = expand_overrides(args.overrides, args.multirun, command)
     jobs = [compose_job(command, ov) for ov in job_lists]  # fail before any work starts
     if args.cfg:
+        if args.json:  # one JSON object per job, a line each (as --json results are)
+            from omegaconf import OmegaConf
+
+            for job in jobs:
+                data = OmegaConf.to_container(OmegaConf.create(job.yaml))
+                if args.cfg == "all":
+                    data["hydra"] = {"run": {"dir": job.run_dir}, "sweep": {"dir": job.sweep_dir}}
+                print(json.dumps(data))
+            return 0
         for job in jobs:
             if len(jobs) > 1:
                 print(f"# overrides: {' '.join(job.overrides)}")
