@@ -184,6 +184,14 @@ class FavorAttention(nn.Module):
             # a model built to be measured, not run (a parameter count, a shape check):
             # drawing would allocate and factorise (m, D) blocks on the CPU for nothing
             return torch.empty(self.nb_features, self.dim_head, dtype=torch.float32)
+        if self.nb_features * self.dim_head >= 1 << 23:  # 64 MB in float64: worth a look
+            check_dense_fits(
+                (self.nb_features, self.dim_head),
+                torch.float64,
+                torch.device("cpu"),
+                "the random projection (nb_features × head size)",
+                "use fewer features (nb_features)",
+            )
         w = draw_projection(
             self.nb_features,
             self.dim_head,

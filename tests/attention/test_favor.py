@@ -459,6 +459,18 @@ def test_a_non_finite_input_falls_back_to_favor_plus_and_spoils_no_running_stati
     assert not out[0, 0, :7].isnan().any() and not out[0, 1].isnan().any()
 
 
+def test_a_projection_larger_than_memory_is_refused_before_it_is_drawn(monkeypatch) -> None:
+    """nb_features=1e9 (a typo) drew 15 million orthogonal blocks for minutes."""
+    from protein_performer import devices
+
+    monkeypatch.setattr(devices, "memory_available", lambda: (1 << 30, 1 << 31))
+    with pytest.raises(
+        ConfigError, match=r"random projection .*\(1,000,000 × 1,024\) needs 8\.2 GB"
+    ):
+        FavorAttention(1024, 1_000_000)
+    FavorAttention(64, 256)  # the usual sizes are not even checked
+
+
 def test_constructor_and_mask_misuse_are_named_errors() -> None:
     with pytest.raises(TypeError, match=r"nb_features must be an int, got 32\.5"):
         FavorAttention(16, 32.5)
