@@ -26,13 +26,20 @@ def _pyplot():
 
 
 def save_figure(fig, stem: Path, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
-    """Write ``stem.png`` and ``stem.pdf`` (``formats``) atomically; returns their paths."""
+    """Write ``stem.png`` and ``stem.pdf`` (``formats``) atomically; returns their paths.
+    The same figure gives the same bytes (no creation date or software version in them)."""
     plt = _pyplot()
     paths = []
+    stamps = {"pdf": {"CreationDate": None, "Producer": None, "Creator": None},
+              "png": {"Software": None}}  # fmt: skip
     for ext in formats:
         path = stem.with_name(f"{stem.name}.{ext}")
+        meta = stamps.get(ext)
         write_atomic(
-            path, lambda fh, ext=ext: fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight")
+            path,
+            lambda fh, ext=ext, meta=meta: fig.savefig(
+                fh, format=ext, dpi=150, bbox_inches="tight", metadata=meta
+            ),
         )
         paths.append(path)
     plt.close(fig)

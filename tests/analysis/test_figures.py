@@ -96,3 +96,17 @@ def test_the_similarity_figure_says_what_is_missing_and_the_null(monkeypatch, tm
     assert "attention flow log-odds\nnot defined" in titles  # a panel, not a gap
     labels = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
     assert "cosine" in labels and "log-odds (half bits; diagonal not shown)" in labels
+
+
+def test_a_saved_figure_carries_no_date_and_repeats_byte_for_byte(tmp_path):
+    from protein_performer.analysis.figures import _pyplot, save_figure
+
+    plt = _pyplot()
+    saved = []
+    for name in ("a", "b"):
+        fig, ax = plt.subplots()
+        ax.plot([1, 3, 2])
+        saved.append([p.read_bytes() for p in save_figure(fig, tmp_path / name)])
+    png, pdf = saved[0]
+    assert b"CreationDate" not in pdf and b"Matplotlib" not in pdf and b"Matplotlib" not in png
+    assert saved[0] == saved[1]
