@@ -354,12 +354,24 @@ def init_weights_from(
     architecture (sizes, positions) and alphabet must match. Returns the checkpoint metadata."""
     ckpt = read_checkpoint(path)
     meta = ckpt[META_KEY]
+    check_init_from(meta, model.config, alphabet, objective, path)
+    state = model_state(ckpt)
+    if model.config.qkv_conv > int(meta["model"].get("qkv_conv", 0)):
+        state = widen_conv(state, model)
+    load_weights(model, state, str(path))
+    return meta
+
+
+def check_init_from(
+    meta: Mapping[str, Any], config: ModelConfig, alphabet: Alphabet, objective: str, path: Any
+) -> None:
+    """Refuse ``init_from`` weights (checkpoint metadata ``meta``) for a model of ``config``:
+    another alphabet, architecture (a wider q/k/v convolution aside) or objective."""
     alphabet.check_compatible(meta["alphabet"], where=f"init_from checkpoint {path}")
-    stored_conv = int(meta["model"].get("qkv_conv", 0))
-    widen = model.config.qkv_conv > stored_conv
+    widen = config.qkv_conv > int(meta["model"].get("qkv_conv", 0))
     diff = [
         d
-        for d in architecture_mismatch(meta["model"], model.config)
+        for d in architecture_mismatch(meta["model"], config)
         if not (widen and d.startswith("model.qkv_conv:"))
     ]
     if diff:
@@ -371,11 +383,6 @@ def init_weights_from(
             f"init_from checkpoint {path} was trained with objective={meta['objective']}, "
             f"this run uses objective={objective}"
         )
-    state = model_state(ckpt)
-    if widen:
-        state = widen_conv(state, model)
-    load_weights(model, state, str(path))
-    return meta
 
 
 def widen_conv(state: Mapping[str, torch.Tensor], model: ProteinLM) -> dict[str, torch.Tensor]:

@@ -75,12 +75,12 @@ from protein_performer.training.checkpoint_io import AtomicCheckpointIO
 from protein_performer.training.checkpoints import (
     META_KEY,
     check_finite_weights,
+    check_init_from,
     check_resume_compatible,
     init_weights_from,
     load_model,
     model_state,
     read_checkpoint,
-    resolve_checkpoint,
     run_files,
 )
 from protein_performer.training.context_eval import (
@@ -265,7 +265,11 @@ def _check_paths(cfg: TrainConfig, warn: bool = True, scan: bool = True) -> int 
                 " and ".join(unread) + (" are" if len(unread) > 1 else " is"),
             )
     if cfg.init_from:  # "default": the shipped checkpoint, as in the analysis commands
-        _require_file(str(resolve_checkpoint(cfg.init_from)), "init_from: checkpoint")
+        try:  # before any data is read (its metadata only: mapped, not loaded)
+            meta = read_checkpoint(cfg.init_from, mmap=True)[META_KEY]
+        except DataError as e:
+            raise DataError(f"init_from: {e.problem}", path=e.path) from None
+        check_init_from(meta, cfg.model, default_alphabet(), cfg.objective, cfg.init_from)
     if cfg.ckpt_path:
         try:
             ckpt = read_checkpoint(cfg.ckpt_path, mmap=True)

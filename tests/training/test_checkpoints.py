@@ -323,6 +323,21 @@ def test_init_from_converts_exact_attention_to_performer(tiny_fasta, tmp_path, c
     tuned = train(cfg, tmp_path / "tuned")
     assert tuned.steps == 2
     assert f"weights from: {exact.last_checkpoint} (init_from" in capsys.readouterr().err
+    # a wrong init_from is said before any data is read, and a run folder points at its files
+    from protein_performer.training import run as run_module
+
+    def no_data(*_, **__):
+        raise AssertionError("data was read before init_from was checked")
+
+    cfg.model.dim *= 2
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(run_module, "build_datamodule", no_data)
+        with pytest.raises(ConfigError, match=r"another architecture: model\.dim"):
+            train(cfg, tmp_path / "wider")
+        cfg.init_from = str(tmp_path / "exact")
+        with pytest.raises(DataError, match=r"init_from: .*a run directory\? its checkpoints"):
+            train(cfg, tmp_path / "wider")
+    assert not (tmp_path / "wider").exists()
 
 
 def test_converted_performer_softmax_approaches_the_exact_model(tmp_path):
