@@ -679,25 +679,13 @@ def validate_train_config(cfg: TrainConfig) -> None:
     _choice("trainer.accelerator", t.accelerator, ACCELERATORS)
     t.precision = PRECISION_ALIASES.get(str(t.precision), t.precision)
     _choice("trainer.precision", t.precision, PRECISIONS)
-    if t.precision == "bf16-true":
-        kept = [
-            what
-            for what, used in (
-                ("rotary frequencies", cfg.model.position == "rotary"),
-                (
-                    "FAVOR projections",
-                    cfg.model.local_heads < cfg.model.heads
-                    and any(k.startswith("performer_") for k in cfg.model.layer_kinds()),
-                ),
-            )
-            if used
-        ]
-        if kept:
-            raise ConfigError(
-                f"trainer.precision=bf16-true would store the model's {' and '.join(kept)} in "
-                "bf16 (rotary angles off by up to π at 8,192 positions); use bf16-mixed, whose "
-                "autocast keeps them float32"
-            )
+    # (FAVOR's projections and statistics keep their precision under a bf16 cast)
+    if t.precision == "bf16-true" and cfg.model.position == "rotary":
+        raise ConfigError(
+            "trainer.precision=bf16-true would store the model's rotary frequencies in bf16 "
+            "(rotary angles off by up to π at 8,192 positions); use bf16-mixed, whose "
+            "autocast keeps them float32"
+        )
     if t.strategy == "ddp_spawn":
         raise ConfigError(
             "trainer.strategy=ddp_spawn is not supported: it trains in child processes whose "

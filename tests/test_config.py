@@ -670,7 +670,7 @@ def test_library_configs_take_what_python_users_write():
         TrainConfig(optim={"learning_rate": 1e-3})
 
 
-def test_bf16_true_is_refused_where_it_would_cast_rotary_or_favor_buffers():
+def test_bf16_true_is_refused_where_it_would_cast_rotary_buffers():
     from protein_performer.config import ModelConfig, TrainConfig, TrainerConfig
 
     def cfg(**model):
@@ -679,11 +679,13 @@ def test_bf16_true_is_refused_where_it_would_cast_rotary_or_favor_buffers():
             model=ModelConfig(**model), trainer=trainer, data=DataConfig(files="x.fa")
         )
 
-    with pytest.raises(ConfigError, match="store the model's FAVOR projections in bf16"):
-        validate_train_config(cfg(attention="performer_relu"))
     with pytest.raises(ConfigError, match=r"rotary frequencies in bf16.*use bf16-mixed"):
         validate_train_config(cfg(attention="transformer", position="rotary"))
+    with pytest.raises(ConfigError, match=r"rotary frequencies in bf16"):
+        validate_train_config(cfg(attention="performer_relu", position="rotary"))
     validate_train_config(cfg(attention="transformer"))  # learned positions, exact: nothing cast
+    # FAVOR keeps its projections and statistics in full precision under the cast
+    validate_train_config(cfg(attention="performer_softmax"))
 
 
 def test_fsdp_is_refused_with_what_it_cannot_do():

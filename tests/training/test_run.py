@@ -583,3 +583,12 @@ def test_evaluate_split_alone_reads_the_training_runs_own_files(tmp_path) -> Non
     other = train(cfg, tmp_path / "run2")
     with pytest.raises(ConfigError, match="records no files it split"):
         evaluate(EvalConfig(checkpoint=other.last_checkpoint, split="val"))
+
+
+def test_a_favor_model_trains_in_bf16_true_with_its_projection_in_float32(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta, "performer_softmax", max_steps=2, precision="bf16-true")
+    result = train(cfg, tmp_path / "run")
+    assert result.steps == 2 and result.val_perplexity is not None
+    state = torch.load(result.last_checkpoint, weights_only=True)["state_dict"]
+    dtypes = {k.rsplit(".", 1)[-1]: v.dtype for k, v in state.items()}
+    assert dtypes["projection"] == torch.float32 and dtypes["weight"] == torch.bfloat16
