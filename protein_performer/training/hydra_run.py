@@ -916,7 +916,6 @@ def _run_train(
         config_to_yaml,
         is_rank_zero,
         remove_unused_run_dir,
-        restore_versioned,
         run_dir_existed,
         train,
     )
@@ -965,8 +964,6 @@ def _run_train(
         if claimed and job.config.ckpt_path is None:
             # claimed a moment ago; nothing trained (a directory the user made stays)
             remove_unused_run_dir(path, keep_dir=path in existed)
-        elif claimed:  # a resume stopped before training: its config as it was
-            restore_versioned(path)
         raise
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return 0  # DDP child: rank 0 reports

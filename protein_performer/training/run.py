@@ -737,8 +737,9 @@ def claim_run_dir(
 
     A new run creates ``config.yaml`` exclusively, so two runs started at once into one
     directory cannot both have it: the second gets an error, or with ``find_free`` the next
-    free ``RUN_1``, ``RUN_2``, ... (for default, timestamped directories). A resumed run keeps
-    a changed config as ``config.N.yaml``.
+    free ``RUN_1``, ``RUN_2``, ... (for default, timestamped directories). A resume writes
+    nothing here: :func:`train` writes its config once it holds the run's lock (a changed one
+    kept as ``config.N.yaml``, put back if no step trains with it).
     """
     base = Path(run_dir)
     for n in range(1000 if find_free else 1):
@@ -751,8 +752,7 @@ def claim_run_dir(
             raise
         p = make_output_dir(p.resolve(), key)
         if _resuming_in(p, ckpt_path):
-            _write_versioned(p / "config.yaml", config_text)
-            return p
+            return p  # its config is written by train() once it holds the run's lock
         try:
             fd = os.open(p / "config.yaml", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
@@ -1465,6 +1465,8 @@ def _train(
     with run_lock(run_path, enabled=rank_zero) as held:
         trainer = None
         try:
+            if rank_zero and not created:  # a resume: its config, once the lock is ours
+                _write_versioned(run_path / "config.yaml", config_to_yaml(cfg))
             if rank_zero and overrides is not None:
                 _write_versioned(
                     run_path / "overrides.yaml", "".join(f"- {o}\n" for o in overrides)
@@ -1492,19 +1494,20 @@ def _train(
             )
             interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))
             start = time.perf_counter()
-            _forget_versioned(run_path)  # the resume trains with this config now
             _fit(trainer, module, dm, cfg, interrupt)
         except BaseException as e:
             if created:
                 remove_unused_run_dir(run_path, keep_dir=run_dir_claimed or run_path in existed)
-            elif rank_zero:
-                restore_versioned(run_path)
+            elif rank_zero and (trainer is None or trainer.global_step <= (resume_step or 0)):
+                restore_versioned(run_path)  # no step trained with the changed config
+            _forget_versioned(run_path)
             if is_out_of_memory(e):
                 step = int(trainer.global_step) if trainer is not None else None
                 raise out_of_memory_error(e, cfg, step) from None
             if isinstance(e, DataError):
                 raise e.with_options(TRAIN_OPTIONS) from None
             raise
+        _forget_versioned(run_path)  # the resume trained with this config: it stays
         elapsed = time.perf_counter() - start
         best = checkpoint.best_model_path or None
         last_cb = next(c for c in trainer.callbacks if isinstance(c, LastCheckpoint))

@@ -353,6 +353,32 @@ def test_a_resume_that_fails_before_training_puts_its_config_back(tiny_fasta, tm
             "train", [*changed, f"data.files=['{bad}']", "trainer.max_steps=4", f"ckpt_path={last}"]
         )
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+    # nor one that fails in its first step (out of memory at the first batch, say)
+    class FirstStepFails(pl.Callback):
+        def on_train_batch_start(self, *args) -> None:
+            raise RuntimeError("the first step fails")
+
+    cfg = tiny_config(tiny_fasta, max_steps=4)
+    cfg.ckpt_path = last
+    with pytest.raises(RuntimeError, match="the first step fails"):
+        train(cfg, run_dir, callbacks=[FirstStepFails()])
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+    # nor one refused because the run is training now (its lock): nothing written at all
+    from protein_performer.atomic import owner_tag
+    from protein_performer.training import run_lock as rl
+
+    host = owner_tag().rpartition("~")[0]
+    lock = run_dir / rl.LOCK_NAME
+    lock.write_text(f"{host}~{os.getppid()}\n")
+    from protein_performer.training import run as run_module
+
+    with pytest.MonkeyPatch.context() as mp:  # the run took its lock after the early check
+        mp.setattr(run_module, "check_unlocked", lambda *_: None)
+        with pytest.raises(DataError, match="a run is training in it now"):
+            train(cfg, run_dir)
+    lock.unlink()
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
     # a resume that trains keeps the changed config as before
     cfg = tiny_config(tiny_fasta, max_steps=3)
     cfg.ckpt_path, cfg.seed = last, 7
