@@ -247,14 +247,22 @@ def test_a_requeue_waits_for_another_machines_lock_to_go_stale(tmp_path, monkeyp
 
 
 def test_init_from_default_is_the_shipped_checkpoint(tiny_fasta):
-    from protein_performer.training.checkpoints import resolve_checkpoint
+    from protein_performer.errors import ConfigError
+    from protein_performer.model import ModelConfig
+    from protein_performer.training.checkpoints import read_checkpoint, resolve_checkpoint
     from protein_performer.training.run import check_train_inputs
 
     if not resolve_checkpoint("default").is_file():
         pytest.skip("no shipped checkpoint here")
     cfg = tiny_config(tiny_fasta)
     cfg.init_from = "default"
-    check_train_inputs(cfg)  # found, as checkpoint=default is by the analysis commands
+    # found and read, as checkpoint=default is by the analysis commands: its architecture is
+    # checked before any data is read (this tiny model is not the shipped one's)
+    with pytest.raises(ConfigError, match="init_from checkpoint default has another archi"):
+        check_train_inputs(cfg)
+    shipped = read_checkpoint("default", mmap=True)["protein_performer"]["model"]
+    cfg.model = ModelConfig.from_dict(dict(shipped))
+    check_train_inputs(cfg)
 
 
 def test_a_users_folder_is_no_set_aside_attempt_and_its_lock_not_ours(tmp_path):
