@@ -282,6 +282,9 @@ class ProteinDataModule(pl.LightningDataModule):
             split, so it also bounds val/test of a hash split); also caps shard/source train
             sets.
         val_max_records: cap on val/test records (None: no cap).
+        find_copies: reading the val/test part of ``files`` split by hash, also find its
+            records identical to a training record (only hashed as they go by):
+            ``copies[split]`` = ``(indices, source)`` (evaluate says how many).
         progress: show a progress bar while reading FASTA.
         alphabet: vocabulary (default: the project's).
     """
@@ -311,6 +314,7 @@ class ProteinDataModule(pl.LightningDataModule):
         invalid: str = "error",
         max_records: int | None = None,
         val_max_records: int | None = None,
+        find_copies: bool = False,
         progress: bool = False,
         alphabet: Alphabet | None = None,
         strip_gaps: bool = False,
@@ -440,6 +444,8 @@ class ProteinDataModule(pl.LightningDataModule):
         # per split, what building it dropped, packed or rewrote (said in the run's header)
         self.notes: dict[str, list[str]] = {}
         self.allow_nucleotide = bool(allow_nucleotide)
+        self.find_copies = bool(find_copies)
+        self.copies: dict[str, tuple[np.ndarray, FlatSource]] = {}
         self.max_records = _int("max_records", max_records, 1, optional=True)
         self.val_max_records = _int("val_max_records", val_max_records, 1, optional=True)
         self.progress = bool(progress)
@@ -534,7 +540,10 @@ class ProteinDataModule(pl.LightningDataModule):
             strip_gaps=self.strip_gaps,
             allow_nucleotide=self.allow_nucleotide,
             cluster_of=self.cluster_of if self.split_by == "cluster" else None,
+            copies_from="train" if self.find_copies and split in ("val", "test") else None,
         )
+        if getattr(source, "copies", None) is not None:
+            self.copies[split] = (source.copies, source)
         changes = source.encode_counts.changes() if source.encode_counts else None
         if changes and tuple(paths) not in self._reported:  # each split rereads the files
             self._reported.add(tuple(paths))

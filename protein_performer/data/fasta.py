@@ -560,6 +560,7 @@ def load_fasta_source(
     strip_gaps: bool = False,
     allow_nucleotide: bool = False,
     cluster_of: Mapping[str, str] | None = None,
+    copies_from: str | None = None,
 ) -> FlatSource:
     """Read FASTA file(s) into an in-memory :class:`FlatSource`.
 
@@ -573,6 +574,9 @@ def load_fasta_source(
         strip_gaps, allow_nucleotide: see :func:`iter_encoded`.
         cluster_of: record id -> cluster id (``data cluster``'s members table): the split
             then hashes the cluster id, so whole clusters land in one split.
+        copies_from: with ``split``, another split whose records are only hashed as they go
+            by (8 bytes each, no sequence kept): ``source.copies`` then holds the indices of
+            the kept records identical to one of them (two strains' copies under two ids).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -583,6 +587,8 @@ def load_fasta_source(
     seqs: list = []
     ids: list[str] = []
     counts = EncodeCounts()
+    digests: tuple[list[int], list[int]] = ([], [])  # kept records', copies_from's
+    from protein_performer.data.stats import digest64
     from protein_performer.progress import progress as progress_bar
 
     with progress_bar(desc="reading FASTA", unit="record", enabled=progress) as bar:
@@ -599,11 +605,19 @@ def load_fasta_source(
             )
             for rec, toks in encoded:
                 bar.update(1)
-                if split is None or assigner(split_key(rec, cluster_of, reader.path)) == split:
+                part = None if split is None else assigner(split_key(rec, cluster_of, reader.path))
+                if split is None or part == split:
                     seqs.append(toks)
                     ids.append(rec.id)
+                    if copies_from is not None:
+                        digests[0].append(digest64(np.asarray(toks, dtype=np.uint8).tobytes()))
+                elif copies_from is not None and part == copies_from:
+                    digests[1].append(digest64(np.asarray(toks, dtype=np.uint8).tobytes()))
             if max_records is not None and counts.records_read >= max_records:
                 break
     source = FlatSource.from_arrays(seqs, ids, alphabet)
     source.encode_counts = counts
+    if copies_from is not None:
+        kept, other = (np.asarray(d, dtype=np.uint64) for d in digests)
+        source.copies = np.flatnonzero(np.isin(kept, other))
     return source

@@ -54,8 +54,6 @@ from protein_performer.data.cluster import (
 )
 from protein_performer.data.datamodule import (
     ProteinDataModule,
-    identical_records,
-    sequence_digests,
 )
 from protein_performer.data.fasta import STREAM_HINT, check_distinct_inputs, load_fasta_source
 from protein_performer.data.shards import read_manifest
@@ -1801,16 +1799,14 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _training_copies(dm: ProteinDataModule, split: str, source: Any) -> str | None:
-    """For a held-out part of a split by record: how many of its records are identical to a
-    training record (two strains' copies under two ids: a hash of the id puts them on both
-    sides), said and returned; None when there are none. Reads the training part."""
-    train = dm._load_source("train")
-    if train is None or source is None or not len(source):
+def _training_copies(dm: ProteinDataModule, split: str) -> str | None:
+    """How many records of the held-out part ``split`` are identical to a training record
+    (``find_copies``: two strains' copies under two ids, which a split by record puts on both
+    sides), said and returned; None when there are none."""
+    found = dm.copies.get(split)
+    if found is None or not len(found[0]):
         return None
-    shared = identical_records(source, sequence_digests(train))
-    if not len(shared):
-        return None
+    shared, source = found
     problem = (
         f"{len(shared):,} of {len(source):,} {split} records are identical to a training "
         f"sequence (e.g. {source.record_id(int(shared[0]))}): their metrics are not held out "
@@ -1818,6 +1814,13 @@ def _training_copies(dm: ProteinDataModule, split: str, source: Any) -> str | No
     )
     log.warning("%s", problem)
     return problem
+
+
+def _same_files(given: Sequence[str], stored: Sequence[str] | None) -> bool:
+    """Whether ``given`` names the files of ``stored`` (a checkpoint's, absolute), by any path."""
+    return bool(stored) and sorted(map(os.path.realpath, given)) == sorted(
+        map(os.path.realpath, stored or [])
+    )
 
 
 def _warn_repeated_ids(source: Any, cfg: EvalConfig) -> None:
@@ -2097,6 +2100,10 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         else run_cap,
         val_max_records=cfg.max_records,
         alphabet=alphabet,
+        # the run's own split by record of its own files: copies of training records said
+        find_copies=cfg.split in ("val", "test")
+        and split_info["by"] == stored.get("split_by") == "record"
+        and _same_files(fasta, stored.get("files")),
     )
     stage = {"train": "fit", "val": "validate", "test": "test"}[split]
     try:
@@ -2120,11 +2127,9 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
             problem = f"the {split} split is empty"
         raise DataError(problem, path=", ".join(fasta))
     caveats = split_info["caveats"]
-    if cfg.split in ("val", "test") and split_info["by"] == "record":
-        whole = dm._load_source(split) if split in dm.windows else source
-        copies = _training_copies(dm, split, whole)
-        if copies:
-            caveats.append(copies)
+    copies = _training_copies(dm, split)
+    if copies:
+        caveats.append(copies)
     targets = fill = None
     if cfg.context:
         if meta["objective"] == "causal":

@@ -295,6 +295,16 @@ def test_evaluate_says_when_held_out_records_of_a_record_split_copy_training_one
     (caveat,) = test.to_dict()["split"]["caveats"]
     assert re.search(r"\d+ of \d+ test records are identical to a training sequence", caveat)
     assert caveat in test.scope and caveat in caplog.text and caveat in test.format()
+    # the same records in a file the run never read: its "test part" is no held-out part of
+    # the run, so there is nothing to say about the run's training data
+    other = tmp_path / "other.fasta"
+    other.write_bytes(fasta.read_bytes())
+    elsewhere = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint, fasta=str(other), split="test", toks_per_batch=640
+        )
+    )
+    assert elsewhere.to_dict()["split"]["caveats"] == []
 
 
 def test_resuming_a_finished_run_is_refused_and_its_results_stay(tiny_fasta, tmp_path):
