@@ -319,8 +319,8 @@ class SimilarityConfig(_AnalysisInputs):
 
     fasta: Any = _key(
         None,
-        "FASTA file, or a list [a.fa,b.fa.gz] (required; with split= unset: the training "
-        "run's own files)",
+        "FASTA file, or a list [a.fa,b.fa.gz] (required; left unset with split=: the "
+        "training run's own files)",
     )
     split: str | None = _key(None, "use only this part (train/val/test) of the training split")
     clusters: str | None = _key(

@@ -466,7 +466,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     if cfg.zoom and cfg.zoom >= protein.sequence_length:
         text += f" (no zoom figure: zoom={cfg.zoom} covers all {protein.sequence_length} residues)"
     if cfg.record is None and not cfg.join and _several_records(fasta):
-        text += f"\n  the first record of {names}; record=ID plots another"
+        text += f"\n  the first usable record of {names}; record=ID plots another"
     if segments is None and protein.cropped:
         text += (
             f"\n  truncate=true: the figures show residues 1-{protein.sequence_length:,} of "

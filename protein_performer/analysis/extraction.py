@@ -299,6 +299,14 @@ def extract(
     files = record_file_names([p.id for p in proteins])
     dtype = np.float16 if float16 else np.float32
     device = next(model.parameters()).device
+    size = output_bytes(
+        [_span(p, keep_specials) for p in proteins],
+        include,
+        len(sel_layers) * len(sel_heads),
+        len(sel_repr) * model.config.dim,
+        np.dtype(dtype).itemsize,
+    )
+    _say_size(outdir, size, len(proteins), float16, progress)
     reprs = None
     if "per_tok" in include or "mean" in include:
         reprs = representations(
@@ -309,14 +317,6 @@ def extract(
             toks_per_batch=toks_per_batch,
             keep_specials=keep_specials,
         )
-    size = output_bytes(
-        [_span(p, keep_specials) for p in proteins],
-        include,
-        len(sel_layers) * len(sel_heads),
-        len(sel_repr) * model.config.dim,
-        np.dtype(dtype).itemsize,
-    )
-    _say_size(outdir, size, len(proteins), float16, progress)
     records = []
     with staged_dir(
         outdir,

@@ -149,7 +149,7 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     try:
         with warnings.catch_warnings():
             # torch warns about a pickle protocol it may not read, then fails: one line below
-            warnings.simplefilter("ignore", UserWarning)
+            warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
             # only the zip format maps; a legacy file is read (it is small, or it is old)
             ckpt = torch.load(
                 p, map_location="cpu", weights_only=True, mmap=mmap and head.startswith(b"PK")

@@ -98,7 +98,7 @@ class GracefulInterrupt(pl.Callback):
         self._pid = os.getpid()
         for sig in STOP_SIGNALS:
             if signal.getsignal(sig) is signal.SIG_IGN:
-                continue  # started ignoring it (a script's `cmd &`, nohup): it stays ignored
+                continue  # started ignoring it (`cmd &` in a script): it stays ignored
             self._previous[sig] = signal.signal(sig, self._handle)
         for sig in MORE_STOP_SIGNALS:
             # the CLI's sigterm_raises holds them now: that is ours, not someone else's

@@ -151,7 +151,7 @@ def test_plot_heads_writes_grid_zoom_and_ranking(files, tmp_path, capsys) -> Non
         capsys, "plot-heads", f"checkpoint={files / 'relu.ckpt'}",
         f"fasta={files / 'proteins.fasta'}", f"out={tmp_path / 'first'}", "layers=1",
     )  # fmt: skip
-    assert code == 0 and f"the first record of {files / 'proteins.fasta'}; record=ID" in text
+    assert code == 0 and f"the first usable record of {files / 'proteins.fasta'}; record=ID" in text
     one = tmp_path / "one.fasta"
     one.write_text(">" + (files / "proteins.fasta").read_text().split(">")[1])  # its first
     code, text, _ = run(

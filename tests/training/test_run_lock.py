@@ -95,7 +95,7 @@ def test_a_stop_handler_someone_else_set_stays_theirs():
 
 
 def test_a_process_started_ignoring_ctrl_c_keeps_ignoring_it():
-    """A script's `cmd &` (no job control) or nohup starts it with SIGINT ignored: training
+    """A script's `cmd &` (no job control) starts it with SIGINT ignored: training
     must not start obeying it (while loading it was ignored)."""
     import signal
 
