@@ -3,12 +3,12 @@
 A resume started while the run is still training (a requeued job whose first instance has not
 ended, an array collision) would interleave two writers' rows in ``metrics.csv`` and replace
 each other's checkpoints. The lock file holds its owner (``HOST~PID``, :func:`owner_tag`), on
-Linux the owner's start time in clock ticks since boot (``start TICKS``), and is touched every
-:data:`HEARTBEAT_S` seconds. A lock is stale when, on this machine, its process is gone or the
-process with its pid is another one (its start ticks differ: a pid reused, e.g. after a
-reboot; ticks since boot do not move with the wall clock, which a VM's pause or an NTP step
-can shift by seconds); on another machine, when it was not touched for :data:`STALE_S` seconds
-(a killed run). A run whose lock was taken over anyway (it was paused past that) sees
+Linux the owner's start in clock ticks since boot and the boot's id (``start TICKS BOOT``),
+and is touched every :data:`HEARTBEAT_S` seconds. A lock is stale when, on this machine, its
+process is gone or the process with its pid is another one (another boot, or other start
+ticks: a pid reused; ticks since boot do not move with the wall clock, which a VM's pause or
+an NTP step can shift by seconds); on another machine, when it was not touched for
+:data:`STALE_S` seconds (a killed run). A run whose lock was taken over anyway (it was paused past that) sees
 it (:meth:`HeldLock.lost`) and stops before writing more.
 """
 
@@ -55,16 +55,31 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
-def _recorded_ticks(path: Path) -> int | None:
-    """The ``start TICKS`` line of the lock at ``path`` (locks written before it have none)."""
+def _boot_id() -> str | None:
+    """This boot's id (Linux), so that ticks since boot are compared within one boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _start_line() -> str:
+    """``start TICKS BOOT`` of this process for its lock ("" without /proc)."""
+    ticks = _start_ticks(os.getpid())
+    return "" if ticks is None else f"start {ticks} {_boot_id() or '-'}\n"
+
+
+def _recorded_start(path: Path) -> tuple[int, str | None] | None:
+    """The ``start TICKS BOOT`` line of the lock at ``path`` (older locks have none)."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
     for line in lines[1:]:
-        key, _, value = line.partition(" ")
-        if key == "start" and value.strip().isdigit():
-            return int(value)
+        key, *values = line.split()
+        if key == "start" and values and values[0].isdigit():
+            boot = values[1] if len(values) > 1 and values[1] != "-" else None
+            return int(values[0]), boot
     return None
 
 
@@ -90,9 +105,12 @@ def _stale(path: Path, holder: str | None) -> bool:
     pid = int(holder.rpartition("~")[2])  # type: ignore[union-attr]
     if pid == os.getpid() or not _alive(pid):  # our own pid: a restarted container's
         return True
-    recorded, now = _recorded_ticks(path), _start_ticks(pid)
+    recorded, now = _recorded_start(path), _start_ticks(pid)
     if recorded is not None and now is not None:
-        return now != recorded  # another process has that pid now
+        ticks, boot = recorded
+        if boot is not None and _boot_id() not in (None, boot):
+            return True  # written before a reboot: that pid is another process now
+        return now != ticks  # another process has that pid now
     # an older lock without its start ticks: the wall clock decides
     started = _started_at(pid)
     if started is None:  # no /proc: the heartbeat decides
@@ -192,9 +210,8 @@ def run_lock(run_dir: Path, enabled: bool = True) -> Iterator[HeldLock | None]:
                 path.unlink(missing_ok=True)  # a killed run's lock
                 continue
             raise DataError(_busy(holder, path), path=run_dir) from None
-        ticks = _start_ticks(os.getpid())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(tag + "\n" + (f"start {ticks}\n" if ticks is not None else ""))
+            fh.write(tag + "\n" + _start_line())
         # two processes taking over one stale lock at once: the later unlinks the earlier's
         # new file; the one that finds another name there backs off
         time.sleep(0.05)

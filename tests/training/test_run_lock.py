@@ -38,7 +38,8 @@ def test_a_live_holder_is_refused_and_a_dead_ones_lock_taken_over(tmp_path):
         tag, *rest = lock.read_text().splitlines()
         assert tag == owner_tag()
         if rl._start_ticks(os.getpid()) is not None:
-            assert rest == [f"start {rl._start_ticks(os.getpid())}"]
+            boot = rl._boot_id() or "-"
+            assert rest == [f"start {rl._start_ticks(os.getpid())} {boot}"]
     assert not lock.exists()  # released
     lock.write_text("other-node~123\n")  # another machine: judged by its heartbeat
     with pytest.raises(DataError), rl.run_lock(tmp_path):
@@ -202,6 +203,14 @@ def test_a_live_holder_stays_live_whatever_the_wall_clock_did(tmp_path):
     lock.write_text(f"{host}~{parent}\nstart {ticks + 1}\n")  # that pid is another process now
     with rl.run_lock(tmp_path) as held:
         assert held.lost() is None
+    if rl._boot_id() is not None:  # the same ticks in another boot: another process too
+        lock.write_text(f"{host}~{parent}\nstart {ticks} another-boot\n")
+        with rl.run_lock(tmp_path):
+            pass
+        lock.write_text(f"{host}~{parent}\nstart {ticks} {rl._boot_id()}\n")  # this boot
+        with pytest.raises(DataError, match="training in it now"), rl.run_lock(tmp_path):
+            pass
+        lock.unlink()
 
 
 def test_a_finished_runs_requeue_prints_its_summary_as_json(tiny_fasta, tmp_path, capsys):
