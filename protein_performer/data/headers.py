@@ -96,7 +96,8 @@ def _to_int(value: str | None) -> int | None:
 def parse_header(title: str) -> HeaderInfo:
     """Parse a FASTA title (without ``>``) into :class:`HeaderInfo`. Never raises."""
     title = title.strip()
-    first, _, rest = title.partition(" ")
+    # the id ends at the first whitespace of any kind (a tab too), as FastaRecord.id's does
+    first, rest = ([*title.split(None, 1), "", ""])[:2]
     if not first:
         return HeaderInfo(id="", kind="generic", name=rest.strip())
     m = _UNIREF_ID.match(first)

@@ -40,6 +40,18 @@ def test_uniprotkb_header():
     assert t.db == "tr" and t.gene == "yabC" and t.organism == "Escherichia coli"
 
 
+def test_a_tab_ends_the_id_as_a_space_does():
+    """The record id (FastaRecord.id) ends at any whitespace: so must the parsed header's, or
+    `data cluster` wrote ids with their descriptions that training could not match."""
+    from protein_performer.data.fasta import FastaRecord
+
+    title = "sp|P00974|BPT1_BOVIN\tPancreatic trypsin inhibitor OS=Bos taurus OX=9913 PE=1 SV=2"
+    h = parse_header(title)
+    assert h.kind == "uniprotkb" and h.accession == "P00974"
+    assert h.id == FastaRecord(0, title, "").id == "sp|P00974|BPT1_BOVIN"
+    assert h.name == "Pancreatic trypsin inhibitor" and h.organism_id == 9913
+
+
 def test_isoforms_share_split_key():
     a = parse_header("sp|P12345|X_HUMAN Foo OS=Homo sapiens OX=9606 PE=1 SV=1")
     b = parse_header("sp|P12345-2|X_HUMAN Isoform 2 of Foo OS=Homo sapiens OX=9606")
