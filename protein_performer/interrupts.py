@@ -7,6 +7,7 @@ Kept free of heavy imports: the CLI installs it for every command.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -69,3 +70,33 @@ def stopped_line(exc: KeyboardInterrupt) -> str:
     a temporary name and renamed when whole; a download's kept ``.part`` has its own name)."""
     word = "terminated" if isinstance(exc, Terminated) else "interrupted"
     return f"{word} (nothing is left half-written under an output's name)"
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Stop signals (Ctrl-C and the :data:`TERMINATING` ones) wait until the block ends, then
+    act as they would have (their handler runs, or their default action): for steps that
+    must happen together (two renames that make one output). Main thread only (elsewhere
+    the block runs as it is); an ignored signal stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous: dict[int, Any] = {}
+    for sig in (signal.SIGINT, *TERMINATING):
+        handler = signal.getsignal(sig)
+        if handler is signal.SIG_IGN or handler is None:
+            continue
+        previous[sig] = signal.signal(sig, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received:  # the first one acts now
+            signum = received[0]
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, None)
+            else:  # SIG_DFL: its default action, now
+                os.kill(os.getpid(), signum)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,9 +54,10 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from protein_performer.atomic import write_text_atomic
+from protein_performer.atomic import owner_tag, write_text_atomic
 from protein_performer.data.fasta_writer import write_fasta
 from protein_performer.errors import ConfigError
+from protein_performer.interrupts import signals_deferred
 
 __all__ = [
     "AMINO_ACIDS",
@@ -371,21 +373,42 @@ def simulate_fasta(
             yield from family
             bar.update(1)
 
+    if members is None:
+        try:
+            summary = write_fasta(out, records())
+        finally:
+            bar.close()
+        return {**_summary(Path(summary.path), summary, params), "params": params.to_dict()}
+    # the FASTA and its members table are one output: both are written aside, then renamed
+    # together (an interrupt between the renames waits: no FASTA with another run's table)
+    out, members = Path(out), Path(members)
+    temps = [p.with_name(f".{p.name}.{owner_tag()}.pair.tmp") for p in (out, members)]
     try:
-        summary = write_fasta(out, records())
-    finally:
-        bar.close()
-    extra: dict[str, Any] = {}
-    if members is not None:
-        write_text_atomic(members, "".join(table))
-        extra["members"] = str(members)
+        try:
+            summary = write_fasta(temps[0], records(), compress=out.name.endswith(".gz"))
+        finally:
+            bar.close()
+        write_text_atomic(temps[1], "".join(table))
+        with signals_deferred():
+            os.replace(temps[1], members)
+            os.replace(temps[0], out)
+    except BaseException:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+        raise
     return {
-        "path": str(summary.path),
+        **_summary(out, summary, params),
+        "params": params.to_dict(),
+        "members": str(members),
+    }
+
+
+def _summary(path: Path, summary: Any, params: SimulationParams) -> dict[str, Any]:
+    return {
+        "path": str(path),
         "records": summary.records,
         "residues": summary.residues,
         "families": params.n_families,
         "bytes": summary.bytes,
         "sha256": summary.sha256,
-        "params": params.to_dict(),
-        **extra,
     }

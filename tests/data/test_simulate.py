@@ -367,3 +367,35 @@ def test_committed_sample_regenerates_identically(tmp_path):
     composition = np.array([np.mean(residues == ord(a)) for a in AMINO_ACIDS])
     np.testing.assert_allclose(composition, blosum62_model().q, atol=0.005)
     assert summary["records"] == committed.count(b">")
+
+
+def test_a_ctrl_c_between_the_fasta_and_its_members_table_waits_for_both(tmp_path, monkeypatch):
+    """The pair is one output: an interrupt while the first is renamed into place acts once
+    both are there (it left a new FASTA beside the previous run's table)."""
+    import os
+    import signal
+
+    from protein_performer.data import simulate as sim
+
+    out, table = tmp_path / "s.fasta", tmp_path / "s.tsv"
+    simulate_fasta(out, n_families=3, seed=1, members=table)
+    before = (out.read_bytes(), table.read_bytes())
+    real_replace = os.replace
+    renamed = []
+
+    def replace_then_ctrl_c(src, dst):  # (os.replace everywhere: temporaries' renames too)
+        real_replace(src, dst)
+        if Path(dst) in (out, table):
+            renamed.append(Path(dst).name)
+            if len(renamed) == 1:
+                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C right after the first rename
+
+    monkeypatch.setattr(sim.os, "replace", replace_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        simulate_fasta(out, n_families=3, seed=2, members=table)
+    assert renamed == ["s.tsv", "s.fasta"]  # both, before the interrupt acted
+    after = (out.read_bytes(), table.read_bytes())
+    assert after[0] != before[0] and after[1] != before[1]
+    ids = {line.split("\t")[1] for line in table.read_text().splitlines()[1:]}
+    assert ids == {line[1:].split()[0] for line in out.read_text().splitlines() if line[0] == ">"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.fasta", "s.tsv"]  # no temporaries
