@@ -36,6 +36,8 @@ def missing_path_hint(path: str | os.PathLike) -> str:
     embedded sample, from another directory or in an installed wheel), or the presets' real
     proteomes, which live beside a checkout only; "" when neither applies."""
     text = os.fspath(path)
+    if os.path.islink(text):
+        return " (a symbolic link that leads nowhere: to a missing file, or in a loop)"
     if not os.path.isabs(text):
         shipped = Path(project_path(text))
         inside = any(shipped.is_relative_to(root) for root in (resources_dir(), project_root()))

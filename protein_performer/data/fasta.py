@@ -117,7 +117,10 @@ def check_distinct_inputs(groups: Mapping[str, Sequence[PathLike] | None]) -> No
     seen: dict[Path, str] = {}
     for key, paths in groups.items():
         for p in paths or []:
-            real = Path(p).resolve()
+            try:
+                real = Path(p).resolve()
+            except (OSError, RuntimeError):  # a loop of links: the existence check says so
+                real = Path(os.path.abspath(p))
             if real in seen:
                 where = "" if seen[real] == key and len(groups) == 1 else f" in {seen[real]}"
                 raise ConfigError(f"{key}: {p} is already listed{where}")

@@ -335,3 +335,17 @@ def test_a_pipe_is_refused_as_one_not_as_an_empty_file(tmp_path):
             call()
     with pytest.raises(DataError, match="'-' for standard input is not read"):
         check_readable_file("-")
+
+
+def test_a_link_that_leads_nowhere_is_one_line(tmp_path):
+    """A loop of symbolic links raised RuntimeError (a traceback) in the duplicate check."""
+    from protein_performer.data.fasta import check_distinct_inputs, check_readable_file
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "gone").symlink_to(tmp_path / "missing.fa")
+    for link in ("a", "gone"):
+        path = str(tmp_path / link)
+        check_distinct_inputs({"data.files": [path]})  # no traceback: the next check says it
+        with pytest.raises(DataError, match=r"no such file \(a symbolic link that leads nowhere"):
+            check_readable_file(path)
