@@ -315,6 +315,13 @@ class FastaReader:
                 index += 1
                 self.records_read = index
             self._hasher.drain()  # type: ignore[union-attr]
+            read = self._hasher.bytes_read  # type: ignore[union-attr]
+            if read != self.size:  # cut or appended to meanwhile: its last record may be cut
+                raise DataError(
+                    f"the file changed while it was read ({self.size:,} bytes when opened, "
+                    f"{read:,} read); read it again once it is complete",
+                    path=self.path,
+                )
             self.sha256 = self._hasher.sha256.hexdigest()  # type: ignore[union-attr]
         except UnicodeDecodeError as e:
             if index == 0 and bytes(e.object[:2]) == b"\x1f\x8b":

@@ -349,3 +349,23 @@ def test_a_link_that_leads_nowhere_is_one_line(tmp_path):
         check_distinct_inputs({"data.files": [path]})  # no traceback: the next check says it
         with pytest.raises(DataError, match=r"no such file \(a symbolic link that leads nowhere"):
             check_readable_file(path)
+
+
+@pytest.mark.parametrize("change", ["cut", "appended"])
+def test_a_file_that_changes_while_it_is_read_is_refused(tmp_path, change):
+    """A file cut (or still written) while preprocess read it: the run ended "fine" with a
+    cut-short last protein, and a manifest pairing the first size with the other file's hash."""
+    from protein_performer.data.fasta import FastaReader
+
+    path = tmp_path / "x.fa"
+    path.write_text("".join(f">p{i}\n{'ACDEFGHIKL' * 30}\n" for i in range(200)))
+    reader = FastaReader(path)  # the size is taken here, as when a command opens it
+    with open(path, "r+b") as fh:
+        if change == "cut":
+            fh.truncate(path.stat().st_size // 2)
+        else:
+            fh.seek(0, 2)
+            fh.write(b">more\nACDE\n")
+    with pytest.raises(DataError, match=r"x\.fa: the file changed while it was read"):
+        list(reader)
+    assert len(list(FastaReader(path))) > 100 * (change == "appended")  # read again: fine
