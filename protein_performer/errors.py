@@ -45,10 +45,19 @@ class DataError(ProteinPerformerError, ValueError):
         if self.record is not None:
             rec = f"record {self.record}"
             if self.record_id:
-                rec += f" ({self.record_id})"
+                rec += f" ({_printable(self.record_id)})"
             parts.append(rec)
         parts.append(self.problem)
         return ": ".join(parts)
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (a header's NUL or terminal escape would
+    reach the terminal raw), cut at 100 characters."""
+    if text.isprintable():
+        return text if len(text) <= 100 else text[:97] + "..."
+    escaped = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return escaped if len(escaped) <= 100 else escaped[:97] + "..."
 
 
 class ConfigError(ProteinPerformerError, ValueError):

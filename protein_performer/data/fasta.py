@@ -269,6 +269,8 @@ class FastaReader:
             if line.startswith(";"):
                 self.comment_lines += 1
                 continue
+            if line.startswith("\ufeff"):  # files concatenated, each with its BOM
+                line = line[1:]
             yield line
 
     def __iter__(self) -> Iterator[FastaRecord]:
@@ -296,6 +298,12 @@ class FastaReader:
                     else "no records (file holds only comment and blank lines)"
                     if self.comment_lines
                     else "no records (file holds only blank lines)",
+                    path=self.path,
+                )
+            if "\x00" in first and first.replace("\x00", "").startswith(">"):
+                raise DataError(
+                    "NUL bytes between the characters: UTF-16 text? Convert it to UTF-8 "
+                    "(iconv -f UTF-16 -t UTF-8)",
                     path=self.path,
                 )
             if not first.startswith(">"):

@@ -369,3 +369,18 @@ def test_a_file_that_changes_while_it_is_read_is_refused(tmp_path, change):
     with pytest.raises(DataError, match=r"x\.fa: the file changed while it was read"):
         list(reader)
     assert len(list(FastaReader(path))) > 100 * (change == "appended")  # read again: fine
+
+
+def test_concatenated_bom_files_utf16_and_control_characters(tmp_path):
+    from protein_performer.data.fasta import FastaReader
+
+    one = "\ufeff>a first\nACDE\n>b\nFGHI\n"
+    both = tmp_path / "both.fa"  # two Windows exports joined with cat: a BOM before each
+    both.write_bytes((one + one.replace(">a", ">c").replace(">b", ">d")).encode("utf-8"))
+    assert [r.id for r in FastaReader(both)] == ["a", "b", "c", "d"]
+    utf16 = tmp_path / "u16.fa"  # no BOM: NUL bytes between the characters
+    utf16.write_bytes(">a\nACDE\n".encode("utf-16-le"))
+    with pytest.raises(DataError, match=r"u16\.fa: NUL bytes between the characters: UTF-16"):
+        list(FastaReader(utf16))
+    err = DataError("invalid residue", path="x.fa", record=1, record_id="a\x1b[31mRED\x00")
+    assert str(err) == "x.fa: record 1 (a\\x1b[31mRED\\x00): invalid residue"
