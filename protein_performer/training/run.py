@@ -1790,12 +1790,21 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
         problem = check_run_clustering(clusters, table_digest(clusters), stored, cfg.split)
         if problem:
             caveats.append(problem)
+    fractions = list(cfg.split_fractions or stored.get("split_fractions") or [0.9, 0.05, 0.05])
+    seed = cfg.split_seed if cfg.split_seed is not None else (stored.get("split_seed") or 0)
+    for key, value in (("split_seed", seed), ("split_fractions", fractions)):
+        if cfg.split and stored.get(key) is not None and not _same_number(value, stored[key]):
+            caveats.append(
+                f"split={cfg.split} {key}={value}: the training run split with {stored[key]}; "
+                "this held-out part holds proteins the model trained on"
+            )
+            log.warning("%s", caveats[-1])
     return {
         "caveats": caveats,
         "by": by,
         "clusters": clusters if by == "cluster" else None,
-        "fractions": cfg.split_fractions or stored.get("split_fractions") or [0.9, 0.05, 0.05],
-        "seed": cfg.split_seed if cfg.split_seed is not None else (stored.get("split_seed") or 0),
+        "fractions": fractions,
+        "seed": seed,
     }
 
 
@@ -2103,6 +2112,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         # the run's own split by record of its own files: copies of training records said
         find_copies=cfg.split in ("val", "test")
         and split_info["by"] == stored.get("split_by") == "record"
+        and not split_info["caveats"]  # (another seed: most of it was trained on anyway)
         and _same_files(fasta, stored.get("files")),
     )
     stage = {"train": "fit", "val": "validate", "test": "test"}[split]

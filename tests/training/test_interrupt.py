@@ -464,6 +464,18 @@ def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
         "clusters": None,
         "caveats": [],
     }
+    # another seed draws another split: said, and kept with the result
+    other_seed = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint,
+            fasta=str(tiny_fasta),
+            split="val",
+            split_seed=0,
+            toks_per_batch=640,
+        )
+    )
+    (caveat,) = other_seed.to_dict()["split"]["caveats"]
+    assert caveat.startswith("split=val split_seed=0: the training run split with 7;")
     # clusters= would draw a cluster split, whose held-out part the model trained on
     table = tmp_path / "members.tsv"
     table.write_text("cluster\tmember\n")
