@@ -103,6 +103,11 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         "invalid characters (records): "
         + (", ".join(f"{c!r}: {n}" for c, n in inv.items()) if inv else "none")
     )
+    if stats["records_without_residues"]:
+        print(
+            f"records without residues: {stats['records_without_residues']:,} (only a stop "
+            "'*': training and preprocess refuse them)"
+        )
     nuc = stats["nucleotide_like_records"]
     if nuc:
         print(

@@ -681,12 +681,18 @@ class ProteinDataModule(pl.LightningDataModule):
             val = self.datasets.get("val")
             if val is not None and len(val) == 0 and not getattr(self, "_said_empty_val", False):
                 self._said_empty_val = True  # setup("fit") runs again inside Trainer.fit
+                if self.shards is not None:  # split when they were made: the manifest's
+                    why = f"the shards' split, {self.shards}/manifest.json"
+                elif self.split_fractions:
+                    why = f"split_fractions={list(self.split_fractions)}"
+                else:
+                    why = "n/a"
                 log.warning(
-                    "the validation split is empty (%d proteins, split_fractions=%s): a training "
-                    "run gets no validation metrics and no best checkpoint (last.ckpt holds its "
-                    "final weights)",
+                    "the validation split is empty (%d proteins, %s): a training run gets no "
+                    "validation metrics and no best checkpoint (last.ckpt holds its final "
+                    "weights)",
                     len(val.source),
-                    list(self.split_fractions) if self.split_fractions else "n/a",
+                    why,
                 )
 
     def _warn_repeats(self, split: str, source: FlatSource) -> None:

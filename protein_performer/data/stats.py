@@ -169,7 +169,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
     byte_counts = np.zeros(256, dtype=np.int64)
     invalid_records: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
-    lowercase = stop_stripped = nucleotide_like = 0
+    lowercase = stop_stripped = nucleotide_like = no_residues = 0
     files = []
     t0 = time.perf_counter()
     total_bytes = 0
@@ -186,6 +186,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
                     seq = seq[:-1]
                     stop_stripped += 1
                 raw = seq.encode("utf-8", errors="surrogateescape")
+                no_residues += not raw  # only a stop '*': training refuses such a record
                 if raw.upper() != raw:
                     lowercase += 1
                     raw = raw.upper()
@@ -229,6 +230,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
         "invalid_characters": dict(sorted(invalid_records.items())),
         "records_with_lowercase": lowercase,
         "records_with_stop": stop_stripped,
+        "records_without_residues": no_residues,
         # records of >= 30 letters that are >= 90% A/C/G/T/U/N: DNA/RNA, not protein
         "nucleotide_like_records": nucleotide_like,
         "header_kinds": dict(kinds),

@@ -65,6 +65,10 @@ def test_stats_reports_problems_without_failing(tmp_path):
     assert s["records"] == 4 and s["residues"] == 4 + 4 + 5 + 4
     assert s["invalid_characters"] == {"#": 1, "-": 1}
     assert s["records_with_lowercase"] == 1 and s["records_with_stop"] == 1
+    assert s["records_without_residues"] == 0
+    star = tmp_path / "star.fa"
+    star.write_text(">a\nMKV\n>b\n*\n")
+    assert fasta_stats(star)["records_without_residues"] == 1
     assert s["nonstandard_residues"] == {"X": 2, "U": 2, "O": 1}
     assert s["composition"]["M"] == 2 and s["composition"]["K"] == 2
     assert s["duplicate_ids"] == {
