@@ -439,12 +439,17 @@ class _Head:
             raise _NotFasta(f"not FASTA: {body} is empty", path=url, binary=False)
         # binary: NUL or control bytes other than tab / CR / LF (text may be cut mid-character)
         if any(b < 32 and b not in (9, 10, 13) for b in text) or b"\x7f" in text:
+            from protein_performer.data.fasta import _MAGIC as KNOWN
+
             first = " ".join(f"{b:02x}" for b in text[:8])
-            raise _NotFasta(
-                f"not FASTA: {body} is binary data of an unknown format (bytes {first} ...)",
-                path=url,
-                binary=True,
+            kind = next((k for magic, k in KNOWN.items() if text.startswith(magic)), None)
+            what = (
+                f"{kind} data, which this reader does not decompress (decompress it, or "
+                "download a gzip, bzip2 or xz file)"
+                if kind
+                else f"binary data of an unknown format (bytes {first} ...)"
             )
+            raise _NotFasta(f"not FASTA: {body} is {what}", path=url, binary=True)
         shown = text[:40].decode("utf-8", "replace").replace("\r", "").split("\n")[0]
         hint = " (an HTML page: an error or login page?)" if text.startswith(b"<") else ""
         raise _NotFasta(f"not FASTA: {body} starts with {shown!r}{hint}", path=url, binary=False)

@@ -327,11 +327,16 @@ def test_bzip2_and_xz_downloads_are_checked_and_counted(server, tmp_path, kind):
 
 
 def test_binary_data_of_an_unknown_format_is_kept(server, tmp_path):
-    zstd = b"\x28\xb5\x2f\xfd" + bytes(range(200))
+    other = b"\x00\x01\x02\x03" + bytes(range(200))
+    server.routes["/u.bin"] = Route(other)
+    with pytest.raises(DataError, match=r"binary data of an unknown format \(bytes 00 01 02 03"):
+        download(server.url("/u.bin"), tmp_path / "u.fa.bin", progress=False)
+    assert (tmp_path / "u.fa.bin.part").read_bytes() == other  # the user's to look at
+    zstd = b"\x28\xb5\x2f\xfd" + bytes(range(200))  # a format known by name: named
     server.routes["/u.zst"] = Route(zstd)
-    with pytest.raises(DataError, match=r"binary data of an unknown format \(bytes 28 b5 2f fd"):
+    with pytest.raises(DataError, match=r"is zstd data, which this reader does not decompress"):
         download(server.url("/u.zst"), tmp_path / "u.fa.zst", progress=False)
-    assert (tmp_path / "u.fa.zst.part").read_bytes() == zstd  # the user's to look at
+    assert (tmp_path / "u.fa.zst.part").read_bytes() == zstd
 
 
 def test_multi_member_gzip_and_plain_files_are_counted(server, tmp_path):
