@@ -313,6 +313,10 @@ class ProteinLMModule(pl.LightningModule):
         check_resume_compatible(
             checkpoint.get(META_KEY), self.model.config, self.alphabet, self.objective, "checkpoint"
         )
+        # the run this checkpoint belongs to goes on (a resume is the same run)
+        run_id = ((checkpoint.get(META_KEY) or {}).get("data") or {}).get("run_id")
+        if isinstance(run_id, str):
+            self.data_info["run_id"] = run_id
         last = checkpoint.get(LAST_VALIDATION_KEY)
         if isinstance(last, dict) and isinstance(last.get("step"), int):
             self.last_val_step = last["step"]

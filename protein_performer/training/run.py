@@ -21,6 +21,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -645,6 +646,35 @@ def _resuming_in(p: Path, ckpt_path: str | None) -> bool:
     )
 
 
+def _run_id(path: Path) -> str | None:
+    """The run that wrote the checkpoint at ``path`` (None: unreadable, or from before run
+    ids were recorded)."""
+    try:
+        meta = read_checkpoint(path, mmap=True).get(META_KEY) or {}
+    except DataError:
+        return None
+    run_id = (meta.get("data") or {}).get("run_id")
+    return run_id if isinstance(run_id, str) else None
+
+
+def _check_same_run(run_dir: Path, ckpt_path: str) -> None:
+    """Refuse to continue, in ``run_dir``, a checkpoint that another run wrote (one copied
+    into its checkpoints/): the resume would replace this run's metrics after that step and
+    its checkpoints with the other run's continuation."""
+    last = run_dir / CHECKPOINT_DIR / "last.ckpt"
+    if not last.is_file() or last.resolve() == Path(ckpt_path).resolve():
+        return
+    mine, theirs = _run_id(last), _run_id(Path(ckpt_path))
+    if mine and theirs and mine != theirs:
+        raise DataError(
+            f"ckpt_path: {Path(ckpt_path).name} was written by another run than this "
+            f"directory's ({last} is of another): resuming it here would replace this run's "
+            "metrics and checkpoints with that run's continuation; resume it in its own "
+            "directory, or start a new run from its weights with init_from=PATH",
+            path=run_dir,
+        )
+
+
 def _is_run_config(path: Path) -> bool:
     """A ``config.yaml`` that a training run wrote (its top-level sections), not a user's."""
     try:
@@ -671,6 +701,7 @@ def check_run_dir(
     if p.is_dir():
         check_unlocked(p)  # a run training there now: nothing of it is touched
     if _resuming_in(p, ckpt_path):
+        _check_same_run(p, ckpt_path)  # type: ignore[arg-type]
         # before the steps it would lose: their checkpoint could not be saved
         check_writable_file(p / CHECKPOINT_DIR / "last.ckpt", "resuming the run")
         return p
@@ -1018,6 +1049,9 @@ def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
         # the records read before the hash split (shards cap their train split after it;
         # explicit val/test files have no split to cap)
         "max_records": None if d.shards or d.val_files or d.test_files else d.max_records,
+        # which run wrote a checkpoint (a resume keeps its checkpoint's): a checkpoint of
+        # another run is not continued in this run's directory
+        "run_id": uuid.uuid4().hex,
         **split_settings(d),
     }
     module = ProteinLMModule(

@@ -117,14 +117,14 @@ def test_time_based_checkpoints_do_not_wait_for_validation(tiny_fasta, tmp_path,
 def test_resuming_after_a_crash_drops_the_rows_of_redone_steps(tmp_path):
     fasta = write_fasta(tmp_path / "t.fasta", n=40)
     run_dir = tmp_path / "run"
-    cfg = tiny_config(fasta, max_steps=6, val_check_interval=3)
-    first = train(cfg, run_dir)
-    assert first.steps == 6 and _train_steps(run_dir) == list(range(6))
-    # the run "died" after step 3's checkpoint: steps 3..5 are redone from it
-    snap = run_dir / "checkpoints" / "snap.ckpt"
     cfg3 = tiny_config(fasta, max_steps=3, val_check_interval=3)
-    train(cfg3, tmp_path / "other")
-    os.replace(tmp_path / "other" / "checkpoints" / "last.ckpt", snap)
+    train(cfg3, run_dir)
+    snap = run_dir / "checkpoints" / "snap.ckpt"  # the run's step-3 checkpoint, kept
+    snap.write_bytes((run_dir / "checkpoints" / "last.ckpt").read_bytes())
+    cfg = tiny_config(fasta, max_steps=6, val_check_interval=3)
+    cfg.ckpt_path = str(run_dir / "checkpoints" / "last.ckpt")
+    assert train(cfg, run_dir).steps == 6 and _train_steps(run_dir) == list(range(6))
+    # the run "died" after step 3's checkpoint: steps 3..5 are redone from it
     cfg.ckpt_path = str(snap)
     train(cfg, run_dir)
     assert _train_steps(run_dir) == list(range(6))
@@ -398,6 +398,32 @@ def test_a_resume_that_fails_before_training_puts_its_config_back(tiny_fasta, tm
     # what changed is named (a seed or data change takes effect, unlike the optimizer's)
     said = "config.yaml changed on resuming (trainer.max_steps: 2 -> 3; seed: 0 -> 7)"
     assert said in caplog.text
+
+
+def test_a_checkpoint_of_another_run_is_not_continued_in_this_ones_directory(tiny_fasta, tmp_path):
+    """Run A's checkpoint copied into run B's checkpoints/ and resumed there replaced B's
+    metrics after that step and B's checkpoints with A's continuation, silently."""
+    import shutil
+
+    from protein_performer.errors import DataError
+
+    a = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "a")
+    b = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "b")
+    foreign = tmp_path / "b" / "checkpoints" / "from_a.ckpt"
+    shutil.copy(a.last_checkpoint, foreign)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    cfg = tiny_config(tiny_fasta, max_steps=4)
+    cfg.ckpt_path = str(foreign)
+    with pytest.raises(DataError, match=r"from_a\.ckpt was written by another run than this"):
+        train(cfg, tmp_path / "b")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()} == before
+    from protein_performer.training.run import _run_id
+
+    own = _run_id(Path(b.last_checkpoint))
+    assert own and own != _run_id(foreign)
+    cfg.ckpt_path = b.best_checkpoint  # its own: goes on, and stays this run
+    assert train(cfg, tmp_path / "b").steps == 4
+    assert _run_id(Path(b.last_checkpoint)) == own  # a resume is the same run
 
 
 def test_a_run_without_a_checkpoint_says_there_is_nothing_to_resume(tiny_fasta, tmp_path):
