@@ -295,6 +295,13 @@ def test_evaluate_says_when_held_out_records_of_a_record_split_copy_training_one
     (caveat,) = test.to_dict()["split"]["caveats"]
     assert re.search(r"\d+ of \d+ test records are identical to a training sequence", caveat)
     assert caveat in test.scope and caveat in caplog.text and caveat in test.format()
+    capped = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint, split="test", max_records=2, toks_per_batch=640
+        )
+    )
+    (caveat,) = capped.to_dict()["split"]["caveats"]  # counted among the records scored
+    assert capped.sequences == 2 and re.match(r"[12] of 2 test records are identical", caveat)
     # the same records in a file the run never read: its "test part" is no held-out part of
     # the run, so there is nothing to say about the run's training data
     other = tmp_path / "other.fasta"
