@@ -87,10 +87,11 @@ class _HashingReader(io.RawIOBase):
         return n or 0
 
     def drain(self) -> None:
-        """Read to EOF so the hash covers the whole file."""
-        while self._raw.readinto(buf := bytearray(1 << 20)):
+        """Read to EOF so the hash (and count) covers the whole file: bytes after the end of
+        a compressed stream too."""
+        buf = bytearray(1 << 20)
+        while self.readinto(buf):
             pass
-        del buf
 
     def close(self) -> None:
         self._raw.close()
@@ -300,7 +301,9 @@ class FastaReader:
                     else "no records (file holds only blank lines)",
                     path=self.path,
                 )
-            if "\x00" in first and first.replace("\x00", "").startswith(">"):
+            line1 = first.rstrip("\r\n")
+            if len(line1) >= 4 and {"\x00"} in (set(line1[1::2]), set(line1[0::2])):
+                # every other character NUL: UTF-16 read as UTF-8
                 raise DataError(
                     "NUL bytes between the characters: UTF-16 text? Convert it to UTF-8 "
                     "(iconv -f UTF-16 -t UTF-8)",

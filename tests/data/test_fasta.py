@@ -378,9 +378,28 @@ def test_concatenated_bom_files_utf16_and_control_characters(tmp_path):
     both = tmp_path / "both.fa"  # two Windows exports joined with cat: a BOM before each
     both.write_bytes((one + one.replace(">a", ">c").replace(">b", ">d")).encode("utf-8"))
     assert [r.id for r in FastaReader(both)] == ["a", "b", "c", "d"]
-    utf16 = tmp_path / "u16.fa"  # no BOM: NUL bytes between the characters
-    utf16.write_bytes(">a\nACDE\n".encode("utf-16-le"))
-    with pytest.raises(DataError, match=r"u16\.fa: NUL bytes between the characters: UTF-16"):
-        list(FastaReader(utf16))
+    for enc in ("utf-16-le", "utf-16-be"):  # no BOM: NUL bytes between the characters
+        utf16 = tmp_path / "u16.fa"
+        utf16.write_bytes(">a first\nACDE\n".encode(enc))
+        with pytest.raises(DataError, match=r"u16\.fa: NUL bytes between the characters"):
+            list(FastaReader(utf16))
+    nul = tmp_path / "nul.fa"  # one NUL in a UTF-8 header: read, as any other header is
+    nul.write_bytes(b">a\x00b desc\nACDE\n")
+    assert [r.title for r in FastaReader(nul)] == ["a\x00b desc"]
     err = DataError("invalid residue", path="x.fa", record=1, record_id="a\x1b[31mRED\x00")
     assert str(err) == "x.fa: record 1 (a\\x1b[31mRED\\x00): invalid residue"
+
+
+def test_bytes_after_a_compressed_stream_are_hashed_and_counted(tmp_path):
+    """drain() read past the stream without counting or hashing: a wrong sha256, and (with
+    the size check) a false "changed while it was read"."""
+    import hashlib
+
+    from protein_performer.data.fasta import FastaReader
+
+    path = tmp_path / "x.fa.bz2"  # bz2 stops at data that is no stream: the rest is drained
+    data = bz2.compress(b">a\nACDE\n") + b"not bzip2 " * (300 << 10)  # 3 MiB after it
+    path.write_bytes(data)
+    reader = FastaReader(path)
+    assert [r.id for r in reader] == ["a"]
+    assert reader.sha256 == hashlib.sha256(data).hexdigest()
