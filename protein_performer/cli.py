@@ -106,7 +106,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     if stats["records_without_residues"]:
         print(
             f"records without residues: {stats['records_without_residues']:,} (only a stop "
-            "'*': training and preprocess refuse them)"
+            "'*': training and preprocess refuse them, or drop them with invalid=skip)"
         )
     nuc = stats["nucleotide_like_records"]
     if nuc:

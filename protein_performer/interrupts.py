@@ -90,13 +90,16 @@ def signals_deferred() -> Iterator[None]:
         previous[sig] = signal.signal(sig, lambda signum, frame: received.append(signum))
     try:
         yield
-    finally:
+    except BaseException:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if received:  # the first one acts now
-            signum = received[0]
-            handler = previous[signum]
-            if callable(handler):
-                handler(signum, None)
-            else:  # SIG_DFL: its default action, now
-                os.kill(os.getpid(), signum)
+        raise  # the block's own error says more than a stop asked for meanwhile
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+    if received:  # the first one acts now
+        signum = received[0]
+        handler = previous[signum]
+        if callable(handler):
+            handler(signum, None)
+        else:  # SIG_DFL: its default action, now
+            os.kill(os.getpid(), signum)

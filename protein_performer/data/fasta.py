@@ -267,11 +267,11 @@ class FastaReader:
         would otherwise be read as residues of the record above them; counted in
         ``comment_lines``."""
         for line in lines:
+            if line.startswith("\ufeff"):  # files concatenated, each with its BOM
+                line = line[1:]
             if line.startswith(";"):
                 self.comment_lines += 1
                 continue
-            if line.startswith("\ufeff"):  # files concatenated, each with its BOM
-                line = line[1:]
             yield line
 
     def __iter__(self) -> Iterator[FastaRecord]:

@@ -56,7 +56,7 @@ from tqdm.auto import tqdm
 
 from protein_performer.atomic import owner_tag, write_text_atomic
 from protein_performer.data.fasta_writer import write_fasta
-from protein_performer.errors import ConfigError
+from protein_performer.errors import ConfigError, DataError
 from protein_performer.interrupts import signals_deferred
 
 __all__ = [
@@ -361,6 +361,9 @@ def simulate_fasta(
     kwargs = dict(locals())
     del kwargs["out"], kwargs["progress"], kwargs["members"]
     params = SimulationParams(**kwargs)  # validate before creating any file
+    for path in (out, members):  # a pair's second rename failing would leave it half-way
+        if path is not None and Path(path).is_dir():
+            raise DataError("a directory, not a file: give a file name", path=path)
     bar = tqdm(
         total=params.n_families, unit="fam", desc="simulate", disable=None if progress else True
     )

@@ -1530,7 +1530,11 @@ def _train(
         except BaseException as e:
             if created:
                 remove_unused_run_dir(run_path, keep_dir=run_dir_claimed or run_path in existed)
-            elif rank_zero and (trainer is None or trainer.global_step <= (resume_step or 0)):
+            elif (
+                rank_zero
+                and (trainer is None or trainer.global_step <= (resume_step or 0))
+                and not (held is not None and held.lost(every_s=0.0))  # (now another's)
+            ):
                 restore_versioned(run_path)  # no step trained with the changed config
             _forget_versioned(run_path)
             if is_out_of_memory(e):
@@ -1860,10 +1864,14 @@ def _training_copies(dm: ProteinDataModule, split: str) -> str | None:
 
 
 def _same_files(given: Sequence[str], stored: Sequence[str] | None) -> bool:
-    """Whether ``given`` names the files of ``stored`` (a checkpoint's, absolute), by any path."""
-    return bool(stored) and sorted(map(os.path.realpath, given)) == sorted(
-        map(os.path.realpath, stored or [])
-    )
+    """Whether ``given`` names the files of ``stored`` (a checkpoint's, absolute): by any
+    path that leads to them, or moved (the same file names: what "give fasta=" asks for when
+    they are not where the run read them)."""
+    if not stored:
+        return False
+    if sorted(map(os.path.realpath, given)) == sorted(map(os.path.realpath, stored)):
+        return True
+    return sorted(map(os.path.basename, given)) == sorted(map(os.path.basename, stored))
 
 
 def _warn_repeated_ids(source: Any, cfg: EvalConfig) -> None:

@@ -399,3 +399,27 @@ def test_a_ctrl_c_between_the_fasta_and_its_members_table_waits_for_both(tmp_pat
     ids = {line.split("\t")[1] for line in table.read_text().splitlines()[1:]}
     assert ids == {line[1:].split()[0] for line in out.read_text().splitlines() if line[0] == ">"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.fasta", "s.tsv"]  # no temporaries
+
+
+def test_a_directory_as_the_members_table_is_refused_before_anything_is_written(tmp_path):
+    from protein_performer.errors import DataError
+
+    out, table = tmp_path / "s.fasta", tmp_path / "s.tsv"
+    table.mkdir()
+    with pytest.raises(DataError, match=r"s\.tsv: a directory, not a file"):
+        simulate_fasta(out, n_families=2, seed=1, members=table)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.tsv"]
+
+
+def test_an_error_in_a_deferred_block_is_not_replaced_by_the_stop_asked_for_meanwhile():
+    import os
+    import signal
+
+    from protein_performer.interrupts import signals_deferred
+
+    with pytest.raises(OSError, match="the rename failed"), signals_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        raise OSError("the rename failed")
+    with pytest.raises(KeyboardInterrupt), signals_deferred():  # a block that ends: it acts
+        os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -302,6 +302,19 @@ def test_evaluate_says_when_held_out_records_of_a_record_split_copy_training_one
     )
     (caveat,) = capped.to_dict()["split"]["caveats"]  # counted among the records scored
     assert capped.sequences == 2 and re.match(r"[12] of 2 test records are identical", caveat)
+    # the run's file moved (what "give fasta=" asks for when it is not where the run read it)
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / fasta.name).write_bytes(fasta.read_bytes())
+    again = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint,
+            fasta=str(moved / fasta.name),
+            split="test",
+            toks_per_batch=640,
+        )
+    )
+    assert again.to_dict()["split"]["caveats"] == test.to_dict()["split"]["caveats"]
     # the same records in a file the run never read: its "test part" is no held-out part of
     # the run, so there is nothing to say about the run's training data
     other = tmp_path / "other.fasta"
