@@ -283,7 +283,7 @@ class ProteinDataModule(pl.LightningDataModule):
             sets.
         val_max_records: cap on val/test records (None: no cap).
         find_copies: reading the val/test part of ``files`` split by hash, also find its
-            records identical to a training record (only hashed as they go by, ~20 bytes a
+            records identical to a training record (only hashed as they go by, 8 bytes a
             record): ``copies[split]`` = ``(indices, source)`` (evaluate says how many).
         progress: show a progress bar while reading FASTA.
         alphabet: vocabulary (default: the project's).

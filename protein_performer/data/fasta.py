@@ -7,6 +7,7 @@ message naming the file and, where known, the record.
 
 from __future__ import annotations
 
+import array
 import bz2
 import gzip
 import hashlib
@@ -614,7 +615,8 @@ def load_fasta_source(
     seqs: list = []
     ids: list[str] = []
     counts = EncodeCounts()
-    digests: tuple[list[int], list[int]] = ([], [])  # kept records', copies_from's
+    # kept records', copies_from's: 8 bytes each (an array, not a list of int objects)
+    digests = (array.array("Q"), array.array("Q"))
     from protein_performer.data.stats import digest64
     from protein_performer.progress import progress as progress_bar
 
@@ -645,6 +647,6 @@ def load_fasta_source(
     source = FlatSource.from_arrays(seqs, ids, alphabet)
     source.encode_counts = counts
     if copies_from is not None:
-        kept, other = (np.asarray(d, dtype=np.uint64) for d in digests)
+        kept, other = (np.frombuffer(d, dtype=np.uint64) for d in digests)
         source.copies = np.flatnonzero(np.isin(kept, other))
     return source

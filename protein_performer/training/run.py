@@ -1834,7 +1834,8 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
         if cfg.split and stored.get(key) is not None and not _same_number(value, stored[key]):
             caveats.append(
                 f"split={cfg.split} {key}={value}: the training run split with {stored[key]}; "
-                "this held-out part holds proteins the model trained on"
+                f"this {cfg.split} part is not the run's (it holds proteins the run "
+                f"{'did not train on' if cfg.split == 'train' else 'trained on'})"
             )
             log.warning("%s", caveats[-1])
     return {
