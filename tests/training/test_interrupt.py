@@ -489,14 +489,10 @@ def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
     cfg.data.split_fractions = [0.6, 0.4, 0.0]
     cfg.data.split_seed = 7
     result = train(cfg, tmp_path / "run")
-    val = evaluate(
-        EvalConfig(
-            checkpoint=result.last_checkpoint,
-            fasta=str(tiny_fasta),
-            split="val",
-            toks_per_batch=640,
-        )
+    ev = dict(
+        checkpoint=result.last_checkpoint, fasta=str(tiny_fasta), split="val", toks_per_batch=640
     )
+    val = evaluate(EvalConfig(**ev))
     assert val.perplexity == pytest.approx(result.val_perplexity, rel=1e-5)
     # the baseline logged in training is evaluate's on the same <mask> positions
     assert result.val_unigram_perplexity_mask == pytest.approx(
@@ -511,15 +507,7 @@ def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
         "caveats": [],
     }
     # another seed draws another split: said, and kept with the result
-    other_seed = evaluate(
-        EvalConfig(
-            checkpoint=result.last_checkpoint,
-            fasta=str(tiny_fasta),
-            split="val",
-            split_seed=0,
-            toks_per_batch=640,
-        )
-    )
+    other_seed = evaluate(EvalConfig(**ev, split_seed=0))
     (caveat,) = other_seed.to_dict()["split"]["caveats"]
     assert caveat.startswith("split=val split_seed=0: the training run split with 7;")
     # clusters= would draw a cluster split, whose held-out part the model trained on
