@@ -53,9 +53,7 @@ from protein_performer.data.cluster import (
     read_members,
     table_digest,
 )
-from protein_performer.data.datamodule import (
-    ProteinDataModule,
-)
+from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.fasta import STREAM_HINT, check_distinct_inputs, load_fasta_source
 from protein_performer.data.shards import read_manifest
 from protein_performer.devices import is_rank_zero, pick_device, usable_cpus
