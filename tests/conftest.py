@@ -38,3 +38,22 @@ def bpti_fasta() -> Path:
 @pytest.fixture
 def sample_fasta() -> Path:
     return _need(SAMPLE)
+
+
+@pytest.fixture
+def kwarg_spy(monkeypatch):
+    """``spy(owner, name, key)``: wrap ``owner.name`` so each call's keyword ``key`` is
+    appended to the returned list (the call itself goes on as before)."""
+
+    def spy(owner: object, name: str, key: str) -> list:
+        seen: list = []
+        real = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            seen.append(kwargs[key])
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+        return seen
+
+    return spy

@@ -224,17 +224,10 @@ def test_a_model_trained_on_packed_windows_samples_between_separators() -> None:
     assert [s.log_prob for s in plain] != [s.log_prob for s in samples]
 
 
-def test_generate_frames_proteins_as_the_checkpoints_run_trained(tmp_path, monkeypatch, capsys):
+def test_generate_frames_proteins_as_the_checkpoints_run_trained(tmp_path, kwarg_spy):
     import protein_performer.analysis.generation as generation
 
-    seen = []
-    real = generation.generate
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs["packed"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(generation, "generate", spy)
+    seen = kwarg_spy(generation, "generate", "packed")
     for mode in ("concat", "crop"):
         ckpt = tmp_path / f"{mode}.ckpt"
         save_model_checkpoint(ckpt, causal_model(), A, "causal", data={"mode": mode})

@@ -848,15 +848,8 @@ def test_score_says_when_fitness_is_constant_and_the_wild_type_is_not_standard(
     assert "the wild type holds X (not one of the 20 amino acids)" in capsys.readouterr().out
 
 
-def test_score_frames_a_packed_causal_model_s_sequences_by_sep(tmp_path, monkeypatch) -> None:
-    seen = []
-    real = mut.score_mutants
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs["packed"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(mut, "score_mutants", spy)
+def test_score_frames_a_packed_causal_model_s_sequences_by_sep(tmp_path, kwarg_spy) -> None:
+    seen = kwarg_spy(mut, "score_mutants", "packed")
     write_csv(tmp_path / "m.csv", [("K2A", "1"), ("T3C", "2")])
     for mode in ("concat", "crop"):
         ckpt = tmp_path / f"{mode}.ckpt"
