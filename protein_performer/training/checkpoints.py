@@ -338,8 +338,10 @@ def load_model(
         causal=meta["objective"] == "causal",
     )
     state = model_state(ckpt)
-    with torch.device("meta"):  # metadata that does not describe the weights: said before
-        skeleton = build()  # a model of its size is allocated
+    # metadata that does not describe the weights is refused before a model of the
+    # metadata's size is allocated: the shapes are compared on the meta device first
+    with torch.device("meta"):
+        skeleton = build()
     check_fits(skeleton.state_dict(), state, str(path))
     model = build()
     load_weights(model, state, str(path))

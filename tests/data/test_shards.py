@@ -189,3 +189,16 @@ def test_duplicate_examples_name_records_of_the_file_past_skipped_ones(tmp_path)
     assert m["duplicate_ids"]["examples"][0] == {
         "record": 4, "first": 2, "file": str(src), "first_file": str(src),
     }  # fmt: skip
+
+
+def test_an_empty_validation_split_of_shards_names_their_split(tmp_path, caplog):
+    """The warning quoted data.split_fractions' unused defaults for a shard run."""
+    from protein_performer.data.datamodule import ProteinDataModule
+
+    out = tmp_path / "s"
+    preprocess(_fasta(tmp_path, 40), out, fractions=(1, 0, 0), progress=False)
+    dm = ProteinDataModule(shards=out, max_length=64, toks_per_batch=640)
+    with caplog.at_level("WARNING"):
+        dm.setup("fit")
+    assert f"the validation split is empty (0 proteins, the shards' split, {out}/" in caplog.text
+    assert "split_fractions" not in caplog.text
