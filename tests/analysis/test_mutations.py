@@ -769,6 +769,7 @@ def test_score_leaves_indels_to_the_whole_sequence_methods(ckpt, tmp_path, capsy
     assert _score(ckpt, tmp_path, "method=[masked-marginal,pseudo-ll]", "overwrite=true") == 0
     out = capsys.readouterr().out
     assert "scored 3 of 3" in out and "masked_marginal, blosum62 blank for them" in out
+    assert "a deletion loses terms" in out  # whole-sequence sums: rank indels among indels
     with open(tmp_path / "s.csv", newline="") as fh:
         got = list(csv.DictReader(fh))
     assert [r["pseudo_ll"] for r in got] == pll

@@ -40,6 +40,8 @@ def test_train_command_runs_end_to_end(tiny_fasta, tmp_path, capsys):
         data,
     )
     assert found and int(found[1]) + int(found[2]) == 80  # write_fasta's records, all read
+    # (tiny_overrides: 4 steps, validation every 2) the final validation is said too
+    assert "training: 4 steps, validation every 2 and at the end, last.ckpt" in err
     best = run_dir / "checkpoints" / "best.ckpt"
     last = run_dir / "checkpoints" / "last.ckpt"
     assert f"best checkpoint {best}" in out
