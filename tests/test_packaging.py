@@ -76,6 +76,7 @@ def test_wheel_from_sdist_ships_configs_and_sample(tmp_path: Path) -> None:
     assert "protein_performer/_resources/data/simulated_families.fasta.gz" in names
     assert "protein_performer/_resources/data/simulated_families.members.tsv" in names
     assert "protein_performer/_resources/data/pretrained/performer_relu_14.ckpt" in names
+    assert "protein_performer/attention/csrc/favor_cpu.cpp" in names  # built on first use
 
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(tmp_path / "site")

@@ -150,6 +150,9 @@ class FavorAttention(nn.Module):
         self.subchunk_size = subchunk_size
         self.stat_momentum = stat_momentum
         self.save_features = save_features
+        # bidirectional ReLU on a CPU projection in the compiled kernel where it builds
+        # (fused_cpu); an attribute, not a setting: the results are the same
+        self.fused = True
         self.nb_features = dim_head if projection == "none" else nb_features
 
         self.register_buffer("redraw_counter", torch.zeros((), dtype=torch.long))
@@ -467,7 +470,7 @@ class FavorAttention(nn.Module):
                 )
             else:
                 out = packed_bidirectional_linear_attention(
-                    qkv, flat_mask, params, chunk, self.save_features
+                    qkv, flat_mask, params, chunk, self.save_features, self.fused
                 )
         return out.to(out_dtype)
 

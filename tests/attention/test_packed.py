@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import protein_performer.attention.linear_attention as la
-from protein_performer.attention import FavorAttention
+from protein_performer.attention import FavorAttention, fused_cpu
 from protein_performer.attention.causal import (
     causal_linear_attention,
     packed_causal_linear_attention,
@@ -222,6 +222,8 @@ def test_a_model_takes_the_packed_route_with_the_same_loss_and_gradients(
 
     calls = []
     function = ca.PackedCausalFavorFunction if causal else la.PackedBidirectionalFavorFunction
+    if not causal and attention == "performer_relu" and fused_cpu.kernel() is not None:
+        function = fused_cpu.FusedReluFavorFunction
     forward = function.forward
 
     def spy(ctx, *args):

@@ -1,0 +1,376 @@
+// Fused bidirectional ReLU FAVOR on the CPU, on a packed (B, L, 3, H, D) q/k/v projection.
+//
+// The same computation as linear_attention.PackedBidirectionalFavorFunction for the ReLU
+// kernel (features rebuilt in the backward, the kernel epsilon added as rank-one terms), but
+// one head per thread, block by block, with every elementwise step (ReLU, its mask, the key
+// sum, the normaliser, the output adjoint) applied to a block while it is in cache, between
+// BLAS calls on the packed layout itself. Built on first use by fused_cpu.py.
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+extern "C" {
+void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*,
+            const float*, const int*, const float*, const int*, const float*, float*, const int*);
+void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*,
+            const double*, const int*, const double*, const int*, const double*, double*,
+            const int*);
+}
+
+namespace {
+
+inline void blas(const char* ta, const char* tb, const int* m, const int* n, const int* k,
+                 const float* alpha, const float* a, const int* lda, const float* b,
+                 const int* ldb, const float* beta, float* c, const int* ldc) {
+  sgemm_(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+inline void blas(const char* ta, const char* tb, const int* m, const int* n, const int* k,
+                 const double* alpha, const double* a, const int* lda, const double* b,
+                 const int* ldb, const double* beta, double* c, const int* ldc) {
+  dgemm_(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// Row-major C[M, N] = op(A)[M, K] op(B)[K, N] + beta C, as column-major BLAS computes
+// C^T = op(B)^T op(A)^T.
+template <typename T>
+inline void mm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
+               const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  const char ca = tb ? 'T' : 'N', cb = ta ? 'T' : 'N';
+  const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
+  const int la = static_cast<int>(ldb), lb = static_cast<int>(lda), lc = static_cast<int>(ldc);
+  const T one = T(1);
+  blas(&ca, &cb, &m, &n, &k, &one, B, &la, A, &lb, &beta, C, &lc);
+}
+
+// Normalisers below this count as 0 (linear_attention.den_floor).
+template <typename T>
+T den_floor() {
+  return std::numeric_limits<T>::min() * T(16777216.0);
+}
+
+// What one head works on: pointers into the packed tensors and their row strides.
+template <typename T>
+struct Head {
+  const T* q;
+  const T* k;
+  const T* v;
+  int64_t ld;  // row stride of q, k, v (and of their gradients)
+  const T* w;  // (m, D) projection with the query scale folded in
+  const bool* mask;  // (L,) true = padded key, or null
+};
+
+template <typename T>
+Head<T> head(const at::Tensor& qkv, const at::Tensor& w, const c10::optional<at::Tensor>& mask,
+             int64_t n) {
+  const int64_t H = qkv.size(3), L = qkv.size(1), D = qkv.size(4), m = w.size(1);
+  const int64_t b = n / H, h = n % H;
+  const T* q = qkv.data_ptr<T>() + b * qkv.stride(0) + h * qkv.stride(3);
+  const bool* mk = mask.has_value() ? mask->data_ptr<bool>() + n * L : nullptr;
+  return {q, q + qkv.stride(2), q + 2 * qkv.stride(2), qkv.stride(1), w.data_ptr<T>() + n * m * D,
+          mk};
+}
+
+// Elementwise passes over a block in cache, compiled for several instruction sets and picked
+// at load time (the build is cached and may be shared between machines: no -march=native).
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define PP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PP_CLONES
+#endif
+
+// relu in place over R rows of m (padded rows zeroed; NaN stays NaN, as torch.relu, so a
+// diverging step shows); adds each row into ksum (keys), or writes its dot with ksum into
+// den (queries).
+template <typename T>
+PP_CLONES void relu_rows(T* __restrict__ phi, int64_t R, int64_t m, const bool* mask,
+                         T* __restrict__ ksum, const T* __restrict__ kdot, T* __restrict__ den) {
+  for (int64_t r = 0; r < R; ++r) {
+    T* __restrict__ row = phi + r * m;
+    if (mask && mask[r]) {
+      std::fill(row, row + m, T(0));
+      if (den) den[r] = T(0);
+      continue;
+    }
+    T dot = T(0);
+    for (int64_t j = 0; j < m; ++j) {
+      const T x = row[j] < T(0) ? T(0) : row[j];
+      row[j] = x;
+      if (ksum) ksum[j] += x;
+      if (kdot) dot += x * kdot[j];
+    }
+    if (den) den[r] = dot;
+  }
+}
+
+// dphi <- where(phi > 0, dphi + a_r * ksum, 0) row by row (a null: a_r = 1, the keys' dksum
+// term); with acc, also acc_j += Σ_r phi_rj a_r (the normaliser's part of the summary gradient).
+template <typename T>
+PP_CLONES void relu_grad_rows(T* __restrict__ dphi, const T* __restrict__ phi, int64_t R,
+                              int64_t m, const T* __restrict__ a, const T* __restrict__ add,
+                              T* __restrict__ acc) {
+  for (int64_t r = 0; r < R; ++r) {
+    T* __restrict__ dr = dphi + r * m;
+    const T* __restrict__ pr = phi + r * m;
+    const T ar = a ? a[r] : T(1);
+    for (int64_t j = 0; j < m; ++j) {
+      dr[j] = pr[j] > T(0) ? dr[j] + ar * add[j] : T(0);
+      if (acc) acc[j] += pr[j] * ar;
+    }
+  }
+}
+
+// phi[R, m] = X W^T for R rows of X (row stride ld), then relu_rows.
+template <typename T>
+void features(const T* X, int64_t ld, const T* W, int64_t R, int64_t m, int64_t D,
+              const bool* mask, T* phi, T* ksum, const T* kdot, T* den) {
+  mm<T>(false, true, R, m, D, X, ld, W, D, T(0), phi, m);
+  relu_rows<T>(phi, R, m, mask, ksum, kdot, den);
+}
+
+bool any_of(const bool* mask, int64_t R) {
+  return mask && std::any_of(mask, mask + R, [](bool x) { return x; });
+}
+
+// The summary is kept as Sv = Σ φ(k) vᵀ (m, D) and ksum = Σ φ(k) (m): products of 64 columns
+// run faster than of the 65 of [Sv, ksum], and the ksum terms ride on the elementwise passes.
+// Saved for the backward as state (m, D+1) = [Sv, ksum], the PyTorch kernel's layout.
+template <typename T>
+void forward_impl(const at::Tensor& qkv, const at::Tensor& w,
+                  const c10::optional<at::Tensor>& mask, T eps, int64_t rows, at::Tensor& out,
+                  at::Tensor& den, at::Tensor& state) {
+  const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
+  const int64_t m = w.size(1), D1 = D + 1;
+  T* out_p = out.data_ptr<T>();
+  T* den_p = den.data_ptr<T>();
+  T* state_p = state.data_ptr<T>();
+  const T floor = den_floor<T>();
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> phi(rows * m), vz(rows * D), Sv(m * D), ksum(m), vsum(D), qterm(D);
+    for (int64_t n = begin; n < end; ++n) {
+      const Head<T> hd = head<T>(qkv, w, mask, n);
+      std::fill(Sv.begin(), Sv.end(), T(0));
+      std::fill(ksum.begin(), ksum.end(), T(0));
+      std::fill(vsum.begin(), vsum.end(), T(0));
+      int64_t count = 0;
+      for (int64_t r0 = 0; r0 < L; r0 += rows) {
+        const int64_t R = std::min(rows, L - r0);
+        const bool* mb = hd.mask ? hd.mask + r0 : nullptr;
+        features<T>(hd.k + r0 * hd.ld, hd.ld, hd.w, R, m, D, mb, phi.data(), ksum.data(),
+                    nullptr, nullptr);
+        const T* V = hd.v + r0 * hd.ld;
+        int64_t ldv = hd.ld;
+        if (any_of(mb, R)) {  // padded values may hold anything: zero rows, never 0 * inf
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t d = 0; d < D; ++d) vz[r * D + d] = mb[r] ? T(0) : V[r * hd.ld + d];
+          V = vz.data();
+          ldv = D;
+        }
+        mm<T>(true, false, m, D, R, phi.data(), m, V, ldv, T(1), Sv.data(), D);
+        for (int64_t r = 0; r < R; ++r) {
+          if (mb && mb[r]) continue;
+          for (int64_t d = 0; d < D; ++d) vsum[d] += V[r * ldv + d];
+          ++count;
+        }
+      }
+      // the kernel epsilon on every valid key feature: + eps · [Σ v, count] on every row
+      std::fill(qterm.begin(), qterm.end(), T(0));
+      T qden = T(0);
+      T* S = state_p + n * m * D1;
+      for (int64_t j = 0; j < m; ++j) {
+        ksum[j] += eps * T(count);
+        qden += ksum[j];
+        for (int64_t d = 0; d < D; ++d) {
+          Sv[j * D + d] += eps * vsum[d];
+          qterm[d] += Sv[j * D + d];
+          S[j * D1 + d] = Sv[j * D + d];
+        }
+        S[j * D1 + D] = ksum[j];
+      }
+      // ... and on every query feature: + eps · Σ_j [Sv, ksum][j] on every output row
+      for (int64_t d = 0; d < D; ++d) qterm[d] *= eps;
+      qden *= eps;
+      const int64_t b = n / H, h = n % H;
+      const int64_t ldo = out.stride(1);
+      T* dn = den_p + n * L;
+      for (int64_t r0 = 0; r0 < L; r0 += rows) {
+        const int64_t R = std::min(rows, L - r0);
+        features<T>(hd.q + r0 * hd.ld, hd.ld, hd.w, R, m, D, nullptr, phi.data(), nullptr,
+                    ksum.data(), dn + r0);
+        T* ob = out_p + b * out.stride(0) + r0 * ldo + h * D;
+        mm<T>(false, false, R, D, m, phi.data(), m, Sv.data(), D, T(0), ob, ldo);
+        for (int64_t r = 0; r < R; ++r) {
+          const T dd = dn[r0 + r] + qden;
+          dn[r0 + r] = dd;
+          T* __restrict__ o = ob + r * ldo;
+          if (dd < floor) {
+            std::fill(o, o + D, T(0));
+          } else {
+            const T inv = T(1) / dd;
+            for (int64_t d = 0; d < D; ++d) o[d] = (o[d] + qterm[d]) * inv;
+          }
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
+                   const c10::optional<at::Tensor>& mask, T eps, int64_t rows,
+                   const at::Tensor& out, const at::Tensor& den, const at::Tensor& state,
+                   at::Tensor& dqkv) {
+  const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
+  const int64_t m = w.size(1), D1 = D + 1;
+  const T* g_p = g.data_ptr<T>();
+  const T* out_p = out.data_ptr<T>();
+  const T* den_p = den.data_ptr<T>();
+  const T* state_p = state.data_ptr<T>();
+  const T floor = den_floor<T>();
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> phi(rows * m), dphi(rows * m), gv(rows * D), a(rows), Sv(m * D), ksum(m),
+        dSv(m * D), dksum(m), gsum(D), vterm(D);
+    for (int64_t n = begin; n < end; ++n) {
+      const Head<T> hd = head<T>(qkv, w, mask, n);
+      const int64_t b = n / H, h = n % H;
+      T* dq = dqkv.data_ptr<T>() + b * dqkv.stride(0) + h * dqkv.stride(3);
+      T* dk = dq + dqkv.stride(2);
+      T* dv = dq + 2 * dqkv.stride(2);
+      const int64_t ldd = dqkv.stride(1);
+      const T* S = state_p + n * m * D1;
+      for (int64_t j = 0; j < m; ++j) {
+        std::copy(S + j * D1, S + j * D1 + D, Sv.data() + j * D);
+        ksum[j] = S[j * D1 + D];
+      }
+      const T* dn = den_p + n * L;
+      std::fill(dSv.begin(), dSv.end(), T(0));
+      std::fill(dksum.begin(), dksum.end(), T(0));
+      std::fill(gsum.begin(), gsum.end(), T(0));
+      T asum = T(0);
+      for (int64_t r0 = 0; r0 < L; r0 += rows) {
+        const int64_t R = std::min(rows, L - r0);
+        features<T>(hd.q + r0 * hd.ld, hd.ld, hd.w, R, m, D, nullptr, phi.data(), nullptr,
+                    nullptr, nullptr);
+        // dLoss/d[numerator, normaliser] (linear_attention.output_adjoint): gv, a
+        for (int64_t r = 0; r < R; ++r) {
+          const T dd = dn[r0 + r];
+          const T inv = dd >= floor ? T(1) / dd : T(0);
+          const T* gr = g_p + b * g.stride(0) + (r0 + r) * g.stride(1) + h * D;
+          const T* o = out_p + b * out.stride(0) + (r0 + r) * out.stride(1) + h * D;
+          T* __restrict__ gr_v = gv.data() + r * D;
+          T dot = T(0);
+          for (int64_t d = 0; d < D; ++d) {
+            gr_v[d] = gr[d] * inv;
+            dot += gr[d] * o[d];
+            gsum[d] += gr_v[d];
+          }
+          a[r] = -dot * inv;
+          asum += a[r];
+        }
+        // dφ(q) = gv Svᵀ + a ksumᵀ, through the relu; dksum += φ(q)ᵀ a
+        mm<T>(false, true, R, m, D, gv.data(), D, Sv.data(), D, T(0), dphi.data(), m);
+        relu_grad_rows<T>(dphi.data(), phi.data(), R, m, a.data(), ksum.data(), dksum.data());
+        mm<T>(false, false, R, D, m, dphi.data(), m, hd.w, D, T(0), dq + r0 * ldd, ldd);
+        mm<T>(true, false, m, D, R, phi.data(), m, gv.data(), D, T(1), dSv.data(), D);
+      }
+      // the query features' epsilon: dS += eps · Σ_rows [gv, a] on every row
+      std::fill(vterm.begin(), vterm.end(), T(0));
+      for (int64_t j = 0; j < m; ++j) {
+        dksum[j] += eps * asum;
+        for (int64_t d = 0; d < D; ++d) {
+          dSv[j * D + d] += eps * gsum[d];
+          vterm[d] += dSv[j * D + d];
+        }
+      }
+      for (int64_t d = 0; d < D; ++d) vterm[d] *= eps;  // the key features' epsilon, on dv
+      for (int64_t r0 = 0; r0 < L; r0 += rows) {
+        const int64_t R = std::min(rows, L - r0);
+        const bool* mb = hd.mask ? hd.mask + r0 : nullptr;
+        features<T>(hd.k + r0 * hd.ld, hd.ld, hd.w, R, m, D, mb, phi.data(), nullptr, nullptr,
+                    nullptr);
+        T* dvb = dv + r0 * ldd;
+        mm<T>(false, false, R, D, m, phi.data(), m, dSv.data(), D, T(0), dvb, ldd);
+        for (int64_t r = 0; r < R; ++r) {
+          T* __restrict__ row = dvb + r * ldd;
+          if (mb && mb[r]) {
+            std::fill(row, row + D, T(0));
+          } else {
+            for (int64_t d = 0; d < D; ++d) row[d] += vterm[d];
+          }
+        }
+        // dφ(k) = v dSvᵀ + dksumᵀ, through the relu; a padded row (phi 0) is selected away,
+        // whatever its v holds
+        mm<T>(false, true, R, m, D, hd.v + r0 * hd.ld, hd.ld, dSv.data(), D, T(0), dphi.data(),
+              m);
+        relu_grad_rows<T>(dphi.data(), phi.data(), R, m, nullptr, dksum.data(), nullptr);
+        mm<T>(false, false, R, D, m, dphi.data(), m, hd.w, D, T(0), dk + r0 * ldd, ldd);
+      }
+    }
+  });
+}
+
+void check(const at::Tensor& qkv, const at::Tensor& w, const c10::optional<at::Tensor>& mask,
+           int64_t rows) {
+  TORCH_CHECK(qkv.device().is_cpu() && qkv.dim() == 5 && qkv.size(2) == 3 && qkv.is_contiguous(),
+              "qkv must be a contiguous CPU tensor (B, L, 3, H, D)");
+  TORCH_CHECK(qkv.scalar_type() == at::kFloat || qkv.scalar_type() == at::kDouble,
+              "qkv must be float32 or float64");
+  const int64_t n = qkv.size(0) * qkv.size(3);
+  TORCH_CHECK(w.scalar_type() == qkv.scalar_type() && w.is_contiguous() && w.dim() == 3 &&
+                  w.size(0) == n && w.size(2) == qkv.size(4),
+              "w must be a contiguous (B*H, m, D) tensor of qkv's dtype");
+  if (mask.has_value())
+    TORCH_CHECK(mask->scalar_type() == at::kBool && mask->is_contiguous() && mask->dim() == 2 &&
+                    mask->size(0) == n && mask->size(1) == qkv.size(1),
+                "mask must be a contiguous bool (B*H, L) tensor");
+  TORCH_CHECK(rows > 0, "rows must be positive");
+  // BLAS takes int dimensions and leading dimensions
+  TORCH_CHECK(qkv.stride(1) <= std::numeric_limits<int>::max() &&
+                  rows * w.size(1) <= std::numeric_limits<int>::max(),
+              "sizes beyond BLAS's int range");
+}
+
+}  // namespace
+
+std::vector<at::Tensor> relu_forward(const at::Tensor& qkv, const at::Tensor& w,
+                                     const c10::optional<at::Tensor>& mask, double eps,
+                                     int64_t rows) {
+  check(qkv, w, mask, rows);
+  const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
+  auto out = at::empty({B, L, H, D}, qkv.options());
+  auto den = at::empty({B, H, L}, qkv.options());
+  auto state = at::zeros({B, H, w.size(1), D + 1}, qkv.options());
+  {
+    pybind11::gil_scoped_release no_gil;
+    AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "favor_relu_forward", [&] {
+      forward_impl<scalar_t>(qkv, w, mask, static_cast<scalar_t>(eps), rows, out, den, state);
+    });
+  }
+  return {out, den, state};
+}
+
+at::Tensor relu_backward(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
+                         const c10::optional<at::Tensor>& mask, double eps, int64_t rows,
+                         const at::Tensor& out, const at::Tensor& den, const at::Tensor& state) {
+  check(qkv, w, mask, rows);
+  TORCH_CHECK(g.sizes() == out.sizes() && g.is_contiguous() && g.scalar_type() == qkv.scalar_type(),
+              "g must be a contiguous tensor like the output");
+  auto dqkv = at::empty_like(qkv);
+  {
+    pybind11::gil_scoped_release no_gil;
+    AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "favor_relu_backward", [&] {
+      backward_impl<scalar_t>(g, qkv, w, mask, static_cast<scalar_t>(eps), rows, out, den, state,
+                              dqkv);
+    });
+  }
+  return dqkv;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("relu_forward", &relu_forward, "fused bidirectional ReLU FAVOR, forward");
+  m.def("relu_backward", &relu_backward, "fused bidirectional ReLU FAVOR, backward");
+}

@@ -1,0 +1,161 @@
+"""The fused CPU kernel for bidirectional ReLU FAVOR (``csrc/favor_cpu.cpp``), built on first use.
+
+On a CPU, bidirectional ReLU FAVOR on a packed q/k/v projection runs in this C++ kernel when it
+can be built: one head per thread, block by block, with the feature map, its mask and the
+normaliser applied to each block while it is in cache, between BLAS calls on the packed layout
+(benchmarks/README.md has what it saves). The same numbers as the PyTorch kernel
+(:class:`~protein_performer.attention.linear_attention.PackedBidirectionalFavorFunction`) up to
+float rounding; tests compare them in float64.
+
+The kernel is compiled once per machine with ``torch.utils.cpp_extension`` (needs a C++
+compiler, ninja and Python's headers; ~30 s) into torch's extension cache
+(``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``); where it cannot be built,
+FAVOR runs on the PyTorch kernel with one warning. ``PP_FUSED_KERNEL`` chooses: ``auto`` (the
+default), ``off`` (never build or use it), ``on`` (fail when it cannot be built).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import sys
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from .feature_maps import FeatureParams
+from .linear_attention import without_autocast
+
+SOURCE = Path(__file__).with_name("csrc") / "favor_cpu.cpp"
+ENV = "PP_FUSED_KERNEL"
+#: Rows of a head's block: (rows, m) features stay in a core's L2 cache (256 KiB at m = 256).
+ROWS = 256
+_MODES = {"auto": "auto", "": "auto", "on": "on", "1": "on", "off": "off", "0": "off"}
+
+
+class FusedKernelError(RuntimeError):
+    """``PP_FUSED_KERNEL=on`` and the kernel could not be built or loaded."""
+
+
+def mode() -> str:
+    """``PP_FUSED_KERNEL`` as ``auto``, ``on`` or ``off``."""
+    raw = os.environ.get(ENV, "auto").strip().lower()
+    if raw not in _MODES:
+        raise ValueError(f"{ENV}={raw!r}: expected auto, on or off")
+    return _MODES[raw]
+
+
+@functools.cache
+def _build() -> ModuleType | Exception:
+    from torch.utils import cpp_extension
+
+    source = SOURCE.read_bytes()
+    # the source's hash in the name: an edited kernel never loads an older build
+    name = "protein_performer_favor_cpu_" + hashlib.sha256(source).hexdigest()[:12]
+    try:  # private, hence guarded: only decides whether to say that a build is coming
+        build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
+        built = any(build_dir.glob(f"{name}*.so"))
+    except Exception:
+        built = False
+    if not built:
+        print(
+            "protein-performer: compiling the fused CPU FAVOR kernel (once per machine, ~30 s; "
+            f"{ENV}=off skips it)",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        # -fopenmp: at::parallel_for's OpenMP loop (one head per thread); no -march=native, as
+        # the build is cached under the user's home, which other machines may share
+        return cpp_extension.load(
+            name=name,
+            sources=[str(SOURCE)],
+            extra_cflags=["-O3", "-fopenmp"],
+            verbose=False,
+        )
+    except Exception as exc:  # no compiler, no ninja, no headers, an unwritable cache
+        return exc
+
+
+def kernel() -> ModuleType | None:
+    """The compiled kernel, or None where it is off or cannot be built (warned once)."""
+    chosen = mode()
+    if chosen == "off":
+        return None
+    built = _build()
+    if not isinstance(built, Exception):
+        return built
+    reason = " ".join(f"{type(built).__name__}: {built}".split())[:300]
+    if chosen == "on":
+        raise FusedKernelError(f"{ENV}=on, but the fused CPU kernel did not build ({reason})")
+    _warn_once(reason)
+    return None
+
+
+@functools.cache
+def _warn_once(reason: str) -> None:
+    warnings.warn(
+        f"the fused CPU FAVOR kernel could not be built ({reason}); using the PyTorch kernel "
+        f"(same results, slower). {ENV}=off silences this.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def usable(qkv: torch.Tensor, params: FeatureParams, save_features: bool) -> bool:
+    """Whether the fused kernel computes this call: bidirectional ReLU on a float32/float64
+    CPU projection, features rebuilt in the backward."""
+    return (
+        params.spec.kind == "relu"
+        and not save_features
+        and qkv.device.type == "cpu"
+        and qkv.dtype in (torch.float32, torch.float64)
+        and params.wq.dtype == qkv.dtype
+        and kernel() is not None
+    )
+
+
+class FusedReluFavorFunction(torch.autograd.Function):
+    """Bidirectional ReLU FAVOR on a packed ``qkv`` ``(B, L, 3, H, D)`` -> ``(B, L, H, D)``,
+    in the compiled kernel; saves what the PyTorch kernel saves (the projection, the
+    ``(m, D+1)`` summary, the output and its normaliser)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        qkv: torch.Tensor,
+        mask: torch.Tensor | None,
+        w: torch.Tensor,
+        eps: float,
+    ) -> torch.Tensor:
+        ext = kernel()
+        qkv, w = qkv.contiguous(), w.contiguous()
+        mask = None if mask is None else mask.contiguous()
+        out, den, state = ext.relu_forward(qkv, w, mask, eps, ROWS)
+        # w as an attribute, as the PyTorch kernel keeps its FeatureParams: a detached
+        # parameter of the call, not an activation (the memory estimate counts the latter)
+        ctx.eps, ctx.w = eps, w
+        ctx.save_for_backward(qkv, mask, out, den, state)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    @without_autocast
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        qkv, mask, out, den, state = ctx.saved_tensors
+        g = g.to(qkv.dtype).contiguous()
+        dqkv = kernel().relu_backward(g, qkv, ctx.w, mask, ctx.eps, ROWS, out, den, state)
+        return dqkv, None, None, None
+
+
+def fused_relu_attention(
+    qkv: torch.Tensor, key_mask: torch.Tensor | None, params: FeatureParams
+) -> torch.Tensor:
+    """:func:`~protein_performer.attention.linear_attention.packed_bidirectional_linear_attention`
+    for the ReLU kernel in the compiled kernel (check :func:`usable` first): ``qkv`` ``(B, L,
+    3, H, D)``, ``key_mask`` ``(B·H, L)`` True = padded key -> ``(B, L, H, D)``."""
+    return FusedReluFavorFunction.apply(qkv, key_mask, params.wq, params.spec.kernel_eps)

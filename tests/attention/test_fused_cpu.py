@@ -1,0 +1,202 @@
+"""The compiled CPU kernel for bidirectional ReLU FAVOR (``fused_cpu``): the PyTorch kernel's
+numbers in float64 (values and gradients), its handling of padding and NaN, and the switch
+``PP_FUSED_KERNEL`` with its fallback when the kernel cannot be built."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import pytest
+import torch
+from torch.utils import cpp_extension
+
+import protein_performer.attention.linear_attention as la
+from protein_performer.attention import FavorAttention, fused_cpu
+
+COMPILER = shutil.which("c++") is not None and cpp_extension.is_ninja_available()
+
+
+@pytest.fixture
+def built():
+    if fused_cpu.kernel() is None:
+        pytest.skip("the fused kernel does not build here (no compiler or ninja)")
+
+
+def test_the_kernel_builds_where_a_compiler_and_ninja_are():
+    if not COMPILER:
+        pytest.skip("no C++ compiler or ninja")
+    assert fused_cpu.kernel() is not None, fused_cpu._build()
+
+
+def _both(attn: FavorAttention, qkv: torch.Tensor, mask: torch.Tensor | None, g: torch.Tensor):
+    """Output and input gradient of the fused kernel and of the PyTorch one."""
+    results = []
+    for fused in (True, False):
+        attn.fused = fused
+        out = attn.forward_packed(qkv, mask)
+        (grad,) = torch.autograd.grad((out * g).sum(), qkv)
+        results.append((out, grad))
+    return results
+
+
+@pytest.mark.parametrize(
+    ("b", "length", "h", "d", "m", "projection"),
+    [
+        (1, 1, 1, 8, 16, "random"),  # one row, one head
+        (2, 255, 3, 16, 24, "random"),
+        (1, 256, 2, 16, 40, "random"),  # exactly one block
+        (3, 257, 1, 8, 8, "none"),  # one row into a second block; m = D, no projection
+        (2, 600, 2, 16, 32, "random"),
+    ],
+)
+@pytest.mark.parametrize("masked", [False, True])
+def test_fused_equals_the_pytorch_kernel_in_float64(built, b, length, h, d, m, projection, masked):
+    torch.manual_seed(0)
+    attn = FavorAttention(d, m, kernel="relu", projection=projection).double()
+    qkv = torch.randn(b, length, 3, h, d, dtype=torch.float64, requires_grad=True)
+    mask = None
+    if masked:
+        mask = torch.zeros(b, length, dtype=torch.bool)
+        mask[0, length // 2 :] = True  # padding across a block boundary
+        if b > 2:
+            mask[1] = True  # every key padded: zero output, zero gradient
+    g = torch.randn(b, length, h, d, dtype=torch.float64)
+    (out, grad), (want, want_grad) = _both(attn, qkv, mask, g)
+    torch.testing.assert_close(out, want, atol=1e-13, rtol=1e-12)
+    torch.testing.assert_close(grad, want_grad, atol=1e-12, rtol=1e-11)
+    if masked and b > 2:
+        assert not out[1].any() and not grad[1].any()
+
+
+def test_fused_gradcheck(built):
+    torch.manual_seed(1)
+    attn = FavorAttention(4, 6, kernel="relu").double()
+    qkv = torch.randn(2, 7, 3, 2, 4, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(2, 7, dtype=torch.bool)
+    mask[1, -3:] = True
+    calls = []
+    forward = fused_cpu.FusedReluFavorFunction.forward
+
+    def spy(ctx, *args):
+        calls.append(1)
+        return forward(ctx, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fused_cpu.FusedReluFavorFunction, "forward", staticmethod(spy))
+        assert torch.autograd.gradcheck(lambda x: attn.forward_packed(x, mask), (qkv,))
+    assert calls  # the fused kernel was the one checked
+
+
+def test_padded_rows_holding_nan_do_not_reach_real_rows_and_a_real_nan_propagates(built):
+    torch.manual_seed(2)
+    attn = FavorAttention(8, 16, kernel="relu").double()
+    clean = torch.randn(2, 300, 3, 2, 8, dtype=torch.float64)
+    mask = torch.zeros(2, 300, dtype=torch.bool)
+    mask[0, 280:] = True
+    dirty = clean.clone()
+    dirty[0, 280:, 1:] = float("nan")  # keys and values of padded positions
+    g = torch.randn(2, 300, 2, 8, dtype=torch.float64)
+    results = []
+    for x in (clean, dirty):
+        x = x.clone().requires_grad_()
+        attn.fused = True
+        out = attn.forward_packed(x, mask)
+        (grad,) = torch.autograd.grad((out * g).sum(), x)
+        results.append((out, grad))
+    (out, grad), (dirty_out, dirty_grad) = results
+    torch.testing.assert_close(dirty_out, out, atol=0, rtol=0)
+    torch.testing.assert_close(dirty_grad[:, :, 0], grad[:, :, 0], atol=0, rtol=0)  # dq
+    real = ~mask
+    torch.testing.assert_close(dirty_grad[real], grad[real], atol=0, rtol=0)
+    # a NaN in a real key is a diverging step: it shows, as in the PyTorch kernel
+    bad = clean.clone()
+    bad[1, 5, 1, 0, 0] = float("nan")
+    for fused in (True, False):
+        attn.fused = fused
+        with torch.no_grad():
+            assert attn.forward_packed(bad, mask)[1, :, 0].isnan().all()
+
+
+def test_a_float32_model_step_takes_the_fused_kernel_and_matches_the_pytorch_one(built):
+    from protein_performer.model.config import ModelConfig
+    from protein_performer.model.performer import ProteinLM
+
+    torch.manual_seed(3)
+    config = ModelConfig(attention="performer_relu", dim=32, depth=2, heads=4, ffn_dim=64)
+    model = ProteinLM(config, 25, 0).eval()
+    ids = torch.randint(4, 25, (3, 40))
+    ids[0, -7:] = 0
+    losses = []
+    for fused in (True, False):
+        for block in model.blocks:
+            block.attn.favor.fused = fused
+        model.zero_grad()
+        loss = model(ids)["logits"].square().mean()
+        loss.backward()
+        losses.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (loss, grads), (want, want_grads) = losses
+    torch.testing.assert_close(loss, want, atol=1e-6, rtol=1e-5)
+    for got, exp in zip(grads, want_grads, strict=True):
+        torch.testing.assert_close(got, exp, atol=1e-5, rtol=1e-4)
+
+
+def _spy_routes(monkeypatch) -> list[str]:
+    routes: list[str] = []
+    for name, function in [
+        ("fused", fused_cpu.FusedReluFavorFunction),
+        ("pytorch", la.PackedBidirectionalFavorFunction),
+    ]:
+        forward = function.forward
+
+        def spy(ctx, *args, _name=name, _forward=forward):
+            routes.append(_name)
+            return _forward(ctx, *args)
+
+        monkeypatch.setattr(function, "forward", staticmethod(spy))
+    return routes
+
+
+def test_off_keeps_the_pytorch_kernel_and_on_fails_loudly_where_it_cannot_build(monkeypatch):
+    routes = _spy_routes(monkeypatch)
+    attn = FavorAttention(8, 16, kernel="relu")
+    qkv = torch.randn(1, 20, 3, 2, 8)
+    monkeypatch.setenv(fused_cpu.ENV, "off")
+    attn.forward_packed(qkv)
+    assert routes == ["pytorch"]
+
+    monkeypatch.setattr(fused_cpu, "_build", lambda: OSError("no compiler here"))
+    monkeypatch.setenv(fused_cpu.ENV, "on")
+    with pytest.raises(fused_cpu.FusedKernelError, match="no compiler here"):
+        attn.forward_packed(qkv)
+    monkeypatch.setenv(fused_cpu.ENV, "sometimes")
+    with pytest.raises(ValueError, match="PP_FUSED_KERNEL='sometimes'"):
+        attn.forward_packed(qkv)
+
+
+def test_auto_falls_back_to_the_pytorch_kernel_with_one_warning(monkeypatch):
+    routes = _spy_routes(monkeypatch)
+    monkeypatch.setenv(fused_cpu.ENV, "auto")
+    monkeypatch.setattr(fused_cpu, "_build", lambda: OSError("ninja is required"))
+    fused_cpu._warn_once.cache_clear()
+    attn = FavorAttention(8, 16, kernel="relu")
+    qkv = torch.randn(1, 20, 3, 2, 8)
+    with pytest.warns(RuntimeWarning, match="could not be built .*ninja is required"):
+        attn.forward_packed(qkv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per process
+        attn.forward_packed(qkv)
+    assert routes == ["pytorch", "pytorch"]
+    fused_cpu._warn_once.cache_clear()
+
+
+def test_only_bidirectional_relu_without_kept_features_takes_it(built, monkeypatch):
+    routes = _spy_routes(monkeypatch)
+    qkv = torch.randn(1, 20, 3, 2, 8)
+    FavorAttention(8, 16, kernel="relu").forward_packed(qkv)
+    FavorAttention(8, 16, kernel="softmax").forward_packed(qkv)
+    with torch.enable_grad():
+        FavorAttention(8, 16, kernel="relu", save_features=True).forward_packed(
+            qkv.requires_grad_()
+        )
+    assert routes == ["fused", "pytorch", "pytorch"]
