@@ -27,7 +27,7 @@ from protein_performer.data.cluster import (
 from protein_performer.data.context import CONTEXT_ORDERS, FILL_PLACES
 from protein_performer.data.datasets import PAIR_MASKS
 from protein_performer.errors import ConfigError
-from protein_performer.model.config import ATTENTION_KINDS, ModelConfig, _choice
+from protein_performer.model.config import ATTENTION_KINDS, ModelConfig, _choice, as_section
 
 OBJECTIVES: tuple[str, ...] = ("mlm", "causal")
 DATA_MODES: tuple[str, ...] = ("crop", "concat")
@@ -203,15 +203,7 @@ class TrainConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, Mapping) and f.default_factory is not dataclasses.MISSING:
-                cls = type(f.default_factory())
-                known = {x.name for x in dataclasses.fields(cls)}
-                unknown = sorted(set(value) - known)
-                if unknown:
-                    raise ConfigError(
-                        f"{f.name}.{unknown[0]} is not a key of {f.name} "
-                        f"(keys: {', '.join(sorted(known))})"
-                    )
-                setattr(self, f.name, cls(**value))
+                setattr(self, f.name, as_section(type(f.default_factory()), value, f.name))
 
 
 @dataclass

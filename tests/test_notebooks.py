@@ -10,7 +10,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path: Path, monkeypatch, tmp_path) -> None:
+def test_notebook_runs(path: Path, monkeypatch, tmp_path, tmp_path_factory) -> None:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(path, as_version=4)
@@ -19,6 +19,8 @@ def test_notebook_runs(path: Path, monkeypatch, tmp_path) -> None:
     )
     monkeypatch.setenv("PP_NOTEBOOK_SMALL", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # the notebooks' run folders (tempfile.mkdtemp) go where pytest cleans up, not to /tmp
+    monkeypatch.setenv("TMPDIR", str(tmp_path_factory.mktemp("notebook_runs")))
     # run from another folder: a notebook finds the project's files whatever the working
     # directory (a copy opened elsewhere, code pasted into a script) and writes nothing there
     client = nbclient.NotebookClient(
@@ -29,4 +31,5 @@ def test_notebook_runs(path: Path, monkeypatch, tmp_path) -> None:
     assert not errors
     printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert ".json not found" not in printed  # the saved benchmark the text describes
+    assert "UserWarning" not in printed  # e.g. a plot's style given twice
     assert not list(tmp_path.iterdir())

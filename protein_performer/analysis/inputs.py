@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from protein_performer.data.alphabet import Alphabet, InvalidPolicy
+from protein_performer.data.alphabet import STRING_HINT, Alphabet, InvalidPolicy
 from protein_performer.data.batching import pad_batch
 from protein_performer.data.fasta import (
     EncodeCounts,
@@ -62,8 +63,10 @@ def as_protein(item: Protein | str, alphabet: Alphabet, index: int = 0) -> Prote
     if isinstance(item, Protein):
         return item
     if isinstance(item, str):
-        ids = alphabet.clean_encode(item, record=index + 1).ids
+        ids = alphabet.clean_encode(item, record=index + 1, hint=STRING_HINT).ids
         assert ids is not None  # policy error: invalid letters raise
+        if not len(ids):
+            raise ValueError(f"sequence {index + 1} is empty (no residues)")
         return Protein(f"seq{index}", "", ids)
     raise TypeError(
         f"expected a Protein (read_proteins) or a sequence string, got {type(item).__name__}"
@@ -76,12 +79,24 @@ def as_proteins(
     """One protein or a list of them (:func:`as_protein` each)."""
     if isinstance(items, (Protein, str)):
         items = [items]
+    if not isinstance(items, Iterable):
+        raise TypeError(
+            f"expected proteins (read_proteins) or sequence strings, got {type(items).__name__}"
+        )
     return [as_protein(item, alphabet, i) for i, item in enumerate(items)]
+
+
+def check_toks_per_batch(value: object) -> int:
+    """``toks_per_batch`` as a positive int, or a one-line :class:`ConfigError`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ConfigError(f"toks_per_batch must be a positive integer (got {value!r})")
+    return int(value)
 
 
 def token_batches(proteins: Sequence[Protein], toks_per_batch: int) -> list[list[int]]:
     """Indices of ``proteins`` grouped in order so that a padded batch (``<cls>``/``<eos>``
     included) holds at most ``toks_per_batch`` tokens (a longer protein is a batch alone)."""
+    check_toks_per_batch(toks_per_batch)
     batches: list[list[int]] = []
     longest = 0
     for i, p in enumerate(proteins):
@@ -101,22 +116,27 @@ def padded_tokens(proteins: Sequence[Protein], alphabet: Alphabet) -> torch.Tens
 
 
 def max_tokens(
-    model: ProteinLM, max_length: int | None, trained_length: int | None = None
+    model: ProteinLM,
+    max_length: int | None,
+    trained_length: int | None = None,
+    name: str = "max_length",
 ) -> int | None:
     """Tokens per protein the model accepts: ``max_length`` when given (checked against the
-    model's learned positions), else the model's ``max_len`` capped at ``trained_length`` (the
-    crop length it trained on: learned positions beyond it never trained), None for rotary
-    positions."""
+    model's learned positions; errors call it ``name``), else the model's ``max_len`` capped
+    at ``trained_length`` (the crop length it trained on: learned positions beyond it never
+    trained), None for rotary positions."""
     limit = None if model.rotary is not None else model.config.max_len
     if max_length is None:
         if limit is not None and trained_length:
             return min(limit, int(trained_length))
         return limit
-    if max_length < 3:
-        raise ConfigError(f"max_length must be >= 3 (got {max_length})")
+    if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral):
+        raise ConfigError(f"{name} must be an integer >= 3 or None (got {max_length!r})")
+    if max_length < 3:  # <cls>, one residue, <eos>
+        raise ConfigError(f"{name} must be >= 3 (got {max_length})")
     if limit is not None and max_length > limit:
         raise ConfigError(
-            f"max_length={max_length} exceeds the checkpoint's max_len={limit} (learned positions)"
+            f"{name}={max_length} exceeds the checkpoint's max_len={limit} (learned positions)"
         )
     return max_length
 

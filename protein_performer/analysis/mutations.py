@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from protein_performer.analysis.inputs import check_toks_per_batch
+from protein_performer.analysis.inputs import max_tokens as token_limit
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
@@ -356,7 +358,8 @@ def log_likelihoods(
             "log_likelihood needs a causal (next-token) model; a masked LM's counterpart is "
             "pseudo_log_likelihood"
         )
-    seqs = [alphabet.encode(x) if isinstance(x, str) else np.asarray(x) for x in sequences]
+    seqs = [_residue_ids(alphabet, x, i) for i, x in enumerate(sequences)]
+    toks_per_batch = check_toks_per_batch(toks_per_batch)
     if not seqs:
         return np.zeros(0, dtype=np.float64)
     device = next(model.parameters()).device
@@ -390,6 +393,19 @@ def log_likelihood(
     return float(log_likelihoods(model, alphabet, [ids], packed=packed)[0])
 
 
+def _residue_ids(alphabet: Alphabet, x: np.ndarray | str, index: int = 0) -> np.ndarray:
+    """Residue ids of ``x`` (ids, or a sequence read as a FASTA record's is); an empty one is
+    a ValueError (it has nothing to score, and its "score" would read as a real number)."""
+    if not isinstance(alphabet, Alphabet):
+        raise TypeError(
+            f"alphabet must be an Alphabet (e.g. default_alphabet()), got {type(alphabet).__name__}"
+        )
+    ids = alphabet.encode(x) if isinstance(x, str) else np.asarray(x)
+    if not len(ids):
+        raise ValueError(f"sequence {index + 1} is empty (no residues)")
+    return ids
+
+
 @torch.no_grad()
 def pseudo_log_likelihood(
     model: ProteinLM, alphabet: Alphabet, ids: np.ndarray | str, *, toks_per_batch: int = 8192
@@ -403,8 +419,8 @@ def pseudo_log_likelihood(
             "residue, and this model is causal (next-token; its logits at i predict i + 1): "
             "use log_likelihood"
         )
-    if isinstance(ids, str):
-        ids = alphabet.encode(ids)
+    ids = _residue_ids(alphabet, ids)
+    toks_per_batch = check_toks_per_batch(toks_per_batch)
     with evaluating(model):
         logp = _site_log_probs(
             model,
@@ -508,8 +524,15 @@ def score_mutants(
     if unknown:
         raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
     check_methods(methods, causal)
-    ids = alphabet.encode(sequence)
+    ids = _residue_ids(alphabet, sequence)
     wild_type = alphabet.decode(ids)
+    toks_per_batch = check_toks_per_batch(toks_per_batch)
+    bad = next((m for m in mutants if not isinstance(m, (str, Indel, Sequence))), None)
+    if bad is not None:
+        raise TypeError(
+            f"a mutant must be a string (e.g. 'H24C', 'H24C:P25A' or a variant's sequence), "
+            f"substitutions or an Indel; got {type(bad).__name__} {bad!r}"
+        )
     whole = [
         isinstance(m, Indel) or (isinstance(m, str) and looks_like_sequence(m, wild_type))
         for m in mutants
@@ -522,8 +545,7 @@ def score_mutants(
         else list(m)
         for m in mutants
     ]
-    if max_tokens is None and model.rotary is None:
-        max_tokens = model.config.max_len
+    max_tokens = token_limit(model, max_tokens, name="max_tokens")
     window = None if max_tokens is None else max_tokens - 2
     problems = [
         (i, problem)

@@ -51,6 +51,8 @@ class InvalidPolicy(str, enum.Enum):
 
 # Each command replaces this placeholder with its own key (data.invalid=, invalid=, --invalid).
 INVALID_HINT = "invalid=skip drops such records, invalid=replace maps the character to X"
+# The same advice for a sequence given as a string from Python, where no such option exists.
+STRING_HINT = "write X for an unknown residue, or remove the character"
 
 
 class InvalidResidueError(DataError):
@@ -170,12 +172,15 @@ class Alphabet:
         record: int | None = None,
         record_id: str | None = None,
         strip_gaps: bool = False,
+        hint: str = INVALID_HINT,
     ) -> CleanResult:
         """Validate and encode one raw sequence to ``uint8`` residue ids (no specials).
 
         ``strip_gaps`` removes alignment gaps (``-`` and ``.``) first, so aligned FASTA reads
         as its unaligned sequences. Raises :class:`InvalidResidueError` (policy ``error``)
-        naming the file, record, 1-based position and character of the first invalid residue.
+        naming the file, record, 1-based position and character of the first invalid residue,
+        and ``hint`` (what to do about it: the data options by default, :data:`STRING_HINT`
+        for a sequence given as a string).
         """
         policy = InvalidPolicy.parse(policy)
         sequence = "".join(sequence.split()) if not sequence.isalnum() else sequence
@@ -201,7 +206,7 @@ class Alphabet:
             ch = chr(int(codes[p]))
             gap = " (an alignment gap: strip_gaps removes them)" if ch in "-." else ""
             err = InvalidResidueError(
-                f"invalid residue {ch!r} at position {p + 1}{gap}; {INVALID_HINT}",
+                f"invalid residue {ch!r} at position {p + 1}{gap}; {hint}",
                 path=path,
                 record=record,
                 record_id=record_id,
@@ -216,7 +221,7 @@ class Alphabet:
 
     def encode(self, sequence: str) -> np.ndarray:
         """Encode a residue string to ``uint8`` ids (no specials); invalid letters raise."""
-        result = self.clean_encode(sequence, InvalidPolicy.ERROR)
+        result = self.clean_encode(sequence, InvalidPolicy.ERROR, hint=STRING_HINT)
         assert result.ids is not None
         return result.ids
 

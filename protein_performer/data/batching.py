@@ -21,13 +21,13 @@ Lightning calls ``set_epoch`` on ``dataloader.batch_sampler.sampler``, so the sa
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from protein_performer.data.alphabet import Alphabet, default_alphabet
+from protein_performer.data.alphabet import STRING_HINT, Alphabet, default_alphabet
 from protein_performer.data.datasets import TAG_BATCH, keyed_rng
 from protein_performer.errors import ConfigError
 
@@ -259,13 +259,21 @@ def encode_batch(
     ValueError naming it."""
     if isinstance(sequences, str):
         raise TypeError("sequences must be a list of strings, got one string: wrap it in [...]")
+    if not isinstance(sequences, Iterable):
+        raise TypeError(f"sequences must be a list of strings, got {type(sequences).__name__}")
     alphabet = alphabet or default_alphabet()
+    if not isinstance(alphabet, Alphabet):
+        raise TypeError(
+            f"alphabet must be an Alphabet (e.g. default_alphabet()), got {type(alphabet).__name__}"
+        )
     rows = []
     for i, seq in enumerate(sequences):
         if not isinstance(seq, str):
             raise TypeError(f"sequence {i + 1} must be a string, got {type(seq).__name__}")
-        ids = alphabet.clean_encode(seq, record=i + 1).ids
+        ids = alphabet.clean_encode(seq, record=i + 1, hint=STRING_HINT).ids
         assert ids is not None  # policy error: invalid letters raise
+        if not len(ids):
+            raise ValueError(f"sequence {i + 1} is empty (no residues)")
         rows.append(np.concatenate([[alphabet.cls_idx], ids, [alphabet.eos_idx]]))
     input_ids, padding_mask = pad_batch(rows, alphabet.pad_idx)
     return {"input_ids": input_ids, "padding_mask": padding_mask}

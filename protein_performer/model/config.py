@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from protein_performer.errors import ConfigError
+
+_Section = TypeVar("_Section")
 
 ATTENTION_KINDS: tuple[str, ...] = (
     "performer_relu",
@@ -132,8 +135,17 @@ class ModelConfig:
         _choice(f"{prefix}.position", self.position, POSITION_KINDS)
         for name in ("dim", "depth", "heads", "ffn_dim", "max_len", "nb_features"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{prefix}.{name} must be a positive integer (got {value!r})")
+        for name in ("orthogonal", "checkpointing", "save_features"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(
+                    f"{prefix}.{name} must be true or false (got {getattr(self, name)!r})"
+                )
+        if isinstance(self.feature_seed, bool) or not isinstance(self.feature_seed, int):
+            raise ConfigError(
+                f"{prefix}.feature_seed must be an integer (got {self.feature_seed!r})"
+            )
         if self.dim % self.heads:
             raise ConfigError(
                 f"{prefix}.dim ({self.dim}) must be divisible by {prefix}.heads ({self.heads})"
@@ -147,7 +159,11 @@ class ModelConfig:
                 f"{prefix}.nb_features must be even for {prefix}.attention=hedgehog "
                 f"(two halves, softmax(+z) and softmax(-z)); got {self.nb_features}"
             )
-        if not 0.0 <= self.dropout < 1.0:
+        if (
+            isinstance(self.dropout, bool)
+            or not isinstance(self.dropout, (int, float))
+            or not 0.0 <= self.dropout < 1.0
+        ):
             raise ConfigError(f"{prefix}.dropout must be in [0, 1) (got {self.dropout!r})")
         if not isinstance(self.local_heads, int) or not 0 <= self.local_heads <= self.heads:
             raise ConfigError(
@@ -183,9 +199,11 @@ class ModelConfig:
                 f"local_heads={self.local_heads}); use {prefix}.attention=transformer or "
                 f"{prefix}.exact_layers"
             )
-        if self.redraw_interval < 0:
+        interval = self.redraw_interval
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
             raise ConfigError(
-                f"{prefix}.redraw_interval must be >= 0 (0 = never redraw; got {self.redraw_interval})"
+                f"{prefix}.redraw_interval must be an integer >= 0 (0 = never redraw; "
+                f"got {interval!r})"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -219,3 +237,22 @@ def _check_layers(key: str, layers: object, depth: int) -> None:
 def _choice(key: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(choices)}")
+
+
+def as_section(cls: type[_Section], value: object, name: str) -> _Section:
+    """``value`` as the config dataclass ``cls``: an instance as it is, a mapping (a section
+    given as a dict from Python) converted with its keys checked; anything else refused with
+    a one-line :class:`ConfigError` naming ``name``."""
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{name} must be a {cls.__name__} or a dict of its keys; got {type(value).__name__}"
+        )
+    known = {x.name for x in fields(cls)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ConfigError(
+            f"{name}.{unknown[0]} is not a key of {name} (keys: {', '.join(sorted(known))})"
+        )
+    return cls(**value)

@@ -16,7 +16,7 @@ from protein_performer.attention import FavorAttention
 from protein_performer.devices import check_dense_fits
 from protein_performer.errors import ConfigError
 from protein_performer.model.blocks import Block
-from protein_performer.model.config import ModelConfig
+from protein_performer.model.config import ModelConfig, as_section
 from protein_performer.model.embeddings import TiedLMHead, TokenPositionEmbedding
 from protein_performer.model.rotary import RotaryEmbedding
 
@@ -60,6 +60,7 @@ class ProteinLM(nn.Module):
         self, config: ModelConfig, vocab_size: int, pad_idx: int = 0, causal: bool = False
     ) -> None:
         super().__init__()
+        config = as_section(ModelConfig, config, "config")  # a dict of its keys too
         config.validate()
         if vocab_size < 1 or not 0 <= pad_idx < vocab_size:
             raise ValueError(f"need vocab_size >= 1 and 0 <= pad_idx < vocab_size, got "
@@ -127,6 +128,11 @@ class ProteinLM(nn.Module):
     def _check_batch(self, input_ids: torch.Tensor, padding_mask: torch.Tensor | None) -> None:
         """ValueError/TypeError for ids or a mask the model cannot mean to be given (torch
         would fail deep inside, or an out-of-range id index another row of the embedding)."""
+        if not isinstance(input_ids, torch.Tensor):
+            raise TypeError(
+                f"input_ids must be a (B, L) tensor of token ids, got {type(input_ids).__name__} "
+                "(protein_performer.data.encode_batch(sequences) makes a batch)"
+            )
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (B, L), got shape {tuple(input_ids.shape)}")
         if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
@@ -244,7 +250,8 @@ class ProteinLM(nn.Module):
         Returns a dict with ``logits`` ``(B, L, V)``; with ``return_attentions`` also
         ``attentions``: a list (one per layer) of ``(B, H, L, L)`` matrices (the FAVOR+
         approximation for Performer layers); with ``return_hidden`` also ``hidden_states``:
-        the embedding output and each block's output, ``depth + 1`` tensors ``(B, L, dim)``;
+        the embedding output and each block's output, ``depth + 1`` tensors ``(B, L, dim)``
+        (the last before the final LayerNorm, unlike ``representations``' layer ``depth``);
         with ``probe=(layer, head)`` also ``probe_attention``: that head's attention matrix
         ``(B, L, L)``, with gradients (attention supervision).
         """

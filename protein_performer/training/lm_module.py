@@ -12,10 +12,10 @@ import pytorch_lightning as pl
 import torch
 
 from protein_performer.attention import redraw_all
-from protein_performer.config import AlignConfig, OptimConfig
+from protein_performer.config import OBJECTIVES, AlignConfig, OptimConfig
 from protein_performer.data.alphabet import Alphabet, default_alphabet
-from protein_performer.errors import TrainingDiverged
-from protein_performer.model.config import ModelConfig
+from protein_performer.errors import ConfigError, TrainingDiverged
+from protein_performer.model.config import ModelConfig, as_section
 from protein_performer.model.performer import ProteinLM
 from protein_performer.training.checkpoints import META_KEY, check_resume_compatible, make_metadata
 from protein_performer.training.metrics import (
@@ -90,11 +90,16 @@ class ProteinLMModule(pl.LightningModule):
         align: AlignConfig | None = None,
     ) -> None:
         super().__init__()
-        self.align = align or AlignConfig()
+        if objective not in OBJECTIVES:
+            raise ConfigError(
+                f"objective must be one of: {', '.join(OBJECTIVES)}; got {objective!r}"
+            )
+        model_config = as_section(ModelConfig, model_config, "model_config")
+        self.align = as_section(AlignConfig, align or {}, "align")
         self.alphabet = alphabet or default_alphabet()
         self.objective = objective
         self.causal = objective == "causal"
-        self.optim_config = optim or OptimConfig()
+        self.optim_config = as_section(OptimConfig, optim or {}, "optim")
         self.seed = int(seed)
         self.total_steps = int(total_steps)
         self.data_info = dict(data_info or {})
@@ -282,8 +287,16 @@ class ProteinLMModule(pl.LightningModule):
         }
 
     def on_fit_start(self) -> None:
-        # residue counts of the training data: evaluate's unigram baseline comes from them
         dm = getattr(self.trainer, "datamodule", None)
+        # built apart from Python, the two can disagree: a bidirectional model given causal
+        # batches reads each label at the next position and "learns" a perplexity near 1
+        data_objective = getattr(dm, "objective", self.objective)
+        if data_objective != self.objective:
+            raise ConfigError(
+                f"the datamodule makes objective={data_objective!r} batches but the module "
+                f"trains objective={self.objective!r}: give both the same objective"
+            )
+        # residue counts of the training data: evaluate's unigram baseline comes from them
         train = getattr(dm, "datasets", {}).get("train") if dm is not None else None
         if train is not None:
             tokens = train.source.tokens
