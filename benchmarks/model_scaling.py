@@ -9,7 +9,7 @@ regular`` is the Performer paper's regular model (6 layers, d 512, 8 heads, d_ff
 ``model.exact_layers=[-1]``), ``KIND+flat`` (FAVOR through the ``(B·H, L, D)`` route of views
 and copies, ``SelfAttention.packed = False``, beside the fused q/k/v projection read in place:
 what that is worth, in one ``--paired`` process; the same code off the CPU but for rotary
-models), ``performer_relu+python`` (the packed route on the PyTorch kernel instead of the
+models), ``KIND+python`` (the packed route on the PyTorch kernel instead of the
 compiled one of ``attention/fused_cpu.py``) and ``none``, the paper's "no
 attention" optimum (each attention returns its V: everything else in the model, no token
 mixing), the floor a linear attention is measured against.
@@ -67,8 +67,8 @@ CHOICES = [*ATTENTIONS, "taylor", "hedgehog"]  # on request: --attentions taylor
 CHOICES += [f"{k}+exact" for k in ("performer_relu", "performer_softmax", "taylor", "hedgehog")]
 # KIND+flat: FAVOR on (B·H, L, D) copies of q, k, v instead of the fused projection in place
 CHOICES += [f"{k}+flat" for k in ("performer_relu", "performer_softmax")]
-# performer_relu+python: the packed route on the PyTorch kernel, not the compiled one (fused_cpu)
-CHOICES += ["performer_relu+python"]
+# KIND+python: the packed route on the PyTorch kernel, not the compiled one (fused_cpu)
+CHOICES += [f"{k}+python" for k in ("performer_relu", "performer_softmax")]
 SIZES = {  # (dim, depth, heads, ffn_dim)
     "tiny": (64, 2, 4, 256),
     "small": (256, 4, 8, 1024),

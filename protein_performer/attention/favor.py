@@ -150,7 +150,7 @@ class FavorAttention(nn.Module):
         self.subchunk_size = subchunk_size
         self.stat_momentum = stat_momentum
         self.save_features = save_features
-        # bidirectional ReLU on a CPU projection in the compiled kernel where it builds
+        # bidirectional FAVOR on a CPU projection in the compiled kernel where it builds
         # (fused_cpu); an attribute, not a setting: the results are the same
         self.fused = True
         self.nb_features = dim_head if projection == "none" else nb_features

@@ -1,14 +1,14 @@
-"""The fused CPU kernel for bidirectional ReLU FAVOR (``csrc/favor_cpu.cpp``), built on first use.
+"""The fused CPU kernel for bidirectional FAVOR (``csrc/favor_cpu.cpp``), built on first use.
 
-On a CPU, bidirectional ReLU FAVOR on a packed q/k/v projection runs in this C++ kernel when it
-can be built: one head per thread, block by block, with the feature map, its mask and the
+On a CPU, bidirectional FAVOR (ReLU and softmax kernels) on a packed q/k/v projection runs in
+this C++ kernel when it can be built: one head per thread, block by block, with the feature map, its mask and the
 normaliser applied to each block while it is in cache, between BLAS calls on the packed layout
 (benchmarks/README.md has what it saves). The same numbers as the PyTorch kernel
 (:class:`~protein_performer.attention.linear_attention.PackedBidirectionalFavorFunction`) up to
 float rounding; tests compare them in float64.
 
 The kernel is compiled once per machine with ``torch.utils.cpp_extension`` (needs a C++
-compiler, ninja and Python's headers; ~30 s) into torch's extension cache
+compiler and Python's headers, and ninja, a dependency; ~30 s) into torch's extension cache
 (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``); where it cannot be built,
 FAVOR runs on the PyTorch kernel with one warning. ``PP_FUSED_KERNEL`` chooses: ``auto`` (the
 default), ``off`` (never build or use it), ``on`` (fail when it cannot be built).
@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -68,6 +69,12 @@ def _build() -> ModuleType | Exception:
             file=sys.stderr,
             flush=True,
         )
+    # ninja from the environment's own bin (the dependency), when that is not on PATH (a
+    # virtual environment's python run without activating it)
+    here = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH")
+    if shutil.which("ninja") is None and shutil.which("ninja", path=here):
+        os.environ["PATH"] = here + os.pathsep + (path or "")
     try:
         # -fopenmp: at::parallel_for's OpenMP loop (one head per thread); no -march=native, as
         # the build is cached under the user's home, which other machines may share
@@ -79,6 +86,11 @@ def _build() -> ModuleType | Exception:
         )
     except Exception as exc:  # no compiler, no ninja, no headers, an unwritable cache
         return exc
+    finally:
+        if path is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = path
 
 
 def kernel() -> ModuleType | None:
@@ -107,14 +119,17 @@ def _warn_once(reason: str) -> None:
 
 
 def usable(qkv: torch.Tensor, params: FeatureParams, save_features: bool) -> bool:
-    """Whether the fused kernel computes this call: bidirectional ReLU on a float32/float64
-    CPU projection, features rebuilt in the backward."""
+    """Whether the fused kernel computes this call: bidirectional FAVOR (ReLU, or softmax
+    with its key row term and feature bias) on a float32/float64 CPU projection, features
+    rebuilt in the backward."""
+    extra = {"relu": 0, "softmax": 2}.get(params.spec.kind)  # wk's columns beyond wq's
     return (
-        params.spec.kind == "relu"
+        extra is not None
+        and params.wk.shape[-1] == params.wq.shape[-1] + extra
         and not save_features
         and qkv.device.type == "cpu"
         and qkv.dtype in (torch.float32, torch.float64)
-        and params.wq.dtype == qkv.dtype
+        and params.wq.dtype == params.wk.dtype == qkv.dtype
         and kernel() is not None
     )
 
@@ -129,16 +144,16 @@ class FusedReluFavorFunction(torch.autograd.Function):
         ctx: Any,
         qkv: torch.Tensor,
         mask: torch.Tensor | None,
-        w: torch.Tensor,
+        wq: torch.Tensor,
+        wk: torch.Tensor,
         eps: float,
     ) -> torch.Tensor:
-        ext = kernel()
-        qkv, w = qkv.contiguous(), w.contiguous()
+        qkv, wq, wk = qkv.contiguous(), wq.contiguous(), wk.contiguous()
         mask = None if mask is None else mask.contiguous()
-        out, den, state = ext.relu_forward(qkv, w, mask, eps, ROWS)
-        # w as an attribute, as the PyTorch kernel keeps its FeatureParams: a detached
-        # parameter of the call, not an activation (the memory estimate counts the latter)
-        ctx.eps, ctx.w = eps, w
+        out, den, state = kernel().relu_forward(qkv, wq, wk, mask, eps, ROWS)
+        # the projections as attributes, as the PyTorch kernel keeps its FeatureParams:
+        # detached parameters of the call, not activations (the memory estimate counts those)
+        ctx.eps, ctx.wq, ctx.wk = eps, wq, wk
         ctx.save_for_backward(qkv, mask, out, den, state)
         return out
 
@@ -148,14 +163,59 @@ class FusedReluFavorFunction(torch.autograd.Function):
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         qkv, mask, out, den, state = ctx.saved_tensors
         g = g.to(qkv.dtype).contiguous()
-        dqkv = kernel().relu_backward(g, qkv, ctx.w, mask, ctx.eps, ROWS, out, den, state)
-        return dqkv, None, None, None
+        dqkv = kernel().relu_backward(g, qkv, ctx.wq, ctx.wk, mask, ctx.eps, ROWS, out, den, state)
+        return dqkv, None, None, None, None
 
 
-def fused_relu_attention(
+class FusedSoftmaxFavorFunction(torch.autograd.Function):
+    """Bidirectional softmax FAVOR (positive random features) on a packed ``qkv`` ``(B, L, 3,
+    H, D)`` -> ``(B, L, H, D)``, in the compiled kernel: key features ``exp(k·w_k + row·c +
+    bias − ref)`` against a running max ``ref``, query features ``softmax(q·w_q) + eps``
+    (:func:`~protein_performer.attention.feature_maps.key_features`, ``query_features``)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        qkv: torch.Tensor,
+        mask: torch.Tensor | None,
+        wq: torch.Tensor,
+        wk: torch.Tensor,
+        ksq: float,
+        eps: float,
+    ) -> torch.Tensor:
+        # wk = [projection, row-term coefficient, bias] (FeatureParams), each its own array
+        d = wq.shape[-1]
+        ctx.proj = (wq.contiguous(), wk[..., :d].contiguous(), wk[..., d].contiguous(),
+                    wk[..., d + 1].contiguous())  # fmt: skip
+        ctx.ksq, ctx.eps = ksq, eps  # attributes: see FusedReluFavorFunction
+        qkv = qkv.contiguous()
+        mask = None if mask is None else mask.contiguous()
+        out, den, state, ref = kernel().softmax_forward(qkv, *ctx.proj, mask, ksq, eps, ROWS)
+        ctx.save_for_backward(qkv, mask, out, den, state, ref)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    @without_autocast
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        qkv, mask, out, den, state, ref = ctx.saved_tensors
+        g = g.to(qkv.dtype).contiguous()
+        dqkv = kernel().softmax_backward(
+            g, qkv, *ctx.proj, mask, ctx.ksq, ctx.eps, ROWS, out, den, state, ref
+        )
+        return dqkv, None, None, None, None, None
+
+
+def fused_attention(
     qkv: torch.Tensor, key_mask: torch.Tensor | None, params: FeatureParams
 ) -> torch.Tensor:
     """:func:`~protein_performer.attention.linear_attention.packed_bidirectional_linear_attention`
-    for the ReLU kernel in the compiled kernel (check :func:`usable` first): ``qkv`` ``(B, L,
-    3, H, D)``, ``key_mask`` ``(B·H, L)`` True = padded key -> ``(B, L, H, D)``."""
-    return FusedReluFavorFunction.apply(qkv, key_mask, params.wq, params.spec.kernel_eps)
+    in the compiled kernel (check :func:`usable` first): ``qkv`` ``(B, L, 3, H, D)``,
+    ``key_mask`` ``(B·H, L)`` True = padded key -> ``(B, L, H, D)``."""
+    if params.spec.kind == "relu":
+        return FusedReluFavorFunction.apply(
+            qkv, key_mask, params.wq, params.wk, params.spec.kernel_eps
+        )
+    return FusedSoftmaxFavorFunction.apply(
+        qkv, key_mask, params.wq, params.wk, params.k_sq_coef, params.spec.eps
+    )

@@ -476,7 +476,7 @@ def packed_bidirectional_linear_attention(
     """:func:`bidirectional_linear_attention` on a packed ``qkv`` ``(B, L, 3, H, D)`` (queries,
     keys, values of each head; any strides with a unit last one) -> ``(B, L, H, D)``, without
     copying q, k, v or the output (:class:`PackedBidirectionalFavorFunction`; with ``fused``,
-    the ReLU kernel on a CPU runs in the compiled kernel of :mod:`.fused_cpu` where it builds).
+    on a CPU, in the compiled kernel of :mod:`.fused_cpu` where it builds).
 
     ``key_mask`` ``(B·H, L)`` bool, True = padded key; ``params`` for ``N = B·H`` rows, batch
     element major. Gradients flow to ``qkv``.
@@ -486,5 +486,5 @@ def packed_bidirectional_linear_attention(
         from . import fused_cpu  # it imports this module
 
         if fused_cpu.usable(qkv, params, save):
-            return fused_cpu.fused_relu_attention(qkv, key_mask, params)
+            return fused_cpu.fused_attention(qkv, key_mask, params)
     return PackedBidirectionalFavorFunction.apply(qkv, key_mask, params, chunk, save)

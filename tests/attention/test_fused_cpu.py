@@ -1,6 +1,6 @@
-"""The compiled CPU kernel for bidirectional ReLU FAVOR (``fused_cpu``): the PyTorch kernel's
-numbers in float64 (values and gradients), its handling of padding and NaN, and the switch
-``PP_FUSED_KERNEL`` with its fallback when the kernel cannot be built."""
+"""The compiled CPU kernel for bidirectional FAVOR (``fused_cpu``; ReLU and softmax kernels): the
+PyTorch kernel's numbers in float64 (values and gradients), its handling of padding and NaN, and
+the switch ``PP_FUSED_KERNEL`` with its fallback when the kernel cannot be built."""
 
 from __future__ import annotations
 
@@ -51,9 +51,16 @@ def _both(attn: FavorAttention, qkv: torch.Tensor, mask: torch.Tensor | None, g:
     ],
 )
 @pytest.mark.parametrize("masked", [False, True])
-def test_fused_equals_the_pytorch_kernel_in_float64(built, b, length, h, d, m, projection, masked):
+@pytest.mark.parametrize(
+    "cfg", [{"kernel": "relu"}, {"kernel": "softmax"}, {"kernel": "softmax", "estimator": "favor+"}]
+)
+def test_fused_equals_the_pytorch_kernel_in_float64(
+    built, b, length, h, d, m, projection, masked, cfg
+):
+    if cfg["kernel"] == "softmax" and projection == "none":
+        pytest.skip("the softmax kernel has random features only")
     torch.manual_seed(0)
-    attn = FavorAttention(d, m, kernel="relu", projection=projection).double()
+    attn = FavorAttention(d, m, projection=projection, **cfg).double()
     qkv = torch.randn(b, length, 3, h, d, dtype=torch.float64, requires_grad=True)
     mask = None
     if masked:
@@ -69,28 +76,24 @@ def test_fused_equals_the_pytorch_kernel_in_float64(built, b, length, h, d, m, p
         assert not out[1].any() and not grad[1].any()
 
 
-def test_fused_gradcheck(built):
+@pytest.mark.parametrize("kernel", ["relu", "softmax"])
+def test_fused_gradcheck(built, kernel):
     torch.manual_seed(1)
-    attn = FavorAttention(4, 6, kernel="relu").double()
+    # favor+: OPRF's parameter follows q and k without a gradient (by design), see test_favor
+    attn = FavorAttention(4, 6, kernel=kernel, estimator="favor+").double()
     qkv = torch.randn(2, 7, 3, 2, 4, dtype=torch.float64, requires_grad=True)
     mask = torch.zeros(2, 7, dtype=torch.bool)
     mask[1, -3:] = True
-    calls = []
-    forward = fused_cpu.FusedReluFavorFunction.forward
-
-    def spy(ctx, *args):
-        calls.append(1)
-        return forward(ctx, *args)
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(fused_cpu.FusedReluFavorFunction, "forward", staticmethod(spy))
+        routes = _spy_routes(mp)
         assert torch.autograd.gradcheck(lambda x: attn.forward_packed(x, mask), (qkv,))
-    assert calls  # the fused kernel was the one checked
+    assert set(routes) == {"fused"}  # the fused kernel was the one checked
 
 
-def test_padded_rows_holding_nan_do_not_reach_real_rows_and_a_real_nan_propagates(built):
+@pytest.mark.parametrize("kernel", ["relu", "softmax"])
+def test_padded_rows_holding_nan_do_not_reach_real_rows_and_a_real_nan_propagates(built, kernel):
     torch.manual_seed(2)
-    attn = FavorAttention(8, 16, kernel="relu").double()
+    attn = FavorAttention(8, 16, kernel=kernel, estimator="favor+").double()
     clean = torch.randn(2, 300, 3, 2, 8, dtype=torch.float64)
     mask = torch.zeros(2, 300, dtype=torch.bool)
     mask[0, 280:] = True
@@ -118,12 +121,13 @@ def test_padded_rows_holding_nan_do_not_reach_real_rows_and_a_real_nan_propagate
             assert attn.forward_packed(bad, mask)[1, :, 0].isnan().all()
 
 
-def test_a_float32_model_step_takes_the_fused_kernel_and_matches_the_pytorch_one(built):
+@pytest.mark.parametrize("attention", ["performer_relu", "performer_softmax"])
+def test_a_float32_model_step_takes_the_fused_kernel_and_matches_the_pytorch_one(built, attention):
     from protein_performer.model.config import ModelConfig
     from protein_performer.model.performer import ProteinLM
 
     torch.manual_seed(3)
-    config = ModelConfig(attention="performer_relu", dim=32, depth=2, heads=4, ffn_dim=64)
+    config = ModelConfig(attention=attention, dim=32, depth=2, heads=4, ffn_dim=64)
     model = ProteinLM(config, 25, 0).eval()
     ids = torch.randint(4, 25, (3, 40))
     ids[0, -7:] = 0
@@ -145,6 +149,7 @@ def _spy_routes(monkeypatch) -> list[str]:
     routes: list[str] = []
     for name, function in [
         ("fused", fused_cpu.FusedReluFavorFunction),
+        ("fused", fused_cpu.FusedSoftmaxFavorFunction),
         ("pytorch", la.PackedBidirectionalFavorFunction),
     ]:
         forward = function.forward
@@ -190,7 +195,7 @@ def test_auto_falls_back_to_the_pytorch_kernel_with_one_warning(monkeypatch):
     fused_cpu._warn_once.cache_clear()
 
 
-def test_only_bidirectional_relu_without_kept_features_takes_it(built, monkeypatch):
+def test_only_bidirectional_attention_without_kept_features_takes_it(built, monkeypatch):
     routes = _spy_routes(monkeypatch)
     qkv = torch.randn(1, 20, 3, 2, 8)
     FavorAttention(8, 16, kernel="relu").forward_packed(qkv)
@@ -199,4 +204,21 @@ def test_only_bidirectional_relu_without_kept_features_takes_it(built, monkeypat
         FavorAttention(8, 16, kernel="relu", save_features=True).forward_packed(
             qkv.requires_grad_()
         )
-    assert routes == ["fused", "pytorch", "pytorch"]
+    assert routes == ["fused", "fused", "pytorch"]
+
+
+def test_softmax_keys_whose_maximum_grows_block_by_block_rescale_the_summary(built):
+    """The running max of key logits rises in later blocks (keys scaled up), and one sequence's
+    first block is all padding (no finite logit yet): the PyTorch kernel's numbers."""
+    torch.manual_seed(4)
+    attn = FavorAttention(16, 32, kernel="softmax").double()
+    qkv = torch.randn(2, 700, 3, 2, 16, dtype=torch.float64)
+    qkv[:, 300:, 1] *= 2.0  # keys of later blocks: larger logits
+    qkv[:, 600:, 1] *= 1.5
+    qkv.requires_grad_()
+    mask = torch.zeros(2, 700, dtype=torch.bool)
+    mask[1, :300] = True
+    g = torch.randn(2, 700, 2, 16, dtype=torch.float64)
+    (out, grad), (want, want_grad) = _both(attn, qkv, mask, g)
+    torch.testing.assert_close(out, want, atol=1e-13, rtol=1e-11)
+    torch.testing.assert_close(grad, want_grad, atol=1e-12, rtol=1e-10)

@@ -222,8 +222,11 @@ def test_a_model_takes_the_packed_route_with_the_same_loss_and_gradients(
 
     calls = []
     function = ca.PackedCausalFavorFunction if causal else la.PackedBidirectionalFavorFunction
-    if not causal and attention == "performer_relu" and fused_cpu.kernel() is not None:
-        function = fused_cpu.FusedReluFavorFunction
+    if not causal and fused_cpu.kernel() is not None:  # the compiled kernel, where it builds
+        function = {
+            "performer_relu": fused_cpu.FusedReluFavorFunction,
+            "performer_softmax": fused_cpu.FusedSoftmaxFavorFunction,
+        }[attention]
     forward = function.forward
 
     def spy(ctx, *args):

@@ -1,7 +1,8 @@
-// Fused bidirectional ReLU FAVOR on the CPU, on a packed (B, L, 3, H, D) q/k/v projection.
+// Fused bidirectional FAVOR (ReLU and softmax kernels) on the CPU, on a packed (B, L, 3, H, D)
+// q/k/v projection.
 //
-// The same computation as linear_attention.PackedBidirectionalFavorFunction for the ReLU
-// kernel (features rebuilt in the backward, the kernel epsilon added as rank-one terms), but
+// The same computation as linear_attention.PackedBidirectionalFavorFunction (features rebuilt
+// in the backward, constant feature offsets added as rank-one terms), but
 // one head per thread, block by block, with every elementwise step (ReLU, its mask, the key
 // sum, the normaliser, the output adjoint) applied to a block while it is in cache, between
 // BLAS calls on the packed layout itself. Built on first use by fused_cpu.py.
@@ -10,6 +11,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -60,19 +62,21 @@ struct Head {
   const T* k;
   const T* v;
   int64_t ld;  // row stride of q, k, v (and of their gradients)
-  const T* w;  // (m, D) projection with the query scale folded in
+  const T* w;   // (m, D) query projection (the query scale folded in)
+  const T* wk;  // (m, D) key projection
   const bool* mask;  // (L,) true = padded key, or null
 };
 
 template <typename T>
-Head<T> head(const at::Tensor& qkv, const at::Tensor& w, const c10::optional<at::Tensor>& mask,
+Head<T> head(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& wk,
+             const c10::optional<at::Tensor>& mask,
              int64_t n) {
   const int64_t H = qkv.size(3), L = qkv.size(1), D = qkv.size(4), m = w.size(1);
   const int64_t b = n / H, h = n % H;
   const T* q = qkv.data_ptr<T>() + b * qkv.stride(0) + h * qkv.stride(3);
   const bool* mk = mask.has_value() ? mask->data_ptr<bool>() + n * L : nullptr;
-  return {q, q + qkv.stride(2), q + 2 * qkv.stride(2), qkv.stride(1), w.data_ptr<T>() + n * m * D,
-          mk};
+  return {q,  q + qkv.stride(2), q + 2 * qkv.stride(2), qkv.stride(1), w.data_ptr<T>() + n * m * D,
+          wk.data_ptr<T>() + n * m * D, mk};
 }
 
 // Elementwise passes over a block in cache, compiled for several instruction sets and picked
@@ -140,7 +144,7 @@ bool any_of(const bool* mask, int64_t R) {
 // run faster than of the 65 of [Sv, ksum], and the ksum terms ride on the elementwise passes.
 // Saved for the backward as state (m, D+1) = [Sv, ksum], the PyTorch kernel's layout.
 template <typename T>
-void forward_impl(const at::Tensor& qkv, const at::Tensor& w,
+void forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& wk,
                   const c10::optional<at::Tensor>& mask, T eps, int64_t rows, at::Tensor& out,
                   at::Tensor& den, at::Tensor& state) {
   const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
@@ -152,7 +156,7 @@ void forward_impl(const at::Tensor& qkv, const at::Tensor& w,
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> phi(rows * m), vz(rows * D), Sv(m * D), ksum(m), vsum(D), qterm(D);
     for (int64_t n = begin; n < end; ++n) {
-      const Head<T> hd = head<T>(qkv, w, mask, n);
+      const Head<T> hd = head<T>(qkv, w, wk, mask, n);
       std::fill(Sv.begin(), Sv.end(), T(0));
       std::fill(ksum.begin(), ksum.end(), T(0));
       std::fill(vsum.begin(), vsum.end(), T(0));
@@ -160,7 +164,7 @@ void forward_impl(const at::Tensor& qkv, const at::Tensor& w,
       for (int64_t r0 = 0; r0 < L; r0 += rows) {
         const int64_t R = std::min(rows, L - r0);
         const bool* mb = hd.mask ? hd.mask + r0 : nullptr;
-        features<T>(hd.k + r0 * hd.ld, hd.ld, hd.w, R, m, D, mb, phi.data(), ksum.data(),
+        features<T>(hd.k + r0 * hd.ld, hd.ld, hd.wk, R, m, D, mb, phi.data(), ksum.data(),
                     nullptr, nullptr);
         const T* V = hd.v + r0 * hd.ld;
         int64_t ldv = hd.ld;
@@ -221,6 +225,7 @@ void forward_impl(const at::Tensor& qkv, const at::Tensor& w,
 
 template <typename T>
 void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
+                   const at::Tensor& wk,
                    const c10::optional<at::Tensor>& mask, T eps, int64_t rows,
                    const at::Tensor& out, const at::Tensor& den, const at::Tensor& state,
                    at::Tensor& dqkv) {
@@ -235,7 +240,7 @@ void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor&
     std::vector<T> phi(rows * m), dphi(rows * m), gv(rows * D), a(rows), Sv(m * D), ksum(m),
         dSv(m * D), dksum(m), gsum(D), vterm(D);
     for (int64_t n = begin; n < end; ++n) {
-      const Head<T> hd = head<T>(qkv, w, mask, n);
+      const Head<T> hd = head<T>(qkv, w, wk, mask, n);
       const int64_t b = n / H, h = n % H;
       T* dq = dqkv.data_ptr<T>() + b * dqkv.stride(0) + h * dqkv.stride(3);
       T* dk = dq + dqkv.stride(2);
@@ -290,7 +295,7 @@ void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor&
       for (int64_t r0 = 0; r0 < L; r0 += rows) {
         const int64_t R = std::min(rows, L - r0);
         const bool* mb = hd.mask ? hd.mask + r0 : nullptr;
-        features<T>(hd.k + r0 * hd.ld, hd.ld, hd.w, R, m, D, mb, phi.data(), nullptr, nullptr,
+        features<T>(hd.k + r0 * hd.ld, hd.ld, hd.wk, R, m, D, mb, phi.data(), nullptr, nullptr,
                     nullptr);
         T* dvb = dv + r0 * ldd;
         mm<T>(false, false, R, D, m, phi.data(), m, dSv.data(), D, T(0), dvb, ldd);
@@ -307,14 +312,314 @@ void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor&
         mm<T>(false, true, R, m, D, hd.v + r0 * hd.ld, hd.ld, dSv.data(), D, T(0), dphi.data(),
               m);
         relu_grad_rows<T>(dphi.data(), phi.data(), R, m, nullptr, dksum.data(), nullptr);
-        mm<T>(false, false, R, D, m, dphi.data(), m, hd.w, D, T(0), dk + r0 * ldd, ldd);
+        mm<T>(false, false, R, D, m, dphi.data(), m, hd.wk, D, T(0), dk + r0 * ldd, ldd);
       }
     }
   });
 }
 
-void check(const at::Tensor& qkv, const at::Tensor& w, const c10::optional<at::Tensor>& mask,
-           int64_t rows) {
+// ---- softmax kernel (positive random features, the OPRF/FAVOR+ family) ----------------------
+// Keys: exp(k·w_j + row_r + bias_j - ref), row_r = -ksq |k_r|², against a running max ref over
+// the keys seen (the summary rescaled when it grows; linear_attention.RunningMax). Queries:
+// softmax_j(q·w_j) + eps, the eps as rank-one terms. Padded keys: logit -inf, features 0.
+
+// logits[R, m] += row_r rc_j + bias_j in place (padded rows: -inf); returns the largest finite one
+// (-inf if none). A NaN logit is not a maximum; it stays NaN in the features, so it shows.
+template <typename T>
+PP_CLONES T key_logit_rows(T* __restrict__ logit, int64_t R, int64_t m,
+                           const T* __restrict__ row, const T* __restrict__ rc,
+                           const T* __restrict__ bias, const bool* mask) {
+  T best = -std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < R; ++r) {
+    T* __restrict__ x = logit + r * m;
+    if (mask && mask[r]) {
+      std::fill(x, x + m, -std::numeric_limits<T>::infinity());
+      continue;
+    }
+    const T add = row[r];
+    for (int64_t j = 0; j < m; ++j) {
+      const T v = x[j] + add * rc[j] + bias[j];
+      x[j] = v;
+      best = v > best ? v : best;
+    }
+  }
+  return best;
+}
+
+// x <- exp(x - ref) in place; with ksum, ksum_j += Σ_r x_rj.
+template <typename T>
+PP_CLONES void exp_rows(T* __restrict__ x, int64_t n_rows, int64_t m, T ref,
+                        T* __restrict__ ksum) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    T* __restrict__ row = x + r * m;
+    for (int64_t j = 0; j < m; ++j) row[j] = std::exp(row[j] - ref);
+    if (ksum)
+      for (int64_t j = 0; j < m; ++j) ksum[j] += row[j];
+  }
+}
+
+// Row-wise softmax in place; with kdot, den_r = Σ_j p_rj kdot_j.
+template <typename T>
+PP_CLONES void softmax_rows(T* __restrict__ x, int64_t R, int64_t m, const T* __restrict__ kdot,
+                            T* __restrict__ den) {
+  for (int64_t r = 0; r < R; ++r) {
+    T* __restrict__ row = x + r * m;
+    T top = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < m; ++j) top = row[j] > top ? row[j] : top;
+    T sum = T(0);
+    for (int64_t j = 0; j < m; ++j) {
+      row[j] = std::exp(row[j] - top);
+      sum += row[j];
+    }
+    const T inv = T(1) / sum;
+    T dot = T(0);
+    for (int64_t j = 0; j < m; ++j) {
+      row[j] *= inv;
+      if (kdot) dot += row[j] * kdot[j];
+    }
+    if (den) den[r] = dot;
+  }
+}
+
+// Query side of the backward: dphi += a_r ksum_j and dksum_j += p_rj a_r, then dphi becomes
+// the softmax's input gradient p ⊙ (dphi − Σ_j dphi_j p_j).
+template <typename T>
+PP_CLONES void softmax_grad_rows(T* __restrict__ dphi, const T* __restrict__ p, int64_t R,
+                                 int64_t m, const T* __restrict__ a, const T* __restrict__ ksum,
+                                 T* __restrict__ dksum) {
+  for (int64_t r = 0; r < R; ++r) {
+    T* __restrict__ d = dphi + r * m;
+    const T* __restrict__ pr = p + r * m;
+    const T ar = a[r];
+    T dot = T(0);
+    for (int64_t j = 0; j < m; ++j) {
+      d[j] += ar * ksum[j];
+      dksum[j] += pr[j] * ar;
+      dot += d[j] * pr[j];
+    }
+    for (int64_t j = 0; j < m; ++j) d[j] = pr[j] * (d[j] - dot);
+  }
+}
+
+// Key side of the backward: g = (dphi + dksum_j) ⊙ phi where phi > 0 (else 0, whatever a
+// padded row's value made of dphi), and rs_r = Σ_j g_rj rc_j (the row term's gradient).
+template <typename T>
+PP_CLONES void key_grad_rows(T* __restrict__ dphi, const T* __restrict__ phi, int64_t R,
+                             int64_t m, const T* __restrict__ dksum, const T* __restrict__ rc,
+                             T* __restrict__ rs) {
+  for (int64_t r = 0; r < R; ++r) {
+    T* __restrict__ d = dphi + r * m;
+    const T* __restrict__ pr = phi + r * m;
+    T sum = T(0);
+    for (int64_t j = 0; j < m; ++j) {
+      const T g = pr[j] > T(0) ? (d[j] + dksum[j]) * pr[j] : T(0);
+      d[j] = g;
+      sum += g * rc[j];
+    }
+    rs[r] = sum;
+  }
+}
+
+// Key features of a block against ref (exp_rows after the logits); fills row with the row
+// terms. Returns the block's largest finite logit.
+template <typename T>
+T key_logits(const Head<T>& hd, int64_t r0, int64_t R, int64_t m, int64_t D, const T* rc,
+             const T* bias, T ksq, const bool* mb, T* phi, T* row) {
+  const T* K = hd.k + r0 * hd.ld;
+  mm<T>(false, true, R, m, D, K, hd.ld, hd.wk, D, T(0), phi, m);
+  for (int64_t r = 0; r < R; ++r) {
+    if (mb && mb[r]) {
+      row[r] = T(0);
+      continue;
+    }
+    T sq = T(0);
+    for (int64_t d = 0; d < D; ++d) sq += K[r * hd.ld + d] * K[r * hd.ld + d];
+    row[r] = -ksq * sq;
+  }
+  return key_logit_rows<T>(phi, R, m, row, rc, bias, mb);
+}
+
+template <typename T>
+void softmax_forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& wk,
+                          const at::Tensor& rc, const at::Tensor& bias,
+                          const c10::optional<at::Tensor>& mask, T ksq, T eps, int64_t rows,
+                          at::Tensor& out, at::Tensor& den, at::Tensor& state, at::Tensor& ref) {
+  const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
+  const int64_t m = w.size(1), D1 = D + 1;
+  T* out_p = out.data_ptr<T>();
+  T* den_p = den.data_ptr<T>();
+  T* state_p = state.data_ptr<T>();
+  T* ref_p = ref.data_ptr<T>();
+  const T* bias_p = bias.data_ptr<T>();
+  const T floor = den_floor<T>(), inf = std::numeric_limits<T>::infinity();
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> phi(rows * m), vz(rows * D), Sv(m * D), ksum(m), qterm(D), row(rows);
+    for (int64_t n = begin; n < end; ++n) {
+      const Head<T> hd = head<T>(qkv, w, wk, mask, n);
+      const T* bn = bias_p + n * m;
+      const T* rcn = rc.data_ptr<T>() + n * m;
+      std::fill(Sv.begin(), Sv.end(), T(0));
+      std::fill(ksum.begin(), ksum.end(), T(0));
+      T raw = -inf, stab = T(0);  // the running max, and what the features are taken against
+      for (int64_t r0 = 0; r0 < L; r0 += rows) {
+        const int64_t R = std::min(rows, L - r0);
+        const bool* mb = hd.mask ? hd.mask + r0 : nullptr;
+        const T top =
+            key_logits<T>(hd, r0, R, m, D, rcn, bn, ksq, mb, phi.data(), row.data());
+        const T new_raw = std::max(raw, top);
+        const T new_stab = std::isfinite(new_raw) ? new_raw : T(0);
+        if (new_stab != stab) {  // the sums so far, to the new stabiliser
+          const T factor = std::isfinite(raw) ? std::exp(stab - new_stab) : T(0);
+          for (auto& x : Sv) x *= factor;
+          for (auto& x : ksum) x *= factor;
+        }
+        raw = new_raw;
+        stab = new_stab;
+        exp_rows<T>(phi.data(), R, m, stab, ksum.data());
+        const T* V = hd.v + r0 * hd.ld;
+        int64_t ldv = hd.ld;
+        if (any_of(mb, R)) {  // padded values may hold anything: zero rows, never 0 * inf
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t d = 0; d < D; ++d) vz[r * D + d] = mb[r] ? T(0) : V[r * hd.ld + d];
+          V = vz.data();
+          ldv = D;
+        }
+        mm<T>(true, false, m, D, R, phi.data(), m, V, ldv, T(1), Sv.data(), D);
+      }
+      ref_p[n] = stab;
+      std::fill(qterm.begin(), qterm.end(), T(0));
+      T qden = T(0);
+      T* S = state_p + n * m * D1;
+      for (int64_t j = 0; j < m; ++j) {
+        qden += ksum[j];
+        for (int64_t d = 0; d < D; ++d) {
+          qterm[d] += Sv[j * D + d];
+          S[j * D1 + d] = Sv[j * D + d];
+        }
+        S[j * D1 + D] = ksum[j];
+      }
+      for (int64_t d = 0; d < D; ++d) qterm[d] *= eps;  // the query features' eps
+      qden *= eps;
+      const int64_t b = n / H, h = n % H;
+      const int64_t ldo = out.stride(1);
+      T* dn = den_p + n * L;
+      for (int64_t r0 = 0; r0 < L; r0 += rows) {
+        const int64_t R = std::min(rows, L - r0);
+        mm<T>(false, true, R, m, D, hd.q + r0 * hd.ld, hd.ld, hd.w, D, T(0), phi.data(), m);
+        softmax_rows<T>(phi.data(), R, m, ksum.data(), dn + r0);
+        T* ob = out_p + b * out.stride(0) + r0 * ldo + h * D;
+        mm<T>(false, false, R, D, m, phi.data(), m, Sv.data(), D, T(0), ob, ldo);
+        for (int64_t r = 0; r < R; ++r) {
+          const T dd = dn[r0 + r] + qden;
+          dn[r0 + r] = dd;
+          T* __restrict__ o = ob + r * ldo;
+          if (dd < floor) {
+            std::fill(o, o + D, T(0));
+          } else {
+            const T inv = T(1) / dd;
+            for (int64_t d = 0; d < D; ++d) o[d] = (o[d] + qterm[d]) * inv;
+          }
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void softmax_backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
+                           const at::Tensor& wk, const at::Tensor& rc, const at::Tensor& bias, const c10::optional<at::Tensor>& mask, T ksq,
+                           T eps, int64_t rows, const at::Tensor& out, const at::Tensor& den,
+                           const at::Tensor& state, const at::Tensor& ref, at::Tensor& dqkv) {
+  const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
+  const int64_t m = w.size(1), D1 = D + 1;
+  const T* g_p = g.data_ptr<T>();
+  const T* out_p = out.data_ptr<T>();
+  const T* den_p = den.data_ptr<T>();
+  const T* state_p = state.data_ptr<T>();
+  const T* ref_p = ref.data_ptr<T>();
+  const T* bias_p = bias.data_ptr<T>();
+  const T floor = den_floor<T>();
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> phi(rows * m), dphi(rows * m), gv(rows * D), a(rows), Sv(m * D), ksum(m),
+        dSv(m * D), dksum(m), gsum(D), row(rows), rs(rows);
+    for (int64_t n = begin; n < end; ++n) {
+      const Head<T> hd = head<T>(qkv, w, wk, mask, n);
+      const T* bn = bias_p + n * m;
+      const T* rcn = rc.data_ptr<T>() + n * m;
+      const int64_t b = n / H, h = n % H;
+      T* dq = dqkv.data_ptr<T>() + b * dqkv.stride(0) + h * dqkv.stride(3);
+      T* dk = dq + dqkv.stride(2);
+      T* dv = dq + 2 * dqkv.stride(2);
+      const int64_t ldd = dqkv.stride(1);
+      const T* S = state_p + n * m * D1;
+      for (int64_t j = 0; j < m; ++j) {
+        std::copy(S + j * D1, S + j * D1 + D, Sv.data() + j * D);
+        ksum[j] = S[j * D1 + D];
+      }
+      const T* dn = den_p + n * L;
+      std::fill(dSv.begin(), dSv.end(), T(0));
+      std::fill(dksum.begin(), dksum.end(), T(0));
+      std::fill(gsum.begin(), gsum.end(), T(0));
+      T asum = T(0);
+      for (int64_t r0 = 0; r0 < L; r0 += rows) {
+        const int64_t R = std::min(rows, L - r0);
+        mm<T>(false, true, R, m, D, hd.q + r0 * hd.ld, hd.ld, hd.w, D, T(0), phi.data(), m);
+        softmax_rows<T>(phi.data(), R, m, nullptr, nullptr);
+        for (int64_t r = 0; r < R; ++r) {  // linear_attention.output_adjoint: gv, a
+          const T dd = dn[r0 + r];
+          const T inv = dd >= floor ? T(1) / dd : T(0);
+          const T* gr = g_p + b * g.stride(0) + (r0 + r) * g.stride(1) + h * D;
+          const T* o = out_p + b * out.stride(0) + (r0 + r) * out.stride(1) + h * D;
+          T* __restrict__ gr_v = gv.data() + r * D;
+          T dot = T(0);
+          for (int64_t d = 0; d < D; ++d) {
+            gr_v[d] = gr[d] * inv;
+            dot += gr[d] * o[d];
+            gsum[d] += gr_v[d];
+          }
+          a[r] = -dot * inv;
+          asum += a[r];
+        }
+        mm<T>(false, true, R, m, D, gv.data(), D, Sv.data(), D, T(0), dphi.data(), m);
+        mm<T>(true, false, m, D, R, phi.data(), m, gv.data(), D, T(1), dSv.data(), D);
+        softmax_grad_rows<T>(dphi.data(), phi.data(), R, m, a.data(), ksum.data(), dksum.data());
+        mm<T>(false, false, R, D, m, dphi.data(), m, hd.w, D, T(0), dq + r0 * ldd, ldd);
+      }
+      for (int64_t j = 0; j < m; ++j) {  // the query features' eps: + eps · Σ_rows [gv, a]
+        dksum[j] += eps * asum;
+        for (int64_t d = 0; d < D; ++d) dSv[j * D + d] += eps * gsum[d];
+      }
+      const T stab = ref_p[n];
+      for (int64_t r0 = 0; r0 < L; r0 += rows) {
+        const int64_t R = std::min(rows, L - r0);
+        const bool* mb = hd.mask ? hd.mask + r0 : nullptr;
+        key_logits<T>(hd, r0, R, m, D, rcn, bn, ksq, mb, phi.data(), row.data());
+        exp_rows<T>(phi.data(), R, m, stab, nullptr);
+        T* dvb = dv + r0 * ldd;
+        mm<T>(false, false, R, D, m, phi.data(), m, dSv.data(), D, T(0), dvb, ldd);
+        mm<T>(false, true, R, m, D, hd.v + r0 * hd.ld, hd.ld, dSv.data(), D, T(0), dphi.data(),
+              m);
+        key_grad_rows<T>(dphi.data(), phi.data(), R, m, dksum.data(), rcn, rs.data());
+        T* dkb = dk + r0 * ldd;
+        mm<T>(false, false, R, D, m, dphi.data(), m, hd.wk, D, T(0), dkb, ldd);
+        const T* K = hd.k + r0 * hd.ld;
+        for (int64_t r = 0; r < R; ++r) {
+          T* __restrict__ dkr = dkb + r * ldd;
+          if (mb && mb[r]) {  // padded: no gradient, whatever k or v hold
+            std::fill(dkr, dkr + D, T(0));
+            std::fill(dvb + r * ldd, dvb + r * ldd + D, T(0));
+            continue;
+          }
+          const T c = T(-2) * ksq * rs[r];  // d(row term)/dk = -2 ksq k
+          for (int64_t d = 0; d < D; ++d) dkr[d] += c * K[r * hd.ld + d];
+        }
+      }
+    }
+  });
+}
+
+void check(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& wk,
+           const c10::optional<at::Tensor>& mask, int64_t rows) {
   TORCH_CHECK(qkv.device().is_cpu() && qkv.dim() == 5 && qkv.size(2) == 3 && qkv.is_contiguous(),
               "qkv must be a contiguous CPU tensor (B, L, 3, H, D)");
   TORCH_CHECK(qkv.scalar_type() == at::kFloat || qkv.scalar_type() == at::kDouble,
@@ -323,6 +628,8 @@ void check(const at::Tensor& qkv, const at::Tensor& w, const c10::optional<at::T
   TORCH_CHECK(w.scalar_type() == qkv.scalar_type() && w.is_contiguous() && w.dim() == 3 &&
                   w.size(0) == n && w.size(2) == qkv.size(4),
               "w must be a contiguous (B*H, m, D) tensor of qkv's dtype");
+  TORCH_CHECK(wk.scalar_type() == w.scalar_type() && wk.is_contiguous() && wk.sizes() == w.sizes(),
+              "wk must be a contiguous tensor like w");
   if (mask.has_value())
     TORCH_CHECK(mask->scalar_type() == at::kBool && mask->is_contiguous() && mask->dim() == 2 &&
                     mask->size(0) == n && mask->size(1) == qkv.size(1),
@@ -337,9 +644,10 @@ void check(const at::Tensor& qkv, const at::Tensor& w, const c10::optional<at::T
 }  // namespace
 
 std::vector<at::Tensor> relu_forward(const at::Tensor& qkv, const at::Tensor& w,
+                                     const at::Tensor& wk,
                                      const c10::optional<at::Tensor>& mask, double eps,
                                      int64_t rows) {
-  check(qkv, w, mask, rows);
+  check(qkv, w, wk, mask, rows);
   const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
   auto out = at::empty({B, L, H, D}, qkv.options());
   auto den = at::empty({B, H, L}, qkv.options());
@@ -347,30 +655,78 @@ std::vector<at::Tensor> relu_forward(const at::Tensor& qkv, const at::Tensor& w,
   {
     pybind11::gil_scoped_release no_gil;
     AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "favor_relu_forward", [&] {
-      forward_impl<scalar_t>(qkv, w, mask, static_cast<scalar_t>(eps), rows, out, den, state);
+      forward_impl<scalar_t>(qkv, w, wk, mask, static_cast<scalar_t>(eps), rows, out, den, state);
     });
   }
   return {out, den, state};
 }
 
 at::Tensor relu_backward(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
+                         const at::Tensor& wk,
                          const c10::optional<at::Tensor>& mask, double eps, int64_t rows,
                          const at::Tensor& out, const at::Tensor& den, const at::Tensor& state) {
-  check(qkv, w, mask, rows);
+  check(qkv, w, wk, mask, rows);
   TORCH_CHECK(g.sizes() == out.sizes() && g.is_contiguous() && g.scalar_type() == qkv.scalar_type(),
               "g must be a contiguous tensor like the output");
   auto dqkv = at::empty_like(qkv);
   {
     pybind11::gil_scoped_release no_gil;
     AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "favor_relu_backward", [&] {
-      backward_impl<scalar_t>(g, qkv, w, mask, static_cast<scalar_t>(eps), rows, out, den, state,
+      backward_impl<scalar_t>(g, qkv, w, wk, mask, static_cast<scalar_t>(eps), rows, out, den, state,
                               dqkv);
     });
   }
   return dqkv;
 }
 
+std::vector<at::Tensor> softmax_forward(const at::Tensor& qkv, const at::Tensor& w,
+                                        const at::Tensor& wk, const at::Tensor& rc,
+                                        const at::Tensor& bias,
+                                        const c10::optional<at::Tensor>& mask, double ksq,
+                                        double eps, int64_t rows) {
+  check(qkv, w, wk, mask, rows);
+  for (const at::Tensor* t : {&rc, &bias})
+    TORCH_CHECK(t->scalar_type() == qkv.scalar_type() && t->is_contiguous() && t->dim() == 2 &&
+                    t->size(0) == w.size(0) && t->size(1) == w.size(1),
+                "rc and bias must be contiguous (B*H, m) tensors of qkv's dtype");
+  const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
+  auto out = at::empty({B, L, H, D}, qkv.options());
+  auto den = at::empty({B, H, L}, qkv.options());
+  auto state = at::empty({B, H, w.size(1), D + 1}, qkv.options());
+  auto ref = at::empty({B, H}, qkv.options());
+  {
+    pybind11::gil_scoped_release no_gil;
+    AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "favor_softmax_forward", [&] {
+      softmax_forward_impl<scalar_t>(qkv, w, wk, rc, bias, mask, static_cast<scalar_t>(ksq),
+                                     static_cast<scalar_t>(eps), rows, out, den, state, ref);
+    });
+  }
+  return {out, den, state, ref};
+}
+
+at::Tensor softmax_backward(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
+                            const at::Tensor& wk, const at::Tensor& rc, const at::Tensor& bias, const c10::optional<at::Tensor>& mask,
+                            double ksq, double eps, int64_t rows, const at::Tensor& out,
+                            const at::Tensor& den, const at::Tensor& state,
+                            const at::Tensor& ref) {
+  check(qkv, w, wk, mask, rows);
+  TORCH_CHECK(g.sizes() == out.sizes() && g.is_contiguous() && g.scalar_type() == qkv.scalar_type(),
+              "g must be a contiguous tensor like the output");
+  auto dqkv = at::empty_like(qkv);
+  {
+    pybind11::gil_scoped_release no_gil;
+    AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "favor_softmax_backward", [&] {
+      softmax_backward_impl<scalar_t>(g, qkv, w, wk, rc, bias, mask, static_cast<scalar_t>(ksq),
+                                      static_cast<scalar_t>(eps), rows, out, den, state, ref,
+                                      dqkv);
+    });
+  }
+  return dqkv;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("softmax_forward", &softmax_forward, "fused bidirectional softmax FAVOR, forward");
+  m.def("softmax_backward", &softmax_backward, "fused bidirectional softmax FAVOR, backward");
   m.def("relu_forward", &relu_forward, "fused bidirectional ReLU FAVOR, forward");
   m.def("relu_backward", &relu_backward, "fused bidirectional ReLU FAVOR, backward");
 }
