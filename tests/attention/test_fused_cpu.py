@@ -222,3 +222,17 @@ def test_softmax_keys_whose_maximum_grows_block_by_block_rescale_the_summary(bui
     (out, grad), (want, want_grad) = _both(attn, qkv, mask, g)
     torch.testing.assert_close(out, want, atol=1e-13, rtol=1e-11)
     torch.testing.assert_close(grad, want_grad, atol=1e-12, rtol=1e-10)
+
+
+def test_the_kernels_float_exp_is_within_two_ulp_and_keeps_inf_and_nan(built):
+    """The softmax kernel's vectorisable exp (float32): against float64 exp over the range its
+    arguments take (<= 0 after a max is subtracted) and beyond, and its special values."""
+    x = torch.cat([torch.linspace(-87.3, 88.0, 200001), torch.tensor([-1e-30, 0.0, 1e-30])])
+    got = fused_cpu.kernel().exp_float(x).double()
+    want = torch.exp(x.double())
+    ulp = torch.finfo(torch.float32).eps * want
+    assert ((got - want).abs() <= 2 * ulp).all()
+    special = torch.tensor([float("-inf"), -1e4, -87.5, 89.0, float("inf"), float("nan")])
+    got = fused_cpu.kernel().exp_float(special)
+    assert got[:3].tolist() == [0.0, 0.0, 0.0]  # padded keys' -inf logits: exactly 0
+    assert got[3:5].tolist() == [float("inf")] * 2 and got[5].isnan()

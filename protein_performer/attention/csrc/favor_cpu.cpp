@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -81,11 +83,50 @@ Head<T> head(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& wk,
 
 // Elementwise passes over a block in cache, compiled for several instruction sets and picked
 // at load time (the build is cached and may be shared between machines: no -march=native).
+// Their sums and maxima run in LANES partial results (lane_sum, lane_max), which vectorise:
+// a single float accumulator does not without -ffast-math, whose other assumptions would break
+// the -inf and NaN handling (measured: a row softmax 2.5x faster so).
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #define PP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define PP_CLONES
 #endif
+#define PP_INLINE inline __attribute__((always_inline))
+
+constexpr int LANES = 16;
+
+// Σ_{j < m} f(j) (f may also write: it runs once per j, in order within each lane).
+template <typename T, typename F>
+PP_INLINE T lane_sum(int64_t m, F f) {
+  T acc[LANES] = {};
+  int64_t j = 0;
+  for (; j + LANES <= m; j += LANES)
+    for (int i = 0; i < LANES; ++i) acc[i] += f(j + i);
+  T sum = T(0);
+  for (int i = 0; i < LANES; ++i) sum += acc[i];
+  for (; j < m; ++j) sum += f(j);
+  return sum;
+}
+
+// max(init, max_{j < m} f(j)), NaN values passed over (f may also write, as for lane_sum).
+template <typename T, typename F>
+PP_INLINE T lane_max(int64_t m, T init, F f) {
+  T acc[LANES];
+  for (int i = 0; i < LANES; ++i) acc[i] = init;
+  int64_t j = 0;
+  for (; j + LANES <= m; j += LANES)
+    for (int i = 0; i < LANES; ++i) {
+      const T v = f(j + i);
+      acc[i] = v > acc[i] ? v : acc[i];
+    }
+  T top = init;
+  for (int i = 0; i < LANES; ++i) top = acc[i] > top ? acc[i] : top;
+  for (; j < m; ++j) {
+    const T v = f(j);
+    top = v > top ? v : top;
+  }
+  return top;
+}
 
 // relu in place over R rows of m (padded rows zeroed; NaN stays NaN, as torch.relu, so a
 // diverging step shows); adds each row into ksum (keys), or writes its dot with ksum into
@@ -100,14 +141,19 @@ PP_CLONES void relu_rows(T* __restrict__ phi, int64_t R, int64_t m, const bool* 
       if (den) den[r] = T(0);
       continue;
     }
-    T dot = T(0);
+    if (kdot) {  // queries
+      den[r] = lane_sum<T>(m, [&](int64_t j) {
+        const T x = row[j] < T(0) ? T(0) : row[j];
+        row[j] = x;
+        return x * kdot[j];
+      });
+      continue;
+    }
     for (int64_t j = 0; j < m; ++j) {
       const T x = row[j] < T(0) ? T(0) : row[j];
       row[j] = x;
       if (ksum) ksum[j] += x;
-      if (kdot) dot += x * kdot[j];
     }
-    if (den) den[r] = dot;
   }
 }
 
@@ -323,6 +369,42 @@ void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor&
 // the keys seen (the summary rescaled when it grows; linear_attention.RunningMax). Queries:
 // softmax_j(q·w_j) + eps, the eps as rank-one terms. Padded keys: logit -inf, features 0.
 
+// exp for the elementwise loops. float: Cephes' expf (range reduction by ln 2, a degree-6
+// polynomial; ~1 ulp), written in plain arithmetic so that the loops vectorise without
+// -ffast-math, which would also drop the -inf and NaN semantics this kernel relies on:
+// exp(-inf) = 0 (padded keys), NaN stays NaN, overflow gives inf. double (the tests' precision):
+// the library's exp.
+inline double exp_of(double x) { return std::exp(x); }
+
+PP_INLINE float exp_of(float x) {
+  // above ~88.72 exp overflows; the exponent trick below needs n <= 127, so the polynomial
+  // runs at most at 88 (this kernel only takes exp of values <= 0, after a max is subtracted)
+  const float hi = 88.72283905206835f, top = 88.0f, lo = -87.33654475055310f;
+  const bool nan = x != x;
+  float xc = x > top ? top : x;
+  xc = xc < lo ? lo : xc;
+  xc = nan ? 0.0f : xc;
+  // n = round(x / ln 2) by the 1.5 * 2^23 trick (plain arithmetic: vectorises)
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+  const float r2 = r * r;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r2 + r + 1.0f;
+  // 2^n as a float's exponent bits (n in -126..128: the clamps above)
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  float out = y * scale;
+  out = x < lo ? 0.0f : out;
+  out = x > hi ? std::numeric_limits<float>::infinity() : out;
+  return nan ? x : out;
+}
+
 // logits[R, m] += row_r rc_j + bias_j in place (padded rows: -inf); returns the largest finite one
 // (-inf if none). A NaN logit is not a maximum; it stays NaN in the features, so it shows.
 template <typename T>
@@ -337,11 +419,11 @@ PP_CLONES T key_logit_rows(T* __restrict__ logit, int64_t R, int64_t m,
       continue;
     }
     const T add = row[r];
-    for (int64_t j = 0; j < m; ++j) {
+    best = lane_max<T>(m, best, [&](int64_t j) {
       const T v = x[j] + add * rc[j] + bias[j];
       x[j] = v;
-      best = v > best ? v : best;
-    }
+      return v;
+    });
   }
   return best;
 }
@@ -352,7 +434,7 @@ PP_CLONES void exp_rows(T* __restrict__ x, int64_t n_rows, int64_t m, T ref,
                         T* __restrict__ ksum) {
   for (int64_t r = 0; r < n_rows; ++r) {
     T* __restrict__ row = x + r * m;
-    for (int64_t j = 0; j < m; ++j) row[j] = std::exp(row[j] - ref);
+    for (int64_t j = 0; j < m; ++j) row[j] = exp_of(row[j] - ref);
     if (ksum)
       for (int64_t j = 0; j < m; ++j) ksum[j] += row[j];
   }
@@ -364,20 +446,15 @@ PP_CLONES void softmax_rows(T* __restrict__ x, int64_t R, int64_t m, const T* __
                             T* __restrict__ den) {
   for (int64_t r = 0; r < R; ++r) {
     T* __restrict__ row = x + r * m;
-    T top = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < m; ++j) top = row[j] > top ? row[j] : top;
-    T sum = T(0);
-    for (int64_t j = 0; j < m; ++j) {
-      row[j] = std::exp(row[j] - top);
-      sum += row[j];
-    }
+    const T top =
+        lane_max<T>(m, -std::numeric_limits<T>::infinity(), [&](int64_t j) { return row[j]; });
+    const T sum = lane_sum<T>(m, [&](int64_t j) { return row[j] = exp_of(row[j] - top); });
     const T inv = T(1) / sum;
-    T dot = T(0);
-    for (int64_t j = 0; j < m; ++j) {
-      row[j] *= inv;
-      if (kdot) dot += row[j] * kdot[j];
+    if (!kdot) {
+      for (int64_t j = 0; j < m; ++j) row[j] *= inv;
+      continue;
     }
-    if (den) den[r] = dot;
+    den[r] = lane_sum<T>(m, [&](int64_t j) { return (row[j] *= inv) * kdot[j]; });
   }
 }
 
@@ -391,12 +468,10 @@ PP_CLONES void softmax_grad_rows(T* __restrict__ dphi, const T* __restrict__ p, 
     T* __restrict__ d = dphi + r * m;
     const T* __restrict__ pr = p + r * m;
     const T ar = a[r];
-    T dot = T(0);
-    for (int64_t j = 0; j < m; ++j) {
-      d[j] += ar * ksum[j];
+    const T dot = lane_sum<T>(m, [&](int64_t j) {
       dksum[j] += pr[j] * ar;
-      dot += d[j] * pr[j];
-    }
+      return (d[j] += ar * ksum[j]) * pr[j];
+    });
     for (int64_t j = 0; j < m; ++j) d[j] = pr[j] * (d[j] - dot);
   }
 }
@@ -410,13 +485,11 @@ PP_CLONES void key_grad_rows(T* __restrict__ dphi, const T* __restrict__ phi, in
   for (int64_t r = 0; r < R; ++r) {
     T* __restrict__ d = dphi + r * m;
     const T* __restrict__ pr = phi + r * m;
-    T sum = T(0);
-    for (int64_t j = 0; j < m; ++j) {
+    rs[r] = lane_sum<T>(m, [&](int64_t j) {
       const T g = pr[j] > T(0) ? (d[j] + dksum[j]) * pr[j] : T(0);
       d[j] = g;
-      sum += g * rc[j];
-    }
-    rs[r] = sum;
+      return g * rc[j];
+    });
   }
 }
 
@@ -724,7 +797,18 @@ at::Tensor softmax_backward(const at::Tensor& g, const at::Tensor& qkv, const at
   return dqkv;
 }
 
+// exp_of over a contiguous float32 tensor (for the tests: its accuracy and special values).
+at::Tensor exp_float(const at::Tensor& x) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_contiguous(), "x must be contiguous float32");
+  auto out = at::empty_like(x);
+  const float* src = x.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) dst[i] = exp_of(src[i]);
+  return out;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("exp_float", &exp_float, "the kernel's float exp (tests)");
   m.def("softmax_forward", &softmax_forward, "fused bidirectional softmax FAVOR, forward");
   m.def("softmax_backward", &softmax_backward, "fused bidirectional softmax FAVOR, backward");
   m.def("relu_forward", &relu_forward, "fused bidirectional ReLU FAVOR, forward");
