@@ -35,7 +35,11 @@ SOURCE = Path(__file__).with_name("csrc") / "favor_cpu.cpp"
 ENV = "PP_FUSED_KERNEL"
 #: Rows of a head's block: (rows, m) features stay in a core's L2 cache (256 KiB at m = 256).
 ROWS = 256
-_MODES = {"auto": "auto", "": "auto", "on": "on", "1": "on", "off": "off", "0": "off"}
+_MODES = {
+    **dict.fromkeys(("auto", ""), "auto"),
+    **dict.fromkeys(("on", "1", "true", "yes"), "on"),
+    **dict.fromkeys(("off", "0", "false", "no"), "off"),
+}
 
 
 class FusedKernelError(RuntimeError):
@@ -74,16 +78,18 @@ def _build() -> ModuleType | Exception:
     here = str(Path(sys.executable).parent)
     path = os.environ.get("PATH")
     if shutil.which("ninja") is None and shutil.which("ninja", path=here):
-        os.environ["PATH"] = here + os.pathsep + (path or "")
+        os.environ["PATH"] = here if path is None else here + os.pathsep + path
     try:
         # -fopenmp: at::parallel_for's OpenMP loop (one head per thread); no -march=native, as
         # the build is cached under the user's home, which other machines may share
-        return cpp_extension.load(
+        ext = cpp_extension.load(
             name=name,
             sources=[str(SOURCE)],
             extra_cflags=["-O3", "-fopenmp"],
             verbose=False,
         )
+        _self_test(ext)
+        return ext
     except Exception as exc:  # no compiler, no ninja, no headers, an unwritable cache
         return exc
     finally:
@@ -91,6 +97,30 @@ def _build() -> ModuleType | Exception:
             os.environ.pop("PATH", None)
         else:
             os.environ["PATH"] = path
+
+
+def _self_test(ext: ModuleType) -> None:
+    """One tiny call of each kernel against the PyTorch kernel: a BLAS of another interface
+    (64-bit integers, say) behind ``sgemm_`` would give wrong numbers, not an error."""
+    from .feature_maps import KernelSpec
+    from .linear_attention import PackedBidirectionalFavorFunction
+
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(1, 9, 3, 2, 4, generator=g)
+    wq = torch.randn(2, 6, 4, generator=g) * 0.5
+    row, bias = torch.ones(2, 6), torch.randn(2, 6, generator=g)
+    wk = torch.cat([wq, row[..., None], bias[..., None]], -1)
+    relu = ext.relu_forward(qkv, wq, wq, None, 1e-3, 4)[0]
+    softmax = ext.softmax_forward(qkv, wq, wq, row, bias, None, 0.25, 1e-6, 4)[0]
+    for got, params in [
+        (relu, FeatureParams(KernelSpec("relu"), wq, wq)),
+        (softmax, FeatureParams(KernelSpec("softmax"), wq, wk, 0.25)),
+    ]:
+        with torch.no_grad():
+            want = PackedBidirectionalFavorFunction.apply(qkv, None, params, 4, False)
+        if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
+            kind = params.spec.kind
+            raise RuntimeError(f"the compiled {kind} kernel disagrees with the PyTorch one")
 
 
 def kernel() -> ModuleType | None:
@@ -121,10 +151,13 @@ def _warn_once(reason: str) -> None:
 def usable(qkv: torch.Tensor, params: FeatureParams, save_features: bool) -> bool:
     """Whether the fused kernel computes this call: bidirectional FAVOR (ReLU, or softmax
     with its key row term and feature bias) on a float32/float64 CPU projection, features
-    rebuilt in the backward."""
+    rebuilt in the backward, at least as many heads (B·H) as torch's threads."""
     extra = {"relu": 0, "softmax": 2}.get(params.spec.kind)  # wk's columns beyond wq's
     return (
         extra is not None
+        # one head per thread: with fewer heads than threads, cores would idle (the PyTorch
+        # kernel's batched products use them all)
+        and qkv.shape[0] * qkv.shape[3] >= torch.get_num_threads()
         and params.wk.shape[-1] == params.wq.shape[-1] + extra
         and not save_features
         and qkv.device.type == "cpu"

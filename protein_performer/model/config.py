@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+import numpy as np
+
 from protein_performer.errors import ConfigError
 
 _Section = TypeVar("_Section")
@@ -96,6 +98,14 @@ class ModelConfig:
     scalable_softmax: int = 0
     checkpointing: bool = False
     save_features: bool = False
+
+    def __post_init__(self) -> None:
+        # numpy scalars (a sweep read from a table) as the Python values they stand for, so
+        # that checks and saved configs see ints, floats and bools
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.generic):
+                setattr(self, f.name, value.item())
 
     @property
     def dim_head(self) -> int:

@@ -23,6 +23,13 @@ def built():
         pytest.skip("the fused kernel does not build here (no compiler or ninja)")
 
 
+@pytest.fixture(autouse=True)
+def _threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_the_kernel_builds_where_a_compiler_and_ninja_are():
     if not COMPILER:
         pytest.skip("no C++ compiler or ninja")
@@ -30,13 +37,18 @@ def test_the_kernel_builds_where_a_compiler_and_ninja_are():
 
 
 def _both(attn: FavorAttention, qkv: torch.Tensor, mask: torch.Tensor | None, g: torch.Tensor):
-    """Output and input gradient of the fused kernel and of the PyTorch one."""
+    """Output and input gradient of the fused kernel and of the PyTorch one (the fused one
+    checked to run: it takes calls with at least one head per thread)."""
+    torch.set_num_threads(min(torch.get_num_threads(), qkv.shape[0] * qkv.shape[3]))
     results = []
-    for fused in (True, False):
-        attn.fused = fused
-        out = attn.forward_packed(qkv, mask)
-        (grad,) = torch.autograd.grad((out * g).sum(), qkv)
-        results.append((out, grad))
+    with pytest.MonkeyPatch.context() as mp:
+        routes = _spy_routes(mp)
+        for fused in (True, False):
+            attn.fused = fused
+            out = attn.forward_packed(qkv, mask)
+            (grad,) = torch.autograd.grad((out * g).sum(), qkv)
+            results.append((out, grad))
+    assert routes == ["fused", "pytorch"]
     return results
 
 
@@ -227,12 +239,33 @@ def test_softmax_keys_whose_maximum_grows_block_by_block_rescale_the_summary(bui
 def test_the_kernels_float_exp_is_within_two_ulp_and_keeps_inf_and_nan(built):
     """The softmax kernel's vectorisable exp (float32): against float64 exp over the range its
     arguments take (<= 0 after a max is subtracted) and beyond, and its special values."""
-    x = torch.cat([torch.linspace(-87.3, 88.0, 200001), torch.tensor([-1e-30, 0.0, 1e-30])])
+    x = torch.cat([torch.linspace(-87.3, 88.72, 200001), torch.tensor([-1e-30, 0.0, 1e-30])])
     got = fused_cpu.kernel().exp_float(x).double()
     want = torch.exp(x.double())
     ulp = torch.finfo(torch.float32).eps * want
     assert ((got - want).abs() <= 2 * ulp).all()
-    special = torch.tensor([float("-inf"), -1e4, -87.5, 89.0, float("inf"), float("nan")])
+    special = torch.tensor([float("-inf"), -1e4, -87.5, 88.73, float("inf"), float("nan")])
     got = fused_cpu.kernel().exp_float(special)
     assert got[:3].tolist() == [0.0, 0.0, 0.0]  # padded keys' -inf logits: exactly 0
     assert got[3:5].tolist() == [float("inf")] * 2 and got[5].isnan()
+
+
+@pytest.mark.parametrize("kernel", ["relu", "softmax"])
+def test_float32_over_several_blocks_and_nan_gradients_as_the_pytorch_kernel(built, kernel):
+    """float32 (the vectorised exp and reductions) over blocks with a growing stabiliser,
+    padded keys holding inf; and where a real key is NaN, the same gradients are NaN."""
+    torch.manual_seed(5)
+    attn = FavorAttention(32, 64, kernel=kernel)
+    qkv = torch.randn(2, 900, 3, 4, 32)
+    qkv[:, 600:, 1] *= 1.5
+    mask = torch.zeros(2, 900, dtype=torch.bool)
+    mask[0, 700:] = True
+    qkv[0, 700:, 1:] = float("inf")
+    g = torch.randn(2, 900, 4, 32)
+    (out, grad), (want, want_grad) = _both(attn, qkv.requires_grad_(), mask, g)
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(grad, want_grad, atol=1e-5, rtol=1e-4)
+    bad = qkv.detach().clone()
+    bad[1, 10, 1, 2, 3] = float("nan")  # a real key
+    (_, grad), (_, want_grad) = _both(attn, bad.requires_grad_(), mask, g)
+    assert torch.equal(grad.isnan(), want_grad.isnan())

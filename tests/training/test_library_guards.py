@@ -38,6 +38,17 @@ def test_model_config_values_of_the_wrong_type_are_named(key, value, message):
         ModelConfig(**{**SMALL, key: value}).validate()
 
 
+def test_numpy_scalars_in_a_model_config_read_as_python_values():
+    import numpy as np
+
+    cfg = ModelConfig(
+        **{**SMALL, "dim": np.int64(16), "dropout": np.float32(0.25), "orthogonal": np.bool_(False)}
+    )
+    cfg.validate()
+    assert (cfg.dim, cfg.dropout, cfg.orthogonal) == (16, 0.25, False)
+    assert type(cfg.dim) is int and type(cfg.orthogonal) is bool
+
+
 def test_a_model_takes_a_dict_config_and_names_what_it_cannot_take():
     model = ProteinLM(dict(SMALL), len(ALPHABET))
     assert model.config == ModelConfig(**SMALL)

@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -71,7 +72,7 @@ struct Head {
 
 template <typename T>
 Head<T> head(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& wk,
-             const c10::optional<at::Tensor>& mask,
+             const std::optional<at::Tensor>& mask,
              int64_t n) {
   const int64_t H = qkv.size(3), L = qkv.size(1), D = qkv.size(4), m = w.size(1);
   const int64_t b = n / H, h = n % H;
@@ -157,7 +158,8 @@ PP_CLONES void relu_rows(T* __restrict__ phi, int64_t R, int64_t m, const bool* 
   }
 }
 
-// dphi <- where(phi > 0, dphi + a_r * ksum, 0) row by row (a null: a_r = 1, the keys' dksum
+// dphi <- where(phi <= 0, 0, dphi + a_r * ksum) row by row (a NaN feature passes the gradient,
+// as torch's threshold_backward does) (a null: a_r = 1, the keys' dksum
 // term); with acc, also acc_j += Σ_r phi_rj a_r (the normaliser's part of the summary gradient).
 template <typename T>
 PP_CLONES void relu_grad_rows(T* __restrict__ dphi, const T* __restrict__ phi, int64_t R,
@@ -168,7 +170,7 @@ PP_CLONES void relu_grad_rows(T* __restrict__ dphi, const T* __restrict__ phi, i
     const T* __restrict__ pr = phi + r * m;
     const T ar = a ? a[r] : T(1);
     for (int64_t j = 0; j < m; ++j) {
-      dr[j] = pr[j] > T(0) ? dr[j] + ar * add[j] : T(0);
+      dr[j] = pr[j] <= T(0) ? T(0) : dr[j] + ar * add[j];
       if (acc) acc[j] += pr[j] * ar;
     }
   }
@@ -191,7 +193,7 @@ bool any_of(const bool* mask, int64_t R) {
 // Saved for the backward as state (m, D+1) = [Sv, ksum], the PyTorch kernel's layout.
 template <typename T>
 void forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& wk,
-                  const c10::optional<at::Tensor>& mask, T eps, int64_t rows, at::Tensor& out,
+                  const std::optional<at::Tensor>& mask, T eps, int64_t rows, at::Tensor& out,
                   at::Tensor& den, at::Tensor& state) {
   const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
   const int64_t m = w.size(1), D1 = D + 1;
@@ -272,7 +274,7 @@ void forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& 
 template <typename T>
 void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
                    const at::Tensor& wk,
-                   const c10::optional<at::Tensor>& mask, T eps, int64_t rows,
+                   const std::optional<at::Tensor>& mask, T eps, int64_t rows,
                    const at::Tensor& out, const at::Tensor& den, const at::Tensor& state,
                    at::Tensor& dqkv) {
   const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
@@ -377,11 +379,10 @@ void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor&
 inline double exp_of(double x) { return std::exp(x); }
 
 PP_INLINE float exp_of(float x) {
-  // above ~88.72 exp overflows; the exponent trick below needs n <= 127, so the polynomial
-  // runs at most at 88 (this kernel only takes exp of values <= 0, after a max is subtracted)
-  const float hi = 88.72283905206835f, top = 88.0f, lo = -87.33654475055310f;
+  // exp overflows above hi and leaves the normal range below lo (flushed to 0 there)
+  const float hi = 88.72283905206835f, lo = -87.33654475055310f;
   const bool nan = x != x;
-  float xc = x > top ? top : x;
+  float xc = x > hi ? hi : x;
   xc = xc < lo ? lo : xc;
   xc = nan ? 0.0f : xc;
   // n = round(x / ln 2) by the 1.5 * 2^23 trick (plain arithmetic: vectorises)
@@ -395,17 +396,20 @@ PP_INLINE float exp_of(float x) {
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * r2 + r + 1.0f;
-  // 2^n as a float's exponent bits (n in -126..128: the clamps above)
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  // 2^n as a float's exponent bits, n in -126..128 (the clamps above); 2^128 is not a float,
+  // so n above 127 (x in 88.03..88.72) takes its last factor 2 apart
+  const int32_t ni = static_cast<int32_t>(n);
+  const int32_t n1 = ni > 127 ? 127 : ni;
+  const int32_t bits = (n1 + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  float out = y * scale;
+  float out = y * scale * (ni > 127 ? 2.0f : 1.0f);
   out = x < lo ? 0.0f : out;
   out = x > hi ? std::numeric_limits<float>::infinity() : out;
   return nan ? x : out;
 }
 
-// logits[R, m] += row_r rc_j + bias_j in place (padded rows: -inf); returns the largest finite one
+// logits[R, m] += row_r rc_j + bias_j in place (padded rows: -inf); returns the largest one
 // (-inf if none). A NaN logit is not a maximum; it stays NaN in the features, so it shows.
 template <typename T>
 PP_CLONES T key_logit_rows(T* __restrict__ logit, int64_t R, int64_t m,
@@ -476,8 +480,8 @@ PP_CLONES void softmax_grad_rows(T* __restrict__ dphi, const T* __restrict__ p, 
   }
 }
 
-// Key side of the backward: g = (dphi + dksum_j) ⊙ phi where phi > 0 (else 0, whatever a
-// padded row's value made of dphi), and rs_r = Σ_j g_rj rc_j (the row term's gradient).
+// Key side of the backward: g = (dphi + dksum_j) ⊙ phi, 0 where phi == 0 (whatever a padded
+// row's value made of dphi), and rs_r = Σ_j g_rj rc_j (the row term's gradient).
 template <typename T>
 PP_CLONES void key_grad_rows(T* __restrict__ dphi, const T* __restrict__ phi, int64_t R,
                              int64_t m, const T* __restrict__ dksum, const T* __restrict__ rc,
@@ -486,7 +490,7 @@ PP_CLONES void key_grad_rows(T* __restrict__ dphi, const T* __restrict__ phi, in
     T* __restrict__ d = dphi + r * m;
     const T* __restrict__ pr = phi + r * m;
     rs[r] = lane_sum<T>(m, [&](int64_t j) {
-      const T g = pr[j] > T(0) ? (d[j] + dksum[j]) * pr[j] : T(0);
+      const T g = pr[j] == T(0) ? T(0) : (d[j] + dksum[j]) * pr[j];
       d[j] = g;
       return g * rc[j];
     });
@@ -494,7 +498,7 @@ PP_CLONES void key_grad_rows(T* __restrict__ dphi, const T* __restrict__ phi, in
 }
 
 // Key features of a block against ref (exp_rows after the logits); fills row with the row
-// terms. Returns the block's largest finite logit.
+// terms. Returns the block's largest logit (NaN passed over; -inf if all padded).
 template <typename T>
 T key_logits(const Head<T>& hd, int64_t r0, int64_t R, int64_t m, int64_t D, const T* rc,
              const T* bias, T ksq, const bool* mb, T* phi, T* row) {
@@ -515,7 +519,7 @@ T key_logits(const Head<T>& hd, int64_t r0, int64_t R, int64_t m, int64_t D, con
 template <typename T>
 void softmax_forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& wk,
                           const at::Tensor& rc, const at::Tensor& bias,
-                          const c10::optional<at::Tensor>& mask, T ksq, T eps, int64_t rows,
+                          const std::optional<at::Tensor>& mask, T ksq, T eps, int64_t rows,
                           at::Tensor& out, at::Tensor& den, at::Tensor& state, at::Tensor& ref) {
   const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
   const int64_t m = w.size(1), D1 = D + 1;
@@ -600,7 +604,7 @@ void softmax_forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::
 
 template <typename T>
 void softmax_backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
-                           const at::Tensor& wk, const at::Tensor& rc, const at::Tensor& bias, const c10::optional<at::Tensor>& mask, T ksq,
+                           const at::Tensor& wk, const at::Tensor& rc, const at::Tensor& bias, const std::optional<at::Tensor>& mask, T ksq,
                            T eps, int64_t rows, const at::Tensor& out, const at::Tensor& den,
                            const at::Tensor& state, const at::Tensor& ref, at::Tensor& dqkv) {
   const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
@@ -692,7 +696,7 @@ void softmax_backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at:
 }
 
 void check(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& wk,
-           const c10::optional<at::Tensor>& mask, int64_t rows) {
+           const std::optional<at::Tensor>& mask, int64_t rows) {
   TORCH_CHECK(qkv.device().is_cpu() && qkv.dim() == 5 && qkv.size(2) == 3 && qkv.is_contiguous(),
               "qkv must be a contiguous CPU tensor (B, L, 3, H, D)");
   TORCH_CHECK(qkv.scalar_type() == at::kFloat || qkv.scalar_type() == at::kDouble,
@@ -718,7 +722,7 @@ void check(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& wk,
 
 std::vector<at::Tensor> relu_forward(const at::Tensor& qkv, const at::Tensor& w,
                                      const at::Tensor& wk,
-                                     const c10::optional<at::Tensor>& mask, double eps,
+                                     const std::optional<at::Tensor>& mask, double eps,
                                      int64_t rows) {
   check(qkv, w, wk, mask, rows);
   const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
@@ -736,7 +740,7 @@ std::vector<at::Tensor> relu_forward(const at::Tensor& qkv, const at::Tensor& w,
 
 at::Tensor relu_backward(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
                          const at::Tensor& wk,
-                         const c10::optional<at::Tensor>& mask, double eps, int64_t rows,
+                         const std::optional<at::Tensor>& mask, double eps, int64_t rows,
                          const at::Tensor& out, const at::Tensor& den, const at::Tensor& state) {
   check(qkv, w, wk, mask, rows);
   TORCH_CHECK(g.sizes() == out.sizes() && g.is_contiguous() && g.scalar_type() == qkv.scalar_type(),
@@ -755,7 +759,7 @@ at::Tensor relu_backward(const at::Tensor& g, const at::Tensor& qkv, const at::T
 std::vector<at::Tensor> softmax_forward(const at::Tensor& qkv, const at::Tensor& w,
                                         const at::Tensor& wk, const at::Tensor& rc,
                                         const at::Tensor& bias,
-                                        const c10::optional<at::Tensor>& mask, double ksq,
+                                        const std::optional<at::Tensor>& mask, double ksq,
                                         double eps, int64_t rows) {
   check(qkv, w, wk, mask, rows);
   for (const at::Tensor* t : {&rc, &bias})
@@ -778,7 +782,7 @@ std::vector<at::Tensor> softmax_forward(const at::Tensor& qkv, const at::Tensor&
 }
 
 at::Tensor softmax_backward(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
-                            const at::Tensor& wk, const at::Tensor& rc, const at::Tensor& bias, const c10::optional<at::Tensor>& mask,
+                            const at::Tensor& wk, const at::Tensor& rc, const at::Tensor& bias, const std::optional<at::Tensor>& mask,
                             double ksq, double eps, int64_t rows, const at::Tensor& out,
                             const at::Tensor& den, const at::Tensor& state,
                             const at::Tensor& ref) {
