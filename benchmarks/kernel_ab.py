@@ -78,6 +78,12 @@ def load_revision(commit: str, into: Path) -> Any:
         # `from ..errors import X` -> this tree's module (the package sits elsewhere now)
         text = re.sub(r"from \.\.(\w+)", r"from protein_performer.\1", text)
         (pkg / Path(path).name).write_text(text)
+    # the revision's compiled kernel's source, where it has one (fused_cpu.py builds it)
+    sources = git("ls-tree", "--name-only", commit, f"{PACKAGE}/csrc/").split()
+    if sources:
+        (pkg / "csrc").mkdir()
+        for path in sources:
+            (pkg / "csrc" / Path(path).name).write_text(git("show", f"{commit}:{path}"))
     sys.path.insert(0, str(into))
     module = importlib.import_module(f"{name}.favor")
     assert Path(module.__file__).resolve().is_relative_to(into.resolve()), module.__file__

@@ -58,7 +58,10 @@ def mode() -> str:
 def _build() -> ModuleType | Exception:
     from torch.utils import cpp_extension
 
-    source = SOURCE.read_bytes()
+    try:
+        source = SOURCE.read_bytes()
+    except OSError as exc:  # a copy of the package without its csrc/
+        return exc
     # the source's hash in the name: an edited kernel never loads an older build
     name = "protein_performer_favor_cpu_" + hashlib.sha256(source).hexdigest()[:12]
     try:  # private, hence guarded: only decides whether to say that a build is coming
