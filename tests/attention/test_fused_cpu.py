@@ -269,3 +269,17 @@ def test_float32_over_several_blocks_and_nan_gradients_as_the_pytorch_kernel(bui
     bad[1, 10, 1, 2, 3] = float("nan")  # a real key
     (_, grad), (_, want_grad) = _both(attn, bad.requires_grad_(), mask, g)
     assert torch.equal(grad.isnan(), want_grad.isnan())
+
+
+def test_a_package_copy_without_the_kernel_source_falls_back(monkeypatch, tmp_path):
+    monkeypatch.setenv(fused_cpu.ENV, "auto")
+    monkeypatch.setattr(fused_cpu, "SOURCE", tmp_path / "csrc" / "favor_cpu.cpp")
+    fused_cpu._build.cache_clear()
+    fused_cpu._warn_once.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="could not be built .*FileNotFoundError"):
+            assert fused_cpu.kernel() is None
+    finally:
+        monkeypatch.undo()
+        fused_cpu._build.cache_clear()
+        fused_cpu._warn_once.cache_clear()
