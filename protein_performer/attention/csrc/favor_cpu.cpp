@@ -188,6 +188,93 @@ bool any_of(const bool* mask, int64_t R) {
   return mask && std::any_of(mask, mask + R, [](bool x) { return x; });
 }
 
+// The values of rows [r0, r0 + R) as BLAS reads them (row stride *ldv): in place, or, in a
+// block with padded rows, a copy in vz with those rows zeroed (padded values may hold
+// anything: never 0 * inf).
+template <typename T>
+const T* values_block(const Head<T>& hd, int64_t r0, int64_t R, int64_t D, const bool* mb,
+                      T* vz, int64_t* ldv) {
+  const T* V = hd.v + r0 * hd.ld;
+  *ldv = hd.ld;
+  if (!any_of(mb, R)) return V;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t d = 0; d < D; ++d) vz[r * D + d] = mb[r] ? T(0) : V[r * hd.ld + d];
+  *ldv = D;
+  return vz;
+}
+
+// Saves the summary [Sv, ksum] as state S (m, D+1), the PyTorch kernel's layout, and returns
+// the query features' constant eps as rank-one terms: qterm = eps Σ_j Sv[j, :] (written) and
+// eps Σ_j ksum[j] (returned).
+template <typename T>
+T save_summary(const T* Sv, const T* ksum, int64_t m, int64_t D, T eps, T* S, T* qterm) {
+  std::fill(qterm, qterm + D, T(0));
+  T qden = T(0);
+  for (int64_t j = 0; j < m; ++j) {
+    qden += ksum[j];
+    for (int64_t d = 0; d < D; ++d) {
+      qterm[d] += Sv[j * D + d];
+      S[j * (D + 1) + d] = Sv[j * D + d];
+    }
+    S[j * (D + 1) + D] = ksum[j];
+  }
+  for (int64_t d = 0; d < D; ++d) qterm[d] *= eps;
+  return qden * eps;
+}
+
+// The summary back from state S (m, D+1) into Sv (m, D) and ksum (m).
+template <typename T>
+void load_summary(const T* S, int64_t m, int64_t D, T* Sv, T* ksum) {
+  for (int64_t j = 0; j < m; ++j) {
+    std::copy(S + j * (D + 1), S + j * (D + 1) + D, Sv + j * D);
+    ksum[j] = S[j * (D + 1) + D];
+  }
+}
+
+// R output rows ob (row stride ldo) holding φ(q) Sv, and dn their φ(q)·ksum: adds the eps
+// terms and divides (linear_attention.split_output: 0 where the normaliser is below the floor);
+// dn becomes the normaliser.
+template <typename T>
+void normalise_rows(T* ob, int64_t ldo, T* dn, int64_t R, int64_t D, T qden, const T* qterm) {
+  const T floor = den_floor<T>();
+  for (int64_t r = 0; r < R; ++r) {
+    const T dd = dn[r] + qden;
+    dn[r] = dd;
+    T* __restrict__ o = ob + r * ldo;
+    if (dd < floor) {
+      std::fill(o, o + D, T(0));
+    } else {
+      const T inv = T(1) / dd;
+      for (int64_t d = 0; d < D; ++d) o[d] = (o[d] + qterm[d]) * inv;
+    }
+  }
+}
+
+// dLoss/d[numerator, normaliser] of R rows (linear_attention.output_adjoint) from the output
+// gradient g0 and output o0 (row strides ldg, ldo) and the normalisers dn: gv (R, D) and a (R);
+// adds gv's rows into gsum and returns Σ a.
+template <typename T>
+T output_adjoint_rows(const T* g0, int64_t ldg, const T* o0, int64_t ldo, const T* dn, int64_t R,
+                      int64_t D, T* gv, T* a, T* gsum) {
+  const T floor = den_floor<T>();
+  T asum = T(0);
+  for (int64_t r = 0; r < R; ++r) {
+    const T inv = dn[r] >= floor ? T(1) / dn[r] : T(0);
+    const T* gr = g0 + r * ldg;
+    const T* o = o0 + r * ldo;
+    T* __restrict__ gr_v = gv + r * D;
+    T dot = T(0);
+    for (int64_t d = 0; d < D; ++d) {
+      gr_v[d] = gr[d] * inv;
+      dot += gr[d] * o[d];
+      gsum[d] += gr_v[d];
+    }
+    a[r] = -dot * inv;
+    asum += a[r];
+  }
+  return asum;
+}
+
 // The summary is kept as Sv = Σ φ(k) vᵀ (m, D) and ksum = Σ φ(k) (m): products of 64 columns
 // run faster than of the 65 of [Sv, ksum], and the ksum terms ride on the elementwise passes.
 // Saved for the backward as state (m, D+1) = [Sv, ksum], the PyTorch kernel's layout.
@@ -200,7 +287,6 @@ void forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& 
   T* out_p = out.data_ptr<T>();
   T* den_p = den.data_ptr<T>();
   T* state_p = state.data_ptr<T>();
-  const T floor = den_floor<T>();
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> phi(rows * m), vz(rows * D), Sv(m * D), ksum(m), vsum(D), qterm(D);
     for (int64_t n = begin; n < end; ++n) {
@@ -214,14 +300,8 @@ void forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& 
         const bool* mb = hd.mask ? hd.mask + r0 : nullptr;
         features<T>(hd.k + r0 * hd.ld, hd.ld, hd.wk, R, m, D, mb, phi.data(), ksum.data(),
                     nullptr, nullptr);
-        const T* V = hd.v + r0 * hd.ld;
-        int64_t ldv = hd.ld;
-        if (any_of(mb, R)) {  // padded values may hold anything: zero rows, never 0 * inf
-          for (int64_t r = 0; r < R; ++r)
-            for (int64_t d = 0; d < D; ++d) vz[r * D + d] = mb[r] ? T(0) : V[r * hd.ld + d];
-          V = vz.data();
-          ldv = D;
-        }
+        int64_t ldv;
+        const T* V = values_block<T>(hd, r0, R, D, mb, vz.data(), &ldv);
         mm<T>(true, false, m, D, R, phi.data(), m, V, ldv, T(1), Sv.data(), D);
         for (int64_t r = 0; r < R; ++r) {
           if (mb && mb[r]) continue;
@@ -230,22 +310,13 @@ void forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& 
         }
       }
       // the kernel epsilon on every valid key feature: + eps · [Σ v, count] on every row
-      std::fill(qterm.begin(), qterm.end(), T(0));
-      T qden = T(0);
-      T* S = state_p + n * m * D1;
       for (int64_t j = 0; j < m; ++j) {
         ksum[j] += eps * T(count);
-        qden += ksum[j];
-        for (int64_t d = 0; d < D; ++d) {
-          Sv[j * D + d] += eps * vsum[d];
-          qterm[d] += Sv[j * D + d];
-          S[j * D1 + d] = Sv[j * D + d];
-        }
-        S[j * D1 + D] = ksum[j];
+        for (int64_t d = 0; d < D; ++d) Sv[j * D + d] += eps * vsum[d];
       }
       // ... and on every query feature: + eps · Σ_j [Sv, ksum][j] on every output row
-      for (int64_t d = 0; d < D; ++d) qterm[d] *= eps;
-      qden *= eps;
+      const T qden =
+          save_summary<T>(Sv.data(), ksum.data(), m, D, eps, state_p + n * m * D1, qterm.data());
       const int64_t b = n / H, h = n % H;
       const int64_t ldo = out.stride(1);
       T* dn = den_p + n * L;
@@ -255,17 +326,7 @@ void forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& 
                     ksum.data(), dn + r0);
         T* ob = out_p + b * out.stride(0) + r0 * ldo + h * D;
         mm<T>(false, false, R, D, m, phi.data(), m, Sv.data(), D, T(0), ob, ldo);
-        for (int64_t r = 0; r < R; ++r) {
-          const T dd = dn[r0 + r] + qden;
-          dn[r0 + r] = dd;
-          T* __restrict__ o = ob + r * ldo;
-          if (dd < floor) {
-            std::fill(o, o + D, T(0));
-          } else {
-            const T inv = T(1) / dd;
-            for (int64_t d = 0; d < D; ++d) o[d] = (o[d] + qterm[d]) * inv;
-          }
-        }
+        normalise_rows<T>(ob, ldo, dn + r0, R, D, qden, qterm.data());
       }
     }
   });
@@ -283,7 +344,6 @@ void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor&
   const T* out_p = out.data_ptr<T>();
   const T* den_p = den.data_ptr<T>();
   const T* state_p = state.data_ptr<T>();
-  const T floor = den_floor<T>();
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> phi(rows * m), dphi(rows * m), gv(rows * D), a(rows), Sv(m * D), ksum(m),
         dSv(m * D), dksum(m), gsum(D), vterm(D);
@@ -294,11 +354,7 @@ void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor&
       T* dk = dq + dqkv.stride(2);
       T* dv = dq + 2 * dqkv.stride(2);
       const int64_t ldd = dqkv.stride(1);
-      const T* S = state_p + n * m * D1;
-      for (int64_t j = 0; j < m; ++j) {
-        std::copy(S + j * D1, S + j * D1 + D, Sv.data() + j * D);
-        ksum[j] = S[j * D1 + D];
-      }
+      load_summary<T>(state_p + n * m * D1, m, D, Sv.data(), ksum.data());
       const T* dn = den_p + n * L;
       std::fill(dSv.begin(), dSv.end(), T(0));
       std::fill(dksum.begin(), dksum.end(), T(0));
@@ -308,22 +364,10 @@ void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor&
         const int64_t R = std::min(rows, L - r0);
         features<T>(hd.q + r0 * hd.ld, hd.ld, hd.w, R, m, D, nullptr, phi.data(), nullptr,
                     nullptr, nullptr);
-        // dLoss/d[numerator, normaliser] (linear_attention.output_adjoint): gv, a
-        for (int64_t r = 0; r < R; ++r) {
-          const T dd = dn[r0 + r];
-          const T inv = dd >= floor ? T(1) / dd : T(0);
-          const T* gr = g_p + b * g.stride(0) + (r0 + r) * g.stride(1) + h * D;
-          const T* o = out_p + b * out.stride(0) + (r0 + r) * out.stride(1) + h * D;
-          T* __restrict__ gr_v = gv.data() + r * D;
-          T dot = T(0);
-          for (int64_t d = 0; d < D; ++d) {
-            gr_v[d] = gr[d] * inv;
-            dot += gr[d] * o[d];
-            gsum[d] += gr_v[d];
-          }
-          a[r] = -dot * inv;
-          asum += a[r];
-        }
+        asum += output_adjoint_rows<T>(
+            g_p + b * g.stride(0) + r0 * g.stride(1) + h * D, g.stride(1),
+            out_p + b * out.stride(0) + r0 * out.stride(1) + h * D, out.stride(1), dn + r0, R, D,
+            gv.data(), a.data(), gsum.data());
         // dφ(q) = gv Svᵀ + a ksumᵀ, through the relu; dksum += φ(q)ᵀ a
         mm<T>(false, true, R, m, D, gv.data(), D, Sv.data(), D, T(0), dphi.data(), m);
         relu_grad_rows<T>(dphi.data(), phi.data(), R, m, a.data(), ksum.data(), dksum.data());
@@ -528,7 +572,7 @@ void softmax_forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::
   T* state_p = state.data_ptr<T>();
   T* ref_p = ref.data_ptr<T>();
   const T* bias_p = bias.data_ptr<T>();
-  const T floor = den_floor<T>(), inf = std::numeric_limits<T>::infinity();
+  const T inf = std::numeric_limits<T>::infinity();
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> phi(rows * m), vz(rows * D), Sv(m * D), ksum(m), qterm(D), row(rows);
     for (int64_t n = begin; n < end; ++n) {
@@ -553,30 +597,14 @@ void softmax_forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::
         raw = new_raw;
         stab = new_stab;
         exp_rows<T>(phi.data(), R, m, stab, ksum.data());
-        const T* V = hd.v + r0 * hd.ld;
-        int64_t ldv = hd.ld;
-        if (any_of(mb, R)) {  // padded values may hold anything: zero rows, never 0 * inf
-          for (int64_t r = 0; r < R; ++r)
-            for (int64_t d = 0; d < D; ++d) vz[r * D + d] = mb[r] ? T(0) : V[r * hd.ld + d];
-          V = vz.data();
-          ldv = D;
-        }
+        int64_t ldv;
+        const T* V = values_block<T>(hd, r0, R, D, mb, vz.data(), &ldv);
         mm<T>(true, false, m, D, R, phi.data(), m, V, ldv, T(1), Sv.data(), D);
       }
       ref_p[n] = stab;
-      std::fill(qterm.begin(), qterm.end(), T(0));
-      T qden = T(0);
-      T* S = state_p + n * m * D1;
-      for (int64_t j = 0; j < m; ++j) {
-        qden += ksum[j];
-        for (int64_t d = 0; d < D; ++d) {
-          qterm[d] += Sv[j * D + d];
-          S[j * D1 + d] = Sv[j * D + d];
-        }
-        S[j * D1 + D] = ksum[j];
-      }
-      for (int64_t d = 0; d < D; ++d) qterm[d] *= eps;  // the query features' eps
-      qden *= eps;
+      // the query features' eps (the keys' features have none)
+      const T qden =
+          save_summary<T>(Sv.data(), ksum.data(), m, D, eps, state_p + n * m * D1, qterm.data());
       const int64_t b = n / H, h = n % H;
       const int64_t ldo = out.stride(1);
       T* dn = den_p + n * L;
@@ -586,17 +614,7 @@ void softmax_forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::
         softmax_rows<T>(phi.data(), R, m, ksum.data(), dn + r0);
         T* ob = out_p + b * out.stride(0) + r0 * ldo + h * D;
         mm<T>(false, false, R, D, m, phi.data(), m, Sv.data(), D, T(0), ob, ldo);
-        for (int64_t r = 0; r < R; ++r) {
-          const T dd = dn[r0 + r] + qden;
-          dn[r0 + r] = dd;
-          T* __restrict__ o = ob + r * ldo;
-          if (dd < floor) {
-            std::fill(o, o + D, T(0));
-          } else {
-            const T inv = T(1) / dd;
-            for (int64_t d = 0; d < D; ++d) o[d] = (o[d] + qterm[d]) * inv;
-          }
-        }
+        normalise_rows<T>(ob, ldo, dn + r0, R, D, qden, qterm.data());
       }
     }
   });
@@ -615,7 +633,6 @@ void softmax_backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at:
   const T* state_p = state.data_ptr<T>();
   const T* ref_p = ref.data_ptr<T>();
   const T* bias_p = bias.data_ptr<T>();
-  const T floor = den_floor<T>();
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> phi(rows * m), dphi(rows * m), gv(rows * D), a(rows), Sv(m * D), ksum(m),
         dSv(m * D), dksum(m), gsum(D), row(rows), rs(rows);
@@ -628,11 +645,7 @@ void softmax_backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at:
       T* dk = dq + dqkv.stride(2);
       T* dv = dq + 2 * dqkv.stride(2);
       const int64_t ldd = dqkv.stride(1);
-      const T* S = state_p + n * m * D1;
-      for (int64_t j = 0; j < m; ++j) {
-        std::copy(S + j * D1, S + j * D1 + D, Sv.data() + j * D);
-        ksum[j] = S[j * D1 + D];
-      }
+      load_summary<T>(state_p + n * m * D1, m, D, Sv.data(), ksum.data());
       const T* dn = den_p + n * L;
       std::fill(dSv.begin(), dSv.end(), T(0));
       std::fill(dksum.begin(), dksum.end(), T(0));
@@ -642,21 +655,10 @@ void softmax_backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at:
         const int64_t R = std::min(rows, L - r0);
         mm<T>(false, true, R, m, D, hd.q + r0 * hd.ld, hd.ld, hd.w, D, T(0), phi.data(), m);
         softmax_rows<T>(phi.data(), R, m, nullptr, nullptr);
-        for (int64_t r = 0; r < R; ++r) {  // linear_attention.output_adjoint: gv, a
-          const T dd = dn[r0 + r];
-          const T inv = dd >= floor ? T(1) / dd : T(0);
-          const T* gr = g_p + b * g.stride(0) + (r0 + r) * g.stride(1) + h * D;
-          const T* o = out_p + b * out.stride(0) + (r0 + r) * out.stride(1) + h * D;
-          T* __restrict__ gr_v = gv.data() + r * D;
-          T dot = T(0);
-          for (int64_t d = 0; d < D; ++d) {
-            gr_v[d] = gr[d] * inv;
-            dot += gr[d] * o[d];
-            gsum[d] += gr_v[d];
-          }
-          a[r] = -dot * inv;
-          asum += a[r];
-        }
+        asum += output_adjoint_rows<T>(
+            g_p + b * g.stride(0) + r0 * g.stride(1) + h * D, g.stride(1),
+            out_p + b * out.stride(0) + r0 * out.stride(1) + h * D, out.stride(1), dn + r0, R, D,
+            gv.data(), a.data(), gsum.data());
         mm<T>(false, true, R, m, D, gv.data(), D, Sv.data(), D, T(0), dphi.data(), m);
         mm<T>(true, false, m, D, R, phi.data(), m, gv.data(), D, T(1), dSv.data(), D);
         softmax_grad_rows<T>(dphi.data(), phi.data(), R, m, a.data(), ksum.data(), dksum.data());
