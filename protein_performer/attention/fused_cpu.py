@@ -1,9 +1,9 @@
 """The fused CPU kernel for bidirectional FAVOR (``csrc/favor_cpu.cpp``), built on first use.
 
 On a CPU, bidirectional FAVOR (ReLU and softmax kernels) on a packed q/k/v projection runs in
-this C++ kernel when it can be built: one head per thread, block by block, with the feature map, its mask and the
-normaliser applied to each block while it is in cache, between BLAS calls on the packed layout
-(benchmarks/README.md has what it saves). The same numbers as the PyTorch kernel
+this C++ kernel when it can be built: one head per thread, block by block, with the feature map,
+its mask and the normaliser applied to each block while it is in cache, between BLAS calls on
+the packed layout (benchmarks/README.md has what it saves). The same numbers as the PyTorch kernel
 (:class:`~protein_performer.attention.linear_attention.PackedBidirectionalFavorFunction`) up to
 float rounding; tests compare them in float64.
 

@@ -622,7 +622,8 @@ void softmax_forward_impl(const at::Tensor& qkv, const at::Tensor& w, const at::
 
 template <typename T>
 void softmax_backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
-                           const at::Tensor& wk, const at::Tensor& rc, const at::Tensor& bias, const std::optional<at::Tensor>& mask, T ksq,
+                           const at::Tensor& wk, const at::Tensor& rc, const at::Tensor& bias,
+                           const std::optional<at::Tensor>& mask, T ksq,
                            T eps, int64_t rows, const at::Tensor& out, const at::Tensor& den,
                            const at::Tensor& state, const at::Tensor& ref, at::Tensor& dqkv) {
   const int64_t B = qkv.size(0), L = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
@@ -751,8 +752,8 @@ at::Tensor relu_backward(const at::Tensor& g, const at::Tensor& qkv, const at::T
   {
     pybind11::gil_scoped_release no_gil;
     AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "favor_relu_backward", [&] {
-      backward_impl<scalar_t>(g, qkv, w, wk, mask, static_cast<scalar_t>(eps), rows, out, den, state,
-                              dqkv);
+      backward_impl<scalar_t>(g, qkv, w, wk, mask, static_cast<scalar_t>(eps), rows, out, den,
+                              state, dqkv);
     });
   }
   return dqkv;
@@ -784,7 +785,8 @@ std::vector<at::Tensor> softmax_forward(const at::Tensor& qkv, const at::Tensor&
 }
 
 at::Tensor softmax_backward(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor& w,
-                            const at::Tensor& wk, const at::Tensor& rc, const at::Tensor& bias, const std::optional<at::Tensor>& mask,
+                            const at::Tensor& wk, const at::Tensor& rc, const at::Tensor& bias,
+                            const std::optional<at::Tensor>& mask,
                             double ksq, double eps, int64_t rows, const at::Tensor& out,
                             const at::Tensor& den, const at::Tensor& state,
                             const at::Tensor& ref) {
