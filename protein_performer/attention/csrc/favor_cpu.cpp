@@ -64,22 +64,26 @@ struct Head {
   const T* q;
   const T* k;
   const T* v;
-  int64_t ld;  // row stride of q, k, v (and of their gradients)
-  const T* w;   // (m, D) query projection (the query scale folded in)
-  const T* wk;  // (m, D) key projection
+  int64_t ld;        // row stride of q, k, v (and of their gradients)
+  const T* w;        // (m, D) query projection (the query scale folded in)
+  const T* wk;       // (m, D) key projection
   const bool* mask;  // (L,) true = padded key, or null
 };
 
 template <typename T>
 Head<T> head(const at::Tensor& qkv, const at::Tensor& w, const at::Tensor& wk,
-             const std::optional<at::Tensor>& mask,
-             int64_t n) {
+             const std::optional<at::Tensor>& mask, int64_t n) {
   const int64_t H = qkv.size(3), L = qkv.size(1), D = qkv.size(4), m = w.size(1);
   const int64_t b = n / H, h = n % H;
   const T* q = qkv.data_ptr<T>() + b * qkv.stride(0) + h * qkv.stride(3);
   const bool* mk = mask.has_value() ? mask->data_ptr<bool>() + n * L : nullptr;
-  return {q,  q + qkv.stride(2), q + 2 * qkv.stride(2), qkv.stride(1), w.data_ptr<T>() + n * m * D,
-          wk.data_ptr<T>() + n * m * D, mk};
+  return {q,
+          q + qkv.stride(2),
+          q + 2 * qkv.stride(2),
+          qkv.stride(1),
+          w.data_ptr<T>() + n * m * D,
+          wk.data_ptr<T>() + n * m * D,
+          mk};
 }
 
 // Elementwise passes over a block in cache, compiled for several instruction sets and picked
