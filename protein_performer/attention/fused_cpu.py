@@ -21,6 +21,7 @@ import hashlib
 import os
 import shutil
 import sys
+import time
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -28,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ..errors import ConfigError
 from .feature_maps import FeatureParams
 from .linear_attention import without_autocast
 
@@ -42,16 +44,31 @@ _MODES = {
 }
 
 
-class FusedKernelError(RuntimeError):
-    """``PP_FUSED_KERNEL=on`` and the kernel could not be built or loaded."""
+#: A build lock older than this is a dead process's (a build takes ~30 s): torch would wait on
+#: it forever.
+STALE_LOCK_S = 600
+
+
+class FusedKernelError(ConfigError):
+    """``PP_FUSED_KERNEL=on`` and the kernel could not be built or loaded (the CLI's one-line
+    error)."""
 
 
 def mode() -> str:
     """``PP_FUSED_KERNEL`` as ``auto``, ``on`` or ``off``."""
     raw = os.environ.get(ENV, "auto").strip().lower()
     if raw not in _MODES:
-        raise ValueError(f"{ENV}={raw!r}: expected auto, on or off")
+        raise ConfigError(f"{ENV}={raw!r}: expected auto, on or off")
     return _MODES[raw]
+
+
+def _reason(exc: BaseException) -> str:
+    """One line on why a build failed: the end of the compiler's output, where the cause is,
+    not the ninja command line that torch's message starts with."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    useful = [line for line in lines if "error" in line.lower() or "not found" in line.lower()]
+    text = (useful or lines or [""])[-1]
+    return f"{type(exc).__name__}: {text}"[:300]
 
 
 @functools.cache
@@ -64,9 +81,16 @@ def _build() -> ModuleType | Exception:
         return exc
     # the source's hash in the name: an edited kernel never loads an older build
     name = "protein_performer_favor_cpu_" + hashlib.sha256(source).hexdigest()[:12]
-    try:  # private, hence guarded: only decides whether to say that a build is coming
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:  # before torch, whose own banner blames compatibility
+        return FileNotFoundError(f"no C++ compiler ({compiler}) on PATH")
+    try:  # private, hence guarded: only to say that a build is coming, and for a stale lock
         build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
         built = any(build_dir.glob(f"{name}*.so"))
+        lock = build_dir / "lock"
+        if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            # left by a build killed outright (SIGKILL, out of memory): torch would wait forever
+            lock.unlink(missing_ok=True)
     except Exception:
         built = False
     if not built:
@@ -134,7 +158,7 @@ def kernel() -> ModuleType | None:
     built = _build()
     if not isinstance(built, Exception):
         return built
-    reason = " ".join(f"{type(built).__name__}: {built}".split())[:300]
+    reason = _reason(built)
     if chosen == "on":
         raise FusedKernelError(f"{ENV}=on, but the fused CPU kernel did not build ({reason})")
     _warn_once(reason)

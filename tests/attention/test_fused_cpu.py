@@ -287,3 +287,65 @@ def test_a_package_copy_without_the_kernel_source_falls_back(monkeypatch, tmp_pa
         monkeypatch.undo()
         fused_cpu._build.cache_clear()
         fused_cpu._warn_once.cache_clear()
+
+
+def _fresh_build(monkeypatch):
+    monkeypatch.setenv(fused_cpu.ENV, "auto")
+    fused_cpu._build.cache_clear()
+    fused_cpu._warn_once.cache_clear()
+
+
+def test_no_compiler_is_said_as_such_and_on_makes_it_a_one_line_config_error(monkeypatch):
+    from protein_performer.errors import ProteinPerformerError
+
+    _fresh_build(monkeypatch)
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    try:
+        with pytest.warns(RuntimeWarning, match=r"no C\+\+ compiler \(no-such-compiler-here\)"):
+            assert fused_cpu.kernel() is None
+        monkeypatch.setenv(fused_cpu.ENV, "on")
+        with pytest.raises(ProteinPerformerError, match="PP_FUSED_KERNEL=on"):  # CLI: one line
+            fused_cpu.kernel()
+    finally:
+        monkeypatch.undo()
+        fused_cpu._build.cache_clear()
+        fused_cpu._warn_once.cache_clear()
+
+
+def test_the_warning_gives_the_compilers_error_not_the_command_line():
+    exc = RuntimeError(
+        "Error building extension 'x': [1/2] c++ -MMD -MF a.o.d -DTORCH -isystem /a -isystem /b\n"
+        "FAILED: a.o\n/bin/sh: 1: c++: not found\nninja: build stopped: subcommand failed."
+    )
+    assert fused_cpu._reason(exc) == "RuntimeError: /bin/sh: 1: c++: not found"
+
+
+def test_a_dead_builds_lock_is_removed_before_building(monkeypatch, tmp_path):
+    import os
+    import time
+
+    from torch.utils import cpp_extension
+
+    _fresh_build(monkeypatch)
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    old = time.time() - fused_cpu.STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    seen = []
+    monkeypatch.setattr(cpp_extension, "_get_build_directory", lambda *a, **k: str(tmp_path))
+
+    def load(**kwargs):
+        seen.append(lock.exists())
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    try:
+        assert isinstance(fused_cpu._build(), RuntimeError)
+        assert seen == [False]  # torch would have waited on it forever
+        fused_cpu._build.cache_clear()
+        lock.write_text("")  # a live build's (fresh) lock is left to torch
+        assert isinstance(fused_cpu._build(), RuntimeError) and seen == [False, True]
+    finally:
+        monkeypatch.undo()
+        fused_cpu._build.cache_clear()
+        fused_cpu._warn_once.cache_clear()
