@@ -226,6 +226,27 @@ T save_summary(const T* Sv, const T* ksum, int64_t m, int64_t D, T eps, T* S, T*
   return qden * eps;
 }
 
+// Where head h of batch element b writes dq, dk, dv in the packed gradient, and their row stride.
+template <typename T>
+struct Grads {
+  T* q;
+  T* k;
+  T* v;
+  int64_t ld;
+};
+
+template <typename T>
+Grads<T> grads(at::Tensor& dqkv, int64_t b, int64_t h) {
+  T* q = dqkv.data_ptr<T>() + b * dqkv.stride(0) + h * dqkv.stride(3);
+  return {q, q + dqkv.stride(2), q + 2 * dqkv.stride(2), dqkv.stride(1)};
+}
+
+// Zeroes the backward's accumulators (the summary's gradient and the output adjoint's sums).
+template <typename T>
+void zero(std::vector<T>& dSv, std::vector<T>& dksum, std::vector<T>& gsum) {
+  for (auto* v : {&dSv, &dksum, &gsum}) std::fill(v->begin(), v->end(), T(0));
+}
+
 // The summary back from state S (m, D+1) into Sv (m, D) and ksum (m).
 template <typename T>
 void load_summary(const T* S, int64_t m, int64_t D, T* Sv, T* ksum) {
@@ -354,15 +375,10 @@ void backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at::Tensor&
     for (int64_t n = begin; n < end; ++n) {
       const Head<T> hd = head<T>(qkv, w, wk, mask, n);
       const int64_t b = n / H, h = n % H;
-      T* dq = dqkv.data_ptr<T>() + b * dqkv.stride(0) + h * dqkv.stride(3);
-      T* dk = dq + dqkv.stride(2);
-      T* dv = dq + 2 * dqkv.stride(2);
-      const int64_t ldd = dqkv.stride(1);
+      const auto [dq, dk, dv, ldd] = grads<T>(dqkv, b, h);
       load_summary<T>(state_p + n * m * D1, m, D, Sv.data(), ksum.data());
       const T* dn = den_p + n * L;
-      std::fill(dSv.begin(), dSv.end(), T(0));
-      std::fill(dksum.begin(), dksum.end(), T(0));
-      std::fill(gsum.begin(), gsum.end(), T(0));
+      zero(dSv, dksum, gsum);
       T asum = T(0);
       for (int64_t r0 = 0; r0 < L; r0 += rows) {
         const int64_t R = std::min(rows, L - r0);
@@ -646,15 +662,10 @@ void softmax_backward_impl(const at::Tensor& g, const at::Tensor& qkv, const at:
       const T* bn = bias_p + n * m;
       const T* rcn = rc.data_ptr<T>() + n * m;
       const int64_t b = n / H, h = n % H;
-      T* dq = dqkv.data_ptr<T>() + b * dqkv.stride(0) + h * dqkv.stride(3);
-      T* dk = dq + dqkv.stride(2);
-      T* dv = dq + 2 * dqkv.stride(2);
-      const int64_t ldd = dqkv.stride(1);
+      const auto [dq, dk, dv, ldd] = grads<T>(dqkv, b, h);
       load_summary<T>(state_p + n * m * D1, m, D, Sv.data(), ksum.data());
       const T* dn = den_p + n * L;
-      std::fill(dSv.begin(), dSv.end(), T(0));
-      std::fill(dksum.begin(), dksum.end(), T(0));
-      std::fill(gsum.begin(), gsum.end(), T(0));
+      zero(dSv, dksum, gsum);
       T asum = T(0);
       for (int64_t r0 = 0; r0 < L; r0 += rows) {
         const int64_t R = std::min(rows, L - r0);
