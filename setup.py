@@ -3,7 +3,7 @@ shipped checkpoint (``data/pretrained/``).
 
 A checkout (and an editable install) reads them from the project root; an installed wheel has
 no project root, so they are copied into ``protein_performer/_resources/`` at build time and
-:mod:`protein_performer.training.hydra_run` falls back to that copy. All metadata lives in
+:mod:`protein_performer.cli.hydra` falls back to that copy. All metadata lives in
 ``pyproject.toml``.
 """
 

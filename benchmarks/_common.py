@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from protein_performer.atomic import write_text_atomic
 from protein_performer.errors import ProteinPerformerError
+from protein_performer.utils.atomic import write_text_atomic
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -106,7 +106,7 @@ def check_device(parser: argparse.ArgumentParser, device: str, *, allow_mps: boo
 def machine_line(device: str = "cpu", threads: int | None = None) -> str:
     """One line naming where the numbers come from (printed before a table); ``threads``:
     the torch threads the measurements use (their worker processes' ``--threads``)."""
-    from protein_performer.devices import usable_cpus
+    from protein_performer.utils.devices import usable_cpus
 
     env = environment()
     threads = env["threads"] if threads is None else threads

@@ -74,10 +74,10 @@ def main() -> None:
     from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
     from protein_performer.analysis.extraction import attention_maps
     from protein_performer.analysis.inputs import Protein
-    from protein_performer.analysis.progress import progress as progress_bar
     from protein_performer.data.alphabet import Alphabet
-    from protein_performer.training.checkpoints import load_model
-    from protein_performer.training.context_eval import scoring_windows
+    from protein_performer.evaluation.context import scoring_windows
+    from protein_performer.model.checkpoints import load_model
+    from protein_performer.utils.progress import progress as progress_bar
 
     torch.set_num_threads(args.threads)
     cache: dict[tuple, list] = {}

@@ -49,7 +49,7 @@ from _common import (
     write_json,
 )
 
-from protein_performer.atomic import write_bytes_atomic
+from protein_performer.utils.atomic import write_bytes_atomic
 
 METHODS = [
     "favor-softmax",

@@ -68,7 +68,7 @@ def heldout_targets(
     seed, order = args.seed, args.context_order
     from protein_performer.data.cluster import read_members
     from protein_performer.data.datamodule import ProteinDataModule
-    from protein_performer.training.context_eval import (
+    from protein_performer.evaluation.context import (
         cluster_targets,
         record_order,
         sample_targets,
@@ -141,8 +141,8 @@ def main() -> None:
     import torch
 
     from protein_performer.data.alphabet import Alphabet
-    from protein_performer.training.checkpoints import load_model
-    from protein_performer.training.context_eval import context_perplexity
+    from protein_performer.evaluation.context import context_perplexity
+    from protein_performer.model.checkpoints import load_model
     from protein_performer.training.run import unigram_log_probs
 
     torch.set_num_threads(args.threads)

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         args.proteins, args.fill, args.crop = 2, [0, 100], 60
     torch.set_num_threads(args.threads)
     print(machine_line(), flush=True)
-    from protein_performer.training.checkpoints import load_model
+    from protein_performer.model.checkpoints import load_model
 
     results, table = [], []
     proteins = None

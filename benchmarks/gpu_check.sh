@@ -79,7 +79,7 @@ EOF
     max_time=$(printf '00:%02d:%02d:%02d' $((limit / 3600)) $((limit / 60 % 60)) $((limit % 60)))
     set -f  # the overrides are split into words but not globbed ([a,b] is a Hydra list)
     # shellcheck disable=SC2086
-    timeout $((limit + 120)) "$PY" -m protein_performer.cli train experiment=gpu_recipe \
+    timeout $((limit + 120)) "$PY" -m protein_performer.cli.main train experiment=gpu_recipe \
         "data.files=[$ecoli,$yeast]" trainer.max_steps="$steps" \
         trainer.max_time="$max_time" trainer.enable_progress_bar=false \
         hydra.run.dir="$run" $RECIPE_OVERRIDES || status=1
@@ -87,7 +87,7 @@ EOF
     cp "$run/summary.json" "$OUT/recipe_summary.json" 2>/dev/null
     cp "$run/metrics.csv" "$OUT/recipe_metrics.csv" 2>/dev/null
     stage "gpu_recipe: evaluate on the test split"
-    timeout 180 "$PY" -m protein_performer.cli evaluate checkpoint="$run/checkpoints/best.ckpt" \
+    timeout 180 "$PY" -m protein_performer.cli.main evaluate checkpoint="$run/checkpoints/best.ckpt" \
         split=test "fasta=[$ecoli,$yeast]" output="$OUT/recipe_eval_test.json" overwrite=true \
         || status=1
 else

@@ -111,7 +111,7 @@ pids=()
 limit=$(budget $((TRAIN_SECONDS + 150)))
 for kind in $KINDS; do
     # shellcheck disable=SC2086
-    timeout "$limit" "$PY" -m protein_performer.cli train \
+    timeout "$limit" "$PY" -m protein_performer.cli.main train \
         experiment=homolog_lookup trainer=$trainer "data.clusters=$CLUSTERS" "data.files=[$files]" \
         trainer.max_steps="$MAX_STEPS" trainer.max_time="$max_time" \
         trainer.val_check_interval="$VAL_EVERY" trainer.enable_progress_bar=false \
@@ -135,7 +135,7 @@ for kind in $KINDS; do
     for length in 512 8192; do
         fill=""; [ "$length" = 8192 ] && fill="context_fill=true"
         # shellcheck disable=SC2086
-        timeout "$limit" "$PY" -m protein_performer.cli evaluate checkpoint="$ckpt" \
+        timeout "$limit" "$PY" -m protein_performer.cli.main evaluate checkpoint="$ckpt" \
             "fasta=[$files]" clusters="$CLUSTERS" split=test context=cluster \
             context_min_members=3 context_max_proteins=300 context_order="$CONTEXT_ORDER" \
             max_length=$length $fill $eval_extra output="$WORK/${kind}_eval${length}.json" overwrite=true \

@@ -252,9 +252,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch.nn.functional as F
 
     from protein_performer.data.alphabet import default_alphabet
+    from protein_performer.model.checkpoints import load_weights
     from protein_performer.model.config import ModelConfig
     from protein_performer.model.performer import ProteinLM
-    from protein_performer.training.checkpoints import load_weights
     from protein_performer.training.metrics import alignment_nll
 
     torch.set_num_threads(args.threads)

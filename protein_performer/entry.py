@@ -12,7 +12,7 @@ import sys
 
 def main() -> int:
     try:
-        from protein_performer.cli import main as cli_main
+        from protein_performer.cli.main import main as cli_main
     except KeyboardInterrupt:
         # a process of a multi-process run may be the one starting: claim nothing about files
         print("interrupted (while starting)", file=sys.stderr)

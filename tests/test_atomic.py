@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from protein_performer.atomic import (
+from protein_performer.utils.atomic import (
     current_umask,
     owner_tag,
     write_atomic,
     write_bytes_atomic,
     write_text_atomic,
 )
-from protein_performer.outputs import start_staging
+from protein_performer.utils.outputs import start_staging
 
 
 class _Boom(Exception):
@@ -68,7 +68,7 @@ def test_successful_write_replaces_the_file_with_plain_permissions(tmp_path):
 def test_a_file_system_without_fsync_still_gets_its_file(tmp_path, monkeypatch):
     import errno
 
-    from protein_performer import atomic
+    from protein_performer.utils import atomic
 
     def no_fsync(fd):
         raise OSError(errno.EINVAL, "Invalid argument")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from protein_performer.cli import main
+from protein_performer.cli.main import main
 
 FASTA = b">UniRef50_A one n=1 Tax=t TaxID=1 RepID=A\nMKVLA\n>UniRef50_B two n=1 Tax=t TaxID=1 RepID=B\nACDEW\n"
 
@@ -46,7 +46,15 @@ def test_a_closed_pipe_on_stdout_is_no_traceback(tmp_path):
     """`protein-performer ... | head`: the reader gone before the result is printed."""
     p = tmp_path / "x.fa"
     p.write_bytes(FASTA)
-    cmd = [sys.executable, "-m", "protein_performer.cli", "data", "stats", str(p), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "protein_performer.cli.main",
+        "data",
+        "stats",
+        str(p),
+        "--no-progress",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # long before the child (importing torch) writes anything
     err = proc.stderr.read().decode()
@@ -206,7 +214,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatc
 
 def test_a_folder_without_write_permission_is_one_line(tmp_path, capsys, monkeypatch):
     """Named by the output the user gave, not by the hidden folder it is staged in."""
-    from protein_performer import outputs
+    from protein_performer.utils import outputs
 
     p = tmp_path / "x.fa"
     p.write_bytes(FASTA)
@@ -272,11 +280,11 @@ def test_ctrl_c_while_the_command_starts_is_one_line(monkeypatch, capsys):
 
     class Interrupting(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
-            if name == "protein_performer.cli":
+            if name == "protein_performer.cli.main":
                 raise KeyboardInterrupt
             return None
 
-    monkeypatch.delitem(sys.modules, "protein_performer.cli")
+    monkeypatch.delitem(sys.modules, "protein_performer.cli.main")
     monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
     assert entry_main() == 130
     err = capsys.readouterr().err

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from protein_performer.config import (
+from protein_performer.cli.hydra import (
+    compose_job,
+    config_groups,
+    expand_overrides,
+    group_options,
+    project_root,
+)
+from protein_performer.config.schema import (
     DataConfig,
     EvalConfig,
     TrainConfig,
@@ -20,13 +27,6 @@ from protein_performer.config import (
 )
 from protein_performer.errors import ConfigError
 from protein_performer.model import ModelConfig
-from protein_performer.training.hydra_run import (
-    compose_job,
-    config_groups,
-    expand_overrides,
-    group_options,
-    project_root,
-)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -319,7 +319,7 @@ def test_help_lists_groups_and_options(capsys):
     keys = out.split("keys (KEY=VALUE", 1)[1].splitlines()[1:]
     for line in (x for x in keys if x.startswith("  ") and ":" in x):
         assert re.match(r"  \w+: {2,}\S", line), line  # the key never runs into its text
-    from protein_performer.training.hydra_run import _EVALUATE_KEYS
+    from protein_performer.cli.hydra import _EVALUATE_KEYS
 
     assert set(_EVALUATE_KEYS) == {f.name for f in dataclasses.fields(EvalConfig)}
 
@@ -336,7 +336,7 @@ def _leaf_keys(cls, prefix: str = "") -> set[str]:
 
 
 def test_train_help_says_what_every_key_does(capsys):
-    from protein_performer.config_help import TRAIN_KEY_HELP
+    from protein_performer.config.help import TRAIN_KEY_HELP
 
     assert set(TRAIN_KEY_HELP) == _leaf_keys(TrainConfig)
     assert run_hydra("train", ["--help"]) == 0
@@ -363,7 +363,7 @@ def test_library_validation_without_hydra():
 
 
 def test_evaluate_config_accepts_one_or_several_fasta_files():
-    from protein_performer.config import eval_fasta_paths
+    from protein_performer.config.schema import eval_fasta_paths
 
     one = compose_job("evaluate", ["checkpoint=c.ckpt", "fasta=a.fasta"]).config
     assert eval_fasta_paths(one) == ["a.fasta"]
@@ -417,7 +417,7 @@ def test_exact_layers_compose_from_the_command_line():
 
 
 def test_preset_worker_counts_fit_the_cpus(monkeypatch):
-    from protein_performer.training import hydra_run
+    from protein_performer.cli import hydra as hydra_run
 
     monkeypatch.setattr(hydra_run.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert [hydra_run.worker_count(n) for n in (4, "4", 1, 0)] == [2, 2, 1, 0]
@@ -426,7 +426,7 @@ def test_preset_worker_counts_fit_the_cpus(monkeypatch):
 
 
 def test_max_time_takes_the_usual_forms_and_refuses_the_rest():
-    from protein_performer.config import parse_max_time
+    from protein_performer.config.schema import parse_max_time
 
     assert parse_max_time("00:01:00:00") == "00:01:00:00"
     assert parse_max_time("01:30:00") == "00:01:30:00"
@@ -466,7 +466,7 @@ def test_devices_must_be_a_count_all_auto_or_indices():
 def test_trainer_settings_this_machine_cannot_run_stop_before_any_work(monkeypatch, caplog):
     import torch
 
-    from protein_performer.config import TrainerConfig
+    from protein_performer.config.schema import TrainerConfig
     from protein_performer.training.run import NODE_LAUNCH_ENV, _check_trainer
 
     for var in NODE_LAUNCH_ENV:
@@ -510,7 +510,7 @@ def test_trainer_settings_this_machine_cannot_run_stop_before_any_work(monkeypat
 
 
 def test_a_leading_tilde_in_a_path_is_home(monkeypatch, tmp_path):
-    from protein_performer.training.hydra_run import parse_args, quote_home
+    from protein_performer.cli.hydra import parse_args, quote_home
 
     monkeypatch.setenv("HOME", str(tmp_path))
     assert quote_home("data.files=~/x.fa") == "data.files='~/x.fa'"
@@ -561,7 +561,7 @@ def test_a_one_machine_ddp_run_refuses_a_busy_port_or_a_foreign_address(monkeypa
     (port in use) or waited 30 minutes (address of another machine), deaf to Ctrl-C."""
     import socket
 
-    from protein_performer.config import TrainerConfig
+    from protein_performer.config.schema import TrainerConfig
     from protein_performer.training.run import MPI_LAUNCH_ENV, NODE_LAUNCH_ENV, _check_trainer
 
     for var in NODE_LAUNCH_ENV + MPI_LAUNCH_ENV + ("MASTER_ADDR", "MASTER_PORT"):
@@ -590,7 +590,7 @@ def test_a_one_machine_ddp_run_refuses_a_busy_port_or_a_foreign_address(monkeypa
 
 
 def test_torchrun_with_a_trainer_that_does_not_match_is_refused(monkeypatch):
-    from protein_performer.config import TrainerConfig
+    from protein_performer.config.schema import TrainerConfig
     from protein_performer.training.run import _check_trainer
 
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
@@ -604,7 +604,7 @@ def test_torchrun_with_a_trainer_that_does_not_match_is_refused(monkeypatch):
 
 
 def test_a_resume_inside_an_epoch_on_more_processes_is_refused_fewer_is_fine():
-    from protein_performer.config import TrainerConfig
+    from protein_performer.config.schema import TrainerConfig
     from protein_performer.training.run import _check_resume_processes
 
     def ckpt(world: int, batches: int) -> dict:
@@ -619,7 +619,7 @@ def test_a_resume_inside_an_epoch_on_more_processes_is_refused_fewer_is_fine():
 
 
 def test_the_resume_check_counts_devices_given_as_lists_strings_or_auto(monkeypatch):
-    from protein_performer.config import TrainerConfig
+    from protein_performer.config.schema import TrainerConfig
     from protein_performer.training.run import _check_resume_processes, planned_devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -647,7 +647,7 @@ def test_the_resume_check_counts_devices_given_as_lists_strings_or_auto(monkeypa
 
 
 def test_torchrun_with_devices_left_to_lightning_is_not_refused(monkeypatch):
-    from protein_performer.config import TrainerConfig
+    from protein_performer.config.schema import TrainerConfig
     from protein_performer.training.run import _check_trainer
 
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
@@ -671,7 +671,7 @@ def test_library_configs_take_what_python_users_write():
 
 
 def test_bf16_true_is_refused_where_it_would_cast_rotary_buffers():
-    from protein_performer.config import ModelConfig, TrainConfig, TrainerConfig
+    from protein_performer.config.schema import ModelConfig, TrainConfig, TrainerConfig
 
     def cfg(**model):
         trainer = TrainerConfig(precision="bf16-true")
@@ -689,7 +689,7 @@ def test_bf16_true_is_refused_where_it_would_cast_rotary_buffers():
 
 
 def test_fsdp_is_refused_with_what_it_cannot_do():
-    from protein_performer.config import (
+    from protein_performer.config.schema import (
         ModelConfig,
         TrainAnalysisConfig,
         TrainConfig,
@@ -713,7 +713,7 @@ def test_fsdp_is_refused_with_what_it_cannot_do():
     ("given", "meant"), [("32", "32-true"), ("bf16", "bf16-mixed"), ("16", "16-mixed")]
 )
 def test_lightnings_short_precision_names_are_read(given, meant):
-    from protein_performer.config import TrainerConfig
+    from protein_performer.config.schema import TrainerConfig
 
     cfg = TrainConfig(trainer=TrainerConfig(precision=given), data=DataConfig(files="x.fa"))
     validate_train_config(cfg)
@@ -723,7 +723,7 @@ def test_lightnings_short_precision_names_are_read(given, meant):
 @pytest.mark.parametrize("seed", [-1, 2**32, True, 1.5])
 def test_seeds_outside_what_numpy_takes_are_one_line_errors(seed) -> None:
     """seed_everything and numpy refuse them with a traceback deep in a run."""
-    from protein_performer.config import (
+    from protein_performer.config.schema import (
         GenerateConfig,
         SimilarityConfig,
         validate_analysis_config,

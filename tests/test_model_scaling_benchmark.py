@@ -120,7 +120,7 @@ def test_a_paired_worker_times_every_kind_in_one_process():
 
 
 def test_flat_kinds_take_the_route_of_copies_and_the_others_the_packed_one(monkeypatch):
-    import protein_performer.attention.linear_attention as la
+    import protein_performer.attention.kernels.bidirectional as la
 
     bench = _bench()
     args = _tiny_args(depth=2)

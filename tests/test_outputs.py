@@ -1,5 +1,5 @@
 """No command replaces what a user owns: output paths are checked before any work
-(``protein_performer.outputs``), for every command that writes."""
+(``protein_performer.utils.outputs``), for every command that writes."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from protein_performer.cli import main
-from protein_performer.config import EvalConfig, run_hydra
+from protein_performer.cli.main import main
+from protein_performer.config.schema import EvalConfig, run_hydra
 from protein_performer.errors import DataError
-from protein_performer.outputs import check_output_dir, check_output_file, input_like_name
 from protein_performer.training.run import evaluate, train
+from protein_performer.utils.outputs import check_output_dir, check_output_file, input_like_name
 from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
 
 
@@ -362,7 +362,7 @@ def test_a_path_through_a_new_folder_and_back_is_checked_where_it_lands(
 def test_a_refused_output_directory_names_the_files_that_are_not_its_own(tmp_path):
     import json
 
-    from protein_performer.outputs import dir_with_manifest
+    from protein_performer.utils.outputs import dir_with_manifest
 
     ours = dir_with_manifest("m.json", "fmt-1", ["a.png", "b.png"])
     out = tmp_path / "out"

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 PROBE = """
 import json, protein_performer
-from protein_performer.training.hydra_run import compose_job, config_dir, group_options
+from protein_performer.cli.hydra import compose_job, config_dir, group_options
 job = compose_job("train", ["experiment=demo"])
 print(json.dumps({"package": protein_performer.__file__, "conf": str(config_dir()),
                   "models": group_options("model"), "files": list(job.config.data.files)}))
@@ -76,7 +76,7 @@ def test_wheel_from_sdist_ships_configs_and_sample(tmp_path: Path) -> None:
     assert "protein_performer/_resources/data/simulated_families.fasta.gz" in names
     assert "protein_performer/_resources/data/simulated_families.members.tsv" in names
     assert "protein_performer/_resources/data/pretrained/performer_relu_14.ckpt" in names
-    assert "protein_performer/attention/csrc/favor_cpu.cpp" in names  # built on first use
+    assert "protein_performer/attention/kernels/csrc/favor_cpu.cpp" in names  # built on first use
 
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(tmp_path / "site")

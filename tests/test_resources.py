@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from protein_performer.cli import main
-from protein_performer.resources import missing_path_hint, project_path, project_root
+from protein_performer.cli.main import main
+from protein_performer.utils.resources import missing_path_hint, project_path, project_root
 
 
 def test_a_shipped_file_named_from_another_directory_is_pointed_to(monkeypatch, tmp_path):
@@ -17,7 +17,7 @@ def test_a_shipped_file_named_from_another_directory_is_pointed_to(monkeypatch, 
 
 
 def test_a_path_leading_out_of_the_package_is_no_shipped_file(monkeypatch, tmp_path):
-    import protein_performer.resources as resources
+    import protein_performer.utils.resources as resources
 
     root = tmp_path / "checkout"
     (root / "data").mkdir(parents=True)

@@ -55,7 +55,7 @@ from protein_performer.analysis.similarity import (
     blosum62,
     sample_proteins,
 )
-from protein_performer.config import (
+from protein_performer.config.schema import (
     ExtractConfig,
     GenerateConfig,
     PlotHeadsConfig,
@@ -67,7 +67,7 @@ from protein_performer.config import (
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, InvalidResidueError
 from protein_performer.data.fasta import EncodeCounts
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.outputs import (
+from protein_performer.utils.outputs import (
     absent,
     check_output_dir,
     dir_with_manifest,
@@ -125,7 +125,7 @@ def _prepare(cfg: Any, is_ours: Any, what: str) -> tuple:
     ``(fasta, outdir, model, alphabet, metadata, layers, heads)``. ``split=`` without
     ``fasta=`` reads the training run's own files (as evaluate does)."""
     if getattr(cfg, "split", None) and fasta_unset(cfg.fasta):
-        from protein_performer.training.checkpoints import run_files
+        from protein_performer.model.checkpoints import run_files
 
         cfg = dataclasses.replace(cfg, fasta=run_files(cfg.checkpoint, cfg.split))
     fasta = eval_fasta_paths(cfg)
@@ -590,7 +590,7 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
 
     from protein_performer.analysis.generation import generate, prompt_ids
     from protein_performer.data.fasta_writer import write_fasta
-    from protein_performer.outputs import check_output_file, make_parents, remove_empty
+    from protein_performer.utils.outputs import check_output_file, make_parents, remove_empty
 
     if not re.search(r"\.(fasta|fa|faa|fas)(\.gz)?$", str(cfg.out), re.IGNORECASE):
         raise DataError("out: names the generated FASTA: end it in .fasta, .fa or .faa (.gz)")
@@ -796,7 +796,7 @@ def _read_mutations_csv(
 
 
 def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
-    from protein_performer.outputs import json_with_keys
+    from protein_performer.utils.outputs import json_with_keys
 
     summary_ours = json_with_keys(["methods", "scored", "mutations"])
 
@@ -879,7 +879,7 @@ def _score_methods(cfg: ScoreConfig) -> list[str]:
     """The methods ``score`` runs: those named, or the checkpoint's default (its objective is
     read from the metadata, memory-mapped, before any model is built), checked against it."""
     from protein_performer.analysis import mutations as mut
-    from protein_performer.training.checkpoints import (
+    from protein_performer.model.checkpoints import (
         META_KEY,
         read_checkpoint,
         resolve_checkpoint,
@@ -899,8 +899,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     import time
 
     from protein_performer.analysis import mutations as mut
-    from protein_performer.atomic import write_text_atomic
-    from protein_performer.outputs import as_written, check_output_file
+    from protein_performer.utils.atomic import write_text_atomic
+    from protein_performer.utils.outputs import as_written, check_output_file
 
     methods = _score_methods(cfg)  # before the mutations file: no fix there helps
     fields, rows, delimiter, line_of, blank_rows = _read_mutations_csv(

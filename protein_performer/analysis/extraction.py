@@ -47,11 +47,11 @@ from protein_performer.analysis.inputs import (
 from protein_performer.analysis.npz import NpzWriter
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.fasta import EncodeCounts
-from protein_performer.devices import check_dense_fits, pick_device, size_text
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
-from protein_performer.outputs import check_output_dir, dir_with_manifest, staged_dir
-from protein_performer.progress import progress as progress_bar
+from protein_performer.utils.devices import check_dense_fits, pick_device, size_text
+from protein_performer.utils.outputs import check_output_dir, dir_with_manifest, staged_dir
+from protein_performer.utils.progress import progress as progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -500,7 +500,7 @@ def load_for_analysis(
     nb_features: int | None = None,
 ) -> tuple[ProteinLM, Alphabet, dict[str, Any]]:
     """The checkpoint's model in eval mode on ``device``, its alphabet and metadata."""
-    from protein_performer.training.checkpoints import load_model
+    from protein_performer.model.checkpoints import load_model
 
     model, meta = load_model(checkpoint, attention=attention, nb_features=nb_features)
     model.to(pick_device(device))

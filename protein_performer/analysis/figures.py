@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from protein_performer.analysis.similarity import AA_GROUPS, AA_ORDER
-from protein_performer.atomic import write_atomic
+from protein_performer.utils.atomic import write_atomic
 
 
 def _pyplot():

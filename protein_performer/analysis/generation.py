@@ -21,7 +21,7 @@ import torch
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet, InvalidResidueError
 from protein_performer.errors import ConfigError
 from protein_performer.model.performer import ProteinLM, evaluating
-from protein_performer.progress import progress as progress_bar
+from protein_performer.utils.progress import progress as progress_bar
 
 
 @dataclass

@@ -41,7 +41,7 @@ from protein_performer.analysis.inputs import max_tokens as token_limit
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
-from protein_performer.progress import progress as progress_bar
+from protein_performer.utils.progress import progress as progress_bar
 
 #: Masked-LM methods, then the causal model's.
 MLM_METHODS = ("masked-marginal", "wt-marginal", "pseudo-ll")

@@ -34,7 +34,7 @@ from protein_performer.analysis.extraction import attention_maps
 from protein_performer.analysis.inputs import Protein, padded_tokens, token_batches
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.model.performer import ProteinLM, evaluates
-from protein_performer.progress import progress as progress_bar
+from protein_performer.utils.progress import progress as progress_bar
 
 #: Amino acids by physico-chemical group (aliphatic, aromatic, C, G/P, polar, basic, acidic).
 AA_ORDER = "AVLIMFWYCGPSTNQHKRDE"

@@ -9,9 +9,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from ..devices import check_dense_fits
-from ..errors import ConfigError
-from .causal import causal_linear_attention, packed_causal_linear_attention
+from protein_performer.errors import ConfigError
+from protein_performer.utils.devices import check_dense_fits
+
 from .exact import check_key_padding_mask
 from .feature_maps import (
     FeatureParams,
@@ -22,10 +22,11 @@ from .feature_maps import (
     oprf_t,
     query_features,
 )
-from .linear_attention import (
+from .kernels import fused_cpu
+from .kernels.bidirectional import (
     bidirectional_linear_attention,
-    packed_bidirectional_linear_attention,
 )
+from .kernels.causal import causal_linear_attention, packed_causal_linear_attention
 from .projections import NormKind, draw_projection
 
 Estimator = Literal["oprf", "favor+"]
@@ -469,7 +470,7 @@ class FavorAttention(nn.Module):
                     qkv, flat_mask, params, chunk, self.subchunk_size
                 )
             else:
-                out = packed_bidirectional_linear_attention(
+                out = fused_cpu.packed_attention(
                     qkv, flat_mask, params, chunk, self.save_features, self.fused
                 )
         return out.to(out_dtype)
@@ -559,7 +560,7 @@ class FavorAttention(nn.Module):
         key is all zeros); ``matrix @ v`` equals :meth:`forward` (causal softmax: unless key
         logits differ by more than the float's exponent range, where the matrix's one
         stabiliser over all keys and the forward's per-sub-chunk ones underflow different
-        rows; see :mod:`~protein_performer.attention.causal`).
+        rows; see :mod:`~protein_performer.attention.kernels.causal`).
         """
         self._check_inputs(q, k, key_padding_mask)
         check_dense_fits(

@@ -9,7 +9,7 @@ probability vectors: a query and a key that put their mass on the same feature s
 keys elsewhere close to 0. That is the spiky, low-entropy attention that random features of
 ``exp`` cannot estimate at the norms a sharp row needs (docs/results.md, the transfer table),
 learned instead of drawn. ``W`` starts as the identity (columns past ``D`` small and random),
-``b`` at 0. Computed by :mod:`protein_performer.attention.feature_attention`.
+``b`` at 0. Computed by :mod:`protein_performer.attention.kernels.feature_attention`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from .feature_attention import feature_attention, feature_attention_rows
+from .kernels.feature_attention import feature_attention, feature_attention_rows
 
 
 class HedgehogFeatureMaps(nn.Module):

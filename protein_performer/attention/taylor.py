@@ -11,7 +11,7 @@ of ``F = 1 + D + D(D+1)/2`` features (561 for a head size of 32). The quadratic 
 key take far more of a row than a random-feature estimate of softmax can at the same cost, which
 is what recall needs (Based pairs it with a small exact sliding window: ``model.local_heads``).
 
-Computed by :mod:`protein_performer.attention.feature_attention` (bidirectional in O(L·F·D);
+Computed by :mod:`protein_performer.attention.kernels.feature_attention` (bidirectional in O(L·F·D);
 causal by chunks, the kernel explicit inside a chunk).
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import torch
 
-from .feature_attention import feature_attention, feature_attention_rows
+from .kernels.feature_attention import feature_attention, feature_attention_rows
 
 
 def taylor_feature_dim(dim: int) -> int:

@@ -40,12 +40,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from protein_performer.atomic import current_umask
 from protein_performer.data.alphabet import InvalidPolicy, default_alphabet
 from protein_performer.data.fasta import EncodeCounts, FastaReader, PathLike, iter_encoded
 from protein_performer.data.headers import HeaderInfo
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.outputs import check_output_dir, remove_empty, replace_dir, start_staging
+from protein_performer.utils.atomic import current_umask
+from protein_performer.utils.outputs import (
+    check_output_dir,
+    remove_empty,
+    replace_dir,
+    start_staging,
+)
 
 log = logging.getLogger(__name__)
 

@@ -57,8 +57,8 @@ from protein_performer.data.shards import ShardSource
 from protein_performer.data.sources import FlatSource, select_records, split_long_records
 from protein_performer.data.splits import parse_fractions
 from protein_performer.data.stats import DuplicateFinder, digest64
-from protein_performer.devices import is_rank_zero, usable_cpus
 from protein_performer.errors import ConfigError, DataError
+from protein_performer.utils.devices import is_rank_zero, usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def leave_stop_signals_to_main(worker_id: int) -> None:
     (SIGTERM, SIGHUP, SIGUSR1/2): the main process stops the run cleanly and ends its workers,
     while a worker they killed would crash the run before it saved (Ctrl-C's SIGINT the
     workers already leave to it)."""
-    from protein_performer.interrupts import TERMINATING
+    from protein_performer.utils.interrupts import TERMINATING
 
     for sig in TERMINATING:
         signal.signal(sig, signal.SIG_IGN)

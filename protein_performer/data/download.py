@@ -52,7 +52,7 @@ from tqdm.auto import tqdm
 from protein_performer import __version__
 from protein_performer.data.fasta_writer import AtomicFastaWriter
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.outputs import make_parents, remove_empty
+from protein_performer.utils.outputs import make_parents, remove_empty
 
 __all__ = ["UNIREF50_URL", "download"]
 

@@ -32,7 +32,7 @@ from protein_performer.data.headers import HeaderInfo, parse_header
 from protein_performer.data.sources import FlatSource
 from protein_performer.data.splits import SPLITS, SplitAssigner
 from protein_performer.errors import DataError
-from protein_performer.resources import missing_path_hint
+from protein_performer.utils.resources import missing_path_hint
 
 log = logging.getLogger(__name__)
 
@@ -618,7 +618,7 @@ def load_fasta_source(
     # kept records', copies_from's: 8 bytes each (an array, not a list of int objects)
     digests = (array.array("Q"), array.array("Q"))
     from protein_performer.data.stats import digest64
-    from protein_performer.progress import progress as progress_bar
+    from protein_performer.utils.progress import progress as progress_bar
 
     with progress_bar(desc="reading FASTA", unit="record", enabled=progress) as bar:
         for path in paths:

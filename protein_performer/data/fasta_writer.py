@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from protein_performer.atomic import make_temp_file
+from protein_performer.utils.atomic import make_temp_file
 
 __all__ = ["AtomicFastaWriter", "FastaWriteSummary", "write_fasta"]
 

@@ -27,7 +27,6 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from protein_performer.atomic import current_umask
 from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
 from protein_performer.data.cluster import members_digest
 from protein_performer.data.fasta import (
@@ -41,7 +40,13 @@ from protein_performer.data.sources import FlatSource
 from protein_performer.data.splits import SPLITS, SplitAssigner, parse_fractions
 from protein_performer.data.stats import DuplicateFinder, LengthHistogram, digest64
 from protein_performer.errors import DataError
-from protein_performer.outputs import check_output_dir, remove_empty, replace_dir, start_staging
+from protein_performer.utils.atomic import current_umask
+from protein_performer.utils.outputs import (
+    check_output_dir,
+    remove_empty,
+    replace_dir,
+    start_staging,
+)
 
 FORMAT = "protein-performer-shards"
 FORMAT_VERSION = 1
@@ -206,7 +211,7 @@ def preprocess(
     else accession; with ``cluster_of``, its cluster from ``data cluster``) with ``fractions``
     and ``seed``.
     """
-    from protein_performer.progress import progress as progress_bar
+    from protein_performer.utils.progress import progress as progress_bar
 
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]

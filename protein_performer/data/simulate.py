@@ -54,10 +54,10 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from protein_performer.atomic import owner_tag, write_text_atomic
 from protein_performer.data.fasta_writer import write_fasta
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.interrupts import signals_deferred
+from protein_performer.utils.atomic import owner_tag, write_text_atomic
+from protein_performer.utils.interrupts import signals_deferred
 
 __all__ = [
     "AMINO_ACIDS",

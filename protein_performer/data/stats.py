@@ -158,7 +158,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
         NUCLEOTIDE_SHARE,
         FastaReader,
     )
-    from protein_performer.progress import progress as progress_bar
+    from protein_performer.utils.progress import progress as progress_bar
 
     _NUCLEOTIDE_BYTES = np.frombuffer(NUCLEOTIDE_LETTERS.encode(), dtype=np.uint8)
 

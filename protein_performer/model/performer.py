@@ -13,12 +13,12 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from protein_performer.attention import FavorAttention
-from protein_performer.devices import check_dense_fits
 from protein_performer.errors import ConfigError
 from protein_performer.model.blocks import Block
 from protein_performer.model.config import ModelConfig, as_section
 from protein_performer.model.embeddings import TiedLMHead, TokenPositionEmbedding
 from protein_performer.model.rotary import RotaryEmbedding
+from protein_performer.utils.devices import check_dense_fits
 
 T = TypeVar("T")
 

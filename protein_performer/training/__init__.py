@@ -1,7 +1,7 @@
 """Training: the LightningModule, callbacks, safe checkpoints and the train/evaluate entry points.
 
 ``train(cfg, run_dir)`` and ``evaluate(cfg)`` take the plain dataclass configs of
-:mod:`protein_performer.config`; :func:`~protein_performer.training.hydra_run.run_hydra` is the
+:mod:`protein_performer.config.schema`; :func:`~protein_performer.cli.hydra.run_hydra` is the
 Hydra command-line glue. Submodules are imported on first use (no torch/Lightning at import).
 """
 
@@ -20,7 +20,7 @@ def __getattr__(name: str) -> Any:
 
         return ProteinLMModule
     if name == "load_model":
-        from protein_performer.training.checkpoints import load_model
+        from protein_performer.model.checkpoints import load_model
 
         return load_model
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

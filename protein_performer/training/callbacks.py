@@ -11,7 +11,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from protein_performer.errors import DataError
-from protein_performer.training.interrupt import GracefulInterrupt
+from protein_performer.training.graceful_stop import GracefulInterrupt
 
 
 class TokenThroughput(pl.Callback):

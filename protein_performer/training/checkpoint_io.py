@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from protein_performer.atomic import write_atomic
+from protein_performer.utils.atomic import write_atomic
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

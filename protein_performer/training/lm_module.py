@@ -12,12 +12,12 @@ import pytorch_lightning as pl
 import torch
 
 from protein_performer.attention import redraw_all
-from protein_performer.config import OBJECTIVES, AlignConfig, OptimConfig
+from protein_performer.config.schema import OBJECTIVES, AlignConfig, OptimConfig
 from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.errors import ConfigError, TrainingDiverged
+from protein_performer.model.checkpoints import META_KEY, check_resume_compatible, make_metadata
 from protein_performer.model.config import ModelConfig, as_section
 from protein_performer.model.performer import ProteinLM
-from protein_performer.training.checkpoints import META_KEY, check_resume_compatible, make_metadata
 from protein_performer.training.metrics import (
     IGNORE_INDEX,
     MLM_INPUT_KINDS,

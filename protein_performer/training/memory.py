@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from protein_performer.attention.taylor import taylor_feature_dim
-from protein_performer.devices import memory_available
-from protein_performer.devices import size_text as _size
 from protein_performer.errors import ConfigError
+from protein_performer.utils.devices import memory_available
+from protein_performer.utils.devices import size_text as _size
 
 GB = 1e9
 

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from protein_performer.config import OptimConfig
+from protein_performer.config.schema import OptimConfig
 
 #: Module names that FSDP and activation-checkpoint wrappers insert into parameter names.
 WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")

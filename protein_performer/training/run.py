@@ -35,8 +35,7 @@ import torch
 from pytorch_lightning.callbacks import Timer
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from protein_performer.atomic import check_writable_file, make_output_dir, write_text_atomic
-from protein_performer.config import (
+from protein_performer.config.schema import (
     DataConfig,
     EvalConfig,
     TrainConfig,
@@ -56,20 +55,17 @@ from protein_performer.data.cluster import (
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.fasta import STREAM_HINT, check_distinct_inputs, load_fasta_source
 from protein_performer.data.shards import read_manifest
-from protein_performer.devices import is_rank_zero, pick_device, usable_cpus
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.outputs import check_output_dir, check_output_file, entries, json_with_keys
-from protein_performer.progress import progress as progress_bar
-from protein_performer.resources import missing_path_hint
-from protein_performer.training.callbacks import (
-    BestCheckpoint,
-    LastCheckpoint,
-    LockGuard,
-    TokenThroughput,
-    ValidateOnFinalStep,
+from protein_performer.evaluation.context import (
+    Target,
+    cluster_fill,
+    cluster_targets,
+    context_perplexity,
+    fixed_targets,
+    record_order,
+    sample_targets,
 )
-from protein_performer.training.checkpoint_io import AtomicCheckpointIO
-from protein_performer.training.checkpoints import (
+from protein_performer.model.checkpoints import (
     META_KEY,
     check_finite_weights,
     check_init_from,
@@ -80,16 +76,15 @@ from protein_performer.training.checkpoints import (
     read_checkpoint,
     run_files,
 )
-from protein_performer.training.context_eval import (
-    Target,
-    cluster_fill,
-    cluster_targets,
-    context_perplexity,
-    fixed_targets,
-    record_order,
-    sample_targets,
+from protein_performer.training.callbacks import (
+    BestCheckpoint,
+    LastCheckpoint,
+    LockGuard,
+    TokenThroughput,
+    ValidateOnFinalStep,
 )
-from protein_performer.training.interrupt import (
+from protein_performer.training.checkpoint_io import AtomicCheckpointIO
+from protein_performer.training.graceful_stop import (
     STOP_SIGNAL_NAMES,
     GracefulInterrupt,
     sigterm_raises,
@@ -110,10 +105,20 @@ from protein_performer.training.metrics import (
     perplexity,
     unigram_log_probs,
 )
-from protein_performer.training.metrics_log import RunCSVLogger
-from protein_performer.training.progress import StepProgressBar
+from protein_performer.training.metrics_csv import RunCSVLogger
+from protein_performer.training.progress_bar import StepProgressBar
 from protein_performer.training.resumable import ResumableLoader
 from protein_performer.training.run_lock import LOCK_NAME, check_unlocked, run_lock
+from protein_performer.utils.atomic import check_writable_file, make_output_dir, write_text_atomic
+from protein_performer.utils.devices import is_rank_zero, pick_device, usable_cpus
+from protein_performer.utils.outputs import (
+    check_output_dir,
+    check_output_file,
+    entries,
+    json_with_keys,
+)
+from protein_performer.utils.progress import progress as progress_bar
+from protein_performer.utils.resources import missing_path_hint
 
 log = logging.getLogger(__name__)
 

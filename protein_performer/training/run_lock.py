@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from protein_performer.atomic import _alive, owner_tag
 from protein_performer.errors import DataError
+from protein_performer.utils.atomic import _alive, owner_tag
 
 #: a name of its own: a folder may hold another tool's ``.lock``
 LOCK_NAME = ".protein-performer.lock"

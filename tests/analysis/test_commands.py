@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from protein_performer.cli import main
+from protein_performer.cli.main import main
 from protein_performer.data.alphabet import default_alphabet
-from protein_performer.training.checkpoints import save_model_checkpoint
+from protein_performer.model.checkpoints import save_model_checkpoint
 from tests.analysis.planted import planted_model, random_proteins
 from tests.analysis.test_extraction import tiny_model, write_fasta
 
@@ -295,7 +295,7 @@ def test_helpful_lookups(files, tmp_path, capsys) -> None:
 
 def test_default_checkpoint_is_the_shipped_one() -> None:
     from protein_performer.analysis import load_for_analysis
-    from protein_performer.training.checkpoints import DEFAULT_CHECKPOINT, resolve_checkpoint
+    from protein_performer.model.checkpoints import DEFAULT_CHECKPOINT, resolve_checkpoint
 
     assert resolve_checkpoint("default").as_posix().endswith(DEFAULT_CHECKPOINT)
     model, _, meta = load_for_analysis("default", "cpu")
@@ -384,7 +384,7 @@ def test_plot_heads_join_with_record_analyses_that_record(files, tmp_path, capsy
 def test_extract_join_writes_one_window_with_its_segments(files, tmp_path, capsys) -> None:
     from protein_performer.analysis.extraction import attention_maps, representations
     from protein_performer.analysis.inputs import join_proteins
-    from protein_performer.training.checkpoints import load_model
+    from protein_performer.model.checkpoints import load_model
 
     proteins = random_proteins(3, 20, seed=4)
     write_fasta(tmp_path / "family.fasta", proteins)
@@ -446,7 +446,7 @@ def test_plot_heads_join_measures_attention_on_the_aligned_residues(files, tmp_p
     from protein_performer.analysis.commands import join_proteins
     from protein_performer.analysis.extraction import attention_maps
     from protein_performer.analysis.inputs import Protein
-    from protein_performer.training.checkpoints import load_model
+    from protein_performer.model.checkpoints import load_model
 
     (homolog,) = random_proteins(1, 30, seed=7)  # the test model holds 64 tokens
     mutant = homolog.residues.copy()
@@ -479,7 +479,7 @@ def test_plot_heads_homologs_aligns_the_last_record_to_the_named_ones(files, tmp
     from protein_performer.analysis.commands import join_proteins
     from protein_performer.analysis.extraction import attention_maps
     from protein_performer.analysis.inputs import Protein
-    from protein_performer.training.checkpoints import load_model
+    from protein_performer.model.checkpoints import load_model
 
     homolog, unrelated = random_proteins(2, 18, seed=9)  # the test model holds 64 tokens
     mutant = homolog.residues.copy()

@@ -334,7 +334,7 @@ def test_layers_and_heads_come_in_the_order_asked_and_in_eval_mode() -> None:
 
 
 def test_sequence_strings_and_devices_are_taken_as_a_user_writes_them() -> None:
-    from protein_performer.devices import pick_device
+    from protein_performer.utils.devices import pick_device
 
     model = tiny_model("performer_relu")
     (protein,) = random_proteins(1, 20, seed=4)

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from protein_performer.analysis.generation import _truncate, generate
-from protein_performer.cli import main
+from protein_performer.cli.main import main
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
 from protein_performer.errors import ConfigError
+from protein_performer.model.checkpoints import save_model_checkpoint
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
-from protein_performer.training.checkpoints import save_model_checkpoint
 
 A = default_alphabet()
 

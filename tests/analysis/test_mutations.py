@@ -14,11 +14,11 @@ import torch
 from torch import nn
 
 from protein_performer.analysis import mutations as mut
-from protein_performer.cli import main
+from protein_performer.cli.main import main
 from protein_performer.data.alphabet import default_alphabet
+from protein_performer.model.checkpoints import save_model_checkpoint
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
-from protein_performer.training.checkpoints import save_model_checkpoint
 
 ALPHABET = default_alphabet()
 WT = "MKTAYIAKQRQISFVKSHFSRQ"

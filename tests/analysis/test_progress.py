@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from protein_performer.progress import LineProgress
+from protein_performer.utils.progress import LineProgress
 
 
 def test_line_progress_prints_plain_lines() -> None:
@@ -33,7 +33,7 @@ def test_the_data_commands_progress_in_a_log_too():
     on large files. They use this progress now: a context manager with tqdm's postfix."""
     import io
 
-    from protein_performer.progress import LineProgress
+    from protein_performer.utils.progress import LineProgress
 
     out = io.StringIO()
     with LineProgress(None, 10, "preprocess", "byte", every_s=0.0, stream=out) as bar:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from protein_performer.attention import FavorAttention
-from protein_performer.attention.causal import causal_linear_attention
+from protein_performer.attention.kernels.causal import causal_linear_attention
 from tests.attention.reference import explicit_from_features, gradcheck_inputs
 
 CONFIGS = [

@@ -413,7 +413,7 @@ def test_misuse_is_a_clear_error_and_empty_inputs_give_empty_outputs():
 
 
 def test_a_dense_attention_matrix_larger_than_memory_is_refused_up_front(monkeypatch) -> None:
-    from protein_performer import devices
+    from protein_performer.utils import devices
 
     monkeypatch.setattr(devices, "memory_available", lambda: (10_000, 10_000))
     attn = FavorAttention(dim_head=8, nb_features=16)
@@ -461,7 +461,7 @@ def test_a_non_finite_input_falls_back_to_favor_plus_and_spoils_no_running_stati
 
 def test_a_projection_larger_than_memory_is_refused_before_it_is_drawn(monkeypatch) -> None:
     """nb_features=1e9 (a typo) drew 15 million orthogonal blocks for minutes."""
-    from protein_performer import devices
+    from protein_performer.utils import devices
 
     monkeypatch.setattr(devices, "memory_available", lambda: (1 << 30, 1 << 31))
     with pytest.raises(

@@ -11,8 +11,9 @@ import pytest
 import torch
 from torch.utils import cpp_extension
 
-import protein_performer.attention.linear_attention as la
-from protein_performer.attention import FavorAttention, fused_cpu
+import protein_performer.attention.kernels.bidirectional as la
+from protein_performer.attention import FavorAttention
+from protein_performer.attention.kernels import fused_cpu
 
 COMPILER = shutil.which("c++") is not None and cpp_extension.is_ninja_available()
 

@@ -13,7 +13,7 @@ from protein_performer.attention.hedgehog import (
 )
 from protein_performer.errors import ConfigError
 from protein_performer.model import ModelConfig, ProteinLM
-from protein_performer.training.checkpoints import load_weights
+from protein_performer.model.checkpoints import load_weights
 from tests.attention.reference import explicit_from_kernel
 
 

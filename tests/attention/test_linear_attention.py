@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from protein_performer.attention import FavorAttention
-from protein_performer.attention.linear_attention import (
+from protein_performer.attention.kernels.bidirectional import (
     BidirectionalFavorFunction,
     bidirectional_linear_attention,
 )
@@ -226,7 +226,7 @@ def test_features_are_not_kept_under_no_grad(monkeypatch) -> None:
 def test_without_scratch_blocks_as_on_an_accelerator_the_gradients_are_the_same(
     kind: str, monkeypatch
 ) -> None:
-    import protein_performer.attention.linear_attention as la
+    import protein_performer.attention.kernels.bidirectional as la
 
     params, mask, q, k, v = gradcheck_inputs(kind, True, lq=7, lk=9)
 

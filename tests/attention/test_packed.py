@@ -6,15 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-import protein_performer.attention.linear_attention as la
-from protein_performer.attention import FavorAttention, fused_cpu
-from protein_performer.attention.causal import (
-    causal_linear_attention,
-    packed_causal_linear_attention,
-)
-from protein_performer.attention.linear_attention import (
+import protein_performer.attention.kernels.bidirectional as la
+from protein_performer.attention import FavorAttention
+from protein_performer.attention.kernels import fused_cpu
+from protein_performer.attention.kernels.bidirectional import (
     bidirectional_linear_attention,
     packed_bidirectional_linear_attention,
+)
+from protein_performer.attention.kernels.causal import (
+    causal_linear_attention,
+    packed_causal_linear_attention,
 )
 from protein_performer.model.blocks import SelfAttention
 from protein_performer.model.rotary import RotaryEmbedding, apply_rotary, rotate_packed
@@ -203,7 +204,7 @@ def test_bf16_autocast_runs_in_float32_and_returns_bf16() -> None:
 def test_a_model_takes_the_packed_route_with_the_same_loss_and_gradients(
     attention: str, position: str, causal: bool, monkeypatch
 ) -> None:
-    import protein_performer.attention.causal as ca
+    import protein_performer.attention.kernels.causal as ca
     from protein_performer.model.config import ModelConfig
     from protein_performer.model.performer import ProteinLM
 

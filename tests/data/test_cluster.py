@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protein_performer.cli import main
+from protein_performer.cli.main import main
 from protein_performer.data.cluster import cluster_fasta, find_mmseqs, read_members
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.datasets import ClusterCropDataset
@@ -304,7 +304,7 @@ def test_members_table_blank_lines_are_skipped_and_an_empty_one_says_so(tmp_path
 
 def test_an_interrupted_preprocess_or_cluster_leaves_nothing(tmp_path, monkeypatch, capsys):
     from protein_performer.data import shards
-    from protein_performer.interrupts import Terminated
+    from protein_performer.utils.interrupts import Terminated
 
     fasta = tmp_path / "in.fasta"
     fasta.write_text(">a\nMKVLAAGICW\n>b\nMKVLAAGICWW\n")

@@ -471,7 +471,7 @@ def test_invalid_arguments_are_config_errors(tmp_path, kwargs, match):
 @pytest.mark.parametrize("level", ["uniref50", "uniref90", "uniref100"])
 def test_cli_requests_the_uniprot_url_of_each_release(tmp_path, monkeypatch, level):
     import protein_performer.data.download as download_module
-    from protein_performer.cli import main
+    from protein_performer.cli.main import main
 
     urls: list[str] = []
 
@@ -491,7 +491,7 @@ def test_cli_requests_the_uniprot_url_of_each_release(tmp_path, monkeypatch, lev
 
 
 def test_cli_download_max_records_and_error(server, gz_fasta, tmp_path, capsys):
-    from protein_performer.cli import main
+    from protein_performer.cli.main import main
 
     server.routes["/uniref50.fasta.gz"] = Route(body=gz_fasta[1])
     out = tmp_path / "u.fa.gz"
@@ -530,7 +530,7 @@ def test_cli_download_max_records_and_error(server, gz_fasta, tmp_path, capsys):
 
 
 def test_cli_notes_a_name_that_does_not_say_the_compression(server, gz_fasta, tmp_path, capsys):
-    from protein_performer.cli import main
+    from protein_performer.cli.main import main
 
     server.routes["/plain.fa"] = Route(make_fasta(3).encode())
     server.routes["/u.gz"] = Route(gz_fasta[1])

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from protein_performer.cli import main
-from protein_performer.config import EvalConfig, run_hydra
+from protein_performer.cli.main import main
+from protein_performer.config.schema import EvalConfig, run_hydra
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.fasta import NucleotideError, load_fasta_source
 from protein_performer.data.stats import fasta_stats

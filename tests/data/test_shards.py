@@ -54,7 +54,7 @@ def test_explicit_split_files(tmp_path):
 
 
 def test_held_out_files_identical_to_training_records_are_counted(tmp_path, capsys):
-    from protein_performer.cli import main
+    from protein_performer.cli.main import main
 
     tr = _fasta(tmp_path, 30, "tr.fa.gz")
     va = _fasta(tmp_path, 7, "va.fa")  # the same generator: train's first 7 records
@@ -161,7 +161,7 @@ def test_pickle_reopens_instead_of_copying(tmp_path):
 def test_a_hash_split_counts_held_out_copies_of_training_records(tmp_path, capsys):
     """The same protein under two ids (two strains): a hash split puts copies on both sides;
     preprocess counts them (exactly) and says so, with what keeps them apart."""
-    from protein_performer.cli import main
+    from protein_performer.cli.main import main
 
     rng = np.random.default_rng(0)
     seqs = ["".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), 30)) for _ in range(100)]

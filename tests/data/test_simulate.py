@@ -415,7 +415,7 @@ def test_an_error_in_a_deferred_block_is_not_replaced_by_the_stop_asked_for_mean
     import os
     import signal
 
-    from protein_performer.interrupts import signals_deferred
+    from protein_performer.utils.interrupts import signals_deferred
 
     with pytest.raises(OSError, match="the rename failed"), signals_deferred():
         os.kill(os.getpid(), signal.SIGINT)

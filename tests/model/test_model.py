@@ -594,7 +594,7 @@ def test_qkv_conv_is_validated_and_part_of_the_architecture():
     for bad in (-1, True, 2.5, "3"):
         with pytest.raises(ConfigError, match=r"model\.qkv_conv"):
             ProteinLM(tiny_config(qkv_conv=bad), V)
-    from protein_performer.training.checkpoints import architecture_mismatch
+    from protein_performer.model.checkpoints import architecture_mismatch
 
     stored = tiny_config().to_dict()
     assert architecture_mismatch(stored, tiny_config(qkv_conv=3)) == [
@@ -678,7 +678,7 @@ def test_layer_head_and_probe_selections_out_of_range_are_errors():
 
 
 def test_return_attentions_larger_than_memory_is_refused_up_front(monkeypatch):
-    from protein_performer import devices
+    from protein_performer.utils import devices
 
     monkeypatch.setattr(devices, "memory_available", lambda: (100_000, 100_000))
     model = ProteinLM(tiny_config(), len(ALPHABET), ALPHABET.pad_idx)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from protein_performer.config import DataConfig, OptimConfig, TrainConfig, TrainerConfig
+from protein_performer.config.schema import DataConfig, OptimConfig, TrainConfig, TrainerConfig
 from protein_performer.model import ModelConfig
 
 AA = "ACDEFGHIKLMNPQRSTVWY"

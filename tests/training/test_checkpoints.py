@@ -12,8 +12,7 @@ import torch
 from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model import ModelConfig, ProteinLM
-from protein_performer.training import lm_module
-from protein_performer.training.checkpoints import (
+from protein_performer.model.checkpoints import (
     META_KEY,
     init_weights_from,
     load_model,
@@ -21,6 +20,7 @@ from protein_performer.training.checkpoints import (
     read_checkpoint,
     save_model_checkpoint,
 )
+from protein_performer.training import lm_module
 from protein_performer.training.run import build_module, train
 from tests.model.test_model import tiny_config as tiny_model_config
 from tests.training.helpers import tiny_config
@@ -64,7 +64,7 @@ def test_training_checkpoints_are_renamed_into_place_from_their_own_folder(
 ):
     """Never staged elsewhere: a rename across file systems fails, and Lightning's fallback
     rewrote last.ckpt in place (a kill during that copy lost the last good checkpoint)."""
-    import protein_performer.atomic as atomic
+    import protein_performer.utils.atomic as atomic
 
     renames = []
     real_replace = os.replace
@@ -240,7 +240,7 @@ def test_metadata_that_does_not_describe_the_weights_is_refused_before_building(
     """A checkpoint whose stored model settings say dim=65536 over 32-wide weights was built
     at that size (51 GB) before the shapes were compared: a traceback, or the machine's
     memory. Now the shapes are compared on the meta device first."""
-    from protein_performer.training import checkpoints
+    from protein_performer.model import checkpoints
 
     path = tmp_path / "t.ckpt"
     save_model_checkpoint(

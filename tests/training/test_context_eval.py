@@ -15,11 +15,11 @@ import pytest
 import torch
 from torch import nn
 
-from protein_performer.config import EvalConfig
+from protein_performer.config.schema import EvalConfig
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.training.context_eval import (
+from protein_performer.evaluation.context import (
     cluster_fill,
     cluster_targets,
     context_perplexity,
@@ -387,7 +387,7 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
     ],
 )
 def test_context_settings_are_checked(kw, message):
-    from protein_performer.config import validate_eval_config
+    from protein_performer.config.schema import validate_eval_config
 
     with pytest.raises(ConfigError, match=message):
         validate_eval_config(EvalConfig(checkpoint="x.ckpt", fasta="x.fa", **kw))
@@ -560,7 +560,7 @@ def test_a_clusters_table_that_misses_records_is_said(tmp_path, monkeypatch):
 
 
 def test_context_proteins_cut_to_the_window_are_counted() -> None:
-    from protein_performer.training.context_eval import Target
+    from protein_performer.evaluation.context import Target
 
     enc = A.encode
     short, long_ = enc("MKVLAWYHHEACDEFG"), enc("ACDEFGHIKLMNPQRSTVWY" * 5)
@@ -580,7 +580,7 @@ def test_context_proteins_cut_to_the_window_are_counted() -> None:
 
 
 def test_a_clusters_table_with_a_split_by_record_is_said_once(tmp_path, caplog):
-    from protein_performer.config import run_hydra
+    from protein_performer.config.schema import run_hydra
     from tests.training.helpers import tiny_overrides
 
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
@@ -632,7 +632,7 @@ def test_a_run_on_shards_is_evaluated_on_the_shards_split(tmp_path):
     # without split= every record is scored (no split setting of the run is needed)
     assert evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta))).sequences == 60
     from protein_performer.analysis.inputs import split_filter
-    from protein_performer.training.checkpoints import read_checkpoint
+    from protein_performer.model.checkpoints import read_checkpoint
 
     stored = read_checkpoint(result.last_checkpoint)["protein_performer"]["data"]
     with pytest.raises(ConfigError, match="split by files given per split"):
@@ -644,7 +644,7 @@ def test_a_clusters_table_made_again_is_not_the_runs_split(tmp_path, caplog):
     a table clustered again into the same path (whose "test" part held training proteins, with
     no word) is refused by evaluate, aa-similarity's split and a resume."""
     from protein_performer.analysis.inputs import split_filter
-    from protein_performer.training.checkpoints import read_checkpoint
+    from protein_performer.model.checkpoints import read_checkpoint
 
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
     table = clusters_of_three(fasta, tmp_path / "members.tsv")
@@ -810,7 +810,7 @@ def test_a_checkpoint_without_the_digest_resumes_from_its_table_elsewhere(tmp_pa
     """Checkpoints from before the clusters digest keep only the table's path: the same table
     by another path (a moved or linked folder) resumes, said; a folder and its members.tsv are
     one table."""
-    from protein_performer.training.checkpoints import read_checkpoint
+    from protein_performer.model.checkpoints import read_checkpoint
 
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
     folder = tmp_path / "clusters"
@@ -879,7 +879,7 @@ def test_a_non_finite_attention_supervision_loss_stops_the_run(tmp_path, monkeyp
 def test_context_clusters_do_not_change_the_run_s_family_packing(tmp_path) -> None:
     """With split= and context=cluster, clusters= picks the context only: the windows are
     packed by the training run's table, as the line about them says."""
-    from protein_performer.config import EvalConfig
+    from protein_performer.config.schema import EvalConfig
     from protein_performer.training.run import _eval_packing
 
     run_table, other = tmp_path / "run.tsv", tmp_path / "other.tsv"

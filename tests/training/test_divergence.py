@@ -10,17 +10,17 @@ import math
 import pytest
 import torch
 
-from protein_performer.cli import main
+from protein_performer.cli.main import main
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.errors import DataError, TrainingDiverged
-from protein_performer.model.config import ModelConfig
-from protein_performer.model.performer import ProteinLM
-from protein_performer.training.checkpoints import (
+from protein_performer.model.checkpoints import (
     check_finite_weights,
     load_model,
     model_state,
     save_model_checkpoint,
 )
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
 from protein_performer.training.metrics import perplexity
 from protein_performer.training.run import EvalResult, _num, train
 from tests.training.helpers import tiny_config, tiny_overrides, write_fasta

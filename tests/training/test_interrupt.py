@@ -148,7 +148,7 @@ def test_a_run_directory_with_a_run_is_only_continued_by_resuming(tiny_fasta, tm
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "protein_performer.cli", *args]
+    return [sys.executable, "-m", "protein_performer.cli.main", *args]
 
 
 def test_ctrl_c_on_the_command_line_saves_and_prints_how_to_resume(tmp_path):
@@ -179,7 +179,7 @@ def test_ctrl_c_on_the_command_line_saves_and_prints_how_to_resume(tmp_path):
     cd, _, rest = line.partition(" && ")
     assert shlex.split(cd) == ["cd", os.getcwd()]  # relative paths work from anywhere
     command = shlex.split(rest)
-    # run as `python -m protein_performer.cli`: the same interpreter, as a module
+    # run as `python -m protein_performer.cli.main`: the same interpreter, as a module
     assert command[:4] == [sys.executable, "-m", "protein_performer", "train"]
     command = [w for w in command[4:] if not w.startswith("trainer.max_steps")]
     command.append(f"trainer.max_steps={steps + 3}")
@@ -227,7 +227,7 @@ class TermDuringSetup(pl.Callback):
 
 
 def test_sigterm_while_loading_cleans_up_like_ctrl_c(tiny_fasta, tmp_path):
-    from protein_performer.training.interrupt import Terminated
+    from protein_performer.training.graceful_stop import Terminated
 
     before = signal.getsignal(signal.SIGTERM)
     run_dir = tmp_path / "run"
@@ -279,7 +279,7 @@ def test_resuming_unchanged_keeps_one_config_and_ignores_extra_files(tiny_fasta,
 def test_evaluate_says_when_held_out_records_of_a_record_split_copy_training_ones(tmp_path, caplog):
     """Two strains' identical proteins under two ids: a split by record puts copies on both
     sides. Training says so for val; evaluate split=val|test says it too, and keeps it."""
-    from protein_performer.config import EvalConfig
+    from protein_performer.config.schema import EvalConfig
     from protein_performer.training.run import evaluate
 
     fasta = write_fasta(tmp_path / "strains.fasta", n=40)
@@ -362,7 +362,7 @@ def test_a_resume_that_fails_before_training_puts_its_config_back(tiny_fasta, tm
     """A changed config is kept as config.N.yaml when the resume claims the directory; a
     resume that then fails on its data trained nothing with it: the run's history must not
     say it did (through train() and through the CLI, which claims first)."""
-    from protein_performer.config import run_hydra
+    from protein_performer.config.schema import run_hydra
     from protein_performer.errors import DataError
 
     run_dir = tmp_path / "run"
@@ -395,8 +395,8 @@ def test_a_resume_that_fails_before_training_puts_its_config_back(tiny_fasta, tm
         train(cfg, run_dir, callbacks=[FirstStepFails()])
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
     # nor one refused because the run is training now (its lock): nothing written at all
-    from protein_performer.atomic import owner_tag
     from protein_performer.training import run_lock as rl
+    from protein_performer.utils.atomic import owner_tag
 
     host = owner_tag().rpartition("~")[0]
     lock = run_dir / rl.LOCK_NAME
@@ -459,7 +459,7 @@ def test_a_run_without_a_checkpoint_says_there_is_nothing_to_resume(tiny_fasta, 
 
 
 def test_a_typo_in_a_data_path_leaves_no_run_directory(tiny_fasta, tmp_path):
-    from protein_performer.config import run_hydra
+    from protein_performer.config.schema import run_hydra
     from protein_performer.errors import DataError
 
     run_dir = tmp_path / "myrun"
@@ -482,7 +482,7 @@ def test_a_typo_in_a_data_path_leaves_no_run_directory(tiny_fasta, tmp_path):
 
 
 def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
-    from protein_performer.config import EvalConfig
+    from protein_performer.config.schema import EvalConfig
     from protein_performer.training.run import evaluate
 
     cfg = tiny_config(tiny_fasta, max_steps=2)
@@ -648,7 +648,8 @@ def test_a_resume_stopped_before_its_first_validation_reports_the_checkpoints(tm
 def test_an_interrupt_during_the_final_validation_offers_no_resume_that_would_be_refused(
     tiny_fasta, tmp_path, monkeypatch, capsys
 ):
-    from protein_performer.training import hydra_run, run
+    from protein_performer.cli import hydra as hydra_run
+    from protein_performer.training import run
 
     ckpt = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
 
@@ -694,7 +695,7 @@ def test_a_signal_to_another_rank_stops_this_one_and_names_the_signal():
     writes the summary, stops at the same step and reports the run as interrupted by it."""
     from types import SimpleNamespace
 
-    from protein_performer.training.interrupt import GracefulInterrupt
+    from protein_performer.training.graceful_stop import GracefulInterrupt
 
     class OtherRankGotSigterm:
         root_device = torch.device("cpu")
@@ -746,7 +747,7 @@ def test_a_resume_on_another_number_of_processes_goes_on_where_the_epoch_stopped
 def test_the_stop_is_said_once_by_rank_zero_and_data_workers_leave_it_to_the_trainer(
     monkeypatch, capsys
 ):
-    from protein_performer.training.interrupt import GracefulInterrupt
+    from protein_performer.training.graceful_stop import GracefulInterrupt
 
     worker = GracefulInterrupt()
     worker._pid = -1  # a forked data-loader worker inherits the handler
@@ -766,8 +767,8 @@ def test_the_stop_is_said_once_by_rank_zero_and_data_workers_leave_it_to_the_tra
 def test_an_ignored_sighup_stays_ignored_and_others_end_commands_like_sigterm():
     """nohup ignores SIGHUP: the run must not take it over; elsewhere SIGHUP and SIGUSR1/2 end
     a command as SIGTERM does (cleanup, exit code 128 + the signal)."""
-    from protein_performer.interrupts import Terminated, exit_code, sigterm_raises
-    from protein_performer.training.interrupt import GracefulInterrupt
+    from protein_performer.training.graceful_stop import GracefulInterrupt
+    from protein_performer.utils.interrupts import Terminated, exit_code, sigterm_raises
 
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
@@ -868,7 +869,7 @@ def test_a_schedulers_sigterm_to_every_process_with_data_workers_saves(tmp_path)
 
 
 def test_the_resume_line_runs_the_program_as_it_was_run(tmp_path, monkeypatch):
-    from protein_performer.training.hydra_run import program
+    from protein_performer.cli.hydra import program
 
     exe = tmp_path / "venv" / "bin" / "protein-performer"
     exe.parent.mkdir(parents=True)
@@ -886,7 +887,7 @@ def test_the_resume_line_runs_the_program_as_it_was_run(tmp_path, monkeypatch):
 def test_ckpt_path_last_restarts_an_attempt_that_saved_no_checkpoint(tiny_fasta, tmp_path, capsys):
     """A job killed before its first checkpoint (or diverged) left config and metrics only: its
     requeue starts the run again, the attempt's files kept under other names."""
-    from protein_performer.cli import main
+    from protein_performer.cli.main import main
 
     run = tmp_path / "run"
     argv = [*tiny_overrides(tiny_fasta, run), "ckpt_path=last"]

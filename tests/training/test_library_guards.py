@@ -10,7 +10,7 @@ import torch
 from protein_performer.analysis import mutations as mut
 from protein_performer.analysis import representations
 from protein_performer.analysis.inputs import as_protein
-from protein_performer.config import OptimConfig
+from protein_performer.config.schema import OptimConfig
 from protein_performer.data import encode_batch
 from protein_performer.data.alphabet import STRING_HINT, default_alphabet
 from protein_performer.data.datamodule import ProteinDataModule

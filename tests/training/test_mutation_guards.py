@@ -7,11 +7,11 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from protein_performer.config import EvalConfig
+from protein_performer.config.schema import EvalConfig
 from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model import ProteinLM
-from protein_performer.training.checkpoints import (
+from protein_performer.model.checkpoints import (
     META_KEY,
     check_resume_compatible,
     load_model,

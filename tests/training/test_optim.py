@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from protein_performer.config import OptimConfig
+from protein_performer.config.schema import OptimConfig
 from protein_performer.errors import ConfigError
 from protein_performer.model import ModelConfig, ProteinLM
 from protein_performer.training.optim import build_optimizer, build_scheduler, lr_factor

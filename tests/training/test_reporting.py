@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from protein_performer.config import EvalConfig
+from protein_performer.config.schema import EvalConfig
 from protein_performer.training.run import evaluate, train
 from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
 
@@ -55,7 +55,7 @@ def test_a_redirected_log_is_quiet(tmp_path):
     fasta = write_fasta(tmp_path / "t.fasta", n=40)
     argv = [o for o in tiny_overrides(fasta, tmp_path / "run") if "progress_bar" not in o]
     r = subprocess.run(
-        [sys.executable, "-m", "protein_performer.cli", "train", *argv],
+        [sys.executable, "-m", "protein_performer.cli.main", "train", *argv],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONWARNINGS": "default"},
@@ -77,7 +77,7 @@ def test_evaluate_reports_the_unigram_baseline_of_the_training_data(tmp_path):
     import torch
 
     from protein_performer.data.alphabet import default_alphabet
-    from protein_performer.training.checkpoints import META_KEY
+    from protein_performer.model.checkpoints import META_KEY
 
     fasta = write_fasta(tmp_path / "t.fasta", n=40)
     cfg = tiny_config(fasta, max_steps=2)
@@ -112,7 +112,7 @@ def test_evaluate_reports_the_unigram_baseline_of_the_training_data(tmp_path):
 
 
 def test_data_errors_come_before_anything_is_printed(tmp_path, capsys):
-    from protein_performer.config import run_hydra
+    from protein_performer.config.schema import run_hydra
     from protein_performer.errors import DataError
 
     fasta = write_fasta(tmp_path / "t.fasta", n=10)

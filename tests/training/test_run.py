@@ -14,10 +14,10 @@ import pytest
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from protein_performer.config import EvalConfig, run_hydra
+from protein_performer.cli.hydra import compose_job, expand_overrides
+from protein_performer.config.schema import EvalConfig, run_hydra
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.training.hydra_run import compose_job, expand_overrides
 from protein_performer.training.run import evaluate, train
 from tests.training.helpers import tiny_config, tiny_overrides, train_losses, write_fasta
 
@@ -190,7 +190,7 @@ def test_multirun_sweeps_the_three_attentions(tiny_fasta, tmp_path, capsys):
 
 
 def test_an_interrupted_sweep_says_which_jobs_did_not_run(tmp_path, capsys, monkeypatch):
-    import protein_performer.training.hydra_run as hr
+    import protein_performer.cli.hydra as hr
 
     ran = []
 
@@ -217,7 +217,7 @@ def test_an_interrupted_sweep_says_which_jobs_did_not_run(tmp_path, capsys, monk
 
 
 def test_a_failing_sweep_job_is_named_before_its_error(tmp_path, capsys, monkeypatch):
-    import protein_performer.training.hydra_run as hr
+    import protein_performer.cli.hydra as hr
 
     def fake_run_train(job, run_dir, index, args, find_free=False):
         if index == 1:
@@ -473,7 +473,7 @@ def test_a_resume_into_an_unwritable_checkpoints_folder_is_refused_before_traini
     tmp_path, monkeypatch
 ):
     """Otherwise the resumed steps are trained and lost when their checkpoint is saved."""
-    import protein_performer.atomic as atomic
+    import protein_performer.utils.atomic as atomic
     from protein_performer.errors import DataError
     from protein_performer.training.run import check_run_dir
 
@@ -525,7 +525,7 @@ def test_train_gives_the_callers_rngs_environment_and_logging_back(tiny_fasta, t
 
 
 def test_train_takes_a_dict_and_refuses_what_is_no_config(tiny_fasta, tmp_path):
-    from protein_performer.config import DataConfig, TrainConfig
+    from protein_performer.config.schema import DataConfig, TrainConfig
 
     cfg = tiny_config(tiny_fasta, max_steps=1)
     as_dict = {k: getattr(cfg, k) for k in ("model", "data", "optim", "trainer")}

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from protein_performer.atomic import owner_tag
 from protein_performer.errors import DataError
 from protein_performer.training import run_lock as rl
 from protein_performer.training.run import train
+from protein_performer.utils.atomic import owner_tag
 from tests.training.helpers import tiny_config
 
 
@@ -72,8 +72,8 @@ def test_a_stop_handler_someone_else_set_stays_theirs():
     """submitit's SIGUSR2 or Lightning's Slurm requeue on SIGUSR1: not taken over."""
     import signal
 
-    from protein_performer.interrupts import sigterm_raises
-    from protein_performer.training.interrupt import GracefulInterrupt
+    from protein_performer.training.graceful_stop import GracefulInterrupt
+    from protein_performer.utils.interrupts import sigterm_raises
 
     def theirs(signum, frame):
         pass
@@ -100,7 +100,7 @@ def test_a_process_started_ignoring_ctrl_c_keeps_ignoring_it():
     must not start obeying it (while loading it was ignored)."""
     import signal
 
-    from protein_performer.training.interrupt import GracefulInterrupt
+    from protein_performer.training.graceful_stop import GracefulInterrupt
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -136,7 +136,7 @@ def test_an_attempt_without_a_checkpoint_is_set_aside_whatever_it_left(tiny_fast
 
 
 def test_every_rank_resolves_ckpt_path_last_alike(tmp_path, capsys):
-    from protein_performer.training.hydra_run import compose_job, resolve_last
+    from protein_performer.cli.hydra import compose_job, resolve_last
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -216,7 +216,7 @@ def test_a_live_holder_stays_live_whatever_the_wall_clock_did(tmp_path):
 def test_a_finished_runs_requeue_prints_its_summary_as_json(tiny_fasta, tmp_path, capsys):
     import json
 
-    from protein_performer.cli import main
+    from protein_performer.cli.main import main
     from tests.training.helpers import tiny_overrides
 
     argv = ["train", *tiny_overrides(tiny_fasta, tmp_path / "run"), "ckpt_path=last", "--json"]
@@ -258,7 +258,7 @@ def test_a_requeue_waits_for_another_machines_lock_to_go_stale(tmp_path, monkeyp
 def test_init_from_default_is_the_shipped_checkpoint(tiny_fasta):
     from protein_performer.errors import ConfigError
     from protein_performer.model import ModelConfig
-    from protein_performer.training.checkpoints import read_checkpoint, resolve_checkpoint
+    from protein_performer.model.checkpoints import read_checkpoint, resolve_checkpoint
     from protein_performer.training.run import check_train_inputs
 
     if not resolve_checkpoint("default").is_file():
@@ -303,7 +303,7 @@ def test_a_users_folder_is_no_set_aside_attempt_and_its_lock_not_ours(tmp_path):
 def test_a_rank_other_than_zero_resolves_ckpt_path_last_too(tmp_path, monkeypatch):
     """srun/torchrun start every rank with the same command line: none may keep 'last'."""
     import protein_performer.training.run as run_module
-    from protein_performer.training.hydra_run import CliArgs, _run_train, compose_job
+    from protein_performer.cli.hydra import CliArgs, _run_train, compose_job
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -319,7 +319,7 @@ def test_a_rank_other_than_zero_resolves_ckpt_path_last_too(tmp_path, monkeypatc
 
     monkeypatch.setattr(run_module, "is_rank_zero", lambda: False)
     monkeypatch.setattr(run_module, "train", fake_train)
-    monkeypatch.setattr("protein_performer.training.hydra_run._finished", lambda *a, **k: False)
+    monkeypatch.setattr("protein_performer.cli.hydra._finished", lambda *a, **k: False)
     job = compose_job("train", [f"hydra.run.dir={run}", "ckpt_path=last"])
     with pytest.raises(Reached):
         _run_train(job, str(run), 0, CliArgs(overrides=[]))

@@ -33,7 +33,7 @@ from protein_performer.data.masking import mask_tokens
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
 from protein_performer.model.performer import ProteinLM
-from protein_performer.progress import progress as progress_bar
+from protein_performer.utils.progress import progress as progress_bar
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The dataclasses are the schema of ``conf/train.yaml`` / ``conf/evaluate.yaml``: a key that is not
 a field, or a value of the wrong type, is an error naming the key. :func:`validate_train_config`
 adds the value checks (choices, ranges). The Hydra glue (:func:`run_hydra`) lives in
-:mod:`protein_performer.training.hydra_run`; Hydra is only imported when it runs.
+:mod:`protein_performer.cli.hydra`; Hydra is only imported when it runs.
 """
 
 from __future__ import annotations
@@ -507,7 +507,7 @@ def validate_analysis_config(cfg: Any) -> None:
 
 
 def _check_device(value: Any) -> None:
-    from protein_performer.devices import DEVICE_NAME
+    from protein_performer.utils.devices import DEVICE_NAME
 
     if not (isinstance(value, str) and DEVICE_NAME.fullmatch(value)):
         raise ConfigError(f"device={value!r} is not valid; choose one of: auto, cpu, cuda, cuda:N")
@@ -826,8 +826,8 @@ def register_configs() -> None:
 def run_hydra(command: str, argv: list[str]) -> int:
     """Run ``train`` or ``evaluate`` from Hydra-style arguments; returns the exit code.
 
-    See :func:`protein_performer.training.hydra_run.run_hydra`.
+    See :func:`protein_performer.cli.hydra.run_hydra`.
     """
-    from protein_performer.training.hydra_run import run_hydra as _run
+    from protein_performer.cli.hydra import run_hydra as _run
 
     return _run(command, argv)

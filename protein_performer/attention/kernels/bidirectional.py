@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .feature_maps import (
+from ..feature_maps import (
     FeatureParams,
     Scratch,
     Vjp,
@@ -471,20 +471,14 @@ def packed_bidirectional_linear_attention(
     params: FeatureParams,
     chunk: int = 1024,
     save_features: bool = False,
-    fused: bool = True,
 ) -> torch.Tensor:
     """:func:`bidirectional_linear_attention` on a packed ``qkv`` ``(B, L, 3, H, D)`` (queries,
     keys, values of each head; any strides with a unit last one) -> ``(B, L, H, D)``, without
-    copying q, k, v or the output (:class:`PackedBidirectionalFavorFunction`; with ``fused``,
-    on a CPU, in the compiled kernel of :mod:`.fused_cpu` where it builds).
+    copying q, k, v or the output (:class:`PackedBidirectionalFavorFunction`). The compiled CPU
+    kernel is chosen in front of this one (:func:`.fused_cpu.packed_attention`).
 
     ``key_mask`` ``(B·H, L)`` bool, True = padded key; ``params`` for ``N = B·H`` rows, batch
     element major. Gradients flow to ``qkv``.
     """
     save = save_features and torch.is_grad_enabled()
-    if fused:
-        from . import fused_cpu  # it imports this module
-
-        if fused_cpu.usable(qkv, params, save):
-            return fused_cpu.fused_attention(qkv, key_mask, params)
     return PackedBidirectionalFavorFunction.apply(qkv, key_mask, params, chunk, save)

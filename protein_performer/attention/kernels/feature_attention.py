@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from .linear_attention import den_floor
+from .bidirectional import den_floor
 
 FeatureMap = Callable[[torch.Tensor], torch.Tensor]
 Kernel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

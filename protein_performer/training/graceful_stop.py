@@ -22,8 +22,8 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from protein_performer.devices import is_rank_zero
-from protein_performer.interrupts import (
+from protein_performer.utils.devices import is_rank_zero
+from protein_performer.utils.interrupts import (
     TERMINATING,
     Terminated,
     _raise_terminated,

@@ -16,7 +16,7 @@ from pathlib import Path
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
-from protein_performer.atomic import write_text_atomic
+from protein_performer.utils.atomic import write_text_atomic
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .feature_maps import FeatureParams, key_features, key_logits, query_features
-from .linear_attention import (
+from ..feature_maps import FeatureParams, key_features, key_logits, query_features
+from .bidirectional import (
     _at,
     _heads,
     _rows,
@@ -341,7 +341,7 @@ def causal_linear_attention(
 class PackedCausalFavorFunction(torch.autograd.Function):
     """Causal FAVOR on a packed projection ``qkv`` ``(B, L, 3, H, D)`` -> ``(B, L, H, D)``, one
     batch element at a time on per-head views (as
-    :class:`~protein_performer.attention.linear_attention.PackedBidirectionalFavorFunction`
+    :class:`~protein_performer.attention.kernels.bidirectional.PackedBidirectionalFavorFunction`
     for bidirectional attention): no copies of q, k, v, the output or the gradients."""
 
     @staticmethod

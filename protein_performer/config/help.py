@@ -1,7 +1,7 @@
 """One line per ``train`` key: what it does, for ``protein-performer train --help``.
 
-Kept next to the schema (:mod:`protein_performer.config`, :class:`ModelConfig`); a test checks
-that every key of :class:`~protein_performer.config.TrainConfig` has its line and no line is
+Kept next to the schema (:mod:`protein_performer.config.schema`, :class:`ModelConfig`); a test checks
+that every key of :class:`~protein_performer.config.schema.TrainConfig` has its line and no line is
 left for a key that is gone.
 """
 

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from protein_performer import __version__
-from protein_performer.atomic import write_text_atomic
 from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.errors import ConfigError, DataError, ProteinPerformerError
-from protein_performer.interrupts import exit_code, sigterm_raises, stopped_line
-from protein_performer.outputs import check_output_file, json_with_keys
+from protein_performer.utils.atomic import write_text_atomic
+from protein_performer.utils.interrupts import exit_code, sigterm_raises, stopped_line
+from protein_performer.utils.outputs import check_output_file, json_with_keys
 
 EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command that a pipe closed on
@@ -413,7 +413,7 @@ def _cmd_download(args: argparse.Namespace) -> int:
 
 
 def _cmd_hydra(command: str, argv: list[str]) -> int:
-    from protein_performer.config import run_hydra
+    from protein_performer.config.schema import run_hydra
 
     return run_hydra(command, argv)
 

@@ -25,8 +25,13 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from protein_performer.atomic import check_writable_file, current_umask, owner_tag, remove_leftovers
 from protein_performer.errors import DataError
+from protein_performer.utils.atomic import (
+    check_writable_file,
+    current_umask,
+    owner_tag,
+    remove_leftovers,
+)
 
 FASTA_SUFFIXES = frozenset(
     [

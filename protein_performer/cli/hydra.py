@@ -1,7 +1,7 @@
 """Hydra glue for ``protein-performer train|evaluate [overrides...]``.
 
 Configs are composed with Hydra's compose API from ``conf/`` (next to the package) against
-the dataclass schemas of :mod:`protein_performer.config`. Multirun sweeps (``-m a=x,y``) are
+the dataclass schemas of :mod:`protein_performer.config.schema`. Multirun sweeps (``-m a=x,y``) are
 expanded here with Hydra's override parser (a cartesian product, like Hydra's basic sweeper)
 and run one after another, each in ``<hydra.sweep.dir>/<job number>``. Every configuration
 problem becomes a one-line :class:`~protein_performer.errors.ConfigError` naming the key and,
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from protein_performer.config import (
+from protein_performer.config.schema import (
     ANALYSIS_COMMANDS,
     EvalConfig,
     TrainConfig,
@@ -38,8 +38,8 @@ from protein_performer.config import (
     validate_train_config,
 )
 from protein_performer.errors import ConfigError, ProteinPerformerError
-from protein_performer.interrupts import TERMINATING
-from protein_performer.resources import project_path, project_root, resources_dir
+from protein_performer.utils.interrupts import TERMINATING
+from protein_performer.utils.resources import project_path, project_root, resources_dir
 
 COMMANDS: dict[str, type] = {"train": TrainConfig, "evaluate": EvalConfig, **ANALYSIS_COMMANDS}
 # A DDP child process started by Lightning re-runs the same command line; this variable tells
@@ -64,7 +64,7 @@ def config_dir() -> Path:
 def worker_count(most: str | int) -> int:
     """Resolver ``${pp_workers:4}``: at most ``most`` data-loading workers, and no more than
     the CPUs this process may use (more only contend, and torch warns about them)."""
-    from protein_performer.devices import usable_cpus
+    from protein_performer.utils.devices import usable_cpus
 
     return max(0, min(int(most), usable_cpus()))
 
@@ -566,7 +566,7 @@ def help_text(command: str) -> str:
     except ConfigError:
         text = ""
     if text and command == "train":
-        from protein_performer.config_help import TRAIN_KEY_HELP, annotate_yaml
+        from protein_performer.config.help import TRAIN_KEY_HELP, annotate_yaml
 
         text = annotate_yaml(text, TRAIN_KEY_HELP)
     if text:
@@ -834,7 +834,7 @@ def resolve_last(
 
 def _finished(last: str, job: ComposedJob, quiet: bool = False) -> bool:
     """Whether ``ckpt_path=last`` found a run that has trained all its steps (said)."""
-    from protein_performer.training.checkpoints import read_checkpoint
+    from protein_performer.model.checkpoints import read_checkpoint
 
     step = int(read_checkpoint(last, mmap=True).get("global_step", 0))
     max_steps = job.config.trainer.max_steps
@@ -1021,15 +1021,13 @@ def _run_analysis(command: str, job: ComposedJob, args: CliArgs) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m protein_performer.training.hydra_run train|evaluate [overrides]`` (used for
+    """``python -m protein_performer.cli.hydra train|evaluate [overrides]`` (used for
     the jobs of a distributed sweep); errors are printed as one line, exit code 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        print(
-            "usage: python -m protein_performer.training.hydra_run train|evaluate [KEY=VALUE ...]"
-        )
+        print("usage: python -m protein_performer.cli.hydra train|evaluate [KEY=VALUE ...]")
         return 2
-    from protein_performer.interrupts import sigterm_raises
+    from protein_performer.utils.interrupts import sigterm_raises
 
     try:
         with sigterm_raises():
@@ -1038,7 +1036,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        from protein_performer.interrupts import exit_code, stopped_line
+        from protein_performer.utils.interrupts import exit_code, stopped_line
 
         print(stopped_line(e), file=sys.stderr)
         return exit_code(e)

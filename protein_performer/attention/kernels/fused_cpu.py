@@ -4,7 +4,7 @@ On a CPU, bidirectional FAVOR (ReLU and softmax kernels) on a packed q/k/v proje
 this C++ kernel when it can be built: one head per thread, block by block, with the feature map,
 its mask and the normaliser applied to each block while it is in cache, between BLAS calls on
 the packed layout (benchmarks/README.md has what it saves). The same numbers as the PyTorch kernel
-(:class:`~protein_performer.attention.linear_attention.PackedBidirectionalFavorFunction`) up to
+(:class:`~protein_performer.attention.kernels.bidirectional.PackedBidirectionalFavorFunction`) up to
 float rounding; tests compare them in float64.
 
 The kernel is compiled once per machine with ``torch.utils.cpp_extension`` (needs a C++
@@ -29,9 +29,14 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
-from .feature_maps import FeatureParams
-from .linear_attention import without_autocast
+from protein_performer.errors import ConfigError
+
+from ..feature_maps import FeatureParams, KernelSpec
+from .bidirectional import (
+    PackedBidirectionalFavorFunction,
+    packed_bidirectional_linear_attention,
+    without_autocast,
+)
 
 SOURCE = Path(__file__).with_name("csrc") / "favor_cpu.cpp"
 ENV = "PP_FUSED_KERNEL"
@@ -129,9 +134,6 @@ def _build() -> ModuleType | Exception:
 def _self_test(ext: ModuleType) -> None:
     """One tiny call of each kernel against the PyTorch kernel: a BLAS of another interface
     (64-bit integers, say) behind ``sgemm_`` would give wrong numbers, not an error."""
-    from .feature_maps import KernelSpec
-    from .linear_attention import PackedBidirectionalFavorFunction
-
     g = torch.Generator().manual_seed(0)
     qkv = torch.randn(1, 9, 3, 2, 4, generator=g)
     wq = torch.randn(2, 6, 4, generator=g) * 0.5
@@ -269,7 +271,7 @@ class FusedSoftmaxFavorFunction(torch.autograd.Function):
 def fused_attention(
     qkv: torch.Tensor, key_mask: torch.Tensor | None, params: FeatureParams
 ) -> torch.Tensor:
-    """:func:`~protein_performer.attention.linear_attention.packed_bidirectional_linear_attention`
+    """:func:`~protein_performer.attention.kernels.bidirectional.packed_bidirectional_linear_attention`
     in the compiled kernel (check :func:`usable` first): ``qkv`` ``(B, L, 3, H, D)``,
     ``key_mask`` ``(B·H, L)`` True = padded key -> ``(B, L, H, D)``."""
     if params.spec.kind == "relu":
@@ -279,3 +281,20 @@ def fused_attention(
     return FusedSoftmaxFavorFunction.apply(
         qkv, key_mask, params.wq, params.wk, params.k_sq_coef, params.spec.eps
     )
+
+
+def packed_attention(
+    qkv: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    params: FeatureParams,
+    chunk: int = 1024,
+    save_features: bool = False,
+    fused: bool = True,
+) -> torch.Tensor:
+    """Bidirectional FAVOR on a packed ``qkv`` ``(B, L, 3, H, D)`` -> ``(B, L, H, D)``: in the
+    compiled kernel where ``fused`` and :func:`usable` allow, else in
+    :func:`~protein_performer.attention.kernels.bidirectional.packed_bidirectional_linear_attention`
+    (same arguments)."""
+    if fused and usable(qkv, params, save_features and torch.is_grad_enabled()):
+        return fused_attention(qkv, key_mask, params)
+    return packed_bidirectional_linear_attention(qkv, key_mask, params, chunk, save_features)

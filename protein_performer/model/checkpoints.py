@@ -21,13 +21,13 @@ from typing import Any
 
 import torch
 
-from protein_performer.atomic import write_atomic
 from protein_performer.attention import FavorAttention
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.masking import OBJECTIVES
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.config import ARCHITECTURE_FIELDS, ModelConfig
 from protein_performer.model.performer import ProteinLM
+from protein_performer.utils.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     value is taken as a path."""
     if str(path) != "default" or Path(path).exists():  # a file named "default" is the user's
         return Path(path)
-    from protein_performer.training.hydra_run import project_path
+    from protein_performer.cli.hydra import project_path
 
     p = Path(project_path(DEFAULT_CHECKPOINT))
     if not p.is_file():

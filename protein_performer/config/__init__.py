@@ -1,0 +1,2 @@
+"""Run settings: the dataclass schema (:mod:`.schema`), its checks (:mod:`.validate`) and the
+per-command help text (:mod:`.help`)."""
