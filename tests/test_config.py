@@ -17,14 +17,10 @@ from protein_performer.cli.hydra import (
     expand_overrides,
     group_options,
     project_root,
-)
-from protein_performer.config.schema import (
-    DataConfig,
-    EvalConfig,
-    TrainConfig,
     run_hydra,
-    validate_train_config,
 )
+from protein_performer.config.schema import DataConfig, EvalConfig, TrainConfig
+from protein_performer.config.validate import validate_train_config
 from protein_performer.errors import ConfigError
 from protein_performer.model import ModelConfig
 
@@ -363,7 +359,7 @@ def test_library_validation_without_hydra():
 
 
 def test_evaluate_config_accepts_one_or_several_fasta_files():
-    from protein_performer.config.schema import eval_fasta_paths
+    from protein_performer.config.validate import eval_fasta_paths
 
     one = compose_job("evaluate", ["checkpoint=c.ckpt", "fasta=a.fasta"]).config
     assert eval_fasta_paths(one) == ["a.fasta"]
@@ -426,7 +422,7 @@ def test_preset_worker_counts_fit_the_cpus(monkeypatch):
 
 
 def test_max_time_takes_the_usual_forms_and_refuses_the_rest():
-    from protein_performer.config.schema import parse_max_time
+    from protein_performer.config.validate import parse_max_time
 
     assert parse_max_time("00:01:00:00") == "00:01:00:00"
     assert parse_max_time("01:30:00") == "00:01:30:00"
@@ -723,12 +719,8 @@ def test_lightnings_short_precision_names_are_read(given, meant):
 @pytest.mark.parametrize("seed", [-1, 2**32, True, 1.5])
 def test_seeds_outside_what_numpy_takes_are_one_line_errors(seed) -> None:
     """seed_everything and numpy refuse them with a traceback deep in a run."""
-    from protein_performer.config.schema import (
-        GenerateConfig,
-        SimilarityConfig,
-        validate_analysis_config,
-        validate_eval_config,
-    )
+    from protein_performer.config.schema import GenerateConfig, SimilarityConfig
+    from protein_performer.config.validate import validate_analysis_config, validate_eval_config
 
     cfg = compose_job("train", []).config
     cfg.seed = seed

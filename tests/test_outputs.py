@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from protein_performer.cli.hydra import run_hydra
 from protein_performer.cli.main import main
-from protein_performer.config.schema import EvalConfig, run_hydra
+from protein_performer.config.schema import EvalConfig
 from protein_performer.errors import DataError
 from protein_performer.training.run import evaluate, train
 from protein_performer.utils.outputs import check_output_dir, check_output_file, input_like_name

@@ -61,11 +61,10 @@ from protein_performer.config.schema import (
     PlotHeadsConfig,
     ScoreConfig,
     SimilarityConfig,
-    eval_fasta_paths,
-    fasta_unset,
 )
+from protein_performer.config.validate import eval_fasta_paths, fasta_unset
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, InvalidResidueError
-from protein_performer.data.fasta import EncodeCounts
+from protein_performer.data.encoding import EncodeCounts
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.utils.outputs import (
     absent,

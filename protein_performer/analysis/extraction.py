@@ -46,7 +46,7 @@ from protein_performer.analysis.inputs import (
 )
 from protein_performer.analysis.npz import NpzWriter
 from protein_performer.data.alphabet import Alphabet
-from protein_performer.data.fasta import EncodeCounts
+from protein_performer.data.encoding import EncodeCounts
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
 from protein_performer.utils.devices import check_dense_fits, pick_device, size_text

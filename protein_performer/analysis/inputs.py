@@ -16,14 +16,9 @@ import torch
 
 from protein_performer.data.alphabet import STRING_HINT, Alphabet, InvalidPolicy
 from protein_performer.data.batching import pad_batch
-from protein_performer.data.fasta import (
-    EncodeCounts,
-    FastaReader,
-    FastaRecord,
-    check_distinct_inputs,
-    iter_encoded,
-    split_key,
-)
+from protein_performer.data.encoding import EncodeCounts, iter_encoded
+from protein_performer.data.fasta import FastaReader, FastaRecord, check_distinct_inputs
+from protein_performer.data.sources import split_key
 from protein_performer.data.splits import SPLITS, SplitAssigner
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM

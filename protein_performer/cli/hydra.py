@@ -28,11 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from protein_performer.config.schema import (
-    ANALYSIS_COMMANDS,
-    EvalConfig,
-    TrainConfig,
-    register_configs,
+from protein_performer.config.schema import ANALYSIS_COMMANDS, EvalConfig, TrainConfig
+from protein_performer.config.validate import (
     validate_analysis_config,
     validate_eval_config,
     validate_train_config,
@@ -45,6 +42,17 @@ COMMANDS: dict[str, type] = {"train": TrainConfig, "evaluate": EvalConfig, **ANA
 # A DDP child process started by Lightning re-runs the same command line; this variable tells
 # it which sweep job and run directory its parent is on.
 DDP_JOB_ENV = "PROTEIN_PERFORMER_DDP_JOB"
+
+
+def register_configs() -> None:
+    """Register the schemas in Hydra's ConfigStore (``train_schema``, ``evaluate_schema``)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="evaluate_schema", node=EvalConfig)
+    for name, node in ANALYSIS_COMMANDS.items():
+        cs.store(name=f"{name}_schema", node=node)
 
 
 # ---- locations ----------------------------------------------------------------------------

@@ -413,7 +413,7 @@ def _cmd_download(args: argparse.Namespace) -> int:
 
 
 def _cmd_hydra(command: str, argv: list[str]) -> int:
-    from protein_performer.config.schema import run_hydra
+    from protein_performer.cli.hydra import run_hydra
 
     return run_hydra(command, argv)
 

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from protein_performer.data.alphabet import InvalidPolicy, default_alphabet
-from protein_performer.data.fasta import EncodeCounts, FastaReader, PathLike, iter_encoded
+from protein_performer.data.encoding import EncodeCounts, iter_encoded
+from protein_performer.data.fasta import FastaReader, PathLike
 from protein_performer.data.headers import HeaderInfo
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.utils.atomic import current_umask

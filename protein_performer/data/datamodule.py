@@ -51,12 +51,16 @@ from protein_performer.data.datasets import (
     EpochDataset,
     PairDataset,
 )
-from protein_performer.data.fasta import load_fasta_source
+from protein_performer.data.digests import DuplicateFinder, digest64
 from protein_performer.data.masking import OBJECTIVES, make_collator
 from protein_performer.data.shards import ShardSource
-from protein_performer.data.sources import FlatSource, select_records, split_long_records
+from protein_performer.data.sources import (
+    FlatSource,
+    load_fasta_source,
+    select_records,
+    split_long_records,
+)
 from protein_performer.data.splits import parse_fractions
-from protein_performer.data.stats import DuplicateFinder, digest64
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.utils.devices import is_rank_zero, usable_cpus
 

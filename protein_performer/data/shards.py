@@ -29,16 +29,12 @@ import numpy as np
 
 from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
 from protein_performer.data.cluster import members_digest
-from protein_performer.data.fasta import (
-    EncodeCounts,
-    FastaReader,
-    PathLike,
-    iter_encoded,
-    split_key,
-)
-from protein_performer.data.sources import FlatSource
+from protein_performer.data.digests import DuplicateFinder, digest64
+from protein_performer.data.encoding import EncodeCounts, iter_encoded
+from protein_performer.data.fasta import FastaReader, PathLike
+from protein_performer.data.sources import FlatSource, split_key
 from protein_performer.data.splits import SPLITS, SplitAssigner, parse_fractions
-from protein_performer.data.stats import DuplicateFinder, LengthHistogram, digest64
+from protein_performer.data.stats import LengthHistogram
 from protein_performer.errors import DataError
 from protein_performer.utils.atomic import current_umask
 from protein_performer.utils.outputs import (

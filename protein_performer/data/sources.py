@@ -7,16 +7,20 @@ offsets, in memory (from FASTA) or memory-mapped (from preprocessed shards): rec
 
 from __future__ import annotations
 
+import array
 import itertools
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from protein_performer.data.alphabet import Alphabet, default_alphabet
-
-if TYPE_CHECKING:  # fasta.py imports this module
-    from protein_performer.data.fasta import EncodeCounts
+from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
+from protein_performer.data.digests import digest64
+from protein_performer.data.encoding import EncodeCounts, iter_encoded
+from protein_performer.data.fasta import FastaReader, FastaRecord, PathLike
+from protein_performer.data.splits import SPLITS, SplitAssigner
+from protein_performer.errors import DataError
+from protein_performer.utils.progress import progress as progress_bar
 
 
 class FlatSource:
@@ -134,3 +138,103 @@ def split_long_records(source: FlatSource, max_residues: int) -> FlatSource:
     # (n, 2): each piece leaves residues of its protein out before / after it
     out.cut = np.array(cut, dtype=bool).reshape(-1, 2)
     return out
+
+
+def split_key(
+    rec: FastaRecord, cluster_of: Mapping[str, str] | None, path: PathLike | None = None
+) -> str:
+    """The key hashed into a split: the record's cluster from ``cluster_of`` when given, else
+    its header's key (UniRef cluster id, UniProtKB accession without isoform suffix, id)."""
+    if cluster_of is None:
+        first = rec.title.strip().partition(" ")[0]
+        if "\t" in first:
+            # an id that ends at a tab was read up to the first space before (2026-12-05):
+            # that key stays the hashed one, so a run's split (and evaluate split= of its
+            # checkpoints) is what it was; such records are not grouped by accession
+            return first
+        return rec.header.split_key
+    try:
+        return cluster_of[rec.id]
+    except KeyError:
+        raise DataError(
+            f"not in the clusters table ({len(cluster_of):,} records: of other files, or cut "
+            "short? cluster the same files with `data cluster`)",
+            path=path,
+            record=rec.number,
+            record_id=rec.id,
+        ) from None
+
+
+def load_fasta_source(
+    paths: PathLike | Sequence[PathLike],
+    *,
+    split: str | None = None,
+    fractions: Iterable[float] = (0.9, 0.05, 0.05),
+    seed: int = 0,
+    policy: InvalidPolicy | str = InvalidPolicy.ERROR,
+    max_records: int | None = None,
+    alphabet: Alphabet | None = None,
+    progress: bool = False,
+    strip_gaps: bool = False,
+    allow_nucleotide: bool = False,
+    cluster_of: Mapping[str, str] | None = None,
+    copies_from: str | None = None,
+) -> FlatSource:
+    """Read FASTA file(s) into an in-memory :class:`FlatSource`.
+
+    Args:
+        paths: one path or a list; records are taken in file order.
+        split: keep only records hashed into this split (``train``/``val``/``test``), or all.
+        fractions: train/val/test fractions for the hash split.
+        seed: split seed.
+        policy: invalid residue policy (``error`` | ``skip`` | ``replace``).
+        max_records: stop after this many records are *read* (before splitting), or None.
+        strip_gaps, allow_nucleotide: see :func:`iter_encoded`.
+        cluster_of: record id -> cluster id (``data cluster``'s members table): the split
+            then hashes the cluster id, so whole clusters land in one split.
+        copies_from: with ``split``, another split whose records are only hashed as they go
+            by (8 bytes each, no sequence kept): ``source.copies`` then holds the indices of
+            the kept records identical to one of them (two strains' copies under two ids).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
+    alphabet = alphabet or default_alphabet()
+    assigner = SplitAssigner(fractions, seed)
+    seqs: list = []
+    ids: list[str] = []
+    counts = EncodeCounts()
+    # kept records', copies_from's: 8 bytes each (an array, not a list of int objects)
+    digests = (array.array("Q"), array.array("Q"))
+
+    with progress_bar(desc="reading FASTA", unit="record", enabled=progress) as bar:
+        for path in paths:
+            reader = FastaReader(path)
+            encoded = iter_encoded(
+                reader,
+                alphabet,
+                policy,
+                counts,
+                max_records,
+                strip_gaps=strip_gaps,
+                allow_nucleotide=allow_nucleotide,
+            )
+            for rec, toks in encoded:
+                bar.update(1)
+                part = None if split is None else assigner(split_key(rec, cluster_of, reader.path))
+                if split is None or part == split:
+                    seqs.append(toks)
+                    ids.append(rec.id)
+                    if copies_from is not None:
+                        digests[0].append(digest64(np.asarray(toks, dtype=np.uint8).tobytes()))
+                elif copies_from is not None and part == copies_from:
+                    digests[1].append(digest64(np.asarray(toks, dtype=np.uint8).tobytes()))
+            if max_records is not None and counts.records_read >= max_records:
+                break
+    source = FlatSource.from_arrays(seqs, ids, alphabet)
+    source.encode_counts = counts
+    if copies_from is not None:
+        kept, other = (np.frombuffer(d, dtype=np.uint64) for d in digests)
+        source.copies = np.flatnonzero(np.isin(kept, other))
+    return source

@@ -6,8 +6,6 @@ duplicate-id check (a 64-bit digest per id, sorted once at the end: ~0.5 GB for 
 
 from __future__ import annotations
 
-import bisect
-import hashlib
 import os
 import time
 from collections import Counter
@@ -17,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from protein_performer.data.alphabet import EXTRA_RESIDUES, STANDARD_AMINO_ACIDS
+from protein_performer.data.digests import DuplicateFinder
 
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
@@ -70,73 +69,6 @@ class LengthHistogram:
         return out
 
 
-def digest64(data: bytes) -> int:
-    """A 64-bit digest (blake2b) of ``data``: what duplicate and copy checks compare."""
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
-
-
-class DuplicateFinder:
-    """Exact duplicate detection (of ids, or of sequences) from 64-bit digests, reported after
-    the pass (12 bytes a record: a digest and a record number; files are kept as runs of
-    consecutive records)."""
-
-    def __init__(self) -> None:
-        self._chunks: list[tuple[np.ndarray, np.ndarray]] = []
-        self._digests: list[int] = []
-        self._records: list[int] = []
-        self._file_starts: list[int] = []  # position of each file's first record
-        self._file_names: list[str] = []
-        self._added = 0
-
-    def add(self, key: str | bytes, record: int | None = None, file: str | None = None) -> None:
-        """``key``: the id (or any bytes, e.g. a sequence); ``record``: its 1-based number in
-        ``file`` (default: the position
-        among the :meth:`add` calls; pass it when some records are not added, e.g. skipped
-        invalid ones, or when records come from several files)."""
-        if file is not None and (not self._file_names or self._file_names[-1] != file):
-            self._file_starts.append(self._added)
-            self._file_names.append(file)
-        self._added += 1
-        self._digests.append(digest64(key if isinstance(key, bytes) else key.encode()))
-        self._records.append(self._added if record is None else record)
-        if len(self._digests) >= 65536:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._digests:
-            digests = np.asarray(self._digests, dtype=np.uint64)
-            self._chunks.append((digests, np.asarray(self._records, dtype=np.uint32)))
-            self._digests, self._records = [], []
-
-    def _file(self, position: int) -> str | None:
-        if not self._file_starts or position < self._file_starts[0]:
-            return None
-        return self._file_names[bisect.bisect_right(self._file_starts, position) - 1]
-
-    def result(self, max_examples: int = 10) -> dict[str, Any]:
-        """``{"count": records whose id occurred earlier, "examples": [{record, first}, ...]}``
-        (record numbers as given to :meth:`add`; with files, ``file`` and ``first_file``
-        too), the earliest repeats first."""
-        self._flush()
-        if not self._chunks:
-            return {"count": 0, "examples": []}
-        digests = np.concatenate([c[0] for c in self._chunks])
-        records = np.concatenate([c[1] for c in self._chunks])
-        order = np.argsort(digests, kind="stable")
-        s = digests[order]
-        dup = np.flatnonzero(s[1:] == s[:-1]) + 1  # positions (in sorted order) of repeats
-        starts = np.searchsorted(s, s[dup], side="left")  # first occurrence of each repeat
-        repeat, first = order[dup], order[starts]  # positions in the order of add calls
-        examples = []
-        for k in np.argsort(repeat, kind="stable")[:max_examples]:
-            i, j = int(repeat[k]), int(first[k])
-            example: dict[str, Any] = {"record": int(records[i]), "first": int(records[j])}
-            if self._file(i) is not None:
-                example.update(file=self._file(i), first_file=self._file(j))
-            examples.append(example)
-        return {"count": len(dup), "examples": examples}
-
-
 _VALID = np.zeros(256, dtype=bool)
 for _c in STANDARD_AMINO_ACIDS + EXTRA_RESIDUES:
     _VALID[ord(_c)] = True
@@ -152,12 +84,12 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
     whose sequence, read as training reads it, an earlier record has: two strains' copies
     under two ids).
     """
-    from protein_performer.data.fasta import (
+    from protein_performer.data.encoding import (
         NUCLEOTIDE_LETTERS,
         NUCLEOTIDE_MIN_LENGTH,
         NUCLEOTIDE_SHARE,
-        FastaReader,
     )
+    from protein_performer.data.fasta import FastaReader
     from protein_performer.utils.progress import progress as progress_bar
 
     _NUCLEOTIDE_BYTES = np.frombuffer(NUCLEOTIDE_LETTERS.encode(), dtype=np.uint8)

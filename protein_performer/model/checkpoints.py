@@ -87,7 +87,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     value is taken as a path."""
     if str(path) != "default" or Path(path).exists():  # a file named "default" is the user's
         return Path(path)
-    from protein_performer.cli.hydra import project_path
+    from protein_performer.utils.resources import project_path
 
     p = Path(project_path(DEFAULT_CHECKPOINT))
     if not p.is_file():

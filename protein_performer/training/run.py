@@ -35,11 +35,8 @@ import torch
 from pytorch_lightning.callbacks import Timer
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from protein_performer.config.schema import (
-    DataConfig,
-    EvalConfig,
-    TrainConfig,
-    TrainerConfig,
+from protein_performer.config.schema import DataConfig, EvalConfig, TrainConfig, TrainerConfig
+from protein_performer.config.validate import (
     eval_fasta_paths,
     fasta_unset,
     validate_eval_config,
@@ -53,8 +50,9 @@ from protein_performer.data.cluster import (
     table_digest,
 )
 from protein_performer.data.datamodule import ProteinDataModule
-from protein_performer.data.fasta import STREAM_HINT, check_distinct_inputs, load_fasta_source
+from protein_performer.data.fasta import STREAM_HINT, check_distinct_inputs
 from protein_performer.data.shards import read_manifest
+from protein_performer.data.sources import load_fasta_source
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context import (
     Target,

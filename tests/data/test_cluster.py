@@ -15,11 +15,11 @@ from protein_performer.cli.main import main
 from protein_performer.data.cluster import cluster_fasta, find_mmseqs, read_members
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.datasets import ClusterCropDataset
-from protein_performer.data.fasta import load_fasta_source, read_fasta
+from protein_performer.data.fasta import read_fasta
 from protein_performer.data.headers import parse_header
 from protein_performer.data.shards import ShardSource
 from protein_performer.data.simulate import simulate_fasta
-from protein_performer.data.sources import FlatSource
+from protein_performer.data.sources import FlatSource, load_fasta_source
 from protein_performer.errors import ConfigError, DataError
 
 try:

@@ -338,7 +338,7 @@ def test_real_proteome_evaluation_batches():
     for b in batches:
         check_contract(b, 8192)
         assert b["input_ids"].shape[1] <= 1024
-    from protein_performer.data.fasta import load_fasta_source
+    from protein_performer.data.sources import load_fasta_source
 
     proteins = [A.decode(p) for p in load_fasta_source(ECOLI, max_records=300)]
     rows = [r for b in batches for r in originals(b)]

@@ -10,12 +10,8 @@ import numpy as np
 import pytest
 
 from protein_performer.data.alphabet import default_alphabet
-from protein_performer.data.fasta import (
-    FastaReader,
-    detect_compression,
-    load_fasta_source,
-    read_fasta,
-)
+from protein_performer.data.fasta import FastaReader, detect_compression, read_fasta
+from protein_performer.data.sources import load_fasta_source
 from protein_performer.data.splits import SplitAssigner
 from protein_performer.errors import DataError
 
@@ -281,7 +277,7 @@ def test_the_first_records_of_a_source_keep_what_reading_it_changed(tmp_path):
 
 
 def test_a_record_left_empty_by_gap_removal_is_named_for_it_and_skippable(tmp_path):
-    from protein_performer.data.fasta import EncodeCounts, iter_encoded
+    from protein_performer.data.encoding import EncodeCounts, iter_encoded
     from protein_performer.errors import DataError
 
     path = tmp_path / "aln.fa"
@@ -308,7 +304,7 @@ def test_comment_lines_of_the_old_fasta_format_are_not_residues(tmp_path):
     assert [(r.id, r.sequence) for r in reader] == [("a", "MKVLAAGIVKK"), ("b", "MKV")]
     assert reader.comment_lines == 2
     # and said wherever records are read (train, evaluate, preprocess, analysis)
-    from protein_performer.data.fasta import EncodeCounts, iter_encoded
+    from protein_performer.data.encoding import EncodeCounts, iter_encoded
 
     counts = EncodeCounts()
     kept = list(iter_encoded(FastaReader(path), default_alphabet(), "error", counts))

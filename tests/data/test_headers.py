@@ -69,7 +69,8 @@ def test_generic_fallback():
 def test_the_split_key_of_a_tab_header_is_the_one_it_always_was():
     """Parsing the id up to a tab changed the header's key: the hashed split key must not
     move (a run's held-out part, evaluate split= of its checkpoints)."""
-    from protein_performer.data.fasta import FastaRecord, split_key
+    from protein_performer.data.fasta import FastaRecord
+    from protein_performer.data.sources import split_key
 
     tab = FastaRecord(0, "sp|P00974-2|BPT1_BOVIN\tIsoform 2 of inhibitor OS=Bos taurus", "")
     assert split_key(tab, None) == "sp|P00974-2|BPT1_BOVIN\tIsoform"

@@ -8,10 +8,12 @@ import json
 import numpy as np
 import pytest
 
+from protein_performer.cli.hydra import run_hydra
 from protein_performer.cli.main import main
-from protein_performer.config.schema import EvalConfig, run_hydra
+from protein_performer.config.schema import EvalConfig
 from protein_performer.data.alphabet import default_alphabet
-from protein_performer.data.fasta import NucleotideError, load_fasta_source
+from protein_performer.data.fasta import NucleotideError
+from protein_performer.data.sources import load_fasta_source
 from protein_performer.data.stats import fasta_stats
 from protein_performer.errors import DataError
 from protein_performer.training.run import evaluate, train

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from protein_performer.data.alphabet import default_alphabet
-from protein_performer.data.fasta import load_fasta_source
 from protein_performer.data.shards import ShardSource, preprocess, read_manifest
+from protein_performer.data.sources import load_fasta_source
 from protein_performer.errors import DataError
 
 A = default_alphabet()

@@ -3,8 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from protein_performer.data.digests import DuplicateFinder
 from protein_performer.data.splits import SplitAssigner, hash_unit, parse_fractions
-from protein_performer.data.stats import DuplicateFinder, LengthHistogram, fasta_stats
+from protein_performer.data.stats import LengthHistogram, fasta_stats
 
 
 def test_fractions_validation():

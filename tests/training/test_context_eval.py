@@ -387,7 +387,7 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
     ],
 )
 def test_context_settings_are_checked(kw, message):
-    from protein_performer.config.schema import validate_eval_config
+    from protein_performer.config.validate import validate_eval_config
 
     with pytest.raises(ConfigError, match=message):
         validate_eval_config(EvalConfig(checkpoint="x.ckpt", fasta="x.fa", **kw))
@@ -580,7 +580,7 @@ def test_context_proteins_cut_to_the_window_are_counted() -> None:
 
 
 def test_a_clusters_table_with_a_split_by_record_is_said_once(tmp_path, caplog):
-    from protein_performer.config.schema import run_hydra
+    from protein_performer.cli.hydra import run_hydra
     from tests.training.helpers import tiny_overrides
 
     fasta = write_fasta(tmp_path / "t.fasta", n=30)

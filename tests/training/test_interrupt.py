@@ -362,7 +362,7 @@ def test_a_resume_that_fails_before_training_puts_its_config_back(tiny_fasta, tm
     """A changed config is kept as config.N.yaml when the resume claims the directory; a
     resume that then fails on its data trained nothing with it: the run's history must not
     say it did (through train() and through the CLI, which claims first)."""
-    from protein_performer.config.schema import run_hydra
+    from protein_performer.cli.hydra import run_hydra
     from protein_performer.errors import DataError
 
     run_dir = tmp_path / "run"
@@ -459,7 +459,7 @@ def test_a_run_without_a_checkpoint_says_there_is_nothing_to_resume(tiny_fasta, 
 
 
 def test_a_typo_in_a_data_path_leaves_no_run_directory(tiny_fasta, tmp_path):
-    from protein_performer.config.schema import run_hydra
+    from protein_performer.cli.hydra import run_hydra
     from protein_performer.errors import DataError
 
     run_dir = tmp_path / "myrun"

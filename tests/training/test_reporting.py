@@ -112,7 +112,7 @@ def test_evaluate_reports_the_unigram_baseline_of_the_training_data(tmp_path):
 
 
 def test_data_errors_come_before_anything_is_printed(tmp_path, capsys):
-    from protein_performer.config.schema import run_hydra
+    from protein_performer.cli.hydra import run_hydra
     from protein_performer.errors import DataError
 
     fasta = write_fasta(tmp_path / "t.fasta", n=10)
