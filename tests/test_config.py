@@ -125,7 +125,7 @@ def test_every_group_option_and_experiment_composes():
         validate_train_config(compose_job("train", ["data.family_spread=4"]).config)
     spread = compose_job("train", [*fam, "data.family_spread=4"]).config
     validate_train_config(spread)
-    from protein_performer.training.run import build_datamodule
+    from protein_performer.training.builders import build_datamodule
 
     assert build_datamodule(spread).family_spread == 4  # the setting reaches the data
     with pytest.raises(ConfigError, match=r"data\.min_members must be a positive number"):
@@ -463,7 +463,7 @@ def test_trainer_settings_this_machine_cannot_run_stop_before_any_work(monkeypat
     import torch
 
     from protein_performer.config.schema import TrainerConfig
-    from protein_performer.training.run import NODE_LAUNCH_ENV, _check_trainer
+    from protein_performer.training.preflight import NODE_LAUNCH_ENV, _check_trainer
 
     for var in NODE_LAUNCH_ENV:
         monkeypatch.delenv(var, raising=False)
@@ -478,7 +478,7 @@ def test_trainer_settings_this_machine_cannot_run_stop_before_any_work(monkeypat
     with pytest.raises(ConfigError, match="fsdp runs on CUDA GPUs only"):
         _check_trainer(TrainerConfig(accelerator="cpu", strategy="fsdp"))
     # mpirun: Lightning reads its ranks only through mpi4py
-    from protein_performer.training.run import MPI_LAUNCH_ENV
+    from protein_performer.training.preflight import MPI_LAUNCH_ENV
 
     monkeypatch.delenv("NODE_RANK")
     monkeypatch.setenv(MPI_LAUNCH_ENV[0], "4")
@@ -525,7 +525,7 @@ def test_a_leading_tilde_in_a_path_is_home(monkeypatch, tmp_path):
 
 
 def test_settings_that_would_do_nothing_are_said():
-    from protein_performer.training.run import settings_without_effect
+    from protein_performer.training.preflight import settings_without_effect
 
     def notes(*overrides: str) -> list[str]:
         job = compose_job("train", expand_overrides(list(overrides), multirun=False)[0])
@@ -558,7 +558,7 @@ def test_a_one_machine_ddp_run_refuses_a_busy_port_or_a_foreign_address(monkeypa
     import socket
 
     from protein_performer.config.schema import TrainerConfig
-    from protein_performer.training.run import MPI_LAUNCH_ENV, NODE_LAUNCH_ENV, _check_trainer
+    from protein_performer.training.preflight import MPI_LAUNCH_ENV, NODE_LAUNCH_ENV, _check_trainer
 
     for var in NODE_LAUNCH_ENV + MPI_LAUNCH_ENV + ("MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)
@@ -587,7 +587,7 @@ def test_a_one_machine_ddp_run_refuses_a_busy_port_or_a_foreign_address(monkeypa
 
 def test_torchrun_with_a_trainer_that_does_not_match_is_refused(monkeypatch):
     from protein_performer.config.schema import TrainerConfig
-    from protein_performer.training.run import _check_trainer
+    from protein_performer.training.preflight import _check_trainer
 
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -601,7 +601,7 @@ def test_torchrun_with_a_trainer_that_does_not_match_is_refused(monkeypatch):
 
 def test_a_resume_inside_an_epoch_on_more_processes_is_refused_fewer_is_fine():
     from protein_performer.config.schema import TrainerConfig
-    from protein_performer.training.run import _check_resume_processes
+    from protein_performer.training.preflight import _check_resume_processes
 
     def ckpt(world: int, batches: int) -> dict:
         state = {"epoch": 3, "batches": batches, "world_size": world}
@@ -616,7 +616,7 @@ def test_a_resume_inside_an_epoch_on_more_processes_is_refused_fewer_is_fine():
 
 def test_the_resume_check_counts_devices_given_as_lists_strings_or_auto(monkeypatch):
     from protein_performer.config.schema import TrainerConfig
-    from protein_performer.training.run import _check_resume_processes, planned_devices
+    from protein_performer.training.preflight import _check_resume_processes, planned_devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
@@ -644,7 +644,7 @@ def test_the_resume_check_counts_devices_given_as_lists_strings_or_auto(monkeypa
 
 def test_torchrun_with_devices_left_to_lightning_is_not_refused(monkeypatch):
     from protein_performer.config.schema import TrainerConfig
-    from protein_performer.training.run import _check_trainer
+    from protein_performer.training.preflight import _check_trainer
 
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
     monkeypatch.setenv("WORLD_SIZE", "2")

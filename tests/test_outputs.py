@@ -13,7 +13,8 @@ from protein_performer.cli.hydra import run_hydra
 from protein_performer.cli.main import main
 from protein_performer.config.schema import EvalConfig
 from protein_performer.errors import DataError
-from protein_performer.training.run import evaluate, train
+from protein_performer.evaluation.evaluate import evaluate
+from protein_performer.training.run import train
 from protein_performer.utils.outputs import check_output_dir, check_output_file, input_like_name
 from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
 

@@ -791,7 +791,7 @@ def resume_run_dir(job: ComposedJob) -> str | None:
     ckpt = getattr(job.config, "ckpt_path", None)
     if not ckpt or _names_hydra_run_dir(job):
         return None
-    from protein_performer.training.run import CHECKPOINT_DIR
+    from protein_performer.training.run_dir import CHECKPOINT_DIR
 
     folder = Path(ckpt).resolve().parent
     if folder.name == CHECKPOINT_DIR and (folder.parent / "config.yaml").is_file():
@@ -812,7 +812,7 @@ def resolve_last(
     multi-process job resolves it alike; only the ``main`` one (rank 0) says so, waits for
     another machine's lock to go stale (a requeue shortly after a kill) and sets aside an
     earlier attempt that saved no checkpoint."""
-    from protein_performer.training.run import CHECKPOINT_DIR, set_aside_attempt
+    from protein_performer.training.run_dir import CHECKPOINT_DIR, set_aside_attempt
     from protein_performer.training.run_lock import wait_for_other_machine
 
     if not _in_sweep(run_dir, job) and not _names_hydra_run_dir(job):  # (sweeps: run_hydra)
@@ -918,14 +918,13 @@ def _run_train(
 ) -> int:
     """Run one training job; returns its exit code (130 for Ctrl-C, 128 + the signal's number
     for another stop signal)."""
-    from protein_performer.training.run import (
-        check_train_inputs,
+    from protein_performer.training.preflight import check_train_inputs
+    from protein_performer.training.run import is_rank_zero, train
+    from protein_performer.training.run_dir import (
         claim_run_dir,
         config_to_yaml,
-        is_rank_zero,
         remove_unused_run_dir,
         run_dir_existed,
-        train,
     )
 
     claimed = is_rank_zero() and _ddp_child_job() is None
@@ -1001,7 +1000,7 @@ def _run_train(
 
 
 def _run_evaluate(job: ComposedJob, args: CliArgs) -> int:
-    from protein_performer.training.run import evaluate
+    from protein_performer.evaluation.evaluate import evaluate
 
     out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with out:

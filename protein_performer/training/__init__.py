@@ -11,10 +11,14 @@ __all__ = ["ProteinLMModule", "evaluate", "load_model", "train"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("train", "evaluate"):
-        from protein_performer.training import run
+    if name == "train":
+        from protein_performer.training.run import train
 
-        return getattr(run, name)
+        return train
+    if name == "evaluate":  # kept here too: train then evaluate is the usual pair
+        from protein_performer.evaluation.evaluate import evaluate
+
+        return evaluate
     if name == "ProteinLMModule":
         from protein_performer.training.lm_module import ProteinLMModule
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from protein_performer.errors import DataError
 from protein_performer.utils.atomic import (
@@ -354,3 +356,15 @@ def dir_with_manifest(
 
     is_ours.foreign = foreign  # type: ignore[attr-defined]
     return is_ours
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as None: ``NaN`` and ``Infinity`` are not JSON,
+    and strict parsers reject the whole file."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

@@ -16,7 +16,8 @@ from protein_performer.data.fasta import NucleotideError
 from protein_performer.data.sources import load_fasta_source
 from protein_performer.data.stats import fasta_stats
 from protein_performer.errors import DataError
-from protein_performer.training.run import evaluate, train
+from protein_performer.evaluation.evaluate import evaluate
+from protein_performer.training.run import train
 from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
 
 rng = np.random.default_rng(0)

@@ -21,7 +21,8 @@ from protein_performer.model.checkpoints import (
     save_model_checkpoint,
 )
 from protein_performer.training import lm_module
-from protein_performer.training.run import build_module, train
+from protein_performer.training.builders import build_module
+from protein_performer.training.run import train
 from tests.model.test_model import tiny_config as tiny_model_config
 from tests.training.helpers import tiny_config
 

@@ -27,7 +27,8 @@ from protein_performer.evaluation.context import (
     record_order,
     scoring_windows,
 )
-from protein_performer.training.run import evaluate, train
+from protein_performer.evaluation.evaluate import evaluate
+from protein_performer.training.run import train
 from tests.training.helpers import tiny_config, write_fasta
 
 
@@ -516,12 +517,14 @@ def test_evaluate_without_a_split_needs_no_clusters_table(tmp_path):
 
 
 def test_evaluate_context_without_a_split_does_not_speak_of_one(tmp_path, monkeypatch):
-    import protein_performer.training.run as run
+    import protein_performer.evaluation.evaluate as evaluate_module
+    import protein_performer.evaluation.scope as scope
 
     cfg, fasta = pairs_config(tmp_path, max_steps=2, test_fraction=0.4)
     result = train(cfg, tmp_path / "run")
     warned = []
-    monkeypatch.setattr(run.log, "warning", lambda msg, *a: warned.append(msg % a))
+    for module in (evaluate_module, scope):
+        monkeypatch.setattr(module.log, "warning", lambda msg, *a: warned.append(msg % a))
     other = tmp_path / "other.tsv"  # another table than the run's: only the context's
     shutil.copy(tmp_path / "members.tsv", other)
     ctx = dict(context="cluster", clusters=str(other), context_min_members=2)
@@ -542,13 +545,15 @@ def test_a_window_too_small_for_any_homolog_is_an_error_not_a_ratio_of_one(tmp_p
 
 
 def test_a_clusters_table_that_misses_records_is_said(tmp_path, monkeypatch):
-    import protein_performer.training.run as run
+    import protein_performer.evaluation.evaluate as evaluate_module
+    import protein_performer.evaluation.scope as scope
 
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
     result = train(tiny_config(fasta, max_steps=2), tmp_path / "run")
     members = clusters_of_three(fasta, tmp_path / "members.tsv", first=12)  # 12 of the 30
     warned = []
-    monkeypatch.setattr(run.log, "warning", lambda msg, *a: warned.append(msg % a))
+    for module in (evaluate_module, scope):
+        monkeypatch.setattr(module.log, "warning", lambda msg, *a: warned.append(msg % a))
     ctx = dict(checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
                clusters=str(members))  # fmt: skip
     out = evaluate(EvalConfig(**ctx))
@@ -880,7 +885,7 @@ def test_context_clusters_do_not_change_the_run_s_family_packing(tmp_path) -> No
     """With split= and context=cluster, clusters= picks the context only: the windows are
     packed by the training run's table, as the line about them says."""
     from protein_performer.config.schema import EvalConfig
-    from protein_performer.training.run import _eval_packing
+    from protein_performer.evaluation.scope import _eval_packing
 
     run_table, other = tmp_path / "run.tsv", tmp_path / "other.tsv"
     run_table.write_text("cluster\tmember\n")

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from protein_performer.data.alphabet import default_alphabet
-from protein_performer.training.run import build_module
+from protein_performer.training.builders import build_module
 from tests.training.ddp_worker import STEPS, Recorder, ddp_config
 
 WORKER = Path(__file__).with_name("ddp_worker.py")

@@ -13,6 +13,7 @@ import torch
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.errors import DataError, TrainingDiverged
+from protein_performer.evaluation.evaluate import EvalResult
 from protein_performer.model.checkpoints import (
     check_finite_weights,
     load_model,
@@ -22,7 +23,8 @@ from protein_performer.model.checkpoints import (
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
 from protein_performer.training.metrics import perplexity
-from protein_performer.training.run import EvalResult, _num, train
+from protein_performer.training.preflight import _num
+from protein_performer.training.run import train
 from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
 
 

@@ -239,7 +239,7 @@ def test_sigterm_while_loading_cleans_up_like_ctrl_c(tiny_fasta, tmp_path):
 
 def test_two_runs_cannot_share_a_directory(tiny_fasta, tmp_path):
     from protein_performer.errors import DataError
-    from protein_performer.training.run import claim_run_dir, config_to_yaml
+    from protein_performer.training.run_dir import claim_run_dir, config_to_yaml
 
     run_dir = tmp_path / "run"
     text = config_to_yaml(tiny_config(tiny_fasta))
@@ -280,7 +280,7 @@ def test_evaluate_says_when_held_out_records_of_a_record_split_copy_training_one
     """Two strains' identical proteins under two ids: a split by record puts copies on both
     sides. Training says so for val; evaluate split=val|test says it too, and keeps it."""
     from protein_performer.config.schema import EvalConfig
-    from protein_performer.training.run import evaluate
+    from protein_performer.evaluation.evaluate import evaluate
 
     fasta = write_fasta(tmp_path / "strains.fasta", n=40)
     text = fasta.read_text()
@@ -401,7 +401,7 @@ def test_a_resume_that_fails_before_training_puts_its_config_back(tiny_fasta, tm
     host = owner_tag().rpartition("~")[0]
     lock = run_dir / rl.LOCK_NAME
     lock.write_text(f"{host}~{os.getppid()}\n")
-    from protein_performer.training import run as run_module
+    from protein_performer.training import run_dir as run_module
 
     with pytest.MonkeyPatch.context() as mp:  # the run took its lock after the early check
         mp.setattr(run_module, "check_unlocked", lambda *_: None)
@@ -437,7 +437,7 @@ def test_a_checkpoint_of_another_run_is_not_continued_in_this_ones_directory(tin
     with pytest.raises(DataError, match=r"from_a\.ckpt was written by another run than this"):
         train(cfg, tmp_path / "b")
     assert {p.name: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()} == before
-    from protein_performer.training.run import _run_id
+    from protein_performer.training.run_dir import _run_id
 
     own = _run_id(Path(b.last_checkpoint))
     assert own and own != _run_id(foreign)
@@ -448,7 +448,7 @@ def test_a_checkpoint_of_another_run_is_not_continued_in_this_ones_directory(tin
 
 def test_a_run_without_a_checkpoint_says_there_is_nothing_to_resume(tiny_fasta, tmp_path):
     from protein_performer.errors import DataError
-    from protein_performer.training.run import config_to_yaml
+    from protein_performer.training.run_dir import config_to_yaml
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -483,7 +483,7 @@ def test_a_typo_in_a_data_path_leaves_no_run_directory(tiny_fasta, tmp_path):
 
 def test_evaluate_split_reuses_the_training_runs_split(tiny_fasta, tmp_path):
     from protein_performer.config.schema import EvalConfig
-    from protein_performer.training.run import evaluate
+    from protein_performer.evaluation.evaluate import evaluate
 
     cfg = tiny_config(tiny_fasta, max_steps=2)
     cfg.data.split_fractions = [0.6, 0.4, 0.0]
@@ -678,7 +678,7 @@ def test_interrupted_in_the_final_validation_the_checkpoint_is_the_last_step(tin
     """What the message above says: last.ckpt holds the trained model (every step), and a
     resume from it would be refused (nothing left to train)."""
     from protein_performer.errors import ConfigError
-    from protein_performer.training.run import check_train_inputs
+    from protein_performer.training.preflight import check_train_inputs
 
     cfg = tiny_config(tiny_fasta, max_steps=4, val_check_interval=2)
     result = train(cfg, tmp_path / "run", callbacks=[SignalDuringFinalValidation()])

@@ -10,6 +10,7 @@ import torch
 from protein_performer.config.schema import EvalConfig
 from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.errors import ConfigError, DataError
+from protein_performer.evaluation.evaluate import evaluate
 from protein_performer.model import ProteinLM
 from protein_performer.model.checkpoints import (
     META_KEY,
@@ -19,7 +20,7 @@ from protein_performer.model.checkpoints import (
     make_metadata,
     read_checkpoint,
 )
-from protein_performer.training.run import evaluate, train
+from protein_performer.training.run import train
 from tests.model.test_model import tiny_config as tiny_model_config
 from tests.training.helpers import tiny_config
 

@@ -11,8 +11,9 @@ import torch
 from protein_performer.config.schema import OptimConfig
 from protein_performer.errors import ConfigError
 from protein_performer.model import ModelConfig, ProteinLM
+from protein_performer.training.builders import build_trainer, resolve_precision
 from protein_performer.training.optim import build_optimizer, build_scheduler, lr_factor
-from protein_performer.training.run import build_trainer, resolve_precision, train
+from protein_performer.training.run import train
 from tests.training.helpers import tiny_config
 
 
@@ -121,7 +122,7 @@ def test_tensorboard_without_the_package_is_a_clear_error(tiny_fasta, tmp_path):
 def test_a_folder_named_like_a_package_is_not_the_package(tmp_path, monkeypatch) -> None:
     """A run directory's tensorboard/ folder in the working directory imports as a namespace
     package: not the tensorboard a run needs."""
-    from protein_performer.training.run import _installed
+    from protein_performer.training.preflight import _installed
 
     (tmp_path / "ppfakepkg").mkdir()
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from protein_performer.config.schema import EvalConfig
-from protein_performer.training.run import evaluate, train
+from protein_performer.evaluation.evaluate import evaluate
+from protein_performer.training.run import train
 from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
 
 
@@ -86,7 +87,7 @@ def test_evaluate_reports_the_unigram_baseline_of_the_training_data(tmp_path):
     counts = ckpt[META_KEY]["data"]["unigram_counts"]
     alphabet = default_alphabet()
     # the counts are those of the training split's residues
-    from protein_performer.training.run import build_datamodule
+    from protein_performer.training.builders import build_datamodule
 
     dm = build_datamodule(cfg)
     dm.setup("fit")

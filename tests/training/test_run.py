@@ -18,7 +18,8 @@ from protein_performer.cli.hydra import compose_job, expand_overrides, run_hydra
 from protein_performer.config.schema import EvalConfig
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.training.run import evaluate, train
+from protein_performer.evaluation.evaluate import evaluate
+from protein_performer.training.run import train
 from tests.training.helpers import tiny_config, tiny_overrides, train_losses, write_fasta
 
 
@@ -475,7 +476,7 @@ def test_a_resume_into_an_unwritable_checkpoints_folder_is_refused_before_traini
     """Otherwise the resumed steps are trained and lost when their checkpoint is saved."""
     import protein_performer.utils.atomic as atomic
     from protein_performer.errors import DataError
-    from protein_performer.training.run import check_run_dir
+    from protein_performer.training.run_dir import check_run_dir
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -545,7 +546,7 @@ def test_train_takes_a_dict_and_refuses_what_is_no_config(tiny_fasta, tmp_path):
 def test_evaluate_runs_the_model_without_gradients(tmp_path, monkeypatch) -> None:
     """(A helper put between the decorator and evaluate once took its inference mode: every
     evaluation built the autograd graph of every batch.)"""
-    from protein_performer.training import run as run_module
+    from protein_performer.evaluation import evaluate as run_module
 
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
     result = train(tiny_config(fasta, max_steps=1), tmp_path / "run")

@@ -115,7 +115,7 @@ def test_a_process_started_ignoring_ctrl_c_keeps_ignoring_it():
 
 
 def test_an_attempt_without_a_checkpoint_is_set_aside_whatever_it_left(tiny_fasta, tmp_path):
-    from protein_performer.training.run import check_run_dir, set_aside_attempt
+    from protein_performer.training.run_dir import check_run_dir, set_aside_attempt
 
     run = tmp_path / "run"
     train(tiny_config(tiny_fasta, max_steps=2, val_check_interval=2), run)
@@ -259,7 +259,7 @@ def test_init_from_default_is_the_shipped_checkpoint(tiny_fasta):
     from protein_performer.errors import ConfigError
     from protein_performer.model import ModelConfig
     from protein_performer.model.checkpoints import read_checkpoint, resolve_checkpoint
-    from protein_performer.training.run import check_train_inputs
+    from protein_performer.training.preflight import check_train_inputs
 
     if not resolve_checkpoint("default").is_file():
         pytest.skip("no shipped checkpoint here")
@@ -275,7 +275,7 @@ def test_init_from_default_is_the_shipped_checkpoint(tiny_fasta):
 
 
 def test_a_users_folder_is_no_set_aside_attempt_and_its_lock_not_ours(tmp_path):
-    from protein_performer.training.run import check_run_dir
+    from protein_performer.training.run_dir import check_run_dir
 
     other = tmp_path / "a"
     other.mkdir()
