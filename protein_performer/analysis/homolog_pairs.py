@@ -1,0 +1,80 @@
+"""Proteins paired with their homologs, read from FASTA: the input of the homolog-conditioned
+analyses (:mod:`~protein_performer.analysis.cross_homolog`, :mod:`~protein_performer.analysis.pssm`).
+
+The homologs come from a FASTA whose headers name their query as ``query=ID`` (what
+:func:`protein_performer.data.search.search` writes in ``hits.fasta``), or from a plain FASTA of
+homologs that then go with every query (as ``evaluate context=FASTA`` uses them).
+"""
+
+from __future__ import annotations
+
+import re
+
+from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
+from protein_performer.data.alphabet import Alphabet
+from protein_performer.errors import DataError
+
+#: A protein and its homologs.
+HomologPair = tuple[Protein, list[Protein]]
+
+_QUERY = re.compile(r"(?:^|\s)query=(\S+)")
+
+
+def query_of(description: str) -> str | None:
+    """The ``query=ID`` a homolog's header names (after its id), or None."""
+    m = _QUERY.search(description)
+    return None if m is None else m.group(1)
+
+
+def read_homolog_pairs(
+    query_fasta: PathLike,
+    homolog_fasta: PathLike,
+    alphabet: Alphabet,
+    *,
+    max_homologs: int | None = None,
+    invalid: str = "error",
+) -> list[HomologPair]:
+    """``[(query, [homologs])]`` in the order of ``query_fasta``, each query's homologs in the
+    order of ``homolog_fasta`` (best first in a search's ``hits.fasta``), at most
+    ``max_homologs`` each; queries without a homolog are left out.
+
+    Homolog headers with ``query=ID`` go with that query (an id, or a UniProt accession or
+    entry name of it); a file without any goes with every query. One-line
+    :class:`DataError`: some headers with ``query=`` and some without, or no query with a
+    homolog.
+    """
+    queries = read_proteins(query_fasta, alphabet, invalid=invalid)
+    homologs = read_proteins(homolog_fasta, alphabet, invalid=invalid)
+    named = [query_of(h.description) for h in homologs]
+    if all(n is None for n in named):
+        groups = {i: list(homologs) for i in range(len(queries))}
+    else:
+        missing = next((h for h, n in zip(homologs, named, strict=True) if n is None), None)
+        if missing is not None:
+            raise DataError(
+                f"{missing.id}: no query=ID in its header, while other records name their "
+                "query (a search's hits.fasta names each)",
+                path=homolog_fasta,
+            )
+        index: dict[str, int] = {}
+        for i, q in enumerate(queries):
+            for name in record_names(q.id):
+                index.setdefault(name, i)
+        groups = {}
+        for h, n in zip(homologs, named, strict=True):
+            if n in index:
+                groups.setdefault(index[n], []).append(h)
+    pairs = [
+        (queries[i], groups[i][:max_homologs] if max_homologs else groups[i])
+        for i in range(len(queries))
+        if groups.get(i)
+    ]
+    if not pairs:
+        raise DataError(
+            f"no homolog names a query of {query_fasta} (query=ID in the headers)",
+            path=homolog_fasta,
+        )
+    return pairs
+
+
+__all__ = ["HomologPair", "query_of", "read_homolog_pairs"]

@@ -1,0 +1,243 @@
+"""Cross-homolog attention view: a head planted on the aligned residue gives the alignment
+ceiling exactly, a head on random homolog residues stays at the shuffled null, masking covers
+every residue once, and the BLOSUM log-odds construction matches a hand computation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from protein_performer.analysis.cross_homolog import (
+    _log_odds,
+    attention_view,
+    cross_homolog_view,
+    homolog_windows,
+    mask_passes,
+    model_attention,
+    write_view,
+)
+from protein_performer.analysis.homolog_pairs import read_homolog_pairs
+from protein_performer.analysis.similarity import AA_ORDER
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.data.simulate import simulate_records
+from protein_performer.errors import DataError
+from tests.analysis.planted import planted_model
+
+ALPHABET = default_alphabet()
+MAX_LENGTH = 256
+
+
+def idx(aa: str) -> int:
+    return AA_ORDER.index(aa)
+
+
+@pytest.fixture(scope="module")
+def pairs() -> list[tuple[str, list[str]]]:
+    """60 simulated pairs (BLOSUM62 evolution, no indels): member 1 after member 2."""
+    records = list(
+        simulate_records(
+            n_families=60, min_members=2, max_members=2, root_length_median=80,
+            root_length_sigma=0.2, substitution_rate=0.6, indel_rate=0.0, seed=3,
+        )
+    )  # fmt: skip
+    return [(records[i][2], [records[i + 1][2]]) for i in range(0, len(records), 2)]
+
+
+class Planted:
+    """Three heads over :func:`homolog_windows`' windows: 0 attends to the aligned residue(s)
+    (split evenly; to ``<cls>`` where none), 1 to one random homolog residue, 2 to ``<cls>``.
+    Records the rows each window was asked for."""
+
+    def __init__(self, windows, seed: int = 0) -> None:
+        self.windows = windows
+        self.rng = np.random.default_rng(seed)
+        self.calls: dict[int, list[np.ndarray]] = {}
+
+    def _window(self, tokens: np.ndarray, rows: np.ndarray) -> int:
+        for i, w in enumerate(self.windows):
+            if len(w.tokens) == len(tokens) and np.array_equal(
+                np.delete(w.tokens, rows), np.delete(tokens, rows)
+            ):
+                assert (tokens[rows] == ALPHABET.mask_idx).all()
+                return i
+        raise AssertionError("tokens of no window")
+
+    def __call__(self, tokens: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        i = self._window(tokens, rows)
+        self.calls.setdefault(i, []).append(rows.copy())
+        w = self.windows[i]
+        out = np.zeros((3, len(rows), len(tokens)))
+        keys = np.concatenate([np.arange(a, b) for a, b in w.segments])
+        for r, row in enumerate(rows):
+            aligned = w.keys[w.queries == row]
+            if len(aligned):
+                out[0, r, aligned] = 1.0 / len(aligned)
+            else:
+                out[0, r, 0] = 1.0
+            out[1, r, self.rng.choice(keys)] = 1.0
+            out[2, r, 0] = 1.0
+        return out
+
+
+@pytest.fixture(scope="module")
+def planted_view(pairs):
+    windows, _ = homolog_windows(pairs, ALPHABET, max_length=MAX_LENGTH, seed=5)
+    planted = Planted(windows)
+    result = attention_view(
+        planted, ["aligned", "random", "cls"], ALPHABET, pairs, max_length=MAX_LENGTH, seed=5
+    )
+    return result, planted, windows
+
+
+def _head(result, name):
+    return next(h for h in result["heads"] if h["name"] == name)
+
+
+def test_a_head_on_the_aligned_residue_is_the_alignment_ceiling(planted_view):
+    result, _, _ = planted_view
+    m = result["matrices"]
+    names = m["head_names"]
+    ceiling = result["ceiling"]["counts"]
+    assert ceiling.sum() > 3000
+    # one homolog, weight 1 on its aligned residue: both counts are the aligned pairs
+    np.testing.assert_array_equal(m["arcs_counts"][names.index("aligned")], ceiling)
+    np.testing.assert_allclose(m["mass_counts"][names.index("aligned")], ceiling)
+    aligned = _head(result, "aligned")
+    assert result["ceiling"]["r"] > 0.4  # the families evolved under BLOSUM62
+    assert aligned["r_arcs"] == pytest.approx(result["ceiling"]["r"], abs=1e-9)
+    assert aligned["r_mass"] == pytest.approx(result["ceiling"]["r"], abs=1e-9)
+    assert aligned["r_arcs_vs_ceiling"] == pytest.approx(1.0)
+    # ranked first, with all of its attention on the aligned residue
+    assert result["heads"][0]["name"] == "aligned" == result["best_head"]
+    assert aligned["aligned_attention"] == pytest.approx(1.0)
+    assert _head(result, "cls")["aligned_attention"] == 0.0
+    assert _head(result, "cls")["r_mass"] is None  # no attention into the homologs
+    assert _head(result, "random")["aligned_attention"] < 0.1
+    assert result["uniform_aligned_attention"] == pytest.approx(1 / 200, rel=0.5)
+    # the null loses the link to the masked residue
+    assert aligned["r_null_arcs"] < aligned["r_arcs"] - 0.3
+
+
+def test_a_head_on_random_homolog_residues_is_at_the_null(planted_view):
+    result, _, _ = planted_view
+    random = _head(result, "random")
+    for key in ("arcs", "mass"):
+        assert abs(random[f"r_{key}"]) < 0.25
+        assert abs(random[f"r_{key}"] - random[f"r_null_{key}"]) < 0.3
+    assert random["arcs"] == result["masked_positions"]  # one arc of weight 1 per masked row
+
+
+def test_masked_passes_cover_every_residue_exactly_once(planted_view, pairs):
+    result, planted, windows = planted_view
+    assert sorted(planted.calls) == list(range(len(windows))) == list(range(len(pairs)))
+    for i, w in enumerate(windows):
+        rows = np.concatenate(planted.calls[i])
+        np.testing.assert_array_equal(np.sort(rows), np.arange(w.start, w.start + w.length))
+        assert len(planted.calls[i]) == round(1 / 0.15)
+        sizes = [len(r) for r in planted.calls[i]]
+        assert max(sizes) - min(sizes) <= 1
+    assert result["masked_positions"] == sum(w.length for w in windows)
+
+
+def test_mask_passes_partition_and_seed():
+    parts = mask_passes(100, 0.15, np.random.default_rng(1))
+    assert len(parts) == 7 and sorted(np.concatenate(parts).tolist()) == list(range(100))
+    again = mask_passes(100, 0.15, np.random.default_rng(1))
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+    assert len(mask_passes(3, 0.15, np.random.default_rng(1))) == 3  # at most n passes
+
+
+def test_log_odds_by_hand():
+    c = np.zeros((20, 20))
+    a, v = idx("A"), idx("V")
+    c[a, a], c[a, v], c[v, a], c[v, v] = 4, 2, 0, 2
+    # unordered pair frequencies: AA 4/8, AV 2/8, VV 2/8; p_A = .5 + .25/2, p_V = .25 + .25/2
+    q_aa, q_av, q_vv = 0.5, 0.25, 0.25
+    p_a, p_v = 0.625, 0.375
+    s = _log_odds(c)
+    assert s[a, a] == pytest.approx(math.log2(q_aa / p_a**2))
+    assert s[a, v] == s[v, a] == pytest.approx(math.log2(q_av / (2 * p_a * p_v)))
+    assert s[v, v] == pytest.approx(math.log2(q_vv / p_v**2))
+    assert np.isnan(s).sum() == 400 - 4
+    assert np.isnan(_log_odds(np.zeros((20, 20)))).all()
+
+
+def test_the_window_is_the_context_layout(pairs):
+    windows, skipped = homolog_windows(pairs[:3], ALPHABET, max_length=MAX_LENGTH)
+    assert skipped == 0
+    for w, (protein, (homolog,)) in zip(windows, pairs[:3], strict=True):
+        assert w.tokens[0] == ALPHABET.cls_idx and w.tokens[-1] == ALPHABET.eos_idx
+        (a, b), = w.segments  # fmt: skip
+        assert ALPHABET.decode(w.tokens[a:b]) == homolog and w.tokens[b] == ALPHABET.sep_idx
+        assert ALPHABET.decode(w.tokens[w.start : w.start + w.length]) == protein
+    # a protein longer than half the window is cropped, its homolog cut to the room left
+    long = ("M" + "ACDEFGHIKL" * 20, ["M" + "ACDEFGHIKL" * 20])
+    (w,), _ = homolog_windows([long], ALPHABET, max_length=100)
+    assert w.length == 48 and len(w.tokens) <= 100
+    with pytest.raises(DataError, match="no room for a homolog"):
+        attention_view(Planted([]), ["a"], ALPHABET, [long], max_length=20)
+
+
+def test_model_attention_is_the_models_attention_rows():
+    model = planted_model()
+    ids = [ALPHABET.index(c) for c in "MKVLDE|MKILDQ".replace("|", "")]
+    tokens = np.array([ALPHABET.cls_idx, *ids[:6], ALPHABET.sep_idx, *ids[6:], ALPHABET.eos_idx])
+    rows = np.array([8, 10, 12])
+    got = model_attention(model, [0], list(range(8)), chunk_size=2)(tokens, rows)
+    with torch.no_grad():
+        full = model(torch.from_numpy(tokens)[None], return_attentions=True)["attentions"][0]
+    np.testing.assert_allclose(got, full[0][:, rows].numpy(), atol=1e-6)
+    heads = model_attention(model, [0], [2, 5])(tokens, rows)
+    np.testing.assert_allclose(heads, full[0][[2, 5]][:, rows].numpy(), atol=1e-6)
+
+
+def test_view_of_a_model_writes_json_and_figure(pairs, tmp_path):
+    model = planted_model()
+    result = cross_homolog_view(model, ALPHABET, pairs[:6], max_length=128, threshold=0.1)
+    assert len(result["heads"]) == 8 and result["proteins"] == 6
+    assert result["matrices"]["arcs_counts"].shape == (8, 20, 20)
+    out = tmp_path / "view.json"
+    paths = write_view(result, out, title="planted")
+    assert [p.name for p in paths] == ["view.json", "view.png", "view.pdf"]
+    data = json.loads(out.read_text())
+    assert data["format"].startswith("protein-performer-cross-homolog")
+    assert data["best_head"] == result["heads"][0]["name"]
+    assert len(data["matrices"]["blosum62"]) == 20
+    with pytest.raises(DataError, match="exists"):
+        write_view(result, out)
+    write_view(result, out, overwrite=True, figure=False)
+    (tmp_path / "other.json").write_text('{"mine": 1}')
+    with pytest.raises(DataError, match="not"):
+        write_view(result, tmp_path / "other.json", overwrite=True, figure=False)
+    assert json.loads((tmp_path / "other.json").read_text()) == {"mine": 1}
+
+
+def test_read_homolog_pairs_groups_by_query(tmp_path):
+    q = tmp_path / "q.fasta"
+    q.write_text(">sp|P1|A_HUMAN\nMKVLAAGICW\n>q2\nMKWLLAGICW\n>q3\nMKV\n")
+    hits = tmp_path / "hits.fasta"
+    hits.write_text(
+        ">h1/1-10 query=P1 identity=0.9\nMKVLAAGICA\n>h2/1-9 query=q2 identity=0.8\nMKWLLAGIC\n"
+        ">h3/1-9 query=sp|P1|A_HUMAN identity=0.7\nMKVLAAGIC\n"
+    )
+    pairs = read_homolog_pairs(q, hits, ALPHABET)
+    assert [(p.id, [h.id for h in hs]) for p, hs in pairs] == [
+        ("sp|P1|A_HUMAN", ["h1/1-10", "h3/1-9"]),
+        ("q2", ["h2/1-9"]),
+    ]
+    assert [len(hs) for _, hs in read_homolog_pairs(q, hits, ALPHABET, max_homologs=1)] == [1, 1]
+    plain = tmp_path / "plain.fasta"
+    plain.write_text(">x\nMKVLAAGICA\n>y\nMKV\n")
+    assert [len(hs) for _, hs in read_homolog_pairs(q, plain, ALPHABET)] == [2, 2, 2]
+    mixed = tmp_path / "mixed.fasta"
+    mixed.write_text(">x query=q2\nMKVLAAGICA\n>y\nMKV\n")
+    with pytest.raises(DataError, match=r"mixed.fasta: y: no query=ID"):
+        read_homolog_pairs(q, mixed, ALPHABET)
+    none = tmp_path / "none.fasta"
+    none.write_text(">x query=zz\nMKVLAAGICA\n")
+    with pytest.raises(DataError, match="no homolog names a query"):
+        read_homolog_pairs(q, none, ALPHABET)

@@ -1,0 +1,102 @@
+"""PSSM baseline: counts of a toy alignment and its log-odds by hand, homologs that do not
+align above chance left out, the query-only fallback, and mutant scores as S[mt] - S[wt]."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from protein_performer.analysis.pssm import COLUMNS, build_pssm, column_counts, pssm_scores
+from protein_performer.data.simulate import blosum62_model, simulate_records
+from protein_performer.errors import DataError
+
+Q = "MKVLAWHCDE"
+I = {aa: i for i, aa in enumerate(COLUMNS)}  # noqa: E741
+
+
+def test_counts_of_a_toy_alignment():
+    homologs = ["MKILAWHCDE", "MRVLAWHCDE", "GGGGGLAWHCDE"]  # V3I, K2R, a local hit at 4-10
+    counts, info = column_counts(Q, homologs, min_z=None)
+    expected = np.zeros((len(Q), 20))
+    for i, aa in enumerate(Q):
+        expected[i, I[aa]] = 4 if i >= 3 else 3  # query + 2 (+1 where the third aligns)
+    expected[1, I["K"]], expected[1, I["R"]] = 2, 1
+    expected[2, I["V"]], expected[2, I["I"]] = 2, 1
+    np.testing.assert_array_equal(counts, expected)
+    assert [h["used"] for h in info] == [True, True, True]
+    assert info[0]["identity"] == 0.9 and info[2]["coverage"] == 0.7
+    without, _ = column_counts(Q, homologs, min_z=None, include_query=False)
+    np.testing.assert_array_equal(without, expected - np.eye(20)[[I[a] for a in Q]])
+
+
+def test_log_odds_by_hand():
+    p = blosum62_model().q
+    pssm = build_pssm(Q, ["MKILAWHCDE", "MRVLAWHCDE"], pseudocount_weight=0.0, min_z=None)
+    # no pseudocounts: S = log2(f / p); position 2 holds K, K, R
+    assert pssm.scores[1, I["K"]] == pytest.approx(math.log2((2 / 3) / p[I["K"]]))
+    assert pssm.scores[1, I["R"]] == pytest.approx(math.log2((1 / 3) / p[I["R"]]))
+    assert pssm.scores[1, I["A"]] == -math.inf
+    assert pssm_scores(pssm, ["K2R"])[0] == pytest.approx(math.log2(0.5 * p[I["K"]] / p[I["R"]]))
+    # β = 10: Q = (N f + β Σ_b f_b P(a|b)) / (N + β), by hand at position 3 (V, V, I)
+    P = blosum62_model().transition  # P[b, a] = P(a|b)
+    pssm = build_pssm(Q, ["MKILAWHCDE", "MRVLAWHCDE"], pseudocount_weight=10.0, min_z=None)
+    for a in "VIL":
+        g = (2 / 3) * P[I["V"], I[a]] + (1 / 3) * P[I["I"], I[a]]
+        q = (3 * ({"V": 2 / 3, "I": 1 / 3}.get(a, 0.0)) + 10 * g) / 13
+        assert pssm.frequencies[2, I[a]] == pytest.approx(q)
+        assert pssm.scores[2, I[a]] == pytest.approx(math.log2(q / p[I[a]]))
+    np.testing.assert_allclose(pssm.frequencies.sum(1), 1.0)
+
+
+def _random(n: int, length: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    q = blosum62_model().q
+    return ["".join(np.array(list(COLUMNS))[rng.choice(20, length, p=q)]) for _ in range(n)]
+
+
+def test_unrelated_homologs_are_left_out_and_said_so():
+    (query,) = _random(1, 120, 0)
+    unrelated = _random(6, 120, 1)
+    with pytest.raises(DataError) as e:
+        build_pssm(query, unrelated)
+    assert "\n" not in str(e.value) and "none of the 6 homologs aligns" in str(e.value)
+    with pytest.raises(DataError, match="no homologs given"):
+        build_pssm(query, [])
+    # the documented fallback: the query alone, with BLOSUM62 pseudocounts
+    alone = build_pssm(query, unrelated, allow_query_only=True)
+    assert alone.homologs_used == 0
+    P, p = blosum62_model().transition, blosum62_model().q
+    wt = I[query[5]]
+    expected = (np.eye(20)[wt] + 10 * P[wt]) / 11
+    np.testing.assert_allclose(alone.scores[5], np.log2(expected / p))
+
+
+def test_family_members_are_used_and_random_ones_are_not():
+    records = list(
+        simulate_records(n_families=1, min_members=4, max_members=4, root_length_median=120,
+                         substitution_rate=0.8, indel_rate=0.02, seed=2)
+    )  # fmt: skip
+    query, members = records[0][2], [r[2] for r in records[1:]]
+    pssm = build_pssm(query, [*members, *_random(3, 120, 5)])
+    assert [h["used"] for h in pssm.homologs] == [True] * 3 + [False] * 3
+    assert all(h["z"] is None or h["z"] >= 5 for h in pssm.homologs[:3])
+    # the query's own residue scores above the background at most positions
+    own = pssm.scores[np.arange(len(query)), [I[a] for a in query]]
+    assert (own > 0).mean() > 0.9
+
+
+def test_mutant_scores():
+    pssm = build_pssm(Q, ["MKILAWHCDE", "MRVLAWHCDE"], min_z=None)
+    s = pssm.scores
+    got = pssm_scores(pssm, ["K2R", "K2R:V3I", "WT", "K2K", "MKVLAWHCDEG"])
+    assert got[0] == pytest.approx(s[1, I["R"]] - s[1, I["K"]])
+    assert got[1] == pytest.approx(got[0] + s[2, I["I"]] - s[2, I["V"]])
+    assert got[2] == 0 and got[3] == 0 and np.isnan(got[4])  # an insertion: no site
+    assert got[0] > pssm_scores(pssm, ["K2W"])[0]  # R was seen there, W was not
+    assert pssm_scores(pssm, ["K1R"], offset=0)[0] == pytest.approx(got[0])
+    with pytest.raises(ValueError, match="mutant 2 does not fit the wild type: K12R"):
+        pssm_scores(pssm, ["K2R", "K12R"])
+    with pytest.raises(ValueError, match="the sequence has K at 2"):
+        pssm_scores(pssm, ["A2R"])

