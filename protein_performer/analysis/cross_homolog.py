@@ -4,7 +4,7 @@ to, as a substitution matrix per head, compared with BLOSUM62 and with the align
 Each protein is laid after its homologs in the window ``evaluate context=`` scores
 (:func:`~protein_performer.data.context.context_window`, ``<cls> h_1 <sep> … h_k <sep> protein
 <eos>``; a protein longer than half the window cropped to a seeded half, homologs cut at its
-relative place, as :func:`~protein_performer.training.context_eval.scoring_windows` does).
+relative place, as :func:`~protein_performer.evaluation.context.scoring_windows` does).
 Every residue of the protein is masked exactly once over ``round(1 / mask_prob)`` passes
 (a seeded partition, ~15% each); in each pass, for every head, the attention rows of the
 masked positions into the homolog segments are counted by (true residue of the masked
@@ -52,14 +52,14 @@ from protein_performer.analysis.similarity import (
     offdiag_pearson,
     substitution_log_odds,
 )
-from protein_performer.atomic import write_text_atomic
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.context import context_window, fit_members
 from protein_performer.data.datasets import TAG_CROP, TAG_MASK, keyed_rng
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
-from protein_performer.outputs import check_output_file, json_with_keys
-from protein_performer.progress import progress as progress_bar
+from protein_performer.utils.atomic import write_text_atomic
+from protein_performer.utils.outputs import check_output_file, json_with_keys
+from protein_performer.utils.progress import progress as progress_bar
 
 FORMAT = "protein-performer-cross-homolog/1"
 #: ``(tokens (L,), rows (R,)) -> (maps, R, L)`` attention of the selected heads from the window

@@ -41,12 +41,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from protein_performer.atomic import current_umask
 from protein_performer.data.alphabet import InvalidPolicy, default_alphabet
 from protein_performer.data.cluster import _run_mmseqs, find_mmseqs, mmseqs_version
-from protein_performer.data.fasta import EncodeCounts, FastaReader, PathLike, iter_encoded
+from protein_performer.data.encoding import EncodeCounts, iter_encoded
+from protein_performer.data.fasta import FastaReader, PathLike
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.outputs import (
+from protein_performer.utils.atomic import current_umask
+from protein_performer.utils.outputs import (
     check_output_dir,
     dir_with_manifest,
     remove_empty,
