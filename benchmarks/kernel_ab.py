@@ -68,22 +68,21 @@ def load_revision(commit: str, into: Path) -> Any:
     name = re.sub(r"\W", "_", f"pp_rev_{commit[:12]}_{into.name}")  # unique per call
     pkg = into / name
     pkg.mkdir()
+    # every module and the compiled kernel's source, in their subfolders (kernels/, csrc/)
     paths = [
-        p for p in git("ls-tree", "--name-only", commit, f"{PACKAGE}/").split() if p.endswith(".py")
+        p
+        for p in git("ls-tree", "-r", "--name-only", commit, f"{PACKAGE}/").split()
+        if p.endswith((".py", ".cpp"))
     ]
     if f"{PACKAGE}/favor.py" not in paths:
         raise SystemExit(f"kernel_ab: {commit[:12]} has no {PACKAGE}/favor.py")
     for path in paths:
         text = git("show", f"{commit}:{path}")
-        # `from ..errors import X` -> this tree's module (the package sits elsewhere now)
-        text = re.sub(r"from \.\.(\w+)", r"from protein_performer.\1", text)
-        (pkg / Path(path).name).write_text(text)
-    # the revision's compiled kernel's source, where it has one (fused_cpu.py builds it)
-    sources = git("ls-tree", "--name-only", commit, f"{PACKAGE}/csrc/").split()
-    if sources:
-        (pkg / "csrc").mkdir()
-        for path in sources:
-            (pkg / "csrc" / Path(path).name).write_text(git("show", f"{commit}:{path}"))
+        if path.count("/") == 2:  # `from ..errors import X` (older revisions) -> this tree's
+            text = re.sub(r"from \.\.(\w+)", r"from protein_performer.\1", text)
+        target = pkg / Path(path).relative_to(PACKAGE)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
     sys.path.insert(0, str(into))
     module = importlib.import_module(f"{name}.favor")
     assert Path(module.__file__).resolve().is_relative_to(into.resolve()), module.__file__
