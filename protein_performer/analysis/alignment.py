@@ -13,7 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from protein_performer.analysis.inputs import Protein, record_names
 from protein_performer.data.alignment import aligned_positions
+from protein_performer.errors import ConfigError
 
 
 def alignment_pairs(
@@ -75,3 +77,52 @@ def aligned_mass(
     else:
         uniform = float(np.bincount(inverse).mean() / n)
     return mass, uniform
+
+
+def homolog_segments(
+    proteins: list[Protein], ids: list[str] | None, read_ids: list[str], fasta: str
+) -> list[int]:
+    """Indices of the joined ``proteins`` the last one is aligned to: those named by ``ids``
+    (``homologs=``), or every one before it. ``read_ids``: the records read, before a
+    ``truncate=true`` join dropped front ones (named in the error when a homolog was dropped)."""
+    if ids is None:
+        return list(range(len(proteins) - 1))
+    where = f"the joined window of {fasta}"
+    if not ids:
+        raise ConfigError("homologs=[] names no record; leave homologs unset to use every one")
+    others, last = proteins[:-1], proteins[-1]
+    chosen: set[int] = set()
+    for h in ids:
+        # as record= finds them: an exact id first, else a UniProt accession or entry name
+        exact = [i for i, p in enumerate(others) if p.id == h]
+        hits = exact or [i for i, p in enumerate(others) if h in record_names(p.id)]
+        is_last = last.id == h or (not exact and h in record_names(last.id))
+        if len(hits) > 1 or (hits and is_last):
+            which = ", the last (aligned) one among them" if is_last else ""
+            raise ConfigError(
+                f"homologs: {h} names more than one record of {where}{which}; give each "
+                "record a unique id (or the full id)"
+            )
+        if hits:
+            chosen.add(hits[0])
+            continue
+        if is_last:
+            problem = "is the last record (the one aligned to the others)"
+        elif any(h in record_names(r) for r in read_ids):
+            problem = "was cut from the front of the window by truncate=true"
+        else:
+            problem = "is not a record of the FASTA"
+        raise ConfigError(f"homologs: {h} {problem} ({where})")
+    return sorted(chosen)
+
+
+def cross_protein_mass(attention: np.ndarray, segments: list[tuple[int, int]]) -> np.ndarray:
+    """``(layers, heads)``: mean over the last segment's queries of the attention they put on
+    the other segments (the cross-protein heads of a homolog window)."""
+    start, stop = segments[-1]
+    others = np.zeros(attention.shape[-1], dtype=bool)
+    for a, b in segments[:-1]:
+        others[a:b] = True
+    rows = attention[..., start:stop, :].astype(np.float64)
+    total = np.clip(rows.sum(-1), 1e-30, None)
+    return (rows[..., others].sum(-1) / total).mean(-1)

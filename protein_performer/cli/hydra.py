@@ -1015,7 +1015,7 @@ def _run_evaluate(job: ComposedJob, args: CliArgs) -> int:
 
 
 def _run_analysis(command: str, job: ComposedJob, args: CliArgs) -> int:
-    from protein_performer.analysis.commands import run_command
+    from protein_performer.cli.commands import run_command
 
     out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with out:

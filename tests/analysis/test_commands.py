@@ -308,7 +308,7 @@ def test_default_checkpoint_is_the_shipped_one() -> None:
 
 
 def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys) -> None:
-    from protein_performer.analysis.commands import cross_protein_mass
+    from protein_performer.analysis.alignment import cross_protein_mass
 
     proteins = random_proteins(3, 20, seed=4)
     write_fasta(tmp_path / "family.fasta", proteins)
@@ -443,9 +443,8 @@ def test_extract_join_writes_one_window_with_its_segments(files, tmp_path, capsy
 
 def test_plot_heads_join_measures_attention_on_the_aligned_residues(files, tmp_path, capsys):
     from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
-    from protein_performer.analysis.commands import join_proteins
     from protein_performer.analysis.extraction import attention_maps
-    from protein_performer.analysis.inputs import Protein
+    from protein_performer.analysis.inputs import Protein, join_proteins
     from protein_performer.model.checkpoints import load_model
 
     (homolog,) = random_proteins(1, 30, seed=7)  # the test model holds 64 tokens
@@ -476,9 +475,8 @@ def test_plot_heads_join_measures_attention_on_the_aligned_residues(files, tmp_p
 
 def test_plot_heads_homologs_aligns_the_last_record_to_the_named_ones(files, tmp_path, capsys):
     from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
-    from protein_performer.analysis.commands import join_proteins
     from protein_performer.analysis.extraction import attention_maps
-    from protein_performer.analysis.inputs import Protein
+    from protein_performer.analysis.inputs import Protein, join_proteins
     from protein_performer.model.checkpoints import load_model
 
     homolog, unrelated = random_proteins(2, 18, seed=9)  # the test model holds 64 tokens
@@ -611,7 +609,7 @@ def test_join_with_truncate_needs_a_homolog_in_the_window():
 
 
 def test_homologs_are_found_by_accession_or_entry_name_as_record_is() -> None:
-    from protein_performer.analysis.commands import homolog_segments
+    from protein_performer.analysis.alignment import homolog_segments
     from protein_performer.analysis.inputs import Protein
     from protein_performer.errors import ConfigError
 

@@ -1,0 +1,157 @@
+"""aa-similarity: amino-acid similarity matrices from attention, embeddings and substitution statistics, compared with BLOSUM62, with their figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from protein_performer.analysis.figures import similarity_figure
+from protein_performer.analysis.inputs import (
+    checkpoint_label,
+    max_tokens,
+    read_proteins,
+    split_filter,
+)
+from protein_performer.analysis.similarity import (
+    SimilarityResult,
+    aa_similarity,
+    blosum62,
+    sample_proteins,
+)
+from protein_performer.cli.commands.common import (
+    CommandResult,
+    _matrix_csv,
+    _prepare,
+    _staged,
+    _trained_length,
+)
+from protein_performer.config.schema import SimilarityConfig
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
+from protein_performer.data.encoding import EncodeCounts
+from protein_performer.errors import DataError
+from protein_performer.utils.outputs import dir_with_manifest
+
+SIMILARITY_FORMAT = "protein-performer-aa-similarity/1"
+
+
+SIMILARITY_JSON = "similarity.json"
+
+
+SIMILARITY_FILES = {
+    *(
+        f"{name}.csv"
+        for name in ("attention", "attention_null", "flow", "substitution", "embedding", "blosum62")
+    ),
+    "similarity.png",
+    "similarity.pdf",
+}
+
+
+is_similarity_dir = dir_with_manifest(SIMILARITY_JSON, SIMILARITY_FORMAT, SIMILARITY_FILES)
+
+
+def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
+    fasta, outdir, model, alphabet, meta, layers, heads = _prepare(
+        cfg, is_similarity_dir, "similarity directory"
+    )
+    keep = (
+        None if cfg.split is None else split_filter(cfg.split, meta.get("data", {}), cfg.clusters)
+    )
+    counts = EncodeCounts()
+    # the run's own split: of the records it read (its data.max_records caps before the split)
+    run_cap = meta.get("data", {}).get("max_records") if cfg.split else None
+    proteins = read_proteins(
+        fasta,
+        alphabet,
+        invalid=cfg.invalid,
+        strip_gaps=cfg.strip_gaps,
+        keep=keep,
+        counts=counts,
+        max_records=run_cap,
+    )
+    limit = max_tokens(model, None, _trained_length(meta))
+    max_residues = cfg.max_residues if limit is None else min(cfg.max_residues, limit - 2)
+    capped = max_residues < cfg.max_residues
+    sample = sample_proteins(proteins, cfg.n_proteins, max_residues, cfg.seed)
+    standard = np.array([alphabet.index(a) for a in STANDARD_AMINO_ACIDS])
+    if not any(np.isin(p.residues, standard).any() for p in sample):  # before any model work
+        raise DataError(
+            f"no protein to analyse: the {len(sample):,} drawn have no standard residue "
+            "(only X or other non-standard letters)",
+            path=", ".join(map(str, fasta)),
+        )
+    result = aa_similarity(
+        model,
+        sample,
+        alphabet,
+        threshold=cfg.threshold,
+        min_arcs=cfg.min_arcs,
+        layers=layers,
+        heads=heads,
+        mask_prob=cfg.mask_prob,
+        seed=cfg.seed,
+        progress=True,
+    )
+    no_standard = len(sample) - result.info["proteins"]  # all X / non-standard residues
+    label = checkpoint_label(cfg.checkpoint)
+    summary = {
+        "format": SIMILARITY_FORMAT,
+        "proteins_without_standard_residues": no_standard,
+        "checkpoint": str(cfg.checkpoint),
+        "attention_kind": model.config.kind_label,
+        "fasta": fasta,
+        "split": cfg.split,
+        "proteins_available": len(proteins),
+        "input_changes": counts.changes(),
+        "max_residues": max_residues,
+        "layers": layers,
+        "heads": heads,
+        **result.to_dict(),
+    }
+    names = (
+        ", ".join(Path(f).name for f in fasta)
+        if isinstance(fasta, (list, tuple))
+        else Path(fasta).name
+    )
+    if len(names) > 60:
+        names = names[:57] + "..."
+    info = result.info
+    title = (
+        f"{label} ({model.config.kind_label}) · {names}"
+        + (f" ({cfg.split} split)" if cfg.split else "")
+        + f" · {info['proteins']:,} proteins, {info['residues']:,} residues · "
+        f"attention θ = {info['threshold']}, {info['heads_kept']} of {info['heads_total']} heads"
+    )
+    with _staged(cfg, outdir, is_similarity_dir, "similarity directory") as work:
+        _write_similarity(work, result, summary, title)
+    text = result.format()
+    if capped:
+        text += f"\n  max_residues={cfg.max_residues} capped at {max_residues} (the model's window)"
+    if counts.changes():
+        text += f"\n  input: {counts.changes()}"
+    if no_standard:
+        text += (
+            f"\n  {no_standard:,} of the {len(sample):,} proteins drawn have no standard residue "
+            "and were left out"
+        )
+    return CommandResult({"out": str(outdir), **summary}, text + f"\nwritten to {outdir}")
+
+
+def _write_similarity(work: Path, result: SimilarityResult, summary: dict, title: str) -> None:
+    ref = blosum62()
+    (work / "blosum62.csv").write_text(_matrix_csv(ref), encoding="utf-8")
+    for name, m in result.matrices.items():
+        if m is not None:
+            (work / f"{name}.csv").write_text(_matrix_csv(m), encoding="utf-8")
+    i = result.info
+    notes = {}
+    if result.matrices.get("attention") is None:
+        notes["attention"] = (
+            f"no head has ≥ {i['min_arcs']} arcs\nwith weight ≥ θ = {i['threshold']}\n(lower threshold=)"
+        )
+    if result.matrices.get("substitution") is None and i.get("causal"):
+        notes["substitution"] = "a causal model never\npredicts at a masked site"
+    similarity_figure(result.matrices, result.r, ref, work / "similarity", title=title, notes=notes)
+    (work / SIMILARITY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
