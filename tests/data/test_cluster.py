@@ -447,3 +447,34 @@ def test_a_cluster_of_several_organisms_is_labelled_with_their_common_root():
     u3 = "UniRef90_P3 Protein n=1 Tax=Archaea TaxID=2157 RepID=P3_X"
     assert _taxon([parse_header(t) for t in (u1, u2)]) == ("Bacteria", 2)
     assert _taxon([parse_header(t) for t in (u1, u3)]) == ROOT_TAXON
+
+
+def test_overwrite_replaces_only_a_cluster_directory_holding_nothing_else(tmp_path, capsys):
+    """As a shard directory (tests/test_outputs.py): a cluster directory a user added a file
+    to is theirs now, refused even with --overwrite (checked before MMseqs2 is looked for)."""
+    from protein_performer.data.cluster import FORMAT, is_cluster_dir
+
+    fasta = tmp_path / "x.fasta"
+    fasta.write_text(">a\nMKVLAAGICW\n>b\nMKVLAAGICW\n")
+    out = tmp_path / "clusters"
+    out.mkdir()  # what cluster_fasta writes
+    (out / "manifest.json").write_text(json.dumps({"format": FORMAT, "format_version": 1}))
+    (out / "members.tsv").write_text("a\ta\na\tb\n")
+    (out / "representatives.fasta").write_text(">a\nMKVLAAGICW\n")
+    assert is_cluster_dir(out)
+    code = main(["data", "cluster", str(fasta), str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "cluster directory exists (use --overwrite to replace it)" in err
+    (out / "README.txt").write_text("my notes")
+    assert not is_cluster_dir(out)
+    code = main(["data", "cluster", str(fasta), str(out), "--overwrite"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "README.txt" in err and "never replaced" in err
+    assert (out / "README.txt").read_text() == "my notes"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "README.txt",
+        "manifest.json",
+        "members.tsv",
+        "representatives.fasta",
+    ]
