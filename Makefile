@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,cluster]'
+	# the fused CPU kernel, compiled now (fails only with PP_FUSED_KERNEL=on where it cannot build)
+	$(BIN)/python -m protein_performer.attention.kernels.fused_cpu --build
 	touch $(STAMP)
 
 demo: venv

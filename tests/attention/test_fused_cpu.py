@@ -4,7 +4,9 @@ the switch ``PP_FUSED_KERNEL`` with its fallback when the kernel cannot be built
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import warnings
 
 import pytest
@@ -15,13 +17,25 @@ import protein_performer.attention.kernels.bidirectional as la
 from protein_performer.attention import FavorAttention
 from protein_performer.attention.kernels import fused_cpu
 
-COMPILER = shutil.which("c++") is not None and cpp_extension.is_ninja_available()
+COMPILER = fused_cpu.compiler_identity(fused_cpu._compiler()) is not None and bool(
+    # ninja on PATH, or beside this Python (where the kernel's build finds it too)
+    cpp_extension.is_ninja_available()
+    or shutil.which("ninja", path=os.path.dirname(sys.executable))
+)
 
 
 @pytest.fixture
-def built():
-    if fused_cpu.kernel() is None:
-        pytest.skip("the fused kernel does not build here (no compiler or ninja)")
+def built(monkeypatch):
+    """The kernel, whatever PP_FUSED_KERNEL says: skipped where no C++ compiler (or ninja) is
+    there to build it; where one is, a kernel that does not build or fails its self-test
+    fails these tests (a skip would hide it)."""
+    monkeypatch.setenv(fused_cpu.ENV, "auto")
+    ext = fused_cpu._build()
+    if not isinstance(ext, Exception):
+        return ext
+    if not COMPILER:
+        pytest.skip(f"no C++ compiler or ninja: the fused kernel cannot be built here ({ext})")
+    pytest.fail(f"the fused kernel did not build with a compiler here: {fused_cpu._reason(ext)}")
 
 
 @pytest.fixture(autouse=True)
@@ -334,6 +348,7 @@ def test_a_dead_builds_lock_is_removed_before_building(monkeypatch, tmp_path):
     os.utime(lock, (old, old))
     seen = []
     monkeypatch.setattr(cpp_extension, "_get_build_directory", lambda *a, **k: str(tmp_path))
+    monkeypatch.setattr(fused_cpu, "compiler_identity", lambda compiler: "/usr/bin/c++ (fake)")
 
     def load(**kwargs):
         seen.append(lock.exists())
@@ -350,3 +365,150 @@ def test_a_dead_builds_lock_is_removed_before_building(monkeypatch, tmp_path):
         monkeypatch.undo()
         fused_cpu._build.cache_clear()
         fused_cpu._warn_once.cache_clear()
+
+
+# ---- one build per environment, always announced, built at set-up ------------------------------
+
+
+def test_two_environments_get_two_builds_and_one_environment_one(monkeypatch, tmp_path):
+    """Keyed by the source alone, a venv and a system install (say) rebuilt the kernel for
+    each other on every switch: the name follows torch, the Python ABI, the compiler, the
+    flags and the platform."""
+    import sys
+    import types
+
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    here = fused_cpu.build_key(b"source", "/usr/bin/g++ (g++ 12.2)")
+    name = fused_cpu.build_name(here)
+    assert name == fused_cpu.build_name(fused_cpu.build_key(b"source", "/usr/bin/g++ (g++ 12.2)"))
+    others = {
+        "source": fused_cpu.build_key(b"edited", "/usr/bin/g++ (g++ 12.2)"),
+        "compiler": fused_cpu.build_key(b"source", "/usr/bin/clang++ (clang 17)"),
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "__version__", torch.__version__ + "-other+cu121")
+        others["torch"] = fused_cpu.build_key(b"source", "/usr/bin/g++ (g++ 12.2)")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "__file__", str(tmp_path / "venv" / "torch" / "__init__.py"))
+        others["torch install"] = fused_cpu.build_key(b"source", "/usr/bin/g++ (g++ 12.2)")
+    with pytest.MonkeyPatch.context() as mp:
+        other_python = types.SimpleNamespace(**vars(sys.implementation))
+        other_python.cache_tag = "cpython-399"
+        mp.setattr(sys, "implementation", other_python)
+        others["python"] = fused_cpu.build_key(b"source", "/usr/bin/g++ (g++ 12.2)")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fused_cpu, "CFLAGS", (*fused_cpu.CFLAGS, "-march=native"))
+        others["flags"] = fused_cpu.build_key(b"source", "/usr/bin/g++ (g++ 12.2)")
+    names = {what: fused_cpu.build_name(key) for what, key in others.items()}
+    assert name not in names.values() and len(set(names.values())) == len(names), names
+    dirs = {cpp_extension._get_build_directory(n, verbose=False) for n in [name, *names.values()]}
+    assert len(dirs) == len(names) + 1  # each its own build directory
+
+
+def _fake_builds(monkeypatch, tmp_path) -> list[bool]:
+    """``cpp_extension.load`` as torch's build without a compiler: the library file written
+    (a new file) when it or ninja's log is absent or when ``rebuild[0]``, into
+    ``TORCH_EXTENSIONS_DIR=tmp_path``."""
+    import os
+    import types
+
+    from torch.utils import cpp_extension
+
+    _fresh_build(monkeypatch)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(fused_cpu, "_self_test", lambda ext: None)
+    monkeypatch.setattr(fused_cpu, "compiler_identity", lambda compiler: "/usr/bin/c++ (fake)")
+    rebuild = [False]
+
+    def load(name, **kwargs):
+        build_dir = cpp_extension._get_build_directory(name, verbose=False)
+        library, log = (os.path.join(build_dir, f) for f in (f"{name}.so", ".ninja_log"))
+        if rebuild[0] or not os.path.exists(library) or not os.path.exists(log):  # as ninja
+            with open(library + ".new", "w") as fh:
+                fh.write(name)
+            os.replace(library + ".new", library)
+            with open(log, "w") as fh:
+                fh.write("# ninja log v7\n")
+        return types.SimpleNamespace(__file__=library)
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    return rebuild
+
+
+def test_every_build_is_announced(monkeypatch, tmp_path, capsys):
+    rebuild = _fake_builds(monkeypatch, tmp_path)
+
+    def build() -> str:
+        fused_cpu._build.cache_clear()
+        assert not isinstance(fused_cpu._build(), Exception)
+        return capsys.readouterr().err
+
+    try:
+        first = build()
+        assert "compiling the fused CPU FAVOR kernel" in first and str(tmp_path) in first
+        assert build() == ""  # built: loaded, nothing said
+        (library,) = tmp_path.rglob("*.so")
+        (library.parent / ".ninja_log").unlink()  # ninja will rebuild it: said before
+        assert "compiling" in build()
+        rebuild[0] = True  # torch rebuilds for a reason not foreseen: said after
+        assert "recompiled the fused CPU FAVOR kernel" in build()
+        rebuild[0] = False
+        with pytest.MonkeyPatch.context() as mp:  # another environment: its own build, said
+            mp.setattr(torch, "__version__", torch.__version__ + "-other")
+            assert "compiling" in build()
+        assert len(list(tmp_path.rglob("*.so"))) == 2
+        assert build() == ""  # and the first one's is still there
+    finally:
+        monkeypatch.undo()
+        fused_cpu._build.cache_clear()
+        fused_cpu._warn_once.cache_clear()
+
+
+def test_the_set_up_command_says_what_it_did_and_fails_only_where_on(monkeypatch, tmp_path, capsys):
+    _fake_builds(monkeypatch, tmp_path)
+    try:
+        assert fused_cpu.main(["--build"]) == 0
+        assert "compiled" in capsys.readouterr().out
+        fused_cpu._build.cache_clear()
+        monkeypatch.setattr(fused_cpu, "_compiled", False)
+        assert fused_cpu.main(["--build"]) == 0
+        assert "already built" in capsys.readouterr().out
+        monkeypatch.setattr(fused_cpu, "_build", lambda: RuntimeError("error: no Python.h"))
+        assert fused_cpu.main(["--build"]) == 0  # auto: set-up goes on, on the PyTorch kernel
+        assert "did not build (RuntimeError: error: no Python.h)" in capsys.readouterr().out
+        monkeypatch.setenv(fused_cpu.ENV, "on")
+        assert fused_cpu.main(["--build"]) == 1
+        assert "PP_FUSED_KERNEL=on" in capsys.readouterr().err
+        monkeypatch.setenv(fused_cpu.ENV, "off")
+        assert fused_cpu.main(["--build"]) == 0
+        assert "PP_FUSED_KERNEL=off" in capsys.readouterr().out
+    finally:
+        monkeypatch.undo()
+        fused_cpu._build.cache_clear()
+        fused_cpu._warn_once.cache_clear()
+
+
+def test_training_builds_the_kernel_before_its_first_step(monkeypatch):
+    """``on_fit_start``: the ~30 s compile is not inside the first timed step; only a model
+    whose FAVOR can take the kernel asks for it."""
+    import types
+
+    from protein_performer.model.config import ModelConfig
+    from protein_performer.model.performer import ProteinLM
+    from protein_performer.training.lm_module import ProteinLMModule
+
+    asked = []
+    monkeypatch.setattr(fused_cpu, "kernel", lambda: asked.append(True))
+    config = ModelConfig(attention="performer_relu", dim=32, depth=1, heads=4, ffn_dim=64)
+    module = ProteinLMModule(config)
+    module.trainer = types.SimpleNamespace(datamodule=None)
+    module.on_fit_start()
+    assert asked == [True]
+    for model in (
+        ProteinLM(config, 25, 0, causal=True),
+        ProteinLM(ModelConfig(attention="transformer", dim=32, depth=1, heads=4), 25, 0),
+    ):
+        assert not fused_cpu.prepare(model)
+    assert asked == [True]

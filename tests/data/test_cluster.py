@@ -423,3 +423,58 @@ def test_a_long_mmseqs_run_says_it_is_still_running(tmp_path, monkeypatch, capsy
     assert (tmp_path / "log").read_text() == "done\n"
     assert cluster._run_mmseqs(cmd, tmp_path / "log") == 0  # quiet: nothing said
     assert capsys.readouterr().err == ""
+
+
+def test_a_cluster_of_several_organisms_is_labelled_with_their_common_root():
+    """``Tax=``/``TaxID=`` of a cluster header: the organism when all members share it, else
+    (as UniRef) the root, never the representative's own organism."""
+    from protein_performer.data.cluster import ROOT_TAXON, _taxon, _uniref_header
+
+    ecoli = "sp|P0A7Z4|RPOA_ECOLI RNA polymerase alpha OS=Escherichia coli (strain K12) OX=83333"
+    ecoli2 = "tr|Q0A7Z5|Q0A7Z5_ECOLI Protein OS=Escherichia coli (strain K12) OX=83333"
+    yeast = "sp|P16370|RPB3_YEAST RNA polymerase II subunit OS=Saccharomyces cerevisiae OX=559292"
+    unknown = "sp|P12345|ABC_UNKN A protein without its organism"
+    same = [parse_header(t) for t in (ecoli, ecoli2)]
+    assert _taxon(same) == ("Escherichia coli (strain K12)", 83333)
+    for members in ([ecoli, yeast], [ecoli, ecoli2, yeast], [ecoli, unknown]):
+        headers = [parse_header(t) for t in members]
+        assert _taxon(headers) == ROOT_TAXON, members
+        line = _uniref_header(50, headers[0], headers)
+        assert "Tax=cellular organisms TaxID=131567 " in line and "83333" not in line
+    # members that are UniRef clusters themselves: their common taxon, else the root
+    u1 = "UniRef90_P1 Protein n=2 Tax=Bacteria TaxID=2 RepID=P1_X"
+    u2 = "UniRef90_P2 Protein n=3 Tax=Bacteria TaxID=2 RepID=P2_X"
+    u3 = "UniRef90_P3 Protein n=1 Tax=Archaea TaxID=2157 RepID=P3_X"
+    assert _taxon([parse_header(t) for t in (u1, u2)]) == ("Bacteria", 2)
+    assert _taxon([parse_header(t) for t in (u1, u3)]) == ROOT_TAXON
+
+
+def test_overwrite_replaces_only_a_cluster_directory_holding_nothing_else(tmp_path, capsys):
+    """As a shard directory (tests/test_outputs.py): a cluster directory a user added a file
+    to is theirs now, refused even with --overwrite (checked before MMseqs2 is looked for)."""
+    from protein_performer.data.cluster import FORMAT, is_cluster_dir
+
+    fasta = tmp_path / "x.fasta"
+    fasta.write_text(">a\nMKVLAAGICW\n>b\nMKVLAAGICW\n")
+    out = tmp_path / "clusters"
+    out.mkdir()  # what cluster_fasta writes
+    (out / "manifest.json").write_text(json.dumps({"format": FORMAT, "format_version": 1}))
+    (out / "members.tsv").write_text("a\ta\na\tb\n")
+    (out / "representatives.fasta").write_text(">a\nMKVLAAGICW\n")
+    assert is_cluster_dir(out)
+    code = main(["data", "cluster", str(fasta), str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "cluster directory exists (use --overwrite to replace it)" in err
+    (out / "README.txt").write_text("my notes")
+    assert not is_cluster_dir(out)
+    code = main(["data", "cluster", str(fasta), str(out), "--overwrite"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "README.txt" in err and "never replaced" in err
+    assert (out / "README.txt").read_text() == "my notes"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "README.txt",
+        "manifest.json",
+        "members.tsv",
+        "representatives.fasta",
+    ]

@@ -897,3 +897,86 @@ def test_context_clusters_do_not_change_the_run_s_family_packing(tmp_path) -> No
     assert packing == "family" and table == str(run_table) and str(run_table) in words
     cfg.context = None  # without context, clusters= is the table the split is drawn from
     assert _eval_packing(cfg, stored, "concat")[2] == str(other)
+
+
+def _target_part(window: np.ndarray) -> np.ndarray:
+    """The target's tokens of a ``crop`` window: after its last ``<sep>`` (or ``<cls>``),
+    before ``<eos>``."""
+    cut = max([0] + [i for i, t in enumerate(window.tolist()) if t == A.sep_idx])
+    return window[cut + 1 : -1]
+
+
+def test_the_identical_flag_follows_the_homologs_placed_in_the_window() -> None:
+    """Four homologs of 20 residues (the target's copy one of them, in a seeded order) and
+    room for two: a target is "identical" exactly where its copy went into the window."""
+    from protein_performer.evaluation.context import Target
+
+    rng = np.random.default_rng(8)
+    targets = []
+    for i in range(40):
+        own = random_seq(rng, 20)
+        others = [random_seq(rng, 20) for _ in range(3)]
+        context = [A.encode(s) for s in [*others[: i % 4], own, *others[i % 4 :]]]
+        targets.append(Target(f"t{i}", A.encode(own), context))
+    # 72 tokens: <cls>, 20 of the target, <eos>, and 50 left: two homologs with their <sep>s
+    # whole, too few (8) for a cut third
+    _, _, ctx, _, info = scoring_windows(
+        targets, A, max_length=72, style="crop", mask_prob=0.15, seed=3
+    )
+    placed = [segments(x)[:-1] for x in ctx]
+    assert all(len(p) == 2 for p in placed) and info["mean_context_proteins"] == 2
+    truth = [A.decode(t.residues) in p for t, p in zip(targets, placed, strict=True)]
+    assert 5 < sum(truth) < 35  # both kinds of targets are there
+    assert info["identical"].tolist() == truth
+    assert info["targets_with_identical_context"] == sum(truth)
+
+
+def test_a_cropped_targets_homolog_is_cut_around_the_same_region() -> None:
+    """A target longer than half the window is scored on a seeded crop; its homolog (here its
+    own full sequence), cut to the room left, keeps the part at the same relative place."""
+    from protein_performer.evaluation.context import Target
+
+    rng = np.random.default_rng(9)
+    full = random_seq(rng, 100)
+    targets = [Target(f"t{i}", A.encode(full), [A.encode(full)]) for i in range(12)]
+    # 60 tokens: a crop of 28 residues (60 // 2 - 2); the homolog gets 29 (60 - 28 - 2 - 1)
+    single, _, ctx, _, _ = scoring_windows(
+        targets, A, max_length=60, style="crop", mask_prob=0.15, seed=4
+    )
+    crops, cuts = [], []
+    tokens = A.encode(full)
+    for x, cx in zip(single, ctx, strict=True):
+        # the crop's start: where its residues (those not masked) agree with the full sequence
+        agree = [(x[1:-1] == tokens[s : s + 28]).sum() for s in range(100 - 28 + 1)]
+        crops.append(int(np.argmax(agree)) / (100 - 28))
+        (homolog,) = segments(cx)[:-1]
+        assert len(homolog) == 29 and homolog in full
+        cuts.append(full.index(homolog) / (100 - 29))
+    assert max(crops) - min(crops) > 0.5  # crops near both ends
+    np.testing.assert_allclose(cuts, crops, atol=0.02)
+
+
+@pytest.mark.parametrize("fill", [False, True])
+def test_the_context_window_scores_the_single_windows_masked_target(fill) -> None:
+    """The same ``<mask>``/replaced tokens and the same labels in the window with context
+    (and the fill-only one) as in the protein alone: the pairing of the two runs."""
+    rng = np.random.default_rng(10)
+    seqs = [random_seq(rng, int(rng.integers(20, 40))) for _ in range(16)]
+    ids = [f"p{i}" for i in range(16)]
+    source = FlatSource.from_strings(seqs, ids=ids)
+    table = {rid: f"c{i // 2}" for i, rid in enumerate(ids)}
+    targets = cluster_targets(source, table)
+    kw = {"max_length": 200, "style": "crop", "mask_prob": 0.3, "seed": 6}
+    if fill:
+        kw["fill"] = cluster_fill(source, table)
+    single, single_y, ctx, ctx_y, info = scoring_windows(targets, A, **kw)
+    windows = [(ctx, ctx_y)]
+    if fill:
+        windows.append((info["fill_windows"], info["fill_labels"]))
+    for i, (x, y) in enumerate(zip(single, single_y, strict=True)):
+        assert (y != -100).any()
+        for cx, cy in ((xs[i], ys[i]) for xs, ys in windows):
+            assert len(segments(cx)) > 1  # context there
+            np.testing.assert_array_equal(_target_part(cx), x[1:-1])
+            np.testing.assert_array_equal(cy[len(cx) - len(x) + 1 : -1], y[1:-1])
+            assert (cy[: len(cx) - len(x) + 1] == -100).all() and cy[-1] == -100

@@ -22,6 +22,26 @@ from protein_performer.training.run import train
 from tests.training.helpers import tiny_config, tiny_overrides, train_losses, write_fasta
 
 
+class UncaughtSigint(Exception):
+    """SIGINT reached the handler that was in place before the run: the run did not take it."""
+
+
+@pytest.fixture(autouse=True)
+def _sigint_contained():
+    """The SIGINTs these tests send themselves go to the run's handler; one the run fails to
+    take (SIGINT left out of its stop signals, say) fails its test, where pytest's own handler
+    would have stopped the whole session with a KeyboardInterrupt."""
+
+    def stray(signum, frame):
+        raise UncaughtSigint("SIGINT reached the handler installed before the run")
+
+    previous = signal.signal(signal.SIGINT, stray)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class SignalAt(pl.Callback):
     """Sends ``signum`` to this process (``times`` times) while step ``step`` runs."""
 

@@ -4,23 +4,32 @@ On a CPU, bidirectional FAVOR (ReLU and softmax kernels) on a packed q/k/v proje
 this C++ kernel when it can be built: one head per thread, block by block, with the feature map,
 its mask and the normaliser applied to each block while it is in cache, between BLAS calls on
 the packed layout (benchmarks/README.md has what it saves). The same numbers as the PyTorch kernel
-(:class:`~protein_performer.attention.kernels.bidirectional.PackedBidirectionalFavorFunction`) up to
-float rounding; tests compare them in float64.
+(:class:`.bidirectional.PackedBidirectionalFavorFunction`) up to float rounding; tests compare them in float64.
 
-The kernel is compiled once per machine with ``torch.utils.cpp_extension`` (needs a C++
+The kernel is compiled once per environment with ``torch.utils.cpp_extension`` (needs a C++
 compiler and Python's headers, and ninja, a dependency; ~30 s) into torch's extension cache
-(``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``); where it cannot be built,
-FAVOR runs on the PyTorch kernel with one warning. ``PP_FUSED_KERNEL`` chooses: ``auto`` (the
-default), ``off`` (never build or use it), ``on`` (fail when it cannot be built).
+(``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``), under a name keyed by all
+that changes the binary or torch's build command (:func:`build_key`): two environments on one
+machine each keep their own build instead of rebuilding it for each other. A build is always
+announced on stderr. ``python -m protein_performer.attention.kernels.fused_cpu --build`` builds it
+during set-up (``make venv`` does), and training builds it before its first step
+(:func:`prepare`); where it cannot be built, FAVOR runs on the PyTorch kernel with one warning.
+``PP_FUSED_KERNEL`` chooses: ``auto`` (the default), ``off`` (never build or use it), ``on``
+(fail when it cannot be built).
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import hashlib
+import json
 import os
+import platform
 import shutil
+import subprocess
 import sys
+import sysconfig
 import time
 import warnings
 from pathlib import Path
@@ -52,6 +61,12 @@ _MODES = {
 #: A build lock older than this is a dead process's (a build takes ~30 s): torch would wait on
 #: it forever.
 STALE_LOCK_S = 600
+#: -fopenmp: at::parallel_for's OpenMP loop (one head per thread); no -march=native, as the
+#: build is cached under the user's home, which other machines may share
+CFLAGS = ("-O3", "-fopenmp")
+PREFIX = "protein_performer_favor_cpu_"
+#: whether this process compiled the kernel (the set-up command says so)
+_compiled = False
 
 
 class FusedKernelError(ConfigError):
@@ -76,6 +91,80 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:300]
 
 
+def _compiler() -> str:
+    return os.environ.get("CXX", "c++")  # what torch's build runs
+
+
+@functools.cache
+def compiler_identity(compiler: str) -> str | None:
+    """The compiler's resolved path and the first line of its ``--version`` (None: not on
+    PATH)."""
+    path = shutil.which(compiler)
+    if path is None:
+        return None
+    try:
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    version = next((line.strip() for line in out.splitlines() if line.strip()), "unknown")
+    return f"{os.path.realpath(path)} ({version})"
+
+
+def build_key(source: bytes, compiler: str) -> dict[str, str]:
+    """What the compiled kernel depends on, as torch's ``build.ninja`` spells it: the source
+    (its bytes, and its path, which the build file names), torch (version with its +cpu/+cuXY
+    tag, and the install its headers and libraries come from), the Python ABI and headers,
+    the flags, the compiler (``compiler``: :func:`compiler_identity`) and the platform."""
+    return {
+        "source": hashlib.sha256(source).hexdigest(),
+        "source_path": str(SOURCE.resolve()),
+        "torch": torch.__version__,
+        "torch_dir": str(Path(torch.__file__).resolve().parent),
+        "python": sys.implementation.cache_tag or "",
+        "soabi": sysconfig.get_config_var("SOABI") or "",
+        "python_include": sysconfig.get_paths().get("include", ""),
+        "cflags": " ".join(CFLAGS),
+        "compiler": compiler,
+        "platform": f"{sys.platform}-{platform.machine()}",
+    }
+
+
+def build_name(key: dict[str, str]) -> str:
+    """The extension's name (and build directory's) for :func:`build_key`'s ``key``: one
+    build per environment, never another environment's loaded or rebuilt."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return PREFIX + digest[:16]
+
+
+def _announce(text: str) -> None:
+    global _compiled
+    _compiled = True
+    print(f"protein-performer: {text}", file=sys.stderr, flush=True)
+
+
+def _library(build_dir: Path, name: str) -> tuple[int, int] | None:
+    """The built library's (inode, mtime) stamp, None where it is not built."""
+    try:
+        st = (build_dir / f"{name}.so").stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _out_of_date(build_dir: Path, library: tuple[int, int]) -> bool:
+    """Whether ninja will rebuild the library (stamp ``library``): its source is newer, or
+    ninja's log is gone (no command on record: a rebuild). (Not asked of ``ninja -n``: a dry
+    run drops that log, so that the next build redoes everything.)"""
+    try:
+        return (
+            SOURCE.stat().st_mtime_ns > library[1] or not (build_dir / ".ninja_log").stat().st_size
+        )
+    except OSError:
+        return True
+
+
 @functools.cache
 def _build() -> ModuleType | Exception:
     from torch.utils import cpp_extension
@@ -84,27 +173,11 @@ def _build() -> ModuleType | Exception:
         source = SOURCE.read_bytes()
     except OSError as exc:  # a copy of the package without its csrc/
         return exc
-    # the source's hash in the name: an edited kernel never loads an older build
-    name = "protein_performer_favor_cpu_" + hashlib.sha256(source).hexdigest()[:12]
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:  # before torch, whose own banner blames compatibility
+    compiler = _compiler()
+    identity = compiler_identity(compiler)
+    if identity is None:  # before torch, whose own banner blames compatibility
         return FileNotFoundError(f"no C++ compiler ({compiler}) on PATH")
-    try:  # private, hence guarded: only to say that a build is coming, and for a stale lock
-        build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
-        built = any(build_dir.glob(f"{name}*.so"))
-        lock = build_dir / "lock"
-        if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
-            # left by a build killed outright (SIGKILL, out of memory): torch would wait forever
-            lock.unlink(missing_ok=True)
-    except Exception:
-        built = False
-    if not built:
-        print(
-            "protein-performer: compiling the fused CPU FAVOR kernel (once per machine, ~30 s; "
-            f"{ENV}=off skips it)",
-            file=sys.stderr,
-            flush=True,
-        )
+    name = build_name(build_key(source, identity))
     # ninja from the environment's own bin (the dependency), when that is not on PATH (a
     # virtual environment's python run without activating it)
     here = str(Path(sys.executable).parent)
@@ -112,14 +185,25 @@ def _build() -> ModuleType | Exception:
     if shutil.which("ninja") is None and shutil.which("ninja", path=here):
         os.environ["PATH"] = here if path is None else here + os.pathsep + path
     try:
-        # -fopenmp: at::parallel_for's OpenMP loop (one head per thread); no -march=native, as
-        # the build is cached under the user's home, which other machines may share
-        ext = cpp_extension.load(
-            name=name,
-            sources=[str(SOURCE)],
-            extra_cflags=["-O3", "-fopenmp"],
-            verbose=False,
-        )
+        build_dir: Path | None = None
+        try:  # private, hence guarded: only to say that a build is coming, and for a stale lock
+            build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
+            before = _library(build_dir, name)
+            announced = before is None or _out_of_date(build_dir, before)
+            lock = build_dir / "lock"
+            if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+                # left by a build killed outright (SIGKILL, out of memory): torch would wait
+                lock.unlink(missing_ok=True)
+        except Exception:
+            before, announced = None, True
+        if announced:
+            where = "" if build_dir is None else f" into {build_dir}"
+            _announce(f"compiling the fused CPU FAVOR kernel for this environment{where} (~30 s; "
+                      f"{ENV}=off skips it)")  # fmt: skip
+        ext = cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=list(CFLAGS),
+                                 verbose=False)  # fmt: skip
+        if not announced and build_dir is not None and _library(build_dir, name) != before:
+            _announce(f"recompiled the fused CPU FAVOR kernel in {build_dir} (out of date)")
         _self_test(ext)
         return ext
     except Exception as exc:  # no compiler, no ninja, no headers, an unwritable cache
@@ -175,6 +259,24 @@ def _warn_once(reason: str) -> None:
         RuntimeWarning,
         stacklevel=3,
     )
+
+
+def prepare(model: torch.nn.Module) -> bool:
+    """Build (or load) the kernel now where ``model`` has bidirectional FAVOR (ReLU or softmax,
+    features rebuilt in the backward) on a CPU: its ~30 s compile before training's first
+    (timed) step, not inside it. True when the kernel is loaded; raises as :func:`kernel`."""
+    from .favor import FavorAttention
+
+    on_cpu = any(p.device.type == "cpu" for p in model.parameters())
+    wanted = on_cpu and any(
+        isinstance(m, FavorAttention)
+        and not m.causal
+        and m.kernel in ("relu", "softmax")
+        and m.fused
+        and not m.save_features
+        for m in model.modules()
+    )
+    return wanted and kernel() is not None
 
 
 def usable(qkv: torch.Tensor, params: FeatureParams, save_features: bool) -> bool:
@@ -298,3 +400,48 @@ def packed_attention(
     if fused and usable(qkv, params, save_features and torch.is_grad_enabled()):
         return fused_attention(qkv, key_mask, params)
     return packed_bidirectional_linear_attention(qkv, key_mask, params, chunk, save_features)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m protein_performer.attention.kernels.fused_cpu [--build]``: say where this
+    environment's kernel is built, or build it now; non-zero only where it cannot be built
+    and ``PP_FUSED_KERNEL=on``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m protein_performer.attention.kernels.fused_cpu",
+        description="The fused CPU FAVOR kernel of this environment (PP_FUSED_KERNEL=auto|on|off).",
+    )
+    parser.add_argument("--build", action="store_true", help="build it now (set-up)")
+    args = parser.parse_args(argv)
+    try:
+        chosen = mode()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if chosen == "off":
+        print(f"{ENV}=off: the fused CPU FAVOR kernel is not built or used")
+        return 0
+    if not args.build:
+        identity = compiler_identity(_compiler())
+        if identity is None or not SOURCE.is_file():
+            print(f"the fused CPU FAVOR kernel cannot be built here (no {_compiler()} or source)")
+        else:
+            name = build_name(build_key(SOURCE.read_bytes(), identity))
+            print(f"the fused CPU FAVOR kernel's build here: {name} (--build builds it)")
+        return 0
+    built = _build()
+    if isinstance(built, Exception):
+        reason = _reason(built)
+        if chosen == "on":
+            print(f"error: {ENV}=on, but the fused CPU kernel did not build ({reason})",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        print(f"the fused CPU FAVOR kernel did not build ({reason}); FAVOR on a CPU uses the "
+              "PyTorch kernel (same results, slower)")  # fmt: skip
+        return 0
+    done = "compiled" if _compiled else "already built"
+    print(f"the fused CPU FAVOR kernel: {done} ({getattr(built, '__file__', built)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

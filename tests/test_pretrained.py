@@ -1,0 +1,69 @@
+"""``protein_performer.load``: a shipped checkpoint by name or a checkpoint file by path ->
+(model in eval mode, alphabet), as ESM's ``load_model_and_alphabet``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import protein_performer
+from protein_performer.data.alphabet import default_alphabet
+from protein_performer.errors import ConfigError, DataError
+from protein_performer.model.checkpoints import load_model, save_model_checkpoint
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
+
+SEQUENCE = "MKTAYIAKQRQISFVKSHFSRQ"
+
+
+def test_the_default_model_loads_in_eval_mode_with_its_alphabet():
+    model, alphabet = protein_performer.load("default")
+    assert isinstance(model, ProteinLM) and not model.training
+    assert alphabet.decode(alphabet.encode(SEQUENCE)) == SEQUENCE
+    shipped, _ = load_model("default")  # the CLI's checkpoint=default
+    for (name, got), (_, want) in zip(
+        model.state_dict().items(), shipped.state_dict().items(), strict=True
+    ):
+        assert torch.equal(got, want), name  # the same stored tensors, not a fresh draw
+    assert protein_performer.load()[0].config == model.config  # "default" by default
+
+
+def test_a_checkpoint_file_loads_by_path(tmp_path):
+    torch.manual_seed(0)
+    config = ModelConfig(attention="performer_relu", dim=32, depth=1, heads=4, ffn_dim=64)
+    alphabet = default_alphabet()
+    written = ProteinLM(config, len(alphabet), alphabet.pad_idx).eval()
+    path = tmp_path / "mine.ckpt"
+    save_model_checkpoint(path, written, alphabet, "mlm")
+    ids = torch.tensor([[alphabet.cls_idx, *alphabet.encode(SEQUENCE), alphabet.eos_idx]])
+    for given in (path, str(path)):
+        model, got = protein_performer.load(given)
+        assert got == alphabet and not model.training
+        with torch.no_grad():  # the same model, the same calls: the same numbers
+            torch.testing.assert_close(model(ids)["logits"], written(ids)["logits"], rtol=0, atol=0)
+
+
+def test_an_unknown_name_is_a_one_line_error_naming_the_shipped_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"no shipped checkpoint named 'homologs'") as e:
+        protein_performer.load("homologs")
+    assert "the names are default" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_missing_file_is_an_error_naming_it(tmp_path):
+    missing = tmp_path / "runs" / "best.ckpt"
+    with pytest.raises(DataError, match="checkpoint not found") as e:
+        protein_performer.load(missing)
+    assert str(missing) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_importing_the_package_does_not_import_torch():
+    code = (
+        "import sys, protein_performer; assert 'torch' not in sys.modules, 'torch imported'; "
+        "assert callable(protein_performer.load)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
