@@ -12,10 +12,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from protein_performer import __version__
 from protein_performer.cli.commands import cluster, download, preprocess, simulate, stats
 from protein_performer.errors import ProteinPerformerError
 from protein_performer.utils.interrupts import exit_code, sigterm_raises, stopped_line
+from protein_performer.version import __version__
 
 EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command that a pipe closed on

@@ -49,10 +49,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from protein_performer import __version__
 from protein_performer.data.fasta_writer import AtomicFastaWriter
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.utils.outputs import make_parents, remove_empty
+from protein_performer.version import __version__
 
 __all__ = ["UNIREF50_URL", "download"]
 

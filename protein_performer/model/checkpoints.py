@@ -48,7 +48,7 @@ def make_metadata(
     """The ``"protein_performer"`` checkpoint entry for ``model``. ValueError when
     ``objective`` or ``alphabet`` does not describe ``model`` (the checkpoint would load as
     another model, or not at all)."""
-    from protein_performer import __version__
+    from protein_performer.version import __version__
 
     expected = "causal" if getattr(model, "causal", False) else "mlm"
     if objective != expected:

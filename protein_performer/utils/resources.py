@@ -5,20 +5,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import protein_performer
-
 #: The presets' real proteomes: ``../shared/data`` beside a checkout (not shipped).
 SHARED_DATA = "shared/data"
+#: ``protein_performer/`` itself (this file is ``protein_performer/utils/resources.py``).
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 def project_root() -> Path:
     """The directory holding ``protein_performer/`` (and ``conf/``, ``data/`` in a checkout)."""
-    return Path(protein_performer.__file__).resolve().parent.parent
+    return PACKAGE_DIR.parent
 
 
 def resources_dir() -> Path:
     """Where an installed wheel keeps its copy of ``conf/`` and the sample data (setup.py)."""
-    return Path(protein_performer.__file__).resolve().parent / "_resources"
+    return PACKAGE_DIR / "_resources"
 
 
 def project_path(relative: str) -> str:
