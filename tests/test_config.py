@@ -11,14 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from protein_performer.cli.hydra import (
-    compose_job,
-    config_groups,
-    expand_overrides,
-    group_options,
-    project_root,
-    run_hydra,
-)
+from protein_performer.cli.compose import compose_job
+from protein_performer.cli.groups import config_groups, group_options
+from protein_performer.cli.hydra import project_root, run_hydra
+from protein_performer.cli.overrides import expand_overrides
 from protein_performer.config.schema import DataConfig, EvalConfig, TrainConfig
 from protein_performer.config.validate import validate_train_config
 from protein_performer.errors import ConfigError
@@ -315,7 +311,7 @@ def test_help_lists_groups_and_options(capsys):
     keys = out.split("keys (KEY=VALUE", 1)[1].splitlines()[1:]
     for line in (x for x in keys if x.startswith("  ") and ":" in x):
         assert re.match(r"  \w+: {2,}\S", line), line  # the key never runs into its text
-    from protein_performer.cli.hydra import _EVALUATE_KEYS
+    from protein_performer.cli.help import _EVALUATE_KEYS
 
     assert set(_EVALUATE_KEYS) == {f.name for f in dataclasses.fields(EvalConfig)}
 
@@ -413,7 +409,7 @@ def test_exact_layers_compose_from_the_command_line():
 
 
 def test_preset_worker_counts_fit_the_cpus(monkeypatch):
-    from protein_performer.cli import hydra as hydra_run
+    from protein_performer.cli import groups as hydra_run
 
     monkeypatch.setattr(hydra_run.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert [hydra_run.worker_count(n) for n in (4, "4", 1, 0)] == [2, 2, 1, 0]
@@ -506,7 +502,8 @@ def test_trainer_settings_this_machine_cannot_run_stop_before_any_work(monkeypat
 
 
 def test_a_leading_tilde_in_a_path_is_home(monkeypatch, tmp_path):
-    from protein_performer.cli.hydra import parse_args, quote_home
+    from protein_performer.cli.compose import parse_args
+    from protein_performer.cli.overrides import quote_home
 
     monkeypatch.setenv("HOME", str(tmp_path))
     assert quote_home("data.files=~/x.fa") == "data.files='~/x.fa'"

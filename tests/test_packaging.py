@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 PROBE = """
 import json, protein_performer
-from protein_performer.cli.hydra import compose_job, config_dir, group_options
+from protein_performer.cli.compose import compose_job
+from protein_performer.cli.groups import config_dir, group_options
 job = compose_job("train", ["experiment=demo"])
 print(json.dumps({"package": protein_performer.__file__, "conf": str(config_dir()),
                   "models": group_options("model"), "files": list(job.config.data.files)}))

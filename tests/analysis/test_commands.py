@@ -102,7 +102,7 @@ def test_aa_similarity_names_proteins_without_standard_residues(files, tmp_path,
 def test_plot_heads_of_a_truncated_protein_says_which_residues_it_shows(
     files, tmp_path, capsys, monkeypatch
 ) -> None:
-    from protein_performer.analysis import commands
+    from protein_performer.cli.commands import plot_heads as commands
 
     titles = []
     real = commands.head_grid_figure
@@ -241,7 +241,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(files, tmp_path, capsys, comma
 
 
 def test_interrupt_leaves_nothing(files, tmp_path, capsys, monkeypatch) -> None:
-    from protein_performer.analysis import commands
+    from protein_performer.cli.commands import aa_similarity as commands
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

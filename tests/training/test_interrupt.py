@@ -889,7 +889,7 @@ def test_a_schedulers_sigterm_to_every_process_with_data_workers_saves(tmp_path)
 
 
 def test_the_resume_line_runs_the_program_as_it_was_run(tmp_path, monkeypatch):
-    from protein_performer.cli.hydra import program
+    from protein_performer.cli.resume import program
 
     exe = tmp_path / "venv" / "bin" / "protein-performer"
     exe.parent.mkdir(parents=True)

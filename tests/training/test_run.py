@@ -14,7 +14,9 @@ import pytest
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from protein_performer.cli.hydra import compose_job, expand_overrides, run_hydra
+from protein_performer.cli.compose import compose_job
+from protein_performer.cli.hydra import run_hydra
+from protein_performer.cli.overrides import expand_overrides
 from protein_performer.config.schema import EvalConfig
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.errors import ConfigError, DataError

@@ -136,7 +136,8 @@ def test_an_attempt_without_a_checkpoint_is_set_aside_whatever_it_left(tiny_fast
 
 
 def test_every_rank_resolves_ckpt_path_last_alike(tmp_path, capsys):
-    from protein_performer.cli.hydra import compose_job, resolve_last
+    from protein_performer.cli.compose import compose_job
+    from protein_performer.cli.resume import resolve_last
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -303,7 +304,8 @@ def test_a_users_folder_is_no_set_aside_attempt_and_its_lock_not_ours(tmp_path):
 def test_a_rank_other_than_zero_resolves_ckpt_path_last_too(tmp_path, monkeypatch):
     """srun/torchrun start every rank with the same command line: none may keep 'last'."""
     import protein_performer.training.run as run_module
-    from protein_performer.cli.hydra import CliArgs, _run_train, compose_job
+    from protein_performer.cli.commands.train import _run_train
+    from protein_performer.cli.compose import CliArgs, compose_job
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -319,7 +321,7 @@ def test_a_rank_other_than_zero_resolves_ckpt_path_last_too(tmp_path, monkeypatc
 
     monkeypatch.setattr(run_module, "is_rank_zero", lambda: False)
     monkeypatch.setattr(run_module, "train", fake_train)
-    monkeypatch.setattr("protein_performer.cli.hydra._finished", lambda *a, **k: False)
+    monkeypatch.setattr("protein_performer.cli.commands.train._finished", lambda *a, **k: False)
     job = compose_job("train", [f"hydra.run.dir={run}", "ckpt_path=last"])
     with pytest.raises(Reached):
         _run_train(job, str(run), 0, CliArgs(overrides=[]))

@@ -1,0 +1,24 @@
+"""evaluate: a checkpoint's held-out perplexity beside the unigram baseline, printed or as JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+
+from protein_performer.cli.compose import CliArgs, ComposedJob
+
+
+def _run_evaluate(job: ComposedJob, args: CliArgs) -> int:
+    from protein_performer.evaluation.evaluate import evaluate
+
+    out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with out:
+        result = evaluate(job.config)
+    if args.json:
+        print(json.dumps(result.to_dict()), flush=True)
+    else:
+        print(result.format(), flush=True)
+        if job.config.output:
+            print(f"written to {job.config.output}")
+    return 0
