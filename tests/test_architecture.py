@@ -13,9 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "protein_performer"
 
 #: Functions allowed past :data:`MAX_FUNCTION_LINES`, each with why.
-LONG_FUNCTIONS: dict[str, str] = {
-    "cli/main.py::build_parser": "one argparse declaration per data subcommand, read as a table",
-}
+LONG_FUNCTIONS: dict[str, str] = {}
 MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 120
 
@@ -135,7 +133,7 @@ def test_nothing_imports_the_cli() -> None:
     ],
 )
 def test_rooms_import_only_what_they_may(room: str, may_import: tuple[str, ...]) -> None:
-    allowed = tuple(f"protein_performer.{r}" for r in may_import)
+    allowed = tuple(f"protein_performer.{r}" for r in (*may_import, "version"))
     wrong = {
         d
         for d in _imports_of(room)
@@ -162,4 +160,6 @@ def test_no_function_over_the_limit_without_a_reason() -> None:
                 key = f"{path.relative_to(PACKAGE)}::{node.name}"
                 if n > MAX_FUNCTION_LINES and key not in LONG_FUNCTIONS:
                     long[key] = n
+                elif key in LONG_FUNCTIONS and n <= MAX_FUNCTION_LINES:
+                    long[key] = f"{n} lines: no longer needs its entry"
     assert long == {}
