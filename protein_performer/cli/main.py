@@ -12,7 +12,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from protein_performer.cli.commands import cluster, download, preprocess, simulate, stats
+from protein_performer.cli.commands import (
+    cluster,
+    download,
+    preprocess,
+    search,
+    simulate,
+    stats,
+)
 from protein_performer.errors import ProteinPerformerError
 from protein_performer.utils.interrupts import exit_code, sigterm_raises, stopped_line
 from protein_performer.version import __version__
@@ -61,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, add_help=False)
         p.add_argument("overrides", nargs=argparse.REMAINDER)
 
-    data = sub.add_parser("data", help="FASTA statistics, preprocessing, simulation, download")
+    data = sub.add_parser(
+        "data",
+        help="FASTA statistics, preprocessing, clustering, homolog search, simulation, download",
+    )
     dsub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", required=True)
 
     stats.add_parser(dsub)
@@ -69,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     preprocess.add_parser(dsub)
 
     cluster.add_parser(dsub)
+
+    search.add_parser(dsub)
 
     simulate.add_parser(dsub)
 

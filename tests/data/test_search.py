@@ -256,3 +256,33 @@ def test_manifest_records_inputs_and_params(families, db, tmp_path):
     assert manifest["params"]["min_identity"] == 0.4
     assert manifest["databases"][0]["path"] == str(db) and manifest["databases"][0]["sha256"]
     assert manifest["counts"]["queries"] == 1 and manifest["counts"]["hits"] >= 1
+
+
+@needs_mmseqs
+def test_the_cli_writes_the_hits_and_says_so_in_json(families, db, tmp_path, capsys):
+    from protein_performer.cli.main import main
+
+    query_id = next(k for k in families if k.endswith("SIMF00003M001"))
+    query = _write(tmp_path / "q.fasta", {query_id: families[query_id]})
+    out = tmp_path / "hits"
+    argv = ["data", "search", str(query), str(db), str(out), "--threads", "1", "--json"]
+    assert main(argv) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    family = {k for k in families if _family(k) == _family(query_id)} - {query_id}
+    assert {r["target"] for r in _tsv(out / "hits.tsv")} == family
+    assert manifest["counts"]["hits"] == len(family)
+    assert main(argv) == 2  # an existing OUTDIR is kept without --overwrite
+    assert "--overwrite" in capsys.readouterr().err
+    assert main([*argv, "--overwrite"]) == 0
+
+
+def test_the_cli_needs_a_query_a_database_and_an_outdir(tmp_path, capsys):
+    from protein_performer.cli.main import main
+
+    query = _write(tmp_path / "q.fasta", {"q": "MKTAYIAKQR"})
+    assert main(["data", "search", str(query), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "QUERY DB [DB ...] OUTDIR" in err
+    assert main(["data", "search", str(query), str(query), str(tmp_path / "out")]) == 2
+    assert "error:" in capsys.readouterr().err  # the query given as its own database
+    assert not (tmp_path / "out").exists()
