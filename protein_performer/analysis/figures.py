@@ -60,13 +60,14 @@ def _matrix_panel(ax, m: np.ndarray, title: str, unit: str = "") -> None:
     finite = shown[np.isfinite(shown)]
     vmax = float(np.abs(finite).max()) if finite.size else 1.0
     im = ax.imshow(shown, cmap="RdBu_r", vmin=-vmax or -1, vmax=vmax or 1)
-    ax.set_xticks(range(20), list(AA_ORDER), fontsize=7)
-    ax.set_yticks(range(20), list(AA_ORDER), fontsize=7)
+    ax.set_xticks(range(20), list(AA_ORDER), fontsize=8)
+    ax.set_yticks(range(20), list(AA_ORDER), fontsize=8)
     _group_lines(ax, 20)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=11)
     cb = plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    cb.ax.tick_params(labelsize=8)
     if unit:
-        cb.set_label(unit, fontsize=7)
+        cb.set_label(unit, fontsize=9)
 
 
 #: What each similarity view is, and the unit of its colour bar.
@@ -93,15 +94,21 @@ def similarity_figure(
     plt = _pyplot()
     notes = notes or {}
     views = [k for k in SIMILARITY_VIEWS if matrices.get(k) is not None or k in notes]
-    fig, axes = plt.subplots(1, len(views) + 1, figsize=(3.8 * (len(views) + 1), 4.0))
-    axes = np.atleast_1d(axes)
+    panels = len(views) + 1
+    cols = panels if panels <= 3 else -(-panels // 2)  # two rows past three: text stays legible
+    rows = -(-panels // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 4.4 * rows), squeeze=False)
+    axes = axes.ravel()
+    for ax in axes[panels:]:
+        ax.set_axis_off()
+    axes = axes[:panels]
     _matrix_panel(axes[0], blosum, "BLOSUM62", "log-odds (half bits; diagonal not shown)")
     for ax, key in zip(axes[1:], views, strict=True):
         label, unit = SIMILARITY_VIEWS[key]
         if matrices.get(key) is None:
             ax.set_axis_off()
-            ax.set_title(f"{label}\nnot defined", fontsize=9)
-            ax.text(0.5, 0.5, notes[key], ha="center", va="center", wrap=True, fontsize=8)
+            ax.set_title(f"{label}\nnot defined", fontsize=11)
+            ax.text(0.5, 0.5, notes[key], ha="center", va="center", wrap=True, fontsize=10)
             continue
         value = r.get(key)
         shown = "n/a" if value is None else f"{value:+.2f}"
@@ -109,7 +116,7 @@ def similarity_figure(
             shown += f" (null {r['attention_null']:+.2f})"
         _matrix_panel(ax, matrices[key], f"{label}\nr = {shown}", unit)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=12)
     fig.tight_layout()
     return save_figure(fig, stem)
 

@@ -104,6 +104,8 @@ class AttentionCounts:
     threshold: float
     seed: int = 0
     causal: bool = False
+    #: also accumulate the flow view (one of several counters over the same maps need not)
+    with_flow: bool = True
     arcs: np.ndarray = field(init=False)  # (heads, 20) arcs >= threshold by target type
     null_arcs: np.ndarray = field(init=False)
     flow: np.ndarray = field(init=False)  # (20, 20) attention mass from type a to type b
@@ -145,6 +147,10 @@ class AttentionCounts:
         for h, k in enumerate(per_head):
             if k:
                 self.null_arcs[h] += self._rng.multinomial(int(k), comp)
+        self.proteins += 1
+        self.residues += len(t)
+        if not self.with_flow:
+            return
         # flow: mass from type a to type b, against uniform spread over the keys each row sees
         # (the protein; causal: the residues up to the query)
         total = att.sum(0)  # (n, n)
@@ -154,8 +160,6 @@ class AttentionCounts:
             self.expected += onehot.T @ (total.sum(1)[:, None] * seen)
         else:
             self.expected += np.outer(onehot.T @ total.sum(1), comp)
-        self.proteins += 1
-        self.residues += len(t)
 
 
 def vig_similarity(arcs: np.ndarray, min_arcs: int) -> tuple[np.ndarray | None, np.ndarray]:
@@ -264,7 +268,9 @@ class SimilarityResult:
         lines = [
             f"amino-acid similarity vs BLOSUM62 (Pearson r, 190 pairs), {i['proteins']:,} "
             f"proteins / {i['residues']:,} residues:",
-            f"  attention (Vig et al., θ={i['threshold']}): r = {show(self.r['attention'])}, "
+            f"  attention (Vig et al., θ={i['threshold']}"
+            + (" chosen by threshold=auto" if i.get("threshold_auto") else "")
+            + f"): r = {show(self.r['attention'])}, "
             f"{i['heads_kept']} of {i['heads_total']} heads with ≥ {i['min_arcs']} arcs "
             f"(row-permutation null: r = {show(self.r['attention_null'])}; "
             f"{i['pairs']['attention']} of 190 pairs defined)",
@@ -283,6 +289,10 @@ class SimilarityResult:
         return "\n".join(lines)
 
 
+#: ``threshold=auto`` tries these, highest first (Vig et al. used 0.3).
+AUTO_THRESHOLDS = (0.3, 0.2, 0.1, 0.05, 0.03, 0.02, 0.01)
+
+
 @torch.no_grad()
 @evaluates
 def aa_similarity(
@@ -290,7 +300,7 @@ def aa_similarity(
     proteins: Sequence[Protein],
     alphabet: Alphabet,
     *,
-    threshold: float = 0.3,
+    threshold: float | str = 0.3,
     min_arcs: int = 100,
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
@@ -299,18 +309,30 @@ def aa_similarity(
     progress: bool = False,
 ) -> SimilarityResult:
     """Compute every view over ``proteins`` (already sampled and cropped by the caller), in
-    eval mode."""
+    eval mode. ``threshold="auto"``: arcs are counted at each of :data:`AUTO_THRESHOLDS` in the
+    same pass and the highest at which 3 heads have ``min_arcs`` arcs is used (the lowest when
+    none is), so a model with diffuse attention still gets an attention view."""
     depth, n_heads = model.config.depth, model.config.heads
     layers = list(range(depth)) if layers is None else list(layers)
     heads = list(range(n_heads)) if heads is None else list(heads)
     types = _aa_index(alphabet)
     causal = bool(getattr(model, "causal", False))
-    counts = AttentionCounts(len(layers) * len(heads), threshold, seed, causal=causal)
+    auto = threshold == "auto"
+    ladder = AUTO_THRESHOLDS if auto else (float(threshold),)
+    n = len(layers) * len(heads)
+    counters = [
+        AttentionCounts(n, theta, seed, causal=causal, with_flow=i == 0)
+        for i, theta in enumerate(ladder)
+    ]
     for p in progress_bar(proteins, desc="attention", unit="protein", enabled=progress):
         maps = attention_maps(model, p, alphabet, layers=layers, heads=heads)
-        counts.add(maps.reshape(-1, *maps.shape[2:]), types[p.residues.astype(np.int64)])
-    sim, kept = vig_similarity(counts.arcs, min_arcs)
-    null, _ = vig_similarity(np.where(kept[:, None], counts.null_arcs, 0), min_arcs)
+        for c in counters:
+            c.add(maps.reshape(-1, *maps.shape[2:]), types[p.residues.astype(np.int64)])
+    chosen = next((c for c in counters if (c.arcs.sum(1) >= min_arcs).sum() >= 3), counters[-1])
+    counts = counters[0]  # the flow view's (the same whatever the threshold)
+    threshold = chosen.threshold
+    sim, kept = vig_similarity(chosen.arcs, min_arcs)
+    null, _ = vig_similarity(np.where(kept[:, None], chosen.null_arcs, 0), min_arcs)
     # a causal model never saw <mask>: its prediction there is no substitution preference
     joint, positions = (
         (None, 0)
@@ -328,7 +350,7 @@ def aa_similarity(
     r = {name: offdiag_pearson(m, ref) for name, m in matrices.items()}
     max_weight_note = None
     if sim is None:
-        lower = "; a lower threshold (e.g. 0.1) finds more arcs" if threshold > 0.1 else ""
+        lower = f"; a lower threshold (e.g. {threshold / 2:g}) finds more arcs"
         max_weight_note = (
             f"{int(kept.sum())} of {len(kept)} heads "
             f"{'has' if int(kept.sum()) == 1 else 'have'} >= {min_arcs} attention weights "
@@ -338,21 +360,22 @@ def aa_similarity(
         "proteins": counts.proteins,
         "residues": counts.residues,
         "threshold": threshold,
+        "threshold_auto": auto,
         "min_arcs": min_arcs,
         "heads_total": len(kept),
         "heads_kept": int(kept.sum()),
-        "arcs": int(counts.arcs.sum()),
+        "arcs": int(chosen.arcs.sum()),
         "arcs_per_head": {
             f"L{layer}H{head}": int(n)
             for (layer, head), n in zip(
-                [(a, b) for a in layers for b in heads], counts.arcs.sum(1), strict=True
+                [(a, b) for a in layers for b in heads], chosen.arcs.sum(1), strict=True
             )
         },
         "pairs": {name: offdiag_pairs(m) for name, m in matrices.items()},
         "masked_positions": positions,
         "causal": causal,
         # causal: arcs only from query rows that see this many keys (AttentionCounts.min_keys)
-        "causal_min_keys": counts.min_keys or None,
+        "causal_min_keys": chosen.min_keys or None,
         "mask_prob": mask_prob,
         "seed": seed,
         "amino_acid_order": AA_ORDER,
@@ -361,7 +384,7 @@ def aa_similarity(
             for n in (
                 max_weight_note,
                 "causal model: no substitution view (it never saw <mask>)" if joint is None else "",
-                f"causal model: attention arcs from query rows that see >= {counts.min_keys} keys"
+                f"causal model: attention arcs from query rows that see >= {chosen.min_keys} keys"
                 if causal
                 else "",
             )

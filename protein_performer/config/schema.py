@@ -305,7 +305,11 @@ class SimilarityConfig(_AnalysisInputs):
     )
     n_proteins: int | None = _key(800, "proteins sampled (seeded; null: all)")
     max_residues: int = _key(510, "residues kept per protein (its first ones)")
-    threshold: float = _key(0.3, "attention weight counted as an arc (Vig et al.: 0.3; 0.1)")
+    threshold: Any = _key(
+        "auto",
+        "attention weight counted as an arc (Vig et al.: 0.3), or auto: the highest of "
+        "0.3, 0.2, 0.1, 0.05, 0.03, 0.02, 0.01 at which 3 heads have min_arcs arcs",
+    )
     min_arcs: int = _key(100, "heads with fewer arcs are dropped")
     mask_prob: float = _key(0.15, "masking rate of the substitution view")
     seed: int = _key(0, "sampling, masking and null seed")

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import re
 from datetime import timedelta
@@ -115,8 +116,7 @@ def validate_analysis_config(cfg: Any) -> None:
             _positive("n_proteins", cfg.n_proteins)
         _positive("max_residues", cfg.max_residues)
         _positive("min_arcs", cfg.min_arcs)
-        if not 0.0 < cfg.threshold <= 1.0:
-            raise ConfigError(f"threshold must be in (0, 1] (got {cfg.threshold!r})")
+        cfg.threshold = check_threshold(cfg.threshold)
         if not 0.0 < cfg.mask_prob < 1.0:
             raise ConfigError(f"mask_prob must be in (0, 1) (got {cfg.mask_prob!r})")
     if isinstance(cfg, (ExtractConfig, PlotHeadsConfig)) and cfg.max_length is not None:
@@ -429,3 +429,16 @@ def validate_eval_config(cfg: EvalConfig) -> None:
         _positive("max_records", cfg.max_records)
     if cfg.mask_prob is not None and not 0.0 < cfg.mask_prob < 1.0:
         raise ConfigError(f"mask_prob must be in (0, 1) (got {cfg.mask_prob!r})")
+
+
+def check_threshold(value: Any) -> float | str:
+    """``threshold=``: ``auto`` or an attention weight in (0, 1]."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not 0.0 < number <= 1.0:
+        raise ConfigError(f"threshold must be auto or in (0, 1] (got {value!r})")
+    return number

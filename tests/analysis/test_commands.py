@@ -4,6 +4,7 @@ behind on failure."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,6 +77,7 @@ def test_aa_similarity_says_when_no_head_passes(files, tmp_path, capsys) -> None
         f"fasta={files / 'proteins.fasta'}",
         f"out={out}",
         "n_proteins=10",
+        "threshold=0.3",
     )
     assert code == 0
     assert "r = n/a, 0 of 8 heads" in text and "nan" not in text.lower()
@@ -632,3 +634,34 @@ def test_an_analysis_without_an_alphabet_says_so() -> None:
 
     with pytest.raises(TypeError, match="alphabet must be an Alphabet"):
         as_protein("MKV", None)
+
+
+def test_aa_similarity_defaults_give_the_shipped_model_an_attention_view(tmp_path, capsys):
+    """θ = 0.3 (and 0.1) left every head of the shipped model without 100 arcs ("n/a, 0 of 16
+    heads"): threshold=auto finds a view and says which θ it took."""
+    out = tmp_path / "sim"
+    sample = Path(__file__).resolve().parents[2] / "data" / "simulated_families.fasta.gz"
+    code, text, _ = run(
+        capsys, "aa-similarity", "checkpoint=default", f"fasta={sample}", f"out={out}",
+        "n_proteins=40", "max_residues=200",
+    )  # fmt: skip
+    assert code == 0, text
+    summary = json.loads((out / "similarity.json").read_text())
+    assert summary["threshold_auto"] and summary["threshold"] < 0.1
+    assert summary["heads_kept"] >= 3 and summary["r_vs_blosum62"]["attention"] is not None
+    assert f"θ={summary['threshold']} chosen by threshold=auto" in text
+
+
+def test_the_empty_attention_panel_says_what_to_try(files, tmp_path, capsys, monkeypatch) -> None:
+    from protein_performer.cli.commands import aa_similarity as command
+
+    notes = {}
+    real = command.similarity_figure
+    monkeypatch.setattr(
+        command, "similarity_figure", lambda *a, **kw: notes.update(kw["notes"]) or real(*a, **kw)
+    )
+    ckpt, fasta = f"checkpoint={files / 'relu.ckpt'}", f"fasta={files / 'proteins.fasta'}"
+    code, text, _ = run(capsys, "aa-similarity", ckpt, fasta, f"out={tmp_path / 's'}",
+                        "n_proteins=10", "threshold=0.9")  # fmt: skip
+    assert code == 0, text
+    assert notes["attention"].endswith("(try threshold=0.45\nor min_arcs=25)")

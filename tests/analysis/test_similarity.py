@@ -243,3 +243,28 @@ def test_a_causal_model_gets_no_substitution_view() -> None:
         said = "(not defined: a causal model never predicts at a masked site)"
         assert (said in res.format()) == causal
         assert res.matrices["embedding"] is not None
+
+
+def test_auto_threshold_takes_the_highest_with_three_heads_and_equals_that_threshold() -> None:
+    model = planted_model()
+    proteins = random_proteins(60, 30, seed=0)
+    auto = aa_similarity(model, proteins, ALPHABET, threshold="auto", min_arcs=10, seed=0)
+    kept = {}
+    for theta in (0.3, 0.2, 0.1):
+        fixed = aa_similarity(model, proteins, ALPHABET, threshold=theta, min_arcs=10, seed=0)
+        kept[theta] = fixed.info["heads_kept"]
+        if fixed.info["heads_kept"] >= 3:
+            break
+    assert auto.info["threshold"] == theta and auto.info["threshold_auto"] is True
+    assert all(n < 3 for t, n in kept.items() if t > theta)
+    assert auto.info["heads_kept"] == fixed.info["heads_kept"] >= 3
+    assert auto.r == pytest.approx(fixed.r)  # the same counts, the same null draws
+    np.testing.assert_allclose(auto.matrices["flow"], fixed.matrices["flow"])
+
+
+def test_auto_threshold_with_no_head_passing_reports_the_lowest() -> None:
+    model = planted_model()
+    proteins = random_proteins(5, 30, seed=0)
+    result = aa_similarity(model, proteins, ALPHABET, threshold="auto", min_arcs=10**6)
+    assert result.matrices["attention"] is None and result.info["threshold"] == 0.01
+    assert "a lower threshold (e.g. 0.005)" in result.info["note"]

@@ -149,7 +149,8 @@ def _write_similarity(work: Path, result: SimilarityResult, summary: dict, title
     notes = {}
     if result.matrices.get("attention") is None:
         notes["attention"] = (
-            f"no head has ≥ {i['min_arcs']} arcs\nwith weight ≥ θ = {i['threshold']}\n(lower threshold=)"
+            f"no head has ≥ {i['min_arcs']} arcs\nwith weight ≥ θ = {i['threshold']}\n"
+            f"(try threshold={i['threshold'] / 2:g}\nor min_arcs={max(1, i['min_arcs'] // 4)})"
         )
     if result.matrices.get("substitution") is None and i.get("causal"):
         notes["substitution"] = "a causal model never\npredicts at a masked site"
