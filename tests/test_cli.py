@@ -308,3 +308,29 @@ def test_preprocess_warns_of_empty_splits_only_where_a_fraction_asked_for_record
     )
     assert code == 0 and "the val and test splits are empty" in err and "too few records" in err
     assert "no train split" not in err
+
+
+def test_an_unknown_option_gets_the_subcommands_usage(tmp_path, capsys):
+    p = tmp_path / "x.fa"
+    p.write_bytes(FASTA)
+    with pytest.raises(SystemExit) as exit_:
+        main(["data", "stats", "--min-len", "3", str(p)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: protein-performer data stats")
+    assert "unrecognized arguments: --min-len" in err
+    with pytest.raises(SystemExit):
+        main(["data", "download", "uniref50", str(tmp_path / "o"), "extra"])
+    assert capsys.readouterr().err.startswith("usage: protein-performer data download")
+
+
+def test_a_missing_file_is_worded_alike_by_every_command(tmp_path, capsys):
+    missing = tmp_path / "nope.fa"
+    assert main(["data", "stats", str(missing)]) == 2
+    stats_err = capsys.readouterr().err
+    assert main(["evaluate", "checkpoint=default", f"fasta={missing}"]) == 2
+    eval_err = capsys.readouterr().err
+    assert main(["evaluate", f"checkpoint={tmp_path / 'no.ckpt'}", f"fasta={missing}"]) == 2
+    ckpt_err = capsys.readouterr().err
+    for err in (stats_err, eval_err, ckpt_err):
+        assert "no such file" in err and "not found" not in err, err

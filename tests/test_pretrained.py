@@ -55,7 +55,7 @@ def test_an_unknown_name_is_a_one_line_error_naming_the_shipped_ones(tmp_path, m
 
 def test_a_missing_file_is_an_error_naming_it(tmp_path):
     missing = tmp_path / "runs" / "best.ckpt"
-    with pytest.raises(DataError, match="checkpoint not found") as e:
+    with pytest.raises(DataError, match="checkpoint: no such file") as e:
         protein_performer.load(missing)
     assert str(missing) in str(e.value) and "\n" not in str(e.value)
 

@@ -74,18 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dsub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", required=True)
 
-    stats.add_parser(dsub)
-
-    preprocess.add_parser(dsub)
-
-    cluster.add_parser(dsub)
-
-    search.add_parser(dsub)
-
-    simulate.add_parser(dsub)
-
-    download.add_parser(dsub)
-
+    for command in (stats, preprocess, cluster, search, simulate, download):
+        command.add_parser(dsub)
+    for subparser in dsub.choices.values():  # its own usage for an unknown option
+        subparser.set_defaults(parser=subparser)
     return parser
 
 
@@ -98,7 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with sigterm_raises():  # SIGTERM cleans up like Ctrl-C (no half-written output)
             if argv and argv[0] in HYDRA_COMMANDS:
                 return _cmd_hydra(argv[0], argv[1:])
-            args = parser.parse_args(argv)
+            args, unknown = parser.parse_known_args(argv)
+            if unknown:  # argparse blames the top parser: name the subcommand's options
+                args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
             return int(args.func(args) or 0)
     except ProteinPerformerError as e:
         if debug:

@@ -291,7 +291,7 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("split_by=cluster needs clusters=DIR (the output of `data cluster`)")
     elif by == "cluster" and not Path(clusters).exists():
         raise DataError(
-            "clusters: not found (the training run's clusters table; give clusters=DIR)",
+            "clusters: no such file or directory (the training run's clusters table; give clusters=DIR)",
             path=clusters,
         )
     if cfg.split and by == "cluster" and stored.get("split_by") == "cluster":

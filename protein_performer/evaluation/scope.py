@@ -211,7 +211,7 @@ def _context_targets(
         try:
             cluster_of = read_members(clusters)
         except DataError as e:
-            if cfg.clusters or "not found" not in e.problem:
+            if cfg.clusters or not any(w in e.problem for w in ("not found", "no such file")):
                 raise
             # the training run's table, which the user never named: say where it came from
             raise DataError(

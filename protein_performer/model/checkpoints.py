@@ -118,7 +118,7 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     """
     p = resolve_checkpoint(path)
     if not p.exists():
-        raise DataError("checkpoint not found", path=p)
+        raise DataError("checkpoint: no such file", path=p)
     if not p.is_file():
         found = [
             f"{c} {p / d / f'{c}.ckpt'}"

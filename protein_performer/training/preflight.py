@@ -35,18 +35,19 @@ log = logging.getLogger(__name__)
 
 
 def _require_file(path: str, what: str) -> None:
-    """One-line :class:`DataError` ``PATH: WHAT: not found`` (or ``not a file``)."""
+    """One-line :class:`DataError` ``PATH: WHAT: no such file`` (or ``not a file``), worded as
+    every command words a missing file."""
     if not str(path).strip():  # Path("") is the working directory
         raise ConfigError(f"{what}: an empty path (a file is needed)")
     p = Path(path)
     if not p.is_file():
         if not p.exists():
-            problem = "not found"
+            problem = "no such file"
         elif p.is_dir():
             problem = "a directory, not a file"
         else:
             problem = f"a pipe or other stream, not a file: {STREAM_HINT}"
-        hint = missing_path_hint(path) if problem == "not found" else ""
+        hint = missing_path_hint(path) if problem == "no such file" else ""
         raise DataError(f"{what}: {problem}{hint}", path=path)
 
 
@@ -79,7 +80,7 @@ def _check_paths(cfg: TrainConfig, warn: bool = True, scan: bool = True) -> int 
     )
     if d.clusters and not Path(d.clusters).exists():
         raise DataError(
-            "data.clusters: not found (the output of `data cluster`)"
+            "data.clusters: no such file or directory (the output of `data cluster`)"
             + missing_path_hint(d.clusters),
             path=d.clusters,
         )
@@ -87,7 +88,7 @@ def _check_paths(cfg: TrainConfig, warn: bool = True, scan: bool = True) -> int 
         problem = (
             "a file, not a shard directory (`data preprocess` writes one; FASTA goes to data.files)"
             if Path(d.shards).exists()
-            else "shard directory not found"
+            else "no such shard directory"
         )
         raise DataError(f"data.shards: {problem}", path=d.shards)
     warn = warn and is_rank_zero()

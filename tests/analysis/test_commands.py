@@ -206,7 +206,7 @@ def test_extract_cli(files, tmp_path, capsys) -> None:
 @pytest.mark.parametrize(
     "command, args, message",
     [
-        ("extract", ["checkpoint=MISSING"], "checkpoint not found"),
+        ("extract", ["checkpoint=MISSING"], "checkpoint: no such file"),
         ("plot-heads", ["fasta=EMPTY"], "empty file"),
         ("plot-heads", ["record=nope"], "no record with id nope"),
         ("plot-heads", ["fasta=DUP", "record=a"], "record id a names 2 records"),

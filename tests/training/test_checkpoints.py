@@ -121,7 +121,7 @@ class _Shell:
 
 
 def test_unsafe_or_foreign_files_give_clear_errors(tmp_path):
-    with pytest.raises(DataError, match=r"missing\.ckpt: checkpoint not found"):
+    with pytest.raises(DataError, match=r"missing\.ckpt: checkpoint: no such file"):
         read_checkpoint(tmp_path / "missing.ckpt")
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(b"not a checkpoint")

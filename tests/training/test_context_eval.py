@@ -353,7 +353,7 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
     assert with_ctx.sequences == plain.sequences and with_ctx.perplexity == plain.perplexity
     with pytest.raises(ConfigError, match="context=cluster needs clusters"):
         evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster"))
-    with pytest.raises(DataError, match="context: not found"):
+    with pytest.raises(DataError, match="context: no such file"):
         evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context="no.fa"))
     with pytest.raises(DataError, match="no evaluated protein has 3 or more"):
         evaluate(
@@ -499,7 +499,7 @@ def test_evaluate_without_a_split_needs_no_clusters_table(tmp_path):
     (tmp_path / "members.tsv").rename(tmp_path / "moved.tsv")
     out = evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta)))
     assert out.sequences == 30
-    with pytest.raises(DataError, match=r"members\.tsv: clusters: not found"):
+    with pytest.raises(DataError, match=r"members\.tsv: clusters: no such file"):
         evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test"))
     # context=cluster falls back on the run's table, which the user never named: say so
     with pytest.raises(DataError, match=r"the training run's clusters table is not here; give"):

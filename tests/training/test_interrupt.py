@@ -484,10 +484,10 @@ def test_a_typo_in_a_data_path_leaves_no_run_directory(tiny_fasta, tmp_path):
 
     run_dir = tmp_path / "myrun"
     overrides = [o for o in tiny_overrides(tiny_fasta, run_dir) if "data.files" not in o]
-    with pytest.raises(DataError, match=r"typo\.fasta: data\.files: not found"):
+    with pytest.raises(DataError, match=r"typo\.fasta: data\.files: no such file"):
         run_hydra("train", [*overrides, f"data.files=['{tmp_path / 'typo.fasta'}']"])
     assert not run_dir.exists()
-    for shards, problem in ((tmp_path / "none", "shard directory not found"),
+    for shards, problem in ((tmp_path / "none", "no such shard directory"),
                             (tiny_fasta, "a file, not a shard directory")):  # fmt: skip
         with pytest.raises(DataError, match=f"data\\.shards: {problem}"):
             run_hydra("train", [*overrides, f"data.shards={shards}"])

@@ -238,7 +238,7 @@ def test_a_failing_sweep_job_is_named_before_its_error(tmp_path, capsys, monkeyp
 
 def test_missing_data_file_is_a_clear_error(tmp_path):
     cfg = tiny_config(tmp_path / "nope.fasta")
-    with pytest.raises(DataError, match=r"nope\.fasta: data\.files: not found"):
+    with pytest.raises(DataError, match=r"nope\.fasta: data\.files: no such file"):
         train(cfg, tmp_path / "run")
 
 
