@@ -595,6 +595,23 @@ class FavorAttention(nn.Module):
         return ", ".join(parts)
 
 
+def prepare_fused_kernel(model: nn.Module) -> bool:
+    """Build (or load) the kernel now where ``model`` has bidirectional FAVOR (ReLU or softmax,
+    features rebuilt in the backward) on a CPU: its ~30 s compile before training's first
+    (timed) step, not inside it. True when the kernel is loaded; raises as
+    :func:`.kernels.fused_cpu.kernel`."""
+    on_cpu = any(p.device.type == "cpu" for p in model.parameters())
+    wanted = on_cpu and any(
+        isinstance(m, FavorAttention)
+        and not m.causal
+        and m.kernel in ("relu", "softmax")
+        and m.fused
+        and not m.save_features
+        for m in model.modules()
+    )
+    return wanted and fused_cpu.kernel() is not None
+
+
 def redraw_all(module: nn.Module, global_step: int) -> int:
     """Call :meth:`FavorAttention.maybe_redraw` on every FavorAttention inside ``module``.
 

@@ -77,6 +77,7 @@ TRAIN_KEY_HELP: dict[str, str] = {
     "trainer.strategy": "auto | ddp | fsdp | single_device",
     "trainer.precision": "auto (bf16-mixed on GPUs with bf16, else 16-mixed; 32-true on CPU) | 32-true | ...",
     "trainer.max_steps": "training steps (optimizer updates)",
+    "trainer.threads": "CPU threads (null: the CPUs other work leaves free when the run starts)",
     "trainer.max_time": "stop after this long: 30m, 1h30m, HH:MM:SS, DD:HH:MM:SS",
     "trainer.checkpoint_every_minutes": "also save last.ckpt this often (null/0: at validations)",
     "trainer.val_check_interval": "validate every this many steps",

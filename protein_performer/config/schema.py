@@ -140,6 +140,8 @@ class TrainerConfig:
     model_summary: bool = False  # print Lightning's layer table at the start
     tensorboard: bool = False
     deterministic: bool = False
+    # torch's CPU threads (None: the CPUs other work leaves free at the start; see choose_threads)
+    threads: int | None = None
 
 
 @dataclass

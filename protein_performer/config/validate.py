@@ -322,6 +322,8 @@ def validate_train_config(cfg: TrainConfig) -> None:
     _positive("trainer.val_check_interval", t.val_check_interval)
     _positive("trainer.log_every_n_steps", t.log_every_n_steps)
     _positive("trainer.num_nodes", t.num_nodes)
+    if t.threads is not None:
+        _positive("trainer.threads", t.threads)
     if t.max_time is not None:
         t.max_time = parse_max_time(t.max_time)
     devices = t.devices

@@ -231,7 +231,7 @@ def build_trainer(
         ValidateOnFinalStep(),
     ]
     if t.enable_progress_bar:
-        callbacks.append(StepProgressBar())
+        callbacks.append(StepProgressBar(max_seconds=max_time_seconds(t.max_time)))
     a = cfg.analysis
     if a.similarity_every_n_steps:
         from protein_performer.analysis.callback import SimilarityCallback
@@ -253,6 +253,14 @@ def build_trainer(
         message = " ".join(str(e).split())
         raise ConfigError(f"trainer settings rejected by Lightning: {message}") from None
     return trainer, throughput, checkpoint
+
+
+def max_time_seconds(max_time: str | None) -> float | None:
+    """``DD:HH:MM:SS`` (``trainer.max_time`` once validated) in seconds."""
+    if not max_time:
+        return None
+    days, hours, minutes, seconds = (int(x) for x in str(max_time).split(":"))
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
 class SessionTimer(Timer):

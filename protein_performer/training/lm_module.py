@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 import torch
 
 from protein_performer.attention import redraw_all
-from protein_performer.attention.kernels import fused_cpu
+from protein_performer.attention.favor import prepare_fused_kernel
 from protein_performer.config.schema import OBJECTIVES, AlignConfig, OptimConfig
 from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.errors import ConfigError, TrainingDiverged
@@ -312,7 +312,7 @@ class ProteinLMModule(pl.LightningModule):
             if not self.causal:
                 self._unigram_logp = unigram_log_probs(counts, self.alphabet)
         # the fused CPU kernel's compile (announced), before the first timed step, not in it
-        fused_cpu.prepare(self.model)
+        prepare_fused_kernel(self.model)
 
     # ---- checkpoints ------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

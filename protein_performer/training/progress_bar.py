@@ -24,14 +24,21 @@ def _fmt_duration(seconds: float) -> str:
 class StepProgressBar(ProgressBar):
     """``train 1,200/6,000 [..] loss=2.91 val_ppl=14.2`` (the total survives a resume)."""
 
-    def __init__(self, log_every_s: float = 30.0, stream: Any = None) -> None:
+    def __init__(
+        self, log_every_s: float = 30.0, stream: Any = None, max_seconds: float | None = None
+    ) -> None:
         super().__init__()
+        self.max_seconds = max_seconds  # trainer.max_time: the ETA never reads past it
         self._enabled = True
         self.log_every_s = log_every_s
         self.stream = stream
         self._bar: Any = None
         self._t0 = 0.0
         self._step0 = 0
+        # the rate is measured from the end of the first step: it holds one-off work (the
+        # first batches, a kernel's first use) that would make the first ETA read hours
+        self._t1: float | None = None
+        self._step1 = 0
         self._last_line = 0.0
         self._lines = 0
         self._val_step: int | None = None
@@ -91,6 +98,8 @@ class StepProgressBar(ProgressBar):
         if not (self._enabled and trainer.is_global_zero):
             return
         step, total = trainer.global_step, trainer.max_steps
+        if self._t1 is None:
+            self._t1, self._step1 = time.monotonic(), step
         if self._bar is not None:
             self._bar.update(step - self._bar.n)
             self._bar.set_postfix(self._metrics(trainer), refresh=False)
@@ -102,9 +111,7 @@ class StepProgressBar(ProgressBar):
             return
         self._lines += 1
         self._last_line = now
-        done = step - self._step0
-        rate = done / (now - self._t0) if now > self._t0 else 0.0
-        eta = f", ETA {_fmt_duration((total - step) / rate)}" if rate > 0 and total > 0 else ""
+        rate, eta = self.rate_and_eta(now, step, total)
         metrics = "".join(f" {k} {v}" for k, v in self._metrics(trainer).items())
         pct = f" ({100 * step / total:.0f}%)" if total > 0 else ""
         print(
@@ -112,6 +119,25 @@ class StepProgressBar(ProgressBar):
             file=self._out,
             flush=True,
         )
+
+    def rate_and_eta(self, now: float, step: int, total: int) -> tuple[float, str]:
+        """Steps per second since the first step ended, and ``, ETA ...`` (empty until a
+        second step has ended); with ``max_seconds`` the ETA is the time budget's when that
+        comes first."""
+        t1 = self._t1 if self._t1 is not None else self._t0
+        done = step - (self._step1 if self._t1 is not None else self._step0)
+        rate = done / (now - t1) if now > t1 and done > 0 else 0.0
+        if rate <= 0 or total <= 0:
+            return rate, ""
+        left = (total - step) / rate
+        if self.max_seconds is not None:
+            budget = max(0.0, self.max_seconds - (now - self._t0))
+            if budget < left:
+                return (
+                    rate,
+                    f", ETA {_fmt_duration(budget)} (max_time; {total - step:,} steps left)",
+                )
+        return rate, f", ETA {_fmt_duration(left)}"
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._bar is not None:

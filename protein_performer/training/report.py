@@ -11,9 +11,11 @@ import pytorch_lightning as pl
 
 from protein_performer.config.schema import TrainConfig
 from protein_performer.data.datamodule import ProteinDataModule
+from protein_performer.training.builders import max_time_seconds
 from protein_performer.training.graceful_stop import STOP_SIGNAL_NAMES, GracefulInterrupt
 from protein_performer.training.memory import MemoryEstimate
 from protein_performer.training.preflight import _num, shards_split
+from protein_performer.training.progress_bar import _fmt_duration
 from protein_performer.utils.outputs import json_safe
 
 
@@ -154,6 +156,7 @@ def _print_header(
     warning: str | None,
     resume_step: int | None,
     data: str = "",
+    threads: tuple[int, str | None] | None = None,
 ) -> None:
     m, t = cfg.model, cfg.trainer
     shape = f"{m.depth}×{m.dim}, {m.heads} heads" + (
@@ -170,6 +173,9 @@ def _print_header(
     steps = f"{t.max_steps:,} step{'' if t.max_steps == 1 else 's'}" + (
         f" (resuming at step {resume_step:,})" if resume_step is not None else ""
     )
+    if t.max_time:  # the budget that may stop the run first, in words
+        budget = _fmt_duration(max_time_seconds(t.max_time))
+        steps += f" or {budget} (trainer.max_time), whichever comes first"
     if isinstance(t.devices, int) and t.devices * t.num_nodes > 1:
         ranks = t.devices * t.num_nodes
         steps += f" on {ranks} processes (each step: a batch per process, {ranks} in all)"
@@ -189,6 +195,9 @@ def _print_header(
             else "at validations"
         ),
     ]
+    if threads is not None:
+        count, why = threads
+        lines.append(f"threads: {count}" + (f" ({why})" if why else ""))
     if cfg.init_from:
         lines.append(f"weights from: {cfg.init_from} (init_from: a new run, its own optimizer)")
     if warning:

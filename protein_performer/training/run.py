@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 
 from protein_performer.config.schema import TrainConfig
 from protein_performer.config.validate import (
@@ -75,7 +76,7 @@ from protein_performer.training.run_dir import (
 )
 from protein_performer.training.run_lock import run_lock
 from protein_performer.utils.atomic import make_output_dir, write_text_atomic
-from protein_performer.utils.devices import is_rank_zero
+from protein_performer.utils.devices import choose_threads, is_rank_zero
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,10 @@ def _train(
     estimate = estimate_memory(cfg, len(default_alphabet()))
     on_cpu = resolve_precision(cfg.trainer.accelerator, "auto") == "32-true"
     warning = check_fits_cpu(estimate) if on_cpu else None
+    threads = None
+    if on_cpu:  # before any work: a busy machine gets fewer threads, said in the header
+        threads = choose_threads(cfg.trainer.threads)
+        torch.set_num_threads(threads[0])
     # a new run's directory held nothing before (claim_run_dir): on an early failure it goes
     created = cfg.ckpt_path is None
     existed = run_dir_existed(run_dir)
@@ -206,7 +211,7 @@ def _train(
             read_s = time.perf_counter() - t_read
             if rank_zero:
                 data_line = _data_line(dm, cfg, read_s)
-                _print_header(cfg, run_path, estimate, warning, resume_step, data_line)
+                _print_header(cfg, run_path, estimate, warning, resume_step, data_line, threads)
             module = build_module(cfg, dm.alphabet)
             trainer, throughput, checkpoint = build_trainer(
                 cfg, run_path, [*(callbacks or []), LockGuard(held)], resume_step

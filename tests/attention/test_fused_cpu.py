@@ -495,6 +495,7 @@ def test_training_builds_the_kernel_before_its_first_step(monkeypatch):
     whose FAVOR can take the kernel asks for it."""
     import types
 
+    from protein_performer.attention.favor import prepare_fused_kernel
     from protein_performer.model.config import ModelConfig
     from protein_performer.model.performer import ProteinLM
     from protein_performer.training.lm_module import ProteinLMModule
@@ -510,5 +511,5 @@ def test_training_builds_the_kernel_before_its_first_step(monkeypatch):
         ProteinLM(config, 25, 0, causal=True),
         ProteinLM(ModelConfig(attention="transformer", dim=32, depth=1, heads=4), 25, 0),
     ):
-        assert not fused_cpu.prepare(model)
+        assert not prepare_fused_kernel(model)
     assert asked == [True]

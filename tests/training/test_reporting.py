@@ -159,3 +159,49 @@ def test_throughput_is_timed_from_the_first_batch_in_hand(monkeypatch):
     now[0] = 101.0  # one step
     t.on_train_batch_end(None, Module(), None, None, 0)
     assert t.tokens_per_s == 500.0
+
+
+def test_a_busy_machine_gets_fewer_threads_and_is_told(monkeypatch):
+    from protein_performer.utils import devices
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(devices, "usable_cpus", lambda: 4)
+    monkeypatch.setattr(devices.os, "getloadavg", lambda: (2.6, 1.0, 1.0))
+    count, why = devices.choose_threads()
+    assert count == 1 and "busy (load 2.6 on 4 CPUs)" in why and "trainer.threads" in why
+    monkeypatch.setattr(devices.os, "getloadavg", lambda: (0.3, 0.0, 0.0))
+    assert devices.choose_threads() == (4, None)  # idle: every CPU
+    monkeypatch.setattr(devices.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert devices.choose_threads()[0] == 1  # never none
+    assert devices.choose_threads(3) == (3, None)  # trainer.threads wins
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert devices.choose_threads() == (2, "OMP_NUM_THREADS")
+
+
+def test_the_header_names_the_threads_and_the_time_budget(tiny_fasta, tmp_path, capsys):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        cfg = tiny_config(tiny_fasta, max_steps=2, max_time="00:00:08:00")
+        cfg.trainer.threads = 1
+        train(cfg, tmp_path / "run")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    err = capsys.readouterr().err
+    assert "training: 2 steps or 8 min 00 s (trainer.max_time), whichever comes first" in err
+    assert "\nthreads: 1\n" in err
+
+
+def test_the_eta_starts_after_the_first_step_and_respects_max_time():
+    from protein_performer.training.progress_bar import StepProgressBar
+
+    bar = StepProgressBar(max_seconds=600)
+    bar._t0, bar._step0 = 0.0, 0
+    bar._t1, bar._step1 = 300.0, 1  # a first step of 5 min (a kernel build, first batches)
+    assert bar.rate_and_eta(300.0, 1, 500) == (0.0, "")  # no rate from one step
+    rate, eta = bar.rate_and_eta(310.0, 11, 500)  # then 1 step/s
+    assert rate == pytest.approx(1.0) and eta == ", ETA 4 min 50 s (max_time; 489 steps left)"
+    bar.max_seconds = None
+    assert bar.rate_and_eta(310.0, 11, 500)[1] == ", ETA 8 min 09 s"  # not "7 h"

@@ -261,24 +261,6 @@ def _warn_once(reason: str) -> None:
     )
 
 
-def prepare(model: torch.nn.Module) -> bool:
-    """Build (or load) the kernel now where ``model`` has bidirectional FAVOR (ReLU or softmax,
-    features rebuilt in the backward) on a CPU: its ~30 s compile before training's first
-    (timed) step, not inside it. True when the kernel is loaded; raises as :func:`kernel`."""
-    from .favor import FavorAttention
-
-    on_cpu = any(p.device.type == "cpu" for p in model.parameters())
-    wanted = on_cpu and any(
-        isinstance(m, FavorAttention)
-        and not m.causal
-        and m.kernel in ("relu", "softmax")
-        and m.fused
-        and not m.save_features
-        for m in model.modules()
-    )
-    return wanted and kernel() is not None
-
-
 def usable(qkv: torch.Tensor, params: FeatureParams, save_features: bool) -> bool:
     """Whether the fused kernel computes this call: bidirectional FAVOR (ReLU, or softmax
     with its key row term and feature bias) on a float32/float64 CPU projection, features
