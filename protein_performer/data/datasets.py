@@ -257,6 +257,9 @@ class PairDataset(CropDataset):
             BLOSUM62 alignment, :func:`~protein_performer.data.alignment.aligned_positions`),
             ``-1`` elsewhere: the target of an attention-supervision loss.
         mask: ``"all"`` or ``"protein"``: which part of the row the collator masks.
+        max_partners: up to this many homologs before the protein: each row draws how many
+            (1 to this, at most the cluster's other members) and which, so that a model learns
+            to pool a family, as a profile does, not only to copy one partner. 1: a pair.
         fill: fill every row that has a partner to ``max_length`` tokens with proteins of other
             groups (drawn at random from ``(seed, epoch, index)``, the last cut to fit), the
             partner at a random place among them: the layout of ``evaluate context_fill=true``,
@@ -278,7 +281,17 @@ class PairDataset(CropDataset):
         fill: bool = False,
         seed: int = 0,
         train: bool = True,
+        max_partners: int = 1,
     ) -> None:
+        if (
+            isinstance(max_partners, bool)
+            or not isinstance(max_partners, (int, np.integer))
+            or (max_partners < 1)
+        ):
+            raise ConfigError(f"max_partners must be a whole number >= 1, got {max_partners!r}")
+        self.max_partners = int(max_partners)
+        if self.max_partners > 1 and (fill or align):
+            raise ConfigError("several partners do not work with fill or align (rows of two)")
         if mask not in PAIR_MASKS:
             raise ConfigError(f"mask must be one of {', '.join(PAIR_MASKS)}, got {mask!r}")
         if fill and align:
@@ -304,8 +317,16 @@ class PairDataset(CropDataset):
         self.groups = [np.asarray(g, dtype=np.int64) for g in groups]
         self.half = self.max_length // 2 - 2
         longest = np.array([int(source.lengths[g].max()) for g in self.groups], dtype=np.int64)
-        # batching packs by these lengths: target (at most half) + the longest partner + 3
-        bound = np.minimum(source.lengths, self.half) + longest[self.group_of] + 3
+        # batching packs by these lengths: target (at most half) + the longest partners + 3
+        partners = np.minimum(
+            np.array([len(g) - 1 for g in self.groups], dtype=np.int64), self.max_partners
+        ).clip(min=1)
+        bound = (
+            np.minimum(source.lengths, self.half)
+            + (longest * partners)[self.group_of]
+            + partners[self.group_of]
+            + 2
+        )
         self.lengths = np.minimum(bound, self.max_length).astype(np.int64)
         if self.fill:
             if len(self.groups) < 2:
@@ -314,6 +335,17 @@ class PairDataset(CropDataset):
                 )
             self.lengths[:] = self.max_length
         self.n_alone = int(sum(len(g) for g in self.groups if len(g) == 1))
+
+    def partners(self, index: int, epoch: int) -> list[int]:
+        """The records placed before protein ``index`` in ``epoch``: :meth:`partner` alone, or
+        with ``max_partners`` > 1 a drawn number of distinct other members of its cluster."""
+        members = self.groups[int(self.group_of[index])]
+        others = members[members != index]
+        if self.max_partners == 1 or len(others) <= 1:
+            return [self.partner(index, epoch)]
+        rng = keyed_rng(TAG_PAIR, self.seed, epoch if self.train else 0, index)
+        count = int(rng.integers(1, min(self.max_partners, len(others)) + 1))
+        return [int(x) for x in rng.choice(others, count, replace=False)]
 
     def partner(self, index: int, epoch: int) -> int:
         """The record placed before protein ``index`` in ``epoch`` (``index`` itself: a copy)."""
@@ -342,7 +374,11 @@ class PairDataset(CropDataset):
         keep = min(n, int(rng.integers(max(1, self.half // 2), self.half + 1)))
         first = int(rng.integers(0, n - keep + 1))
         anchor = first / (n - keep) if n > keep else 0.0
-        partners = [] if self.alone(index, epoch) else [self.source[self.partner(index, epoch)]]
+        partners = (
+            []
+            if self.alone(index, epoch)
+            else [self.source[p] for p in self.partners(index, epoch)]
+        )
         if self.fill and partners:
             partners = self._filled(index, epoch, partners[0], keep, anchor)
         tokens, start, _ = context_window(

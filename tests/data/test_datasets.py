@@ -586,3 +586,46 @@ def test_pair_fill_puts_the_partner_among_other_clusters_proteins_up_to_max_leng
         PairDataset(src, groups, max_length=512, fill=True, align=True)
     with pytest.raises(ConfigError, match="two groups"):
         PairDataset(src, [np.arange(len(src))], max_length=512, fill=True)
+
+
+def test_several_partners_are_distinct_members_of_the_cluster_in_a_drawn_number():
+    sizes = [9, 1, 5, 2]
+    src = random_source(sum(sizes), 20, 60, seed=5)
+    groups = family_groups(sizes, seed=6)
+    group_of = {int(r): g for g, members in enumerate(groups) for r in members}
+    ds = PairDataset(src, groups, max_length=512, seed=2, max_partners=4)
+    counts = {}
+    for epoch in range(8):
+        for index in range(len(src)):
+            partners = ds.partners(index, epoch)
+            others = len(groups[group_of[index]]) - 1
+            if others == 0:
+                assert partners == [index]  # a singleton: itself, as with one partner
+                continue
+            assert len(set(partners)) == len(partners) and index not in partners
+            assert 1 <= len(partners) <= min(4, others)
+            assert all(group_of[p] == group_of[index] for p in partners)
+            counts.setdefault(others, set()).add(len(partners))
+            tokens = ds[(index, epoch)]["tokens"]
+            assert len(tokens) <= ds.lengths[index] <= 512
+            # every partner whole before the protein (512 tokens hold them all)
+            assert int((tokens == A.sep_idx).sum()) == len(partners)
+    assert counts[8] == {1, 2, 3, 4} and counts[4] == {1, 2, 3, 4} and counts[1] == {1}
+    again = PairDataset(src, groups, max_length=512, seed=2, max_partners=4)
+    assert again.partners(0, 3) == ds.partners(0, 3)  # seeded by (seed, epoch, index)
+    one = PairDataset(src, groups, max_length=512, seed=2)
+    assert all(one.partners(i, 1) == [one.partner(i, 1)] for i in range(len(src)))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_max_partners_is_a_whole_number_of_at_least_one(bad):
+    src = random_source(4, 20, 40, seed=1)
+    with pytest.raises(ConfigError, match="max_partners must be a whole number"):
+        PairDataset(src, family_groups([4], seed=1), max_length=128, max_partners=bad)
+
+
+def test_several_partners_refuse_fill_and_align():
+    src = random_source(4, 20, 40, seed=1)
+    for extra in ({"fill": True}, {"align": True}):
+        with pytest.raises(ConfigError, match="several partners"):
+            PairDataset(src, family_groups([2, 2], seed=1), max_length=128, max_partners=3, **extra)
