@@ -484,3 +484,31 @@ __all__ = [
     "summarize",
     "write_view",
 ]
+
+
+def cross_homolog_text(result: dict[str, Any], threshold: float, max_length: int) -> str:
+    """The view in a few lines: the heads that attend most to the aligned residue, each with r
+    against BLOSUM62 (mass and arcs) beside the shuffled null, and the alignment's ceiling."""
+    ceiling = result["ceiling"]
+
+    def show(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:+.2f}"
+
+    lines = [
+        f"cross-homolog view: {result['proteins']:,} proteins after their homologs "
+        f"({result['homologs']:,} homologs, windows of ≤ {max_length:,} tokens); "
+        f"{result['masked_positions']:,} masked positions, {result['aligned_positions']:,} "
+        "with an aligned homolog residue",
+        f"  ceiling (the same log-odds from a BLOSUM62 local alignment of the same pairs): "
+        f"r = {show(ceiling['r'])} ({ceiling['aligned_pairs']:,} aligned pairs)",
+        f"  heads by attention on the aligned residue (uniform: "
+        f"{result['uniform_aligned_attention']:.4f}); r with BLOSUM62, 190 pairs:",
+        f"    head     on aligned   r (mass)  null    r (arcs ≥ {threshold:g})  null    arcs",
+    ]
+    for h in result["heads"][:5]:
+        lines.append(
+            f"    {h['name']:<8} {h['aligned_attention']:>10.4f}   {show(h['r_mass']):>7} "
+            f"{show(h['r_null_mass']):>6}   {show(h['r_arcs']):>11} {show(h['r_null_arcs']):>6}"
+            f"  {h['arcs']:>6,}"
+        )
+    return "\n".join(lines)

@@ -315,6 +315,15 @@ class SimilarityConfig(_AnalysisInputs):
     min_arcs: int = _key(100, "heads with fewer arcs are dropped")
     mask_prob: float = _key(0.15, "masking rate of the substitution view")
     seed: int = _key(0, "sampling, masking and null seed")
+    context: str | None = _key(
+        None,
+        "a FASTA of homologs (data search's hits.fasta): the cross-homolog view instead: each "
+        "protein after its homologs, attention from masked positions into them as log-odds",
+    )
+    context_max_homologs: int | None = _key(16, "context=: homologs per protein, best first")
+    max_length: int | None = _key(
+        None, "context=: window tokens (unset: the model's; 2048 with rotary positions)"
+    )
 
 
 @dataclass

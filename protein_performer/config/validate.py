@@ -119,6 +119,13 @@ def validate_analysis_config(cfg: Any) -> None:
         cfg.threshold = check_threshold(cfg.threshold)
         if not 0.0 < cfg.mask_prob < 1.0:
             raise ConfigError(f"mask_prob must be in (0, 1) (got {cfg.mask_prob!r})")
+        if cfg.context is not None:
+            if cfg.split is not None:
+                raise ConfigError("context= takes fasta= (the proteins searched), not split=")
+            if cfg.context_max_homologs is not None:
+                _positive("context_max_homologs", cfg.context_max_homologs)
+        if cfg.max_length is not None:
+            _positive("max_length", cfg.max_length)
     if isinstance(cfg, (ExtractConfig, PlotHeadsConfig)) and cfg.max_length is not None:
         _positive("max_length", cfg.max_length)
     if isinstance(cfg, PlotHeadsConfig) and cfg.zoom is not None:

@@ -665,3 +665,55 @@ def test_the_empty_attention_panel_says_what_to_try(files, tmp_path, capsys, mon
                         "n_proteins=10", "threshold=0.9")  # fmt: skip
     assert code == 0, text
     assert notes["attention"].endswith("(try threshold=0.45\nor min_arcs=25)")
+
+
+def _homolog_files(tmp_path: Path) -> tuple[Path, Path]:
+    """Two query proteins and, for each, three mutated copies named as data search names them."""
+    rng = np.random.default_rng(0)
+    letters = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
+    queries, hits = [], []
+    for q in range(2):
+        seq = rng.choice(letters, 24)
+        queries.append(f">q{q} query protein\n{''.join(seq)}\n")
+        for h in range(3):
+            copy = seq.copy()
+            spots = rng.choice(24, 4, replace=False)
+            copy[spots] = rng.choice(letters, 4)
+            hits.append(f">h{q}{h}/1-24 query=q{q} identity=0.83\n{''.join(copy)}\n")
+    (tmp_path / "q.fasta").write_text("".join(queries))
+    (tmp_path / "hits.fasta").write_text("".join(hits))
+    return tmp_path / "q.fasta", tmp_path / "hits.fasta"
+
+
+def test_aa_similarity_with_homologs_writes_the_cross_homolog_view(files, tmp_path, capsys):
+    query, hits = _homolog_files(tmp_path)
+    out = tmp_path / "cross"
+    args = [f"checkpoint={files / 'relu.ckpt'}", f"fasta={query}", f"context={hits}", f"out={out}"]
+    code, text, err = run(capsys, "aa-similarity", *args)
+    assert code == 0, err
+    assert {p.name for p in out.iterdir()} == {
+        "cross_homolog.json", "cross_homolog.png", "cross_homolog.pdf", "best_head.csv",
+        "ceiling.csv",
+    }  # fmt: skip
+    view = json.loads((out / "cross_homolog.json").read_text())
+    assert view["proteins"] == 2 and view["homologs"] == 2  # one fits the 64-token window
+    assert view["masked_positions"] == 48  # every residue of both proteins, once
+    assert len(view["heads"]) == 8 and view["best_head"] == view["heads"][0]["name"]
+    assert view["ceiling"]["aligned_pairs"] > 0
+    assert "ceiling (the same log-odds" in text and f"    {view['best_head']}" in text
+    code, _, err = run(capsys, "aa-similarity", *args)  # ours: replaced only when asked
+    assert code == 2 and "overwrite=true" in err
+    assert run(capsys, "aa-similarity", *args, "overwrite=true")[0] == 0
+
+
+def test_aa_similarity_with_unrelated_homolog_names_says_so(files, tmp_path, capsys):
+    query, hits = _homolog_files(tmp_path)
+    hits.write_text(hits.read_text().replace("query=q", "query=other"))
+    out = tmp_path / "cross"
+    code, _, err = run(capsys, "aa-similarity", f"checkpoint={files / 'relu.ckpt'}",
+                       f"fasta={query}", f"context={hits}", f"out={out}")  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and "error:" in err
+    assert not out.exists()
+    code, _, err = run(capsys, "aa-similarity", f"fasta={query}", f"context={hits}",
+                       "split=test", f"out={out}")  # fmt: skip
+    assert code == 2 and "context= takes fasta=" in err

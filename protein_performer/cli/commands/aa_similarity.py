@@ -7,7 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
+from protein_performer.analysis.cross_homolog import FORMAT as CROSS_FORMAT
+from protein_performer.analysis.cross_homolog import (
+    cross_homolog_text,
+    cross_homolog_view,
+    write_view,
+)
 from protein_performer.analysis.figures import similarity_figure
+from protein_performer.analysis.homolog_pairs import read_homolog_pairs
 from protein_performer.analysis.inputs import (
     checkpoint_label,
     max_tokens,
@@ -18,6 +25,7 @@ from protein_performer.analysis.similarity import (
     SimilarityResult,
     aa_similarity,
     blosum62,
+    sample_indices,
     sample_proteins,
 )
 from protein_performer.cli.commands.common import (
@@ -30,7 +38,7 @@ from protein_performer.cli.commands.common import (
 from protein_performer.config.schema import SimilarityConfig
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
 from protein_performer.data.encoding import EncodeCounts
-from protein_performer.errors import DataError
+from protein_performer.errors import ConfigError, DataError
 from protein_performer.utils.outputs import dir_with_manifest
 
 SIMILARITY_FORMAT = "protein-performer-aa-similarity/1"
@@ -52,9 +60,58 @@ SIMILARITY_FILES = {
 is_similarity_dir = dir_with_manifest(SIMILARITY_JSON, SIMILARITY_FORMAT, SIMILARITY_FILES)
 
 
+CROSS_JSON = "cross_homolog.json"
+is_cross_dir = dir_with_manifest(
+    CROSS_JSON,
+    CROSS_FORMAT,
+    {"cross_homolog.png", "cross_homolog.pdf", "best_head.csv", "ceiling.csv"},
+)
+
+
+def _ours(path: Path) -> bool:
+    return is_similarity_dir(path) or is_cross_dir(path)
+
+
+#: the window of a model with rotary positions (no table that bounds it) in context mode
+ROTARY_CONTEXT_TOKENS = 2048
+
+
+def run_cross_homolog(cfg: SimilarityConfig) -> CommandResult:
+    """``aa-similarity context=HOMOLOGS``: the cross-homolog view (each protein of ``fasta``
+    after its homologs; attention from its masked positions into them, as log-odds)."""
+    fasta, outdir, model, alphabet, _, layers, heads = _prepare(cfg, _ours, "similarity directory")
+    if len(fasta) != 1:
+        raise ConfigError("context= takes one fasta= file (the proteins that were searched)")
+    pairs = read_homolog_pairs(
+        fasta[0], cfg.context, alphabet, max_homologs=cfg.context_max_homologs,
+        invalid=cfg.invalid,
+    )  # fmt: skip
+    if cfg.n_proteins is not None:
+        pairs = [pairs[int(i)] for i in sample_indices(len(pairs), cfg.n_proteins, cfg.seed)]
+    length = cfg.max_length or max_tokens(model, None) or ROTARY_CONTEXT_TOKENS
+    theta = 0.3 if cfg.threshold == "auto" else float(cfg.threshold)
+    result = cross_homolog_view(
+        model, alphabet, pairs, max_length=length, threshold=theta, mask_prob=cfg.mask_prob,
+        seed=cfg.seed, layers=layers, heads=heads, progress=True,
+    )  # fmt: skip
+    label = checkpoint_label(cfg.checkpoint)
+    title = f"{label} ({model.config.kind_label}) · {len(pairs):,} proteins with homologs"
+    with _staged(cfg, outdir, _ours, "similarity directory") as work:
+        write_view(result, work / CROSS_JSON, title=title)
+        m = result["matrices"]
+        best = m["head_names"].index(result["best_head"])
+        (work / "best_head.csv").write_text(_matrix_csv(m["mass_log_odds"][best]), "utf-8")
+        (work / "ceiling.csv").write_text(_matrix_csv(result["ceiling"]["log_odds"]), "utf-8")
+    text = cross_homolog_text(result, theta, length)
+    summary = {k: v for k, v in result.items() if k != "matrices"}
+    return CommandResult({"out": str(outdir), **summary}, text + f"\nwritten to {outdir}")
+
+
 def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
+    if cfg.context is not None:
+        return run_cross_homolog(cfg)
     fasta, outdir, model, alphabet, meta, layers, heads = _prepare(
-        cfg, is_similarity_dir, "similarity directory"
+        cfg, _ours, "similarity directory"
     )
     keep = (
         None if cfg.split is None else split_filter(cfg.split, meta.get("data", {}), cfg.clusters)
@@ -124,7 +181,7 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
         + f" · {info['proteins']:,} proteins, {info['residues']:,} residues · "
         f"attention θ = {info['threshold']}, {info['heads_kept']} of {info['heads_total']} heads"
     )
-    with _staged(cfg, outdir, is_similarity_dir, "similarity directory") as work:
+    with _staged(cfg, outdir, _ours, "similarity directory") as work:
         _write_similarity(work, result, summary, title)
     text = result.format()
     if capped:
