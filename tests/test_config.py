@@ -13,12 +13,13 @@ import torch
 
 from protein_performer.cli.compose import compose_job
 from protein_performer.cli.groups import config_groups, group_options
-from protein_performer.cli.hydra import project_root, run_hydra
+from protein_performer.cli.hydra import run_hydra
 from protein_performer.cli.overrides import expand_overrides
 from protein_performer.config.schema import DataConfig, EvalConfig, TrainConfig
 from protein_performer.config.validate import validate_train_config
 from protein_performer.errors import ConfigError
 from protein_performer.model import ModelConfig
+from protein_performer.utils.resources import project_root
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -411,7 +412,7 @@ def test_exact_layers_compose_from_the_command_line():
 def test_preset_worker_counts_fit_the_cpus(monkeypatch):
     from protein_performer.cli import groups as hydra_run
 
-    monkeypatch.setattr(hydra_run.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert [hydra_run.worker_count(n) for n in (4, "4", 1, 0)] == [2, 2, 1, 0]
     cfg = compose_job("train", ["data=shards", "data.shards=x"]).config
     assert cfg.data.num_workers == 2
