@@ -602,6 +602,24 @@ class ProteinDataModule(pl.LightningDataModule):
                 hint,
             )
 
+    def keep_records(
+        self, split: str, records: Sequence[int], source: FlatSource | None = None
+    ) -> None:
+        """Rebuild ``split`` from its records ``records`` only (indices into ``source``: the
+        split's whole records as loaded; default: its dataset's source, which ``crop=sliding``
+        cut into windows, so give it then), in source order. The copies of training records
+        found in it (``find_copies``) keep the ones kept."""
+        if source is None:
+            source = self._require(split).source
+        records = np.unique(np.asarray(records, dtype=np.int64))
+        if len(records) == len(source):  # all of them: the split as it is
+            return
+        kept = select_records(source, records)
+        if split in self.copies:
+            self.copies[split] = (np.flatnonzero(np.isin(records, self.copies[split][0])), kept)
+        self.windows.pop(split, None)
+        self.datasets[split] = self._make_dataset(kept, split)
+
     def _require(self, split: str) -> EpochDataset:
         ds = self.datasets.get(split)
         if ds is None:

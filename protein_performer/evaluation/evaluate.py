@@ -100,6 +100,10 @@ class EvalResult:
     packing: str | None = None
     # no split= on a checkpoint that records its split: every record was scored, said
     scope: str | None = None
+    # context=: the records of the files (or of the split's part); the plain metrics above
+    # are of the `sequences` among them that the context part scores (evaluate without
+    # context= scores them all). None: no context=, every record was scored
+    all_records: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -124,6 +128,11 @@ class EvalResult:
                 f"\n  warning: {self.predicted_tokens} predicted "
                 f"position{'' if self.predicted_tokens == 1 else 's'} only: these numbers "
                 "are noisy (more or longer records, or another seed= to see how much)"
+            )
+        if self.all_records is not None and self.sequences < self.all_records:
+            text += (
+                f"\n  scored: only the {self.sequences:,} proteins the context part scores, of "
+                f"{self.all_records:,} records (evaluate without context= scores them all)"
             )
         if self.input_changes:
             text += f"\n  input: {self.input_changes}"
@@ -172,58 +181,63 @@ class EvalResult:
                 parts
             )
         if self.context:
-            c = self.context
-            text += (
-                f"\n  with context ({c['source']}): {c['proteins']:,} proteins, "
-                f"{c['positions']:,} <mask> positions, {c['mean_context_proteins']:.1f} context "
-                f"proteins ({c['mean_context_tokens']:.0f} tokens) on average: perplexity "
-                f"{_num(c['with_context']['perplexity'], '.3f')} with context vs "
-                f"{_num(c['without_context']['perplexity'], '.3f')} alone (ratio "
-                f"{_num(c['ratio'], '.3f')}); unigram {_num(c['unigram_perplexity'], '.3f')}"
-            )
-            if c["positions"] < 100:
-                text += (
-                    f"\n    warning: {c['positions']} <mask> positions only: the ratio is noisy "
-                    "(more proteins, or context_max_proteins unset)"
-                )
-            if c.get("targets_cut"):
-                text += (
-                    f"\n    {c['targets_cut']:,} of {c['proteins']:,} proteins are longer than "
-                    "half "
-                    f"of max_length={c['max_length']:,} (the other half is the context's room): a "
-                    f"seeded half-window of each was scored, "
-                    f"{100 * c['target_residues_in_windows']:.1f}% of their residues"
-                )
-            if c.get("context_proteins_cut"):
-                text += (
-                    f"\n    {c['context_proteins_cut']:,} of {c['proteins']:,} windows hold a "
-                    f"context protein cut to the room left in max_length={c['max_length']:,}"
-                )
-            if "with_fill_only" in c:
-                text += (
-                    f"\n    fill ({c['mean_fill_tokens']:.0f} tokens of other clusters' proteins "
-                    f"and separators on average) without the homologs: "
-                    f"{_num(c['with_fill_only']['perplexity'], '.3f')} (with context / fill only "
-                    f"{_num(c['ratio_vs_fill'], '.3f')})"
-                )
-                if c.get("short_fill_windows"):
-                    text += (
-                        f"\n    warning: {c['short_fill_windows']:,} windows could not be filled "
-                        f"to {c['max_length']:,} tokens (too few proteins of other clusters)"
-                    )
-            for key, what in (
-                ("identical", "with an identical sequence in context"),
-                ("no_identical", "without one"),
-            ):
-                part = (c.get("by_context") or {}).get(key)
-                if part and part["proteins"] and c["targets_with_identical_context"]:
-                    text += (
-                        f"\n    {what}: {part['proteins']:,} proteins, {part['positions']:,} "
-                        f"positions: {_num(part['with_context']['perplexity'], '.3f')} vs "
-                        f"{_num(part['without_context']['perplexity'], '.3f')} (ratio "
-                        f"{_num(part['ratio'], '.3f')})"
-                    )
+            text += _context_text(self.context)
         return text
+
+
+def _context_text(c: dict[str, Any]) -> str:
+    """The context part of :meth:`EvalResult.format`: with / without context and its notes."""
+    text = (
+        f"\n  with context ({c['source']}): {c['proteins']:,} proteins, "
+        f"{c['positions']:,} <mask> positions, {c['mean_context_proteins']:.1f} context "
+        f"proteins ({c['mean_context_tokens']:.0f} tokens) on average: perplexity "
+        f"{_num(c['with_context']['perplexity'], '.3f')} with context vs "
+        f"{_num(c['without_context']['perplexity'], '.3f')} alone (ratio "
+        f"{_num(c['ratio'], '.3f')}); unigram {_num(c['unigram_perplexity'], '.3f')}"
+    )
+    if c["positions"] < 100:
+        text += (
+            f"\n    warning: {c['positions']} <mask> positions only: the ratio is noisy "
+            "(more proteins, or context_max_proteins unset)"
+        )
+    if c.get("targets_cut"):
+        text += (
+            f"\n    {c['targets_cut']:,} of {c['proteins']:,} proteins are longer than "
+            "half "
+            f"of max_length={c['max_length']:,} (the other half is the context's room): a "
+            f"seeded half-window of each was scored, "
+            f"{100 * c['target_residues_in_windows']:.1f}% of their residues"
+        )
+    if c.get("context_proteins_cut"):
+        text += (
+            f"\n    {c['context_proteins_cut']:,} of {c['proteins']:,} windows hold a "
+            f"context protein cut to the room left in max_length={c['max_length']:,}"
+        )
+    if "with_fill_only" in c:
+        text += (
+            f"\n    fill ({c['mean_fill_tokens']:.0f} tokens of other clusters' proteins "
+            f"and separators on average) without the homologs: "
+            f"{_num(c['with_fill_only']['perplexity'], '.3f')} (with context / fill only "
+            f"{_num(c['ratio_vs_fill'], '.3f')})"
+        )
+        if c.get("short_fill_windows"):
+            text += (
+                f"\n    warning: {c['short_fill_windows']:,} windows could not be filled "
+                f"to {c['max_length']:,} tokens (too few proteins of other clusters)"
+            )
+    for key, what in (
+        ("identical", "with an identical sequence in context"),
+        ("no_identical", "without one"),
+    ):
+        part = (c.get("by_context") or {}).get(key)
+        if part and part["proteins"] and c["targets_with_identical_context"]:
+            text += (
+                f"\n    {what}: {part['proteins']:,} proteins, {part['positions']:,} "
+                f"positions: {_num(part['with_context']['perplexity'], '.3f')} vs "
+                f"{_num(part['without_context']['perplexity'], '.3f')} (ratio "
+                f"{_num(part['ratio'], '.3f')})"
+            )
+    return text
 
 
 def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
@@ -440,11 +454,12 @@ def _context_inputs(
     source: Any,
     meta: dict[str, Any],
     alphabet: Alphabet,
-) -> tuple[list[Target] | None, Fill | None]:
+) -> tuple[list[Target] | None, Fill | None, Any]:
     """``context=``: the proteins to score with their context proteins (a seeded sample of
-    ``context_max_proteins``), and the fill of ``context_fill=true``; ``(None, None)`` without."""
+    ``context_max_proteins``), the fill of ``context_fill=true``, and the split's whole records
+    they come from; ``(None, None, None)`` without."""
     if not cfg.context:
-        return None, None
+        return None, None, None
     if meta["objective"] == "causal":
         raise ConfigError("context= scores masked-LM checkpoints; this one is causal")
     stored = meta.get("data") or {}
@@ -458,7 +473,7 @@ def _context_inputs(
         fill = cluster_fill(
             whole, read_members(cfg.clusters or stored.get("clusters")), order=order
         )
-    return targets, fill
+    return targets, fill, whole
 
 
 def _score_split(
@@ -606,7 +621,8 @@ def _write_result(result: EvalResult, output: Path | None, cfg: EvalConfig) -> N
 @torch.inference_mode()
 def evaluate(cfg: EvalConfig) -> EvalResult:
     """Perplexity and accuracy of a checkpoint on FASTA file(s): every record, or one part of
-    their hash split (``cfg.split``).
+    their hash split (``cfg.split``). With ``cfg.context`` only the proteins the context part
+    scores are scored, alone and with their context (``all_records``: of how many).
 
     MLM masks and crops are drawn from ``cfg.seed`` (deterministic). Writes the result as JSON
     to ``cfg.output`` when set.
@@ -622,11 +638,20 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     split_info = _eval_split(cfg, stored)
     dm, split, packing_note = _split_data(cfg, fasta, meta, alphabet, split_info, windows)
     source, changes = _split_records(cfg, dm, split, fasta)
+    # the unigram baseline's frequencies: the training data's, else the evaluated part's
+    counts_from = "training data" if stored.get("unigram_counts") else "evaluated data"
+    unigram_counts = stored.get("unigram_counts") or np.bincount(
+        np.asarray(dm.datasets[split].source.tokens), minlength=len(alphabet)
+    )
+    targets, fill, whole = _context_inputs(cfg, dm, split, source, meta, alphabet)
+    all_records = None
+    if targets is not None:  # context=: the plain pass scores the context part's proteins only
+        all_records = len(whole)
+        dm.keep_records(split, [t.record for t in targets], whole)
     caveats = split_info["caveats"]
     copies = _training_copies(dm, split)
     if copies:
         caveats.append(copies)
-    targets, fill = _context_inputs(cfg, dm, split, source, meta, alphabet)
     loader = {
         "train": dm.train_dataloader,
         "val": dm.val_dataloader,
@@ -636,10 +661,6 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     device = pick_device(cfg.device)
     model.to(device)
     causal = meta["objective"] == "causal"
-    counts_from = "training data" if stored.get("unigram_counts") else "evaluated data"
-    unigram_counts = stored.get("unigram_counts") or np.bincount(
-        np.asarray(dm.datasets[split].source.tokens), minlength=len(alphabet)
-    )
     uni_logp = unigram_log_probs(unigram_counts, alphabet).to(device)
     # score the split
     start = time.perf_counter()
@@ -688,6 +709,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         or None,
         context=context,
         split=_split_words(cfg, split_info),
+        all_records=all_records,
     )
     _write_result(result, output, cfg)
     return result
