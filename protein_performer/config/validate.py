@@ -203,6 +203,16 @@ def validate_train_config(cfg: TrainConfig) -> None:
     cfg.model.validate("model")
     cfg.seed = check_seed("seed", cfg.seed)
     _choice("objective", cfg.objective, OBJECTIVES)
+    _check_packing(cfg)
+    _check_align(cfg)
+    _check_data(cfg)
+    _check_optim(cfg)
+    _check_trainer(cfg)
+    _check_analysis(cfg)
+
+
+def _check_packing(cfg: TrainConfig) -> None:
+    """``data``: how proteins are read, sampled and packed (the pairs settings too)."""
     d = cfg.data
     _choice("data.mode", d.mode, DATA_MODES)
     _choice("data.invalid", d.invalid, INVALID_POLICIES)
@@ -235,6 +245,11 @@ def validate_train_config(cfg: TrainConfig) -> None:
             "data.packing=pairs draws its own partners: it needs data.sample=record "
             f"(got data.sample={d.sample})"
         )
+
+
+def _check_align(cfg: TrainConfig) -> None:
+    """``align``: the attention-supervision loss, which needs pairs packing."""
+    d = cfg.data
     a = cfg.align
     if isinstance(a.weight, bool) or not a.weight >= 0.0:
         raise ConfigError(f"align.weight must be a number >= 0 (got {a.weight!r})")
@@ -257,6 +272,11 @@ def validate_train_config(cfg: TrainConfig) -> None:
                 f"align.head={a.head} is a local head (model.local_heads={cfg.model.local_heads}): "
                 "it cannot see the partner; pick a global head"
             )
+
+
+def _check_data(cfg: TrainConfig) -> None:
+    """``data``: the clusters table and files it needs, window and batch sizes, masking."""
+    d = cfg.data
     if d.pair_mask == "protein" and cfg.objective != "mlm":
         raise ConfigError(
             "data.pair_mask=protein needs objective=mlm (it selects masked positions)"
@@ -277,6 +297,10 @@ def validate_train_config(cfg: TrainConfig) -> None:
             f"data.max_length={d.max_length} exceeds model.max_len={cfg.model.max_len} "
             "(learned positions); raise model.max_len or use model.position=rotary"
         )
+
+
+def _check_optim(cfg: TrainConfig) -> None:
+    """``optim``, and ``init_from`` / ``ckpt_path`` (one way to start from weights)."""
     o = cfg.optim
     _choice("optim.name", o.name, OPTIMIZERS)
     _choice("optim.schedule", o.schedule, SCHEDULES)
@@ -293,6 +317,10 @@ def validate_train_config(cfg: TrainConfig) -> None:
             "init_from= and ckpt_path= both set: ckpt_path resumes a run (its weights and "
             "optimizer), init_from starts a new one from a checkpoint's weights; give one"
         )
+
+
+def _check_trainer(cfg: TrainConfig) -> None:
+    """``trainer``: accelerator, precision, strategy, steps, devices, checkpoints."""
     t = cfg.trainer
     _choice("trainer.accelerator", t.accelerator, ACCELERATORS)
     t.precision = PRECISION_ALIASES.get(str(t.precision), t.precision)
@@ -352,6 +380,10 @@ def validate_train_config(cfg: TrainConfig) -> None:
         _positive("trainer.checkpoint_every_minutes", t.checkpoint_every_minutes, allow_zero=True)
     if t.limit_val_batches is not None:
         _positive("trainer.limit_val_batches", t.limit_val_batches)
+
+
+def _check_analysis(cfg: TrainConfig) -> None:
+    """``analysis``: the similarity views during training."""
     a = cfg.analysis
     if a.similarity_every_n_steps is not None:
         _positive("analysis.similarity_every_n_steps", a.similarity_every_n_steps)

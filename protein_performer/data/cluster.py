@@ -176,6 +176,239 @@ def _progress(message: str, quiet: bool) -> None:
         print(f"cluster: {message}", file=sys.stderr, flush=True)
 
 
+def _check_cluster_args(
+    min_seq_id: float,
+    coverage: float,
+    cov_mode: int,
+    method: str,
+    threads: int | None,
+    memory: str | None,
+) -> int:
+    """MMseqs2's settings, each checked in one line; returns the thread count to use."""
+    if not 0.0 < float(min_seq_id) <= 1.0:
+        hint = (
+            f" (a fraction: {float(min_seq_id) / 100:g} for {min_seq_id:g}%)"
+            if (1.0 < float(min_seq_id) <= 100.0)
+            else ""
+        )
+        raise ConfigError(f"--min-seq-id must be in (0, 1], got {min_seq_id}{hint}")
+    if not 0.0 <= float(coverage) <= 1.0:
+        raise ConfigError(f"--coverage must be in [0, 1], got {coverage}")
+    if method not in METHODS:
+        raise ConfigError(f"--method must be one of: {', '.join(METHODS)} (got {method!r})")
+    if cov_mode not in (0, 1, 2, 3, 4, 5):
+        raise ConfigError(f"--cov-mode must be 0-5 (got {cov_mode})")
+    if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
+        raise ConfigError(f"--threads must be >= 1 (got {threads})")
+    threads = threads or os.cpu_count() or 1
+    if memory is not None and not re.fullmatch(r"\d+(\.\d+)?[BKMGT]?", str(memory)):
+        raise ConfigError(f"--memory must look like 800M or 8G (got {memory!r})")
+    if _level(min_seq_id) < 1:
+        raise ConfigError(f"--min-seq-id must be >= 0.01 (got {min_seq_id})")
+    return threads
+
+
+def _check_tmp_dir(tmp_dir: PathLike | None, outdir: Path) -> Path | None:
+    """``--tmp-dir``: an existing directory outside OUTDIR (None: none given)."""
+    if tmp_dir is None:
+        return None
+    tmp_dir = Path(tmp_dir)
+    if not tmp_dir.is_dir():
+        raise ConfigError(f"--tmp-dir {tmp_dir}: not an existing directory")
+    inside = Path(os.path.abspath(tmp_dir))
+    if inside == Path(os.path.abspath(outdir)) or Path(os.path.abspath(outdir)) in inside.parents:
+        raise ConfigError(f"--tmp-dir {tmp_dir}: must not be inside OUTDIR")
+    return tmp_dir
+
+
+def _write_input(
+    readers: list[FastaReader],
+    seq_path: Path,
+    inputs: Sequence[PathLike],
+    policy: InvalidPolicy | str,
+    strip_gaps: bool,
+    allow_nucleotide: bool,
+) -> tuple[list[HeaderInfo], EncodeCounts, list[dict[str, Any]]]:
+    """The validated sequences written to ``seq_path`` under short ids (MMseqs2 keeps only the
+    first header word): ``(headers, counts, sources)``, ``headers[i]`` record ``r{i}``'s. No
+    records, or an id given twice, is an error."""
+    headers: list[HeaderInfo] = []
+    counts = EncodeCounts()
+    alphabet = default_alphabet()
+    sources = []
+    with open(seq_path, "w", encoding="ascii") as fh:
+        for reader in readers:
+            encoded = iter_encoded(
+                reader,
+                alphabet,
+                policy,
+                counts,
+                strip_gaps=strip_gaps,
+                allow_nucleotide=allow_nucleotide,
+            )
+            for rec, ids in encoded:
+                fh.write(f">r{len(headers)}\n{alphabet.decode(ids)}\n")
+                headers.append(rec.header)
+            sources.append(
+                {
+                    "path": str(reader.path),
+                    "sha256": reader.sha256,
+                    "records": reader.records_read,
+                }
+            )
+    if not headers:
+        raise DataError("no records to cluster", path=", ".join(map(str, inputs)))
+    dup = [k for k, n in Counter(h.id for h in headers).items() if n > 1]
+    if dup:
+        raise DataError(
+            f"{len(dup):,} record id{'s occur' if len(dup) > 1 else ' occurs'} more than "
+            f"once (e.g. {dup[0]}); the members "
+            "table needs unique ids (the same file given twice?)",
+            path=", ".join(map(str, inputs)),
+        )
+    return headers, counts, sources
+
+
+def _mmseqs_tmp(tmp_dir: Path | None, work: Path, cleanup: list[Path]) -> Path:
+    """A fresh temporary directory of MMseqs2's own (it writes and replaces files like
+    ``latest`` there), inside the user's ``--tmp-dir`` when there is one (added to
+    ``cleanup``), else inside ``work``."""
+    if tmp_dir is None:
+        mm_tmp = work / "mmseqs_tmp"
+        mm_tmp.mkdir()
+        return mm_tmp
+    try:
+        mm_tmp = Path(tempfile.mkdtemp(prefix="protein-performer-mmseqs-", dir=tmp_dir))
+    except OSError as e:
+        raise DataError(f"--tmp-dir: cannot write here ({e.strerror or e})", path=tmp_dir) from None
+    cleanup.append(mm_tmp)
+    return mm_tmp
+
+
+def _mmseqs_command(
+    binary: str,
+    method: str,
+    seq_path: Path,
+    work: Path,
+    mm_tmp: Path,
+    min_seq_id: float,
+    coverage: float,
+    cov_mode: int,
+    threads: int,
+) -> list[str]:
+    """MMseqs2's command line: ``easy-linclust``/``easy-cluster`` of ``seq_path`` into
+    ``work/result*``."""
+    return [
+        binary,
+        METHODS[method],
+        str(seq_path),
+        str(work / "result"),
+        str(mm_tmp),
+        "--min-seq-id",
+        f"{min_seq_id:g}",
+        "-c",
+        f"{coverage:g}",
+        "--cov-mode",
+        str(cov_mode),
+        "--threads",
+        str(threads),
+        "-v",
+        "1",
+    ]
+
+
+def _run_clustering(
+    cmd: list[str], work: Path, n_records: int, quiet: bool
+) -> dict[int, list[int]]:
+    """Run MMseqs2 (``cmd``, writing ``work/result*``); its clusters as representative record
+    -> member records (record numbers of :func:`_write_input`)."""
+    method = cmd[1]
+    log_path = work / "mmseqs.log"
+    code = _run_mmseqs(cmd, log_path, quiet)
+    lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines()]
+    last = next((ln for ln in reversed(lines) if ln), "no output")
+    if code != 0:
+        raise DataError(f"MMseqs2 {method} failed (exit {code}): {last}")
+    if not (work / "result_cluster.tsv").is_file():
+        raise DataError(f"MMseqs2 {method} wrote no clusters ({last})")
+    clusters: dict[int, list[int]] = {}
+    with open(work / "result_cluster.tsv") as fh:
+        for line in fh:
+            rep, member = line.rstrip("\n").split("\t")
+            clusters.setdefault(int(rep[1:]), []).append(int(member[1:]))
+    seen = sum(len(m) for m in clusters.values())
+    if seen != n_records:
+        raise DataError(f"MMseqs2 returned {seen:,} members for {n_records:,} records")
+    return clusters
+
+
+def _write_clusters(
+    final: Path,
+    clusters: dict[int, list[int]],
+    headers: list[HeaderInfo],
+    reps: dict[int, str],
+    level: int,
+) -> None:
+    """``representatives.fasta`` and ``members.tsv`` into ``final``: largest clusters first,
+    then by representative id (a stable, readable order); UniRef-style cluster ids, kept
+    unique."""
+    order = sorted(clusters, key=lambda r: (-len(clusters[r]), headers[r].id))
+    with (
+        open(final / REPRESENTATIVES, "w", encoding="utf-8") as fa,
+        open(final / MEMBERS, "w", encoding="utf-8", newline="") as tsv,
+    ):
+        writer = csv.writer(tsv, delimiter="\t", lineterminator="\n")
+        writer.writerow(["cluster_id", "member_id"])
+        used: set[str] = set()
+        for rep in order:
+            members = [headers[i] for i in clusters[rep]]
+            title = _uniref_header(level, headers[rep], members)
+            cluster_id, _, rest = title.partition(" ")
+            if cluster_id in used:  # the same accession in two records: keep ids unique
+                n = 2
+                while f"{cluster_id}_{n}" in used:
+                    n += 1
+                cluster_id = f"{cluster_id}_{n}"
+                title = f"{cluster_id} {rest}"
+            used.add(cluster_id)
+            seq = reps[rep]
+            fa.write(f">{title}\n")
+            fa.writelines(seq[i : i + 60] + "\n" for i in range(0, len(seq), 60))
+            for i in sorted(clusters[rep], key=lambda i: (i != rep, i)):
+                writer.writerow([cluster_id, headers[i].id])
+
+
+def _cluster_manifest(
+    *,
+    version: str,
+    cmd: list[str],
+    params: dict[str, Any],
+    sources: list[dict[str, Any]],
+    clusters: dict[int, list[int]],
+    counts: EncodeCounts,
+    t0: float,
+) -> dict[str, Any]:
+    """``manifest.json``'s content: inputs, parameters, MMseqs2 version, counts."""
+    sizes = sorted((len(m) for m in clusters.values()), reverse=True)
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "mmseqs": {"version": version, "command": cmd[1], "args": cmd[5:]},
+        "params": params,
+        "sources": sources,
+        "counts": {
+            "records": sum(sizes),
+            "clusters": len(sizes),
+            "singletons": sum(1 for s in sizes if s == 1),
+            "largest": sizes[:5],
+            "records_in_clusters_of_2_or_more": sum(s for s in sizes if s > 1),
+            **counts.to_dict(),
+        },
+        "elapsed_s": round(time.perf_counter() - t0, 3),
+    }
+
+
 def cluster_fasta(
     inputs: PathLike | Sequence[PathLike],
     outdir: PathLike,
@@ -211,29 +444,14 @@ def cluster_fasta(
         inputs = [inputs]
     if not inputs:
         raise ConfigError("cluster needs at least one INPUT FASTA")
-    if not 0.0 < float(min_seq_id) <= 1.0:
-        hint = (
-            f" (a fraction: {float(min_seq_id) / 100:g} for {min_seq_id:g}%)"
-            if (1.0 < float(min_seq_id) <= 100.0)
-            else ""
+    threads = _check_cluster_args(min_seq_id, coverage, cov_mode, method, threads, memory)
+
+    def check_outdir() -> Path:  # before any work, and again before the rename
+        return check_output_dir(
+            outdir, "OUTDIR", overwrite=overwrite, is_ours=is_cluster_dir, what="cluster directory"
         )
-        raise ConfigError(f"--min-seq-id must be in (0, 1], got {min_seq_id}{hint}")
-    if not 0.0 <= float(coverage) <= 1.0:
-        raise ConfigError(f"--coverage must be in [0, 1], got {coverage}")
-    if method not in METHODS:
-        raise ConfigError(f"--method must be one of: {', '.join(METHODS)} (got {method!r})")
-    if cov_mode not in (0, 1, 2, 3, 4, 5):
-        raise ConfigError(f"--cov-mode must be 0-5 (got {cov_mode})")
-    if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
-        raise ConfigError(f"--threads must be >= 1 (got {threads})")
-    threads = threads or os.cpu_count() or 1
-    if memory is not None and not re.fullmatch(r"\d+(\.\d+)?[BKMGT]?", str(memory)):
-        raise ConfigError(f"--memory must look like 800M or 8G (got {memory!r})")
-    if _level(min_seq_id) < 1:
-        raise ConfigError(f"--min-seq-id must be >= 0.01 (got {min_seq_id})")
-    outdir = check_output_dir(
-        outdir, "OUTDIR", overwrite=overwrite, is_ours=is_cluster_dir, what="cluster directory"
-    )
+
+    outdir = check_outdir()
     binary = find_mmseqs()
     version = mmseqs_version(binary)
     # MMseqs2's clusters depend on the order of the records (linclust keeps the first of
@@ -242,183 +460,59 @@ def cluster_fasta(
     if not keep_order:
         inputs = sorted(inputs, key=lambda p: (Path(p).name, str(p)))
     readers = [FastaReader(p) for p in inputs]  # fail fast on missing or unreadable files
-    if tmp_dir is not None:
-        tmp_dir = Path(tmp_dir)
-        if not tmp_dir.is_dir():
-            raise ConfigError(f"--tmp-dir {tmp_dir}: not an existing directory")
-        inside = Path(os.path.abspath(tmp_dir))
-        if (
-            inside == Path(os.path.abspath(outdir))
-            or Path(os.path.abspath(outdir)) in inside.parents
-        ):
-            raise ConfigError(f"--tmp-dir {tmp_dir}: must not be inside OUTDIR")
+    tmp_dir = _check_tmp_dir(tmp_dir, outdir)
     made, work = start_staging(outdir)
     cleanup: list[Path] = []
     t0 = time.perf_counter()
     try:
         # 1. validated sequences under short ids (MMseqs2 keeps only the first header word)
         _progress(f"reading {len(readers)} FASTA file(s)", quiet)
-        headers: list[HeaderInfo] = []
-        counts = EncodeCounts()
-        alphabet = default_alphabet()
-        sources = []
         seq_path = work / "input.fasta"
-        with open(seq_path, "w", encoding="ascii") as fh:
-            for reader in readers:
-                encoded = iter_encoded(
-                    reader,
-                    alphabet,
-                    policy,
-                    counts,
-                    strip_gaps=strip_gaps,
-                    allow_nucleotide=allow_nucleotide,
-                )
-                for rec, ids in encoded:
-                    fh.write(f">r{len(headers)}\n{alphabet.decode(ids)}\n")
-                    headers.append(rec.header)
-                sources.append(
-                    {
-                        "path": str(reader.path),
-                        "sha256": reader.sha256,
-                        "records": reader.records_read,
-                    }
-                )
-        if not headers:
-            raise DataError("no records to cluster", path=", ".join(map(str, inputs)))
-        dup = [k for k, n in Counter(h.id for h in headers).items() if n > 1]
-        if dup:
-            raise DataError(
-                f"{len(dup):,} record id{'s occur' if len(dup) > 1 else ' occurs'} more than "
-                f"once (e.g. {dup[0]}); the members "
-                "table needs unique ids (the same file given twice?)",
-                path=", ".join(map(str, inputs)),
-            )
+        headers, counts, sources = _write_input(
+            readers, seq_path, inputs, policy, strip_gaps, allow_nucleotide
+        )
         _progress(
             f"{len(headers):,} records; mmseqs {METHODS[method]} at "
             f"{min_seq_id:g} identity, {coverage:g} coverage ({threads} threads)",
             quiet,
         )
         # 2. MMseqs2
-        # MMseqs2 writes (and replaces) files like `latest` in its tmp directory: give it a
-        # fresh one of its own, inside the user's --tmp-dir when there is one
-        if tmp_dir is not None:
-            try:
-                mm_tmp = Path(tempfile.mkdtemp(prefix="protein-performer-mmseqs-", dir=tmp_dir))
-            except OSError as e:
-                raise DataError(
-                    f"--tmp-dir: cannot write here ({e.strerror or e})", path=tmp_dir
-                ) from None
-            cleanup.append(mm_tmp)
-        else:
-            mm_tmp = work / "mmseqs_tmp"
-            mm_tmp.mkdir()
-        cmd = [
-            binary,
-            METHODS[method],
-            str(seq_path),
-            str(work / "result"),
-            str(mm_tmp),
-            "--min-seq-id",
-            f"{min_seq_id:g}",
-            "-c",
-            f"{coverage:g}",
-            "--cov-mode",
-            str(cov_mode),
-            "--threads",
-            str(threads),
-            "-v",
-            "1",
-        ]
+        mm_tmp = _mmseqs_tmp(tmp_dir, work, cleanup)
+        cmd = _mmseqs_command(
+            binary, method, seq_path, work, mm_tmp, min_seq_id, coverage, cov_mode, threads
+        )
         if memory:
             cmd += ["--split-memory-limit", str(memory)]
-        log_path = work / "mmseqs.log"
-        code = _run_mmseqs(cmd, log_path, quiet)
-        lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines()]
-        last = next((ln for ln in reversed(lines) if ln), "no output")
-        if code != 0:
-            raise DataError(f"MMseqs2 {METHODS[method]} failed (exit {code}): {last}")
-        if not (work / "result_cluster.tsv").is_file():
-            raise DataError(f"MMseqs2 {METHODS[method]} wrote no clusters ({last})")
+        clusters = _run_clustering(cmd, work, len(headers), quiet)
         # 3. clusters -> UniRef-style files
         _progress("writing representatives and members", quiet)
-        clusters: dict[int, list[int]] = {}
-        with open(work / "result_cluster.tsv") as fh:
-            for line in fh:
-                rep, member = line.rstrip("\n").split("\t")
-                clusters.setdefault(int(rep[1:]), []).append(int(member[1:]))
-        seen = sum(len(m) for m in clusters.values())
-        if seen != len(headers):
-            raise DataError(f"MMseqs2 returned {seen:,} members for {len(headers):,} records")
-        level = _level(min_seq_id)
         final = work / "out"
         final.mkdir()
         reps = _read_reps(work / "result_rep_seq.fasta")
-        # largest clusters first, then by representative id: a stable, readable order
-        order = sorted(clusters, key=lambda r: (-len(clusters[r]), headers[r].id))
-        with (
-            open(final / REPRESENTATIVES, "w", encoding="utf-8") as fa,
-            open(final / MEMBERS, "w", encoding="utf-8", newline="") as tsv,
-        ):
-            writer = csv.writer(tsv, delimiter="\t", lineterminator="\n")
-            writer.writerow(["cluster_id", "member_id"])
-            used: set[str] = set()
-            for rep in order:
-                members = [headers[i] for i in clusters[rep]]
-                title = _uniref_header(level, headers[rep], members)
-                cluster_id, _, rest = title.partition(" ")
-                if cluster_id in used:  # the same accession in two records: keep ids unique
-                    n = 2
-                    while f"{cluster_id}_{n}" in used:
-                        n += 1
-                    cluster_id = f"{cluster_id}_{n}"
-                    title = f"{cluster_id} {rest}"
-                used.add(cluster_id)
-                seq = reps[rep]
-                fa.write(f">{title}\n")
-                fa.writelines(seq[i : i + 60] + "\n" for i in range(0, len(seq), 60))
-                for i in sorted(clusters[rep], key=lambda i: (i != rep, i)):
-                    writer.writerow([cluster_id, headers[i].id])
-        sizes = sorted((len(m) for m in clusters.values()), reverse=True)
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "mmseqs": {"version": version, "command": METHODS[method], "args": cmd[5:]},
-            "params": {
-                "min_seq_id": min_seq_id,
-                "coverage": coverage,
-                "cov_mode": cov_mode,
-                "method": method,
-                "invalid_policy": InvalidPolicy.parse(policy).value,
-                "strip_gaps": strip_gaps,
-                "file_order": "as given" if keep_order else "name",
-            },
-            "sources": sources,
-            "counts": {
-                "records": len(headers),
-                "clusters": len(sizes),
-                "singletons": sum(1 for s in sizes if s == 1),
-                "largest": sizes[:5],
-                "records_in_clusters_of_2_or_more": sum(s for s in sizes if s > 1),
-                **counts.to_dict(),
-            },
-            "elapsed_s": round(time.perf_counter() - t0, 3),
+        _write_clusters(final, clusters, headers, reps, _level(min_seq_id))
+        params = {
+            "min_seq_id": min_seq_id,
+            "coverage": coverage,
+            "cov_mode": cov_mode,
+            "method": method,
+            "invalid_policy": InvalidPolicy.parse(policy).value,
+            "strip_gaps": strip_gaps,
+            "file_order": "as given" if keep_order else "name",
         }
+        manifest = _cluster_manifest(
+            version=version,
+            cmd=cmd,
+            params=params,
+            sources=sources,
+            clusters=clusters,
+            counts=counts,
+            t0=t0,
+        )
         with open(final / MANIFEST, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh, indent=2)
             fh.write("\n")
         os.chmod(final, 0o777 & ~current_umask())
-        replace_dir(
-            final,
-            outdir,
-            lambda: check_output_dir(
-                outdir,
-                "OUTDIR",
-                overwrite=overwrite,
-                is_ours=is_cluster_dir,
-                what="cluster directory",
-            ),
-        )
+        replace_dir(final, outdir, check_outdir)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         remove_empty(made)

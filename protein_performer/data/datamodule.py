@@ -13,12 +13,8 @@ else from ``torch.distributed``, else 0/1. Build the Trainer with
 
 from __future__ import annotations
 
-import atexit
 import logging
-import numbers
 import os
-import signal
-import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
@@ -26,7 +22,6 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
-from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
 from protein_performer.data.batching import (
@@ -34,17 +29,18 @@ from protein_performer.data.batching import (
     ShardedBatchSampler,
     TokenBudgetBatchSampler,
 )
-from protein_performer.data.cluster import (
-    CLUSTER_PACKINGS,
-    PACKING_MODE,
-    PACKINGS,
-    SPLIT_BY,
-    cluster_uses,
-    read_members,
+from protein_performer.data.cluster import read_members
+from protein_performer.data.datamodule_settings import (
+    PathList,
+    _check_data_given,
+    _choice,
+    _int,
+    _paths,
+    _probability,
+    packing_settings,
+    usable_workers,
 )
 from protein_performer.data.datasets import (
-    CLUSTER_SAMPLING,
-    PAIR_MASKS,
     ClusterCropDataset,
     ConcatWindowDataset,
     CropDataset,
@@ -61,8 +57,12 @@ from protein_performer.data.sources import (
     split_long_records,
 )
 from protein_performer.data.splits import parse_fractions
+from protein_performer.data.worker_loaders import (
+    WorkerTrackingDataLoader,
+    _register_exit_hook,
+    leave_stop_signals_to_main,
+)
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.utils.devices import is_rank_zero, usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -77,35 +77,6 @@ _STAGE_SPLITS: dict[str | None, tuple[str, ...]] = {
     "predict": ("test",),
     None: SPLIT_NAMES,
 }
-
-PathList = Sequence[str | os.PathLike] | str | os.PathLike | None
-
-
-def _choice(name: str, value: object, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of: {', '.join(choices)}; got {value!r}")
-    return str(value)
-
-
-def _int(name: str, value: object, minimum: int, *, optional: bool = False) -> int | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        extra = " or None" if optional else ""
-        raise ConfigError(f"{name} must be an integer >= {minimum}{extra}; got {value!r}")
-    return int(value)
-
-
-def _paths(name: str, value: PathList) -> list[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, (str, os.PathLike)):
-        value = [value]
-    try:
-        paths = [os.fspath(p) for p in value]
-    except TypeError:
-        raise ConfigError(f"{name} must be a list of file paths; got {value!r}") from None
-    return paths or None
 
 
 def _head(source: FlatSource, n: int | None) -> FlatSource:
@@ -165,60 +136,6 @@ def _families_of_at_least(
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     renumbered = [np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, sizes, strict=True)]
     return select_records(source, records), renumbered
-
-
-_data_workers: weakref.WeakSet = weakref.WeakSet()
-
-
-class WorkerTrackingDataLoader(DataLoader):
-    """A DataLoader whose worker processes are remembered, so that the exit hook ends these
-    and no other process (:func:`_end_data_workers`)."""
-
-    def _get_iterator(self) -> _BaseDataLoaderIter:
-        iterator = super()._get_iterator()
-        for worker in getattr(iterator, "_workers", ()):
-            _data_workers.add(worker)
-        return iterator
-
-
-def _end_data_workers() -> None:
-    """At exit, kill this module's data workers still alive (persistent ones outlive
-    ``fit``). multiprocessing's own exit handler terminates daemonic children with SIGTERM
-    and then joins them, and these workers ignore SIGTERM (:func:`leave_stop_signals_to_main`):
-    it would wait forever. Other children (a library user's own) are left to multiprocessing,
-    whose SIGTERM lets them clean up."""
-    children = [p for p in list(_data_workers) if p.is_alive()]
-    if children and hasattr(signal, "SIGCHLD"):
-        # torch's SIGCHLD handler would report each killed worker as a failure
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for proc in children:
-        proc.kill()
-
-
-_exit_hook_registered = False
-
-
-def _register_exit_hook() -> None:
-    global _exit_hook_registered
-    if not _exit_hook_registered:
-        # registered after multiprocessing's own handler, so it runs before it (LIFO)
-        atexit.register(_end_data_workers)
-        _exit_hook_registered = True
-
-
-def leave_stop_signals_to_main(worker_id: int) -> None:
-    """A data worker ignores the stop signals a scheduler sends every process of a job
-    (SIGTERM, SIGHUP, SIGUSR1/2): the main process stops the run cleanly and ends its workers,
-    while a worker they killed would crash the run before it saved (Ctrl-C's SIGINT the
-    workers already leave to it)."""
-    from protein_performer.utils.interrupts import TERMINATING
-
-    for sig in TERMINATING:
-        signal.signal(sig, signal.SIG_IGN)
-    if os.environ.get("PL_SEED_WORKERS") == "1":  # what Lightning's own worker_init_fn does
-        from lightning_fabric.utilities.seed import pl_worker_init_function
-
-        pl_worker_init_function(worker_id)
 
 
 class ProteinDataModule(pl.LightningDataModule):
@@ -342,17 +259,7 @@ class ProteinDataModule(pl.LightningDataModule):
         self.test_files = _paths("test_files", test_files)
         self.shards = None if shards in (None, "") else os.fspath(shards)
         self._sources = {"train": train_source, "val": val_source, "test": test_source}
-        for split, src in self._sources.items():
-            if src is not None and not isinstance(src, FlatSource):
-                raise ConfigError(f"{split}_source must be a FlatSource; got {type(src).__name__}")
-        if not (
-            self.files
-            or self.val_files
-            or self.test_files
-            or self.shards
-            or any(s is not None for s in self._sources.values())
-        ):
-            raise ConfigError("no data: give files, val_files, test_files, shards or *_source")
+        _check_data_given(self._sources, self.files, self.val_files, self.test_files, self.shards)
         try:
             self.split_fractions = parse_fractions(split_fractions)
         except ValueError as e:
@@ -368,81 +275,26 @@ class ProteinDataModule(pl.LightningDataModule):
         )
         self.toks_per_batch = _int("toks_per_batch", toks_per_batch, 1)
         self.batch_size = _int("batch_size", batch_size, 1, optional=True)
-        if (
-            isinstance(mask_prob, bool)
-            or not isinstance(mask_prob, (int, float))
-            or not (0.0 < float(mask_prob) <= 1.0)
-        ):
-            raise ConfigError(f"mask_prob must be a number in (0, 1]; got {mask_prob!r}")
-        self.mask_prob = float(mask_prob)
+        self.mask_prob = _probability("mask_prob", mask_prob, zero=False)
         self.seed = _int("seed", seed, 0)
-        self.num_workers = _int("num_workers", num_workers, 0)
-        cpus = usable_cpus()
-        if self.num_workers > cpus:
-            # torch only warns that it "might freeze"; more workers than CPUs just contend
-            if is_rank_zero():
-                log.warning(
-                    "num_workers=%d but %d CPU%s usable: using %d data-loading worker%s",
-                    self.num_workers,
-                    cpus,
-                    "s are" if cpus != 1 else " is",
-                    cpus,
-                    "s" if cpus != 1 else "",
-                )
-            self.num_workers = cpus
+        self.num_workers = usable_workers(num_workers)
         self.persistent_workers = bool(persistent_workers)
         self.pin_memory = bool(pin_memory)
         self.invalid = _choice("invalid", invalid, [p.value for p in InvalidPolicy])
         self.strip_gaps = bool(strip_gaps)
         self.crop = _choice("crop", crop, CROPS)
-        self.split_by = _choice("split_by", split_by, SPLIT_BY)
-        self.sample = _choice("sample", sample, ("record", *CLUSTER_SAMPLING))
-        self.packing = _choice("packing", packing, PACKINGS)
-        self.min_members = _int("min_members", min_members, 1)
-        self.family_spread = _int("family_spread", family_spread, 1)
-        if self.family_spread > 1 and self.packing != "family":
-            raise ConfigError("family_spread > 1 needs packing=family")
-        if self.min_members > 1 and self.packing not in CLUSTER_PACKINGS:
-            raise ConfigError("min_members > 1 needs packing=family or pairs (it filters clusters)")
-        for name, value in (("pair_copy", pair_copy), ("pair_alone", pair_alone)):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not 0.0 <= float(value) <= 1.0
-            ):
-                raise ConfigError(f"{name} must be a number in [0, 1]; got {value!r}")
-        self.pair_copy = float(pair_copy)
-        self.pair_alone = float(pair_alone)
-        self.pair_align = bool(pair_align)
-        if self.pair_align and self.packing != "pairs":
-            raise ConfigError("pair_align needs packing=pairs (it aligns each row's two proteins)")
-        self.pair_mask = _choice("pair_mask", pair_mask, PAIR_MASKS)
-        self.pair_fill = bool(pair_fill)
-        if self.pair_fill and self.packing != "pairs":
-            raise ConfigError("pair_fill needs packing=pairs (it fills the rows of pairs)")
-        if self.pair_fill and self.pair_align:
-            raise ConfigError("pair_fill does not work with pair_align (rows of two proteins)")
+        p = packing_settings(
+            mode=self.mode, crop=self.crop, shards=self.shards, clusters=clusters,
+            split_by=split_by, sample=sample, packing=packing, min_members=min_members,
+            family_spread=family_spread, pair_copy=pair_copy, pair_alone=pair_alone,
+            pair_align=pair_align, pair_mask=pair_mask, pair_fill=pair_fill,
+        )  # fmt: skip
+        self.split_by, self.sample, self.packing = p.split_by, p.sample, p.packing
+        self.min_members, self.family_spread = p.min_members, p.family_spread
+        self.pair_copy, self.pair_alone, self.pair_align = p.pair_copy, p.pair_alone, p.pair_align
+        self.pair_mask, self.pair_fill = p.pair_mask, p.pair_fill
         self.clusters = clusters
         self._cluster_of: Mapping[str, str] | None = None
-        need_mode = PACKING_MODE.get(self.packing)
-        if need_mode is not None and self.mode != need_mode:
-            rows = "windows of several proteins" if need_mode == "concat" else "one row per pair"
-            raise ConfigError(f"packing={self.packing} needs mode={need_mode} ({rows})")
-        needs = cluster_uses(self.split_by, self.sample, self.packing)
-        if needs and clusters is None:
-            raise ConfigError(f"{needs[0]} needs clusters (the output of `data cluster`)")
-        if self.split_by == "cluster" and self.shards is not None:
-            raise ConfigError(
-                "shards are split when they are made: use `data preprocess --clusters DIR` "
-                "instead of split_by=cluster"
-            )
-        if self.packing == "pairs" and (self.sample != "record" or self.crop != "random"):
-            raise ConfigError(
-                "packing=pairs draws its own partners and crops: it needs sample=record and "
-                "crop=random"
-            )
-        if self.sample != "record" and self.mode != "crop":
-            raise ConfigError(f"sample={self.sample} needs mode=crop (one protein per item)")
         # split -> (records, items, records cut) when crop="sliding" cut long records
         self.windows: dict[str, tuple[int, int]] = {}
         # per split, what building it dropped, packed or rewrote (said in the run's header)
@@ -749,6 +601,24 @@ class ProteinDataModule(pl.LightningDataModule):
                 source.record_id(int(shared[0])),
                 hint,
             )
+
+    def keep_records(
+        self, split: str, records: Sequence[int], source: FlatSource | None = None
+    ) -> None:
+        """Rebuild ``split`` from its records ``records`` only (indices into ``source``: the
+        split's whole records as loaded; default: its dataset's source, which ``crop=sliding``
+        cut into windows, so give it then), in source order. The copies of training records
+        found in it (``find_copies``) keep the ones kept."""
+        if source is None:
+            source = self._require(split).source
+        records = np.unique(np.asarray(records, dtype=np.int64))
+        if len(records) == len(source):  # all of them: the split as it is
+            return
+        kept = select_records(source, records)
+        if split in self.copies:
+            self.copies[split] = (np.flatnonzero(np.isin(records, self.copies[split][0])), kept)
+        self.windows.pop(split, None)
+        self.datasets[split] = self._make_dataset(kept, split)
 
     def _require(self, split: str) -> EpochDataset:
         ds = self.datasets.get(split)

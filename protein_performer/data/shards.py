@@ -180,6 +180,103 @@ def check_shard_outdir(outdir: PathLike, overwrite: bool) -> Path:
     )
 
 
+def _stream_records(
+    readers: list[tuple[FastaReader, str | None]],
+    writers: dict[str, _SplitWriter],
+    split_of: Any,
+    *,
+    alphabet: Alphabet,
+    policy: InvalidPolicy,
+    counts: EncodeCounts,
+    dups: DuplicateFinder,
+    leaks: Any,
+    strip_gaps: bool,
+    allow_nucleotide: bool,
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """Every record of ``readers`` encoded into its split's writer (a reader's fixed split, else
+    ``split_of(record, path)``), counted and checked for repeated ids and held-out copies, with
+    a progress bar over the input bytes; returns the manifest's ``sources``."""
+    from protein_performer.utils.progress import progress as progress_bar
+
+    sources = []
+    t0 = time.perf_counter()
+    total_bytes = sum(r.size for r, _ in readers)
+    with progress_bar(
+        total=total_bytes,
+        desc="preprocess",
+        unit="byte",
+        enabled=progress,
+        tty_unit="B",  # tqdm's scaled bytes (kB, MB)
+        leave=True,
+        unit_scale=True,
+        unit_divisor=1024,
+        dynamic_ncols=True,
+    ) as bar:
+        for reader, fixed_split in readers:
+            kept_before = counts.records_kept
+            last = 0
+            encoded = iter_encoded(
+                reader,
+                alphabet,
+                policy,
+                counts,
+                strip_gaps=strip_gaps,
+                allow_nucleotide=allow_nucleotide,
+            )
+            for rec, ids in encoded:
+                split = fixed_split or split_of(rec, reader.path)
+                writers[split].add(rec.id, ids)  # type: ignore[arg-type]
+                dups.add(rec.id, rec.number, str(reader.path))
+                if leaks is not None:
+                    leaks.add(split, rec.id, ids)  # type: ignore[arg-type]
+                if counts.records_kept % 2048 == 0:
+                    now = reader.compressed_bytes_read
+                    bar.update(now - last)
+                    last = now
+                    el = time.perf_counter() - t0
+                    bar.set_postfix(rec_per_s=f"{counts.records_kept / max(el, 1e-9):,.0f}")
+            bar.update(reader.size - last)
+            sources.append(
+                {
+                    "path": str(reader.path),
+                    "bytes": reader.size,
+                    "compression": reader.compression,
+                    "sha256": reader.sha256,
+                    "records": reader.records_read,
+                    "records_kept": counts.records_kept - kept_before,
+                    "split": fixed_split or "hash",
+                }
+            )
+    return sources
+
+
+def _split_manifest(
+    explicit: bool,
+    frac: Sequence[float],
+    seed: int,
+    cluster_of: Mapping[str, str] | None,
+    clusters: PathLike | None,
+) -> dict[str, Any]:
+    """The manifest's ``split``: how records were assigned to the splits."""
+    return {
+        "method": "explicit" if explicit else "hash",
+        "fractions": None if explicit else list(frac),
+        "seed": None if explicit else seed,
+        "key": None
+        if explicit
+        else "cluster of the members table"
+        if cluster_of is not None
+        else "UniRef cluster id, else UniProt accession, else id",
+        "clusters": None
+        if explicit or cluster_of is None or clusters is None
+        else os.path.abspath(clusters),
+        # the member -> cluster map the split was drawn from: a table made again
+        # at that path later is another split (evaluate and training check it)
+        "clusters_digest": None if explicit or cluster_of is None else members_digest(cluster_of),
+    }
+
+
 def preprocess(
     inputs: PathLike | Sequence[PathLike],
     outdir: PathLike,
@@ -207,8 +304,6 @@ def preprocess(
     else accession; with ``cluster_of``, its cluster from ``data cluster``) with ``fractions``
     and ``seed``.
     """
-    from protein_performer.utils.progress import progress as progress_bar
-
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     alphabet = alphabet or default_alphabet()
@@ -227,57 +322,21 @@ def preprocess(
         counts = EncodeCounts()
         dups = DuplicateFinder()
         leaks = _HeldOutCopies() if explicit else _HashSplitCopies()
-        sources = []
         t0 = time.perf_counter()
-        total_bytes = sum(r.size for r, _ in readers)
-        done_bytes = 0
-        with progress_bar(
-            total=total_bytes,
-            desc="preprocess",
-            unit="byte",
-            enabled=progress,
-            tty_unit="B",  # tqdm's scaled bytes (kB, MB)
-            leave=True,
-            unit_scale=True,
-            unit_divisor=1024,
-            dynamic_ncols=True,
-        ) as bar:
-            for reader, fixed_split in readers:
-                kept_before = counts.records_kept
-                last = 0
-                encoded = iter_encoded(
-                    reader,
-                    alphabet,
-                    policy,
-                    counts,
-                    strip_gaps=strip_gaps,
-                    allow_nucleotide=allow_nucleotide,
-                )
-                for rec, ids in encoded:
-                    split = fixed_split or assigner(split_key(rec, cluster_of, reader.path))
-                    writers[split].add(rec.id, ids)  # type: ignore[arg-type]
-                    dups.add(rec.id, rec.number, str(reader.path))
-                    if leaks is not None:
-                        leaks.add(split, rec.id, ids)  # type: ignore[arg-type]
-                    if counts.records_kept % 2048 == 0:
-                        now = reader.compressed_bytes_read
-                        bar.update(now - last)
-                        last = now
-                        el = time.perf_counter() - t0
-                        bar.set_postfix(rec_per_s=f"{counts.records_kept / max(el, 1e-9):,.0f}")
-                bar.update(reader.size - last)
-                done_bytes += reader.size
-                sources.append(
-                    {
-                        "path": str(reader.path),
-                        "bytes": reader.size,
-                        "compression": reader.compression,
-                        "sha256": reader.sha256,
-                        "records": reader.records_read,
-                        "records_kept": counts.records_kept - kept_before,
-                        "split": fixed_split or "hash",
-                    }
-                )
+        sources = _stream_records(
+            readers,
+            writers,
+            lambda rec, path: assigner(split_key(rec, cluster_of, path)),
+            alphabet=alphabet,
+            policy=policy,
+            counts=counts,
+            dups=dups,
+            leaks=leaks,
+            strip_gaps=strip_gaps,
+            allow_nucleotide=allow_nucleotide,
+            progress=progress,
+        )
+        done_bytes = sum(r.size for r, _ in readers)
         for w in writers.values():
             w.close()
         elapsed = time.perf_counter() - t0
@@ -287,24 +346,7 @@ def preprocess(
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "alphabet": alphabet.to_dict(),
             "sources": sources,
-            "split": {
-                "method": "explicit" if explicit else "hash",
-                "fractions": None if explicit else list(frac),
-                "seed": None if explicit else seed,
-                "key": None
-                if explicit
-                else "cluster of the members table"
-                if cluster_of is not None
-                else "UniRef cluster id, else UniProt accession, else id",
-                "clusters": None
-                if explicit or cluster_of is None or clusters is None
-                else os.path.abspath(clusters),
-                # the member -> cluster map the split was drawn from: a table made again
-                # at that path later is another split (evaluate and training check it)
-                "clusters_digest": None
-                if explicit or cluster_of is None
-                else members_digest(cluster_of),
-            },
+            "split": _split_manifest(explicit, frac, seed, cluster_of, clusters),
             "invalid_policy": policy.value,
             "strip_gaps": strip_gaps,
             "allow_nucleotide": allow_nucleotide,

@@ -45,6 +45,7 @@ class Target:
     residues: np.ndarray
     context: Sequence[np.ndarray]
     group: str | None = None  # its cluster: fill proteins are drawn from other groups
+    record: int | None = None  # its index in the source it was drawn from (None: not from one)
 
 
 @dataclass
@@ -116,7 +117,8 @@ def cluster_targets(
         key = cluster_of.get(rid, f"\0{rid}")
         members = groups[key]
         if len(members) >= min_members:
-            targets.append(Target(rid, np.asarray(source[i]), _Members(source, members, i), key))
+            context = _Members(source, members, i)
+            targets.append(Target(rid, np.asarray(source[i]), context, key, record=i))
     return targets
 
 
@@ -167,7 +169,7 @@ def fixed_targets(
     ``context`` proteins (e.g. a FASTA of homologs)."""
     ids = source.ids or [str(i) for i in range(len(source))]
     walk = range(len(source)) if order is None else order
-    return [Target(ids[i], np.asarray(source[i]), list(context)) for i in walk]
+    return [Target(ids[i], np.asarray(source[i]), list(context), record=i) for i in walk]
 
 
 def scoring_windows(

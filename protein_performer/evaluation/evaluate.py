@@ -21,6 +21,8 @@ from protein_performer.data.cluster import check_run_clustering, read_members, t
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context import (
+    Fill,
+    Target,
     cluster_fill,
     context_perplexity,
     record_order,
@@ -98,6 +100,10 @@ class EvalResult:
     packing: str | None = None
     # no split= on a checkpoint that records its split: every record was scored, said
     scope: str | None = None
+    # context=: the records of the files (or of the split's part); the plain metrics above
+    # are of the `sequences` among them that the context part scores (evaluate without
+    # context= scores them all). None: no context=, every record was scored
+    all_records: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -122,6 +128,11 @@ class EvalResult:
                 f"\n  warning: {self.predicted_tokens} predicted "
                 f"position{'' if self.predicted_tokens == 1 else 's'} only: these numbers "
                 "are noisy (more or longer records, or another seed= to see how much)"
+            )
+        if self.all_records is not None and self.sequences < self.all_records:
+            text += (
+                f"\n  scored: only the {self.sequences:,} proteins the context part scores, of "
+                f"{self.all_records:,} records (evaluate without context= scores them all)"
             )
         if self.input_changes:
             text += f"\n  input: {self.input_changes}"
@@ -170,58 +181,63 @@ class EvalResult:
                 parts
             )
         if self.context:
-            c = self.context
-            text += (
-                f"\n  with context ({c['source']}): {c['proteins']:,} proteins, "
-                f"{c['positions']:,} <mask> positions, {c['mean_context_proteins']:.1f} context "
-                f"proteins ({c['mean_context_tokens']:.0f} tokens) on average: perplexity "
-                f"{_num(c['with_context']['perplexity'], '.3f')} with context vs "
-                f"{_num(c['without_context']['perplexity'], '.3f')} alone (ratio "
-                f"{_num(c['ratio'], '.3f')}); unigram {_num(c['unigram_perplexity'], '.3f')}"
-            )
-            if c["positions"] < 100:
-                text += (
-                    f"\n    warning: {c['positions']} <mask> positions only: the ratio is noisy "
-                    "(more proteins, or context_max_proteins unset)"
-                )
-            if c.get("targets_cut"):
-                text += (
-                    f"\n    {c['targets_cut']:,} of {c['proteins']:,} proteins are longer than "
-                    "half "
-                    f"of max_length={c['max_length']:,} (the other half is the context's room): a "
-                    f"seeded half-window of each was scored, "
-                    f"{100 * c['target_residues_in_windows']:.1f}% of their residues"
-                )
-            if c.get("context_proteins_cut"):
-                text += (
-                    f"\n    {c['context_proteins_cut']:,} of {c['proteins']:,} windows hold a "
-                    f"context protein cut to the room left in max_length={c['max_length']:,}"
-                )
-            if "with_fill_only" in c:
-                text += (
-                    f"\n    fill ({c['mean_fill_tokens']:.0f} tokens of other clusters' proteins "
-                    f"and separators on average) without the homologs: "
-                    f"{_num(c['with_fill_only']['perplexity'], '.3f')} (with context / fill only "
-                    f"{_num(c['ratio_vs_fill'], '.3f')})"
-                )
-                if c.get("short_fill_windows"):
-                    text += (
-                        f"\n    warning: {c['short_fill_windows']:,} windows could not be filled "
-                        f"to {c['max_length']:,} tokens (too few proteins of other clusters)"
-                    )
-            for key, what in (
-                ("identical", "with an identical sequence in context"),
-                ("no_identical", "without one"),
-            ):
-                part = (c.get("by_context") or {}).get(key)
-                if part and part["proteins"] and c["targets_with_identical_context"]:
-                    text += (
-                        f"\n    {what}: {part['proteins']:,} proteins, {part['positions']:,} "
-                        f"positions: {_num(part['with_context']['perplexity'], '.3f')} vs "
-                        f"{_num(part['without_context']['perplexity'], '.3f')} (ratio "
-                        f"{_num(part['ratio'], '.3f')})"
-                    )
+            text += _context_text(self.context)
         return text
+
+
+def _context_text(c: dict[str, Any]) -> str:
+    """The context part of :meth:`EvalResult.format`: with / without context and its notes."""
+    text = (
+        f"\n  with context ({c['source']}): {c['proteins']:,} proteins, "
+        f"{c['positions']:,} <mask> positions, {c['mean_context_proteins']:.1f} context "
+        f"proteins ({c['mean_context_tokens']:.0f} tokens) on average: perplexity "
+        f"{_num(c['with_context']['perplexity'], '.3f')} with context vs "
+        f"{_num(c['without_context']['perplexity'], '.3f')} alone (ratio "
+        f"{_num(c['ratio'], '.3f')}); unigram {_num(c['unigram_perplexity'], '.3f')}"
+    )
+    if c["positions"] < 100:
+        text += (
+            f"\n    warning: {c['positions']} <mask> positions only: the ratio is noisy "
+            "(more proteins, or context_max_proteins unset)"
+        )
+    if c.get("targets_cut"):
+        text += (
+            f"\n    {c['targets_cut']:,} of {c['proteins']:,} proteins are longer than "
+            "half "
+            f"of max_length={c['max_length']:,} (the other half is the context's room): a "
+            f"seeded half-window of each was scored, "
+            f"{100 * c['target_residues_in_windows']:.1f}% of their residues"
+        )
+    if c.get("context_proteins_cut"):
+        text += (
+            f"\n    {c['context_proteins_cut']:,} of {c['proteins']:,} windows hold a "
+            f"context protein cut to the room left in max_length={c['max_length']:,}"
+        )
+    if "with_fill_only" in c:
+        text += (
+            f"\n    fill ({c['mean_fill_tokens']:.0f} tokens of other clusters' proteins "
+            f"and separators on average) without the homologs: "
+            f"{_num(c['with_fill_only']['perplexity'], '.3f')} (with context / fill only "
+            f"{_num(c['ratio_vs_fill'], '.3f')})"
+        )
+        if c.get("short_fill_windows"):
+            text += (
+                f"\n    warning: {c['short_fill_windows']:,} windows could not be filled "
+                f"to {c['max_length']:,} tokens (too few proteins of other clusters)"
+            )
+    for key, what in (
+        ("identical", "with an identical sequence in context"),
+        ("no_identical", "without one"),
+    ):
+        part = (c.get("by_context") or {}).get(key)
+        if part and part["proteins"] and c["targets_with_identical_context"]:
+            text += (
+                f"\n    {what}: {part['proteins']:,} proteins, {part['positions']:,} "
+                f"positions: {_num(part['with_context']['perplexity'], '.3f')} vs "
+                f"{_num(part['without_context']['perplexity'], '.3f')} (ratio "
+                f"{_num(part['ratio'], '.3f')})"
+            )
+    return text
 
 
 def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
@@ -317,14 +333,9 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@torch.inference_mode()
-def evaluate(cfg: EvalConfig) -> EvalResult:
-    """Perplexity and accuracy of a checkpoint on FASTA file(s): every record, or one part of
-    their hash split (``cfg.split``).
-
-    MLM masks and crops are drawn from ``cfg.seed`` (deterministic). Writes the result as JSON
-    to ``cfg.output`` when set.
-    """
+def _check_inputs(cfg: EvalConfig) -> tuple[EvalConfig, list[str], Path | None]:
+    """The settings, the FASTA files (the run's own with ``split=`` alone), the context file
+    and the output file, checked before any work: ``(cfg, fasta, output)``."""
     validate_eval_config(cfg)
     if fasta_unset(cfg.fasta):  # split= alone: the training run's own files
         cfg = dataclasses.replace(cfg, fasta=run_files(cfg.checkpoint, cfg.split))
@@ -343,9 +354,11 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
             what="evaluation JSON file",
             overwrite_hint="overwrite=true",
         )
-    model, meta = load_model(cfg.checkpoint, attention=cfg.attention, nb_features=cfg.nb_features)
-    alphabet = Alphabet.from_dict(meta["alphabet"])
-    stored = meta.get("data") or {}
+    return cfg, fasta, output
+
+
+def _window_settings(cfg: EvalConfig, model: Any, stored: dict[str, Any]) -> tuple[str, int, float]:
+    """``(mode, max_length, mask_prob)``: the values given, else the training run's."""
     mode = cfg.mode or stored.get("mode", "crop")
     max_length = cfg.max_length or stored.get("max_length") or model.config.max_len
     mask_prob = cfg.mask_prob or stored.get("mask_prob", 0.15)
@@ -354,7 +367,20 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
             f"max_length={max_length} exceeds the checkpoint's model.max_len="
             f"{model.config.max_len} (learned positions); use max_length<={model.config.max_len}"
         )
-    split_info = _eval_split(cfg, stored)
+    return mode, max_length, mask_prob
+
+
+def _split_data(
+    cfg: EvalConfig,
+    fasta: list[str],
+    meta: dict[str, Any],
+    alphabet: Alphabet,
+    split_info: dict[str, Any],
+    windows: tuple[str, int, float],
+) -> tuple[ProteinDataModule, str, str | None]:
+    """The data module holding the part to score, set up: ``(dm, split, packing words)``."""
+    stored = meta.get("data") or {}
+    mode, max_length, mask_prob = windows
     split = cfg.split or "test"
     files = {"files": fasta} if cfg.split else {"test_files": fasta}
     packing, packing_note, family_table = _eval_packing(cfg, stored, mode)
@@ -394,6 +420,14 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         dm.setup(stage)
     except DataError as e:
         raise e.with_options(EVAL_OPTIONS) from None
+    return dm, split, packing_note
+
+
+def _split_records(
+    cfg: EvalConfig, dm: ProteinDataModule, split: str, fasta: list[str]
+) -> tuple[Any, str | None]:
+    """The records of the part scored and what ``invalid=`` did to them; an empty part is an
+    error that says why."""
     source = dm.datasets[split].source if split in dm.datasets else None
     _warn_repeated_ids(source, cfg)
     counts = getattr(source, "encode_counts", None)
@@ -410,34 +444,49 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         else:
             problem = f"the {split} split is empty"
         raise DataError(problem, path=", ".join(fasta))
-    caveats = split_info["caveats"]
-    copies = _training_copies(dm, split)
-    if copies:
-        caveats.append(copies)
-    targets = fill = None
-    if cfg.context:
-        if meta["objective"] == "causal":
-            raise ConfigError("context= scores masked-LM checkpoints; this one is causal")
-        # whole proteins (crop=sliding cut the dataset's copy into windows)
-        whole = dm._load_source(split) if split in dm.windows else source
-        order = record_order(whole, cfg.context_order)
-        targets = _context_targets(cfg, whole, stored, alphabet, order)
-        targets = sample_targets(targets, cfg.context_max_proteins, cfg.seed)
-        if cfg.context_fill:
-            fill = cluster_fill(
-                whole,
-                read_members(cfg.clusters or stored.get("clusters")),
-                order=order,
-            )
-    loader = {
-        "train": dm.train_dataloader,
-        "val": dm.val_dataloader,
-        "test": dm.test_dataloader,
-    }[split]()
-    device = pick_device(cfg.device)
-    model.to(device)
-    causal = meta["objective"] == "causal"
-    autocast = _eval_autocast(device)
+    return source, changes
+
+
+def _context_inputs(
+    cfg: EvalConfig,
+    dm: ProteinDataModule,
+    split: str,
+    source: Any,
+    meta: dict[str, Any],
+    alphabet: Alphabet,
+) -> tuple[list[Target] | None, Fill | None, Any]:
+    """``context=``: the proteins to score with their context proteins (a seeded sample of
+    ``context_max_proteins``), the fill of ``context_fill=true``, and the split's whole records
+    they come from; ``(None, None, None)`` without."""
+    if not cfg.context:
+        return None, None, None
+    if meta["objective"] == "causal":
+        raise ConfigError("context= scores masked-LM checkpoints; this one is causal")
+    stored = meta.get("data") or {}
+    # whole proteins (crop=sliding cut the dataset's copy into windows)
+    whole = dm._load_source(split) if split in dm.windows else source
+    order = record_order(whole, cfg.context_order)
+    targets = _context_targets(cfg, whole, stored, alphabet, order)
+    targets = sample_targets(targets, cfg.context_max_proteins, cfg.seed)
+    fill = None
+    if cfg.context_fill:
+        fill = cluster_fill(
+            whole, read_members(cfg.clusters or stored.get("clusters")), order=order
+        )
+    return targets, fill, whole
+
+
+def _score_split(
+    model: Any,
+    loader: Any,
+    alphabet: Alphabet,
+    device: torch.device,
+    causal: bool,
+    uni_logp: torch.Tensor,
+) -> dict[str, Any]:
+    """One pass over ``loader``: the model's ``(nll, count, correct)`` sums in total and per MLM
+    input kind, the unigram baseline's on the same positions (MLM), the targets' histogram
+    (causal), the tokens read and the predicted positions holding a non-standard letter."""
     # (nll sum, count, correct) in total and per MLM input kind, summed on the device
     sums = torch.zeros(3, dtype=torch.float64, device=device)
     kinds = (
@@ -449,17 +498,12 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         [alphabet.index(c) for c in EXTRA_RESIDUES if c in alphabet.tokens], device=device
     )
     extra_targets = torch.zeros((), dtype=torch.int64, device=device)
-    counts_from = "training data" if stored.get("unigram_counts") else "evaluated data"
-    unigram_counts = stored.get("unigram_counts") or np.bincount(
-        np.asarray(dm.datasets[split].source.tokens), minlength=len(alphabet)
-    )
-    uni_logp = unigram_log_probs(unigram_counts, alphabet).to(device)
     # the same sums for the unigram baseline on the same positions (causal: from the targets'
     # histogram at the end, as <eos>/<sep> are targets there and have no residue count)
     uni_sums = torch.zeros_like(sums)
     uni_kinds = None if kinds is None else torch.zeros_like(kinds)
     target_hist = torch.zeros(len(alphabet), dtype=torch.float64, device=device)
-    start = time.perf_counter()
+    autocast = _eval_autocast(device)
     for batch in progress_bar(loader, desc="evaluating", unit="batch"):
         batch = {k: v.to(device) for k, v in batch.items()}
         with autocast:
@@ -483,73 +527,177 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         tokens += (~batch["padding_mask"]).sum()
         scored = batch["labels"][:, 1:] if causal else batch["labels"]
         extra_targets += torch.isin(scored, extra).sum()
-    nll, count, correct = sums.tolist()
+    return {
+        "sums": sums,
+        "kinds": kinds,
+        "tokens": int(tokens),
+        "nonstandard": int(extra_targets),
+        "uni_sums": uni_sums,
+        "uni_kinds": uni_kinds,
+        "target_hist": target_hist,
+    }
+
+
+def _score_context(
+    cfg: EvalConfig,
+    model: Any,
+    alphabet: Alphabet,
+    targets: list[Target],
+    fill: Fill | None,
+    windows: tuple[str, int, float],
+    device: torch.device,
+    uni_logp: torch.Tensor,
+) -> dict[str, Any]:
+    """The context part: ``targets`` scored with and without their context proteins."""
+    mode, max_length, mask_prob = windows
+    with _eval_autocast(device):  # the same precision as the plain pass
+        context = context_perplexity(
+            model,
+            alphabet,
+            targets,
+            max_length=max_length,
+            style="concat" if mode == "concat" else "crop",
+            mask_prob=mask_prob,
+            seed=cfg.seed,
+            toks_per_batch=cfg.toks_per_batch,
+            device=device,
+            unigram_log_probs=uni_logp,
+            progress=True,
+            fill=fill,
+            fill_place=cfg.context_fill_place,
+        )
+    context["max_length"] = max_length
+    context["source"] = (
+        f"each protein's cluster, >= {cfg.context_min_members} members"
+        + (
+            f", among other clusters' proteins to {max_length} tokens"
+            + (", right before the protein" if cfg.context_fill_place == "adjacent" else "")
+            if fill
+            else ""
+        )
+        if cfg.context == "cluster"
+        else cfg.context
+    )
+    return context
+
+
+def _by_input(kinds: torch.Tensor | None) -> dict[str, dict[str, Any]] | None:
+    """The MLM metrics per input kind at the predicted position (None for causal)."""
+    if kinds is None:
+        return None
+    return {  # None, not NaN, for a kind without positions: the JSON stays valid
+        kind: {
+            "predicted_tokens": int(n),
+            "loss": s / n if n else None,
+            "perplexity": perplexity(s, n) if n else None,
+            "accuracy": c / n if n else None,
+        }
+        for kind, (s, n, c) in zip(MLM_INPUT_KINDS, kinds.tolist(), strict=True)
+    }
+
+
+def _split_words(cfg: EvalConfig, split_info: dict[str, Any]) -> dict[str, Any] | None:
+    """The result's ``split``: which part of which split was scored (None: every record)."""
+    if not cfg.split:
+        return None
+    return {
+        "part": cfg.split,
+        "by": split_info["by"],
+        "fractions": list(split_info["fractions"]),
+        "seed": split_info["seed"],
+        "clusters": split_info["clusters"],
+        "caveats": split_info["caveats"],
+    }
+
+
+def _write_result(result: EvalResult, output: Path | None, cfg: EvalConfig) -> None:
+    if cfg.output:
+        try:
+            write_text_atomic(output, json.dumps(result.to_dict(), indent=2) + "\n")
+        except OSError as e:
+            raise DataError(f"output: not written ({e.strerror or e})", path=cfg.output) from None
+
+
+@torch.inference_mode()
+def evaluate(cfg: EvalConfig) -> EvalResult:
+    """Perplexity and accuracy of a checkpoint on FASTA file(s): every record, or one part of
+    their hash split (``cfg.split``). With ``cfg.context`` only the proteins the context part
+    scores are scored, alone and with their context (``all_records``: of how many).
+
+    MLM masks and crops are drawn from ``cfg.seed`` (deterministic). Writes the result as JSON
+    to ``cfg.output`` when set.
+    """
+    # checks
+    cfg, fasta, output = _check_inputs(cfg)
+    model, meta = load_model(cfg.checkpoint, attention=cfg.attention, nb_features=cfg.nb_features)
+    alphabet = Alphabet.from_dict(meta["alphabet"])
+    stored = meta.get("data") or {}
+    windows = _window_settings(cfg, model, stored)
+    mode, max_length, _ = windows
+    # data
+    split_info = _eval_split(cfg, stored)
+    dm, split, packing_note = _split_data(cfg, fasta, meta, alphabet, split_info, windows)
+    source, changes = _split_records(cfg, dm, split, fasta)
+    # the unigram baseline's frequencies: the training data's, else the evaluated part's
+    counts_from = "training data" if stored.get("unigram_counts") else "evaluated data"
+    unigram_counts = stored.get("unigram_counts") or np.bincount(
+        np.asarray(dm.datasets[split].source.tokens), minlength=len(alphabet)
+    )
+    targets, fill, whole = _context_inputs(cfg, dm, split, source, meta, alphabet)
+    all_records = None
+    if targets is not None:  # context=: the plain pass scores the context part's proteins only
+        all_records = len(whole)
+        dm.keep_records(split, [t.record for t in targets], whole)
+    caveats = split_info["caveats"]
+    copies = _training_copies(dm, split)
+    if copies:
+        caveats.append(copies)
+    loader = {
+        "train": dm.train_dataloader,
+        "val": dm.val_dataloader,
+        "test": dm.test_dataloader,
+    }[split]()
+    # model
+    device = pick_device(cfg.device)
+    model.to(device)
+    causal = meta["objective"] == "causal"
+    uni_logp = unigram_log_probs(unigram_counts, alphabet).to(device)
+    # score the split
+    start = time.perf_counter()
+    scores = _score_split(model, loader, alphabet, device, causal, uni_logp)
+    nll, count, correct = scores["sums"].tolist()
+    uni_sums = scores["uni_sums"]
     if causal:
         uni_sums, counts_from = causal_unigram_sums(
-            target_hist.cpu(), unigram_counts, alphabet, counts_from
+            scores["target_hist"].cpu(), unigram_counts, alphabet, counts_from
         )
-    unigram = _unigram_summary(uni_sums, uni_kinds, counts_from)
+    unigram = _unigram_summary(uni_sums, scores["uni_kinds"], counts_from)
+    # the context part
     context = None
     if targets is not None:
-        with _eval_autocast(device):  # the same precision as the plain pass
-            context = context_perplexity(
-                model,
-                alphabet,
-                targets,
-                max_length=max_length,
-                style="concat" if mode == "concat" else "crop",
-                mask_prob=mask_prob,
-                seed=cfg.seed,
-                toks_per_batch=cfg.toks_per_batch,
-                device=device,
-                unigram_log_probs=uni_logp,
-                progress=True,
-                fill=fill,
-                fill_place=cfg.context_fill_place,
-            )
-        context["max_length"] = max_length
-        context["source"] = (
-            f"each protein's cluster, >= {cfg.context_min_members} members"
-            + (
-                f", among other clusters' proteins to {max_length} tokens"
-                + (", right before the protein" if cfg.context_fill_place == "adjacent" else "")
-                if fill
-                else ""
-            )
-            if cfg.context == "cluster"
-            else cfg.context
-        )
+        context = _score_context(cfg, model, alphabet, targets, fill, windows, device, uni_logp)
+    # the result
     cropping = _cropping(dm, split, mode, max_length)
     if count == 0:
         raise DataError("nothing to predict (no residues)", path=cfg.fasta)
-    by_input = None
-    if kinds is not None:
-        by_input = {  # None, not NaN, for a kind without positions: the JSON stays valid
-            kind: {
-                "predicted_tokens": int(n),
-                "loss": s / n if n else None,
-                "perplexity": perplexity(s, n) if n else None,
-                "accuracy": c / n if n else None,
-            }
-            for kind, (s, n, c) in zip(MLM_INPUT_KINDS, kinds.tolist(), strict=True)
-        }
+    run_cap = stored.get("max_records") if cfg.split else None
     result = EvalResult(
         checkpoint=str(cfg.checkpoint),
         fasta=", ".join(fasta),
         attention=model.config.kind_label,
         objective=meta["objective"],
         sequences=cropping["records"],
-        tokens=int(tokens),
+        tokens=scores["tokens"],
         predicted_tokens=int(count),
         loss=nll / count,
         perplexity=perplexity(nll, count),
         accuracy=correct / count,
         seconds=time.perf_counter() - start,
         seed=cfg.seed,
-        by_input=by_input,
+        by_input=_by_input(scores["kinds"]),
         input_changes=changes,
         unigram=unigram,
-        nonstandard_targets=int(extra_targets),
+        nonstandard_targets=scores["nonstandard"],
         crop=cfg.crop if mode == "crop" else None,
         cropped_records=cropping["cropped"],
         residues_in_windows=cropping["share"],
@@ -560,20 +708,8 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         )
         or None,
         context=context,
-        split=None
-        if not cfg.split
-        else {
-            "part": cfg.split,
-            "by": split_info["by"],
-            "fractions": list(split_info["fractions"]),
-            "seed": split_info["seed"],
-            "clusters": split_info["clusters"],
-            "caveats": caveats,
-        },
+        split=_split_words(cfg, split_info),
+        all_records=all_records,
     )
-    if cfg.output:
-        try:
-            write_text_atomic(output, json.dumps(result.to_dict(), indent=2) + "\n")
-        except OSError as e:
-            raise DataError(f"output: not written ({e.strerror or e})", path=cfg.output) from None
+    _write_result(result, output, cfg)
     return result

@@ -680,3 +680,26 @@ def test_more_workers_than_cpus_are_capped_with_one_warning(monkeypatch, caplog)
     with caplog.at_level("WARNING"):
         assert ProteinDataModule(files=["x.fa"], num_workers=2).num_workers == 2
     assert not caplog.text
+
+
+def test_keep_records_rebuilds_a_split_from_some_of_its_records(tmp_path):
+    """evaluate context=: the split scored as the records given only, in source order; long
+    ones cut into windows again (crop=sliding), copies of training records renumbered."""
+    seqs = random_seqs(12, 5, 30, seed=4)
+    dm = ProteinDataModule(
+        files=[write_fasta(tmp_path / "a.fa", seqs)], split_fractions=(0.5, 0.0, 0.5),
+        max_length=12, crop="sliding", find_copies=True,
+    )  # fmt: skip
+    dm.setup("test")
+    whole = dm._load_source("test")
+    assert len(whole) > 2 and dm.windows["test"][0] == len(whole)
+    dm.copies["test"] = (np.array([0, 2]), whole)  # as if records 0 and 2 were copies
+    dm.keep_records("test", [2, 1], whole)
+    ds = dm.datasets["test"]
+    pieces = [A.decode(np.asarray(ds.source[i])) for i in range(len(ds.source))]
+    assert "".join(pieces) == "".join(A.decode(np.asarray(whole[i])) for i in (1, 2))
+    assert dm.windows["test"][0] == 2 and max(len(p) for p in pieces) <= 10
+    shared, kept = dm.copies["test"]
+    assert shared.tolist() == [1] and len(kept) == 2  # record 2 is the second one kept
+    dm.keep_records("test", range(len(ds.source)))  # all of the split: left as it is
+    assert dm.datasets["test"] is ds

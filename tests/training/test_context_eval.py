@@ -350,7 +350,8 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
             clusters=str(members), context_min_members=2,
         )
     )  # fmt: skip
-    assert with_ctx.sequences == plain.sequences and with_ctx.perplexity == plain.perplexity
+    # (the plain pass scores the context part's proteins, among the same split's records)
+    assert with_ctx.all_records == plain.sequences and with_ctx.split == plain.split
     with pytest.raises(ConfigError, match="context=cluster needs clusters"):
         evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster"))
     with pytest.raises(DataError, match="context: no such file"):
@@ -510,10 +511,10 @@ def test_evaluate_without_a_split_needs_no_clusters_table(tmp_path):
     test = evaluate(
         EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test", **ctx)
     )
-    assert 0 < test.sequences < 30 and test.context["proteins"] > 0
+    assert 0 < test.all_records < 30 and test.context["proteins"] > 0
     (tmp_path / "moved.tsv").rename(tmp_path / "members.tsv")  # back in place: the same split
     same = evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), split="test"))
-    assert same.sequences == test.sequences
+    assert same.sequences == test.all_records
 
 
 def test_evaluate_context_without_a_split_does_not_speak_of_one(tmp_path, monkeypatch):
@@ -529,7 +530,7 @@ def test_evaluate_context_without_a_split_does_not_speak_of_one(tmp_path, monkey
     shutil.copy(tmp_path / "members.tsv", other)
     ctx = dict(context="cluster", clusters=str(other), context_min_members=2)
     out = evaluate(EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), **ctx))
-    assert out.sequences == 30 and out.context["proteins"] > 0
+    assert out.all_records == 30 and out.context["proteins"] > 0
     assert not [w for w in warned if "split=" in w], warned
 
 
@@ -980,3 +981,28 @@ def test_the_context_window_scores_the_single_windows_masked_target(fill) -> Non
             np.testing.assert_array_equal(_target_part(cx), x[1:-1])
             np.testing.assert_array_equal(cy[len(cx) - len(x) + 1 : -1], y[1:-1])
             assert (cy[: len(cx) - len(x) + 1] == -100).all() and cy[-1] == -100
+
+
+def test_evaluate_context_scores_only_the_proteins_of_the_context_part(tmp_path):
+    """A user asking for the context comparison gets just that: the plain pass scores the
+    proteins the context part scores (it scored every record of the split first, minutes on a
+    real one), the same numbers as evaluating a file of those proteins, and says of how many."""
+    fasta = write_fasta(tmp_path / "t.fasta", n=30)
+    result = train(tiny_config(fasta, max_steps=2), tmp_path / "run")
+    members = clusters_of_three(fasta, tmp_path / "members.tsv", first=12)  # 12 of the 30
+    ev = dict(checkpoint=result.last_checkpoint, device="cpu")
+    out = evaluate(EvalConfig(**ev, fasta=str(fasta), context="cluster", clusters=str(members)))
+    assert out.context["proteins"] == out.sequences == 12 and out.all_records == 30
+    assert "scored: only the 12 proteins the context part scores, of 30 records" in out.format()
+    assert out.to_dict()["all_records"] == 30
+    first = tmp_path / "first.fasta"  # the 12 clustered records, alone
+    first.write_text("".join([">" + r for r in fasta.read_text().split(">")[1:]][:12]))
+    alone = evaluate(EvalConfig(**ev, fasta=str(first)))
+    assert alone.all_records is None and "scored:" not in alone.format()
+    assert (out.predicted_tokens, out.perplexity) == (alone.predicted_tokens, alone.perplexity)
+    assert out.unigram == alone.unigram
+    sample = evaluate(
+        EvalConfig(**ev, fasta=str(fasta), context="cluster", clusters=str(members),
+                   context_max_proteins=5)
+    )  # fmt: skip
+    assert sample.sequences == sample.context["proteins"] == 5 and sample.all_records == 30
