@@ -94,7 +94,8 @@ _EVALUATE_KEYS = {
     "overwrite": "replace an existing output file (a result JSON of evaluate only)",
     "attention": "run the weights with another attention kind (e.g. transformer)",
     "nb_features": "random features for a Performer attention",
-    "context": "also score with homologs before each protein: cluster or a FASTA of them",
+    "context": "score with homologs before each protein, beside the same proteins alone "
+    "(only those): cluster or a FASTA of them",
     "context_min_members": "context=cluster: smallest cluster (members) scored",
     "context_max_proteins": "context: score a seeded sample of this many proteins (unset: all)",
     "context_order": "context: id (targets, homologs and fill drawn by record id: the same "

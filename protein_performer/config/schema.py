@@ -228,8 +228,9 @@ class EvalConfig:
     overwrite: bool = False
     attention: str | None = None
     nb_features: int | None = None
-    # homolog-conditioned scoring besides the plain one: "cluster" (each protein's cluster
-    # members among the evaluated records) or a FASTA of context proteins for every record
+    # homolog-conditioned scoring, beside the plain score of the same proteins (only those):
+    # "cluster" (each protein's cluster members among the evaluated records) or a FASTA of
+    # context proteins for every record
     context: str | None = None
     context_min_members: int = 2  # context=cluster: clusters smaller than this are left out
     context_max_proteins: int | None = None  # score a seeded sample of this many (null: all)
