@@ -69,6 +69,9 @@ class DataConfig:
     # pairs packing: fill each row to max_length with other clusters' proteins, the partner at
     # a random place among them (the layout of evaluate context_fill=true)
     pair_fill: bool = False
+    # pairs packing: up to this many homologs before each protein, how many drawn per row (1:
+    # one partner), so that a model pools a family as a profile does
+    pair_partners: int = 1
     max_length: int = 1024
     toks_per_batch: int = 16384
     batch_size: int | None = None

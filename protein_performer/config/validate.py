@@ -233,12 +233,18 @@ def _check_packing(cfg: TrainConfig) -> None:
         if isinstance(value, bool) or not 0.0 <= value <= 1.0:
             raise ConfigError(f"data.{key} must be a number in [0, 1] (got {value!r})")
     _choice("data.pair_mask", d.pair_mask, PAIR_MASKS)
+    _positive("data.pair_partners", d.pair_partners)
     if d.packing != "pairs" and (
-        d.pair_copy or d.pair_alone or d.pair_mask != "all" or d.pair_fill
+        d.pair_copy or d.pair_alone or d.pair_mask != "all" or d.pair_fill or d.pair_partners != 1
     ):
         raise ConfigError(
-            "data.pair_copy, data.pair_alone, data.pair_mask and data.pair_fill need "
-            "data.packing=pairs"
+            "data.pair_copy, data.pair_alone, data.pair_mask, data.pair_fill and "
+            "data.pair_partners need data.packing=pairs"
+        )
+    if d.pair_partners > 1 and (d.pair_fill or cfg.align.weight > 0):
+        raise ConfigError(
+            "data.pair_partners > 1 does not work with data.pair_fill or align.weight > 0 "
+            "(rows of two proteins)"
         )
     if d.packing == "pairs" and d.sample != "record":
         raise ConfigError(

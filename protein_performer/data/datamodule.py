@@ -194,6 +194,8 @@ class ProteinDataModule(pl.LightningDataModule):
             aligned to each of the protein's residues), for an attention-supervision loss.
         pair_mask: pairs packing: ``all`` (mask the whole row) or ``protein`` (mask only the
             protein after its partner: the partner stays whole, as context does at evaluation).
+        pair_partners: pairs packing: up to this many homologs before each protein, how many
+            drawn per row (1: one partner).
         pair_fill: pairs packing: fill each row with a partner to ``max_length`` with proteins
             of other clusters, the partner at a random place among them (rows alone stay alone).
         crop: crop mode's treatment of proteins longer than ``max_length``: ``random`` (one
@@ -252,6 +254,7 @@ class ProteinDataModule(pl.LightningDataModule):
         pair_align: bool = False,
         pair_mask: str = "all",
         pair_fill: bool = False,
+        pair_partners: int = 1,
     ) -> None:
         super().__init__()
         self.files = _paths("files", files)
@@ -293,6 +296,9 @@ class ProteinDataModule(pl.LightningDataModule):
         self.min_members, self.family_spread = p.min_members, p.family_spread
         self.pair_copy, self.pair_alone, self.pair_align = p.pair_copy, p.pair_alone, p.pair_align
         self.pair_mask, self.pair_fill = p.pair_mask, p.pair_fill
+        if pair_partners != 1 and self.packing != "pairs":
+            raise ConfigError("pair_partners needs packing=pairs (the homologs before a protein)")
+        self.pair_partners = pair_partners  # checked by PairDataset
         self.clusters = clusters
         self._cluster_of: Mapping[str, str] | None = None
         # split -> (records, items, records cut) when crop="sliding" cut long records
@@ -450,12 +456,13 @@ class ProteinDataModule(pl.LightningDataModule):
                 fill=self.pair_fill,
                 seed=self.seed,
                 train=train,
+                max_partners=self.pair_partners,
             )
             fill = ", among other clusters' proteins to max_length" if self.pair_fill else ""
             self._note(
                 split,
                 f"pairs packing: {len(source):,} proteins in {len(groups):,} clusters, each "
-                f"after a partner (pair_copy={self.pair_copy:g}, pair_alone="
+                f"after {self._partners_words()} (pair_copy={self.pair_copy:g}, pair_alone="
                 f"{self.pair_alone:g}{fill}); {ds.n_alone:,} with no other member are paired "
                 "with themselves",
             )
@@ -521,6 +528,11 @@ class ProteinDataModule(pl.LightningDataModule):
         (:attr:`notes`) and the log."""
         self.notes.setdefault(split, []).append(text)
         log.info("%s: %s", split, text)
+
+    def _partners_words(self) -> str:
+        if self.pair_partners == 1:
+            return "a partner"
+        return f"1 to {self.pair_partners} homologs (drawn per row)"
 
     def setup(self, stage: str | None = None) -> None:
         """Load the splits a stage needs (``fit``: train+val, ``validate``: val,

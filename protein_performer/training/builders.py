@@ -144,6 +144,7 @@ def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = Trainin
         pair_align=cfg.align.weight > 0,
         pair_mask=d.pair_mask,
         pair_fill=d.pair_fill,
+        pair_partners=d.pair_partners,
         objective=cfg.objective,
         mode=d.mode,
         max_length=d.max_length,

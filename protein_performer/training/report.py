@@ -197,7 +197,12 @@ def _print_header(
     ]
     if threads is not None:
         count, why = threads
-        lines.append(f"threads: {count}" + (f" ({why})" if why else ""))
+        if why is None:
+            lines.append(f"threads: {count}")
+        elif why == "OMP_NUM_THREADS":
+            lines.append(f"threads: {count} (OMP_NUM_THREADS)")
+        else:
+            lines.append(f"threads: {count} {why} (trainer.threads=N chooses)")
     if cfg.init_from:
         lines.append(f"weights from: {cfg.init_from} (init_from: a new run, its own optimizer)")
     if warning:

@@ -44,10 +44,7 @@ def choose_threads(setting: int | None = None) -> tuple[int, str | None]:
     busy = min(cpus - 1, int(load + 0.5))
     if busy <= 0:
         return cpus, None
-    return cpus - busy, (
-        f"the machine is busy (load {load:.1f} on {cpus} CPUs): {cpus - busy} thread"
-        f"{'s' if cpus - busy != 1 else ''} (trainer.threads=N chooses)"
-    )
+    return cpus - busy, f"of {cpus} CPUs: the machine is busy, load {load:.1f}"
 
 
 #: What ``device=`` accepts (checked before any work by the configs).
