@@ -147,7 +147,8 @@ def test_every_group_option_and_experiment_composes():
         )
     with pytest.raises(
         ConfigError,
-        match=r"data\.pair_copy, data\.pair_alone, data\.pair_mask and data\.pair_fill need",
+        match=r"data\.pair_copy, data\.pair_alone, data\.pair_mask, data\.pair_fill and "
+        r"data\.pair_partners need",
     ):
         validate_train_config(compose_job("train", ["data.pair_mask=protein"]).config)
     with pytest.raises(ConfigError, match=r"data\.packing=pairs needs data\.clusters"):
@@ -737,3 +738,17 @@ def test_seeds_outside_what_numpy_takes_are_one_line_errors(seed) -> None:
 
     cfg.seed = np.int64(3)  # a sweep over np.arange(...)
     validate_train_config(cfg)
+
+
+def test_the_homologs_recipe_composes_and_pair_partners_is_checked():
+    job = compose_job("train", ["experiment=homologs", "data.clusters=c.tsv"])
+    d = job.config.data
+    assert d.packing == "pairs" and d.pair_partners == 8 and d.max_length == 1024
+    assert job.config.model.exact_layers == [-1] and job.config.model.qkv_conv == 9
+    assert "data.pair_partners need data.packing=pairs" in _error(["data.pair_partners=3"])
+    assert "data.pair_partners must be" in _error(
+        ["experiment=homologs", "data.clusters=c.tsv", "data.pair_partners=0"]
+    )
+    assert "does not work with data.pair_fill or align.weight" in _error(
+        ["experiment=homologs", "data.clusters=c.tsv", "align.weight=1"]
+    )

@@ -668,6 +668,19 @@ def test_pairs_packing_trains_on_pairs_and_evaluates_single_proteins():
             ProteinDataModule(train_source=src, **(kw | bad))
     with pytest.raises(ConfigError, match="packing=pairs needs clusters"):
         ProteinDataModule(train_source=src, packing="pairs")
+    several = ProteinDataModule(
+        train_source=src, min_members=2, pair_partners=2, **(kw | dict(max_length=512))
+    )
+    several.setup("fit")
+    assert several.datasets["train"].max_partners == 2
+    seps = [
+        int(n)
+        for b in several.train_dataloader()
+        for n in (b["input_ids"] == several.alphabet.sep_idx).sum(1)
+    ]
+    assert set(seps) <= {1, 2} and 2 in seps  # cluster a has 2 others: 1 or 2 before a1
+    with pytest.raises(ConfigError, match="pair_partners needs packing=pairs"):
+        ProteinDataModule(train_source=src, clusters=table, pair_partners=2)
 
 
 def test_more_workers_than_cpus_are_capped_with_one_warning(monkeypatch, caplog):
