@@ -8,12 +8,11 @@ from pathlib import Path
 
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.errors import ConfigError
-from protein_performer.model.checkpoints import DEFAULT_CHECKPOINT, load_model
+from protein_performer.model.checkpoints import SHIPPED_CHECKPOINTS, load_model
 from protein_performer.model.performer import ProteinLM
-from protein_performer.utils.resources import project_path
 
 #: The checkpoints shipped with the package, by name -> path in the project (data/pretrained/).
-SHIPPED = {"default": DEFAULT_CHECKPOINT}
+SHIPPED = SHIPPED_CHECKPOINTS
 
 
 def load(checkpoint: str | os.PathLike[str] = "default") -> tuple[ProteinLM, Alphabet]:
@@ -34,6 +33,6 @@ def load(checkpoint: str | os.PathLike[str] = "default") -> tuple[ProteinLM, Alp
                 f"no shipped checkpoint named {text!r}: the names are {', '.join(SHIPPED)} "
                 "(or give the path of a checkpoint file)"
             )
-        path = "default" if text == "default" else project_path(SHIPPED[text])
+        path = text  # load_model finds a shipped one by its name
     model, meta = load_model(path)
     return model, Alphabet.from_dict(meta["alphabet"])

@@ -48,9 +48,18 @@ def test_a_checkpoint_file_loads_by_path(tmp_path):
 
 def test_an_unknown_name_is_a_one_line_error_naming_the_shipped_ones(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"no shipped checkpoint named 'homologs'") as e:
+    with pytest.raises(ConfigError, match=r"no shipped checkpoint named 'esm2'") as e:
+        protein_performer.load("esm2")
+    assert "the names are default, homologs" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_shipped_name_missing_from_the_installation_is_named(monkeypatch):
+    from protein_performer.model import checkpoints
+
+    monkeypatch.setitem(checkpoints.SHIPPED_CHECKPOINTS, "homologs", "data/pretrained/gone.ckpt")
+    with pytest.raises(DataError, match="the shipped 'homologs' checkpoint is not in this"):
         protein_performer.load("homologs")
-    assert "the names are default" in str(e.value) and "\n" not in str(e.value)
+    assert not checkpoints.shipped("homologs") and checkpoints.shipped("default")
 
 
 def test_a_missing_file_is_an_error_naming_it(tmp_path):

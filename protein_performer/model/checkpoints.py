@@ -80,21 +80,35 @@ def make_metadata(
 
 #: ``checkpoint=default``: the model shipped with the package (data/pretrained/README.md).
 DEFAULT_CHECKPOINT = "data/pretrained/performer_relu_14.ckpt"
+HOMOLOGS_CHECKPOINT = "data/pretrained/performer_homologs_14.ckpt"
+#: The checkpoints shipped with the package: name -> path in the project (data/pretrained/,
+#: whose README holds their cards). ``default`` reads one protein; ``homologs`` a protein after
+#: its homologs (the ``context=`` commands' model).
+SHIPPED_CHECKPOINTS = {"default": DEFAULT_CHECKPOINT, "homologs": HOMOLOGS_CHECKPOINT}
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """``"default"`` -> the shipped checkpoint (in a checkout or an installed wheel); any other
-    value is taken as a path."""
-    if str(path) != "default" or Path(path).exists():  # a file named "default" is the user's
+    """A shipped checkpoint's name (:data:`SHIPPED_CHECKPOINTS`) -> its file (in a checkout or
+    an installed wheel); any other value is taken as a path."""
+    name = str(path)
+    if name not in SHIPPED_CHECKPOINTS or Path(path).exists():  # a file of that name: the user's
         return Path(path)
     from protein_performer.utils.resources import project_path
 
-    p = Path(project_path(DEFAULT_CHECKPOINT))
+    p = Path(project_path(SHIPPED_CHECKPOINTS[name]))
     if not p.is_file():
-        raise DataError(
-            "the shipped checkpoint is not in this installation; give checkpoint=PATH", path=p
+        which = (
+            "the shipped checkpoint" if name == "default" else f"the shipped {name!r} checkpoint"
         )
+        raise DataError(f"{which} is not in this installation; give checkpoint=PATH", path=p)
     return p
+
+
+def shipped(name: str) -> bool:
+    """Whether the shipped checkpoint ``name`` is in this installation."""
+    from protein_performer.utils.resources import project_path
+
+    return name in SHIPPED_CHECKPOINTS and Path(project_path(SHIPPED_CHECKPOINTS[name])).is_file()
 
 
 def _zip_problem(path: Path) -> str | None:
