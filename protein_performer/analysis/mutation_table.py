@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import io
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -175,3 +177,39 @@ def _float(value: str | None, decimal_comma: bool = False) -> float:
         return float(text)
     except ValueError:
         return float("nan")
+
+
+def check_fitness_column(
+    fields: list[str], rows: list[dict[str, str]], fitness_col: str, decimal_comma: bool, path: Any
+) -> None:
+    """DataError when ``fitness_col`` is not a column of the table or holds no numbers."""
+    if fitness_col not in fields:
+        raise DataError(
+            f"no column {fitness_col!r} (columns: {', '.join(fields)}); set fitness_col=",
+            path=path,
+        )
+    values = [r.get(fitness_col) for r in rows]
+    if not any(math.isfinite(_float(v, decimal_comma)) for v in values):
+        shown = next((v for v in values if v not in (None, "")), None)
+        raise DataError(
+            f"column {fitness_col!r} holds no numbers"
+            + (f" (e.g. {shown!r})" if shown is not None else " (all empty)")
+            + "; fitness_col= names the measured fitness",
+            path=path,
+        )
+
+
+def scores_csv(
+    fields: list[str], rows: list[dict[str, str]], columns: dict[str, Any], delimiter: str
+) -> str:
+    """The table as read, with the score ``columns`` (one value per row, NaN: blank) after
+    its own, in its own delimiter."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(
+        buf, fieldnames=[*fields, *columns], lineterminator="\n", delimiter=delimiter
+    )
+    writer.writeheader()
+    for i, row in enumerate(rows):
+        extra = {k: ("" if math.isnan(v[i]) else f"{v[i]:.6g}") for k, v in columns.items()}
+        writer.writerow({**row, **extra})
+    return buf.getvalue()
