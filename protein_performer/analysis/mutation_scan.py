@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -109,10 +110,25 @@ def read_scan(
     )  # fmt: skip
 
 
+#: Why a row is left unscored whatever the settings, and counted in the output: it is well
+#: formed and fits the wild type, but no score covers it (a stop, a letter other than the 20
+#: amino acids, a site past the protein's ends (a scan of a longer protein), an indel the
+#: methods run do not score). Other problems (a wild type that differs, a notation not read)
+#: point to a wrong input: an error unless ``skip_mismatched``.
+UNSCORABLE = (
+    "stops",
+    "non-standard letters",
+    "position outside the sequence",
+    "indels",
+    "longer than the model's window",
+)
+
+
 def check_scan(scan: Scan, *, skip_mismatched: bool, path: Any) -> None:
-    """DataError (one line, naming the first lines) when rows do not fit the wild type and
-    ``skip_mismatched`` is off, when none fits, or when most rows inside the sequence name
-    another residue (a wrong numbering or protein, not rows to skip)."""
+    """DataError (one line, naming the first lines) when no row can be scored, when rows do
+    not fit the wild type (other than :data:`UNSCORABLE` ones) and ``skip_mismatched`` is off,
+    or when most rows inside the sequence name another residue (a wrong numbering or
+    protein, not rows to skip)."""
     problems, good, kinds = scan.problems, scan.good, scan.kinds
     mismatched = kinds.count("wild type differs")
     # rows past the sequence's ends are a crop (a domain of a longer protein), not a mismatch
@@ -127,22 +143,28 @@ def check_scan(scan: Scan, *, skip_mismatched: bool, path: Any) -> None:
             f"a wrong offset= or record=, not rows to skip{hint}",
             path=path,
         )
-    if problems and (not skip_mismatched or not good):
-        lines = [scan.where(i, p) for i, p in problems[:3]]
-        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-        hint = _offset_hint(scan.substitutions(), scan.sequence, scan.offset)
-        n = f"{len(scan.rows):,}"
-        what = (
-            f"none of the {n} mutants fit"
-            if not good
-            else (f"{len(problems):,} of {n} mutants do not fit")
-        )
-        raise DataError(
-            f"{what} the wild type ({scan.source}, numbered from offset={scan.offset}): "
-            f"{'; '.join(lines)}{more}{hint}"
-            + ("" if not good else " (skip_mismatched=true leaves such rows unscored)"),
-            path=path,
-        )
+    refused = [
+        (i, p) for (i, p), kind in zip(problems, kinds, strict=True) if kind not in UNSCORABLE
+    ]
+    if good and (skip_mismatched or not refused):
+        return
+    shown = problems if not good else refused
+    lines = [scan.where(i, p) for i, p in shown[:3]]
+    more = f"; and {len(shown) - 3} more" if len(shown) > 3 else ""
+    hint = _offset_hint(scan.substitutions(), scan.sequence, scan.offset)
+    n = f"{len(scan.rows):,}"
+    if good:
+        what = f"{len(refused):,} of {n} mutants do not fit"
+    elif refused or "position outside the sequence" in kinds:
+        what = f"none of the {n} mutants fit"
+    else:  # stops, other letters, indels the methods do not score: nothing to score
+        what = f"none of the {n} mutants can be scored against"
+    raise DataError(
+        f"{what} the wild type ({scan.source}, numbered from offset={scan.offset}): "
+        f"{'; '.join(lines)}{more}{hint}"
+        + ("" if not good else " (skip_mismatched=true leaves such rows unscored)"),
+        path=path,
+    )
 
 
 def score_scan(
@@ -217,7 +239,11 @@ def scan_summary(
         "attention_kind": attention_kind,
         "mutants": len(scan.rows),
         "scored": len(scan.good),
-        "unscored": [{"line": scan.line_of[i], "problem": p} for i, p in scan.problems[:100]],
+        # every row left unscored, with why (the printed text gives the first of each kind)
+        "unscored": [
+            {"line": scan.line_of[i], "kind": kind, "problem": p}
+            for (i, p), kind in zip(scan.problems, scan.kinds, strict=True)
+        ],
         "seconds": round(seconds, 2),
         "out": out,
     }
@@ -229,8 +255,9 @@ def scan_summary(
 
 
 def unscored_notes(scan: Scan, summary: dict[str, Any], blank_rows: int) -> str:
-    """What was left out, by reason with the first line of each (and the offset that fits
-    when rows name another wild type); rows of empty fields. Adds to ``summary``."""
+    """What was left out, by reason with the first line of each (every one is in the
+    summary's ``unscored``), and the offset that fits when rows name another wild type; rows
+    of empty fields. Adds to ``summary``."""
     text, problems = "", scan.problems
     if problems:
         hint = ""
@@ -245,6 +272,9 @@ def unscored_notes(scan: Scan, summary: dict[str, Any], blank_rows: int) -> str:
         for i, p in problems:
             firsts.setdefault(mut.problem_kind(p), scan.where(i, p))
         text += "".join(f"\n    first {kind}: {where}" for kind, where in firsts.items())
+        if len(problems) > len(firsts) and summary.get("out"):
+            listed = Path(summary["out"]).with_suffix(".json").name
+            text += f"\n    every row left unscored, with why: {listed} (unscored)"
         summary["unscored_by_reason"] = dict(by_kind)
         summary["unscored_total"] = len(problems)
         if hint:

@@ -132,6 +132,11 @@ def variant_from_sequence(sequence: str, wild_type: str) -> Variant:
     if not seq:
         raise ValueError("an empty sequence")
     bad = next((c for c in seq if not ("A" <= c <= "Z")), None)
+    if bad == "*":  # an inner stop: a nonsense variant (a final one is dropped above)
+        raise ValueError(
+            f"'*' at position {seq.index(bad) + 1} is a stop (nonsense) variant: scores cover "
+            "substitutions between the 20 amino acids (and indels)"
+        )
     if bad is not None:
         raise ValueError(
             f"cannot read sequence: {bad!r} at position {seq.index(bad) + 1} is not a residue "
