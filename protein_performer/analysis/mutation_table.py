@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from protein_performer.analysis.inputs import read_proteins
+from protein_performer.analysis.mutations import GAPS, clean_sequence
 from protein_performer.config.schema import ScoreConfig
 from protein_performer.data.alphabet import InvalidResidueError
 from protein_performer.errors import ConfigError, DataError
@@ -104,8 +105,6 @@ def _read_mutations_csv(
 
 
 def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
-    from protein_performer.analysis.mutations import clean_sequence
-
     if cfg.sequence is not None:
         text = str(cfg.sequence)
         # a sequence is letters (and line breaks, '*'); a file name has '.' or '/'
@@ -120,7 +119,10 @@ def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
         bad = [c for c in sequence if c not in alphabet.residues]
         if bad:
             pos = sequence.index(bad[0]) + 1
-            raise DataError(f"sequence=: {bad[0]!r} at position {pos} is not a residue letter")
+            raise DataError(
+                f"sequence=: {bad[0]!r} at position {pos} is not a residue letter"
+                + _gap_hint(bad[0])
+            )
         return sequence, "sequence="
     try:
         (protein,) = read_proteins(
@@ -130,10 +132,24 @@ def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
             max_records=1 if cfg.record is None else None,
         )[:1]
     except InvalidResidueError as e:
-        # the wild type is read as it is: no invalid= / strip_gaps= here to point to
+        # the wild type is read as it is: no invalid= / strip_gaps= here to point to, but a
+        # gap is said to be one (its residues are what mutant positions count)
         problem = e.residue_problem or e.problem
+        gap = next((g for g in GAPS if e.residue_problem and f"{g!r}" in problem), None)
+        problem += _gap_hint(gap) if gap else ""
         raise DataError(problem, path=e.path, record=e.record, record_id=e.record_id) from None
     return alphabet.decode(protein.residues), f"{cfg.fasta} ({protein.id})"
+
+
+def _gap_hint(char: str) -> str:
+    """What to do about an alignment gap in the wild type (mutant positions count its
+    residues, so it is read unaligned); empty for another character."""
+    if char not in GAPS:
+        return ""
+    return (
+        " (an alignment gap: give the wild type unaligned, without - or .; mutant positions "
+        "count its residues)"
+    )
 
 
 def _offset_hint(parsed: list, sequence: str, offset: int) -> str:

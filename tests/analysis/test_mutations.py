@@ -541,11 +541,16 @@ def test_score_wild_type_inputs_read_like_fasta_records(ckpt, tmp_path, capsys) 
     capsys.readouterr()
     summary = json.loads((tmp_path / "a.json").read_text())
     assert summary["length"] == len(WT) and summary["attention_kind"] == "performer_relu"
-    # score has no strip_gaps= or invalid=: the error does not suggest them
+    # score has no strip_gaps= or invalid=: the error does not suggest them, but says what a
+    # gap is and what to give instead
     (tmp_path / "wt.fa").write_text(f">wt\n{WT[:5]}-{WT[5:]}\n")
     assert main(["score", *args, f"fasta={tmp_path / 'wt.fa'}", f"out={tmp_path / 'b.csv'}"]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: {tmp_path / 'wt.fa'}: record 1 (wt): invalid residue '-' at position 6\n"
+    assert err.startswith(
+        f"error: {tmp_path / 'wt.fa'}: record 1 (wt): invalid residue '-' at position 6 (an "
+        "alignment gap: give the wild type unaligned"
+    )
+    assert err.count("\n") == 1 and "strip_gaps" not in err and "invalid=" not in err
 
 
 def test_score_says_when_rows_repeat_a_mutant(ckpt, tmp_path, capsys) -> None:

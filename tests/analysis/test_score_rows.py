@@ -146,3 +146,30 @@ def test_a_stop_inside_a_whole_sequence_is_a_stop(model_ckpt, tmp_path, capsys):
     assert "mutated_sequence: '*' at position 5 is a stop (nonsense) variant" in out
     got = read_scores(tmp_path / "s.csv")
     assert got["a"]["masked_marginal"] == "" and got["b"]["masked_marginal"] != ""
+
+
+def test_alignment_gaps_are_said_to_be_gaps(model_ckpt, tmp_path, capsys):
+    """As train's error points to strip_gaps, score's says what a gap is and what to give
+    (score has no strip_gaps: mutant positions count the wild type's residues)."""
+    write_csv(tmp_path / "m.csv", [("K2R", "1")])
+    gapped = f"{WT[:5]}-{WT[5:]}"
+    assert score(model_ckpt, tmp_path, wild_type=f"sequence={gapped}") == 2
+    err = capsys.readouterr().err
+    assert "sequence=: '-' at position 6 is not a residue letter (an alignment gap: give" in err
+    assert err.count("\n") == 1
+    (tmp_path / "wt.fa").write_text(f">wt\n{WT[:3]}.{WT[3:]}\n")
+    assert score(model_ckpt, tmp_path, wild_type=f"fasta={tmp_path / 'wt.fa'}") == 2
+    err = capsys.readouterr().err
+    assert "invalid residue '.' at position 4 (an alignment gap: give the wild type" in err
+    # variants given as aligned sequences: in sequence_col, or in the mutant column
+    deletion = WT[:5] + "-" + WT[6:]
+    write_csv(tmp_path / "v.csv", [(deletion, "1"), ("MR" + WT[2:], "2")], header=("seq", "f"))
+    assert score(model_ckpt, tmp_path, "sequence_col=seq", csv_name="v.csv") == 2
+    err = capsys.readouterr().err
+    assert "seq: cannot read sequence: '-' at position 6 is not a residue letter (an " in err
+    assert "alignment gap: give the sequence unaligned" in err
+    write_csv(tmp_path / "w.csv", [(deletion, "1"), ("K2R", "2")])
+    assert score(model_ckpt, tmp_path, csv_name="w.csv") == 2
+    err = capsys.readouterr().err
+    assert "line 2: cannot read sequence: '-' at position 6" in err
+    assert "a deletion as the sequence without its residues" in err
