@@ -1,7 +1,8 @@
 """Attention maps and representations of proteins, in memory or as one ``.npz`` per record.
 
-Like ESM's ``extract.py``: one FASTA in, one file per record out. Each ``RECORD.npz`` holds
-``id``, ``description``, ``sequence``, ``tokens`` (the token ids of the rows/columns below,
+Like ESM's ``extract.py``: one FASTA in, one file per record out, named safely
+(:func:`record_file_names`: ``sp|P00974|BPT1_BOVIN`` -> ``P00974.npz``; the manifest maps
+files to ids). Each ``RECORD.npz`` holds ``id`` (the record's own), ``description``, ``sequence``, ``tokens`` (the token ids of the rows/columns below,
 alphabet ``pp-aa-v1``); with ``attention``: ``attention`` ``(layers, heads, L, L)``
 (row = query, column = key; exact softmax, or for FAVOR+ layers the matrix its features imply)
 with ``attention_layers`` / ``attention_heads`` naming the selection; with ``per_tok``:
@@ -182,14 +183,22 @@ def representations(
             yield p, stacked[row, :, _span(p, keep_specials)]
 
 
+#: ``db|ACCESSION|NAME`` (UniProt's ``sp|P00974|BPT1_BOVIN``), and a joined window's ``+N``.
+_DB_ID = re.compile(r"[^|]+\|([^|]+)\|[^|]*?(\+\d+)?")
+
+
 def record_file_names(ids: Sequence[str]) -> list[str]:
-    """One safe, distinct file name per record id (``sp|P00974|BPT1_BOVIN.npz``; characters
-    other than letters, digits and ``._-|`` become ``_``, no leading ``.`` or ``-``; repeats
-    get ``-2``, ``-3``)."""
+    """One safe, distinct file name per record id: the accession for ``db|ACC|NAME``
+    (``sp|P00974|BPT1_BOVIN`` -> ``P00974.npz``; a joined window's ``+N`` kept), else the id
+    with characters other than letters, digits and ``._+-`` as ``_``; no leading ``.`` or
+    ``-``; a name already given (in any case) gets ``-2``, ``-3``. The id itself is kept in
+    the file and the manifest."""
     names, seen = [], set()
     for rid in ids:
+        m = _DB_ID.fullmatch(rid)
+        stem = m.group(1) + (m.group(2) or "") if m else rid
         # no leading "." (hidden) or "-" (read as an option by `ls *.npz`, `rm`, ...)
-        base = re.sub(r"[^A-Za-z0-9._|-]", "_", rid).lstrip(".-") or "record"
+        base = re.sub(r"[^A-Za-z0-9._+-]", "_", stem).lstrip(".-") or "record"
         if len(base) > 150:  # file names end at 255 bytes: cut, keep a hash of the whole id
             base = f"{base[:140]}~{hashlib.sha1(rid.encode()).hexdigest()[:8]}"
         name, k = base, 1
