@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from protein_performer.analysis import mutations as mut
+from protein_performer.analysis.homolog_scoring import ScanContext, context_columns
 from protein_performer.analysis.mutation_table import _float, _offset_hint
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
 from protein_performer.errors import DataError
@@ -176,10 +177,13 @@ def score_scan(
     max_tokens: int | None,
     toks_per_batch: int,
     packed: bool,
+    context: ScanContext | None = None,
+    context_length: int | None = None,
 ) -> tuple[dict[str, np.ndarray], float]:
-    """The scored rows' columns, ``{column: (scored rows,) values}`` (one per method, then
-    BLOSUM62 and, with the training residue ``counts``, the unigram log-ratio), and the
-    seconds the model took."""
+    """The scored rows' columns, ``{column: (scored rows,) values}`` (one per method; with
+    homologs, ``context``, the model's masked marginals with them before the protein in
+    windows of ``context_length`` tokens and their PSSM's; then BLOSUM62 and, with the
+    training residue ``counts``, the unigram log-ratio), and the seconds the model took."""
     good_mutants = [scan.parsed[i] for i in scan.good]
     t0 = time.perf_counter()
     scores = mut.score_mutants(
@@ -193,8 +197,22 @@ def score_scan(
         progress=True,
         packed=packed,
     )
-    elapsed = time.perf_counter() - t0
     columns = {mut.column_name(m): v for m, v in scores.items()}
+    if context is not None:
+        columns.update(
+            context_columns(
+                model,
+                alphabet,
+                scan.sequence,
+                good_mutants,  # type: ignore[arg-type]
+                context,
+                max_length=context_length,
+                packed=packed,
+                toks_per_batch=toks_per_batch,
+                progress=True,
+            )
+        )
+    elapsed = time.perf_counter() - t0
     columns.update(
         mut.baseline_columns(
             good_mutants,  # type: ignore[arg-type]

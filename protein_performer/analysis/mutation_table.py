@@ -104,7 +104,9 @@ def _read_mutations_csv(
     return fields, rows, delimiter, line_of, blank
 
 
-def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
+def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str, str | None]:
+    """``(sequence, where it came from, its record id)``: from ``sequence=`` (no id) or a
+    record of ``fasta=``."""
     if cfg.sequence is not None:
         text = str(cfg.sequence)
         # a sequence is letters (and line breaks, '*'); a file name has '.' or '/'
@@ -123,7 +125,7 @@ def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
                 f"sequence=: {bad[0]!r} at position {pos} is not a residue letter"
                 + _gap_hint(bad[0])
             )
-        return sequence, "sequence="
+        return sequence, "sequence=", None
     try:
         (protein,) = read_proteins(
             cfg.fasta,
@@ -138,7 +140,7 @@ def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
         gap = next((g for g in GAPS if e.residue_problem and f"{g!r}" in problem), None)
         problem += _gap_hint(gap) if gap else ""
         raise DataError(problem, path=e.path, record=e.record, record_id=e.record_id) from None
-    return alphabet.decode(protein.residues), f"{cfg.fasta} ({protein.id})"
+    return alphabet.decode(protein.residues), f"{cfg.fasta} ({protein.id})", protein.id
 
 
 def _gap_hint(char: str) -> str:

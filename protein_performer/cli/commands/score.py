@@ -9,6 +9,7 @@ from typing import Any
 
 from protein_performer.analysis import mutation_scan as scan_lib
 from protein_performer.analysis.extraction import load_for_analysis
+from protein_performer.analysis.homolog_scoring import context_notes, read_scan_context
 from protein_performer.analysis.inputs import checkpoint_label, max_tokens
 from protein_performer.analysis.mutation_table import (
     _read_mutations_csv,
@@ -143,7 +144,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     model, alphabet, meta = load_for_analysis(
         cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
     )
-    sequence, source = _wild_type(cfg, alphabet)
+    sequence, source, record_id = _wild_type(cfg, alphabet)
     window = max_tokens(model, None, _trained_length(meta))
     scan = scan_lib.read_scan(
         rows,
@@ -157,6 +158,9 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         window=window,
     )
     scan_lib.check_scan(scan, skip_mismatched=cfg.skip_mismatched, path=cfg.mutations)
+    context = None  # the homologs, read (and their PSSM built) before the model scores
+    if cfg.context is not None:
+        context = read_scan_context(cfg.context, alphabet, sequence, record_id)
     counts = meta.get("data", {}).get("unigram_counts")
     columns, elapsed = scan_lib.score_scan(
         model,
@@ -166,6 +170,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         max_tokens=window,
         toks_per_batch=cfg.toks_per_batch,
         packed=_trained_packed(meta),
+        context=context,
+        context_length=window or _trained_length(meta),
     )
     full = scan_lib.table_columns(columns, fields, len(rows), scan.good)
     summary, text = scan_lib.scan_summary(
@@ -180,6 +186,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     text += scan_lib.variant_notes(
         scan, summary, has_unigram=counts is not None, window=window, mutation_col=cfg.mutation_col
     )
+    if context is not None:
+        text += context_notes(context, summary, causal=model.causal)
     fitness = None
     if cfg.fitness_col:
         fitness = scan_lib.fitness_values(scan, cfg.fitness_col, decimal_comma)
