@@ -1,7 +1,8 @@
 """Attention maps and representations of proteins, in memory or as one ``.npz`` per record.
 
-Like ESM's ``extract.py``: one FASTA in, one file per record out. Each ``RECORD.npz`` holds
-``id``, ``description``, ``sequence``, ``tokens`` (the token ids of the rows/columns below,
+Like ESM's ``extract.py``: one FASTA in, one file per record out, named safely
+(:func:`record_file_names`: ``sp|P00974|BPT1_BOVIN`` -> ``P00974.npz``; the manifest maps
+files to ids). Each ``RECORD.npz`` holds ``id`` (the record's own), ``description``, ``sequence``, ``tokens`` (the token ids of the rows/columns below,
 alphabet ``pp-aa-v1``); with ``attention``: ``attention`` ``(layers, heads, L, L)``
 (row = query, column = key; exact softmax, or for FAVOR+ layers the matrix its features imply)
 with ``attention_layers`` / ``attention_heads`` naming the selection; with ``per_tok``:
@@ -26,6 +27,7 @@ import re
 import shutil
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -181,14 +183,22 @@ def representations(
             yield p, stacked[row, :, _span(p, keep_specials)]
 
 
+#: ``db|ACCESSION|NAME`` (UniProt's ``sp|P00974|BPT1_BOVIN``), and a joined window's ``+N``.
+_DB_ID = re.compile(r"[^|]+\|([^|]+)\|[^|]*?(\+\d+)?")
+
+
 def record_file_names(ids: Sequence[str]) -> list[str]:
-    """One safe, distinct file name per record id (``sp|P00974|BPT1_BOVIN.npz``; characters
-    other than letters, digits and ``._-|`` become ``_``, no leading ``.`` or ``-``; repeats
-    get ``-2``, ``-3``)."""
+    """One safe, distinct file name per record id: the accession for ``db|ACC|NAME``
+    (``sp|P00974|BPT1_BOVIN`` -> ``P00974.npz``; a joined window's ``+N`` kept), else the id
+    with characters other than letters, digits and ``._+-`` as ``_``; no leading ``.`` or
+    ``-``; a name already given (in any case) gets ``-2``, ``-3``. The id itself is kept in
+    the file and the manifest."""
     names, seen = [], set()
     for rid in ids:
+        m = _DB_ID.fullmatch(rid)
+        stem = m.group(1) + (m.group(2) or "") if m else rid
         # no leading "." (hidden) or "-" (read as an option by `ls *.npz`, `rm`, ...)
-        base = re.sub(r"[^A-Za-z0-9._|-]", "_", rid).lstrip(".-") or "record"
+        base = re.sub(r"[^A-Za-z0-9._+-]", "_", stem).lstrip(".-") or "record"
         if len(base) > 150:  # file names end at 255 bytes: cut, keep a hash of the whole id
             base = f"{base[:140]}~{hashlib.sha1(rid.encode()).hexdigest()[:8]}"
         name, k = base, 1
@@ -219,6 +229,26 @@ def check_include(include: Sequence[str]) -> list[str]:
     if unknown or not chosen:
         raise ConfigError(f"include must list some of {', '.join(INCLUDE)} (got {chosen})")
     return chosen
+
+
+@dataclass
+class _Plan:
+    """What :func:`extract` writes of each record: the selections, the dtype, and for a
+    joined window its members and their ``rows`` (``[start, stop)`` in the stored rows)."""
+
+    model: ProteinLM
+    alphabet: Alphabet
+    include: list[str]
+    layers: list[int]
+    heads: list[int]
+    repr_layers: list[int]
+    keep_specials: bool
+    chunk_size: int
+    dtype: Any
+    segments: list[tuple[int, int]] | None = None
+    members: list[Protein] = field(default_factory=list)
+    rows: list[tuple[int, int]] = field(default_factory=list)
+    read_count: int = 0
 
 
 def extract(
@@ -258,18 +288,19 @@ def extract(
     complete or not at all (a temporary folder renamed at the end). Returns the manifest.
     """
     include = check_include(include)
-    outdir = check_output_dir(
-        out,
-        "out",
-        overwrite=overwrite,
-        is_ours=is_extract_dir,
-        what="extract directory",
-        overwrite_hint="overwrite=true",
-    )
+    outdir = _extract_dir(out, overwrite)
     depth, n_heads = model.config.depth, model.config.heads
-    sel_layers = parse_indices(layers, depth, "layers")
-    sel_heads = parse_indices(heads, n_heads, "heads")
-    sel_repr = parse_indices(repr_layers, depth + 1, "repr_layers")
+    plan = _Plan(
+        model,
+        alphabet,
+        include,
+        parse_indices(layers, depth, "layers"),
+        parse_indices(heads, n_heads, "heads"),
+        parse_indices(repr_layers, depth + 1, "repr_layers"),
+        keep_specials,
+        chunk_size,
+        np.float16 if float16 else np.float32,
+    )
     if toks_per_batch < 1 or chunk_size < 1:
         raise ConfigError("toks_per_batch and chunk_size must be >= 1")
     limit = max_tokens(model, max_length, trained_length)
@@ -285,26 +316,15 @@ def extract(
         ids=records,
         max_records=max_records,
     )
-    segments, members, read_count = None, [], len(proteins)
     if join:
-        if len(proteins) < 2:
-            names = ", ".join(map(str, [fasta] if isinstance(fasta, (str, Path)) else fasta))
-            raise DataError("join=true puts several proteins in one window; found one", path=names)
-        joined, segments, members = join_proteins(
-            proteins, alphabet, limit, truncate=truncate, model=model
-        )
-        proteins = [joined]
-        shift = 1 if keep_specials else 0  # the stored rows start with <cls> when it is kept
-        rows = [(a + shift, b + shift) for a, b in segments]
+        proteins = _join_window(plan, proteins, fasta, limit, truncate)
     files = record_file_names([p.id for p in proteins])
-    dtype = np.float16 if float16 else np.float32
-    device = next(model.parameters()).device
     size = output_bytes(
         [_span(p, keep_specials) for p in proteins],
         include,
-        len(sel_layers) * len(sel_heads),
-        len(sel_repr) * model.config.dim,
-        np.dtype(dtype).itemsize,
+        len(plan.layers) * len(plan.heads),
+        len(plan.repr_layers) * model.config.dim,
+        np.dtype(plan.dtype).itemsize,
     )
     _say_size(outdir, size, len(proteins), float16, progress)
     reprs = None
@@ -313,83 +333,16 @@ def extract(
             model,
             proteins,
             alphabet,
-            repr_layers=sel_repr,
+            repr_layers=plan.repr_layers,
             toks_per_batch=toks_per_batch,
             keep_specials=keep_specials,
         )
-    records = []
-    with staged_dir(
-        outdir,
-        lambda: check_output_dir(
-            outdir,
-            "out",
-            overwrite=overwrite,
-            is_ours=is_extract_dir,
-            what="extract directory",
-            overwrite_hint="overwrite=true",
-        ),
-    ) as work:
+    with staged_dir(outdir, lambda: _extract_dir(outdir, overwrite)) as work:
         bar = progress_bar(proteins, desc="extract", unit="protein", enabled=progress)
-        for protein, name in zip(bar, files, strict=True):
-            span = _span(protein, keep_specials)
-            n = span.stop - span.start
-            with NpzWriter(work / name) as npz:
-                npz.add("id", protein.id)
-                npz.add("description", protein.description)
-                if segments is None:
-                    npz.add("sequence", alphabet.decode(protein.residues))
-                else:
-                    text = alphabet.decode(protein.residues, keep_specials=True)
-                    npz.add("sequence", text.replace(alphabet.tokens[alphabet.sep_idx], "|"))
-                    npz.add("segments", np.asarray(rows, dtype=np.int64))
-                    npz.add("segment_ids", np.asarray([p.id for p in members]))
-                npz.add("tokens", protein.tokens(alphabet)[0, span].numpy().astype(np.uint8))
-                if "attention" in include:
-                    npz.add("attention_layers", np.asarray(sel_layers))
-                    npz.add("attention_heads", np.asarray(sel_heads))
-                    shape = (len(sel_layers), len(sel_heads), n, n)
-                    npz.add_blocks(
-                        "attention",
-                        shape,
-                        dtype,
-                        _attention_stream(
-                            model,
-                            protein,
-                            alphabet,
-                            sel_layers,
-                            sel_heads,
-                            keep_specials,
-                            chunk_size,
-                            device,
-                        ),
-                    )
-                if reprs is not None:
-                    got, per_tok = next(reprs)
-                    assert got is protein
-                    npz.add("repr_layers", np.asarray(sel_repr))
-                    if "per_tok" in include:
-                        npz.add("per_tok", per_tok.astype(dtype))
-                    if "mean" in include:
-                        residues = per_tok[:, 1:-1] if keep_specials else per_tok
-                        if segments is None:
-                            mean = residues.mean(axis=1)
-                        else:
-                            parts = [residues[:, a:b].mean(axis=1) for a, b in segments]
-                            mean = np.stack(parts, axis=1)
-                        npz.add("mean", mean.astype(dtype))
-            entry = {
-                "id": protein.id,
-                "file": name,
-                "length": protein.sequence_length,
-                "cropped": protein.cropped,
-            }
-            if segments is not None:
-                entry["joined"] = [
-                    {"id": p.id, "start": a, "stop": b}
-                    for p, (a, b) in zip(members, rows, strict=True)
-                ]
-                entry["proteins_read"] = read_count
-            records.append(entry)
+        written = [
+            _write_record(plan, work / name, protein, reprs)
+            for protein, name in zip(bar, files, strict=True)
+        ]
         manifest = {
             "format": FORMAT,
             "checkpoint": source,
@@ -398,17 +351,113 @@ def extract(
             "objective": "causal" if getattr(model, "causal", False) else "mlm",
             "fasta": [str(p) for p in ([fasta] if isinstance(fasta, (str, Path)) else fasta)],
             "include": include,
-            "attention_layers": sel_layers if "attention" in include else None,
-            "attention_heads": sel_heads if "attention" in include else None,
-            "repr_layers": sel_repr if reprs is not None else None,
+            "attention_layers": plan.layers if "attention" in include else None,
+            "attention_heads": plan.heads if "attention" in include else None,
+            "repr_layers": plan.repr_layers if reprs is not None else None,
             "keep_specials": keep_specials,
             "join": join,
-            "dtype": np.dtype(dtype).name,
+            "dtype": np.dtype(plan.dtype).name,
             "input_changes": counts.changes(),
-            "records": records,
+            "records": written,
         }
         (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
+
+
+def _extract_dir(out: PathLike, overwrite: bool) -> Path:
+    return check_output_dir(
+        out,
+        "out",
+        overwrite=overwrite,
+        is_ours=is_extract_dir,
+        what="extract directory",
+        overwrite_hint="overwrite=true",
+    )
+
+
+def _join_window(
+    plan: _Plan,
+    proteins: list[Protein],
+    fasta: PathLike | Sequence[PathLike],
+    limit: int | None,
+    truncate: bool,
+) -> list[Protein]:
+    """The records read, joined into one window (its members and rows kept in ``plan``)."""
+    if len(proteins) < 2:
+        names = ", ".join(map(str, [fasta] if isinstance(fasta, (str, Path)) else fasta))
+        raise DataError("join=true puts several proteins in one window; found one", path=names)
+    plan.read_count = len(proteins)
+    joined, plan.segments, plan.members = join_proteins(
+        proteins, plan.alphabet, limit, truncate=truncate, model=plan.model
+    )
+    shift = 1 if plan.keep_specials else 0  # the stored rows start with <cls> when it is kept
+    plan.rows = [(a + shift, b + shift) for a, b in plan.segments]
+    return [joined]
+
+
+def _write_record(
+    plan: _Plan,
+    path: Path,
+    protein: Protein,
+    reprs: Iterator[tuple[Protein, np.ndarray]] | None,
+) -> dict[str, Any]:
+    """One ``RECORD.npz`` (see the module docstring); returns its manifest entry."""
+    alphabet, include, dtype = plan.alphabet, plan.include, plan.dtype
+    span = _span(protein, plan.keep_specials)
+    n = span.stop - span.start
+    with NpzWriter(path) as npz:
+        npz.add("id", protein.id)
+        npz.add("description", protein.description)
+        if plan.segments is None:
+            npz.add("sequence", alphabet.decode(protein.residues))
+        else:
+            text = alphabet.decode(protein.residues, keep_specials=True)
+            npz.add("sequence", text.replace(alphabet.tokens[alphabet.sep_idx], "|"))
+            npz.add("segments", np.asarray(plan.rows, dtype=np.int64))
+            npz.add("segment_ids", np.asarray([p.id for p in plan.members]))
+        npz.add("tokens", protein.tokens(alphabet)[0, span].numpy().astype(np.uint8))
+        if "attention" in include:
+            npz.add("attention_layers", np.asarray(plan.layers))
+            npz.add("attention_heads", np.asarray(plan.heads))
+            shape = (len(plan.layers), len(plan.heads), n, n)
+            stream = _attention_stream(
+                plan.model,
+                protein,
+                alphabet,
+                plan.layers,
+                plan.heads,
+                plan.keep_specials,
+                plan.chunk_size,
+                next(plan.model.parameters()).device,
+            )
+            npz.add_blocks("attention", shape, dtype, stream)
+        if reprs is not None:
+            got, per_tok = next(reprs)
+            assert got is protein
+            npz.add("repr_layers", np.asarray(plan.repr_layers))
+            if "per_tok" in include:
+                npz.add("per_tok", per_tok.astype(dtype))
+            if "mean" in include:
+                residues = per_tok[:, 1:-1] if plan.keep_specials else per_tok
+                if plan.segments is None:
+                    mean = residues.mean(axis=1)
+                else:
+                    parts = [residues[:, a:b].mean(axis=1) for a, b in plan.segments]
+                    mean = np.stack(parts, axis=1)
+                npz.add("mean", mean.astype(dtype))
+    entry: dict[str, Any] = {
+        "id": protein.id,
+        "file": path.name,
+        "length": protein.sequence_length,
+        "cropped": protein.cropped,
+    }
+    if plan.segments is not None:
+        entry["joined"] = [
+            {"id": p.id, "start": a, "stop": b}
+            for p, (a, b) in zip(plan.members, plan.rows, strict=True)
+        ]
+        entry["proteins_read"] = plan.read_count
+    return entry
 
 
 def output_bytes(

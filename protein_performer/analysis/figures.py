@@ -349,6 +349,8 @@ SCORE_UNITS = {
     "log_likelihood": "log-likelihood difference, nats",
     "blosum62": "BLOSUM62 score, half bits",
     "unigram_log_ratio": "residue-frequency log-ratio, nats",
+    "masked_marginal_context": "log-ratio with homologs before it, nats",
+    "pssm": "PSSM log-odds difference, bits",
 }
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import csv
+import io
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from protein_performer.analysis.inputs import read_proteins
+from protein_performer.analysis.mutations import GAPS, clean_sequence
 from protein_performer.config.schema import ScoreConfig
 from protein_performer.data.alphabet import InvalidResidueError
 from protein_performer.errors import ConfigError, DataError
@@ -101,9 +104,9 @@ def _read_mutations_csv(
     return fields, rows, delimiter, line_of, blank
 
 
-def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
-    from protein_performer.analysis.mutations import clean_sequence
-
+def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str, str | None]:
+    """``(sequence, where it came from, its record id)``: from ``sequence=`` (no id) or a
+    record of ``fasta=``."""
     if cfg.sequence is not None:
         text = str(cfg.sequence)
         # a sequence is letters (and line breaks, '*'); a file name has '.' or '/'
@@ -118,8 +121,11 @@ def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
         bad = [c for c in sequence if c not in alphabet.residues]
         if bad:
             pos = sequence.index(bad[0]) + 1
-            raise DataError(f"sequence=: {bad[0]!r} at position {pos} is not a residue letter")
-        return sequence, "sequence="
+            raise DataError(
+                f"sequence=: {bad[0]!r} at position {pos} is not a residue letter"
+                + _gap_hint(bad[0])
+            )
+        return sequence, "sequence=", None
     try:
         (protein,) = read_proteins(
             cfg.fasta,
@@ -128,10 +134,24 @@ def _wild_type(cfg: ScoreConfig, alphabet: Any) -> tuple[str, str]:
             max_records=1 if cfg.record is None else None,
         )[:1]
     except InvalidResidueError as e:
-        # the wild type is read as it is: no invalid= / strip_gaps= here to point to
+        # the wild type is read as it is: no invalid= / strip_gaps= here to point to, but a
+        # gap is said to be one (its residues are what mutant positions count)
         problem = e.residue_problem or e.problem
+        gap = next((g for g in GAPS if e.residue_problem and f"{g!r}" in problem), None)
+        problem += _gap_hint(gap) if gap else ""
         raise DataError(problem, path=e.path, record=e.record, record_id=e.record_id) from None
-    return alphabet.decode(protein.residues), f"{cfg.fasta} ({protein.id})"
+    return alphabet.decode(protein.residues), f"{cfg.fasta} ({protein.id})", protein.id
+
+
+def _gap_hint(char: str) -> str:
+    """What to do about an alignment gap in the wild type (mutant positions count its
+    residues, so it is read unaligned); empty for another character."""
+    if char not in GAPS:
+        return ""
+    return (
+        " (an alignment gap: give the wild type unaligned, without - or .; mutant positions "
+        "count its residues)"
+    )
 
 
 def _offset_hint(parsed: list, sequence: str, offset: int) -> str:
@@ -175,3 +195,39 @@ def _float(value: str | None, decimal_comma: bool = False) -> float:
         return float(text)
     except ValueError:
         return float("nan")
+
+
+def check_fitness_column(
+    fields: list[str], rows: list[dict[str, str]], fitness_col: str, decimal_comma: bool, path: Any
+) -> None:
+    """DataError when ``fitness_col`` is not a column of the table or holds no numbers."""
+    if fitness_col not in fields:
+        raise DataError(
+            f"no column {fitness_col!r} (columns: {', '.join(fields)}); set fitness_col=",
+            path=path,
+        )
+    values = [r.get(fitness_col) for r in rows]
+    if not any(math.isfinite(_float(v, decimal_comma)) for v in values):
+        shown = next((v for v in values if v not in (None, "")), None)
+        raise DataError(
+            f"column {fitness_col!r} holds no numbers"
+            + (f" (e.g. {shown!r})" if shown is not None else " (all empty)")
+            + "; fitness_col= names the measured fitness",
+            path=path,
+        )
+
+
+def scores_csv(
+    fields: list[str], rows: list[dict[str, str]], columns: dict[str, Any], delimiter: str
+) -> str:
+    """The table as read, with the score ``columns`` (one value per row, NaN: blank) after
+    its own, in its own delimiter."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(
+        buf, fieldnames=[*fields, *columns], lineterminator="\n", delimiter=delimiter
+    )
+    writer.writeheader()
+    for i, row in enumerate(rows):
+        extra = {k: ("" if math.isnan(v[i]) else f"{v[i]:.6g}") for k, v in columns.items()}
+        writer.writerow({**row, **extra})
+    return buf.getvalue()

@@ -91,6 +91,12 @@ def method_name(method: str) -> str:
     return METHOD_ALIASES.get(str(method).strip().lower(), str(method).strip().lower())
 
 
+#: Alignment gaps, and what to do about one in a sequence ``score`` reads.
+GAPS = "-."
+GAP_HINT = (
+    " (an alignment gap: give the sequence unaligned, without - or .; a deletion as the "
+    "sequence without its residues)"
+)
 #: How scan files name the unmutated sequence (scored 0).
 WILD_TYPE_NAMES = ("wt", "_wt", "wildtype", "wild-type", "wild_type")
 _SITE = re.compile(r"([A-Za-z])(-?\d+)([A-Za-z])")
@@ -132,10 +138,15 @@ def variant_from_sequence(sequence: str, wild_type: str) -> Variant:
     if not seq:
         raise ValueError("an empty sequence")
     bad = next((c for c in seq if not ("A" <= c <= "Z")), None)
+    if bad == "*":  # an inner stop: a nonsense variant (a final one is dropped above)
+        raise ValueError(
+            f"'*' at position {seq.index(bad) + 1} is a stop (nonsense) variant: scores cover "
+            "substitutions between the 20 amino acids (and indels)"
+        )
     if bad is not None:
         raise ValueError(
             f"cannot read sequence: {bad!r} at position {seq.index(bad) + 1} is not a residue "
-            "letter"
+            f"letter{GAP_HINT if bad in GAPS else ''}"
         )
     if len(seq) != len(wt):
         return Indel(seq)
@@ -192,9 +203,13 @@ def looks_like_sequence(text: str, wild_type: str) -> bool:
 
 def parse_variant(text: str, wild_type: str, offset: int = 1) -> Variant:
     """A mutant field: a notation (:func:`parse_mutant`) or a whole sequence
-    (:func:`variant_from_sequence`, when :func:`looks_like_sequence`)."""
+    (:func:`variant_from_sequence`, when :func:`looks_like_sequence`, or would be without its
+    alignment gaps: those are refused, with what to do)."""
     if str(text).strip().lower() not in WILD_TYPE_NAMES and looks_like_sequence(text, wild_type):
         return variant_from_sequence(text, wild_type)
+    gapless = str(text).translate({ord(g): None for g in GAPS})
+    if gapless != str(text) and looks_like_sequence(gapless, wild_type):
+        return variant_from_sequence(text, wild_type)  # refused with the gap's position
     return parse_mutant(text, offset)
 
 

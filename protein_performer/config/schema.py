@@ -388,6 +388,11 @@ class ScoreConfig:
         None, "CSV column with measured fitness: Spearman + scatter plot"
     )
     skip_mismatched: bool = _key(False, "leave rows whose wild type does not match unscored")
+    context: str | None = _key(
+        None,
+        "FASTA of the wild type's homologs (e.g. search's hits.fasta; query= picks its own): "
+        "adds a PSSM baseline and masked marginals with the homologs before the protein",
+    )
     toks_per_batch: int = _key(8192, "tokens per forward batch")
     device: str = _key("auto", "auto, cpu, cuda or cuda:N")
     overwrite: bool = _key(False, "replace an existing out CSV written by score")

@@ -51,6 +51,8 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         raise ConfigError("give the wild type as sequence=SEQ or fasta=PATH (one of them)")
     if cfg.record is not None and cfg.fasta is None:
         raise ConfigError("record= picks a record of fasta=; give fasta=PATH")
+    if cfg.context is not None and not str(cfg.context).strip():
+        raise ConfigError("context= is empty: give a FASTA of the wild type's homologs")
     from protein_performer.analysis.mutations import METHODS, method_name
 
     if cfg.method is not None:

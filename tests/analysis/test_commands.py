@@ -201,6 +201,13 @@ def test_extract_cli(files, tmp_path, capsys) -> None:
     assert {p.name for p in (tmp_path / "first").glob("*.npz")} == {"p0.npz", "p1.npz", "p2.npz"}
     code, _, err = run(capsys, "extract", *base, f"out={tmp_path / 'x'}", "records=nope")
     assert code == 2 and "no record with id nope" in err and not (tmp_path / "x").exists()
+    # UniProt ids: files named by accession, said so once
+    (tmp_path / "u.fa").write_text(">sp|P00974|BPT1_BOVIN\nMKTAYIAKQR\n>p1\nMKVLAW\n")
+    base = [f"checkpoint={files / 'relu.ckpt'}", f"fasta={tmp_path / 'u.fa'}"]
+    code, text, err = run(capsys, "extract", *base, f"out={tmp_path / 'u'}")
+    assert code == 0, err
+    assert "1 file named other than its record id (first: P00974.npz for sp|P00974|" in text
+    assert {p.name for p in (tmp_path / "u").glob("*.npz")} == {"P00974.npz", "p1.npz"}
 
 
 @pytest.mark.parametrize(

@@ -207,7 +207,7 @@ def test_output_directory_rules(tmp_path) -> None:
 def test_file_names_are_safe_and_distinct() -> None:
     names = record_file_names(["sp|P1|A", "a/b", "A", "a", "..x", "", "-rf", "-.-"])
     assert names == [
-        "sp|P1|A.npz",
+        "P1.npz",  # a UniProt id: its accession, no pipe to quote in a shell
         "a_b.npz",
         "A.npz",
         "a-2.npz",
@@ -218,6 +218,35 @@ def test_file_names_are_safe_and_distinct() -> None:
     ]
     long_a, long_b = record_file_names(["x" * 300 + "a", "x" * 300 + "b"])
     assert len(long_a) < 160 and long_a != long_b
+
+
+def test_extract_names_files_by_accession_and_keeps_the_ids(tmp_path) -> None:
+    """``sp|Q79PF4|KAIC_SYNE7.npz`` needs quoting in a shell: the file is the accession's, two
+    records of one accession get a suffix, and the id stays in the file and the manifest."""
+    import json
+
+    (tmp_path / "u.fasta").write_text(
+        ">sp|Q79PF4|KAIC_SYNE7 KaiC\nMKTAYIAKQR\n>tr|Q79PF4|OTHER_SYNE7\nMKVLAW\n"
+        ">my/odd;id\nMKLVW\n>plain\nMKTW\n"
+    )
+    manifest = extract(
+        tiny_model("transformer"), ALPHABET, tmp_path / "u.fasta", tmp_path / "o", progress=False
+    )
+    files = [r["file"] for r in manifest["records"]]
+    assert files == ["Q79PF4.npz", "Q79PF4-2.npz", "my_odd_id.npz", "plain.npz"]
+    assert [r["id"] for r in manifest["records"]] == [
+        "sp|Q79PF4|KAIC_SYNE7",
+        "tr|Q79PF4|OTHER_SYNE7",
+        "my/odd;id",
+        "plain",
+    ]
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == sorted([*files, "manifest.json"])
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["records"][1]["id"] == (
+        "tr|Q79PF4|OTHER_SYNE7"
+    )
+    with np.load(tmp_path / "o" / "Q79PF4-2.npz") as z:
+        assert str(z["id"]) == "tr|Q79PF4|OTHER_SYNE7" and str(z["sequence"]) == "MKVLAW"
+    assert record_file_names(["sp|P1|A+2", "P1+2"]) == ["P1+2.npz", "P1+2-2.npz"]  # join
 
 
 def test_parse_indices() -> None:

@@ -541,11 +541,16 @@ def test_score_wild_type_inputs_read_like_fasta_records(ckpt, tmp_path, capsys) 
     capsys.readouterr()
     summary = json.loads((tmp_path / "a.json").read_text())
     assert summary["length"] == len(WT) and summary["attention_kind"] == "performer_relu"
-    # score has no strip_gaps= or invalid=: the error does not suggest them
+    # score has no strip_gaps= or invalid=: the error does not suggest them, but says what a
+    # gap is and what to give instead
     (tmp_path / "wt.fa").write_text(f">wt\n{WT[:5]}-{WT[5:]}\n")
     assert main(["score", *args, f"fasta={tmp_path / 'wt.fa'}", f"out={tmp_path / 'b.csv'}"]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: {tmp_path / 'wt.fa'}: record 1 (wt): invalid residue '-' at position 6\n"
+    assert err.startswith(
+        f"error: {tmp_path / 'wt.fa'}: record 1 (wt): invalid residue '-' at position 6 (an "
+        "alignment gap: give the wild type unaligned"
+    )
+    assert err.count("\n") == 1 and "strip_gaps" not in err and "invalid=" not in err
 
 
 def test_score_says_when_rows_repeat_a_mutant(ckpt, tmp_path, capsys) -> None:
@@ -751,11 +756,12 @@ def test_score_reads_proteingym_indel_files(tmp_path, capsys) -> None:
 def test_score_leaves_indels_to_the_whole_sequence_methods(ckpt, tmp_path, capsys) -> None:
     deletion = WT[:5] + WT[6:]
     write_csv(tmp_path / "m.csv", [(deletion, "0.1"), ("K2A", "0.9"), ("T3C", "0.3")])
-    assert _score(ckpt, tmp_path) == 2  # masked-marginal, the masked LM's default
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "line 2: an indel (21 residues" in err
-    assert "method=pseudo-ll" in err and not (tmp_path / "s.csv").exists()
-    assert _score(ckpt, tmp_path, "skip_mismatched=true") == 0
+    # masked-marginal, the masked LM's default, cannot score an indel: left unscored, said why
+    assert _score(ckpt, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "1 row left unscored: indels: 1" in out
+    assert "first indels: line 2: an indel (21 residues" in out and "method=pseudo-ll" in out
+    assert _score(ckpt, tmp_path, "skip_mismatched=true", "overwrite=true") == 0
     assert "1 row left unscored: indels: 1" in capsys.readouterr().out
     with open(tmp_path / "s.csv", newline="") as fh:
         got = list(csv.DictReader(fh))
@@ -803,10 +809,10 @@ def test_whole_sequences_of_another_protein_are_not_scored_as_its_variants(tmp_p
     long = WT + "G" * 50  # 72 residues > the window's 62
     rows = [(long, "1"), (WT[:5] + WT[6:], "2"), ("K2A", "3")]
     write_csv(tmp_path / "m.csv", rows, header=("mutant", "DMS_score"))
-    assert _score(tmp_path / "causal.ckpt", tmp_path) == 2
-    err = capsys.readouterr().err
-    assert "line 2: an indel of 72 residues, longer than the model's window (62" in err
-    assert _score(tmp_path / "causal.ckpt", tmp_path, "skip_mismatched=true") == 0
+    assert _score(tmp_path / "causal.ckpt", tmp_path) == 0  # an indel it cannot score: left out
+    out = capsys.readouterr().out
+    assert "line 2: an indel of 72 residues, longer than the model's window (62" in out
+    assert _score(tmp_path / "causal.ckpt", tmp_path, "skip_mismatched=true", "overwrite=true") == 0
     assert "longer than the model's window: 1" in capsys.readouterr().out
     with open(tmp_path / "s.csv", newline="") as fh:
         got = list(csv.DictReader(fh))

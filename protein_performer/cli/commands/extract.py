@@ -59,7 +59,14 @@ def run_extract(cfg: ExtractConfig) -> CommandResult:
         text += f" ({cropped:,} truncated to max_length)"
     if manifest.get("input_changes"):
         text += f"\n  input: {manifest['input_changes']}"
-    duplicates = sum(1 for r in manifest["records"] if r["file"] != f"{r['id']}.npz")
-    if duplicates and not cfg.join:
-        text += f"\n  {duplicates:,} record ids were repeated or unsafe as file names: see manifest.json"
+    renamed = [r for r in manifest["records"] if r["file"] != f"{r['id']}.npz"]
+    if renamed and not cfg.join:
+        first = renamed[0]
+        text += (
+            f"\n  {len(renamed):,} file{'s' if len(renamed) != 1 else ''} named other than "
+            f"{'their record ids' if len(renamed) != 1 else 'its record id'} (first: "
+            f"{first['file']} for {first['id']}; the accession of db|ACC|NAME ids, unsafe "
+            "characters as _, -2 for a repeated name): manifest.json and each file's id "
+            "keep the ids"
+        )
     return CommandResult({"out": str(cfg.out), **manifest}, text)

@@ -1,0 +1,205 @@
+"""score context=HOMOLOGS: a PSSM baseline from the homologs and the model's masked marginals
+with them before the protein in one window, beside the single-sequence score; a file of no
+use is a one-line error."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from protein_performer.analysis.homolog_scoring import _context_jobs, context_marginals
+from protein_performer.analysis.pssm import build_pssm, pssm_scores
+from protein_performer.cli.main import main
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
+from protein_performer.model.checkpoints import save_model_checkpoint
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
+
+ALPHABET = default_alphabet()
+RNG = np.random.default_rng(7)
+WT = "".join(RNG.choice(list(STANDARD_AMINO_ACIDS), 60))
+
+
+def _variant(seq: str, rng: np.random.Generator, share: float) -> str:
+    out = list(seq)
+    for i in rng.choice(len(seq), int(share * len(seq)), replace=False):
+        out[i] = rng.choice([a for a in STANDARD_AMINO_ACIDS if a != seq[i]])
+    return "".join(out)
+
+
+HOMOLOGS = [_variant(WT, np.random.default_rng(k), 0.15) for k in range(4)]
+UNRELATED = ["".join(np.random.default_rng(100 + k).choice(list(STANDARD_AMINO_ACIDS), 60))
+             for k in range(3)]  # fmt: skip
+
+
+def _model(causal: bool = False) -> ProteinLM:
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=256)
+    return ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx, causal=causal).eval()
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    save_model_checkpoint(tmp_path / "m.ckpt", _model(), ALPHABET, "mlm")
+    return tmp_path / "m.ckpt"
+
+
+def _fasta(path, records) -> None:
+    path.write_text("".join(f">{name}\n{seq}\n" for name, seq in records))
+
+
+def _rows(tmp_path) -> list[str]:
+    rng = np.random.default_rng(1)
+    mutants = [f"{WT[i]}{i + 1}{aa}" for i in range(0, 60, 3) for aa in "AGW" if aa != WT[i]]
+    with open(tmp_path / "m.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(("mutant", "fitness"))
+        w.writerows((m, f"{rng.normal():.3f}") for m in mutants)
+    return mutants
+
+
+def _score(ckpt, tmp_path, *extra, out="s.csv"):
+    return main(
+        [
+            "score",
+            f"checkpoint={ckpt}",
+            f"fasta={tmp_path / 'wt.fa'}",
+            f"mutations={tmp_path / 'm.csv'}",
+            f"out={tmp_path / out}",
+            *extra,
+        ]
+    )
+
+
+def test_context_marginals_read_the_masked_site_after_the_homologs() -> None:
+    model = _model()
+    ids = ALPHABET.encode(WT)
+    homologs = [ALPHABET.encode(h) for h in HOMOLOGS[:2]]
+    got, info = context_marginals(model, ALPHABET, ids, homologs, [5, 30], max_length=256)
+    assert info["mean_homologs_in_window"] == 2 and info["sites"] == 2
+    sep, target = [ALPHABET.sep_idx], ids.astype(np.int64).copy()
+    target[30] = ALPHABET.mask_idx
+    tokens = [ALPHABET.cls_idx, *homologs[0], *sep, *homologs[1], *sep, *target, ALPHABET.eos_idx]
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens], dtype=torch.long))["logits"][0]
+    expected = torch.log_softmax(logits.float(), -1)[len(tokens) - 1 - 60 + 30].numpy()
+    np.testing.assert_allclose(got[30], expected, rtol=1e-5, atol=1e-6)
+    alone, _ = context_marginals(model, ALPHABET, ids, [], [30], max_length=256)
+    assert not np.allclose(alone[30], got[30], atol=1e-4)  # the homologs change what it reads
+
+
+def test_a_protein_longer_than_half_the_window_is_scored_on_a_window_centred_on_the_site():
+    ids = ALPHABET.encode(WT + WT[:40])  # 100 residues, a window of 64 tokens
+    homolog = ALPHABET.encode(HOMOLOGS[0] * 2)
+    (job,), held = _context_jobs(ids, [homolog], [50], ALPHABET, 64, "crop")
+    _, tokens, pos = job
+    width = 64 // 2 - 2  # half the window for the protein: 30 residues from 35
+    assert len(tokens) <= 64 and held == [1] and tokens[pos] == ALPHABET.mask_idx
+    np.testing.assert_array_equal(tokens[-1 - width : -1][: 50 - 35], ids[35:50])
+    assert tokens[-1 - width - 1] == ALPHABET.sep_idx and tokens[0] == ALPHABET.cls_idx
+
+
+def test_score_with_context_adds_the_pssm_and_the_homolog_conditioned_score(
+    ckpt, tmp_path, capsys
+) -> None:
+    mutants = _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("sp|P99999|WT_TEST", WT)])
+    hits = [(f"h{k}/1-60 query=sp|P99999|WT_TEST", h) for k, h in enumerate(HOMOLOGS)]
+    hits += [("x/1-60 query=OTHER", UNRELATED[0]), ("u/1-60 query=P99999", UNRELATED[1])]
+    _fasta(tmp_path / "hits.fasta", hits)
+    code = _score(ckpt, tmp_path, f"context={tmp_path / 'hits.fasta'}", "fitness_col=fitness")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert list(got[0])[2:] == [
+        "masked_marginal",
+        "masked_marginal_context",
+        "pssm",
+        "blosum62",
+    ]
+    pssm = build_pssm(WT, [*HOMOLOGS, UNRELATED[1]])
+    assert [h["used"] for h in pssm.homologs] == [True] * 4 + [False]
+    np.testing.assert_allclose(
+        [float(r["pssm"]) for r in got], pssm_scores(pssm, mutants), rtol=1e-5, atol=1e-5
+    )
+    logp, _ = context_marginals(
+        _model(),
+        ALPHABET,
+        ALPHABET.encode(WT),
+        [ALPHABET.encode(h) for h in HOMOLOGS],
+        [int(m[1:-1]) - 1 for m in mutants],
+        max_length=256,
+    )
+    expected = [
+        logp[int(m[1:-1]) - 1][ALPHABET.index(m[-1])] - logp[int(m[1:-1]) - 1][ALPHABET.index(m[0])]
+        for m in mutants
+    ]
+    np.testing.assert_allclose(
+        [float(r["masked_marginal_context"]) for r in got], expected, rtol=1e-4, atol=1e-4
+    )
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert set(summary["spearman"]) == {
+        "masked_marginal",
+        "masked_marginal_context",
+        "pssm",
+        "blosum62",
+    }
+    assert summary["context"]["homologs"] == 5 and summary["context"]["homologs_used"] == 4
+    assert summary["context"]["other_queries_left_out"] == 1
+    # 3 of the 4 fit 256 tokens beside the 60 residues (a 4th would leave 11 residues)
+    assert "context: 4 of the 5 homologs in" in out and "mean of 3.0 of them" in out
+    spearman = out[out.index("Spearman with fitness") :]
+    assert all(c in spearman for c in ("masked_marginal ", "masked_marginal_context ", "pssm "))
+    # a second run replaces what score wrote
+    assert _score(ckpt, tmp_path, f"context={tmp_path / 'hits.fasta'}", "overwrite=true") == 0
+
+
+@pytest.mark.parametrize(
+    ("records", "message"),
+    [
+        ([], "empty"),
+        ([(f"u{k}", u) for k, u in enumerate(UNRELATED)], "not homologs of it"),
+        ([("h/1-60 query=OTHER", HOMOLOGS[0])], "no homolog names the wild type wt"),
+        ([("same", WT)], "are the wild type itself"),
+        ([("a query=wt", HOMOLOGS[0]), ("b", HOMOLOGS[1])], "b: no query=ID in its header"),
+    ],
+)
+def test_a_homolog_file_of_no_use_is_a_one_line_error(ckpt, tmp_path, capsys, records, message):
+    _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    _fasta(tmp_path / "h.fa", records)
+    code = _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}")
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "s.csv").exists()
+
+
+def test_context_with_a_sequence_and_several_queries_asks_for_the_record(ckpt, tmp_path, capsys):
+    _rows(tmp_path)
+    _fasta(tmp_path / "h.fa", [("a query=q1", HOMOLOGS[0]), ("b query=q2", HOMOLOGS[1])])
+    args = [f"checkpoint={ckpt}", f"sequence={WT}", f"mutations={tmp_path / 'm.csv'}"]
+    code = main(["score", *args, f"out={tmp_path / 's.csv'}", f"context={tmp_path / 'h.fa'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "the homologs name 2 queries (q1, q2)" in err and "record=" in err
+    _fasta(tmp_path / "h.fa", [("a query=q1", HOMOLOGS[0]), ("b query=q1", HOMOLOGS[1])])
+    code = main(["score", *args, f"out={tmp_path / 's.csv'}", f"context={tmp_path / 'h.fa'}"])
+    assert code == 0, capsys.readouterr().err
+
+
+def test_a_causal_checkpoint_gets_the_pssm_and_says_why_no_model_column(tmp_path, capsys):
+    save_model_checkpoint(tmp_path / "c.ckpt", _model(causal=True), ALPHABET, "causal")
+    _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    _fasta(tmp_path / "h.fa", [(f"h{k}", h) for k, h in enumerate(HOMOLOGS)])
+    code = _score(tmp_path / "c.ckpt", tmp_path, f"context={tmp_path / 'h.fa'}")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "this checkpoint is causal, so the PSSM is the only homolog column" in out
+    with open(tmp_path / "s.csv", newline="") as fh:
+        header = next(csv.reader(fh))
+    assert "pssm" in header and "masked_marginal_context" not in header
