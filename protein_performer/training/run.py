@@ -126,6 +126,14 @@ def _fit(
                 logger.save()
 
 
+def _set_threads(cfg: TrainConfig) -> tuple[int, str | None]:
+    """torch's CPU threads for the run, set before any work: a busy machine gets fewer (the
+    header says so)."""
+    threads = choose_threads(cfg.trainer.threads)
+    torch.set_num_threads(threads[0])
+    return threads
+
+
 def train(
     cfg: TrainConfig,
     run_dir: str | os.PathLike,
@@ -174,10 +182,7 @@ def _train(
     estimate = estimate_memory(cfg, len(default_alphabet()))
     on_cpu = resolve_precision(cfg.trainer.accelerator, "auto") == "32-true"
     warning = check_fits_cpu(estimate) if on_cpu else None
-    threads = None
-    if on_cpu:  # before any work: a busy machine gets fewer threads, said in the header
-        threads = choose_threads(cfg.trainer.threads)
-        torch.set_num_threads(threads[0])
+    threads = _set_threads(cfg) if on_cpu else None
     # a new run's directory held nothing before (claim_run_dir): on an early failure it goes
     created = cfg.ckpt_path is None
     existed = run_dir_existed(run_dir)
