@@ -724,3 +724,18 @@ def test_aa_similarity_with_unrelated_homolog_names_says_so(files, tmp_path, cap
     code, _, err = run(capsys, "aa-similarity", f"fasta={query}", f"context={hits}",
                        "split=test", f"out={out}")  # fmt: skip
     assert code == 2 and "context= takes fasta=" in err
+
+
+def test_context_commands_read_checkpoint_default_as_the_homolog_model(monkeypatch):
+    from protein_performer.cli.commands.common import with_context_checkpoint
+    from protein_performer.config.schema import ScoreConfig, SimilarityConfig
+    from protein_performer.model import checkpoints
+
+    monkeypatch.setattr(checkpoints, "shipped", lambda name: True)
+    assert with_context_checkpoint(SimilarityConfig(context="h.fa")).checkpoint == "homologs"
+    assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "homologs"
+    assert with_context_checkpoint(SimilarityConfig()).checkpoint == "default"  # no homologs
+    mine = SimilarityConfig(context="h.fa", checkpoint="run/best.ckpt")
+    assert with_context_checkpoint(mine).checkpoint == "run/best.ckpt"
+    monkeypatch.setattr(checkpoints, "shipped", lambda name: False)  # not installed
+    assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "default"

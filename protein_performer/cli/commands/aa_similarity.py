@@ -34,6 +34,7 @@ from protein_performer.cli.commands.common import (
     _prepare,
     _staged,
     _trained_length,
+    with_context_checkpoint,
 )
 from protein_performer.config.schema import SimilarityConfig
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
@@ -79,6 +80,7 @@ ROTARY_CONTEXT_TOKENS = 2048
 def run_cross_homolog(cfg: SimilarityConfig) -> CommandResult:
     """``aa-similarity context=HOMOLOGS``: the cross-homolog view (each protein of ``fasta``
     after its homologs; attention from its masked positions into them, as log-odds)."""
+    cfg = with_context_checkpoint(cfg)
     fasta, outdir, model, alphabet, _, layers, heads = _prepare(cfg, _ours, "similarity directory")
     if len(fasta) != 1:
         raise ConfigError("context= takes one fasta= file (the proteins that were searched)")

@@ -32,6 +32,17 @@ class CommandResult:
         return self.text
 
 
+def with_context_checkpoint(cfg: Any) -> Any:
+    """``cfg`` with ``checkpoint=default`` read as the shipped homolog model when the command
+    has homologs (``context=``) and that model is installed: the single-protein model was never
+    trained with homologs before a protein. A path, or ``checkpoint=homologs``, is kept."""
+    from protein_performer.model.checkpoints import shipped
+
+    if getattr(cfg, "context", None) and cfg.checkpoint == "default" and shipped("homologs"):
+        return dataclasses.replace(cfg, checkpoint="homologs")
+    return cfg
+
+
 def _out_dir(cfg: Any, is_ours: Any, what: str) -> Path:
     return check_output_dir(
         cfg.out,

@@ -17,7 +17,12 @@ from protein_performer.analysis.mutation_table import (
     check_fitness_column,
     scores_csv,
 )
-from protein_performer.cli.commands.common import CommandResult, _trained_length, _trained_packed
+from protein_performer.cli.commands.common import (
+    CommandResult,
+    _trained_length,
+    _trained_packed,
+    with_context_checkpoint,
+)
 from protein_performer.config.schema import ScoreConfig
 from protein_performer.errors import DataError
 from protein_performer.utils.atomic import write_text_atomic
@@ -132,6 +137,7 @@ def _check_outputs(cfg: ScoreConfig) -> tuple[Path, Path, Path, bool]:
 
 
 def run_score(cfg: ScoreConfig) -> CommandResult:
+    cfg = with_context_checkpoint(cfg)
     methods = _score_methods(cfg)  # before the mutations file: no fix there helps
     column = cfg.sequence_col or cfg.mutation_col
     fields, rows, delimiter, line_of, blank_rows = _read_mutations_csv(
