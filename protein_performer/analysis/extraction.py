@@ -263,7 +263,7 @@ def extract(
     repr_layers: Any = (-1,),
     max_length: int | None = None,
     trained_length: int | None = None,
-    truncate: bool = False,
+    truncate: bool | str = "auto",
     keep_specials: bool = False,
     float16: bool = False,
     toks_per_batch: int = 4096,
@@ -309,7 +309,7 @@ def extract(
         fasta,
         alphabet,
         max_tokens=None if join else limit,
-        truncate=truncate,
+        truncate=truncate is not False,  # "auto": a single record is cropped, and said
         invalid=invalid,
         strip_gaps=strip_gaps,
         counts=counts,
@@ -317,7 +317,7 @@ def extract(
         max_records=max_records,
     )
     if join:
-        proteins = _join_window(plan, proteins, fasta, limit, truncate)
+        proteins = _join_window(plan, proteins, fasta, limit, truncate is True)
     files = record_file_names([p.id for p in proteins])
     size = output_bytes(
         [_span(p, keep_specials) for p in proteins],

@@ -50,7 +50,7 @@ def read_heads_window(
     record: str | None = None,
     join: bool = False,
     homologs: Any = None,
-    truncate: bool = False,
+    truncate: bool | str = "auto",
     invalid: str = "error",
     strip_gaps: bool = False,
 ) -> HeadsWindow:
@@ -62,7 +62,7 @@ def read_heads_window(
         fasta,
         alphabet,
         max_tokens=None if join else limit,
-        truncate=truncate,
+        truncate=truncate is not False,  # "auto": a single record is cropped, and said
         invalid=invalid,
         strip_gaps=strip_gaps,
     )
@@ -78,7 +78,7 @@ def read_heads_window(
         raise DataError("join=true puts several proteins in one window; found one", path=names)
     read_ids = [p.id for p in proteins]
     protein, segments, proteins = join_proteins(
-        proteins, alphabet, limit, truncate=truncate, model=model
+        proteins, alphabet, limit, truncate=truncate is True, model=model
     )
     subjects = homolog_segments(proteins, homologs, read_ids, names)
     return HeadsWindow(protein, names, proteins, segments, subjects, read_ids)
@@ -215,8 +215,9 @@ def window_notes(view: HeadsView, limit: int | None) -> str:
     uniform_name = view.uniform_name
     if segments is None and protein.cropped:
         text += (
-            f"\n  truncate=true: the figures show residues 1-{protein.sequence_length:,} of "
-            f"{protein.sequence_length + protein.cropped:,} (the model's window)"
+            f"\n  cropped: the figures show residues 1-{protein.sequence_length:,} of "
+            f"{protein.sequence_length + protein.cropped:,} (the model's window; truncate=false "
+            "refuses a longer record)"
         )
     if segments is not None:
         top = max(view.per_head, key=lambda h: h["cross_protein"])

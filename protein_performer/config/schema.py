@@ -278,10 +278,11 @@ class ExtractConfig(_AnalysisInputs):
     include: list[str] = _key(["attention", "mean"], "any of attention, per_tok, mean")
     repr_layers: Any = _key([-1], "representation layers (0: embeddings, -1: the last)")
     max_length: int | None = _key(None, "tokens per record with <cls>/<eos> (unset: the model's)")
-    truncate: bool = _key(
-        False,
-        "keep the first residues of longer records; with join=true cut the front of the "
-        "window, the last record kept (else an error)",
+    truncate: Any = _key(
+        "auto",
+        "auto: keep the first residues of a record longer than the window (said in the output; "
+        "with join=true an error); true: also cut the front of a joined window, the last "
+        "record kept; false: a longer record is an error",
     )
     keep_specials: bool = _key(False, "keep the <cls>/<eos> rows and columns")
     float16: bool = _key(False, "store float16 (half the size)")
@@ -342,10 +343,11 @@ class PlotHeadsConfig(_AnalysisInputs):
     zoom: int | None = _key(25, "also plot the first N residues (null: no zoom figure)")
     shared_scale: bool = _key(False, "one colour scale for every panel")
     max_length: int | None = _key(None, "tokens with <cls>/<eos> (unset: the model's)")
-    truncate: bool = _key(
-        False,
-        "keep the first residues of a longer record; with join=true cut the front of the "
-        "window, the analysed record kept (else an error)",
+    truncate: Any = _key(
+        "auto",
+        "auto: keep the first residues of a record longer than the window (said in the output; "
+        "with join=true an error); true: also cut the front of a joined window, the analysed "
+        "record kept; false: a longer record is an error",
     )
     join: bool = _key(
         False,

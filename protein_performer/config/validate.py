@@ -128,6 +128,8 @@ def validate_analysis_config(cfg: Any) -> None:
                 _positive("context_max_homologs", cfg.context_max_homologs)
         if cfg.max_length is not None:
             _positive("max_length", cfg.max_length)
+    if isinstance(cfg, (ExtractConfig, PlotHeadsConfig)):
+        cfg.truncate = check_truncate(cfg.truncate)
     if isinstance(cfg, (ExtractConfig, PlotHeadsConfig)) and cfg.max_length is not None:
         _positive("max_length", cfg.max_length)
     if isinstance(cfg, PlotHeadsConfig) and cfg.zoom is not None:
@@ -491,3 +493,15 @@ def check_threshold(value: Any) -> float | str:
     if isinstance(value, bool) or not 0.0 < number <= 1.0:
         raise ConfigError(f"threshold must be auto or in (0, 1] (got {value!r})")
     return number
+
+
+def check_truncate(value: Any) -> bool | str:
+    """``truncate=``: ``auto``, ``true`` or ``false``."""
+    text = str(value).strip().lower()
+    if value is True or text == "true":
+        return True
+    if value is False or text == "false":
+        return False
+    if text == "auto":
+        return "auto"
+    raise ConfigError(f"truncate must be auto, true or false (got {value!r})")

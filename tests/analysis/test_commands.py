@@ -101,7 +101,7 @@ def test_aa_similarity_names_proteins_without_standard_residues(files, tmp_path,
     assert summary["proteins"] == 1 and summary["proteins_without_standard_residues"] == 1
 
 
-def test_plot_heads_of_a_truncated_protein_says_which_residues_it_shows(
+def test_plot_heads_of_a_long_protein_says_which_residues_it_shows(
     files, tmp_path, capsys, monkeypatch
 ) -> None:
     from protein_performer.cli.commands import plot_heads as commands
@@ -118,11 +118,11 @@ def test_plot_heads_of_a_truncated_protein_says_which_residues_it_shows(
     out = tmp_path / "heads"
     code, text, _ = run(
         capsys, "plot-heads", f"checkpoint={files / 'relu.ckpt'}", f"fasta={long}",
-        f"out={out}", "truncate=true", "zoom=null",
+        f"out={out}", "zoom=null",
     )  # fmt: skip
-    assert code == 0, text
+    assert code == 0, text  # cropped by default (truncate=auto), and said
     shown = json.loads((out / "heads.json").read_text())["length"]
-    assert f"truncate=true: the figures show residues 1-{shown:,} of 1,000" in text
+    assert f"cropped: the figures show residues 1-{shown:,} of 1,000" in text
     assert titles and titles[0].startswith(f"long (residues 1-{shown:,} of 1,000)")
 
 
@@ -739,3 +739,19 @@ def test_context_commands_read_checkpoint_default_as_the_homolog_model(monkeypat
     assert with_context_checkpoint(mine).checkpoint == "run/best.ckpt"
     monkeypatch.setattr(checkpoints, "shipped", lambda name: False)  # not installed
     assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "default"
+
+
+def test_extract_crops_a_long_record_by_default_and_says_so(files, tmp_path, capsys) -> None:
+    long = tmp_path / "mixed.fasta"
+    long.write_text(">short\nMKTAYIAKQR\n>long\n" + "MKTAYIAKQR" * 30 + "\n")
+    out = tmp_path / "x"
+    code, text, _ = run(capsys, "extract", f"checkpoint={files / 'relu.ckpt'}", f"fasta={long}",
+                        f"out={out}")  # fmt: skip
+    assert code == 0, text
+    assert "cropped: 1 record longer than the window" in text
+    assert sorted(p.name for p in out.glob("*.npz")) == ["long.npz", "short.npz"]
+    code, _, err = run(capsys, "extract", f"checkpoint={files / 'relu.ckpt'}", f"fasta={long}",
+                       f"out={tmp_path / 'y'}", "truncate=false")  # fmt: skip
+    assert code == 2 and "300 residues exceed" in err and not (tmp_path / "y").exists()
+    code, _, err = run(capsys, "extract", f"fasta={long}", f"out={tmp_path / 'z'}", "truncate=maybe")
+    assert code == 2 and "truncate must be auto, true or false" in err

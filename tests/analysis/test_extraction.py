@@ -173,18 +173,20 @@ def test_representations_follow_esm_conventions(tmp_path) -> None:
     assert "attention" not in data.files
 
 
-def test_long_record_is_an_error_or_truncated(tmp_path) -> None:
+def test_long_record_is_cropped_by_default_and_an_error_when_asked(tmp_path) -> None:
     model = tiny_model("transformer")  # learned positions: 64 tokens
     proteins = random_proteins(1, 20, seed=6) + random_proteins(1, 80, seed=7)
     proteins[1].id = "long"
     fasta = tmp_path / "in.fasta"
     write_fasta(fasta, proteins)
     with pytest.raises(DataError, match=r"record 2 \(long\): 80 residues exceed the 62"):
-        extract(model, ALPHABET, fasta, tmp_path / "o", progress=False)
+        extract(model, ALPHABET, fasta, tmp_path / "o", truncate=False, progress=False)
     assert not (tmp_path / "o").exists()
-    manifest = extract(model, ALPHABET, fasta, tmp_path / "o", truncate=True, progress=False)
-    assert manifest["records"][1]["cropped"] == 18
-    assert np.load(tmp_path / "o" / "long.npz")["attention"].shape[-1] == 62
+    for truncate in ("auto", True):  # every record handled, the long one cropped and said
+        out = tmp_path / str(truncate)
+        manifest = extract(model, ALPHABET, fasta, out, truncate=truncate, progress=False)
+        assert manifest["records"][0]["cropped"] == 0 and manifest["records"][1]["cropped"] == 18
+        assert np.load(out / "long.npz")["attention"].shape[-1] == 62
 
 
 def test_output_directory_rules(tmp_path) -> None:

@@ -56,7 +56,11 @@ def run_extract(cfg: ExtractConfig) -> CommandResult:
     else:
         text = f"wrote {n:,} record file{'s' if n != 1 else ''} ({what}) to {cfg.out}"
     if cropped and not cfg.join:
-        text += f" ({cropped:,} truncated to max_length)"
+        text += (
+            f"\n  cropped: {cropped:,} record{'s' if cropped != 1 else ''} longer than the "
+            "window, their first residues kept (the manifest says how many each lost; "
+            "truncate=false refuses them)"
+        )
     if manifest.get("input_changes"):
         text += f"\n  input: {manifest['input_changes']}"
     renamed = [r for r in manifest["records"] if r["file"] != f"{r['id']}.npz"]
