@@ -753,5 +753,7 @@ def test_extract_crops_a_long_record_by_default_and_says_so(files, tmp_path, cap
     code, _, err = run(capsys, "extract", f"checkpoint={files / 'relu.ckpt'}", f"fasta={long}",
                        f"out={tmp_path / 'y'}", "truncate=false")  # fmt: skip
     assert code == 2 and "300 residues exceed" in err and not (tmp_path / "y").exists()
-    code, _, err = run(capsys, "extract", f"fasta={long}", f"out={tmp_path / 'z'}", "truncate=maybe")
+    code, _, err = run(
+        capsys, "extract", f"fasta={long}", f"out={tmp_path / 'z'}", "truncate=maybe"
+    )
     assert code == 2 and "truncate must be auto, true or false" in err
