@@ -30,10 +30,10 @@ from protein_performer.analysis.similarity import (
 )
 from protein_performer.cli.commands.common import (
     CommandResult,
-    _matrix_csv,
-    _prepare,
-    _staged,
-    _trained_length,
+    matrix_csv,
+    prepare_figure_command,
+    staged_output,
+    trained_length,
     with_context_checkpoint,
 )
 from protein_performer.config.schema import SimilarityConfig
@@ -81,7 +81,9 @@ def run_cross_homolog(cfg: SimilarityConfig) -> CommandResult:
     """``aa-similarity context=HOMOLOGS``: the cross-homolog view (each protein of ``fasta``
     after its homologs; attention from its masked positions into them, as log-odds)."""
     cfg = with_context_checkpoint(cfg)
-    fasta, outdir, model, alphabet, _, layers, heads = _prepare(cfg, _ours, "similarity directory")
+    fasta, outdir, model, alphabet, _, layers, heads = prepare_figure_command(
+        cfg, _ours, "similarity directory"
+    )
     if len(fasta) != 1:
         raise ConfigError("context= takes one fasta= file (the proteins that were searched)")
     pairs = read_homolog_pairs(
@@ -98,12 +100,12 @@ def run_cross_homolog(cfg: SimilarityConfig) -> CommandResult:
     )  # fmt: skip
     label = checkpoint_label(cfg.checkpoint)
     title = f"{label} ({model.config.kind_label}) · {len(pairs):,} proteins with homologs"
-    with _staged(cfg, outdir, _ours, "similarity directory") as work:
+    with staged_output(cfg, outdir, _ours, "similarity directory") as work:
         write_view(result, work / CROSS_JSON, title=title)
         m = result["matrices"]
         best = m["head_names"].index(result["best_head"])
-        (work / "best_head.csv").write_text(_matrix_csv(m["mass_log_odds"][best]), "utf-8")
-        (work / "ceiling.csv").write_text(_matrix_csv(result["ceiling"]["log_odds"]), "utf-8")
+        (work / "best_head.csv").write_text(matrix_csv(m["mass_log_odds"][best]), "utf-8")
+        (work / "ceiling.csv").write_text(matrix_csv(result["ceiling"]["log_odds"]), "utf-8")
     text = cross_homolog_text(result, theta, length)
     summary = {k: v for k, v in result.items() if k != "matrices"}
     return CommandResult({"out": str(outdir), **summary}, text + f"\nwritten to {outdir}")
@@ -112,7 +114,7 @@ def run_cross_homolog(cfg: SimilarityConfig) -> CommandResult:
 def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
     if cfg.context is not None:
         return run_cross_homolog(cfg)
-    fasta, outdir, model, alphabet, meta, layers, heads = _prepare(
+    fasta, outdir, model, alphabet, meta, layers, heads = prepare_figure_command(
         cfg, _ours, "similarity directory"
     )
     keep = (
@@ -130,7 +132,7 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
         counts=counts,
         max_records=run_cap,
     )
-    limit = max_tokens(model, None, _trained_length(meta))
+    limit = max_tokens(model, None, trained_length(meta))
     max_residues = cfg.max_residues if limit is None else min(cfg.max_residues, limit - 2)
     capped = max_residues < cfg.max_residues
     sample = sample_proteins(proteins, cfg.n_proteins, max_residues, cfg.seed)
@@ -183,7 +185,7 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
         + f" · {info['proteins']:,} proteins, {info['residues']:,} residues · "
         f"attention θ = {info['threshold']}, {info['heads_kept']} of {info['heads_total']} heads"
     )
-    with _staged(cfg, outdir, _ours, "similarity directory") as work:
+    with staged_output(cfg, outdir, _ours, "similarity directory") as work:
         _write_similarity(work, result, summary, title)
     text = result.format()
     if capped:
@@ -200,10 +202,10 @@ def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:
 
 def _write_similarity(work: Path, result: SimilarityResult, summary: dict, title: str) -> None:
     ref = blosum62()
-    (work / "blosum62.csv").write_text(_matrix_csv(ref), encoding="utf-8")
+    (work / "blosum62.csv").write_text(matrix_csv(ref), encoding="utf-8")
     for name, m in result.matrices.items():
         if m is not None:
-            (work / f"{name}.csv").write_text(_matrix_csv(m), encoding="utf-8")
+            (work / f"{name}.csv").write_text(matrix_csv(m), encoding="utf-8")
     i = result.info
     notes = {}
     if result.matrices.get("attention") is None:

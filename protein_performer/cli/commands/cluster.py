@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from protein_performer.cli.commands.common import COMPRESSIONS, _print_json
+from protein_performer.cli.commands.common import COMPRESSIONS, print_json
 from protein_performer.cli.commands.preprocess import PREPROCESS_OPTIONS
 from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.errors import ConfigError, DataError
@@ -41,7 +41,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
     except DataError as e:
         raise e.with_options(PREPROCESS_OPTIONS) from None
     if args.json:
-        _print_json(manifest, None)
+        print_json(manifest, None)
     return 0
 
 

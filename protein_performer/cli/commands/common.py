@@ -43,7 +43,9 @@ def with_context_checkpoint(cfg: Any) -> Any:
     return cfg
 
 
-def _out_dir(cfg: Any, is_ours: Any, what: str) -> Path:
+def check_out_dir(cfg: Any, is_ours: Any, what: str) -> Path:
+    """``cfg.out`` checked as a command's output folder: absent, or one it wrote (``is_ours``)
+    with ``overwrite=true``."""
     return check_output_dir(
         cfg.out,
         "out",
@@ -54,7 +56,7 @@ def _out_dir(cfg: Any, is_ours: Any, what: str) -> Path:
     )
 
 
-def _prepare(cfg: Any, is_ours: Any, what: str) -> tuple:
+def prepare_figure_command(cfg: Any, is_ours: Any, what: str) -> tuple:
     """Inputs, checked output directory, model and layer/head selections of a figure command:
     ``(fasta, outdir, model, alphabet, metadata, layers, heads)``. ``split=`` without
     ``fasta=`` reads the training run's own files (as evaluate does)."""
@@ -63,7 +65,7 @@ def _prepare(cfg: Any, is_ours: Any, what: str) -> tuple:
 
         cfg = dataclasses.replace(cfg, fasta=run_files(cfg.checkpoint, cfg.split))
     fasta = eval_fasta_paths(cfg)
-    outdir = _out_dir(cfg, is_ours, what)
+    outdir = check_out_dir(cfg, is_ours, what)
     model, alphabet, meta = load_for_analysis(
         cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
     )
@@ -72,23 +74,26 @@ def _prepare(cfg: Any, is_ours: Any, what: str) -> tuple:
     return fasta, outdir, model, alphabet, meta, layers, heads
 
 
-def _trained_packed(meta: dict[str, Any]) -> bool:
+def trained_packed(meta: dict[str, Any]) -> bool:
     """Whether the checkpoint's run trained on packed windows (``data.mode=concat``: proteins
     between ``<sep>`` tokens, no ``<cls>``/``<eos>``)."""
     return (meta.get("data") or {}).get("mode") == "concat"
 
 
-def _trained_length(meta: dict[str, Any]) -> int | None:
+def trained_length(meta: dict[str, Any]) -> int | None:
     """The crop length (tokens) the checkpoint's run trained on, when it says so."""
     value = (meta.get("data") or {}).get("max_length")
     return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-def _staged(cfg: Any, outdir: Path, is_ours: Any, what: str):
-    return staged_dir(outdir, lambda: _out_dir(cfg, is_ours, what))
+def staged_output(cfg: Any, outdir: Path, is_ours: Any, what: str) -> Any:
+    """A temporary folder beside ``outdir``, renamed over it when the block ends without error
+    (checked again just before, as :func:`check_out_dir`)."""
+    return staged_dir(outdir, lambda: check_out_dir(cfg, is_ours, what))
 
 
-def _matrix_csv(m: np.ndarray) -> str:
+def matrix_csv(m: np.ndarray) -> str:
+    """A ``(20, 20)`` matrix as CSV, amino acids in :data:`AA_ORDER` as header and first column."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["", *AA_ORDER])
@@ -97,7 +102,8 @@ def _matrix_csv(m: np.ndarray) -> str:
     return buf.getvalue()
 
 
-def _print_json(obj: Any, out: str | None) -> None:
+def print_json(obj: Any, out: str | None) -> None:
+    """``obj`` as indented JSON: into ``out`` (atomically) or on stdout."""
     text = json.dumps(obj, indent=2, default=str)
     if out:
         write_text_atomic(out, text + "\n")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from protein_performer.cli.commands.common import _print_json
+from protein_performer.cli.commands.common import print_json
 from protein_performer.utils.outputs import check_output_file
 
 DOWNLOAD_URLS = {
@@ -41,7 +41,7 @@ def _cmd_download(args: argparse.Namespace) -> int:
             print(f"{part} kept: the same command resumes it", file=sys.stderr)
         raise
     if args.json:
-        _print_json(summary, None)
+        print_json(summary, None)
     else:
         print("downloaded " + ", ".join(f"{k}={v}" for k, v in summary.items()))
     if summary.get("mode") != "full":

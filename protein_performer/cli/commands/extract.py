@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from protein_performer.analysis.extraction import extract, is_extract_dir, load_for_analysis
-from protein_performer.cli.commands.common import CommandResult, _out_dir, _trained_length
+from protein_performer.cli.commands.common import CommandResult, check_out_dir, trained_length
 from protein_performer.config.schema import ExtractConfig
 from protein_performer.config.validate import eval_fasta_paths
 
 
 def run_extract(cfg: ExtractConfig) -> CommandResult:
     fasta = eval_fasta_paths(cfg)  # type: ignore[arg-type]
-    _out_dir(cfg, is_extract_dir, "extract directory")  # fail on it before loading anything
+    check_out_dir(cfg, is_extract_dir, "extract directory")  # fail on it before loading anything
     model, alphabet, meta = load_for_analysis(
         cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
     )
@@ -24,7 +24,7 @@ def run_extract(cfg: ExtractConfig) -> CommandResult:
         heads=cfg.heads,
         repr_layers=cfg.repr_layers,
         max_length=cfg.max_length,
-        trained_length=_trained_length(meta),
+        trained_length=trained_length(meta),
         truncate=cfg.truncate,
         keep_specials=cfg.keep_specials,
         float16=cfg.float16,

@@ -10,7 +10,7 @@ import numpy as np
 
 from protein_performer.analysis.extraction import load_for_analysis
 from protein_performer.analysis.inputs import max_tokens
-from protein_performer.cli.commands.common import CommandResult, _trained_length, _trained_packed
+from protein_performer.cli.commands.common import CommandResult, trained_length, trained_packed
 from protein_performer.config.schema import GenerateConfig
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
 from protein_performer.errors import DataError
@@ -74,8 +74,8 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
     out = check_out()
     was_absent = absent([out])
     model, alphabet, meta = load_for_analysis(cfg.checkpoint, cfg.device)
-    limit = max_tokens(model, cfg.max_length, _trained_length(meta))
-    limit = limit or _trained_length(meta) or model.config.max_len  # rotary: what it trained on
+    limit = max_tokens(model, cfg.max_length, trained_length(meta))
+    limit = limit or trained_length(meta) or model.config.max_len  # rotary: what it trained on
     t0 = time.perf_counter()
     samples = generate(
         model,
@@ -90,7 +90,7 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
         batch_size=cfg.batch_size,
         min_length=cfg.min_length,
         progress=True,
-        packed=(packed := _trained_packed(meta)),
+        packed=(packed := trained_packed(meta)),
     )
     settings = f"seed={cfg.seed} temperature={cfg.temperature:g}"
     if cfg.top_k is not None:
@@ -142,7 +142,7 @@ def run_generate(cfg: GenerateConfig) -> CommandResult:
             f"\n  {cut:,} reached max_length without {'<sep>' if packed else '<eos>'}: cut there "
             "(ended=max_length in their headers)"
         )
-    trained = _trained_length(meta)
+    trained = trained_length(meta)
     if trained and limit > trained:
         text += (
             f"\n  max_length={limit} is past the {trained} tokens the model trained on: "

@@ -19,7 +19,12 @@ from protein_performer.analysis.head_view import (
     window_notes,
 )
 from protein_performer.analysis.inputs import checkpoint_label, max_tokens
-from protein_performer.cli.commands.common import CommandResult, _prepare, _staged, _trained_length
+from protein_performer.cli.commands.common import (
+    CommandResult,
+    prepare_figure_command,
+    staged_output,
+    trained_length,
+)
 from protein_performer.cli.commands.generate import _several_records
 from protein_performer.config.schema import PlotHeadsConfig
 from protein_performer.errors import ConfigError
@@ -42,10 +47,10 @@ is_heads_dir = dir_with_manifest(HEADS_JSON, HEADS_FORMAT, HEADS_FILES)
 
 
 def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
-    fasta, outdir, model, alphabet, meta, layers, heads = _prepare(
+    fasta, outdir, model, alphabet, meta, layers, heads = prepare_figure_command(
         cfg, is_heads_dir, "figure directory"
     )
-    limit = max_tokens(model, cfg.max_length, _trained_length(meta))
+    limit = max_tokens(model, cfg.max_length, trained_length(meta))
     if cfg.homologs is not None and not cfg.join:
         raise ConfigError("homologs= names records of a joined window: add join=true")
     window = read_heads_window(
@@ -64,7 +69,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     kind = model.config.kind_label
     title = heads_title(view, checkpoint_label(cfg.checkpoint), kind)
     summary = heads_summary(view, format=HEADS_FORMAT, checkpoint=str(cfg.checkpoint), kind=kind)
-    with _staged(cfg, outdir, is_heads_dir, "figure directory") as work:
+    with staged_output(cfg, outdir, is_heads_dir, "figure directory") as work:
         _draw(cfg, view, work, title)
         (work / HEADS_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     protein, uniform, uniform_name = view.protein, view.uniform, view.uniform_name

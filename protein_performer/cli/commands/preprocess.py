@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from protein_performer.cli.commands.common import COMPRESSIONS, _print_json
+from protein_performer.cli.commands.common import COMPRESSIONS, print_json
 from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.errors import ConfigError, DataError, ProteinPerformerError
 
@@ -52,7 +52,7 @@ def _cmd_preprocess(args: argparse.Namespace) -> int:
             raise
         raise ConfigError(str(e)) from None
     if args.json:
-        _print_json(manifest, None)
+        print_json(manifest, None)
         return 0
     c = manifest["counts"]
     print(

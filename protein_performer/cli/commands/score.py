@@ -19,8 +19,8 @@ from protein_performer.analysis.mutation_table import (
 )
 from protein_performer.cli.commands.common import (
     CommandResult,
-    _trained_length,
-    _trained_packed,
+    trained_length,
+    trained_packed,
     with_context_checkpoint,
 )
 from protein_performer.config.schema import ScoreConfig
@@ -151,7 +151,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
     )
     sequence, source, record_id = _wild_type(cfg, alphabet)
-    window = max_tokens(model, None, _trained_length(meta))
+    window = max_tokens(model, None, trained_length(meta))
     scan = scan_lib.read_scan(
         rows,
         line_of,
@@ -175,9 +175,9 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         counts=counts,
         max_tokens=window,
         toks_per_batch=cfg.toks_per_batch,
-        packed=_trained_packed(meta),
+        packed=trained_packed(meta),
         context=context,
-        context_length=window or _trained_length(meta),
+        context_length=window or trained_length(meta),
     )
     full = scan_lib.table_columns(columns, fields, len(rows), scan.good)
     summary, text = scan_lib.scan_summary(

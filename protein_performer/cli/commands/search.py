@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from protein_performer.cli.commands.common import COMPRESSIONS, _print_json
+from protein_performer.cli.commands.common import COMPRESSIONS, print_json
 from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.errors import ConfigError
 
@@ -35,7 +35,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         quiet=args.json,
     )
     if args.json:
-        _print_json(manifest, None)
+        print_json(manifest, None)
     return 0
 
 

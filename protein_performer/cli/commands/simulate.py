@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from protein_performer.cli.commands.common import _print_json
+from protein_performer.cli.commands.common import print_json
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.utils.outputs import check_output_file
 
@@ -114,7 +114,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise ConfigError(_simulate_flags_in(str(e))) from None
     if args.json:
-        _print_json(summary, None)
+        print_json(summary, None)
     else:
         print(
             f"wrote {summary['path']}: {summary['records']:,} records, "

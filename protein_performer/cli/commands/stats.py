@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from protein_performer.cli.commands.common import COMPRESSIONS, _print_json
+from protein_performer.cli.commands.common import COMPRESSIONS, print_json
 from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.utils.outputs import check_output_file, json_with_keys
 
@@ -28,7 +28,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     check_distinct_inputs({"INPUT": args.inputs})
     stats = fasta_stats(args.inputs, progress=not args.no_progress)
     if args.json or args.output:
-        _print_json(stats, args.output)
+        print_json(stats, args.output)
         if args.output:
             print(
                 f"wrote {args.output}: {stats['records']:,} records, {stats['residues']:,} "
