@@ -9,6 +9,7 @@ homologs that then go with every query (as ``evaluate context=FASTA`` uses them)
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
 from protein_performer.data.alphabet import Alphabet
@@ -24,6 +25,21 @@ def query_of(description: str) -> str | None:
     """The ``query=ID`` a homolog's header names (after its id), or None."""
     m = _QUERY.search(description)
     return None if m is None else m.group(1)
+
+
+def query_names(homologs: Sequence[Protein], path: PathLike) -> list[str | None]:
+    """Each homolog's ``query=`` (all None: a file for every query). One-line
+    :class:`DataError` when some records name their query and others do not."""
+    named = [query_of(h.description) for h in homologs]
+    if any(n is not None for n in named):
+        missing = next((h for h, n in zip(homologs, named, strict=True) if n is None), None)
+        if missing is not None:
+            raise DataError(
+                f"{missing.id}: no query=ID in its header, while other records name their "
+                "query (a search's hits.fasta names each)",
+                path=path,
+            )
+    return named
 
 
 def read_homolog_pairs(
@@ -45,17 +61,10 @@ def read_homolog_pairs(
     """
     queries = read_proteins(query_fasta, alphabet, invalid=invalid)
     homologs = read_proteins(homolog_fasta, alphabet, invalid=invalid)
-    named = [query_of(h.description) for h in homologs]
+    named = query_names(homologs, homolog_fasta)
     if all(n is None for n in named):
         groups = {i: list(homologs) for i in range(len(queries))}
     else:
-        missing = next((h for h, n in zip(homologs, named, strict=True) if n is None), None)
-        if missing is not None:
-            raise DataError(
-                f"{missing.id}: no query=ID in its header, while other records name their "
-                "query (a search's hits.fasta names each)",
-                path=homolog_fasta,
-            )
         index: dict[str, int] = {}
         for i, q in enumerate(queries):
             for name in record_names(q.id):

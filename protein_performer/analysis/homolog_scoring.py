@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from protein_performer.analysis import mutations as mut
-from protein_performer.analysis.homolog_pairs import query_of
+from protein_performer.analysis.homolog_pairs import query_names
 from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
 from protein_performer.analysis.pssm import Pssm, build_pssm, pssm_scores
 from protein_performer.data.alphabet import Alphabet
@@ -80,16 +80,9 @@ def read_scan_context(
             record=e.record,
             record_id=e.record_id,
         ) from None
-    named = [query_of(h.description) for h in read]
+    named = query_names(read, path)
     chosen = read
     if any(n is not None for n in named):
-        missing = next((h for h, n in zip(read, named, strict=True) if n is None), None)
-        if missing is not None:
-            raise DataError(
-                f"{missing.id}: no query=ID in its header, while other records name their "
-                "query (a search's hits.fasta names each)",
-                path=path,
-            )
         queries = list(dict.fromkeys(n for n in named if n is not None))
         if wild_type_id is None and len(queries) > 1:
             raise DataError(
