@@ -72,6 +72,7 @@ def test_every_group_option_and_experiment_composes():
                 "homolog_pairs",
                 "homolog_fill",
                 "homolog_lookup",
+                "homologs",
             ):
                 overrides.append("data.clusters=clusters14")
             cfg = compose_job("train", overrides).config
