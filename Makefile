@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test test-fast lint bench clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,10 @@ demo: venv
 test: venv
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest -q
+
+# the edit loop: the suite without the tests marked slow (those over ~1.5 s each)
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: venv
 	$(BIN)/python -m ruff check .

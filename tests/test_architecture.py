@@ -115,6 +115,7 @@ def _imports_of(room: str) -> set[str]:
     return {d for m, deps in graph.items() if m == room or m.startswith(room + ".") for d in deps}
 
 
+@pytest.mark.slow
 def test_nothing_imports_the_cli() -> None:
     graph = import_graph()
     users = {m for m, deps in graph.items() if not m.startswith("protein_performer.cli")

@@ -42,6 +42,7 @@ def test_stats_text(tmp_path, capsys):
     assert "record 2 repeats record 1" in line and "data.split_by=cluster" in line
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_on_stdout_is_no_traceback(tmp_path):
     """`protein-performer ... | head`: the reader gone before the result is printed."""
     p = tmp_path / "x.fa"
@@ -118,6 +119,7 @@ def test_preprocess_cli_and_errors(tmp_path, capsys):
     assert code == 2 and "sum to 1" in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_console_script_debug_shows_traceback(tmp_path):
     exe = shutil.which("protein-performer") or str(
         __import__("pathlib").Path(sys.executable).with_name("protein-performer")

@@ -48,6 +48,7 @@ def test_default_config_composes_to_the_dataclasses(monkeypatch, tmp_path):
     assert project_root() == REPO
 
 
+@pytest.mark.slow
 def test_every_group_option_and_experiment_composes():
     groups = config_groups()
     assert {"model", "data", "trainer", "optim", "experiment"} <= set(groups)
@@ -229,6 +230,7 @@ def test_wrong_type_names_the_key():
     assert _error(["data.split_fractions=0.5"]).startswith("data.split_fractions: expected a list")
 
 
+@pytest.mark.slow
 def test_one_value_for_a_list_key_is_a_list_of_one():
     def compose(*overrides: str):
         return compose_job("train", expand_overrides(list(overrides), multirun=False)[0])

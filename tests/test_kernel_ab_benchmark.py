@@ -64,6 +64,7 @@ def test_versions_that_disagree_fail_the_run(tmp_path, monkeypatch, capsys):
     assert "the versions differ" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _attention_as_committed(), reason="no git checkout, or attention edited")
 def test_model_steps_of_head_against_itself_are_identical(tmp_path, capsys, monkeypatch):
     bench = load_benchmark("kernel_ab.py")

@@ -9,6 +9,7 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path: Path, monkeypatch, tmp_path, tmp_path_factory) -> None:
     nbformat = pytest.importorskip("nbformat")

@@ -172,6 +172,7 @@ def test_file_outputs_of_data_commands(tmp_path, capsys):
     _one_line_error(code, err, "is in the way")
 
 
+@pytest.mark.slow
 def test_evaluate_output_is_checked_before_work(tiny_fasta, tmp_path, capsys):
     ckpt = train(tiny_config(tiny_fasta, max_steps=2), tmp_path / "run").last_checkpoint
     cfg = {"checkpoint": ckpt, "fasta": str(tiny_fasta)}

@@ -69,6 +69,7 @@ def test_a_missing_file_is_an_error_naming_it(tmp_path):
     assert str(missing) in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_importing_the_package_does_not_import_torch():
     code = (
         "import sys, protein_performer; assert 'torch' not in sys.modules, 'torch imported'; "

@@ -39,6 +39,7 @@ def test_the_guide_has_python_blocks():
     assert {"docs/guide/python-api.md", "docs/guide/attention-core.md"} <= pages
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("page", "index", "block"),
     GUIDE_BLOCKS,

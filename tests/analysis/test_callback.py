@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from protein_performer.training.run import train
 from tests.training.helpers import tiny_config, write_fasta
 
 
+@pytest.mark.slow
 def test_similarity_is_logged_every_n_steps(tmp_path) -> None:
     fasta = write_fasta(tmp_path / "tiny.fasta")
     cfg = tiny_config(fasta)

@@ -36,6 +36,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.slow
 def test_aa_similarity_writes_matrices_json_and_figure(files, tmp_path, capsys) -> None:
     out = tmp_path / "sim"
     code, text, _ = run(
@@ -68,6 +69,7 @@ def test_aa_similarity_writes_matrices_json_and_figure(files, tmp_path, capsys) 
     assert "attention (Vig et al., θ=0.1): r = +" in text
 
 
+@pytest.mark.slow
 def test_aa_similarity_says_when_no_head_passes(files, tmp_path, capsys) -> None:
     out = tmp_path / "sim"
     code, text, _ = run(
@@ -86,6 +88,7 @@ def test_aa_similarity_says_when_no_head_passes(files, tmp_path, capsys) -> None
     assert summary["r_vs_blosum62"]["attention"] is None and summary["proteins"] == 10
 
 
+@pytest.mark.slow
 def test_aa_similarity_names_proteins_without_standard_residues(files, tmp_path, capsys) -> None:
     only_x = tmp_path / "x.fasta"
     only_x.write_text(">onlyX\nXXXXXXXX\n")
@@ -101,6 +104,7 @@ def test_aa_similarity_names_proteins_without_standard_residues(files, tmp_path,
     assert summary["proteins"] == 1 and summary["proteins_without_standard_residues"] == 1
 
 
+@pytest.mark.slow
 def test_plot_heads_of_a_long_protein_says_which_residues_it_shows(
     files, tmp_path, capsys, monkeypatch
 ) -> None:
@@ -126,6 +130,7 @@ def test_plot_heads_of_a_long_protein_says_which_residues_it_shows(
     assert titles and titles[0].startswith(f"long (residues 1-{shown:,} of 1,000)")
 
 
+@pytest.mark.slow
 def test_plot_heads_writes_grid_zoom_and_ranking(files, tmp_path, capsys) -> None:
     out = tmp_path / "heads"
     code, text, _ = run(
@@ -271,6 +276,7 @@ def test_interrupt_leaves_nothing(files, tmp_path, capsys, monkeypatch) -> None:
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow
 def test_helpful_lookups(files, tmp_path, capsys) -> None:
     (tmp_path / "u.fasta").write_text(">sp|P1|ONE_HUMAN x\nMKTAYIAKQR\n>sp|P2|TWO_HUMAN y\nMKTAY\n")
     base = [f"checkpoint={files / 'relu.ckpt'}", f"out={tmp_path / 'o'}"]
@@ -316,6 +322,7 @@ def test_default_checkpoint_is_the_shipped_one() -> None:
     assert meta["data"]["split_by"] == "cluster" and len(meta["data"]["unigram_counts"]) == 31
 
 
+@pytest.mark.slow
 def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys) -> None:
     from protein_performer.analysis.alignment import cross_protein_mass
 
@@ -376,6 +383,7 @@ def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys)
     assert code == 0 and "to fit 30 tokens: 1 of 3 proteins left out entirely" in text, err
 
 
+@pytest.mark.slow
 def test_plot_heads_join_with_record_analyses_that_record(files, tmp_path, capsys) -> None:
     proteins = random_proteins(3, 20, seed=4)
     write_fasta(tmp_path / "family.fasta", proteins)
@@ -450,6 +458,7 @@ def test_extract_join_writes_one_window_with_its_segments(files, tmp_path, capsy
     assert code == 2 and "join=true puts several proteins in one window; found one" in err
 
 
+@pytest.mark.slow
 def test_plot_heads_join_measures_attention_on_the_aligned_residues(files, tmp_path, capsys):
     from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
     from protein_performer.analysis.extraction import attention_maps
@@ -482,6 +491,7 @@ def test_plot_heads_join_measures_attention_on_the_aligned_residues(files, tmp_p
     assert summary["aligned_uniform"] == pytest.approx(uniform)
 
 
+@pytest.mark.slow
 def test_plot_heads_homologs_aligns_the_last_record_to_the_named_ones(files, tmp_path, capsys):
     from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
     from protein_performer.analysis.extraction import attention_maps
@@ -561,6 +571,7 @@ def test_a_cluster_split_whose_table_moved_says_what_to_give(tmp_path):
     assert callable(split_filter("test", stored, clusters=table))  # clusters= says where
 
 
+@pytest.mark.slow
 def test_aa_similarity_split_is_the_runs_own_after_max_records(files, tmp_path, capsys) -> None:
     """A run that read the first N records (data.max_records) split those: split=test is
     drawn from them, as evaluate does (it was drawn from every record of the files)."""
@@ -582,6 +593,7 @@ def test_aa_similarity_split_is_the_runs_own_after_max_records(files, tmp_path, 
     assert 0 < counts["cap.ckpt"] <= 20 < counts["all.ckpt"]
 
 
+@pytest.mark.slow
 def test_aa_similarity_split_alone_reads_the_runs_own_files(
     files, tmp_path, capsys, caplog
 ) -> None:
@@ -643,6 +655,7 @@ def test_an_analysis_without_an_alphabet_says_so() -> None:
         as_protein("MKV", None)
 
 
+@pytest.mark.slow
 def test_aa_similarity_defaults_give_the_shipped_model_an_attention_view(tmp_path, capsys):
     """θ = 0.3 (and 0.1) left every head of the shipped model without 100 arcs ("n/a, 0 of 16
     heads"): threshold=auto finds a view and says which θ it took."""
@@ -659,6 +672,7 @@ def test_aa_similarity_defaults_give_the_shipped_model_an_attention_view(tmp_pat
     assert f"θ={summary['threshold']} chosen by threshold=auto" in text
 
 
+@pytest.mark.slow
 def test_the_empty_attention_panel_says_what_to_try(files, tmp_path, capsys, monkeypatch) -> None:
     from protein_performer.cli.commands import aa_similarity as command
 
@@ -692,6 +706,7 @@ def _homolog_files(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "q.fasta", tmp_path / "hits.fasta"
 
 
+@pytest.mark.slow
 def test_aa_similarity_with_homologs_writes_the_cross_homolog_view(files, tmp_path, capsys):
     query, hits = _homolog_files(tmp_path)
     out = tmp_path / "cross"

@@ -195,6 +195,7 @@ def test_model_attention_is_the_models_attention_rows():
     np.testing.assert_allclose(heads, full[0][[2, 5]][:, rows].numpy(), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_view_of_a_model_writes_json_and_figure(pairs, tmp_path):
     model = planted_model()
     result = cross_homolog_view(model, ALPHABET, pairs[:6], max_length=128, threshold=0.1)

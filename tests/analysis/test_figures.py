@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from protein_performer.analysis.figures import head_stats, uniform_stats
 
@@ -48,6 +49,7 @@ def _drawn(monkeypatch, draw) -> list:
     return figs
 
 
+@pytest.mark.slow
 def test_a_large_head_grid_rasterizes_nothing_and_labels_its_axes(monkeypatch, tmp_path):
     """A rasterized artist makes the PDF backend render the whole figure once per artist: a
     12 x 16 grid's colour bars took minutes and 24 GB."""

@@ -344,6 +344,7 @@ def test_score_reads_tabs_wild_type_rows_and_hints_the_offset(ckpt, tmp_path, ca
     assert "first stops: line 2: 'K2*' is a stop (nonsense) mutant" in out
 
 
+@pytest.mark.slow
 def test_score_says_why_rows_are_left_out_and_reads_spreadsheet_files(ckpt, tmp_path, capsys):
     """What a DMS file holds besides substitutions is counted by reason; a numbering that fits
     few rows is refused even with skip_mismatched (it scored the few that fit by chance, each
@@ -602,6 +603,7 @@ def test_scores_are_from_eval_mode_and_the_models_mode_is_kept() -> None:
     assert model.training and pll == mut.pseudo_log_likelihood(model.eval(), ALPHABET, WT)
 
 
+@pytest.mark.slow
 def test_score_files_of_other_encodings_and_esm_names(ckpt, tmp_path, capsys) -> None:
     write_csv(tmp_path / "m.csv", [("K2R", "1")])
     data = (tmp_path / "m.csv").read_bytes()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "device_check.py"
 
 
@@ -15,6 +17,7 @@ def _load():
     return module
 
 
+@pytest.mark.slow
 def test_device_check_on_cpu_passes_and_fails_at_an_impossible_tolerance(capsys):
     check = _load()
     assert check.main(["--device", "cpu", "--length", "300", "--bf16-length", "512"]) == 0

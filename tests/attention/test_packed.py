@@ -73,6 +73,7 @@ def test_packed_matches_explicit_attention_and_the_flat_route(
     torch.testing.assert_close(grad, flat_grad, atol=1e-12, rtol=1e-11)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", ["bidirectional", "saved", "causal"])
 @pytest.mark.parametrize("kind", ["softmax", "relu"])
 @pytest.mark.parametrize("masked", [False, True])
@@ -253,6 +254,7 @@ def _flat_self_attention(self, x, padding_mask=None, rotary=None, need_weights=F
     return self.out(o.transpose(1, 2).reshape(b, n, -1)), None
 
 
+@pytest.mark.slow
 def test_rotate_packed_is_apply_rotary_on_the_packed_layout() -> None:
     qkv = _packed(2, 11, 3, 8)
     cos, sin = RotaryEmbedding(8)(11, qkv.device, torch.float64)

@@ -42,6 +42,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_exit_hook_kills_data_workers_and_leaves_other_children_to_multiprocessing(
     tmp_path: Path,

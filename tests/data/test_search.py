@@ -71,6 +71,7 @@ def _leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
 
 
+@pytest.mark.slow
 @needs_mmseqs
 def test_finds_its_family_and_no_other_and_not_itself(families, db, tmp_path):
     query_id = next(k for k in families if k.endswith("SIMF00001M001"))
@@ -98,6 +99,7 @@ def test_finds_its_family_and_no_other_and_not_itself(families, db, tmp_path):
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 @needs_mmseqs
 def test_margin_max_hits_and_overwrite(families, db, tmp_path):
     query_id = next(k for k in families if k.endswith("SIMF00002M001"))
@@ -123,6 +125,7 @@ def test_margin_max_hits_and_overwrite(families, db, tmp_path):
     assert (out / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 @needs_mmseqs
 def test_no_hits_is_one_line_and_writes_nothing(families, tmp_path):
     q_id = next(k for k in families if k.endswith("SIMF00001M001"))
@@ -245,6 +248,7 @@ def test_filter_hits_applies_each_filter_and_ranks():
     assert len(kept) == 1 and removed["self"] == 0
 
 
+@pytest.mark.slow
 @needs_mmseqs
 def test_manifest_records_inputs_and_params(families, db, tmp_path):
     query_id = next(k for k in families if k.endswith("SIMF00004M001"))
@@ -258,6 +262,7 @@ def test_manifest_records_inputs_and_params(families, db, tmp_path):
     assert manifest["counts"]["queries"] == 1 and manifest["counts"]["hits"] >= 1
 
 
+@pytest.mark.slow
 @needs_mmseqs
 def test_the_cli_writes_the_hits_and_says_so_in_json(families, db, tmp_path, capsys):
     from protein_performer.cli.main import main

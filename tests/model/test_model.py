@@ -145,6 +145,7 @@ def test_invalid_config_is_a_one_line_error():
         ProteinLM(tiny_config(dim=30), V)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ATTENTION_KINDS)
 def test_overfits_one_batch(attention):
     from protein_performer.training.metrics import lm_token_stats

@@ -406,6 +406,7 @@ def pairs_config(tmp_path: Path, max_steps: int, test_fraction: float):
     return cfg, fasta
 
 
+@pytest.mark.slow
 def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_path):
     cfg, fasta = pairs_config(tmp_path, max_steps=2, test_fraction=0.4)
     result = train(cfg, tmp_path / "run")

@@ -171,6 +171,7 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "protein_performer.cli.main", *args]
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_the_command_line_saves_and_prints_how_to_resume(tmp_path):
     fasta = write_fasta(tmp_path / "t.fasta", n=60)
     run_dir = tmp_path / "run"
@@ -378,6 +379,7 @@ def test_a_refused_resume_leaves_the_run_directory_as_it_was(tiny_fasta, tmp_pat
     assert not (tmp_path / "elsewhere").exists()
 
 
+@pytest.mark.slow
 def test_a_resume_that_fails_before_training_puts_its_config_back(tiny_fasta, tmp_path, caplog):
     """A changed config is kept as config.N.yaml when the resume claims the directory; a
     resume that then fails on its data trained nothing with it: the run's history must not
@@ -809,6 +811,7 @@ def test_an_ignored_sighup_stays_ignored_and_others_end_commands_like_sigterm():
         signal.signal(signal.SIGHUP, before)
 
 
+@pytest.mark.slow
 def test_ckpt_path_last_starts_a_run_or_resumes_it(tmp_path):
     """One command for a job's first start and every requeue."""
     fasta = write_fasta(tmp_path / "t.fasta", n=60)
@@ -858,6 +861,7 @@ def test_ckpt_path_last_starts_a_run_or_resumes_it(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_schedulers_sigterm_to_every_process_with_data_workers_saves(tmp_path):
     """Slurm signals every process of a job: data workers must leave the stop to the main
     process (a worker killed by SIGTERM crashed the run before it saved)."""

@@ -36,6 +36,7 @@ def test_evaluate_reports_cropping_and_sliding_windows_cover_every_residue(tmp_p
     assert short.cropped_records == 0 and "cropped" not in short.format()
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_max_time_says_so(tiny_fasta, tmp_path):
     cfg = tiny_config(tiny_fasta, max_steps=100000, max_time="00:00:00:02")
     result = train(cfg, tmp_path / "run")
@@ -52,6 +53,7 @@ def test_a_run_stopped_by_max_time_says_so(tiny_fasta, tmp_path):
     assert again.stopped_by == "max_time" and again.steps > result.steps + 1
 
 
+@pytest.mark.slow
 def test_a_redirected_log_is_quiet(tmp_path):
     fasta = write_fasta(tmp_path / "t.fasta", n=40)
     argv = [o for o in tiny_overrides(fasta, tmp_path / "run") if "progress_bar" not in o]

@@ -446,6 +446,7 @@ def test_a_cli_resume_records_the_optimizer_settings_it_keeps(tiny_fasta, tmp_pa
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["optim"]["lr"] == lr
 
 
+@pytest.mark.slow
 def test_optimizer_settings_changed_on_resume_are_said_to_be_kept(tiny_fasta, tmp_path, caplog):
     cfg = tiny_config(tiny_fasta, max_steps=2)
     first = train(cfg, tmp_path / "run")
