@@ -33,7 +33,7 @@ class CommandResult:
 
 
 def with_context_checkpoint(cfg: Any) -> Any:
-    """``cfg`` with ``checkpoint=default`` read as the shipped homolog model when the command
+    """``cfg`` with ``checkpoint=default`` read as the shipped homolog model when the command (evaluate, aa-similarity, score)
     has homologs (``context=``) and that model is installed: the single-protein model was never
     trained with homologs before a protein. A path, or ``checkpoint=homologs``, is kept."""
     from protein_performer.model.checkpoints import shipped

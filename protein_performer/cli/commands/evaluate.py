@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 
+from protein_performer.cli.commands.common import with_context_checkpoint
 from protein_performer.cli.compose import CliArgs, ComposedJob
 
 
@@ -14,7 +15,7 @@ def _run_evaluate(job: ComposedJob, args: CliArgs) -> int:
 
     out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with out:
-        result = evaluate(job.config)
+        result = evaluate(with_context_checkpoint(job.config))
     if args.json:
         print(json.dumps(result.to_dict()), flush=True)
     else:
