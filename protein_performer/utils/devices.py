@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import torch
 
@@ -27,24 +28,47 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def busy_cpus(seconds: float = 0.5) -> float | None:
+    """How many CPUs other work keeps busy now: the machine's non-idle share over ``seconds``
+    (``/proc/stat``), times its CPUs; else the 1-minute load average (which lags: a run that
+    just ended still counts); None where neither can be read."""
+
+    def sample() -> list[int]:
+        with open("/proc/stat") as fh:
+            return [int(x) for x in fh.readline().split()[1:]]
+
+    try:
+        first = sample()
+        time.sleep(seconds)
+        delta = [b - a for a, b in zip(first, sample(), strict=False)]
+        total = sum(delta[:8])  # user nice system idle iowait irq softirq steal (guests in user)
+        if total > 0:
+            return (1.0 - (delta[3] + delta[4]) / total) * (os.cpu_count() or 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows
+        return None
+
+
 def choose_threads(setting: int | None = None) -> tuple[int, str | None]:
     """torch's CPU threads for a run, and why when not every CPU: ``setting`` when given, else
-    ``OMP_NUM_THREADS`` when set, else the CPUs other work is not using (the 1-minute load
-    average, rounded, taken off :func:`usable_cpus`; at least one). Threads that wait on a busy
-    core make every step wait: on a shared 2-core machine one thread trained 8x faster."""
+    ``OMP_NUM_THREADS`` when set, else the CPUs other work is not using (:func:`busy_cpus`,
+    rounded, taken off :func:`usable_cpus`; at least one). Threads that wait on a busy core
+    make every step wait: on a shared 2-core machine one thread trained 8x faster."""
     cpus = usable_cpus()
     if setting:
         return int(setting), None
     if os.environ.get("OMP_NUM_THREADS", "").strip().isdigit():
         return max(1, int(os.environ["OMP_NUM_THREADS"])), "OMP_NUM_THREADS"
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # Windows
+    load = busy_cpus()
+    if load is None:
         return cpus, None
     busy = min(cpus - 1, int(load + 0.5))
     if busy <= 0:
         return cpus, None
-    return cpus - busy, f"of {cpus} CPUs: the machine is busy, load {load:.1f}"
+    return cpus - busy, f"of {cpus} CPUs: the machine is busy, {load:.1f} CPUs in use"
 
 
 #: What ``device=`` accepts (checked before any work by the configs).

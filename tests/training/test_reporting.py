@@ -168,13 +168,15 @@ def test_a_busy_machine_gets_fewer_threads_and_is_told(monkeypatch):
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(devices, "usable_cpus", lambda: 4)
-    monkeypatch.setattr(devices.os, "getloadavg", lambda: (2.6, 1.0, 1.0))
+    monkeypatch.setattr(devices, "busy_cpus", lambda: 2.6)
     count, why = devices.choose_threads()
-    assert count == 1 and why == "of 4 CPUs: the machine is busy, load 2.6"
-    monkeypatch.setattr(devices.os, "getloadavg", lambda: (0.3, 0.0, 0.0))
+    assert count == 1 and why == "of 4 CPUs: the machine is busy, 2.6 CPUs in use"
+    monkeypatch.setattr(devices, "busy_cpus", lambda: 0.3)
     assert devices.choose_threads() == (4, None)  # idle: every CPU
-    monkeypatch.setattr(devices.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    monkeypatch.setattr(devices, "busy_cpus", lambda: 9.0)
     assert devices.choose_threads()[0] == 1  # never none
+    monkeypatch.setattr(devices, "busy_cpus", lambda: None)  # nothing to read: every CPU
+    assert devices.choose_threads() == (4, None)
     assert devices.choose_threads(3) == (3, None)  # trainer.threads wins
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert devices.choose_threads() == (2, "OMP_NUM_THREADS")
@@ -207,3 +209,24 @@ def test_the_eta_starts_after_the_first_step_and_respects_max_time():
     assert rate == pytest.approx(1.0) and eta == ", ETA 4 min 50 s (max_time; 489 steps left)"
     bar.max_seconds = None
     assert bar.rate_and_eta(310.0, 11, 500)[1] == ", ETA 8 min 09 s"  # not "7 h"
+
+
+def test_busy_cpus_reads_the_machines_idle_share(monkeypatch, tmp_path):
+    import builtins
+
+    from protein_performer.utils import devices
+
+    samples = iter(["cpu  100 0 100 800 0 0 0 0 0 0\n", "cpu  250 0 250 900 0 0 0 0 0 0\n"])
+    real_open = builtins.open
+    monkeypatch.setattr(
+        builtins,
+        "open",
+        lambda path, *a, **k: (
+            (tmp_path / "stat").open("w").write(next(samples)) and real_open(tmp_path / "stat")
+            if path == "/proc/stat"
+            else real_open(path, *a, **k)
+        ),
+    )
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: 2)
+    # 300 of 400 ticks busy over the interval: 0.75 of 2 CPUs
+    assert devices.busy_cpus(0.0) == pytest.approx(1.5)
