@@ -96,6 +96,20 @@ def _aa_index(alphabet: Alphabet) -> np.ndarray:
     return idx
 
 
+def standard_residues(
+    attention: np.ndarray, types: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The maps restricted to standard residues, float64 ``(H, n, n)``, their types ``(n,)``,
+    one-hot ``(n, 20)`` and composition ``(20,)``; None when the protein has none."""
+    std = types >= 0
+    if not std.any():
+        return None
+    t = types[std]
+    onehot = np.zeros((len(t), 20), dtype=np.float64)
+    onehot[np.arange(len(t)), t] = 1.0
+    return attention[:, std][:, :, std].astype(np.float64), t, onehot, onehot.sum(0) / len(t)
+
+
 @dataclass
 class AttentionCounts:
     """What the attention views accumulate over proteins (see :meth:`add`)."""
@@ -130,14 +144,15 @@ class AttentionCounts:
     def add(self, attention: np.ndarray, types: np.ndarray) -> None:
         """``attention`` ``(heads, L, L)`` over one protein's residues (specials removed),
         ``types`` ``(L,)`` index in :data:`AA_ORDER` or -1 (non-standard)."""
-        std = types >= 0
-        if not std.any():
-            return
-        att = attention[:, std][:, :, std].astype(np.float64)  # (H, n, n)
-        t = types[std]
-        onehot = np.zeros((len(t), 20), dtype=np.float64)
-        onehot[np.arange(len(t)), t] = 1.0
-        comp = onehot.sum(0) / len(t)
+        standard = standard_residues(attention, types)
+        if standard is not None:
+            self.add_standard(*standard)
+
+    def add_standard(
+        self, att: np.ndarray, t: np.ndarray, onehot: np.ndarray, comp: np.ndarray
+    ) -> None:
+        """:meth:`add` on what :func:`standard_residues` returned (prepared once for several
+        counters over the same maps)."""
         # Vig: arcs >= threshold, counted by the target's type; null: targets redrawn
         high = att >= self.threshold  # (H, n, n)
         if self.min_keys:  # causal: row i sees i + 1 keys
@@ -326,8 +341,11 @@ def aa_similarity(
     ]
     for p in progress_bar(proteins, desc="attention", unit="protein", enabled=progress):
         maps = attention_maps(model, p, alphabet, layers=layers, heads=heads)
-        for c in counters:
-            c.add(maps.reshape(-1, *maps.shape[2:]), types[p.residues.astype(np.int64)])
+        standard = standard_residues(
+            maps.reshape(-1, *maps.shape[2:]), types[p.residues.astype(np.int64)]
+        )
+        for c in counters if standard is not None else ():
+            c.add_standard(*standard)
     chosen = next((c for c in counters if (c.arcs.sum(1) >= min_arcs).sum() >= 3), counters[-1])
     counts = counters[0]  # the flow view's (the same whatever the threshold)
     threshold = chosen.threshold
