@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks.progress import ProgressBar
 
 
-def _fmt_duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
     seconds = round(seconds)
     if seconds < 60:
         return f"{seconds} s"
@@ -135,9 +135,9 @@ class StepProgressBar(ProgressBar):
             if budget < left:
                 return (
                     rate,
-                    f", ETA {_fmt_duration(budget)} (max_time; {total - step:,} steps left)",
+                    f", ETA {format_duration(budget)} (max_time; {total - step:,} steps left)",
                 )
-        return rate, f", ETA {_fmt_duration(left)}"
+        return rate, f", ETA {format_duration(left)}"
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._bar is not None:

@@ -15,7 +15,7 @@ from protein_performer.training.builders import max_time_seconds
 from protein_performer.training.graceful_stop import STOP_SIGNAL_NAMES, GracefulInterrupt
 from protein_performer.training.memory import MemoryEstimate
 from protein_performer.training.preflight import _num, shards_split
-from protein_performer.training.progress_bar import _fmt_duration
+from protein_performer.training.progress_bar import format_duration
 from protein_performer.utils.outputs import json_safe
 
 
@@ -174,7 +174,7 @@ def _print_header(
         f" (resuming at step {resume_step:,})" if resume_step is not None else ""
     )
     if t.max_time:  # the budget that may stop the run first, in words
-        budget = _fmt_duration(max_time_seconds(t.max_time))
+        budget = format_duration(max_time_seconds(t.max_time))
         steps += f" or {budget} (trainer.max_time), whichever comes first"
     if isinstance(t.devices, int) and t.devices * t.num_nodes > 1:
         ranks = t.devices * t.num_nodes

@@ -742,7 +742,7 @@ def test_aa_similarity_with_unrelated_homolog_names_says_so(files, tmp_path, cap
 
 
 def test_context_commands_read_checkpoint_default_as_the_homolog_model(monkeypatch):
-    from protein_performer.cli.commands.common import with_context_checkpoint
+    from protein_performer.cli.commands.checkpoint_choice import with_context_checkpoint
     from protein_performer.config.schema import ScoreConfig, SimilarityConfig
     from protein_performer.model import checkpoints
 

@@ -28,13 +28,13 @@ from protein_performer.analysis.similarity import (
     sample_indices,
     sample_proteins,
 )
+from protein_performer.cli.commands.checkpoint_choice import with_context_checkpoint
 from protein_performer.cli.commands.common import (
     CommandResult,
     matrix_csv,
     prepare_figure_command,
     staged_output,
     trained_length,
-    with_context_checkpoint,
 )
 from protein_performer.config.schema import SimilarityConfig
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS

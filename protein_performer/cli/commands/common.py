@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,6 @@ from protein_performer.analysis.extraction import load_for_analysis
 from protein_performer.analysis.inputs import parse_indices
 from protein_performer.analysis.similarity import AA_ORDER
 from protein_performer.config.validate import eval_fasta_paths, fasta_unset
-from protein_performer.utils.atomic import write_text_atomic
 from protein_performer.utils.outputs import check_output_dir, staged_dir
 
 
@@ -30,18 +28,6 @@ class CommandResult:
 
     def format(self) -> str:
         return self.text
-
-
-def with_context_checkpoint(cfg: Any) -> Any:
-    """``cfg`` with ``checkpoint=default`` read as the shipped homolog model when the command
-    (evaluate, aa-similarity, score) has homologs (``context=``) and that model is installed:
-    the single-protein model was never trained with homologs before a protein. A path, or
-    ``checkpoint=homologs``, is kept."""
-    from protein_performer.model.checkpoints import shipped
-
-    if getattr(cfg, "context", None) and cfg.checkpoint == "default" and shipped("homologs"):
-        return dataclasses.replace(cfg, checkpoint="homologs")
-    return cfg
 
 
 def check_out_dir(cfg: Any, is_ours: Any, what: str) -> Path:
@@ -101,15 +87,3 @@ def matrix_csv(m: np.ndarray) -> str:
     for aa, row in zip(AA_ORDER, m, strict=True):
         w.writerow([aa, *(f"{x:.6g}" for x in row)])
     return buf.getvalue()
-
-
-def print_json(obj: Any, out: str | None) -> None:
-    """``obj`` as indented JSON: into ``out`` (atomically) or on stdout."""
-    text = json.dumps(obj, indent=2, default=str)
-    if out:
-        write_text_atomic(out, text + "\n")
-    else:
-        print(text)
-
-
-COMPRESSIONS = "plain, gzip, bzip2 or xz"

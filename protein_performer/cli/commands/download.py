@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from protein_performer.cli.commands.common import print_json
+from protein_performer.cli.commands.printing import print_json
 from protein_performer.utils.outputs import check_output_file
 
 DOWNLOAD_URLS = {

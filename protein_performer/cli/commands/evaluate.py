@@ -6,7 +6,7 @@ import contextlib
 import json
 import sys
 
-from protein_performer.cli.commands.common import with_context_checkpoint
+from protein_performer.cli.commands.checkpoint_choice import with_context_checkpoint
 from protein_performer.cli.compose import CliArgs, ComposedJob
 
 

@@ -17,12 +17,8 @@ from protein_performer.analysis.mutation_table import (
     check_fitness_column,
     scores_csv,
 )
-from protein_performer.cli.commands.common import (
-    CommandResult,
-    trained_length,
-    trained_packed,
-    with_context_checkpoint,
-)
+from protein_performer.cli.commands.checkpoint_choice import with_context_checkpoint
+from protein_performer.cli.commands.common import CommandResult, trained_length, trained_packed
 from protein_performer.config.schema import ScoreConfig
 from protein_performer.errors import DataError
 from protein_performer.utils.atomic import write_text_atomic

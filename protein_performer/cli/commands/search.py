@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from protein_performer.cli.commands.common import COMPRESSIONS, print_json
+from protein_performer.cli.commands.printing import COMPRESSIONS, print_json
 from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.errors import ConfigError
 

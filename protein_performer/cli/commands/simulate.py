@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from protein_performer.cli.commands.common import print_json
+from protein_performer.cli.commands.printing import print_json
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.utils.outputs import check_output_file
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from protein_performer.cli.commands.common import COMPRESSIONS, print_json
+from protein_performer.cli.commands.printing import COMPRESSIONS, print_json
 from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.utils.outputs import check_output_file, json_with_keys
 
