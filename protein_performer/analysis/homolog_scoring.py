@@ -57,6 +57,7 @@ class ScanContext:
     read: int = 0
     identical: int = 0
     other_queries: int = 0
+    beyond_max: int = 0
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -66,11 +67,16 @@ class ScanContext:
 
 
 def read_scan_context(
-    path: PathLike, alphabet: Alphabet, sequence: str, wild_type_id: str | None
+    path: PathLike,
+    alphabet: Alphabet,
+    sequence: str,
+    wild_type_id: str | None,
+    max_homologs: int | None = None,
 ) -> ScanContext:
     """The homologs of the wild type ``sequence`` (record ``wild_type_id``, None for a
-    sequence given as text) in ``path``, and its PSSM from them. One-line :class:`DataError`
-    for an empty file, homologs of other queries only, or none aligning above chance."""
+    sequence given as text) in ``path``, the first ``max_homologs`` of them (None: all), and
+    its PSSM from them. One-line :class:`DataError` for an empty file, homologs of other
+    queries only, or none aligning above chance."""
     try:
         read = read_proteins(path, alphabet, invalid="replace", strip_gaps=True)
     except DataError as e:  # "empty file": say which input it is
@@ -102,6 +108,8 @@ def read_scan_context(
                 )
     wild = alphabet.encode(sequence)
     homologs = [h for h in chosen if not np.array_equal(h.residues, wild)]
+    beyond = max(0, len(homologs) - max_homologs) if max_homologs else 0
+    homologs = homologs[: len(homologs) - beyond]
     if not homologs:
         raise DataError(
             f"no homolog of the wild type: the {len(chosen):,} record(s) for it are the wild "
@@ -124,6 +132,7 @@ def read_scan_context(
         read=len(read),
         identical=len(chosen) - len(homologs),
         other_queries=len(read) - len(chosen),
+        beyond_max=beyond,
     )
 
 
@@ -252,6 +261,7 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
         "homologs_used": len(used),
         "identical_to_wild_type_left_out": context.identical,
         "other_queries_left_out": context.other_queries,
+        "beyond_context_max_homologs_left_out": context.beyond_max,
         "pssm": context.pssm.params,
         "homolog_alignments": [
             {"id": h.id, **i} for h, i in zip(context.homologs, context.pssm.homologs, strict=True)
@@ -275,4 +285,9 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
         )
     if context.identical:
         text += f" ({context.identical:,} identical to the wild type left out)"
+    if context.beyond_max:
+        text += (
+            f"; {context.beyond_max:,} more left out by context_max_homologs "
+            f"(the first {len(context.homologs):,} in the file are used)"
+        )
     return text

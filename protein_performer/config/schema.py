@@ -395,6 +395,9 @@ class ScoreConfig:
         "FASTA of the wild type's homologs (e.g. search's hits.fasta; query= picks its own): "
         "adds a PSSM baseline and masked marginals with the homologs before the protein",
     )
+    context_max_homologs: int | None = _key(
+        16, "context=: homologs used, first in the file first (search writes the best first)"
+    )
     toks_per_batch: int = _key(8192, "tokens per forward batch")
     device: str = _key("auto", "auto, cpu, cuda or cuda:N")
     overwrite: bool = _key(False, "replace an existing out CSV written by score")

@@ -53,6 +53,8 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         raise ConfigError("record= picks a record of fasta=; give fasta=PATH")
     if cfg.context is not None and not str(cfg.context).strip():
         raise ConfigError("context= is empty: give a FASTA of the wild type's homologs")
+    if cfg.context_max_homologs is not None:
+        _positive("context_max_homologs", cfg.context_max_homologs)
     from protein_performer.analysis.mutations import METHODS, method_name
 
     if cfg.method is not None:

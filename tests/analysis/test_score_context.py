@@ -203,3 +203,37 @@ def test_a_causal_checkpoint_gets_the_pssm_and_says_why_no_model_column(tmp_path
     with open(tmp_path / "s.csv", newline="") as fh:
         header = next(csv.reader(fh))
     assert "pssm" in header and "masked_marginal_context" not in header
+
+
+def test_context_max_homologs_takes_the_first_in_the_file(ckpt, tmp_path, capsys) -> None:
+    mutants = _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    _fasta(tmp_path / "h.fa", [(f"h{k}", h) for k, h in enumerate([*HOMOLOGS, UNRELATED[0]])])
+    code = _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_max_homologs=2")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    np.testing.assert_allclose(
+        [float(r["pssm"]) for r in got],
+        pssm_scores(build_pssm(WT, HOMOLOGS[:2]), mutants),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    logp, _ = context_marginals(
+        _model(), ALPHABET, ALPHABET.encode(WT), [ALPHABET.encode(h) for h in HOMOLOGS[:2]],
+        [int(m[1:-1]) - 1 for m in mutants], max_length=256,
+    )  # fmt: skip
+    expected = [
+        logp[int(m[1:-1]) - 1][ALPHABET.index(m[-1])] - logp[int(m[1:-1]) - 1][ALPHABET.index(m[0])]
+        for m in mutants
+    ]
+    np.testing.assert_allclose(
+        [float(r["masked_marginal_context"]) for r in got], expected, rtol=1e-4, atol=1e-4
+    )
+    context = json.loads((tmp_path / "s.json").read_text())["context"]
+    assert context["homologs"] == 2 and context["beyond_context_max_homologs_left_out"] == 3
+    assert "3 more left out by context_max_homologs (the first 2 in the file" in out
+    code = _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_max_homologs=0")
+    err = capsys.readouterr().err
+    assert code == 2 and "context_max_homologs must be a positive number (got 0)" in err

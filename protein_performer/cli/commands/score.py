@@ -162,7 +162,9 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     scan_lib.check_scan(scan, skip_mismatched=cfg.skip_mismatched, path=cfg.mutations)
     context = None  # the homologs, read (and their PSSM built) before the model scores
     if cfg.context is not None:
-        context = read_scan_context(cfg.context, alphabet, sequence, record_id)
+        context = read_scan_context(
+            cfg.context, alphabet, sequence, record_id, cfg.context_max_homologs
+        )
     counts = meta.get("data", {}).get("unigram_counts")
     columns, elapsed = scan_lib.score_scan(
         model,
