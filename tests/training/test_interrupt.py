@@ -812,8 +812,9 @@ def test_an_ignored_sighup_stays_ignored_and_others_end_commands_like_sigterm():
 
 
 @pytest.mark.slow
-def test_ckpt_path_last_starts_a_run_or_resumes_it(tmp_path):
-    """One command for a job's first start and every requeue."""
+def test_ckpt_path_last_starts_a_run_or_resumes_it(tmp_path, capsys):
+    """One command for a job's first start and every requeue (the runs that train in their
+    own processes, as a scheduler starts them; the refusals in this one)."""
     fasta = write_fasta(tmp_path / "t.fasta", n=60)
     run_dir = tmp_path / "run"
     argv = [o for o in tiny_overrides(fasta, run_dir) if not o.startswith("trainer.max_steps")]
@@ -836,29 +837,20 @@ def test_ckpt_path_last_starts_a_run_or_resumes_it(tmp_path):
     assert f"ckpt_path=last: resuming from {run_dir / 'checkpoints' / 'last.ckpt'}" in again.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 5 and summary["resumed_from_step"] == 3
-    done = subprocess.run(  # a requeue of the finished run: nothing to do, not an error
-        _cli("train", *argv, "ckpt_path=last", "trainer.max_steps=5"),
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert done.returncode == 0 and "ckpt_path=last: the run is complete (5 of" in done.stderr
+    from protein_performer.cli.main import main
+
+    capsys.readouterr()
+    # a requeue of the finished run: nothing to do, not an error
+    assert main(["train", *argv, "ckpt_path=last", "trainer.max_steps=5"]) == 0
+    assert "ckpt_path=last: the run is complete (5 of" in capsys.readouterr().err
     assert json.loads((run_dir / "summary.json").read_text()) == summary
     unnamed = [o for o in argv if not o.startswith("hydra.run.dir")]
-    r = subprocess.run(
-        _cli("train", *unnamed, "ckpt_path=last"), capture_output=True, text=True, env=env
-    )
-    assert r.returncode == 2 and "ckpt_path=last resumes the run in hydra.run.dir" in r.stderr
-    r = subprocess.run(  # a sweep: its default folder is new every time too
-        _cli("train", "-m", *unnamed, "ckpt_path=last", "seed=0,1"),
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert (
-        r.returncode == 2
-        and "name that directory (the default one is new for every sweep)" in r.stderr
-    )
+    assert main(["train", *unnamed, "ckpt_path=last"]) == 2
+    assert "ckpt_path=last resumes the run in hydra.run.dir" in capsys.readouterr().err
+    # a sweep: its default folder is new every time too
+    assert main(["train", "-m", *unnamed, "ckpt_path=last", "seed=0,1"]) == 2
+    err = capsys.readouterr().err
+    assert "name that directory (the default one is new for every sweep)" in err
 
 
 @pytest.mark.slow
