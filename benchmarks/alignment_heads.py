@@ -54,7 +54,7 @@ def window_parts(tokens: np.ndarray, labels: np.ndarray, alphabet: Any) -> dict[
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoints", nargs="+", type=Path)
     add_heldout_args(p)
@@ -63,7 +63,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=4, help="heads to print per checkpoint")
     p.add_argument("--json", type=Path, default=RESULTS / "alignment_heads.json")
     add_output_args(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     check_outputs(p, [args.json], args.overwrite)
     labels = args.labels or [str(c) for c in args.checkpoints]
     if len(labels) != len(args.checkpoints):

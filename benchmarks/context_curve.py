@@ -112,7 +112,7 @@ def heldout_targets(
     return cache[key]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="run directories")
     add_heldout_args(p)
@@ -130,7 +130,7 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=RESULTS / "context_curve.json")
     p.add_argument("--png", type=Path, default=RESULTS / "context_curve.png")
     add_output_args(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     check_outputs(p, [args.json, args.png], args.overwrite)
     offsets = args.offsets or [0] * len(args.runs)
     labels = args.labels or [run.name for run in args.runs]

@@ -42,7 +42,9 @@ def test_table_rows_are_the_library_scores(tmp_path, capsys):
     with open(tmp_path / "dms.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(("mutant", "fit"))
-        w.writerows((f"{s.wt}{s.index + 11}{s.mt}", f"{f:.4f}") for s, f in zip(subs, fitness))
+        w.writerows(
+            (f"{s.wt}{s.index + 11}{s.mt}", f"{f:.4f}") for s, f in zip(subs, fitness, strict=True)
+        )
         w.writerows([(f"{WT[1]}12*", "1"), (f"{WT[1]}12A:{WT[3]}14A", "1"), ("Z13A", "1")])
     bench = load_benchmark("homolog_scoring.py")
     out = tmp_path / "r.json"

@@ -156,14 +156,15 @@ def test_plot_heads_writes_grid_zoom_and_ranking(files, tmp_path, capsys) -> Non
     assert "record=ID plots another" not in text  # a record was named
     code, text, _ = run(
         capsys, "plot-heads", f"checkpoint={files / 'relu.ckpt'}",
-        f"fasta={files / 'proteins.fasta'}", f"out={tmp_path / 'first'}", "layers=1",
+        f"fasta={files / 'proteins.fasta'}", f"out={tmp_path / 'first'}", "layers=1", "heads=0",
+        "zoom=null",
     )  # fmt: skip
     assert code == 0 and f"the first usable record of {files / 'proteins.fasta'}; record=ID" in text
     one = tmp_path / "one.fasta"
     one.write_text(">" + (files / "proteins.fasta").read_text().split(">")[1])  # its first
     code, text, _ = run(
         capsys, "plot-heads", f"checkpoint={files / 'relu.ckpt'}", f"fasta={one}",
-        f"out={tmp_path / 'one'}", "layers=1",
+        f"out={tmp_path / 'one'}", "layers=1", "heads=0", "zoom=null",
     )  # fmt: skip
     assert code == 0 and "plotted to" in text and "record=ID" not in text  # nothing else to pick
 
@@ -362,7 +363,7 @@ def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys)
     # truncate=true cuts the front: the last protein (the one analysed) stays whole
     code, text, _ = run(
         capsys, *too_long, f"fasta={tmp_path / 'family.fasta'}", "join=true", "max_length=50",
-        "truncate=true", "zoom=null",
+        "truncate=true", "zoom=null", "layers=1", "heads=0",
     )  # fmt: skip
     assert code == 0, text
     summary = json.loads((tmp_path / "x" / "heads.json").read_text())
@@ -378,7 +379,7 @@ def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys)
     assert "truncate=true cut the first 14 positions of the window to fit 50 tokens\n" in text
     code, text, err = run(
         capsys, *too_long, f"fasta={tmp_path / 'family.fasta'}", "join=true", "max_length=30",
-        "truncate=true", "zoom=null", "overwrite=true",
+        "truncate=true", "zoom=null", "overwrite=true", "layers=1", "heads=0",
     )  # fmt: skip
     assert code == 0 and "to fit 30 tokens: 1 of 3 proteins left out entirely" in text, err
 
@@ -388,7 +389,9 @@ def test_plot_heads_join_with_record_analyses_that_record(files, tmp_path, capsy
     proteins = random_proteins(3, 20, seed=4)
     write_fasta(tmp_path / "family.fasta", proteins)
     base = ["plot-heads", f"checkpoint={files / 'relu.ckpt'}", f"fasta={tmp_path / 'family.fasta'}"]
-    code, _, err = run(capsys, *base, f"out={tmp_path / 'h'}", "join=true", "record=p0")
+    code, _, err = run(
+        capsys, *base, f"out={tmp_path / 'h'}", "join=true", "record=p0", "heads=0", "zoom=null"
+    )
     assert code == 0, err
     summary = json.loads((tmp_path / "h" / "heads.json").read_text())
     # p0 goes last (its queries are the ones analysed), the others keep the file's order

@@ -6,7 +6,6 @@ import itertools
 import json
 import math
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from protein_performer.evaluation.context import (
 )
 from protein_performer.evaluation.evaluate import evaluate
 from protein_performer.training.run import train
+from tests.benchmark_scripts import load_benchmark
 from tests.training.helpers import tiny_config, write_fasta
 
 
@@ -407,21 +407,18 @@ def pairs_config(tmp_path: Path, max_steps: int, test_fraction: float):
 
 
 @pytest.mark.slow
-def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_path):
+def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_path, capsys):
     cfg, fasta = pairs_config(tmp_path, max_steps=2, test_fraction=0.4)
     result = train(cfg, tmp_path / "run")
     snap = tmp_path / "run" / "snap"
     snap.mkdir()
     shutil.copy(result.last_checkpoint, snap / "a.ckpt")  # the same step: scored once
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "context_curve.py"
     out = tmp_path / "curve.json"
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "run"), "--fasta", str(fasta),
-         "--min-members", "2", "--max-proteins", "5", "--offsets", "10", "--labels", "tiny",
-         "--json", str(out), "--png", str(tmp_path / "curve.png")],
-        capture_output=True, text=True, check=False,
+    load_benchmark("context_curve.py").main(
+        [str(tmp_path / "run"), "--fasta", str(fasta), "--min-members", "2", "--max-proteins",
+         "5", "--offsets", "10", "--labels", "tiny", "--json", str(out), "--png",
+         str(tmp_path / "curve.png")]
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
     (run,) = json.loads(out.read_text())["runs"]
     assert run["run"] == "tiny" and run["dir"] == str(tmp_path / "run")
     (point,) = run["curve"]
@@ -436,21 +433,21 @@ def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_pat
     assert point["positions"] == ev["positions"]
     assert point["ratio"] == pytest.approx(ev["ratio"], rel=1e-6)
     assert (tmp_path / "curve.png").stat().st_size > 0
-    wrong = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "run"), "--fasta", str(fasta),
-         "--labels", "a", "b"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert wrong.returncode != 0 and "--labels: 2 values for 1 runs" in wrong.stderr
+    with pytest.raises(SystemExit) as stop:
+        load_benchmark("context_curve.py").main(
+            [str(tmp_path / "run"), "--fasta", str(fasta), "--labels", "a", "b"]
+        )
+    assert "--labels: 2 values for 1 runs" in str(stop.value) + capsys.readouterr().err
     # attention on the aligned residues of the same windows
     heads_json = tmp_path / "heads.json"
-    script = script.with_name("alignment_heads.py")
-    done = subprocess.run(
-        [sys.executable, str(script), str(result.last_checkpoint), "--fasta", str(fasta),
-         "--min-members", "2", "--max-proteins", "5", "--json", str(heads_json)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    threads = torch.get_num_threads()
+    try:
+        load_benchmark("alignment_heads.py").main(
+            [str(result.last_checkpoint), "--fasta", str(fasta), "--min-members", "2",
+             "--max-proteins", "5", "--json", str(heads_json)]
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
     (res,) = json.loads(heads_json.read_text())["results"]
     assert res["proteins"] == 5 and res["queries"] > 0 and 0 < res["uniform"] < 1
     assert len(res["heads"]) == 2 * 4
