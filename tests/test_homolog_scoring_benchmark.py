@@ -8,7 +8,13 @@ import json
 import numpy as np
 import torch
 
-from protein_performer.analysis.mutations import Substitution, blosum62_scores, spearman
+from protein_performer.analysis.homolog_scoring import context_marginals
+from protein_performer.analysis.mutations import (
+    Substitution,
+    blosum62_scores,
+    score_mutants,
+    spearman,
+)
 from protein_performer.analysis.pssm import build_pssm, pssm_scores
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
 from protein_performer.model.checkpoints import save_model_checkpoint
@@ -63,6 +69,19 @@ def test_table_rows_are_the_library_scores(tmp_path, capsys):
     assert np.isclose(rows["PSSM of the same homologs"]["spearman"], spearman(pssm, fit))
     # 9 asked, 5 there: the window holds all 5, said once
     assert {"one window, first 1", "one window, first 5"} <= set(rows)
+    sites = sorted({s.index for s in subs})
+    for k in (1, 5):  # score context= context_max_homologs=k's column
+        logp, _ = context_marginals(
+            model, ALPHABET, ALPHABET.encode(WT), [ALPHABET.encode(h) for h in homologs[:k]],
+            sites, max_length=1024,
+        )  # fmt: skip
+        col = [logp[s.index][ALPHABET.index(s.mt)] - logp[s.index][ALPHABET.index(s.wt)]
+               for s in subs]  # fmt: skip
+        assert np.isclose(rows[f"one window, first {k}"]["spearman"], spearman(col, fit))
+    alone = score_mutants(model, ALPHABET, WT, variants, methods="masked-marginal")
+    assert np.isclose(
+        rows["model alone (masked_marginal)"]["spearman"], spearman(alone["masked-marginal"], fit)
+    )
     ensemble = rows["ensemble of 2 windows of 2 drawn"]
     assert len(ensemble["spearman_per_seed"]) == 2
     assert np.isclose(ensemble["spearman"], np.mean(ensemble["spearman_per_seed"]))
