@@ -17,6 +17,7 @@ from protein_performer.data.alphabet import default_alphabet
 from protein_performer.model.checkpoints import save_model_checkpoint
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
+from tests.analysis.test_mutations import write_csv
 
 ALPHABET = default_alphabet()
 WT = "MKTAYIAKQRQISFVKSHFSRQ"
@@ -31,13 +32,6 @@ def model_ckpt(tmp_path):
     model = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx)
     save_model_checkpoint(tmp_path / "m.ckpt", model, ALPHABET, "mlm")
     return tmp_path / "m.ckpt"
-
-
-def write_csv(path, rows, header=("mutant", "fitness")) -> None:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
 
 
 def score(ckpt, tmp_path, *extra, csv_name="m.csv", out="s.csv", wild_type=f"sequence={WT}"):
