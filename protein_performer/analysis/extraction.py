@@ -44,12 +44,13 @@ from protein_performer.analysis.inputs import (
     padded_tokens,
     parse_indices,
     read_proteins,
+    source_names,
     token_batches,
 )
 from protein_performer.analysis.npz import NpzWriter
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.encoding import EncodeCounts
-from protein_performer.errors import ConfigError, DataError
+from protein_performer.errors import ConfigError
 from protein_performer.model.performer import ProteinLM, evaluating
 from protein_performer.utils.devices import check_dense_fits, pick_device, size_text
 from protein_performer.utils.outputs import check_output_dir, dir_with_manifest, staged_dir
@@ -383,13 +384,11 @@ def _join_window(
     truncate: bool,
 ) -> list[Protein]:
     """The records read, joined into one window (its members and rows kept in ``plan``)."""
-    if len(proteins) < 2:
-        names = ", ".join(map(str, [fasta] if isinstance(fasta, (str, Path)) else fasta))
-        raise DataError("join=true puts several proteins in one window; found one", path=names)
     plan.read_count = len(proteins)
     joined, plan.segments, plan.members = join_proteins(
-        proteins, plan.alphabet, limit, truncate=truncate, model=plan.model
-    )
+        proteins, plan.alphabet, limit, truncate=truncate, model=plan.model,
+        source=source_names(fasta),
+    )  # fmt: skip
     shift = 1 if plan.keep_specials else 0  # the stored rows start with <cls> when it is kept
     plan.rows = [(a + shift, b + shift) for a, b in plan.segments]
     return [joined]

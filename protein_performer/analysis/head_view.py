@@ -21,9 +21,14 @@ from protein_performer.analysis.alignment import (
 )
 from protein_performer.analysis.extraction import attention_maps
 from protein_performer.analysis.figures import head_stats, uniform_stats
-from protein_performer.analysis.inputs import PathLike, Protein, join_proteins, read_proteins
+from protein_performer.analysis.inputs import (
+    PathLike,
+    Protein,
+    join_proteins,
+    read_proteins,
+    source_names,
+)
 from protein_performer.data.alphabet import Alphabet
-from protein_performer.errors import DataError
 from protein_performer.model.performer import ProteinLM
 
 
@@ -67,18 +72,16 @@ def read_heads_window(
         strip_gaps=strip_gaps,
     )
     ids = None if record is None else [record]
-    names = ", ".join(map(str, fasta)) if isinstance(fasta, (list, tuple)) else str(fasta)
+    names = source_names(fasta)
     if not join:
         return HeadsWindow(read(ids=ids, max_kept=1 if ids is None else None)[0], names)
     proteins = read()
     if ids is not None:  # the record analysed goes last, after every other one
         target = read(ids=ids)[0]
         proteins = [*(p for p in proteins if p.id != target.id), target]
-    if len(proteins) < 2:
-        raise DataError("join=true puts several proteins in one window; found one", path=names)
     read_ids = [p.id for p in proteins]
     protein, segments, proteins = join_proteins(
-        proteins, alphabet, limit, truncate=truncate is True, model=model
+        proteins, alphabet, limit, truncate=truncate is True, model=model, source=names
     )
     subjects = homolog_segments(proteins, homologs, read_ids, names)
     return HeadsWindow(protein, names, proteins, segments, subjects, read_ids)

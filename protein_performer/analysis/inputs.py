@@ -353,6 +353,11 @@ def checkpoint_label(path: PathLike) -> str:
     return f"{run}/{p.stem}" if run else p.stem
 
 
+def source_names(fasta: PathLike | Sequence[PathLike]) -> str:
+    """The input file(s) as an error or summary names them: ``a.fa, b.fa``."""
+    return ", ".join(map(str, [fasta] if isinstance(fasta, (str, os.PathLike)) else fasta))
+
+
 def join_proteins(
     proteins: list[Protein],
     alphabet: Alphabet,
@@ -360,10 +365,14 @@ def join_proteins(
     *,
     truncate: bool,
     model: ProteinLM | None = None,
+    source: str | None = None,
 ) -> tuple[Protein, list[tuple[int, int]], list[Protein]]:
     """One protein of ``p_1 <sep> p_2 … <sep> p_n``, each part's ``(start, stop)`` in it and
     the proteins it holds (``truncate``: the front is cut, the last protein always kept).
-    ``model``: the model it is for (a window past its learned positions is not suggested)."""
+    ``model``: the model it is for (a window past its learned positions is not suggested).
+    Fewer than two proteins is a :class:`DataError` naming ``source`` (the files read)."""
+    if len(proteins) < 2:
+        raise DataError("join=true puts several proteins in one window; found one", path=source)
     parts, segments, pos = [], [], 0
     for i, p in enumerate(proteins):
         if i:

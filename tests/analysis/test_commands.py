@@ -632,6 +632,16 @@ def test_join_with_truncate_needs_a_homolog_in_the_window():
         join_proteins([a, b], ALPHABET, 33, truncate=True)  # <sep> + b fill it
 
 
+def test_plot_heads_join_of_one_record_is_one_line(files, tmp_path, capsys) -> None:
+    code, _, err = run(
+        capsys, "plot-heads", f"checkpoint={files / 'relu.ckpt'}", f"fasta={files / 'one.fasta'}",
+        f"out={tmp_path / 'z'}", "join=true",
+    )  # fmt: skip
+    assert code == 2 and err.count("\n") == 1
+    assert f"{files / 'one.fasta'}: join=true puts several proteins in one window; found one" in err
+    assert not (tmp_path / "z").exists()
+
+
 def test_homologs_are_found_by_accession_or_entry_name_as_record_is() -> None:
     from protein_performer.analysis.alignment import homolog_segments
     from protein_performer.analysis.inputs import Protein
