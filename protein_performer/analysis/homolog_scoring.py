@@ -107,9 +107,8 @@ def read_scan_context(
                     path=path,
                 )
     wild = alphabet.encode(sequence)
-    homologs = [h for h in chosen if not np.array_equal(h.residues, wild)]
-    beyond = max(0, len(homologs) - max_homologs) if max_homologs else 0
-    homologs = homologs[: len(homologs) - beyond]
+    kept = [h for h in chosen if not np.array_equal(h.residues, wild)]
+    homologs = kept[:max_homologs] if max_homologs else kept
     if not homologs:
         raise DataError(
             f"no homolog of the wild type: the {len(chosen):,} record(s) for it are the wild "
@@ -130,9 +129,9 @@ def read_scan_context(
         homologs,
         pssm,
         read=len(read),
-        identical=len(chosen) - len(homologs),
+        identical=len(chosen) - len(kept),
         other_queries=len(read) - len(chosen),
-        beyond_max=beyond,
+        beyond_max=len(kept) - len(homologs),
     )
 
 

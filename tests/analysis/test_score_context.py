@@ -233,6 +233,7 @@ def test_context_max_homologs_takes_the_first_in_the_file(ckpt, tmp_path, capsys
     )
     context = json.loads((tmp_path / "s.json").read_text())["context"]
     assert context["homologs"] == 2 and context["beyond_context_max_homologs_left_out"] == 3
+    assert context["identical_to_wild_type_left_out"] == 0 and "identical" not in out
     assert "3 more left out by context_max_homologs (the first 2 in the file" in out
     code = _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_max_homologs=0")
     err = capsys.readouterr().err
