@@ -111,14 +111,16 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict[str, Any]] = []
 
-    def add(name: str, scores: np.ndarray, homologs_used: int | None, **extra: Any) -> None:
-        rows.append({"score": name, "homologs": homologs_used,
-                     "spearman": spearman(scores, fitness), **extra})  # fmt: skip
+    def add(name: str, homologs_used: int, rho: float | None, **extra: Any) -> None:
+        rows.append({"score": name, "homologs": homologs_used, "spearman": rho, **extra})
 
     alone = score_mutants(model, alphabet, wild, variants, methods="masked-marginal")
-    add("model alone (masked_marginal)", alone["masked-marginal"], 0)
+    add("model alone (masked_marginal)", 0, spearman(alone["masked-marginal"], fitness))
     for k in sorted({min(k, len(homologs)) for k in args.homologs}):
-        add(f"one window, first {k}", model_score(homologs[:k]), k)
+        # as score context= context_max_homologs=k: the first k, then those the PSSM aligns
+        first = read_scan_context(args.homologs_fasta, alphabet, wild, record.id, k).used
+        chosen = [h.residues for h in first]
+        add(f"one window, first {k}", len(chosen), spearman(model_score(chosen), fitness))
     for size in args.subset:
         if size >= len(homologs):
             continue
@@ -128,25 +130,32 @@ def main(argv: list[str] | None = None) -> int:
             draws = [rng.permutation(len(homologs))[:size] for _ in range(args.ensemble)]
             mean = np.mean([model_score([homologs[i] for i in d]) for d in draws], axis=0)
             per_seed.append(spearman(mean, fitness))
-        add(f"ensemble of {args.ensemble} windows of {size} drawn", np.full(len(mutants), np.nan),
-            size, spearman_per_seed=per_seed)  # fmt: skip
-        rows[-1]["spearman"] = float(np.mean(per_seed))
-    add("PSSM of the same homologs", pssm_scores(build_pssm(wild, [alphabet.decode(h) for h in
-        homologs]), variants), len(homologs))  # fmt: skip
-    add("BLOSUM62", blosum62_scores(variants), 0)
+        known = [r for r in per_seed if r is not None]
+        add(f"ensemble of {args.ensemble} windows of {size} drawn (of {len(homologs)})", size,
+            float(np.mean(known)) if known else None, spearman_per_seed=per_seed)  # fmt: skip
+    pssm = build_pssm(wild, [alphabet.decode(h) for h in homologs])
+    add("PSSM of the same homologs", len(homologs), spearman(pssm_scores(pssm, variants), fitness))
+    add("BLOSUM62", 0, spearman(blosum62_scores(variants), fitness))
     seconds = time.perf_counter() - start
-
-    print(f"{len(mutants):,} single substitutions of {record.id} ({len(wild)} residues), "
-          f"{len(homologs)} homologs from {args.homologs_fasta}; checkpoint {args.checkpoint}")  # fmt: skip
-    print(machine_line(threads=args.threads))
-    table = [[r["score"], r["homologs"], f"{r['spearman']:+.3f}" + (
-        " (seeds " + ", ".join(f"{s:+.3f}" for s in r["spearman_per_seed"]) + ")"
-        if "spearman_per_seed" in r else "")] for r in rows]  # fmt: skip
-    print(format_table(["score", "homologs", f"Spearman with {args.fitness}"], table))
     config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    write_json(args.json, {"benchmark": "homolog_scoring", "config": config,
-                           "environment": environment(), "mutants": len(mutants),
-                           "homologs": len(homologs), "seconds": seconds, "rows": rows})  # fmt: skip
+    result = {"benchmark": "homolog_scoring", "config": config, "environment": environment(),
+              "mutants": len(mutants), "homologs": len(homologs), "seconds": seconds, "rows": rows}  # fmt: skip
+    write_json(args.json, result)  # before printing: nothing measured is lost
+
+    def rho(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:+.3f}"
+
+    table = []
+    for r in rows:
+        seeds = r.get("spearman_per_seed")
+        text = rho(r["spearman"]) + (f" (seeds {', '.join(map(rho, seeds))})" if seeds else "")
+        table.append([r["score"], r["homologs"], text])
+    print(
+        f"{len(mutants):,} single substitutions of {record.id} ({len(wild)} residues), "
+        f"{len(homologs)} homologs from {args.homologs_fasta}; checkpoint {args.checkpoint}"
+    )
+    print(machine_line(threads=args.threads))
+    print(format_table(["score", "homologs", f"Spearman with {args.fitness}"], table))
     print(f"\nwrote {args.json} ({seconds:.0f} s)")
     return 0
 

@@ -57,3 +57,13 @@ def kwarg_spy(monkeypatch):
         return seen
 
     return spy
+
+
+@pytest.fixture(autouse=True)
+def _short_cpu_sample(monkeypatch):
+    """Every training start samples /proc/stat for 0.5 s to choose its threads (about 140
+    runs in this suite); tests sample 0.05 s. A test of busy_cpus passes its own interval."""
+    from protein_performer.utils import devices
+
+    real = devices.busy_cpus
+    monkeypatch.setattr(devices, "busy_cpus", lambda seconds=0.05: real(seconds))

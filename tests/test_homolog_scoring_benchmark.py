@@ -82,7 +82,7 @@ def test_table_rows_are_the_library_scores(tmp_path, capsys):
     assert np.isclose(
         rows["model alone (masked_marginal)"]["spearman"], spearman(alone["masked-marginal"], fit)
     )
-    ensemble = rows["ensemble of 2 windows of 2 drawn"]
+    ensemble = rows["ensemble of 2 windows of 2 drawn (of 5)"]
     assert len(ensemble["spearman_per_seed"]) == 2
     assert np.isclose(ensemble["spearman"], np.mean(ensemble["spearman_per_seed"]))
     assert "Spearman with fit" in capsys.readouterr().out

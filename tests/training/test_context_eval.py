@@ -413,6 +413,14 @@ def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_pat
     snap = tmp_path / "run" / "snap"
     snap.mkdir()
     shutil.copy(result.last_checkpoint, snap / "a.ckpt")  # the same step: scored once
+    threads = torch.get_num_threads()  # the benchmarks set torch's threads: put them back
+    try:
+        _context_curve_and_heads(result, fasta, tmp_path, capsys)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _context_curve_and_heads(result, fasta, tmp_path, capsys) -> None:
     out = tmp_path / "curve.json"
     load_benchmark("context_curve.py").main(
         [str(tmp_path / "run"), "--fasta", str(fasta), "--min-members", "2", "--max-proteins",
@@ -440,14 +448,10 @@ def test_a_pairs_run_trains_and_the_context_curve_scores_its_checkpoints(tmp_pat
     assert "--labels: 2 values for 1 runs" in str(stop.value) + capsys.readouterr().err
     # attention on the aligned residues of the same windows
     heads_json = tmp_path / "heads.json"
-    threads = torch.get_num_threads()
-    try:
-        load_benchmark("alignment_heads.py").main(
-            [str(result.last_checkpoint), "--fasta", str(fasta), "--min-members", "2",
-             "--max-proteins", "5", "--json", str(heads_json)]
-        )  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
+    load_benchmark("alignment_heads.py").main(
+        [str(result.last_checkpoint), "--fasta", str(fasta), "--min-members", "2",
+         "--max-proteins", "5", "--json", str(heads_json)]
+    )  # fmt: skip
     (res,) = json.loads(heads_json.read_text())["results"]
     assert res["proteins"] == 5 and res["queries"] > 0 and 0 < res["uniform"] < 1
     assert len(res["heads"]) == 2 * 4
