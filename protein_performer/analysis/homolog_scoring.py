@@ -188,10 +188,12 @@ def context_marginals(
             rows = max(1, toks_per_batch // len(jobs[order[i]][1]))
             group = [jobs[j] for j in order[i : i + rows]]
             tokens, pad = pad_batch([t for _, t, _ in group], alphabet.pad_idx)
-            logits = model(tokens.to(device), pad.to(device))["logits"].float()
-            logp = torch.log_softmax(logits, dim=-1).cpu()
-            for row, (site, _, pos) in enumerate(group):
-                out[site] = logp[row, pos].numpy()
+            logits = model(tokens.to(device), pad.to(device))["logits"]
+            at = torch.tensor([pos for _, _, pos in group], device=logits.device)
+            # only the masked site of each row is read
+            logp = torch.log_softmax(logits[torch.arange(len(group)), at].float(), -1).cpu()
+            for row, (site, _, _) in enumerate(group):
+                out[site] = logp[row].numpy()
             bar.update(len(group))
             i += len(group)
     bar.close()
