@@ -49,7 +49,7 @@ from _common import (
 
 def read_scan(path: Path, column: str, fitness: str, offset: int, wild: str) -> tuple[list, list]:
     """The single substitutions of ``path`` that fit ``wild`` and their fitness values."""
-    from protein_performer.analysis.mutations import parse_mutant
+    from protein_performer.analysis.dms.variants import parse_mutant
 
     mutants, values = [], []
     with open(path, newline="") as fh:
@@ -89,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     import protein_performer
-    from protein_performer.analysis.homolog_scoring import context_marginals, read_scan_context
+    from protein_performer.analysis.dms.homologs import context_marginals, read_scan_context
+    from protein_performer.analysis.dms.marginals import blosum62_scores, score_mutants, spearman
+    from protein_performer.analysis.dms.profile import build_pssm, pssm_scores
     from protein_performer.analysis.inputs import read_proteins
-    from protein_performer.analysis.mutations import blosum62_scores, score_mutants, spearman
-    from protein_performer.analysis.pssm import build_pssm, pssm_scores
 
     start = time.perf_counter()
     model, alphabet = protein_performer.load(args.checkpoint)

@@ -8,14 +8,14 @@ import json
 import numpy as np
 import torch
 
-from protein_performer.analysis.homolog_scoring import context_marginals
+from protein_performer.analysis.dms.homologs import context_marginals
+from protein_performer.analysis.dms.profile import build_pssm, pssm_scores
 from protein_performer.analysis.mutations import (
     Substitution,
     blosum62_scores,
     score_mutants,
     spearman,
 )
-from protein_performer.analysis.pssm import build_pssm, pssm_scores
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
 from protein_performer.model.checkpoints import save_model_checkpoint
 from protein_performer.model.config import ModelConfig

@@ -19,6 +19,12 @@ The CLI commands ``extract``, ``aa-similarity``, ``plot-heads``, ``score`` and `
 are :func:`.commands.run_command` on their configs.
 """
 
+from protein_performer.analysis.dms.marginals import (
+    log_likelihood,
+    log_likelihoods,
+    pseudo_log_likelihood,
+    score_mutants,
+)
 from protein_performer.analysis.extraction import (
     attention_maps,
     extract,
@@ -27,12 +33,6 @@ from protein_performer.analysis.extraction import (
 )
 from protein_performer.analysis.generation import generate
 from protein_performer.analysis.inputs import Protein, read_proteins
-from protein_performer.analysis.mutations import (
-    log_likelihood,
-    log_likelihoods,
-    pseudo_log_likelihood,
-    score_mutants,
-)
 from protein_performer.analysis.similarity import aa_similarity, blosum62, sample_proteins
 
 __all__ = [

@@ -1,5 +1,5 @@
 """Proteins paired with their homologs, read from FASTA: the input of the homolog-conditioned
-analyses (:mod:`~protein_performer.analysis.cross_homolog`, :mod:`~protein_performer.analysis.pssm`).
+analyses (:mod:`~protein_performer.analysis.cross_homolog`, :mod:`~protein_performer.analysis.dms.profile`).
 
 The homologs come from a FASTA whose headers name their query as ``query=ID`` (what
 :func:`protein_performer.data.search.search` writes in ``hits.fasta``), or from a plain FASTA of

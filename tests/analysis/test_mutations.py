@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from protein_performer.analysis import mutations as mut
+from protein_performer.analysis.dms import marginals
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.model.checkpoints import save_model_checkpoint
@@ -646,7 +647,7 @@ def test_score_never_replaces_a_file_that_appeared_while_scoring(ckpt, tmp_path,
         (tmp_path / "s.json").write_text("{}")  # someone else's file, meanwhile
         return scores
 
-    monkeypatch.setattr(mut, "score_mutants", slow)
+    monkeypatch.setattr(marginals, "score_mutants", slow)
     assert _score(ckpt, tmp_path) == 2
     assert (tmp_path / "s.json").read_text() == "{}" and not (tmp_path / "s.csv").exists()
 
@@ -858,7 +859,7 @@ def test_score_says_when_fitness_is_constant_and_the_wild_type_is_not_standard(
 
 
 def test_score_frames_a_packed_causal_model_s_sequences_by_sep(tmp_path, kwarg_spy) -> None:
-    seen = kwarg_spy(mut, "score_mutants", "packed")
+    seen = kwarg_spy(marginals, "score_mutants", "packed")
     write_csv(tmp_path / "m.csv", [("K2A", "1"), ("T3C", "2")])
     for mode in ("concat", "crop"):
         ckpt = tmp_path / f"{mode}.ckpt"
@@ -867,3 +868,13 @@ def test_score_frames_a_packed_causal_model_s_sequences_by_sep(tmp_path, kwarg_s
         )
         assert _score(ckpt, tmp_path, out=f"{mode}.csv") == 0
     assert seen == [True, False]
+
+
+def test_old_import_paths_are_the_moved_modules():
+    """The scan modules moved into analysis/dms/; their old names stay for one release."""
+    from protein_performer.analysis import homolog_scoring, mutation_scan, mutation_table, pssm
+    from protein_performer.analysis.dms import homologs, marginals, profile, scan, table, variants
+
+    assert (mutation_scan, mutation_table, homolog_scoring, pssm) == (scan, table, homologs, profile)
+    assert mut.score_mutants is marginals.score_mutants
+    assert mut.parse_mutant is variants.parse_mutant and mut.Indel is variants.Indel

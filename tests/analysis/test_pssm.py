@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from protein_performer.analysis.pssm import COLUMNS, build_pssm, column_counts, pssm_scores
+from protein_performer.analysis.dms.profile import COLUMNS, build_pssm, column_counts, pssm_scores
 from protein_performer.data.simulate import blosum62_model, simulate_records
 from protein_performer.errors import DataError
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from protein_performer.analysis.homolog_scoring import _context_jobs, context_marginals
-from protein_performer.analysis.pssm import build_pssm, pssm_scores
+from protein_performer.analysis.dms.homologs import _context_jobs, context_marginals
+from protein_performer.analysis.dms.profile import build_pssm, pssm_scores
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
 from protein_performer.model.checkpoints import save_model_checkpoint

@@ -7,16 +7,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from protein_performer.analysis import mutation_scan as scan_lib
-from protein_performer.analysis.extraction import load_for_analysis
-from protein_performer.analysis.homolog_scoring import context_notes, read_scan_context
-from protein_performer.analysis.inputs import checkpoint_label, max_tokens
-from protein_performer.analysis.mutation_table import (
-    _read_mutations_csv,
-    _wild_type,
+from protein_performer.analysis.dms import scan as scan_lib
+from protein_performer.analysis.dms.homologs import context_notes, read_scan_context
+from protein_performer.analysis.dms.table import (
     check_fitness_column,
+    read_mutations_csv,
     scores_csv,
+    wild_type_of,
 )
+from protein_performer.analysis.extraction import load_for_analysis
+from protein_performer.analysis.inputs import checkpoint_label, max_tokens
 from protein_performer.cli.commands.checkpoint_choice import with_context_checkpoint
 from protein_performer.cli.commands.common import CommandResult, trained_length, trained_packed
 from protein_performer.config.schema import ScoreConfig
@@ -63,7 +63,7 @@ def _score_outputs_are_ours(out: Path) -> tuple[Any, Any, Any]:
 def _score_methods(cfg: ScoreConfig) -> list[str]:
     """The methods ``score`` runs: those named, or the checkpoint's default (its objective is
     read from the metadata, memory-mapped, before any model is built), checked against it."""
-    from protein_performer.analysis import mutations as mut
+    from protein_performer.analysis.dms import marginals as mut
     from protein_performer.model.checkpoints import (
         META_KEY,
         read_checkpoint,
@@ -136,7 +136,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     cfg = with_context_checkpoint(cfg)
     methods = _score_methods(cfg)  # before the mutations file: no fix there helps
     column = cfg.sequence_col or cfg.mutation_col
-    fields, rows, delimiter, line_of, blank_rows = _read_mutations_csv(
+    fields, rows, delimiter, line_of, blank_rows = read_mutations_csv(
         cfg.mutations, column, "sequence_col" if cfg.sequence_col else "mutation_col"
     )
     decimal_comma = delimiter == ";"  # a European spreadsheet's export: 0,88 is 0.88
@@ -146,7 +146,9 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     model, alphabet, meta = load_for_analysis(
         cfg.checkpoint, cfg.device, cfg.attention, cfg.nb_features
     )
-    sequence, source, record_id = _wild_type(cfg, alphabet)
+    sequence, source, record_id = wild_type_of(
+        alphabet, sequence=cfg.sequence, fasta=cfg.fasta, record=cfg.record
+    )
     window = max_tokens(model, None, trained_length(meta))
     scan = scan_lib.read_scan(
         rows,

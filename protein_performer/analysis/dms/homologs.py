@@ -1,0 +1,408 @@
+"""Mutation scores conditioned on homologs (``score context=HOMOLOGS.fasta``): a PSSM baseline
+built from them, and the model's masked marginals with them placed before the protein in one
+window.
+
+The homologs are a FASTA (a search's ``hits.fasta``, whose headers name their query as
+``query=ID``: those of the wild type are taken, by its record id, accession or entry name; a
+FASTA without ``query=`` is taken whole). Gaps are removed, letters other than the 20 read as
+``X``, and a homolog identical to the wild type is left out (it would hand the model the
+answer at every site).
+
+- ``pssm``: :func:`~protein_performer.analysis.dms.profile.build_pssm` of the wild type from them
+  (each aligned locally, used when it aligns above chance), ``S[i, mt] − S[i, wt]`` in bits;
+- ``masked_marginal_context``: ESM-1v's masked marginal read from the window
+  ``<cls> h_1 <sep> … h_k <sep> protein <eos>`` (the layout of
+  :func:`~protein_performer.data.context.context_window`; a model trained on packed windows
+  gets ``h_1 <sep> … protein <sep>``), the homologs the PSSM used in file order, as many as
+  fit. A protein longer than half the window is scored on a window of half its length centred
+  on each site, and the homologs that must be cut are cut about the same region.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from protein_performer.analysis.dms import marginals as mut
+from protein_performer.analysis.dms import variants as var
+from protein_performer.analysis.dms.profile import Pssm, alignment_profile, build_pssm, pssm_scores
+from protein_performer.analysis.homolog_pairs import query_names
+from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
+from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.batching import pad_batch
+from protein_performer.data.context import context_window
+from protein_performer.data.msa import (
+    FRAGMENT_COVERAGE,
+    MSA,
+    homolog_order,
+    read_msa,
+    sequence_weights,
+)
+from protein_performer.errors import DataError
+from protein_performer.model.performer import ProteinLM, evaluating
+from protein_performer.utils.progress import progress as progress_bar
+
+#: The columns this adds to a scan's scores.
+PSSM_COLUMN = "pssm"
+CONTEXT_COLUMN = "masked_marginal_context"
+#: The window (tokens) used when neither the model (rotary positions) nor its training run
+#: bounds it.
+DEFAULT_CONTEXT_TOKENS = 1024
+#: Plain FASTA hits used when no ``max_homologs`` is given (each is aligned for the PSSM).
+UNALIGNED_MAX_HOMOLOGS = 16
+#: How the window's homologs are chosen when none is named (see :data:`~protein_performer.data.msa.SAMPLINGS`).
+DEFAULT_SAMPLING = "first"
+
+
+@dataclass
+class ScanContext:
+    """The homologs of a wild type read from ``path`` (``read`` records in the file, ``left``
+    of them naming another query, ``identical`` to the wild type left out) and its PSSM."""
+
+    path: str
+    homologs: list[Protein]
+    pssm: Pssm
+    read: int = 0
+    identical: int = 0
+    other_queries: int = 0
+    beyond_max: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+    #: the alignment, when the file is one (its profile is ``pssm``), and the weight of each
+    #: of ``homologs`` (1 / neighbours at 80 % identity)
+    msa: MSA | None = None
+    weights: np.ndarray | None = None
+
+    @property
+    def used(self) -> list[Protein]:
+        """The homologs the PSSM used (aligned above chance), in file order."""
+        return [h for h, i in zip(self.homologs, self.pssm.homologs, strict=True) if i["used"]]
+
+
+def read_scan_context(
+    path: PathLike,
+    alphabet: Alphabet,
+    sequence: str,
+    wild_type_id: str | None,
+    max_homologs: int | None = None,
+    *,
+    min_coverage: float = FRAGMENT_COVERAGE,
+) -> ScanContext:
+    """The homologs of the wild type ``sequence`` (record ``wild_type_id``, None for a
+    sequence given as text) in ``path`` and its profile from them.
+
+    An alignment (a3m, a2m, Stockholm, aligned FASTA: :func:`~protein_performer.data.msa.
+    read_msa`) gives its homologs covering at least ``min_coverage`` of the query's columns
+    (the first ``max_homologs``; None: all) and their weighted profile
+    (:func:`~protein_performer.analysis.dms.profile.alignment_profile`). Plain FASTA hits give
+    the first ``max_homologs`` (None: :data:`UNALIGNED_MAX_HOMOLOGS`), each aligned locally for
+    the PSSM. One-line :class:`DataError` for an empty file, a query that is not the wild
+    type, homologs of other queries only, or none aligning above chance."""
+    msa = read_msa(path, sequence)
+    if msa.aligned:
+        return _aligned_context(path, msa, alphabet, sequence, max_homologs, min_coverage)
+    if max_homologs is None:
+        max_homologs = UNALIGNED_MAX_HOMOLOGS
+    try:
+        read = read_proteins(path, alphabet, invalid="replace", strip_gaps=True)
+    except DataError as e:  # "empty file": say which input it is
+        raise DataError(
+            f"{e.problem} (context=: the homologs)",
+            path=e.path,
+            record=e.record,
+            record_id=e.record_id,
+        ) from None
+    named = query_names(read, path)
+    chosen = read
+    if any(n is not None for n in named):
+        queries = list(dict.fromkeys(n for n in named if n is not None))
+        if wild_type_id is None and len(queries) > 1:
+            raise DataError(
+                f"the homologs name {len(queries)} queries ({', '.join(queries[:3])}"
+                f"{', ...' if len(queries) > 3 else ''}): give the wild type as fasta= (and "
+                "record=) so its id picks its own",
+                path=path,
+            )
+        if wild_type_id is not None:
+            names = record_names(wild_type_id)
+            chosen = [h for h, n in zip(read, named, strict=True) if n in names]
+            if not chosen:
+                raise DataError(
+                    f"no homolog names the wild type {wild_type_id} as its query (query= names "
+                    f"{', '.join(queries[:3])}{', ...' if len(queries) > 3 else ''})",
+                    path=path,
+                )
+    wild = alphabet.encode(sequence)
+    kept = [h for h in chosen if not np.array_equal(h.residues, wild)]
+    homologs = kept[:max_homologs] if max_homologs else kept
+    if not homologs:
+        raise DataError(
+            f"no homolog of the wild type: the {len(chosen):,} record(s) for it are the wild "
+            "type itself",
+            path=path,
+        )
+    try:
+        pssm = build_pssm(sequence, [alphabet.decode(h.residues) for h in homologs])
+    except DataError as e:
+        problem = e.problem.split(": no PSSM")[0].replace("the query", "the wild type")
+        raise DataError(
+            f"{problem}: these are not homologs of it (context= takes a FASTA of its "
+            "homologs, e.g. search's hits.fasta)",
+            path=path,
+        ) from None
+    return ScanContext(
+        str(path),
+        homologs,
+        pssm,
+        weights=sequence_weights(pssm.matrix),
+        read=len(read),
+        identical=len(chosen) - len(kept),
+        other_queries=len(read) - len(chosen),
+        beyond_max=len(kept) - len(homologs),
+    )
+
+
+def _aligned_context(
+    path: PathLike,
+    msa: MSA,
+    alphabet: Alphabet,
+    sequence: str,
+    max_homologs: int | None,
+    min_coverage: float,
+) -> ScanContext:
+    coverage = msa.coverage()
+    keep = coverage >= min_coverage
+    kept = np.nonzero(keep)[0]
+    beyond = 0
+    if max_homologs is not None and len(kept) > max_homologs:
+        beyond = len(kept) - max_homologs
+        keep[kept[max_homologs:]] = False
+    if not keep.any():
+        raise DataError(
+            f"none of the {len(msa.sequences):,} homologs covers {min_coverage:.0%} of the wild "
+            f"type's {len(msa.positions):,} aligned columns (context_min_coverage= lowers it)",
+            path=path,
+        )
+    pssm = alignment_profile(sequence, msa, keep=keep)
+    identity = msa.identity()
+    index = np.nonzero(keep)[0]
+    weights = np.asarray(pssm.weights)
+    homologs, info = [], []
+    for k, i in enumerate(index):
+        seq = "".join(c if c in alphabet.residues else "X" for c in msa.sequences[i])
+        homologs.append(Protein(msa.ids[i], "", alphabet.encode(seq)))
+        info.append(
+            {
+                "used": True,
+                "weight": round(float(weights[k]), 4),
+                "identity": round(float(identity[i]), 4),
+                "coverage": round(float(coverage[i]), 4),
+            }
+        )
+    pssm.homologs = info
+    notes = dict(msa.notes)
+    notes["fragments_left_out"] = int((coverage < min_coverage).sum())
+    notes["neff"] = pssm.params["neff"]
+    return ScanContext(
+        str(path),
+        homologs,
+        pssm,
+        read=int(msa.notes["records_read"]),
+        identical=int(msa.notes.get("copies_of_wild_type_left_out", 0)),
+        beyond_max=beyond,
+        info={"alignment": notes},
+        msa=msa,
+        weights=weights,
+    )
+
+
+def _context_jobs(
+    ids: np.ndarray,
+    homologs: Sequence[np.ndarray],
+    sites: Sequence[int],
+    alphabet: Alphabet,
+    max_length: int,
+    style: str,
+) -> tuple[list[tuple[int, np.ndarray, int]], list[int]]:
+    """``(site, tokens, position of the site in them)`` of each site's masked window, and
+    how many homologs each holds."""
+    n, ends = len(ids), (2 if style == "crop" else 1)
+    width = min(n, max(1, max_length // 2 - ends))
+    jobs, held = [], []
+    for site in sorted(set(sites)):
+        start = mut.window_start(n, site, width)
+        anchor = start / (n - width) if n > width else 0.0
+        target = ids[start : start + width].astype(np.int64)
+        target[site - start] = alphabet.mask_idx
+        tokens, first, n_ctx = context_window(
+            target, homologs, alphabet, max_length, style=style, anchor=anchor
+        )
+        jobs.append((site, tokens, first + site - start))
+        held.append(n_ctx)
+    return jobs, held
+
+
+@torch.no_grad()
+def context_marginals(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    ids: np.ndarray,
+    homologs: Sequence[np.ndarray],
+    sites: Sequence[int],
+    *,
+    max_length: int,
+    style: str = "crop",
+    toks_per_batch: int = 8192,
+    progress: bool = False,
+) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
+    """``{site: (V,) log-probabilities}`` at each masked 0-based ``site`` of the residue ids
+    ``ids`` with ``homologs`` (residue ids, in order) before them in windows of
+    ``max_length`` tokens (see the module docstring), and what the windows held."""
+    device = next(model.parameters()).device
+    jobs, held = _context_jobs(ids, homologs, sites, alphabet, max_length, style)
+    order = sorted(range(len(jobs)), key=lambda j: len(jobs[j][1]))
+    out: dict[int, np.ndarray] = {}
+    bar = progress_bar(total=len(jobs), desc="scoring with homologs", unit="site", enabled=progress)
+    i = 0
+    with evaluating(model):
+        while i < len(order):
+            rows = max(1, toks_per_batch // len(jobs[order[i]][1]))
+            group = [jobs[j] for j in order[i : i + rows]]
+            tokens, pad = pad_batch([t for _, t, _ in group], alphabet.pad_idx)
+            logits = model(tokens.to(device), pad.to(device))["logits"]
+            at = torch.tensor([pos for _, _, pos in group], device=logits.device)
+            # only the masked site of each row is read
+            logp = torch.log_softmax(logits[torch.arange(len(group)), at].float(), -1).cpu()
+            for row, (site, _, _) in enumerate(group):
+                out[site] = logp[row].numpy()
+            bar.update(len(group))
+            i += len(group)
+    bar.close()
+    info = {
+        "context_window_tokens": max_length,
+        "mean_homologs_in_window": float(np.mean(held)) if held else 0.0,
+        "sites": len(jobs),
+    }
+    return out, info
+
+
+def context_columns(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    sequence: str,
+    variants: Sequence[var.Variant],
+    context: ScanContext,
+    *,
+    max_length: int | None,
+    packed: bool = False,
+    sampling: str = DEFAULT_SAMPLING,
+    samples: int = 1,
+    seed: int = 0,
+    toks_per_batch: int = 8192,
+    progress: bool = False,
+) -> dict[str, np.ndarray]:
+    """``{"masked_marginal_context": …, "pssm": …}`` for ``variants`` of ``sequence`` (they
+    must fit it; NaN for an indel); the model's column only for a masked LM: the mean over
+    ``samples`` windows of the masked-marginal log-probabilities, each window filled with the
+    homologs in the order :func:`~protein_performer.data.msa.homolog_order` draws for
+    ``sampling`` (seeded by ``[seed, sample]``). The windows' contents go to ``context.info``."""
+    columns: dict[str, np.ndarray] = {}
+    if not getattr(model, "causal", False):
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1 (got {samples})")
+        ids = alphabet.encode(sequence)
+        sites = [s.index for v in variants if not isinstance(v, var.Indel) for s in v]
+        used = context.used
+        length = max_length or DEFAULT_CONTEXT_TOKENS
+        shortest = min((len(h.residues) for h in used), default=1)
+        limit = min(len(used), length // (shortest + 1) + 1)
+        runs, held = [], []
+        for sample in range(samples):
+            order = homolog_order(
+                sampling,
+                weights=context.weights,
+                matrix=context.pssm.matrix,
+                seed=seed,
+                sample=sample,
+                limit=limit,
+            )
+            logp, info = context_marginals(
+                model,
+                alphabet,
+                ids,
+                [used[i].residues for i in order],
+                sites,
+                max_length=length,
+                style="concat" if packed else "crop",
+                toks_per_batch=toks_per_batch,
+                progress=progress,
+            )
+            runs.append(logp)
+            held.append(info["mean_homologs_in_window"])
+        logp = {site: np.mean([r[site] for r in runs], axis=0) for site in runs[0]}
+        info |= {
+            "mean_homologs_in_window": float(np.mean(held)),
+            "context_sampling": sampling,
+            "context_samples": samples,
+            "seed": seed,
+        }
+        context.info.update(info)
+        columns[CONTEXT_COLUMN] = np.array(
+            [
+                np.nan
+                if isinstance(v, var.Indel)
+                else sum(
+                    logp[s.index][alphabet.index(s.mt)] - logp[s.index][alphabet.index(s.wt)]
+                    for s in v
+                )
+                for v in variants
+            ],
+            dtype=np.float64,
+        )
+    columns[PSSM_COLUMN] = pssm_scores(context.pssm, list(variants))
+    return columns
+
+
+def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -> str:
+    """What the printed result says of the homologs, and their part of ``summary``."""
+    used = context.used
+    summary["context"] = {
+        "path": context.path,
+        "records_read": context.read,
+        "homologs": len(context.homologs),
+        "homologs_used": len(used),
+        "identical_to_wild_type_left_out": context.identical,
+        "other_queries_left_out": context.other_queries,
+        "beyond_context_max_homologs_left_out": context.beyond_max,
+        "pssm": context.pssm.params,
+        "homolog_alignments": [
+            {"id": h.id, **i} for h, i in zip(context.homologs, context.pssm.homologs, strict=True)
+        ],
+        **context.info,
+    }
+    text = (
+        f"\n  context: {len(used):,} of the {len(context.homologs):,} homologs in "
+        f"{context.path} align to the wild type above chance: PSSM column {PSSM_COLUMN} (bits)"
+    )
+    if causal:
+        text += (
+            "; the model's score with homologs is a masked LM's (masked marginals): this "
+            "checkpoint is causal, so the PSSM is the only homolog column"
+        )
+    else:
+        text += (
+            f"; {CONTEXT_COLUMN}: masked marginals with a mean of "
+            f"{context.info.get('mean_homologs_in_window', 0):.1f} of them before the protein "
+            f"in windows of {context.info.get('context_window_tokens', 0):,} tokens"
+        )
+    if context.identical:
+        text += f" ({context.identical:,} identical to the wild type left out)"
+    if context.beyond_max:
+        text += (
+            f"; {context.beyond_max:,} more left out by context_max_homologs "
+            f"(the first {len(context.homologs):,} in the file are used)"
+        )
+    return text

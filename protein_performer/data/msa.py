@@ -1,0 +1,441 @@
+"""Multiple sequence alignments as users have them: a3m (ColabFold, HHblits; its ``#`` line),
+a2m (EVcouplings, ProteinGym, DeepSequence: query ``NAME/START-END``), Stockholm (HMMER,
+Pfam; read by Biopython's ``AlignIO``), aligned FASTA, and plain FASTA hits (unaligned).
+
+The format is told by content, not by the file's name:
+
+- ``# STOCKHOLM`` on the first line: Stockholm;
+- records with lowercase letters or ``.``: a3m (rows of different lengths) or a2m (one length);
+  upper case and ``-`` are match columns, lower case and ``.`` insertions (dropped from the
+  columns, kept in the homolog's sequence);
+- records with ``-`` all of one length: aligned FASTA (every column a match column);
+- anything else: plain FASTA hits, which have no columns (``columns is None``).
+
+The first record is the query (a3m/a2m convention); where it is not the wild type, the first
+record that is (as a stretch of it) is taken. Only the query's own residues become columns:
+a column where the query has a gap or an insertion is not a position of the wild type.
+``NAME/START-END`` numbers the query inside the wild type; otherwise the query is found in it.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
+from protein_performer.data.fasta import check_readable_file, detect_compression
+from protein_performer.errors import DataError
+
+FORMATS = ("a3m", "a2m", "stockholm", "aligned-fasta", "fasta")
+#: The column code of a gap (or a letter other than the 20 amino acids) in :attr:`MSA.matrix`.
+GAP = 20
+#: Neighbours at this identity or more share a sequence's weight (EVmutation, DeepSequence).
+WEIGHT_IDENTITY = 0.8
+#: A homolog covering less than this fraction of the query's columns is a fragment.
+FRAGMENT_COVERAGE = 0.5
+_CODE = np.full(256, GAP, dtype=np.uint8)
+for _i, _aa in enumerate(STANDARD_AMINO_ACIDS):
+    _CODE[ord(_aa)] = _i
+_RANGE = re.compile(r"/(\d+)-(\d+)$")
+
+
+@dataclass
+class MSA:
+    """An alignment read against a wild type.
+
+    ``matrix`` ``(N, L)`` uint8: the homologs' residues (codes 0-19 in
+    :data:`~protein_performer.data.alphabet.STANDARD_AMINO_ACIDS` order, :data:`GAP` for a gap
+    or another letter) in the query's match columns; ``positions`` ``(L,)`` the 0-based wild-type
+    residue of each column. ``sequences``: each homolog unaligned (upper case, insertions kept).
+    Plain FASTA hits have ``matrix`` and ``positions`` None. ``notes`` counts what was read and
+    left out."""
+
+    path: str
+    format: str
+    query_id: str
+    ids: list[str]
+    sequences: list[str]
+    matrix: np.ndarray | None = None
+    positions: np.ndarray | None = None
+    query_codes: np.ndarray | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def aligned(self) -> bool:
+        return self.matrix is not None
+
+    def coverage(self) -> np.ndarray:
+        """``(N,)``: the fraction of the query's columns each homolog has a residue in."""
+        if self.matrix is None or not self.matrix.shape[1]:
+            return np.ones(len(self.sequences))
+        return (self.matrix != GAP).mean(1)
+
+    def identity(self) -> np.ndarray:
+        """``(N,)``: each homolog's identity to the query over the columns both have a
+        residue in (0 where none)."""
+        if self.matrix is None:
+            return np.full(len(self.sequences), np.nan)
+        both = (self.matrix != GAP) & (self.query_codes[None, :] != GAP)
+        same = (self.matrix == self.query_codes[None, :]) & both
+        n = both.sum(1)
+        return np.divide(same.sum(1), n, out=np.zeros(len(n)), where=n > 0)
+
+
+def _open_text(path: str | Path) -> io.TextIOBase:
+    kind = detect_compression(path)
+    opener = {"gzip": gzip.open, "bzip2": bz2.open, "xz": lzma.open}.get(kind)
+    if kind not in ("plain", "gzip", "bzip2", "xz"):
+        raise DataError(
+            f"{kind}-compressed: decompress it first (gzip, bzip2, xz are read)", path=path
+        )
+    if opener is None:
+        return open(path, encoding="utf-8-sig", errors="replace")
+    return io.TextIOWrapper(opener(path, "rb"), encoding="utf-8-sig", errors="replace")
+
+
+def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], int]:
+    """``(kind, [(title, row)], '#' lines skipped)``: kind ``stockholm`` or ``fasta``."""
+    check_readable_file(path, "an alignment (a3m, a2m, Stockholm or FASTA)")
+    with _open_text(path) as fh:
+        try:
+            text = fh.read()
+        except (OSError, EOFError, zlib.error) as e:
+            raise DataError(f"unreadable ({e})", path=path) from None
+    text = text.replace("\x00", "")
+    lines = text.splitlines()
+    first = next((line for line in lines if line.strip()), "")
+    if first.startswith("# STOCKHOLM"):
+        return "stockholm", _stockholm(text, path), 0
+    skipped = 0
+    while skipped < len(lines) and (lines[skipped].startswith("#") or not lines[skipped].strip()):
+        skipped += 1
+    if skipped >= len(lines):
+        raise DataError("empty file: no alignment records", path=path)
+    if not lines[skipped].startswith(">"):
+        raise DataError(
+            f"line {skipped + 1} does not start with '>' or '#': not an a3m, a2m, Stockholm or "
+            "FASTA file",
+            path=path,
+        )
+    out: list[tuple[str, list[str]]] = []
+    for line in lines[skipped:]:
+        if line.startswith(">"):
+            out.append((line[1:].strip(), []))
+        elif line.strip() and not line.startswith("#"):
+            out[-1][1].append("".join(line.split()))
+    hashes = sum(1 for line in lines[:skipped] if line.startswith("#"))
+    return "fasta", [(t, "".join(s)) for t, s in out], hashes
+
+
+def _stockholm(text: str, path: str | Path) -> list[tuple[str, str]]:
+    from Bio import AlignIO
+
+    try:
+        alignments = list(AlignIO.parse(io.StringIO(text), "stockholm"))
+    except (ValueError, KeyError) as e:
+        raise DataError(f"not a readable Stockholm file ({e})", path=path) from None
+    if not alignments or not len(alignments[0]):
+        raise DataError("empty Stockholm alignment: no sequences", path=path)
+    return [(r.id, str(r.seq)) for r in alignments[0]]
+
+
+def _kind(rows: Sequence[str], container: str) -> str:
+    """The format the rows' characters tell (see the module docstring)."""
+    inserts = any(any(c.islower() or c == "." for c in r) for r in rows)
+    same = len({len(r) for r in rows}) == 1
+    if container == "stockholm":
+        return "stockholm"
+    if inserts:
+        return "a2m" if same else "a3m"
+    if any("-" in r for r in rows) and same:
+        return "aligned-fasta"
+    return "fasta"
+
+
+def _match(row: str, inserts: bool) -> str:
+    """The row's match-column characters: upper case and ``-`` (all characters but ``.``
+    without insertion states, upper-cased)."""
+    if inserts:
+        return "".join(c for c in row if c.isupper() or c in "-*")
+    return row.upper().replace(".", "-")
+
+
+def _query_index(titles: Sequence[str], rows: Sequence[str], wild_type: str) -> int:
+    """The record that is the query: the first, unless it is not the wild type (or a stretch
+    of it) and a later one is."""
+    if _unaligned(rows[0]) in wild_type:
+        return 0
+    return next((i for i, r in enumerate(rows) if (s := _unaligned(r)) and s in wild_type), 0)
+
+
+def _unaligned(row: str) -> str:
+    return "".join(c for c in row if c.isalpha()).upper()
+
+
+def _offset(title: str, query: str, wild_type: str, path: str | Path, number: int) -> int:
+    """0-based start of ``query`` in ``wild_type``: ``/START-END`` of its name where that
+    matches, else where it is found; one-line DataError when it is not the wild type."""
+    name = title.split(None, 1)[0] if title else ""
+    m = _RANGE.search(name)
+    if m:
+        start = int(m.group(1)) - 1
+        if wild_type[start : start + len(query)] == query:
+            return start
+    at = wild_type.find(query)
+    if at >= 0:
+        return at
+    start = int(m.group(1)) - 1 if m else 0
+    region = wild_type[start : start + len(query)]
+    diff = next((i for i, (a, b) in enumerate(zip(query, region, strict=False)) if a != b), None)
+    if diff is None:
+        where = f"it has {len(query)} residues, the wild type {len(wild_type) - start} from there"
+    else:
+        where = (
+            f"residue {start + diff + 1}: {query[diff]} in the alignment, {region[diff]} in the "
+            "wild type"
+        )
+    raise DataError(
+        f"the alignment's query {name or '(unnamed)'} is not the wild type ({where}; a2m's "
+        "NAME/START-END numbers it inside the wild type)",
+        path=path,
+        record=number,
+        record_id=name or None,
+    )
+
+
+def read_msa(path: str | Path, wild_type: str) -> MSA:
+    """The homologs of ``wild_type`` (its residues, upper case) in the alignment or hits file
+    ``path``, in file order, as the module docstring reads them. Left out and counted in
+    ``notes``: the query, copies of the wild type, duplicates, and rows with no residue in the
+    query's columns. One-line :class:`DataError` for an unreadable file, rows of unequal match
+    length, or a query that is not the wild type."""
+    container, records, hashes = _records(path)
+    titles = [t for t, _ in records]
+    rows = [r for _, r in records]
+    if not rows:
+        raise DataError("no records", path=path)
+    kind = _kind(rows, container)
+    notes: dict[str, Any] = {"format": kind, "records_read": len(rows)}
+    if hashes:
+        notes["header_lines_skipped"] = hashes
+    if kind == "fasta":
+        return _plain(path, titles, rows, wild_type, notes)
+    inserts = any(any(c.islower() or c == "." for c in r) for r in rows)
+    q = _query_index(titles, rows, wild_type)
+    query_row = rows[q]
+    query = _unaligned(query_row)
+    offset = _offset(titles[q], query, wild_type, path, q + 1)
+    match_rows = [_match(r, inserts) for r in rows]
+    width = len(match_rows[q])
+    bad = next((i for i, r in enumerate(match_rows) if len(r) != width), None)
+    if bad is not None:
+        raise DataError(
+            f"{len(match_rows[bad])} match columns where the query has {width} (upper case and "
+            "'-' are match columns: not one alignment)",
+            path=path,
+            record=bad + 1,
+            record_id=titles[bad].split(None, 1)[0] or None,
+        )
+    # the query's residue number of each match column (-1: a gap in the query)
+    qmatch = match_rows[q]
+    number, k = np.full(width, -1, dtype=np.int64), 0
+    m = 0
+    for c in query_row:
+        if inserts and (c.islower() or c == "."):
+            k += c != "."
+            continue
+        if m < width:
+            if c.isalpha():
+                number[m] = k
+                k += 1
+            m += 1
+    keep = np.nonzero(number >= 0)[0]
+    positions = number[keep] + offset
+    as_bytes = np.frombuffer(
+        "".join(match_rows).encode("ascii", "replace"), dtype=np.uint8
+    ).reshape(len(rows), width)
+    codes = _CODE[as_bytes[:, keep]]
+    query_codes = _CODE[np.frombuffer(qmatch.encode("ascii", "replace"), dtype=np.uint8)[keep]]
+    ids, seqs, chosen = [], [], []
+    seen: set[str] = set()
+    copies = dups = empty = 0
+    insertions = 0
+    for i, row in enumerate(rows):
+        if i == q:
+            continue
+        seq = _unaligned(row)
+        if not (codes[i] != GAP).any():
+            empty += 1
+            continue
+        if seq in (query, wild_type):
+            copies += 1
+            continue
+        if seq in seen:
+            dups += 1
+            continue
+        seen.add(seq)
+        insertions += sum(1 for c in row if c.islower())
+        ids.append(titles[i].split(None, 1)[0] if titles[i] else f"record{i + 1}")
+        seqs.append(seq)
+        chosen.append(i)
+    notes |= {
+        "query": titles[q].split(None, 1)[0],
+        "query_record": q + 1,
+        "query_start": offset + 1,
+        "columns": len(keep),
+        "wild_type_residues_covered": f"{offset + 1}-{offset + len(query)}",
+        "insertions_dropped_from_columns": int(insertions),
+        "gap_only_rows": empty,
+        "copies_of_wild_type_left_out": copies,
+        "duplicates_left_out": dups,
+        "homologs": len(ids),
+    }
+    msa = MSA(
+        str(path),
+        kind,
+        notes["query"],
+        ids,
+        seqs,
+        codes[chosen] if chosen else np.zeros((0, len(keep)), np.uint8),
+        positions,
+        query_codes,
+        notes,
+    )
+    notes["fragments"] = int((msa.coverage() < FRAGMENT_COVERAGE).sum())
+    return msa
+
+
+def _plain(
+    path: str | Path,
+    titles: list[str],
+    rows: list[str],
+    wild_type: str,
+    notes: dict[str, Any],
+) -> MSA:
+    ids, seqs, seen = [], [], set()
+    copies = dups = 0
+    for title, row in zip(titles, rows, strict=True):
+        seq = _unaligned(row)
+        if not seq:
+            continue
+        if seq == wild_type:
+            copies += 1
+            continue
+        if seq in seen:
+            dups += 1
+            continue
+        seen.add(seq)
+        ids.append(title.split(None, 1)[0])
+        seqs.append(seq)
+    notes |= {"copies_of_wild_type_left_out": copies, "duplicates_left_out": dups}
+    notes["homologs"] = len(ids)
+    return MSA(str(path), "fasta", "", ids, seqs, notes=notes)
+
+
+def sequence_weights(
+    matrix: np.ndarray, identity: float = WEIGHT_IDENTITY, block: int = 2048
+) -> np.ndarray:
+    """``(N,)``: 1 / the number of rows of ``matrix`` ``(N, L)`` (itself included) at
+    ``identity`` or more to a row, identity being the residues it shares with the other
+    over its own residues (gaps not counted), as DeepSequence and EVmutation weight
+    sequences. A row without residues gets weight 0."""
+    import torch
+
+    n, length = matrix.shape
+    if n == 0:
+        return np.zeros(0)
+    codes = torch.as_tensor(matrix.astype(np.int64))
+
+    def onehot(rows: torch.Tensor) -> torch.Tensor:
+        x = torch.nn.functional.one_hot(rows, GAP + 1)[..., :GAP].float()
+        return x.reshape(len(rows), length * GAP)
+
+    residues = (codes != GAP).sum(1).float()
+    neighbours = torch.zeros(n)
+    for i in range(0, n, block):
+        xi = onehot(codes[i : i + block])
+        for j in range(0, n, block):
+            shared = xi @ onehot(codes[j : j + block]).T  # (bi, bj) identical residues
+            ok = shared >= identity * residues[i : i + block, None] - 1e-4
+            neighbours[i : i + block] += ok.sum(1).float()
+    weights = torch.where(residues > 0, 1.0 / neighbours.clamp(min=1.0), torch.zeros(()))
+    return weights.double().numpy()
+
+
+#: How homologs are chosen for a window: PoET's weighted sampling, MSA Transformer's greedy
+#: diversity, or the file's order (a search or HHblits writes the best hits first).
+SAMPLINGS = ("weighted", "diverse", "first")
+
+
+def homolog_order(
+    sampling: str,
+    *,
+    weights: np.ndarray | None = None,
+    matrix: np.ndarray | None = None,
+    seed: int = 0,
+    sample: int = 0,
+    limit: int | None = None,
+) -> np.ndarray:
+    """Indices of homologs in the order a window takes them (it takes them while they fit).
+
+    ``"first"``: file order. ``"weighted"``: drawn without replacement with probability
+    proportional to ``weights`` ``(N,)`` (PoET: redundant families do not crowd out the
+    rest), seeded by ``[seed, sample]``. ``"diverse"``: greedy, each next the homolog with the
+    largest Hamming distance (fraction of ``matrix`` ``(N, L)`` columns) to the nearest already
+    chosen, starting from the first (MSA Transformer's diversity selection; ``sample`` > 0
+    starts from a weighted draw instead). At most ``limit`` indices (None: all)."""
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}; got {sampling!r}")
+    n = len(weights) if weights is not None else len(matrix) if matrix is not None else 0
+    k = n if limit is None else min(limit, n)
+    if sampling == "first" or n == 0:
+        return np.arange(k)
+    rng = np.random.default_rng([seed, sample])
+    if sampling == "weighted":
+        w = np.asarray(weights, dtype=np.float64)
+        w = np.where(w > 0, w, 0.0)
+        if not w.any():
+            w = np.ones(n)
+        # Efraimidis-Spirakis: keys u^(1/w), largest first = weighted draws without replacement
+        keys = np.log(rng.random(n)) / np.where(w > 0, w, np.inf)
+        keys[w == 0] = -np.inf
+        return np.argsort(-keys, kind="stable")[:k]
+    if matrix is None:
+        raise ValueError("diverse sampling needs the alignment's matrix")
+    first = (
+        0
+        if sample == 0
+        else int(homolog_order("weighted", weights=weights, seed=seed, sample=sample, limit=1)[0])
+    )
+    chosen = [first]
+    nearest = (matrix != matrix[first][None, :]).mean(1)
+    nearest[first] = -1.0
+    while len(chosen) < k:
+        nxt = int(np.argmax(nearest))
+        chosen.append(nxt)
+        nearest = np.minimum(nearest, (matrix != matrix[nxt][None, :]).mean(1))
+        nearest[chosen] = -1.0
+    return np.asarray(chosen, dtype=np.int64)
+
+
+__all__ = [
+    "FORMATS",
+    "FRAGMENT_COVERAGE",
+    "GAP",
+    "MSA",
+    "SAMPLINGS",
+    "WEIGHT_IDENTITY",
+    "homolog_order",
+    "read_msa",
+    "sequence_weights",
+]
