@@ -392,12 +392,28 @@ class ScoreConfig:
     skip_mismatched: bool = _key(False, "leave rows whose wild type does not match unscored")
     context: str | None = _key(
         None,
-        "FASTA of the wild type's homologs (e.g. search's hits.fasta; query= picks its own): "
-        "adds a PSSM baseline and masked marginals with the homologs before the protein",
+        "the wild type's homologs: an alignment (a3m, a2m, Stockholm, aligned FASTA) or FASTA "
+        "hits (search's hits.fasta; query= picks its own): adds their profile and masked "
+        "marginals with homologs before the protein",
     )
     context_max_homologs: int | None = _key(
-        16, "context=: homologs used, first in the file first (search writes the best first)"
+        None,
+        "context=: the first N homologs of the file (unset: all of an alignment, 16 FASTA hits)",
     )
+    context_tokens: int | None = _key(
+        None, "context=: the window in tokens (unset: the length the checkpoint trained on)"
+    )
+    context_sampling: str = _key(
+        "first", "context=: which homologs fill a window: first (file order), weighted, diverse"
+    )
+    context_samples: int = _key(1, "context=: windows per site, their log-probabilities averaged")
+    context_min_coverage: float = _key(
+        0.5, "context=: an aligned homolog covering less of the wild type's columns is left out"
+    )
+    context_retrieval: float = _key(
+        0.6, "context=: the profile's weight in the context_retrieval column (0: no column)"
+    )
+    seed: int = _key(0, "seed of weighted / diverse homolog draws")
     toks_per_batch: int = _key(8192, "tokens per forward batch")
     device: str = _key("auto", "auto, cpu, cuda or cuda:N")
     overwrite: bool = _key(False, "replace an existing out CSV written by score")

@@ -55,6 +55,14 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         raise ConfigError("context= is empty: give a FASTA of the wild type's homologs")
     if cfg.context_max_homologs is not None:
         _positive("context_max_homologs", cfg.context_max_homologs)
+    if cfg.context_tokens is not None:
+        _positive("context_tokens", cfg.context_tokens)
+    _positive("context_samples", cfg.context_samples)
+    _choice("context_sampling", cfg.context_sampling, ("first", "weighted", "diverse"))
+    for key in ("context_min_coverage", "context_retrieval"):
+        value = getattr(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ConfigError(f"{key} must be a number from 0 to 1 (got {value!r})")
     from protein_performer.analysis.mutations import METHODS, method_name
 
     if cfg.method is not None:

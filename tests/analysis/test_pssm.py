@@ -100,3 +100,51 @@ def test_mutant_scores():
         pssm_scores(pssm, ["K2R", "K12R"])
     with pytest.raises(ValueError, match="the sequence has K at 2"):
         pssm_scores(pssm, ["A2R"])
+
+
+def _aligned(tmp_path, text: str, wild_type: str):
+    from protein_performer.data.msa import read_msa
+
+    path = tmp_path / "x.a3m"
+    path.write_text(text)
+    return read_msa(path, wild_type)
+
+
+def test_alignment_profile_weighted_counts_by_hand(tmp_path):
+    from protein_performer.analysis.dms.profile import alignment_profile
+
+    # residues 2-6 of the wild type aligned; h1 and h2 are neighbours (4 of 5 shared, 0.8)
+    wt = "MKVLAWH"
+    msa = _aligned(tmp_path, ">q/2-6\nKVLAW\n>h1\nKILAW\n>h2\nKILAY\n>h3\nR-LGW\n", wt)
+    pssm = alignment_profile(wt, msa, pseudocount_weight=0.0)
+    # weights: query 1/2 (h1 shares 4/5 with it), h1 1/3 (query, h2), h2 1/2, h3 1
+    np.testing.assert_allclose(pssm.weights, [1 / 3, 1 / 2, 1.0])
+    assert pssm.params["neff"] == pytest.approx(1 / 2 + 1 / 3 + 1 / 2 + 1, abs=0.01)
+    c = pssm.counts
+    assert c[1, I["K"]] == pytest.approx(1 / 2 + 1 / 3 + 1 / 2) and c[1, I["R"]] == 1.0
+    assert c[2, I["V"]] == pytest.approx(1 / 2) and c[2, I["I"]] == pytest.approx(5 / 6)
+    assert c[2].sum() == pytest.approx(4 / 3)  # h3's gap is not counted
+    # residues outside the alignment hold the query alone
+    assert c[0, I["M"]] == 1.0 and c[0].sum() == 1.0 and c[6, I["H"]] == 1.0
+    # no pseudocounts: S = log2(f / p)
+    p = blosum62_model().q
+    assert pssm.scores[2, I["I"]] == pytest.approx(math.log2((5 / 6) / (4 / 3) / p[I["I"]]))
+    keep = np.array([True, True, False])
+    assert alignment_profile(wt, msa, keep=keep).counts[1, I["R"]] == 0.0
+
+
+def test_alignment_profile_scores_mutants_as_the_pssm_does(tmp_path):
+    from protein_performer.analysis.dms.profile import alignment_profile
+
+    wt = "MKVLAWH"
+    msa = _aligned(tmp_path, ">q/2-6\nKVLAW\n>h1\nKILAW\n>h2\nRILAY\n>h3\n--LAW\n", wt)
+    pssm = alignment_profile(wt, msa)
+    got = pssm_scores(pssm, ["V3I", "K2R:W6Y", "M1A"])
+    s = pssm.scores
+    expected = [
+        s[2, I["I"]] - s[2, I["V"]],
+        s[1, I["R"]] - s[1, I["K"]] + s[5, I["Y"]] - s[5, I["W"]],
+        s[0, I["A"]] - s[0, I["M"]],
+    ]
+    np.testing.assert_allclose(got, expected)
+    assert got[0] > 0  # I is the commoner residue at 3 in the alignment

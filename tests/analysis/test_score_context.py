@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
 import numpy as np
 import pytest
 import torch
 
 from protein_performer.analysis.dms.homologs import _context_jobs, context_marginals
-from protein_performer.analysis.dms.profile import build_pssm, pssm_scores
+from protein_performer.analysis.dms.profile import COLUMNS, build_pssm, pssm_scores
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
 from protein_performer.model.checkpoints import save_model_checkpoint
@@ -119,6 +120,7 @@ def test_score_with_context_adds_the_pssm_and_the_homolog_conditioned_score(
     assert list(got[0])[2:] == [
         "masked_marginal",
         "masked_marginal_context",
+        "context_retrieval",
         "pssm",
         "blosum62",
     ]
@@ -142,10 +144,25 @@ def test_score_with_context_adds_the_pssm_and_the_homolog_conditioned_score(
     np.testing.assert_allclose(
         [float(r["masked_marginal_context"]) for r in got], expected, rtol=1e-4, atol=1e-4
     )
+    # Tranception's retrieval: 0.4 x the model's + 0.6 x log Q(mt) - log Q(wt), Q the
+    # PSSM's frequencies
+    q = {aa: i for i, aa in enumerate(COLUMNS)}
+    profile = [
+        math.log(pssm.frequencies[int(m[1:-1]) - 1, q[m[-1]]])
+        - math.log(pssm.frequencies[int(m[1:-1]) - 1, q[m[0]]])
+        for m in mutants
+    ]
+    np.testing.assert_allclose(
+        [float(r["context_retrieval"]) for r in got],
+        0.4 * np.array(expected) + 0.6 * np.array(profile),
+        rtol=1e-4,
+        atol=1e-4,
+    )
     summary = json.loads((tmp_path / "s.json").read_text())
     assert set(summary["spearman"]) == {
         "masked_marginal",
         "masked_marginal_context",
+        "context_retrieval",
         "pssm",
         "blosum62",
     }
@@ -199,7 +216,7 @@ def test_a_causal_checkpoint_gets_the_pssm_and_says_why_no_model_column(tmp_path
     code = _score(tmp_path / "c.ckpt", tmp_path, f"context={tmp_path / 'h.fa'}")
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "this checkpoint is causal, so the PSSM is the only homolog column" in out
+    assert "this checkpoint is causal, so the profile is the only homolog column" in out
     with open(tmp_path / "s.csv", newline="") as fh:
         header = next(csv.reader(fh))
     assert "pssm" in header and "masked_marginal_context" not in header
@@ -238,3 +255,82 @@ def test_context_max_homologs_takes_the_first_in_the_file(ckpt, tmp_path, capsys
     code = _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_max_homologs=0")
     err = capsys.readouterr().err
     assert code == 2 and "context_max_homologs must be a positive number (got 0)" in err
+
+
+def _a3m_rows(rng: np.random.Generator, n: int) -> list[str]:
+    """Homologs of residues 6-55 of WT as a3m rows: substitutions, a gap, an insertion."""
+    rows = []
+    for k in range(n):
+        seq = list(_variant(WT[5:55], rng, 0.1 + 0.3 * (k % 3) / 2))
+        seq[k % 50] = "-"
+        if k % 4 == 0:
+            seq.insert(20, "gk")  # two inserted residues, lower case
+        rows.append("".join(seq))
+    return rows
+
+
+def _profile_by_hand(rows: list[str]) -> np.ndarray:
+    """``(60, 20)`` log2-odds: 1 / neighbours (>= 80 % of a row's own residues shared)
+    weights, BLOSUM62 pseudocounts with beta = 10, the query alone outside residues 6-55."""
+    from protein_performer.data.simulate import blosum62_model
+
+    q = {aa: i for i, aa in enumerate(COLUMNS)}
+    cols = ["".join(c for c in r if not c.islower()) for r in [WT[5:55], *rows]]
+    weights = []
+    for a in cols:
+        own = [i for i, c in enumerate(a) if c != "-"]
+        n = sum(sum(a[i] == b[i] for i in own) >= 0.8 * len(own) for b in cols)
+        weights.append(1 / n)
+    counts = np.zeros((60, 20))
+    for i, aa in enumerate(WT):
+        if not 5 <= i < 55:
+            counts[i, q[aa]] = 1
+    for w, a in zip(weights, cols, strict=True):
+        for j, c in enumerate(a):
+            if c != "-":
+                counts[5 + j, q[c]] += w
+    model = blosum62_model()
+    n = counts.sum(1, keepdims=True)
+    f = counts / n
+    g = f @ model.transition
+    return np.log2(((n * f + 10 * g) / (n + 10)) / model.q[None, :])
+
+
+def test_score_reads_a_colabfold_a3m_and_scores_with_its_weighted_profile(ckpt, tmp_path, capsys):
+    mutants = _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("sp|P99999|WT_TEST", WT)])
+    rows = _a3m_rows(np.random.default_rng(3), 12)
+    text = (
+        "#50\t1\n>101\n"
+        + WT[5:55]
+        + "\n"
+        + "".join(f">UniRef_{k}\n{r}\n" for k, r in enumerate(rows))
+    )
+    (tmp_path / "msa.a3m").write_text(text)
+    code = _score(ckpt, tmp_path, f"context={tmp_path / 'msa.a3m'}", "fitness_col=fitness")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "a3m alignment" in out and "12 homologs used" in out and "residues 6-55" in out
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    s = _profile_by_hand(rows)
+    q = {aa: i for i, aa in enumerate(COLUMNS)}
+    expected = [s[int(m[1:-1]) - 1, q[m[-1]]] - s[int(m[1:-1]) - 1, q[m[0]]] for m in mutants]
+    np.testing.assert_allclose([float(r["pssm"]) for r in got], expected, rtol=1e-5, atol=1e-5)
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["context"]["alignment"]["format"] == "a3m"
+    assert summary["context"]["homologs_used"] == 12
+    # the window holds the homologs, the first in the file first (49-51 residues each: 3
+    # whole in the 194 tokens left beside the 60 residues, the 4th cut to what remains)
+    assert summary["context"]["mean_homologs_in_window"] == 4.0
+
+
+def test_score_refuses_an_alignment_of_another_protein_in_one_line(ckpt, tmp_path, capsys):
+    _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("sp|P99999|WT_TEST", WT)])
+    other = UNRELATED[0][:50]
+    (tmp_path / "msa.a2m").write_text(f">OTHER/1-50\n{other}\n>h\n{other[:-1]}-\n")
+    code = _score(ckpt, tmp_path, f"context={tmp_path / 'msa.a2m'}")
+    err = capsys.readouterr().err
+    assert code != 0 and "is not the wild type" in err and "msa.a2m" in err
+    assert not (tmp_path / "s.csv").exists()

@@ -29,7 +29,13 @@ import torch
 
 from protein_performer.analysis.dms import marginals as mut
 from protein_performer.analysis.dms import variants as var
-from protein_performer.analysis.dms.profile import Pssm, alignment_profile, build_pssm, pssm_scores
+from protein_performer.analysis.dms.profile import (
+    COLUMNS,
+    Pssm,
+    alignment_profile,
+    build_pssm,
+    pssm_scores,
+)
 from protein_performer.analysis.homolog_pairs import query_names
 from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
 from protein_performer.data.alphabet import Alphabet
@@ -54,6 +60,10 @@ CONTEXT_COLUMN = "masked_marginal_context"
 DEFAULT_CONTEXT_TOKENS = 1024
 #: Plain FASTA hits used when no ``max_homologs`` is given (each is aligned for the PSSM).
 UNALIGNED_MAX_HOMOLOGS = 16
+#: The profile's weight in the retrieval column (Tranception's published value).
+DEFAULT_RETRIEVAL = 0.6
+#: The column that adds the profile's log-ratio to the model's (Tranception's retrieval).
+RETRIEVAL_COLUMN = "context_retrieval"
 #: How the window's homologs are chosen when none is named (see :data:`~protein_performer.data.msa.SAMPLINGS`).
 DEFAULT_SAMPLING = "first"
 
@@ -301,6 +311,7 @@ def context_columns(
     sampling: str = DEFAULT_SAMPLING,
     samples: int = 1,
     seed: int = 0,
+    retrieval: float = DEFAULT_RETRIEVAL,
     toks_per_batch: int = 8192,
     progress: bool = False,
 ) -> dict[str, np.ndarray]:
@@ -308,7 +319,11 @@ def context_columns(
     must fit it; NaN for an indel); the model's column only for a masked LM: the mean over
     ``samples`` windows of the masked-marginal log-probabilities, each window filled with the
     homologs in the order :func:`~protein_performer.data.msa.homolog_order` draws for
-    ``sampling`` (seeded by ``[seed, sample]``). The windows' contents go to ``context.info``."""
+    ``sampling`` (seeded by ``[seed, sample]``). With ``retrieval`` > 0 also
+    ``"context_retrieval"``: ``(1 − retrieval)`` times the model's score plus ``retrieval`` times
+    the profile's ``log Q(mt) − log Q(wt)`` (its frequencies, in nats): Tranception's
+    inference-time retrieval (Notin et al. 2022, weight 0.6). The windows' contents go to
+    ``context.info``."""
     columns: dict[str, np.ndarray] = {}
     if not getattr(model, "causal", False):
         if samples < 1:
@@ -362,13 +377,36 @@ def context_columns(
             ],
             dtype=np.float64,
         )
+        if retrieval > 0:
+            profile = profile_log_ratios(context.pssm, variants)
+            columns[RETRIEVAL_COLUMN] = (1 - retrieval) * columns[CONTEXT_COLUMN] + (
+                retrieval * profile
+            )
+            context.info["context_retrieval"] = retrieval
     columns[PSSM_COLUMN] = pssm_scores(context.pssm, list(variants))
     return columns
+
+
+def profile_log_ratios(pssm: Pssm, variants: Sequence[var.Variant]) -> np.ndarray:
+    """``(n,)``: ``Σ_sites log Q(mt) − log Q(wt)`` in nats from the profile's frequencies
+    (pseudocounts included), NaN for an indel: the retrieval half of Tranception's score."""
+    log_q = np.log(pssm.frequencies)
+    index = {aa: i for i, aa in enumerate(COLUMNS)}
+    return np.array(
+        [
+            np.nan
+            if isinstance(v, var.Indel)
+            else sum(log_q[s.index, index[s.mt]] - log_q[s.index, index[s.wt]] for s in v)
+            for v in variants
+        ],
+        dtype=np.float64,
+    )
 
 
 def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -> str:
     """What the printed result says of the homologs, and their part of ``summary``."""
     used = context.used
+    aligned = context.msa is not None
     summary["context"] = {
         "path": context.path,
         "records_read": context.read,
@@ -377,32 +415,65 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
         "identical_to_wild_type_left_out": context.identical,
         "other_queries_left_out": context.other_queries,
         "beyond_context_max_homologs_left_out": context.beyond_max,
-        "pssm": context.pssm.params,
-        "homolog_alignments": [
-            {"id": h.id, **i} for h, i in zip(context.homologs, context.pssm.homologs, strict=True)
-        ],
+        "profile": context.pssm.params,
         **context.info,
     }
-    text = (
-        f"\n  context: {len(used):,} of the {len(context.homologs):,} homologs in "
-        f"{context.path} align to the wild type above chance: PSSM column {PSSM_COLUMN} (bits)"
-    )
+    if not aligned:  # an alignment's thousands of rows stay out of the summary
+        summary["context"]["homolog_alignments"] = [
+            {"id": h.id, **i} for h, i in zip(context.homologs, context.pssm.homologs, strict=True)
+        ]
+    if aligned:
+        notes = context.info["alignment"]
+        text = (
+            f"\n  context: {notes['format']} alignment {context.path}: {notes['records_read']:,} "
+            f"records, query {notes['query']} = wild-type residues "
+            f"{notes['wild_type_residues_covered']} ({notes['columns']:,} columns); "
+            f"{len(used):,} homologs used, Neff {notes['neff']:,.1f} (weights 1 / neighbours at "
+            f">= 80 % identity); left out: {_left_out(notes, context.beyond_max)}; profile "
+            f"column {PSSM_COLUMN} (bits)"
+        )
+    else:
+        text = (
+            f"\n  context: {len(used):,} of the {len(context.homologs):,} homologs in "
+            f"{context.path} align to the wild type above chance: PSSM column {PSSM_COLUMN} (bits)"
+        )
     if causal:
         text += (
             "; the model's score with homologs is a masked LM's (masked marginals): this "
-            "checkpoint is causal, so the PSSM is the only homolog column"
+            "checkpoint is causal, so the profile is the only homolog column"
         )
     else:
+        samples = context.info.get("context_samples", 1)
         text += (
             f"; {CONTEXT_COLUMN}: masked marginals with a mean of "
             f"{context.info.get('mean_homologs_in_window', 0):.1f} of them before the protein "
-            f"in windows of {context.info.get('context_window_tokens', 0):,} tokens"
+            f"in windows of {context.info.get('context_window_tokens', 0):,} tokens "
+            f"({context.info.get('context_sampling', DEFAULT_SAMPLING)} homologs"
+            + (f", {samples} windows per site averaged" if samples > 1 else "")
+            + ")"
         )
-    if context.identical:
+        if RETRIEVAL_COLUMN in context.info or context.info.get("context_retrieval"):
+            w = context.info["context_retrieval"]
+            text += (
+                f"; {RETRIEVAL_COLUMN}: {1 - w:g} x the model's + {w:g} x the profile's log-ratio"
+            )
+    if not aligned and context.identical:
         text += f" ({context.identical:,} identical to the wild type left out)"
-    if context.beyond_max:
+    if not aligned and context.beyond_max:
         text += (
             f"; {context.beyond_max:,} more left out by context_max_homologs "
             f"(the first {len(context.homologs):,} in the file are used)"
         )
     return text
+
+
+def _left_out(notes: dict[str, Any], beyond: int) -> str:
+    parts = [
+        (notes.get("copies_of_wild_type_left_out", 0), "copies of the wild type"),
+        (notes.get("duplicates_left_out", 0), "duplicates"),
+        (notes.get("gap_only_rows", 0), "rows with no residue in the query's columns"),
+        (notes.get("fragments_left_out", 0), "fragments (context_min_coverage)"),
+        (beyond, "beyond context_max_homologs"),
+    ]
+    said = [f"{n:,} {what}" for n, what in parts if n]
+    return ", ".join(said) if said else "none"

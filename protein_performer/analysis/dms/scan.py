@@ -180,10 +180,13 @@ def score_scan(
     packed: bool,
     context: ScanContext | None = None,
     context_length: int | None = None,
+    context_options: dict[str, Any] | None = None,
 ) -> tuple[dict[str, np.ndarray], float]:
     """The scored rows' columns, ``{column: (scored rows,) values}`` (one per method; with
     homologs, ``context``, the model's masked marginals with them before the protein in
-    windows of ``context_length`` tokens and their PSSM's; then BLOSUM62 and, with the
+    windows of ``context_length`` tokens (``context_options``: the rest of
+    :func:`~protein_performer.analysis.dms.homologs.context_columns`' options) and their
+    profile's; then BLOSUM62 and, with the
     training residue ``counts``, the unigram log-ratio), and the seconds the model took."""
     good_mutants = [scan.parsed[i] for i in scan.good]
     t0 = time.perf_counter()
@@ -211,6 +214,7 @@ def score_scan(
                 packed=packed,
                 toks_per_batch=toks_per_batch,
                 progress=True,
+                **(context_options or {}),
             )
         )
     elapsed = time.perf_counter() - t0

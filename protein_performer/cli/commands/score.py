@@ -162,10 +162,15 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         window=window,
     )
     scan_lib.check_scan(scan, skip_mismatched=cfg.skip_mismatched, path=cfg.mutations)
-    context = None  # the homologs, read (and their PSSM built) before the model scores
+    context = None  # the homologs, read (and their profile built) before the model scores
     if cfg.context is not None:
         context = read_scan_context(
-            cfg.context, alphabet, sequence, record_id, cfg.context_max_homologs
+            cfg.context,
+            alphabet,
+            sequence,
+            record_id,
+            cfg.context_max_homologs,
+            min_coverage=cfg.context_min_coverage,
         )
     counts = meta.get("data", {}).get("unigram_counts")
     columns, elapsed = scan_lib.score_scan(
@@ -177,7 +182,13 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         toks_per_batch=cfg.toks_per_batch,
         packed=trained_packed(meta),
         context=context,
-        context_length=window or trained_length(meta),
+        context_length=cfg.context_tokens or window or trained_length(meta),
+        context_options={
+            "sampling": cfg.context_sampling,
+            "samples": cfg.context_samples,
+            "seed": cfg.seed,
+            "retrieval": cfg.context_retrieval,
+        },
     )
     full = scan_lib.table_columns(columns, fields, len(rows), scan.good)
     summary, text = scan_lib.scan_summary(

@@ -1,0 +1,222 @@
+"""Alignments as users have them: each format read by content, its columns mapped onto the wild
+type by hand, what was left out counted, sequence weights against a brute-force count, homolog
+orders (weighted draws, greedy diversity), and one-line errors."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
+from protein_performer.data.msa import GAP, homolog_order, read_msa, sequence_weights
+from protein_performer.errors import DataError
+
+WT = "MKTAYIAKQRQISFVKSHFSRQ"  # 22 residues; the alignments hold residues 3-12 (TAYIAKQRQI)
+CODE = {aa: i for i, aa in enumerate(STANDARD_AMINO_ACIDS)}
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "dms" / "pilin_NEIME"
+
+
+def codes(text: str) -> list[int]:
+    return [CODE.get(c, GAP) for c in text]
+
+
+A3M = """#10\t1
+>query
+TAYIAKQRQI
+>h1 first homolog
+TAYLAKQRQI
+>h2 with an insertion
+TAYIggAKQRQ-
+>h3 gap only in the query's columns
+----------
+>h4 a copy of the wild type's stretch
+TAYIAKQRQI
+>h5 duplicate of h1
+TAYLAKQRQI
+>h6 fragment
+----AKQ---
+"""
+
+
+def test_a3m_with_colabfold_header_line(tmp_path):
+    path = tmp_path / "x.a3m"
+    path.write_text(A3M)
+    msa = read_msa(path, WT)
+    assert msa.format == "a3m" and msa.query_id == "query"
+    assert msa.ids == ["h1", "h2", "h6"]
+    # insertions stay in the homolog's sequence, not in its columns
+    assert msa.sequences[1] == "TAYIGGAKQRQ"
+    np.testing.assert_array_equal(msa.matrix[1], codes("TAYIAKQRQ-"))
+    np.testing.assert_array_equal(msa.positions, np.arange(2, 12))  # residues 3-12
+    notes = msa.notes
+    assert notes["header_lines_skipped"] == 1
+    assert notes["gap_only_rows"] == 1
+    assert notes["copies_of_wild_type_left_out"] == 1
+    assert notes["duplicates_left_out"] == 1
+    assert notes["insertions_dropped_from_columns"] == 2
+    assert notes["fragments"] == 1 and notes["query_start"] == 3
+    np.testing.assert_allclose(msa.coverage(), [1.0, 0.9, 0.3])
+    # h1: 9 of 10 shared; h2: 9 of 9 residues; h6: 3 of 3
+    np.testing.assert_allclose(msa.identity(), [0.9, 1.0, 1.0])
+
+
+def test_a2m_with_start_end_and_lowercase_query_columns(tmp_path):
+    # query residues 2-13 of the wild type; its lower-case residues (K at 2, Q at 13) are not
+    # focus columns; '.' pads the others' insert states
+    text = ">WT_HUMAN/2-13\nkTAYIAKQRQIs\n>h1/5-14\n.TAYLAKQRQI.\n>h2/1-9\n.TAYIA-QRQ-.\n"
+    path = tmp_path / "x.a2m"
+    path.write_text(text)
+    msa = read_msa(path, WT)
+    assert msa.format == "a2m"
+    np.testing.assert_array_equal(msa.positions, np.arange(2, 12))
+    np.testing.assert_array_equal(msa.matrix[1], codes("TAYIA-QRQ-"))
+    assert msa.notes["query_start"] == 2 and msa.ids == ["h1/5-14", "h2/1-9"]
+
+
+def test_a2m_start_end_picks_the_occurrence_it_names(tmp_path):
+    wt = "ACDEFACDEFGH"
+    path = tmp_path / "x.a2m"
+    path.write_text(">q/6-10\nACDEF\n>h\nACD-W\n")
+    msa = read_msa(path, wt)
+    np.testing.assert_array_equal(msa.positions, np.arange(5, 10))  # the second ACDEF
+
+
+def test_aligned_fasta_drops_the_query_gap_columns(tmp_path):
+    path = tmp_path / "x.fasta"
+    path.write_text(">q\nTAY-IAKQRQI\n>h1\nTAYWIAKQRQI\n>h2\nTA-WIAKQ--I\n")
+    msa = read_msa(path, WT)
+    assert msa.format == "aligned-fasta"
+    np.testing.assert_array_equal(msa.matrix, [codes("TAYIAKQRQI"), codes("TA-IAKQ--I")])
+    assert msa.sequences[0] == "TAYWIAKQRQI"
+
+
+def test_stockholm_read_by_biopython(tmp_path):
+    path = tmp_path / "x.sto"
+    path.write_text(
+        "# STOCKHOLM 1.0\n\nquery/3-12 TAYIAKQRQI\nh1        TAYLAKQ.RQI\nh2        TAYIAKQ.R-I\n//\n".replace(
+            "query/3-12 TAYIAKQRQI", "query/3-12 TAYIAKQ.RQI"
+        )
+    )
+    msa = read_msa(path, WT)
+    assert msa.format == "stockholm"
+    np.testing.assert_array_equal(msa.matrix, [codes("TAYLAKQRQI"), codes("TAYIAKQR-I")])
+
+
+def test_gzip_and_plain_hits(tmp_path):
+    path = tmp_path / "hits.fasta.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write(
+            ">h1\nMKTAYLAKQ\n>h2 the wild type\n" + WT + "\n>h3\nKTAYIAKQRQISF\n>h4\nMKTAYLAKQ\n"
+        )
+    msa = read_msa(path, WT)
+    assert msa.format == "fasta" and not msa.aligned
+    assert msa.ids == ["h1", "h3"]
+    assert msa.notes["copies_of_wild_type_left_out"] == 1
+    assert msa.notes["duplicates_left_out"] == 1
+
+
+def test_query_found_later_when_the_first_record_is_a_homolog(tmp_path):
+    path = tmp_path / "x.a3m"
+    path.write_text(">h1\nTAYLAKQR-I\n>query\nTAYIAKQRQI\n")
+    msa = read_msa(path, WT)
+    assert msa.query_id == "query" and msa.ids == ["h1"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            ">q/3-12\nTAYIAKQRQV\n>h\nTAYIAKQ-QI\n",
+            "residue 12: V in the alignment, I in the wild type",
+        ),
+        (
+            ">q\nTAYIAKQRQI\n>h\nTAYIAKQRQIAAA\n>h2\nTAYIAkQRQ\n",
+            "13 match columns where the query has 10",
+        ),
+        ("hello\n>q\nTAY\n", "line 1 does not start with '>' or '#'"),
+        ("#only a header\n", "empty file"),
+    ],
+)
+def test_one_line_errors(tmp_path, text, expected):
+    path = tmp_path / "bad.a3m"
+    path.write_text(text)
+    with pytest.raises(DataError) as e:
+        read_msa(path, WT)
+    assert expected in str(e.value) and "\n" not in str(e.value)
+    assert str(path) in str(e.value)
+
+
+def brute_weights(matrix: np.ndarray, theta: float) -> np.ndarray:
+    out = []
+    for a in matrix:
+        residues = (a != GAP).sum()
+        if not residues:
+            out.append(0.0)
+            continue
+        n = sum(((a == b) & (a != GAP)).sum() >= theta * residues for b in matrix)
+        out.append(1.0 / n)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("theta", [0.5, 0.8, 0.9])
+def test_sequence_weights_match_a_brute_force_count(theta):
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 20, 40)
+    rows = []
+    for _ in range(30):  # families of near copies, so neighbour counts vary
+        r = base.copy()
+        flips = rng.random(40) < rng.choice([0.05, 0.15, 0.5])
+        r[flips] = rng.integers(0, 21, flips.sum())
+        rows.append(r)
+    rows.append(np.full(40, GAP))
+    matrix = np.array(rows, dtype=np.uint8)
+    got = sequence_weights(matrix, theta, block=7)  # blocks that do not divide N
+    np.testing.assert_allclose(got, brute_weights(matrix, theta))
+    assert got[-1] == 0.0
+
+
+def test_sequence_weights_boundary_is_inclusive():
+    # b shares exactly 8 of a's 10 residues: a neighbour at 0.8
+    a = np.array(codes("ACDEFGHIKL"), dtype=np.uint8)
+    b = np.array(codes("ACDEFGHIWW"), dtype=np.uint8)
+    w = sequence_weights(np.stack([a, b]), 0.8)
+    np.testing.assert_allclose(w, [0.5, 0.5])
+    w = sequence_weights(np.stack([a, b]), 0.81)
+    np.testing.assert_allclose(w, [1.0, 1.0])
+
+
+def test_weighted_order_follows_the_weights():
+    weights = np.array([10.0, 1.0, 1.0, 0.0, 1.0])
+    firsts = [homolog_order("weighted", weights=weights, sample=s)[0] for s in range(300)]
+    share = np.mean(np.array(firsts) == 0)
+    assert 0.65 < share < 0.85  # 10 / 13 ≈ 0.77
+    order = homolog_order("weighted", weights=weights, sample=1)
+    assert sorted(order.tolist()) == [0, 1, 2, 3, 4] and order[-1] == 3  # weight 0 comes last
+    again = homolog_order("weighted", weights=weights, sample=1)
+    np.testing.assert_array_equal(order, again)  # seeded
+    assert len(homolog_order("weighted", weights=weights, limit=2)) == 2
+
+
+def test_diverse_order_takes_the_farthest_next():
+    m = np.array(
+        [codes("AAAAAAAAAA"), codes("AAAAAAAAAC"), codes("CCCCCCCCCC"), codes("AAAAACCCCC")],
+        dtype=np.uint8,
+    )
+    np.testing.assert_array_equal(homolog_order("diverse", matrix=m), [0, 2, 3, 1])
+    np.testing.assert_array_equal(homolog_order("first", matrix=m, limit=3), [0, 1, 2])
+    with pytest.raises(ValueError, match="sampling must be one of"):
+        homolog_order("best", matrix=m)
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/dms absent")
+def test_pilin_a2m_as_proteingym_ships_it():
+    wt = "".join((SHARED / "wt.fasta").read_text().split("\n", 1)[1].split())
+    msa = read_msa(SHARED / "msa.a2m", wt)
+    assert msa.format == "a2m" and msa.notes["records_read"] == 5553
+    assert len(msa.positions) == msa.matrix.shape[1] and msa.positions.max() < len(wt)
+    # every query column holds the wild type's residue
+    query = np.array(codes(wt))[msa.positions]
+    np.testing.assert_array_equal(msa.query_codes, query)
