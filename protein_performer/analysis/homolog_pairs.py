@@ -3,7 +3,9 @@ analyses (:mod:`~protein_performer.analysis.cross_homolog`, :mod:`~protein_perfo
 
 The homologs come from a FASTA whose headers name their query as ``query=ID`` (what
 :func:`protein_performer.data.search.search` writes in ``hits.fasta``), or from a plain FASTA of
-homologs that then go with every query (as ``evaluate context=FASTA`` uses them).
+homologs that then go with every query (as ``evaluate context=FASTA`` uses them), or from an
+alignment (a3m, a2m, Stockholm, aligned FASTA: :func:`~protein_performer.data.msa.read_msa`),
+whose homologs go with the protein it aligns.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 
 from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
 from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.msa import alignment_format, read_msa, unaligned_records
 from protein_performer.errors import DataError
 
 #: A protein and its homologs.
@@ -60,6 +63,8 @@ def read_homolog_pairs(
     homolog.
     """
     queries = read_proteins(query_fasta, alphabet, invalid=invalid)
+    if alignment_format(homolog_fasta) != "fasta":
+        return [_alignment_pair(queries, homolog_fasta, alphabet, max_homologs, query_fasta)]
     homologs = read_proteins(homolog_fasta, alphabet, invalid=invalid)
     named = query_names(homologs, homolog_fasta)
     if all(n is None for n in named):
@@ -84,6 +89,38 @@ def read_homolog_pairs(
             path=homolog_fasta,
         )
     return pairs
+
+
+def _alignment_pair(
+    queries: Sequence[Protein],
+    path: PathLike,
+    alphabet: Alphabet,
+    max_homologs: int | None,
+    query_fasta: PathLike,
+) -> HomologPair:
+    """The protein of ``queries`` an alignment is of (its query is it, or a stretch of it),
+    with the alignment's homologs in file order (read by :func:`~protein_performer.data.msa.
+    read_msa`: copies of it and duplicates left out)."""
+    records = unaligned_records(path)
+    for q in queries:
+        sequence = alphabet.decode(q.residues)
+        if any(seq in sequence for _, seq in records[:1]) or any(
+            seq == sequence for _, seq in records
+        ):
+            msa = read_msa(path, sequence)
+            homologs = [
+                Protein(
+                    i, "", alphabet.encode("".join(c if c in alphabet.residues else "X" for c in s))
+                )
+                for i, s in zip(msa.ids, msa.sequences, strict=True)
+            ]
+            return q, homologs[:max_homologs] if max_homologs else homologs
+    first = records[0][0] if records else "(none)"
+    raise DataError(
+        f"the alignment's query {first} (its first record) is none of the proteins of "
+        f"{query_fasta}: give the protein it aligns as fasta=",
+        path=path,
+    )
 
 
 __all__ = ["HomologPair", "query_of", "read_homolog_pairs"]

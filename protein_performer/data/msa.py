@@ -342,6 +342,24 @@ def _plain(
     return MSA(str(path), "fasta", "", ids, seqs, notes=notes)
 
 
+def alignment_format(path: str | Path) -> str:
+    """The format of ``path`` told by its content: one of :data:`FORMATS`."""
+    container, records, _ = _records(path)
+    return _kind([r for _, r in records], container) if records else "fasta"
+
+
+def unaligned_records(path: str | Path) -> list[tuple[str, str]]:
+    """``[(id, sequence)]`` of every record of an alignment or FASTA file ``path`` (the query
+    included), gaps removed and insertions kept, upper case: the proteins as a window holds
+    them."""
+    _, records, _ = _records(path)
+    out = [
+        ((t.split(None, 1)[0] if t else f"record{i + 1}"), _unaligned(r))
+        for i, (t, r) in enumerate(records)
+    ]
+    return [(name, seq) for name, seq in out if seq]
+
+
 def sequence_weights(
     matrix: np.ndarray, identity: float = WEIGHT_IDENTITY, block: int = 2048
 ) -> np.ndarray:
@@ -435,7 +453,9 @@ __all__ = [
     "MSA",
     "SAMPLINGS",
     "WEIGHT_IDENTITY",
+    "alignment_format",
     "homolog_order",
     "read_msa",
     "sequence_weights",
+    "unaligned_records",
 ]

@@ -242,3 +242,25 @@ def test_read_homolog_pairs_groups_by_query(tmp_path):
     none.write_text(">x query=zz\nMKVLAAGICA\n")
     with pytest.raises(DataError, match="no homolog names a query"):
         read_homolog_pairs(q, none, ALPHABET)
+
+
+def test_read_homolog_pairs_from_an_alignment_pairs_it_with_its_protein(tmp_path):
+    q = tmp_path / "q.fasta"
+    q.write_text(">other\nWWWWWWWWWW\n>sp|P1|A_HUMAN\nMKVLAAGICWRR\n")
+    a3m = tmp_path / "msa.a3m"
+    # ColabFold's header line; the query is residues 1-10; h2 a copy of it, h4 a duplicate
+    a3m.write_text(
+        "#10\t1\n>101\nMKVLAAGICW\n>h1\nMKVLgAAGICA\n>h2\nMKVLAAGICW\n>h3\n--VLAAGIC-\n"
+        ">h4\nMKVLgAAGICA\n"
+    )
+    ((protein, homologs),) = read_homolog_pairs(q, a3m, ALPHABET)
+    assert protein.id == "sp|P1|A_HUMAN"
+    assert [h.id for h in homologs] == ["h1", "h3"]
+    assert ALPHABET.decode(homologs[0].residues) == "MKVLGAAGICA"  # insertion kept, upper case
+    assert len(read_homolog_pairs(q, a3m, ALPHABET, max_homologs=1)[0][1]) == 1
+    stranger = tmp_path / "stranger.a2m"
+    stranger.write_text(">X/1-5\nPPPPP\n>h\nPP-PP\n")
+    with pytest.raises(
+        DataError, match=r"query X/1-5 \(its first record\) is none of the proteins"
+    ):
+        read_homolog_pairs(q, stranger, ALPHABET)

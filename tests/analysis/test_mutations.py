@@ -875,6 +875,11 @@ def test_old_import_paths_are_the_moved_modules():
     from protein_performer.analysis import homolog_scoring, mutation_scan, mutation_table, pssm
     from protein_performer.analysis.dms import homologs, marginals, profile, scan, table, variants
 
-    assert (mutation_scan, mutation_table, homolog_scoring, pssm) == (scan, table, homologs, profile)
+    assert (mutation_scan, mutation_table, homolog_scoring, pssm) == (
+        scan,
+        table,
+        homologs,
+        profile,
+    )
     assert mut.score_mutants is marginals.score_mutants
     assert mut.parse_mutant is variants.parse_mutant and mut.Indel is variants.Indel

@@ -335,6 +335,15 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
         EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(homologs))
     )
     assert out.context["proteins"] == 30 and out.context["mean_context_proteins"] >= 1
+    # the same proteins as an a3m (a header line, gaps, an insertion): the same context
+    seqs = [line for line in homologs.read_text().splitlines() if not line.startswith(">")]
+    rows = [seqs[0], seqs[1][:3] + seqs[1][3:5].lower() + seqs[1][5:]]
+    a3m = tmp_path / "h.a3m"
+    a3m.write_text("#x\t1\n" + "".join(f">r{i}\n{r}\n" for i, r in enumerate(rows)))
+    aligned = evaluate(
+        EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(a3m))
+    )
+    assert aligned.context["with_context"] == out.context["with_context"]
     sample = evaluate(
         EvalConfig(
             checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(homologs),
