@@ -334,3 +334,30 @@ def test_score_refuses_an_alignment_of_another_protein_in_one_line(ckpt, tmp_pat
     err = capsys.readouterr().err
     assert code != 0 and "is not the wild type" in err and "msa.a2m" in err
     assert not (tmp_path / "s.csv").exists()
+
+
+def test_score_mutants_with_context_from_python_equals_the_cli(ckpt, tmp_path):
+    from protein_performer.analysis import score_mutants
+
+    mutants = _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    rows = _a3m_rows(np.random.default_rng(3), 6)
+    (tmp_path / "msa.a3m").write_text(
+        ">q\n" + WT[5:55] + "\n" + "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows))
+    )
+    got = score_mutants(
+        _model(), ALPHABET, WT, mutants, context=tmp_path / "msa.a3m",
+        context_options={"max_length": 256},
+    )  # fmt: skip
+    assert set(got) == {"masked-marginal", "masked_marginal_context", "context_retrieval", "pssm"}
+    assert _score(ckpt, tmp_path, f"context={tmp_path / 'msa.a3m'}", "context_tokens=256") == 0
+    with open(tmp_path / "s.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    for column in ("masked_marginal_context", "context_retrieval", "pssm"):
+        np.testing.assert_allclose(
+            [float(r[column]) for r in table], got[column], rtol=1e-4, atol=1e-4
+        )
+    s = _profile_by_hand(rows)
+    q = {aa: i for i, aa in enumerate(COLUMNS)}
+    expected = [s[int(m[1:-1]) - 1, q[m[-1]]] - s[int(m[1:-1]) - 1, q[m[0]]] for m in mutants]
+    np.testing.assert_allclose(got["pssm"], expected, rtol=1e-6, atol=1e-6)

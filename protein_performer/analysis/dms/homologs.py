@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from protein_performer.analysis.dms import marginals as mut
 from protein_performer.analysis.dms import variants as var
 from protein_performer.analysis.dms.profile import (
     COLUMNS,
@@ -243,7 +242,7 @@ def _context_jobs(
     width = min(n, max(1, max_length // 2 - ends))
     jobs, held = [], []
     for site in sorted(set(sites)):
-        start = mut.window_start(n, site, width)
+        start = var.window_start(n, site, width)
         anchor = start / (n - width) if n > width else 0.0
         target = ids[start : start + width].astype(np.int64)
         target[site - start] = alphabet.mask_idx

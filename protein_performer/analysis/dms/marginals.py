@@ -30,6 +30,7 @@ Baselines for context: the BLOSUM62 score of each substitution and the unigram l
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,6 +43,7 @@ from protein_performer.analysis.dms.variants import (
     looks_like_sequence,
     parse_variant,
     whole_sequence_problem,
+    window_start,
 )
 from protein_performer.analysis.inputs import check_toks_per_batch
 from protein_performer.analysis.inputs import max_tokens as token_limit
@@ -96,14 +98,6 @@ def check_methods(methods: Sequence[str], causal: bool) -> None:
 def method_name(method: str) -> str:
     """``method`` as one of :data:`METHODS` (aliases mapped); unknown names pass through."""
     return METHOD_ALIASES.get(str(method).strip().lower(), str(method).strip().lower())
-
-
-#: Alignment gaps, and what to do about one in a sequence ``score`` reads.
-def window_start(n: int, index: int, width: int | None) -> int:
-    """First residue of the window of ``width`` residues centred on ``index``."""
-    if width is None or n <= width:
-        return 0
-    return int(min(max(index - width // 2, 0), n - width))
 
 
 def _batches(items: list, width: int, toks_per_batch: int) -> list[list]:
@@ -316,6 +310,8 @@ def score_mutants(
     progress: bool = False,
     offset: int = 1,
     packed: bool = False,
+    context: Any = None,
+    context_options: Mapping[str, Any] | None = None,
 ) -> dict[str, np.ndarray]:
     """``{method: (n,) scores}`` for ``mutants`` of the wild-type ``sequence``: parsed
     substitutions, :class:`Indel` s or strings (``"H24C"``, ``"H24C:P25A"``, positions numbered
@@ -333,6 +329,13 @@ def score_mutants(
     ``log-likelihood`` a causal model (:func:`check_methods`); ``methods=None`` picks the
     model's (:func:`default_methods`). ``packed``: a causal model trained on packed windows
     (``log-likelihood`` frames each sequence by ``<sep>``, see :func:`log_likelihoods`).
+
+    ``context``: the wild type's homologs, an alignment or FASTA hits file (any format
+    ``score context=`` reads) or a :class:`~protein_performer.analysis.dms.homologs.ScanContext`;
+    adds the columns ``masked_marginal_context``, ``context_retrieval`` and ``pssm`` (the
+    profile of the same homologs) to the result, ``context_options`` going to
+    :func:`~protein_performer.analysis.dms.homologs.context_columns` (``max_length``,
+    ``sampling``, ``samples``, ``seed``, ``retrieval``; the window defaults to 1,024 tokens).
     """
     causal = bool(getattr(model, "causal", False))
     if isinstance(mutants, str):
@@ -387,9 +390,31 @@ def score_mutants(
             f"mutant {indel + 1} is {indel_problem(mutants[indel], wild_type, site_methods[0])}"
         )
     with evaluating(model):
-        return _score(
+        scores = _score(
             model, alphabet, ids, mutants, methods, max_tokens, toks_per_batch, progress, packed
         )
+    if context is None:
+        return scores
+    from protein_performer.analysis.dms.homologs import (
+        ScanContext,
+        context_columns,
+        read_scan_context,
+    )
+
+    if not isinstance(context, ScanContext):
+        context = read_scan_context(context, alphabet, wild_type, None)
+    options = {"max_length": None, **(context_options or {})}
+    indel = next((m for m in mutants if isinstance(m, Indel)), None)
+    if indel is not None:
+        raise ValueError("context= scores substitutions; an indel has no aligned site")
+    with evaluating(model):
+        scores.update(
+            context_columns(
+                model, alphabet, wild_type, mutants, context, packed=packed,
+                toks_per_batch=toks_per_batch, progress=progress, **options,
+            )
+        )  # fmt: skip
+    return scores
 
 
 def indel_problem(variant: Indel, wild_type: str, method: str) -> str:

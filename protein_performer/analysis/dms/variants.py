@@ -208,3 +208,11 @@ def problem_kind(problem: str) -> str:
     if problem.startswith("an indel ("):
         return "indels"
     return "unreadable (other notations)"
+
+
+def window_start(n: int, index: int, width: int | None) -> int:
+    """First residue of the window of ``width`` residues centred on ``index`` in a protein of
+    ``n`` (clamped at its ends; 0 for ``width`` None or at least ``n``)."""
+    if width is None or n <= width:
+        return 0
+    return int(min(max(index - width // 2, 0), n - width))
