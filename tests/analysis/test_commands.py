@@ -769,6 +769,22 @@ def test_context_commands_read_checkpoint_default_as_the_homolog_model(monkeypat
     assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "default"
 
 
+def test_a_context_command_on_the_homolog_model_says_so_in_one_printed_line(monkeypatch):
+    from protein_performer.cli.commands.checkpoint_choice import (
+        context_checkpoint_note,
+        with_context_checkpoint,
+    )
+    from protein_performer.config.schema import ScoreConfig
+    from protein_performer.model import checkpoints
+
+    monkeypatch.setattr(checkpoints, "shipped", lambda name: True)
+    note = context_checkpoint_note(with_context_checkpoint(ScoreConfig(context="h.fa")))
+    assert note.count("\n") == 1 and note.startswith("\n  model: checkpoint=homologs (")
+    assert context_checkpoint_note(with_context_checkpoint(ScoreConfig())) == ""
+    mine = ScoreConfig(context="h.fa", checkpoint="run/best.ckpt")
+    assert context_checkpoint_note(with_context_checkpoint(mine)) == ""
+
+
 def test_extract_crops_a_long_record_by_default_and_says_so(files, tmp_path, capsys) -> None:
     long = tmp_path / "mixed.fasta"
     long.write_text(">short\nMKTAYIAKQR\n>long\n" + "MKTAYIAKQR" * 30 + "\n")

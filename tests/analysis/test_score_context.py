@@ -238,3 +238,20 @@ def test_context_max_homologs_takes_the_first_in_the_file(ckpt, tmp_path, capsys
     code = _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_max_homologs=0")
     err = capsys.readouterr().err
     assert code == 2 and "context_max_homologs must be a positive number (got 0)" in err
+
+
+def test_score_context_on_the_shipped_homolog_model_prints_which_model_scored(tmp_path, capsys):
+    from protein_performer.model.checkpoints import shipped
+
+    if not shipped("homologs"):
+        pytest.skip("the shipped homolog checkpoint is not installed")
+    _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    _fasta(tmp_path / "h.fa", [(f"h{i}", h) for i, h in enumerate(HOMOLOGS)])
+    args = [f"fasta={tmp_path / 'wt.fa'}", f"mutations={tmp_path / 'm.csv'}"]
+    code = main(["score", *args, f"out={tmp_path / 's.csv'}", f"context={tmp_path / 'h.fa'}"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "\n  model: checkpoint=homologs (the shipped homolog model, read with context=" in out
+    code = main(["score", *args, f"out={tmp_path / 't.csv'}"])
+    assert code == 0 and "model: checkpoint=homologs" not in capsys.readouterr().out
