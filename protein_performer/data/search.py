@@ -439,9 +439,13 @@ def search(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _progress(f"wrote {outdir}: {len(kept):,} hits for {manifest['counts']['queries_with_hits']:,} "
-              f"of {len(query_ids):,} queries", quiet)  # fmt: skip
-    _progress(per_query_text(manifest["counts"]["hits_per_query"]), quiet)
+              f"of {len(query_ids):,} queries; {per_query_text(counts_of(manifest))}", quiet)  # fmt: skip
     return manifest
+
+
+def counts_of(manifest: Mapping[str, Any]) -> dict[str, int]:
+    """A search manifest's hits per query."""
+    return dict(manifest["counts"]["hits_per_query"])
 
 
 def hits_per_query(kept: Sequence[Hit], query_ids: Sequence[str]) -> dict[str, int]:
