@@ -199,7 +199,8 @@ def head_grid_figure(
         "<cls>/<eos> columns not shown, so a row sums to at most 1; "
         + ("one scale for every panel" if shared_scale else "each panel its own scale")
         + (
-            f"; {n:,} residues: each cell the maximum over {factor}×{factor} residue pairs"
+            f"\n{n:,} residues: each cell the maximum over {factor}×{factor} residue pairs "
+            "(a sharp head stays visible)"
             if factor > 1
             else ""
         ),
