@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,cluster]'
 	# the fused CPU kernel, compiled now (fails only with PP_FUSED_KERNEL=on where it cannot build)
-	$(BIN)/python -m protein_performer.attention.kernels.fused_cpu --build
+	$(BIN)/python -m protein_performer.attention.kernels --build
 	touch $(STAMP)
 
 demo: venv

@@ -67,3 +67,8 @@ def _short_cpu_sample(monkeypatch):
 
     real = devices.busy_cpus
     monkeypatch.setattr(devices, "busy_cpus", lambda seconds=0.05: real(seconds))
+    # and no thread change in the middle of a test's run (tests/training/test_thread_governor.py
+    # drives the re-check with its own clock)
+    from protein_performer.training import thread_governor
+
+    monkeypatch.setattr(thread_governor, "CHECK_EVERY_S", float("inf"))

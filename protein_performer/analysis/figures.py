@@ -7,6 +7,7 @@ Each figure is written as PNG and PDF (atomically); matplotlib runs headless (Ag
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -141,6 +142,10 @@ def head_grid_figure(
         sequence = sequence[:zoom]
     nl, nh, n = attention.shape[0], attention.shape[1], attention.shape[2]
     size = 2.0 if n > 40 else 2.6
+    # a panel is ~200 pixels wide: a long protein drawn as is keeps one residue in six, and a
+    # sharp head (one key per query) vanishes; the maximum of each block keeps it visible
+    factor = pool_factor(n, MAX_PANEL_CELLS)
+    shown = max_pool(attention, factor)
     # a fixed grid, colour bars in inset axes: a layout engine's cost grows with the square
     # of the panels (a 12 x 16 grid took minutes and 24 GB)
     fig, axes = plt.subplots(
@@ -155,7 +160,12 @@ def head_grid_figure(
         for j, head in enumerate(heads):
             ax = axes[i, j]
             im = ax.imshow(
-                attention[i, j], cmap="viridis", vmin=0, vmax=vmax, interpolation="nearest"
+                shown[i, j],
+                cmap="viridis",
+                vmin=0,
+                vmax=vmax,
+                interpolation="nearest",
+                extent=(-0.5, n - 0.5, n - 0.5, -0.5),  # residue coordinates, pooled or not
             )
             if n <= 40:
                 ax.set_xticks(range(n), list(sequence), fontsize=4)
@@ -187,12 +197,49 @@ def head_grid_figure(
         0.0,
         "colour: attention weight from each query residue (row) to each key residue (column); "
         "<cls>/<eos> columns not shown, so a row sums to at most 1; "
-        + ("one scale for every panel" if shared_scale else "each panel its own scale"),
+        + ("one scale for every panel" if shared_scale else "each panel its own scale")
+        + (
+            f"\n{n:,} residues: each cell the maximum over {factor}×{factor} residue pairs "
+            "(a sharp head stays visible)"
+            if factor > 1
+            else ""
+        ),
         ha="center",
         va="top",
         fontsize=7,
     )
     return save_figure(fig, stem)
+
+
+#: The most cells a heads-grid panel shows per axis (a panel is about 200 pixels wide).
+MAX_PANEL_CELLS = 200
+#: The most cells the alignment-head figure shows per axis, and its largest size in inches.
+MAX_ALIGNMENT_CELLS = 600
+MAX_ALIGNMENT_INCHES = (12.0, 7.0)
+
+
+def pool_factor(n: int, cells: int) -> int:
+    """The block size that shows ``n`` positions in at most ``cells`` cells (1: as is)."""
+    return max(1, math.ceil(n / max(cells, 1)))
+
+
+def max_pool(matrix: np.ndarray, factor: int | tuple[int, int]) -> np.ndarray:
+    """The maximum of each ``factor`` × ``factor`` block of the last two axes of ``matrix``
+    ``(..., R, C)`` -> ``(..., ceil(R / f_r), ceil(C / f_c))`` (the last blocks may be
+    partial), as float64: drawn at fewer cells than positions, a sharp head (one large weight
+    in a row) keeps its peak instead of being skipped by the renderer. ``factor`` 1 returns the
+    matrix unchanged (as float64); a pair gives the row and column factors."""
+    fr, fc = (factor, factor) if isinstance(factor, int) else factor
+    if fr < 1 or fc < 1:
+        raise ValueError(f"pooling factor must be >= 1, got {factor}")
+    m = np.asarray(matrix, dtype=np.float64)
+    if fr == 1 and fc == 1:
+        return m
+    *lead, r, c = m.shape
+    pr, pc = -r % fr, -c % fc
+    padded = np.pad(m, [(0, 0)] * len(lead) + [(0, pr), (0, pc)], constant_values=-np.inf)
+    blocks = padded.reshape(*lead, (r + pr) // fr, fr, (c + pc) // fc, fc)
+    return blocks.max(axis=(-3, -1))
 
 
 def _position_ticks(n: int) -> list[int]:
@@ -227,9 +274,21 @@ def alignment_figure(
     columns, key_columns = homolog_columns(subjects, keys)
     rows = attention[q_start:q_stop].astype(np.float64)
     block = rows[:, columns] / np.clip(rows.sum(-1, keepdims=True), 1e-30, None)
-    width = len(columns)
-    fig, ax = plt.subplots(figsize=(max(4.0, 6.0 * width / max(q_stop - q_start, 1)), 6.0))
-    im = ax.imshow(block, cmap="viridis", aspect="auto", interpolation="nearest")
+    width, height = len(columns), q_stop - q_start
+    # at most MAX_ALIGNMENT_INCHES (a long window gave a 4,121-pixel-wide figure with tiny
+    # text), each cell the maximum of its block so that the aligned stripe stays visible
+    fr, fc = pool_factor(height, MAX_ALIGNMENT_CELLS), pool_factor(width, MAX_ALIGNMENT_CELLS)
+    max_w, max_h = MAX_ALIGNMENT_INCHES
+    fig, ax = plt.subplots(
+        figsize=(min(max_w, max(4.0, 6.0 * width / max(height, 1))), min(max_h, 6.0))
+    )
+    im = ax.imshow(
+        max_pool(block, (fr, fc)),
+        cmap="viridis",
+        aspect="auto",
+        interpolation="nearest",
+        extent=(-0.5, width - 0.5, height - 0.5, -0.5),
+    )
     ax.plot(key_columns, queries - q_start, ".", color="red", ms=1.5, alpha=0.5, label="alignment")
     offset = 0
     for a, b in subjects[:-1]:
@@ -238,6 +297,14 @@ def alignment_figure(
     starts = ", ".join(str(a) for a, _ in subjects)
     ax.set_xlabel(f"homolog residues (starting at window position {starts})")
     ax.set_ylabel(f"residue of the last protein (window position {q_start}–{q_stop - 1})")
+    if fr > 1 or fc > 1:
+        ax.text(
+            0.0,
+            -0.12,
+            f"each cell the maximum over {fr}×{fc} residue pairs",
+            transform=ax.transAxes,
+            fontsize=7,
+        )
     ax.legend(loc="upper right", fontsize=7, markerscale=6)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention (row share)")
     if title:
@@ -379,9 +446,10 @@ def score_scatter_figure(
             f"{name}\nSpearman {'n/a' if value is None else f'{value:+.3f}'} (n={n:,}{chance})",
             fontsize=8,
         )
-        ax.set_xlabel(f"{name} ({SCORE_UNITS.get(name, 'score')})", fontsize=8)
+        # the unit on a line of its own: one line each, neighbouring panels' labels ran together
+        ax.set_xlabel(f"{name}\n({SCORE_UNITS.get(name, 'score')})", fontsize=8)
         ax.set_ylabel(fitness_name, fontsize=8)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(w_pad=1.5)
     return save_figure(fig, stem, formats)

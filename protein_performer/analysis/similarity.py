@@ -64,6 +64,10 @@ def blosum62() -> np.ndarray:
     return np.array([[m[a, b] for b in AA_ORDER] for a in AA_ORDER], dtype=np.float64)
 
 
+#: The amino-acid pairs a 20×20 similarity matrix compares (its upper off-diagonal entries).
+N_PAIRS = 190
+
+
 def offdiag_pairs(matrix: np.ndarray | None) -> int:
     """How many of the 190 upper off-diagonal entries of ``matrix`` are finite."""
     if matrix is None:
@@ -280,15 +284,26 @@ class SimilarityResult:
             return "n/a" if x is None else f"{x:+.3f}"
 
         i = self.info
+        views = ("attention", "flow", "substitution", "embedding")
+        pairs = {v: i["pairs"].get(v, 0) for v in views if self.matrices.get(v) is not None}
+        short = {v: n for v, n in pairs.items() if n < N_PAIRS}
+        # r is over the pairs a view defines: "190 pairs" above 45 defined misled
+        defined = (
+            f"{N_PAIRS} pairs"
+            if not short
+            else "over the pairs defined: "
+            + ", ".join(f"{v} {n} of {N_PAIRS}" for v, n in short.items())
+            + (f"; the others all {N_PAIRS}" if len(short) < len(pairs) else "")
+        )
         lines = [
-            f"amino-acid similarity vs BLOSUM62 (Pearson r, 190 pairs), {i['proteins']:,} "
+            f"amino-acid similarity vs BLOSUM62 (Pearson r, {defined}), {i['proteins']:,} "
             f"proteins / {i['residues']:,} residues:",
             f"  attention (Vig et al., θ={i['threshold']}"
             + (" chosen by threshold=auto" if i.get("threshold_auto") else "")
             + f"): r = {show(self.r['attention'])}, "
             f"{i['heads_kept']} of {i['heads_total']} heads with ≥ {i['min_arcs']} arcs "
             f"(row-permutation null: r = {show(self.r['attention_null'])}; "
-            f"{i['pairs']['attention']} of 190 pairs defined)",
+            f"{i['pairs']['attention']} of {N_PAIRS} pairs defined)",
             f"  attention flow log-odds:  r = {show(self.r['flow'])}",
             f"  model substitution log-odds: r = {show(self.r['substitution'])} "
             + (
@@ -301,6 +316,13 @@ class SimilarityResult:
         ]
         if i.get("note"):
             lines.append(f"  note: {i['note']}")
+        if short or any(self.r.get(v) is None for v in pairs):
+            lines.append(
+                f"  note: too few proteins ({i['proteins']:,}) for every view: amino-acid pairs "
+                "that no arc or masked site reached are "
+                "left out, and a view with fewer than 20 pairs has no r; more proteins define "
+                "them (published views use hundreds)"
+            )
         return "\n".join(lines)
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from protein_performer.data.alphabet import InvalidPolicy, default_alphabet
+from protein_performer.data.cluster_recipes import describe_recipe
 from protein_performer.data.encoding import EncodeCounts, iter_encoded
 from protein_performer.data.fasta import FastaReader, PathLike
 from protein_performer.data.headers import HeaderInfo
@@ -714,7 +715,8 @@ def check_run_clustering(
     run_table = stored.get("clusters")
     same_path = bool(run_table) and members_file(table) == members_file(run_table)
     how = (
-        "changed since, e.g. `data cluster` run again into it"
+        "changed since the run: other files, another file order or other settings make "
+        "another clustering"
         if same_path
         else "another clustering"
     )
@@ -722,9 +724,13 @@ def check_run_clustering(
         f"split={split}: this clusters table is not the one the training run split by ({how}), "
         "so its held-out part can hold proteins the model trained on"
     )
+    recipe = describe_recipe(stored)
+    if recipe:
+        problem += f"; the run's table was {recipe}"
     if same_path:
         raise DataError(
-            f"{problem}; give the run's table (clusters=...), or leave split unset", path=table
+            f"{problem}; rebuild it so, give the run's table (clusters=...), or leave split unset",
+            path=table,
         )
     log.warning("%s: %s", table, problem)
     return f"{table}: {problem}"

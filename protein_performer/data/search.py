@@ -35,7 +35,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -425,6 +425,7 @@ def search(
                 "removed": removed,
                 "hits": len(kept),
                 "queries_with_hits": len({h.query for h in kept}),
+                "hits_per_query": hits_per_query(kept, query_ids),
             },
             "elapsed_s": round(time.perf_counter() - t0, 3),
         }
@@ -438,8 +439,38 @@ def search(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _progress(f"wrote {outdir}: {len(kept):,} hits for {manifest['counts']['queries_with_hits']:,} "
-              f"of {len(query_ids):,} queries", quiet)  # fmt: skip
+              f"of {len(query_ids):,} queries; {per_query_text(counts_of(manifest))}", quiet)  # fmt: skip
     return manifest
 
 
-__all__ = ["FORMAT", "HITS_FASTA", "HITS_TSV", "TSV_COLUMNS", "Hit", "filter_hits", "search"]
+def counts_of(manifest: Mapping[str, Any]) -> dict[str, int]:
+    """A search manifest's hits per query."""
+    return dict(manifest["counts"]["hits_per_query"])
+
+
+def hits_per_query(kept: Sequence[Hit], query_ids: Sequence[str]) -> dict[str, int]:
+    """Hits kept for each query, by query id in the query file's order (0 for none)."""
+    n = Counter(h.query for h in kept)
+    return {qid: n.get(i, 0) for i, qid in enumerate(query_ids)}
+
+
+def per_query_text(counts: Mapping[str, int], limit: int = 12) -> str:
+    """``hits per query: P1 16, P2 0, ...``: the first ``limit`` queries in file order, then
+    how many more (all of them in the manifest's ``counts.hits_per_query``)."""
+    shown = [f"{q} {n:,}" for q, n in list(counts.items())[:limit]]
+    more = len(counts) - limit
+    tail = f", ... {more:,} more (manifest.json: counts.hits_per_query)" if more > 0 else ""
+    return "hits per query: " + ", ".join(shown) + tail
+
+
+__all__ = [
+    "FORMAT",
+    "HITS_FASTA",
+    "HITS_TSV",
+    "TSV_COLUMNS",
+    "Hit",
+    "filter_hits",
+    "hits_per_query",
+    "per_query_text",
+    "search",
+]

@@ -243,9 +243,11 @@ class ProteinLM(nn.Module):
         return_attentions: bool = False,
         return_hidden: bool = False,
         probe: tuple[int, int] | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> dict[str, Any]:
         """``input_ids`` ``(B, L)`` int64; ``padding_mask`` ``(B, L)`` bool, True at padding
-        (default: where ``input_ids == pad_idx``).
+        (default: where ``input_ids == pad_idx``); or ``attention_mask`` ``(B, L)`` in the
+        Hugging Face convention (1 = a token, 0 = padding), read as ``padding_mask``.
 
         Returns a dict with ``logits`` ``(B, L, V)``; with ``return_attentions`` also
         ``attentions``: a list (one per layer) of ``(B, H, L, L)`` matrices (the FAVOR+
@@ -255,6 +257,8 @@ class ProteinLM(nn.Module):
         with ``probe=(layer, head)`` also ``probe_attention``: that head's attention matrix
         ``(B, L, L)``, with gradients (attention supervision).
         """
+        if attention_mask is not None:
+            padding_mask = padding_from_attention_mask(attention_mask, padding_mask)
         self._check_batch(input_ids, padding_mask)
         if return_attentions:
             b, n = input_ids.shape
@@ -309,3 +313,21 @@ class ProteinLM(nn.Module):
         if probed is not None:
             out["probe_attention"] = probed
         return out
+
+
+def padding_from_attention_mask(
+    attention_mask: torch.Tensor, padding_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """A Hugging Face ``attention_mask`` ``(B, L)`` (1 = a token, 0 = padding; bool, int or
+    float) as this model's ``padding_mask`` ``(B, L)`` bool, True at padding."""
+    if padding_mask is not None:
+        raise ValueError(
+            "give padding_mask (True at padding) or attention_mask (1 = a token, 0 = "
+            "padding, the Hugging Face convention), not both"
+        )
+    if not torch.is_tensor(attention_mask):
+        raise TypeError(
+            f"attention_mask must be a (B, L) tensor (got {type(attention_mask).__name__}); "
+            "this model's own argument is padding_mask, True at padding"
+        )
+    return attention_mask == 0

@@ -17,6 +17,7 @@ from protein_performer.config.schema import DataConfig, TrainConfig, TrainerConf
 from protein_performer.config.validate import validate_train_config
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.cluster import members_file, table_digest
+from protein_performer.data.cluster_recipes import table_recipe
 from protein_performer.data.fasta import STREAM_HINT, check_distinct_inputs
 from protein_performer.data.shards import read_manifest
 from protein_performer.errors import ConfigError, DataError
@@ -442,7 +443,8 @@ def split_settings(d: DataConfig) -> dict[str, Any]:
     """How the train/val/test split is made, as the checkpoint keeps it (so that evaluate
     split=test reproduces it, and a resume can tell a changed split): ``split_by``,
     ``split_fractions``, ``split_seed``, ``clusters`` (absolute path) and ``clusters_digest``
-    (the table's member -> cluster map, :func:`members_digest`)."""
+    (the table's member -> cluster map, :func:`members_digest`) with ``clusters_recipe``
+    (how ``data cluster`` built it, :func:`table_recipe`)."""
     info: dict[str, Any] = {
         "split_by": d.split_by,
         "split_fractions": list(d.split_fractions),
@@ -457,6 +459,8 @@ def split_settings(d: DataConfig) -> dict[str, Any]:
         info["clusters_digest"] = (
             table_digest(table) if by_cluster and table and Path(table).exists() else None
         )
+        if info["clusters_digest"]:  # how it was built, for a mismatch to name later
+            info["clusters_recipe"] = table_recipe(table)
     return info
 
 

@@ -58,6 +58,35 @@ class TrainResult:
     def to_dict(self) -> dict[str, Any]:
         return json_safe({**asdict(self), "interrupted": self.interrupted})
 
+    def _perplexity_lines(self, at: str) -> list[str]:
+        """The validation lines. An MLM's ``<mask>`` perplexity and its unigram baseline come
+        first: the all-positions number (it counts the random and unchanged tokens, whose
+        residue the model can see) reads lower and was taken for the model beating the
+        baseline."""
+        best = f"(best {_num(self.best_val_perplexity, '.3f')}){at}"
+        if self.val_perplexity_mask is None:  # causal, or no <mask> position
+            return [
+                f"  val perplexity  {_num(self.val_perplexity, '.3f')}  {best}"
+                + (
+                    f"; next-token, unigram {_num(self.val_unigram_perplexity, '.3f')}"
+                    if self.val_unigram_perplexity is not None
+                    else ""
+                ),
+                f"  val accuracy    {_num(self.val_accuracy, '.4f')}",
+            ]
+        mask, unigram = self.val_perplexity_mask, self.val_unigram_perplexity_mask
+        if unigram is None:
+            baseline = ""
+        else:
+            ratio = f", ratio {mask / unigram:.3f}" if mask is not None and unigram else ""
+            baseline = f"  vs unigram {_num(unigram, '.3f')}{ratio} (residue frequencies)"
+        return [
+            f"  <mask> perplexity {_num(mask, '.3f')}{baseline}",
+            f"  all positions     {_num(self.val_perplexity, '.3f')}  {best}: <mask>, random "
+            "and unchanged tokens together (lower: the unchanged residue is in view)",
+            f"  val accuracy      {_num(self.val_accuracy, '.4f')}",
+        ]
+
     def format(self) -> str:
         verb = "interrupted" if self.interrupted else "finished"
         of = f" of {self.max_steps:,}" if self.max_steps else ""
@@ -77,26 +106,7 @@ class TrainResult:
                     else ""
                 )
                 + f"in {self.train_seconds:.0f} s{why}",
-                f"  val perplexity  {_num(self.val_perplexity, '.3f')}"
-                f"  (best {_num(self.best_val_perplexity, '.3f')}){at}"
-                + (
-                    f"; next-token, unigram {_num(self.val_unigram_perplexity, '.3f')}"
-                    if self.val_unigram_perplexity is not None
-                    else ""
-                ),
-                f"  val accuracy    {_num(self.val_accuracy, '.4f')}",
-                *(
-                    [
-                        f"  <mask> only     {_num(self.val_perplexity_mask, '.3f')}  (val perplexity"
-                        + (
-                            f"; unigram {_num(self.val_unigram_perplexity_mask, '.3f')})"
-                            if self.val_unigram_perplexity_mask is not None
-                            else ")"
-                        )
-                    ]
-                    if self.val_perplexity_mask is not None
-                    else []
-                ),
+                *self._perplexity_lines(at),
                 f"  throughput      {self.tokens_per_s:,.0f} tokens/s",
                 f"  run directory   {self.run_dir}",
                 f"  best checkpoint {self.best_checkpoint or 'n/a'}",

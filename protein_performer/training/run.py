@@ -75,8 +75,9 @@ from protein_performer.training.run_dir import (
     run_dir_existed,
 )
 from protein_performer.training.run_lock import run_lock
+from protein_performer.training.thread_governor import ThreadGovernor
 from protein_performer.utils.atomic import make_output_dir, write_text_atomic
-from protein_performer.utils.devices import choose_threads, is_rank_zero
+from protein_performer.utils.devices import choose_threads, is_rank_zero, usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,15 @@ def _set_threads(cfg: TrainConfig) -> tuple[int, str | None]:
     threads = choose_threads(cfg.trainer.threads)
     torch.set_num_threads(threads[0])
     return threads
+
+
+def _governor(cfg: TrainConfig, threads: tuple[int, str | None] | None) -> list[pl.Callback]:
+    """Threads re-checked during the run where the start chose them from the machine's load
+    (not ``trainer.threads``, not ``OMP_NUM_THREADS``), in a run of one process."""
+    one_process = str(cfg.trainer.devices) in ("1", "auto") and cfg.trainer.num_nodes == 1
+    if threads is None or cfg.trainer.threads or threads[1] == "OMP_NUM_THREADS" or not one_process:
+        return []
+    return [ThreadGovernor(threads[0], usable_cpus())]
 
 
 def train(
@@ -219,8 +229,9 @@ def _train(
                 _print_header(cfg, run_path, estimate, warning, resume_step, data_line, threads)
             module = build_module(cfg, dm.alphabet)
             trainer, throughput, checkpoint = build_trainer(
-                cfg, run_path, [*(callbacks or []), LockGuard(held)], resume_step
-            )
+                cfg, run_path, [*(callbacks or []), LockGuard(held), *_governor(cfg, threads)],
+                resume_step,
+            )  # fmt: skip
             interrupt = next(c for c in trainer.callbacks if isinstance(c, GracefulInterrupt))
             start = time.perf_counter()
             _fit(trainer, module, dm, cfg, interrupt)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -65,10 +66,75 @@ def choose_threads(setting: int | None = None) -> tuple[int, str | None]:
     load = busy_cpus()
     if load is None:
         return cpus, None
-    busy = min(cpus - 1, int(load + 0.5))
-    if busy <= 0:
+    if threads_for(cpus, load) == cpus:
         return cpus, None
-    return cpus - busy, f"of {cpus} CPUs: the machine is busy, {load:.1f} CPUs in use"
+    return threads_for(cpus, load), f"of {cpus} CPUs: the machine is busy, {load:.1f} CPUs in use"
+
+
+def threads_for(cpus: int, others: float) -> int:
+    """Threads that leave the CPUs ``others`` keep busy (rounded) to them: at least one, at most
+    ``cpus``."""
+    return cpus - max(0, min(cpus - 1, int(others + 0.5)))
+
+
+def _machine_jiffies() -> tuple[int, int]:
+    """(busy, total) clock ticks of the whole machine since boot (``/proc/stat``'s first line:
+    iowait counts as idle)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:9]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def _process_tree_jiffies(pid: int | None = None) -> int:
+    """User + system clock ticks of this process and of its children, theirs and so on (data
+    loading workers are ours, not other work)."""
+    pid = os.getpid() if pid is None else pid
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or no children file: counted as far as read
+    return total
+
+
+class OtherWork:
+    """How many CPUs processes other than this one (and its children) kept busy between two
+    calls of :meth:`cpus`, without waiting (the first call only starts the count). The
+    readers are arguments so that a test can feed them."""
+
+    def __init__(
+        self,
+        machine: Callable[[], tuple[int, int]] = _machine_jiffies,
+        own: Callable[[], int] = _process_tree_jiffies,
+        ncpu: int | None = None,
+    ) -> None:
+        self._machine, self._own = machine, own
+        self._ncpu = ncpu or os.cpu_count() or 1
+        self._last: tuple[int, int, int] | None = None
+
+    def cpus(self) -> float | None:
+        """CPUs of other work since the last call; None on the first call, where nothing
+        changed, or where ``/proc`` cannot be read."""
+        try:
+            busy, total = self._machine()
+            own = self._own()
+        except (OSError, ValueError, IndexError):
+            return None
+        last, self._last = self._last, (busy, total, own)
+        if last is None or total <= last[1]:
+            return None
+        others = (busy - last[0]) - (own - last[2])
+        return max(0.0, others / (total - last[1]) * self._ncpu)
 
 
 #: What ``device=`` accepts (checked before any work by the configs).

@@ -736,6 +736,8 @@ def test_aa_similarity_with_homologs_writes_the_cross_homolog_view(files, tmp_pa
     assert len(view["heads"]) == 8 and view["best_head"] == view["heads"][0]["name"]
     assert view["ceiling"]["aligned_pairs"] > 0
     assert "ceiling (the same log-odds" in text and f"    {view['best_head']}" in text
+    # per protein, not only the total: 3 homologs each in the file, 2 of the 6 fit the windows
+    assert "\n  homologs read per protein: q0 3, q1 3 (2 of these 6 fit the windows)" in text
     code, _, err = run(capsys, "aa-similarity", *args)  # ours: replaced only when asked
     assert code == 2 and "overwrite=true" in err
     assert run(capsys, "aa-similarity", *args, "overwrite=true")[0] == 0
@@ -769,6 +771,22 @@ def test_context_commands_read_checkpoint_default_as_the_homolog_model(monkeypat
     assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "default"
 
 
+def test_a_context_command_on_the_homolog_model_says_so_in_one_printed_line(monkeypatch):
+    from protein_performer.cli.commands.checkpoint_choice import (
+        context_checkpoint_note,
+        with_context_checkpoint,
+    )
+    from protein_performer.config.schema import ScoreConfig
+    from protein_performer.model import checkpoints
+
+    monkeypatch.setattr(checkpoints, "shipped", lambda name: True)
+    note = context_checkpoint_note(with_context_checkpoint(ScoreConfig(context="h.fa")))
+    assert note.count("\n") == 1 and note.startswith("\n  model: checkpoint=homologs (")
+    assert context_checkpoint_note(with_context_checkpoint(ScoreConfig())) == ""
+    mine = ScoreConfig(context="h.fa", checkpoint="run/best.ckpt")
+    assert context_checkpoint_note(with_context_checkpoint(mine)) == ""
+
+
 def test_extract_crops_a_long_record_by_default_and_says_so(files, tmp_path, capsys) -> None:
     long = tmp_path / "mixed.fasta"
     long.write_text(">short\nMKTAYIAKQR\n>long\n" + "MKTAYIAKQR" * 30 + "\n")
@@ -785,3 +803,15 @@ def test_extract_crops_a_long_record_by_default_and_says_so(files, tmp_path, cap
         capsys, "extract", f"fasta={long}", f"out={tmp_path / 'z'}", "truncate=maybe"
     )
     assert code == 2 and "truncate must be auto, true or false" in err
+
+
+def test_homolog_counts_show_the_first_proteins_and_how_many_more():
+    from types import SimpleNamespace
+
+    from protein_performer.cli.commands.aa_similarity import homolog_counts_text
+
+    pairs = [(SimpleNamespace(id=f"p{i}"), [None] * i) for i in range(5)]
+    assert homolog_counts_text(pairs) == "homologs read per protein: p0 0, p1 1, p2 2, p3 3, p4 4"
+    assert homolog_counts_text(pairs, limit=2) == (
+        "homologs read per protein: p0 0, p1 1, ... 3 more (--json: homologs_per_protein)"
+    )

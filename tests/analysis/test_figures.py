@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -112,3 +113,92 @@ def test_a_saved_figure_carries_no_date_and_repeats_byte_for_byte(tmp_path):
     png, pdf = saved[0]
     assert b"CreationDate" not in pdf and b"Matplotlib" not in pdf and b"Matplotlib" not in png
     assert saved[0] == saved[1]
+
+
+def test_max_pool_keeps_a_single_sharp_entry_and_covers_partial_blocks():
+    from protein_performer.analysis.figures import max_pool, pool_factor
+
+    n = 1342
+    att = np.full((2, 1, n, n), 1e-4)
+    att[0, 0, 1000, 7] = 0.93  # one sharp entry in a long protein
+    att[1, 0, n - 1, n - 1] = 0.5  # in the last, partial block
+    factor = pool_factor(n, 200)
+    assert factor == 7  # ceil(1342 / 200): at most 200 cells per axis
+    pooled = max_pool(att, factor)
+    assert pooled.shape == (2, 1, 192, 192)  # ceil(1342 / 7)
+    assert pooled[0, 0, 1000 // 7, 7 // 7] == pytest.approx(0.93)
+    assert pooled[0, 0].max() == pytest.approx(0.93) and np.sum(pooled[0, 0] > 1e-3) == 1
+    assert pooled[1, 0, -1, -1] == pytest.approx(0.5)  # padding never wins the maximum
+    assert pooled.min() == pytest.approx(1e-4)
+    # row and column factors apart; factor 1 is the matrix itself
+    rect = max_pool(np.arange(12.0).reshape(3, 4), (3, 2))
+    np.testing.assert_array_equal(rect, [[9.0, 11.0]])
+    np.testing.assert_array_equal(max_pool(np.eye(3), 1), np.eye(3))
+    assert pool_factor(40, 200) == 1 and pool_factor(201, 200) == 2
+    with pytest.raises(ValueError, match="factor"):
+        max_pool(np.eye(3), 0)
+
+
+def test_a_long_protein_head_grid_draws_pooled_panels_in_residue_coordinates(monkeypatch, tmp_path):
+    """1,342 residues in ~200-pixel panels: drawn as is, a one-key-per-query head keeps one
+    residue in six and vanishes; pooled, its peak is in every panel cell it crosses."""
+    from protein_performer.analysis.figures import head_grid_figure
+
+    n = 1342
+    att = np.zeros((1, 2, n, n), dtype=np.float32)
+    att[0, 0] = np.eye(n)  # a sharp head: each query on itself
+    att[0, 1] = 1.0 / n
+    (fig,) = _drawn(
+        monkeypatch,
+        lambda: head_grid_figure(att, [0], [0, 1], "A" * n, tmp_path / "h", shared_scale=True),
+    )
+    panels = [ax for ax in fig.axes if ax.get_title().startswith("layer")]
+    image = panels[0].get_images()[0]
+    shown = np.asarray(image.get_array())
+    assert shown.shape == (192, 192)
+    np.testing.assert_allclose(np.diag(shown), 1.0)  # the diagonal, every cell of it
+    assert image.get_extent() == [-0.5, n - 0.5, n - 0.5, -0.5]
+    assert "maximum over 7×7 residue pairs" in " ".join(t.get_text() for t in fig.texts)
+
+
+def test_the_alignment_figure_of_a_long_window_fits_and_keeps_the_stripe(monkeypatch, tmp_path):
+    from protein_performer.analysis.figures import (
+        MAX_ALIGNMENT_CELLS,
+        MAX_ALIGNMENT_INCHES,
+        alignment_figure,
+    )
+
+    q, h = 900, 4000  # the protein (last) after 4,000 homolog residues
+    att = np.full((h + q, h + q), 1e-5)
+    queries = np.arange(h, h + q)
+    keys = np.arange(q) * 4  # the aligned residue of each query among the homologs
+    att[queries, keys] = 1.0
+    (fig,) = _drawn(
+        monkeypatch,
+        lambda: alignment_figure(att, (h, h + q), [(0, h)], queries, keys, tmp_path / "a"),
+    )
+    w, hh = fig.get_size_inches()
+    assert w <= MAX_ALIGNMENT_INCHES[0] and hh <= MAX_ALIGNMENT_INCHES[1]
+    shown = np.asarray(fig.axes[0].get_images()[0].get_array())
+    assert max(shown.shape) <= MAX_ALIGNMENT_CELLS
+    # every pooled query row still holds its stripe cell at the full row share
+    assert shown.max(axis=1).min() > 0.5
+
+
+def test_score_panels_x_labels_do_not_run_together(monkeypatch, tmp_path):
+    from protein_performer.analysis.figures import score_scatter_figure
+
+    rng = np.random.default_rng(0)
+    names = ("masked_marginal_context", "masked_marginal", "pssm", "blosum62")
+    scores = {k: rng.normal(size=50) for k in names}
+    (fig,) = _drawn(
+        monkeypatch,
+        lambda: score_scatter_figure(
+            scores, rng.normal(size=50), "fitness", dict.fromkeys(names, 0.1), tmp_path / "s"
+        ),
+    )
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [ax.xaxis.label.get_window_extent(renderer) for ax in fig.axes]
+    for left, right in itertools.pairwise(boxes):
+        assert left.x1 < right.x0, "x-labels of neighbouring panels overlap"

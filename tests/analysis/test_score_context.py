@@ -361,3 +361,20 @@ def test_score_mutants_with_context_from_python_equals_the_cli(ckpt, tmp_path):
     q = {aa: i for i, aa in enumerate(COLUMNS)}
     expected = [s[int(m[1:-1]) - 1, q[m[-1]]] - s[int(m[1:-1]) - 1, q[m[0]]] for m in mutants]
     np.testing.assert_allclose(got["pssm"], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_score_context_on_the_shipped_homolog_model_prints_which_model_scored(tmp_path, capsys):
+    from protein_performer.model.checkpoints import shipped
+
+    if not shipped("homologs"):
+        pytest.skip("the shipped homolog checkpoint is not installed")
+    _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    _fasta(tmp_path / "h.fa", [(f"h{i}", h) for i, h in enumerate(HOMOLOGS)])
+    args = [f"fasta={tmp_path / 'wt.fa'}", f"mutations={tmp_path / 'm.csv'}"]
+    code = main(["score", *args, f"out={tmp_path / 's.csv'}", f"context={tmp_path / 'h.fa'}"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "\n  model: checkpoint=homologs (the shipped homolog model, read with context=" in out
+    code = main(["score", *args, f"out={tmp_path / 't.csv'}"])
+    assert code == 0 and "model: checkpoint=homologs" not in capsys.readouterr().out

@@ -10,6 +10,7 @@ import torch
 from protein_performer.analysis.similarity import (
     AA_ORDER,
     AttentionCounts,
+    SimilarityResult,
     aa_similarity,
     blosum62,
     embedding_cosine,
@@ -268,3 +269,30 @@ def test_auto_threshold_with_no_head_passing_reports_the_lowest() -> None:
     result = aa_similarity(model, proteins, ALPHABET, threshold="auto", min_arcs=10**6)
     assert result.matrices["attention"] is None and result.info["threshold"] == 0.01
     assert "a lower threshold (e.g. 0.005)" in result.info["note"]
+
+
+def test_the_header_gives_the_pairs_defined_and_few_proteins_get_a_note() -> None:
+    """The header said "190 pairs" above "45 of 190 pairs defined"; with a handful of proteins
+    nothing said why views were missing pairs."""
+    cfg = ModelConfig(attention="transformer", dim=32, depth=1, heads=4, ffn_dim=32, max_len=64)
+    torch.manual_seed(0)
+    model = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx).eval()
+    few = aa_similarity(model, random_proteins(3, 30, 0), ALPHABET, threshold=0.05, min_arcs=1)
+    header, *_ = few.format().splitlines()
+    views = ("attention", "flow", "substitution", "embedding")
+    shown = [v for v in views if few.matrices[v] is not None]
+    short = {v: n for v, n in few.info["pairs"].items() if v in shown and n < 190}
+    assert short, few.info["pairs"]  # 3 proteins of 30 residues cannot reach every pair
+    assert "190 pairs)" not in header
+    for view, n in short.items():
+        assert f"{view} {n} of 190" in header
+    assert "note: too few proteins (3) for every view" in few.format()
+    # every pair defined: the header says 190 and no note
+    full = SimilarityResult(
+        matrices={v: np.ones((20, 20)) for v in ("attention", "flow", "substitution", "embedding")},
+        r=dict.fromkeys(("attention", "attention_null", "flow", "substitution", "embedding"), 0.5),
+        info={**few.info, "proteins": 800, "pairs": dict.fromkeys(
+            ("attention", "attention_null", "flow", "substitution", "embedding"), 190)},
+    )  # fmt: skip
+    assert "(Pearson r, 190 pairs), 800 proteins" in full.format()
+    assert "too few proteins" not in full.format()

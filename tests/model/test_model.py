@@ -697,3 +697,26 @@ def test_a_transformer_is_not_labelled_a_hybrid():
     assert ModelConfig(attention="performer_relu", exact_layers=[-1]).kind_label == (
         "performer_relu+exact[-1]"
     )
+
+
+def test_a_hugging_face_attention_mask_is_read_as_padding_mask():
+    """``model(ids, attention_mask=...)`` (1 = a token, 0 = padding) gave a bare TypeError."""
+    from protein_performer.data import encode_batch
+
+    model = ProteinLM(tiny_config(), V, ALPHABET.pad_idx).eval()
+    batch = encode_batch(["MKTAYIAKQR", "GNIFIK"], ALPHABET)
+    expected = model(batch["input_ids"], batch["padding_mask"])["logits"]
+    for keep in (
+        ~batch["padding_mask"],
+        (~batch["padding_mask"]).long(),
+        (~batch["padding_mask"]).float(),
+    ):
+        got = model(batch["input_ids"], attention_mask=keep)["logits"]
+        torch.testing.assert_close(got, expected)
+    with pytest.raises(ValueError, match=r"padding_mask .* or attention_mask .* not both"):
+        model(batch["input_ids"], batch["padding_mask"], attention_mask=~batch["padding_mask"])
+    with pytest.raises(TypeError, match="own argument is padding_mask"):
+        model(batch["input_ids"], attention_mask=[[1] * 12, [1] * 8 + [0] * 4])
+    # the flipped convention is still refused by the <pad> check, not silently inverted
+    with pytest.raises(ValueError, match="padding_mask is False at <pad> tokens"):
+        model(batch["input_ids"], attention_mask=batch["padding_mask"])

@@ -230,3 +230,36 @@ def test_busy_cpus_reads_the_machines_idle_share(monkeypatch, tmp_path):
     monkeypatch.setattr(devices.os, "cpu_count", lambda: 2)
     # 300 of 400 ticks busy over the interval: 0.75 of 2 CPUs
     assert devices.busy_cpus(0.0) == pytest.approx(1.5)
+
+
+def _demo_result(**changes):
+    from protein_performer.training.report import TrainResult
+
+    fields = dict(
+        run_dir="outputs/run", attention="performer_relu", objective="mlm", steps=500,
+        val_perplexity=15.626, val_accuracy=0.08, val_loss=2.749, best_val_perplexity=15.626,
+        tokens_per_s=5000.0, train_seconds=184.0, best_checkpoint="b.ckpt",
+        last_checkpoint="l.ckpt", val_perplexity_mask=18.501, val_unigram_perplexity_mask=18.484,
+        max_steps=500, val_step=500,
+    )  # fmt: skip
+    return TrainResult(**{**fields, **changes})
+
+
+def test_the_summary_puts_mask_perplexity_and_its_baseline_before_the_all_positions_number():
+    """The demo printed `val perplexity 15.626` above `<mask> only 18.501 (...; unigram
+    18.484)`: at a glance, the model beat the baseline."""
+    lines = _demo_result().format().splitlines()
+    assert lines[1] == (
+        "  <mask> perplexity 18.501  vs unigram 18.484, ratio 1.001 (residue frequencies)"
+    )
+    assert lines[2].startswith("  all positions     15.626  (best 15.626): <mask>, random and")
+    assert not any(line.lstrip().startswith("val perplexity") for line in lines)
+    # no unigram counts: the <mask> line alone; a causal model keeps its one perplexity line
+    assert _demo_result(val_unigram_perplexity_mask=None).format().splitlines()[1] == (
+        "  <mask> perplexity 18.501"
+    )
+    causal = _demo_result(
+        objective="clm", val_perplexity_mask=None, val_unigram_perplexity_mask=None,
+        val_unigram_perplexity=17.0,
+    ).format().splitlines()  # fmt: skip
+    assert causal[1] == "  val perplexity  15.626  (best 15.626); next-token, unigram 17.000"

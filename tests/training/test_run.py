@@ -34,8 +34,8 @@ def test_train_command_runs_end_to_end(tiny_fasta, tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert run_hydra("train", tiny_overrides(tiny_fasta, run_dir)) == 0
     out, err = capsys.readouterr()
-    assert "val perplexity" in out and "tokens/s" in out
-    assert re.search(r"<mask> only +[\d.]+  \(val perplexity; unigram [\d.]+\)", out), out
+    assert "all positions" in out and "tokens/s" in out
+    assert re.search(r"<mask> perplexity [\d.]+  vs unigram [\d.]+, ratio [\d.]+", out), out
     data = next(line for line in err.splitlines() if line.startswith("data: "))
     found = re.fullmatch(
         r"data: train (\d+) proteins \([\d,]+ residues\), val (\d+) .*; "

@@ -128,7 +128,18 @@ def build_key(source: bytes, compiler: str) -> dict[str, str]:
         "cflags": " ".join(CFLAGS),
         "compiler": compiler,
         "platform": f"{sys.platform}-{platform.machine()}",
+        # the strings build.ninja holds, as given: a resolved path alone let another spelling
+        # of the same files (CXX=/usr/bin/c++ for c++, a symlinked checkout or venv) share the
+        # name, and ninja rebuilt that build in place, "(out of date)", at each switch
+        "ninja_paths": json.dumps([_compiler(), str(SOURCE), *_torch_paths()]),
     }
+
+
+def _torch_paths() -> list[str]:
+    """The include and library directories torch's build command names (unresolved)."""
+    from torch.utils import cpp_extension
+
+    return [*cpp_extension.include_paths(), *cpp_extension.library_paths()]
 
 
 def build_name(key: dict[str, str]) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -106,9 +108,22 @@ def run_cross_homolog(cfg: SimilarityConfig) -> CommandResult:
         best = m["head_names"].index(result["best_head"])
         (work / "best_head.csv").write_text(matrix_csv(m["mass_log_odds"][best]), "utf-8")
         (work / "ceiling.csv").write_text(matrix_csv(result["ceiling"]["log_odds"]), "utf-8")
-    text = cross_homolog_text(result, theta, length)
+    text = cross_homolog_text(result, theta, length) + "\n  " + homolog_counts_text(pairs)
+    read = sum(len(h) for _, h in pairs)
+    if result["homologs"] < read:
+        text += f" ({result['homologs']:,} of these {read:,} fit the windows)"
     summary = {k: v for k, v in result.items() if k != "matrices"}
+    summary["homologs_per_protein"] = {q.id: len(h) for q, h in pairs}
     return CommandResult({"out": str(outdir), **summary}, text + f"\nwritten to {outdir}")
+
+
+def homolog_counts_text(pairs: Sequence[tuple[Any, Sequence[Any]]], limit: int = 12) -> str:
+    """``homologs read per protein: P1 3, P2 1, ...`` for ``(protein, homologs)`` pairs, the
+    first ``limit`` in order, then how many more (all of them in the JSON)."""
+    shown = [f"{q.id} {len(h):,}" for q, h in pairs[:limit]]
+    more = len(pairs) - limit
+    tail = f", ... {more:,} more (--json: homologs_per_protein)" if more > 0 else ""
+    return "homologs read per protein: " + ", ".join(shown) + tail
 
 
 def run_aa_similarity(cfg: SimilarityConfig) -> CommandResult:

@@ -17,7 +17,10 @@ from protein_performer.analysis.dms.table import (
 )
 from protein_performer.analysis.extraction import load_for_analysis
 from protein_performer.analysis.inputs import checkpoint_label, max_tokens
-from protein_performer.cli.commands.checkpoint_choice import with_context_checkpoint
+from protein_performer.cli.commands.checkpoint_choice import (
+    context_checkpoint_note,
+    with_context_checkpoint,
+)
 from protein_performer.cli.commands.common import CommandResult, trained_length, trained_packed
 from protein_performer.config.schema import ScoreConfig
 from protein_performer.errors import DataError
@@ -205,6 +208,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     )
     if context is not None:
         text += context_notes(context, summary, causal=model.causal)
+        text += context_checkpoint_note(cfg)
     fitness = None
     if cfg.fitness_col:
         fitness = scan_lib.fitness_values(scan, cfg.fitness_col, decimal_comma)
