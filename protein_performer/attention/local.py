@@ -12,10 +12,21 @@ Queries are cut into blocks of ``window`` rows; block ``b`` attends to the keys 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
+
+from .base import (
+    AttentionKind,
+    AttentionOptions,
+    Rows,
+    check_positions,
+    gather_rows,
+    masked_sdpa,
+    select_heads,
+    visible_keys,
+)
 
 
 def _band(window: int, causal: bool, device: torch.device) -> torch.Tensor:
@@ -105,4 +116,59 @@ def local_attention_rows(
         yield start, torch.softmax(scores, dim=-1).nan_to_num(0.0)
 
 
-__all__ = ["local_attention", "local_attention_rows"]
+class LocalAttention(AttentionKind):
+    """The ``local`` kind: exact softmax attention within ``window`` positions (the local
+    heads of a hybrid block). No state; :meth:`forward_at` costs O(P·L) for P queries."""
+
+    slot = "local"
+
+    def __init__(self, window: int, causal: bool = False) -> None:
+        super().__init__()
+        self.window = window
+        self.causal = causal
+
+    @classmethod
+    def from_options(cls, name: str, options: AttentionOptions) -> LocalAttention:
+        return cls(options.window, options.causal)
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return local_attention(q, k, v, self.window, self.causal, key_padding_mask)
+
+    def forward_at(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        check_positions(positions, q.shape[2], q.shape[0])
+        if key_padding_mask is not None:  # as local_attention: padded keys must be finite
+            padded = key_padding_mask.to(torch.bool)[:, None, :, None]
+            k, v = k.masked_fill(padded, 0.0), v.masked_fill(padded, 0.0)
+        allowed = visible_keys(positions, k.shape[2], key_padding_mask, self.causal, self.window)
+        return masked_sdpa(gather_rows(q, positions), k, v, allowed)
+
+    def rows(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        *,
+        chunk_size: int = 256,
+        heads: Sequence[int] | None = None,
+    ) -> Rows:
+        rows = local_attention_rows(q, k, self.window, self.causal, key_padding_mask, chunk_size)
+        yield from select_heads(rows, heads)
+
+    def extra_repr(self) -> str:
+        return f"window={self.window}, causal={self.causal}"
+
+
+__all__ = ["LocalAttention", "local_attention", "local_attention_rows"]

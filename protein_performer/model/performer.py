@@ -113,8 +113,8 @@ class ProteinLM(nn.Module):
             self.embed.tokens.weight[self.pad_idx].zero_()
         for block in self.blocks:  # these start at their own identities, not at N(0, 0.02)
             block.attn.reset_conv()
-            if block.attn.maps is not None:
-                block.attn.maps.reset_parameters()
+            for kind, _ in block.attn.kinds():
+                kind.reset_parameters()
 
     def favor_modules(self) -> list[FavorAttention]:
         return [m for m in self.modules() if isinstance(m, FavorAttention)]
