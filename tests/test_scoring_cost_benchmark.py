@@ -22,9 +22,9 @@ def test_quick_run_writes_a_row_per_window_and_method(tmp_path, capsys):
     ]
     for method in ("forward", "logits_at"):
         mine = [r for r in rows if r["method"] == method]
-        assert mine[0]["ratio_to_first"] == 1.0
+        assert mine[0]["ratio_to_first"] == mine[0]["cpu_ratio_to_first"] == 1.0
         for r in mine:
-            assert r["sites"] == 2 and r["seconds_per_site"] > 0
+            assert r["sites"] == 2 and r["seconds_per_site"] > 0 and r["cpu_seconds_per_site"] > 0
             assert (
                 abs(r["ratio_to_first"] * mine[0]["seconds_per_site"] - r["seconds_per_site"])
                 < 1e-12
