@@ -62,7 +62,7 @@ def local_attention(
         band = torch.ones(n, n, dtype=torch.bool, device=q.device)
         band = band.triu(-window).tril(0 if causal else window)
         allowed = band if key_padding_mask is None else band & ~key_padding_mask[:, None, None, :]
-        return _masked_sdpa(q, k, v, allowed)
+        return masked_sdpa(q, k, v, allowed)
     blocks = -(-n // window)
     pad_to = blocks * window
     # keys/values padded by one block before and enough after; pads are masked out
@@ -77,18 +77,8 @@ def local_attention(
     vb = vp.unfold(2, 3 * window, window).transpose(-1, -2)
     key_ok = valid.unfold(1, 3 * window, window)[:, None, :, None, :]  # (B, 1, blocks, 1, 3w)
     allowed = key_ok & _band(window, causal, q.device)
-    out = _masked_sdpa(qb, kb, vb, allowed)
+    out = masked_sdpa(qb, kb, vb, allowed)
     return out.reshape(b, h, pad_to, -1)[:, :, :n]
-
-
-def _masked_sdpa(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor
-) -> torch.Tensor:
-    empty = ~allowed.any(-1, keepdim=True)
-    if bool(empty.any()):
-        allowed = allowed | empty  # finite softmax, zeroed below
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed).masked_fill(empty, 0.0)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 
 
 def local_attention_rows(
