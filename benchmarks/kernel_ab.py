@@ -110,6 +110,21 @@ def compare(old_cls: type, kernel: str, length: int, args: argparse.Namespace) -
     return alternate(kernel, causal, length, check=run, timed=run, rounds=args.rounds)
 
 
+def revision_kind(old_cls: type) -> type:
+    """A revision's FavorAttention as an attention kind the blocks build (one from before the
+    common interface has no ``from_options``, ``slot`` or ``reads_packed``): the same class
+    with this tree's builder."""
+    from protein_performer.attention import AttentionKind, FavorAttention
+
+    class Revision(old_cls, AttentionKind):
+        slot = "favor"
+        reads_packed = True  # the blocks' packed route is switched by block.attn.packed
+        from_options = classmethod(FavorAttention.from_options.__func__)
+
+    Revision.__name__ = Revision.__qualname__ = old_cls.__name__
+    return Revision
+
+
 def compare_model(
     old_cls: type, kernel: str, length: int, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -117,7 +132,7 @@ def compare_model(
     import torch.nn.functional as F
     from model_scaling import SIZES
 
-    import protein_performer.model.blocks as blocks
+    from protein_performer.attention import registry
     from protein_performer.data.alphabet import default_alphabet
     from protein_performer.model.config import ModelConfig
     from protein_performer.model.performer import ProteinLM
@@ -135,19 +150,20 @@ def compare_model(
         nb_features=args.features,
     )
     models = {}
+    key = f"performer_{kernel}"
     for name in VERSIONS:
-        tree_cls = blocks.FavorAttention
+        tree_cls = registry.ATTENTION_CLASSES[key]
         if name == "revision":  # the blocks build the revision's attention
-            blocks.FavorAttention = old_cls
+            registry.ATTENTION_CLASSES[key] = revision_kind(old_cls)
         try:
             torch.manual_seed(0)
             models[name] = ProteinLM(config, len(alphabet), alphabet.pad_idx, causal=args.causal)
         finally:
-            blocks.FavorAttention = tree_cls
+            registry.ATTENTION_CLASSES[key] = tree_cls
     for block in models["revision"].blocks:  # a revision before the packed route has none
         block.attn.packed = hasattr(block.attn.favor, "forward_packed")
     models["tree"].load_state_dict(models["revision"].state_dict())
-    assert type(models["revision"].blocks[0].attn.favor) is old_cls
+    assert isinstance(models["revision"].blocks[0].attn.favor, old_cls)
     optimizers = {n: torch.optim.Adam(m.parameters(), lr=1e-4) for n, m in models.items()}
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(4, 24, (max(1, args.tokens // length), length), generator=g)

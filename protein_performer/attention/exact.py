@@ -1,11 +1,24 @@
-"""Exact softmax attention with the same interface as FavorAttention (Transformer baseline)."""
+"""Exact softmax attention (the Transformer baseline): :func:`exact_attention`, its rows, and
+the ``transformer`` kind :class:`ExactAttention`."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+
+from .base import (
+    AttentionKind,
+    AttentionOptions,
+    Rows,
+    check_positions,
+    gather_rows,
+    head_index,
+    masked_sdpa,
+    visible_keys,
+)
 
 
 def length_scale(
@@ -88,6 +101,131 @@ def exact_attention(
         allowed = allowed | empty
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
     return out.masked_fill(empty, 0.0) if bool(empty.any()) else out
+
+
+def exact_attention_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None,
+    chunk_size: int = 256,
+    length_base: int = 0,
+) -> Rows:
+    """Yield ``(start, rows)``: softmax attention rows ``(B, H, rows, Lk)`` for ``(B, H, L, D)``
+    queries/keys, ``chunk_size`` query rows at a time. A row with no visible key is all zeros.
+    ``length_base``: Scalable-Softmax as in :func:`exact_attention`."""
+    lq, lk = q.shape[2], k.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if length_base:
+        factor = length_scale(
+            lq,
+            lk,
+            length_base,
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            batch=q.shape[0],
+            device=q.device,
+            dtype=q.dtype,
+        )
+        q = q * factor
+    for start in range(0, lq, chunk_size):
+        stop = min(start + chunk_size, lq)
+        scores = torch.einsum("bhid,bhjd->bhij", q[:, :, start:stop], k) * scale
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        if causal:
+            rows = torch.arange(start, stop, device=q.device)[:, None]
+            cols = torch.arange(lk, device=q.device)[None, :]
+            scores = scores.masked_fill(cols > rows, float("-inf"))
+        yield start, torch.softmax(scores, dim=-1).nan_to_num(0.0)
+
+
+def exact_attention_weights(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None,
+    length_base: int = 0,
+) -> torch.Tensor:
+    """Softmax attention matrix ``(B, H, L, L)`` for ``(B, H, L, D)`` queries/keys."""
+    rows = exact_attention_rows(
+        q, k, causal, key_padding_mask, chunk_size=max(1, q.shape[2]), length_base=length_base
+    )
+    return next(rows)[1]
+
+
+class ExactAttention(AttentionKind):
+    """The ``transformer`` kind: exact softmax attention, Scalable-Softmax when
+    ``length_base`` > 1 (:func:`length_scale`). No state. Its :meth:`forward_at` costs
+    O(P·Lk) for P chosen queries instead of the forward's O(Lq·Lk)."""
+
+    slot = "exact"
+
+    def __init__(self, causal: bool = False, length_base: int = 0) -> None:
+        super().__init__()
+        self.causal = causal
+        self.length_base = length_base
+
+    @classmethod
+    def from_options(cls, name: str, options: AttentionOptions) -> ExactAttention:
+        return cls(options.causal, options.length_base)
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return exact_attention(q, k, v, self.causal, key_padding_mask, self.length_base)
+
+    def forward_at(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        _check_inputs(q, k, v, key_padding_mask)
+        check_positions(positions, q.shape[2], q.shape[0])
+        chosen = gather_rows(q, positions)
+        if self.length_base:
+            factor = length_scale(
+                q.shape[-2],
+                k.shape[-2],
+                self.length_base,
+                causal=self.causal,
+                key_padding_mask=key_padding_mask,
+                batch=q.shape[0],
+                device=q.device,
+                dtype=q.dtype,
+            )
+            chosen = chosen * (factor if factor.shape[2] == 1 else gather_rows(factor, positions))
+        if key_padding_mask is not None:  # as exact_attention: a NaN there must not spread
+            pad = key_padding_mask.bool()[:, None, :, None]
+            k, v = k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
+        allowed = visible_keys(positions, k.shape[2], key_padding_mask, self.causal)
+        return masked_sdpa(chosen, k, v, allowed)
+
+    def rows(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        *,
+        chunk_size: int = 256,
+        heads: Sequence[int] | None = None,
+    ) -> Rows:
+        index = head_index(heads, q.device)
+        if index is not None:
+            q, k = q.index_select(1, index), k.index_select(1, index)
+        yield from exact_attention_rows(
+            q, k, self.causal, key_padding_mask, chunk_size, length_base=self.length_base
+        )
+
+    def extra_repr(self) -> str:
+        return f"causal={self.causal}, length_base={self.length_base}"
 
 
 def _check_inputs(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -12,6 +12,7 @@ from torch import nn
 from protein_performer.errors import ConfigError
 from protein_performer.utils.devices import check_dense_fits
 
+from .base import AttentionKind, AttentionOptions, Rows, check_positions, gather_rows
 from .exact import check_key_padding_mask
 from .feature_maps import (
     FeatureParams,
@@ -46,7 +47,7 @@ MIN_PRECISION = {
 }
 
 
-class FavorAttention(nn.Module):
+class FavorAttention(AttentionKind):
     """Linear-time attention ``φ(Q) (φ(K)ᵀ V)`` with random features, on ``(B, H, L, D)`` tensors.
 
     ``kernel="softmax"`` approximates ``softmax(q kᵀ / sqrt(D))`` (q, k come in unscaled;
@@ -81,7 +82,12 @@ class FavorAttention(nn.Module):
     Features and normaliser are computed in float32 (float64 for float64 inputs) with
     autocast disabled; the output has the dtype of ``q``. The projection is a buffer (it
     is saved in checkpoints) and never trains.
+
+    The ``performer_relu`` and ``performer_softmax`` kinds (:mod:`.registry`).
     """
+
+    slot = "favor"
+    reads_packed = True
 
     def __init__(
         self,
@@ -171,6 +177,21 @@ class FavorAttention(nn.Module):
             self.register_buffer("oprf_pending", torch.empty(0, dtype=torch.float64))
             self.register_buffer("oprf_pending_count", torch.zeros((), dtype=torch.long))
             self.register_buffer("oprf_last_fold", torch.full((), -1, dtype=torch.long))
+
+    @classmethod
+    def from_options(cls, name: str, options: AttentionOptions) -> FavorAttention:
+        """``performer_relu`` / ``performer_softmax``: the kernel is the name's suffix."""
+        return cls(
+            options.dim_head,
+            nb_features=options.nb_features,
+            kernel=name.removeprefix("performer_"),  # type: ignore[arg-type]
+            causal=options.causal,
+            orthogonal=options.orthogonal,
+            redraw_interval=options.redraw_interval,
+            seed=options.seed,
+            layer_idx=options.layer_idx,
+            save_features=options.save_features,
+        )
 
     def _apply(self, fn: Any, recurse: bool = True) -> FavorAttention:
         kept = {n: self._buffers[n] for n in MIN_PRECISION if self._buffers.get(n) is not None}
@@ -475,6 +496,43 @@ class FavorAttention(nn.Module):
                 )
         return out.to(out_dtype)
 
+    def forward_at(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """:meth:`forward`'s rows ``positions`` ``(B, P)`` -> ``(B, H, P, Dv)``. Bidirectional:
+        the key summary once and the chosen queries' features against it, with the OPRF
+        parameter from every query as the forward takes it. Causal: the forward gathered (its
+        rows share sub-chunk stabilisers, and its cost is linear already)."""
+        check_positions(positions, q.shape[2] if q.dim() == 4 else 0, q.shape[0])
+        if self.causal or q.numel() == 0 or k.numel() == 0:
+            return super().forward_at(q, k, v, positions, key_padding_mask)
+        self._check_inputs(q, k, key_padding_mask)
+        out_dtype = q.dtype
+        bsz, heads, lq, _ = q.shape
+        lk, dv, p = k.shape[2], v.shape[3], positions.shape[1]
+        n = bsz * heads
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+            q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+            mask = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
+            params = self._params(q, k, mask, gather=True)
+            chosen = gather_rows(q, positions).reshape(n, p, -1)
+            out = bidirectional_linear_attention(
+                chosen,
+                k.reshape(n, lk, -1),
+                v.reshape(n, lk, dv),
+                self._flat_mask(mask, heads),
+                params,
+                self.block_rows(q.device, n, max(lq, lk)),
+                self.save_features,
+            )
+        return out.reshape(bsz, heads, p, dv).to(out_dtype)
+
     def features(
         self, q: torch.Tensor, k: torch.Tensor, key_padding_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -505,7 +563,7 @@ class FavorAttention(nn.Module):
             phi_k, _ = key_features(kf, params, row_term, flat_mask, stab)
         return phi_q.reshape(bsz, heads, lq, -1), phi_k.reshape(bsz, heads, lk, -1)
 
-    def attention_rows(
+    def rows(
         self,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -513,7 +571,7 @@ class FavorAttention(nn.Module):
         *,
         chunk_size: int = 256,
         heads: Sequence[int] | None = None,
-    ) -> Iterator[tuple[int, torch.Tensor]]:
+    ) -> Rows:
         """Yield ``(start, rows)``: the normalised attention rows ``start:start+chunk_size``,
         ``(B, H', rows, Lk)``, implied by the features, for the heads in ``heads`` (all: None).
 
@@ -545,6 +603,14 @@ class FavorAttention(nn.Module):
                 scores = scores.masked_fill(cols > rows, 0.0)
             yield start, scores / scores.sum(-1, keepdim=True).clamp_min(tiny)
 
+    attention_rows = rows  # its name before the common interface
+
+    def matrix(
+        self, q: torch.Tensor, k: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """:meth:`attention_matrix` (the interface's name)."""
+        return self.attention_matrix(q, k, key_padding_mask)
+
     def attention_matrix(
         self,
         q: torch.Tensor,
@@ -555,7 +621,7 @@ class FavorAttention(nn.Module):
     ) -> torch.Tensor:
         """The normalised ``(B, H, Lq, Lk)`` attention matrix implied by the features.
 
-        Built ``chunk_size`` query rows at a time (see :meth:`attention_rows`, which also
+        Built ``chunk_size`` query rows at a time (see :meth:`rows`, which also
         selects heads and never holds the whole matrix). Rows sum to 1 (a row with no visible
         key is all zeros); ``matrix @ v`` equals :meth:`forward` (causal softmax: unless key
         logits differ by more than the float's exponent range, where the matrix's one
@@ -568,10 +634,10 @@ class FavorAttention(nn.Module):
             torch.float64 if q.dtype == torch.float64 else torch.float32,
             q.device,
             "the attention matrix",
-            "attention_rows() yields it a block of rows at a time",
+            "rows() yields it a block of rows at a time",
         )
         out = None
-        for start, rows in self.attention_rows(q, k, key_padding_mask, chunk_size=chunk_size):
+        for start, rows in self.rows(q, k, key_padding_mask, chunk_size=chunk_size):
             if out is None:  # filled block by block: never the blocks and the whole at once
                 out = rows.new_empty(*rows.shape[:2], q.shape[2], rows.shape[3])
             out[:, :, start : start + rows.shape[2]] = rows

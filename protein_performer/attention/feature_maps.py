@@ -1,4 +1,7 @@
-"""Random feature maps for the softmax kernel ``exp(x·y)`` and the ReLU kernel.
+"""Every feature map of the attention kinds, in one place: the random features of the softmax
+kernel ``exp(x·y)`` and the ReLU kernel (FAVOR), the exact second-order Taylor features of
+``exp`` (Taylor) and the learned maps of Hedgehog; then the block-level helpers FAVOR's kernels
+build features with.
 
 Notation: ``x = q · D^(-1/4)``, ``y = k · D^(-1/4)``, so ``exp(x·y)`` is the unnormalised
 softmax attention weight ``exp(q·k / sqrt(D))``. ``w_r`` are the rows of the ``(m, D)``
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import torch
+from torch import nn
 
 KernelKind = Literal["softmax", "relu"]
 
@@ -129,6 +133,70 @@ def relu_features(
     """Generalized-attention ReLU features ``relu(x Wᵀ) + kernel_eps`` (``W = I`` if None)."""
     e = x if projection is None else torch.matmul(x, projection.to(x).T)
     return torch.relu(e) + kernel_eps
+
+
+def taylor_feature_dim(dim: int) -> int:
+    """Number of Taylor features ``F`` for a head size ``dim``."""
+    return 1 + dim + dim * (dim + 1) // 2
+
+
+def taylor_features(x: torch.Tensor) -> torch.Tensor:
+    """``(..., L, D)`` (already scaled) -> ``(..., L, F)`` with ``φ(x)·φ(y) = 1 + x·y + (x·y)²/2``."""
+    d = x.shape[-1]
+    i, j = torch.triu_indices(d, d, device=x.device)
+    weight = torch.ones(len(i), dtype=x.dtype, device=x.device)
+    weight[i == j] = 1 / math.sqrt(2)
+    quad = x[..., i] * x[..., j] * weight
+    return torch.cat([torch.ones_like(x[..., :1]), x, quad], dim=-1)
+
+
+def taylor_kernel(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``(..., Lq, D)``, ``(..., Lk, D)`` raw queries/keys -> ``(..., Lq, Lk)`` kernel
+    ``1 + s + s²/2`` with ``s = q·k / sqrt(D)`` (the unnormalised attention weights)."""
+    s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return 1 + s + s * s / 2
+
+
+class HedgehogFeatureMaps(nn.Module):
+    """Hedgehog's learned query and key maps of ``heads`` heads of size ``dim_head``, ``2·half``
+    features each: ``φ(x) = [softmax(x W + b), softmax(−(x W + b))]``.
+
+    ``forward``-free: :meth:`query` and :meth:`key` map ``(B, H', L, D)`` rows of the heads
+    ``first, …, first + H' − 1`` to ``(B, H', L, 2·half)`` features."""
+
+    def __init__(self, heads: int, dim_head: int, half: int) -> None:
+        super().__init__()
+        self.q_weight = nn.Parameter(torch.empty(heads, dim_head, half))
+        self.q_bias = nn.Parameter(torch.zeros(heads, half))
+        self.k_weight = nn.Parameter(torch.empty(heads, dim_head, half))
+        self.k_bias = nn.Parameter(torch.zeros(heads, half))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _, dim, half = self.q_weight.shape
+        with torch.no_grad():
+            for w in (self.q_weight, self.k_weight):
+                w.normal_(0.0, dim**-0.5)  # the columns past D
+                w[:, :, : min(dim, half)] = torch.eye(dim, min(dim, half))
+            self.q_bias.zero_()
+            self.k_bias.zero_()
+
+    @staticmethod
+    def _map(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        z = torch.matmul(x, w.to(x.dtype)) + b.to(x.dtype)[:, None, :]
+        return torch.cat([torch.softmax(z, dim=-1), torch.softmax(-z, dim=-1)], dim=-1)
+
+    def query(self, x: torch.Tensor, first: int = 0) -> torch.Tensor:
+        h = x.shape[1]
+        return self._map(x, self.q_weight[first : first + h], self.q_bias[first : first + h])
+
+    def key(self, x: torch.Tensor, first: int = 0) -> torch.Tensor:
+        h = x.shape[1]
+        return self._map(x, self.k_weight[first : first + h], self.k_bias[first : first + h])
+
+    def kernel(self, q: torch.Tensor, k: torch.Tensor, first: int = 0) -> torch.Tensor:
+        """``(B, H', Lq, Lk)``: the unnormalised attention weights ``φ(q)·φ(k)``."""
+        return torch.matmul(self.query(q, first), self.key(k, first).transpose(-1, -2))
 
 
 # ---- block-level helpers shared by the custom autograd functions and FavorAttention ---------

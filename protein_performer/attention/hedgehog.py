@@ -14,53 +14,17 @@ learned instead of drawn. ``W`` starts as the identity (columns past ``D`` small
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
-from torch import nn
 
-from .kernels.feature_attention import feature_attention, feature_attention_rows
-
-
-class HedgehogFeatureMaps(nn.Module):
-    """Query and key maps of ``heads`` heads of size ``dim_head``, ``2·half`` features each.
-
-    ``forward``-free: :meth:`query` and :meth:`key` map ``(B, H', L, D)`` rows of the heads
-    ``first, …, first + H' − 1`` to ``(B, H', L, 2·half)`` features."""
-
-    def __init__(self, heads: int, dim_head: int, half: int) -> None:
-        super().__init__()
-        self.q_weight = nn.Parameter(torch.empty(heads, dim_head, half))
-        self.q_bias = nn.Parameter(torch.zeros(heads, half))
-        self.k_weight = nn.Parameter(torch.empty(heads, dim_head, half))
-        self.k_bias = nn.Parameter(torch.zeros(heads, half))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        _, dim, half = self.q_weight.shape
-        with torch.no_grad():
-            for w in (self.q_weight, self.k_weight):
-                w.normal_(0.0, dim**-0.5)  # the columns past D
-                w[:, :, : min(dim, half)] = torch.eye(dim, min(dim, half))
-            self.q_bias.zero_()
-            self.k_bias.zero_()
-
-    @staticmethod
-    def _map(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        z = torch.matmul(x, w.to(x.dtype)) + b.to(x.dtype)[:, None, :]
-        return torch.cat([torch.softmax(z, dim=-1), torch.softmax(-z, dim=-1)], dim=-1)
-
-    def query(self, x: torch.Tensor, first: int = 0) -> torch.Tensor:
-        h = x.shape[1]
-        return self._map(x, self.q_weight[first : first + h], self.q_bias[first : first + h])
-
-    def key(self, x: torch.Tensor, first: int = 0) -> torch.Tensor:
-        h = x.shape[1]
-        return self._map(x, self.k_weight[first : first + h], self.k_bias[first : first + h])
-
-    def kernel(self, q: torch.Tensor, k: torch.Tensor, first: int = 0) -> torch.Tensor:
-        """``(B, H', Lq, Lk)``: the unnormalised attention weights ``φ(q)·φ(k)``."""
-        return torch.matmul(self.query(q, first), self.key(k, first).transpose(-1, -2))
+from .base import AttentionKind, AttentionOptions, Rows, check_positions, select_heads
+from .feature_maps import HedgehogFeatureMaps
+from .kernels.feature_attention import (
+    feature_attention,
+    feature_attention_at,
+    feature_attention_rows,
+)
 
 
 def hedgehog_attention(
@@ -102,3 +66,88 @@ def hedgehog_attention_rows(
     :func:`hedgehog_attention` applies to the values."""
     kernel = lambda a, b: maps.kernel(a, b, first)  # noqa: E731
     yield from feature_attention_rows(q, k, kernel, causal, key_padding_mask, chunk_size)
+
+
+class HedgehogAttention(HedgehogFeatureMaps, AttentionKind):
+    """The ``hedgehog`` kind: :func:`hedgehog_attention` with its own maps (its parameters),
+    one per head of the block (``heads``), of which it computes the heads from ``first`` on
+    (the heads before are local ones: plain and hybrid blocks share the maps' shapes)."""
+
+    slot = "maps"
+
+    def __init__(
+        self, heads: int, dim_head: int, half: int, first: int = 0, causal: bool = False
+    ) -> None:
+        super().__init__(heads, dim_head, half)
+        self.first = first
+        self.causal = causal
+
+    @classmethod
+    def from_options(cls, name: str, options: AttentionOptions) -> HedgehogAttention:
+        return cls(
+            options.heads,
+            options.dim_head,
+            options.nb_features // 2,
+            options.first_head,
+            options.causal,
+        )
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return hedgehog_attention(q, k, v, self, self.first, self.causal, key_padding_mask)
+
+    def forward_at(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        check_positions(positions, q.shape[2], q.shape[0])
+        first = self.first
+        return feature_attention_at(
+            q,
+            k,
+            v,
+            positions,
+            lambda x: self.query(x, first),
+            lambda x: self.key(x, first),
+            lambda a, b: self.kernel(a, b, first),
+            self.causal,
+            key_padding_mask,
+        )
+
+    def rows(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        *,
+        chunk_size: int = 256,
+        heads: Sequence[int] | None = None,
+    ) -> Rows:
+        # every head (each has its own map), then the chosen
+        rows = hedgehog_attention_rows(
+            q, k, self, self.first, self.causal, key_padding_mask, chunk_size
+        )
+        yield from select_heads(rows, heads)
+
+    def extra_repr(self) -> str:
+        heads, dim, half = self.q_weight.shape
+        return (
+            f"heads={heads}, dim_head={dim}, half={half}, first={self.first}, causal={self.causal}"
+        )
+
+
+__all__ = [
+    "HedgehogAttention",
+    "HedgehogFeatureMaps",
+    "hedgehog_attention",
+    "hedgehog_attention_rows",
+]

@@ -12,10 +12,21 @@ Queries are cut into blocks of ``window`` rows; block ``b`` attends to the keys 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
+
+from .base import (
+    AttentionKind,
+    AttentionOptions,
+    Rows,
+    check_positions,
+    gather_rows,
+    masked_sdpa,
+    select_heads,
+    visible_keys,
+)
 
 
 def _band(window: int, causal: bool, device: torch.device) -> torch.Tensor:
@@ -51,7 +62,7 @@ def local_attention(
         band = torch.ones(n, n, dtype=torch.bool, device=q.device)
         band = band.triu(-window).tril(0 if causal else window)
         allowed = band if key_padding_mask is None else band & ~key_padding_mask[:, None, None, :]
-        return _masked_sdpa(q, k, v, allowed)
+        return masked_sdpa(q, k, v, allowed)
     blocks = -(-n // window)
     pad_to = blocks * window
     # keys/values padded by one block before and enough after; pads are masked out
@@ -66,18 +77,8 @@ def local_attention(
     vb = vp.unfold(2, 3 * window, window).transpose(-1, -2)
     key_ok = valid.unfold(1, 3 * window, window)[:, None, :, None, :]  # (B, 1, blocks, 1, 3w)
     allowed = key_ok & _band(window, causal, q.device)
-    out = _masked_sdpa(qb, kb, vb, allowed)
+    out = masked_sdpa(qb, kb, vb, allowed)
     return out.reshape(b, h, pad_to, -1)[:, :, :n]
-
-
-def _masked_sdpa(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor
-) -> torch.Tensor:
-    empty = ~allowed.any(-1, keepdim=True)
-    if bool(empty.any()):
-        allowed = allowed | empty  # finite softmax, zeroed below
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed).masked_fill(empty, 0.0)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 
 
 def local_attention_rows(
@@ -105,4 +106,59 @@ def local_attention_rows(
         yield start, torch.softmax(scores, dim=-1).nan_to_num(0.0)
 
 
-__all__ = ["local_attention", "local_attention_rows"]
+class LocalAttention(AttentionKind):
+    """The ``local`` kind: exact softmax attention within ``window`` positions (the local
+    heads of a hybrid block). No state; :meth:`forward_at` costs O(P·L) for P queries."""
+
+    slot = "local"
+
+    def __init__(self, window: int, causal: bool = False) -> None:
+        super().__init__()
+        self.window = window
+        self.causal = causal
+
+    @classmethod
+    def from_options(cls, name: str, options: AttentionOptions) -> LocalAttention:
+        return cls(options.window, options.causal)
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return local_attention(q, k, v, self.window, self.causal, key_padding_mask)
+
+    def forward_at(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        check_positions(positions, q.shape[2], q.shape[0])
+        if key_padding_mask is not None:  # as local_attention: padded keys must be finite
+            padded = key_padding_mask.to(torch.bool)[:, None, :, None]
+            k, v = k.masked_fill(padded, 0.0), v.masked_fill(padded, 0.0)
+        allowed = visible_keys(positions, k.shape[2], key_padding_mask, self.causal, self.window)
+        return masked_sdpa(gather_rows(q, positions), k, v, allowed)
+
+    def rows(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        *,
+        chunk_size: int = 256,
+        heads: Sequence[int] | None = None,
+    ) -> Rows:
+        rows = local_attention_rows(q, k, self.window, self.causal, key_padding_mask, chunk_size)
+        yield from select_heads(rows, heads)
+
+    def extra_repr(self) -> str:
+        return f"window={self.window}, causal={self.causal}"
+
+
+__all__ = ["LocalAttention", "local_attention", "local_attention_rows"]

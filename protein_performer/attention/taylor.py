@@ -17,34 +17,21 @@ causal by chunks, the kernel explicit inside a chunk).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 
-from .kernels.feature_attention import feature_attention, feature_attention_rows
+from .base import AttentionKind, AttentionOptions, Rows, check_positions, head_index
+from .feature_maps import taylor_feature_dim, taylor_features, taylor_kernel
+from .kernels.feature_attention import (
+    feature_attention,
+    feature_attention_at,
+    feature_attention_rows,
+)
 
 
-def taylor_feature_dim(dim: int) -> int:
-    """Number of Taylor features ``F`` for a head size ``dim``."""
-    return 1 + dim + dim * (dim + 1) // 2
-
-
-def taylor_features(x: torch.Tensor) -> torch.Tensor:
-    """``(..., L, D)`` (already scaled) -> ``(..., L, F)`` with ``φ(x)·φ(y) = 1 + x·y + (x·y)²/2``."""
-    d = x.shape[-1]
-    i, j = torch.triu_indices(d, d, device=x.device)
-    weight = torch.ones(len(i), dtype=x.dtype, device=x.device)
-    weight[i == j] = 1 / math.sqrt(2)
-    quad = x[..., i] * x[..., j] * weight
-    return torch.cat([torch.ones_like(x[..., :1]), x, quad], dim=-1)
-
-
-def taylor_kernel(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``(..., Lq, D)``, ``(..., Lk, D)`` raw queries/keys -> ``(..., Lq, Lk)`` kernel
-    ``1 + s + s²/2`` with ``s = q·k / sqrt(D)`` (the unnormalised attention weights)."""
-    s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    return 1 + s + s * s / 2
+def _phi(x: torch.Tensor) -> torch.Tensor:
+    return taylor_features(x * x.shape[-1] ** -0.25)
 
 
 def taylor_attention(
@@ -58,12 +45,9 @@ def taylor_attention(
     """``(B, H, L, D)`` q/k/v -> ``(B, H, L, Dv)``: each query's output is the kernel-weighted
     mean of the values of its visible keys (``key_padding_mask`` ``(B, L)`` True = padded key;
     causal: keys at or before the query). A query with no visible key gets zeros."""
-    scale = q.shape[-1] ** -0.25
-
-    def phi(x: torch.Tensor) -> torch.Tensor:
-        return taylor_features(x * scale)
-
-    return feature_attention(q, k, v, phi, phi, taylor_kernel, causal, key_padding_mask, chunk_size)
+    return feature_attention(
+        q, k, v, _phi, _phi, taylor_kernel, causal, key_padding_mask, chunk_size
+    )
 
 
 def taylor_attention_rows(
@@ -76,3 +60,66 @@ def taylor_attention_rows(
     """Yield ``(start, rows)``: the attention rows ``(B, H, rows, L)`` that
     :func:`taylor_attention` applies to the values, ``chunk_size`` query rows at a time."""
     yield from feature_attention_rows(q, k, taylor_kernel, causal, key_padding_mask, chunk_size)
+
+
+class TaylorAttention(AttentionKind):
+    """The ``taylor`` kind (:func:`taylor_attention`). No state."""
+
+    slot = "taylor"
+
+    def __init__(self, causal: bool = False) -> None:
+        super().__init__()
+        self.causal = causal
+
+    @classmethod
+    def from_options(cls, name: str, options: AttentionOptions) -> TaylorAttention:
+        return cls(options.causal)
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return taylor_attention(q, k, v, self.causal, key_padding_mask)
+
+    def forward_at(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        check_positions(positions, q.shape[2], q.shape[0])
+        return feature_attention_at(
+            q, k, v, positions, _phi, _phi, taylor_kernel, self.causal, key_padding_mask
+        )
+
+    def rows(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        *,
+        chunk_size: int = 256,
+        heads: Sequence[int] | None = None,
+    ) -> Rows:
+        index = head_index(heads, q.device)
+        if index is not None:
+            q, k = q.index_select(1, index), k.index_select(1, index)
+        yield from taylor_attention_rows(q, k, self.causal, key_padding_mask, chunk_size)
+
+    def extra_repr(self) -> str:
+        return f"causal={self.causal}"
+
+
+__all__ = [
+    "TaylorAttention",
+    "taylor_attention",
+    "taylor_attention_rows",
+    "taylor_feature_dim",
+    "taylor_features",
+    "taylor_kernel",
+]

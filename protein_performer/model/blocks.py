@@ -1,93 +1,41 @@
-"""Pre-LayerNorm transformer blocks whose attention is exact softmax or FAVOR+.
+"""Pre-LayerNorm transformer blocks; the attention is any kind of
+:mod:`protein_performer.attention`, looked up by name.
 
-The three attention kinds share one parameterization (``qkv`` and ``out`` projections); FAVOR+
-only adds random-projection buffers, which are not learned. So weights trained with one kind
-load into another.
+Every kind shares one parameterization (``qkv`` and ``out`` projections); FAVOR+ only adds
+random-projection buffers, which are not learned, and Hedgehog its feature maps. So weights
+trained with one kind load into another.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from protein_performer.attention import FavorAttention, exact_attention
-from protein_performer.attention.exact import length_scale
-from protein_performer.attention.hedgehog import (
-    HedgehogFeatureMaps,
-    hedgehog_attention,
-    hedgehog_attention_rows,
+from protein_performer.attention import AttentionKind, AttentionOptions
+from protein_performer.attention.base import gather_rows, head_index
+from protein_performer.attention.exact import (  # noqa: F401  (their old home, for one release)
+    exact_attention_rows,
+    exact_attention_weights,
 )
-from protein_performer.attention.local import local_attention, local_attention_rows
-from protein_performer.attention.taylor import taylor_attention, taylor_attention_rows
+from protein_performer.attention.registry import attention_slots, build_attention
 from protein_performer.model.rotary import apply_rotary, rotate_packed
 
 
-def exact_attention_rows(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    causal: bool,
-    key_padding_mask: torch.Tensor | None,
-    chunk_size: int = 256,
-    length_base: int = 0,
-) -> Iterator[tuple[int, torch.Tensor]]:
-    """Yield ``(start, rows)``: softmax attention rows ``(B, H, rows, Lk)`` for ``(B, H, L, D)``
-    queries/keys, ``chunk_size`` query rows at a time. A row with no visible key is all zeros.
-    ``length_base``: Scalable-Softmax as in :func:`~protein_performer.attention.exact_attention`."""
-    lq, lk = q.shape[2], k.shape[2]
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    if length_base:
-        factor = length_scale(
-            lq,
-            lk,
-            length_base,
-            causal=causal,
-            key_padding_mask=key_padding_mask,
-            batch=q.shape[0],
-            device=q.device,
-            dtype=q.dtype,
-        )
-        q = q * factor
-    for start in range(0, lq, chunk_size):
-        stop = min(start + chunk_size, lq)
-        scores = torch.einsum("bhid,bhjd->bhij", q[:, :, start:stop], k) * scale
-        if key_padding_mask is not None:
-            scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
-        if causal:
-            rows = torch.arange(start, stop, device=q.device)[:, None]
-            cols = torch.arange(lk, device=q.device)[None, :]
-            scores = scores.masked_fill(cols > rows, float("-inf"))
-        yield start, torch.softmax(scores, dim=-1).nan_to_num(0.0)
-
-
-def exact_attention_weights(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    causal: bool,
-    key_padding_mask: torch.Tensor | None,
-    length_base: int = 0,
-) -> torch.Tensor:
-    """Softmax attention matrix ``(B, H, L, L)`` for ``(B, H, L, D)`` queries/keys."""
-    rows = exact_attention_rows(
-        q, k, causal, key_padding_mask, chunk_size=max(1, q.shape[2]), length_base=length_base
-    )
-    return next(rows)[1]
-
-
 class SelfAttention(nn.Module):
-    """Multi-head self-attention on ``(B, L, dim)``; the kernel is exact, FAVOR+, Taylor or
-    Hedgehog.
+    """Multi-head self-attention on ``(B, L, dim)`` with the attention kind named
+    ``attention`` (:data:`~protein_performer.attention.ATTENTION_CLASSES`: FAVOR+, exact,
+    Taylor, Hedgehog).
 
-    ``attention="taylor"``: linear attention with the exact second-order Taylor features of
-    ``exp`` (:mod:`protein_performer.attention.taylor`); ``"hedgehog"``: linear attention with
-    learned feature maps, ``nb_features`` per head (:mod:`protein_performer.attention.hedgehog`).
     With ``local_heads`` > 0 the first ``local_heads`` heads are exact softmax attention within
-    ``local_window`` positions and the others use ``attention`` (a hybrid block).
-    ``length_base`` > 1: the exact global heads use Scalable-Softmax (scores times
-    ``log(n) / log(length_base)``, n the keys a query sees); other heads are unaffected.
+    ``local_window`` positions (the ``local`` kind) and the others use ``attention`` (a hybrid
+    block). ``length_base`` > 1: the exact global heads use Scalable-Softmax (scores times
+    ``log(n) / log(length_base)``, n the keys a query sees); other kinds ignore it.
+
+    The kind's module sits in the attribute its class names (``favor``, ``maps``, ...: its
+    checkpoint keys); the other kinds' attributes read None.
     """
 
     def __init__(
@@ -110,12 +58,10 @@ class SelfAttention(nn.Module):
     ) -> None:
         super().__init__()
         self.heads = heads
-        self.length_base = length_base if attention == "transformer" else 0
         self.dim_head = dim // heads
         self.causal = causal
         self.attention = attention
         self.local_heads = local_heads
-        self.local_window = local_window
         # FAVOR reads the fused projection in place on the CPU (False: the (B·H, L, D)
         # route of views and copies, kept for comparisons: benchmarks/model_scaling.py)
         self.packed = True
@@ -124,27 +70,37 @@ class SelfAttention(nn.Module):
         # depthwise over positions, one filter per q/k/v channel; padded by hand in _packed
         self.conv = nn.Conv1d(3 * dim, 3 * dim, qkv_conv, groups=3 * dim) if qkv_conv else None
         self.reset_conv()
-        # one map per head, local heads included, so that plain and hybrid models share shapes;
-        # none when every head is local (parameters without gradients stop DDP)
-        self.maps = (
-            HedgehogFeatureMaps(heads, self.dim_head, nb_features // 2)
-            if attention == "hedgehog" and local_heads < heads
-            else None
+        options = AttentionOptions(
+            dim_head=self.dim_head,
+            heads=heads,
+            first_head=local_heads,
+            causal=causal,
+            nb_features=nb_features,
+            orthogonal=orthogonal,
+            redraw_interval=redraw_interval,
+            seed=feature_seed,
+            layer_idx=layer_idx,
+            save_features=save_features,
+            length_base=length_base,
+            window=local_window,
         )
-        self.favor: FavorAttention | None = None
-        if attention.startswith("performer_") and local_heads < heads:
-            kernel = attention.removeprefix("performer_")
-            self.favor = FavorAttention(
-                self.dim_head,
-                nb_features=nb_features,
-                kernel=kernel,
-                causal=causal,
-                orthogonal=orthogonal,
-                redraw_interval=redraw_interval,
-                seed=feature_seed,
-                layer_idx=layer_idx,
-                save_features=save_features,
-            )
+        for slot in attention_slots():
+            self.register_module(slot, None)
+        # (module, its heads): the local heads first, then the kind's; none when every head is
+        # local (parameters without gradients stop DDP)
+        self._slots: list[tuple[str, slice]] = []
+        for name, heads_of in (
+            ("local", slice(0, local_heads)),
+            (attention, slice(local_heads, heads)),
+        ):
+            if heads_of.stop > heads_of.start:
+                module = build_attention(name, options)
+                self.register_module(module.slot, module)
+                self._slots.append((module.slot, heads_of))
+
+    def kinds(self) -> list[tuple[AttentionKind, slice]]:
+        """The attention modules and the heads each computes, first head first."""
+        return [(getattr(self, slot), heads) for slot, heads in self._slots]
 
     def reset_conv(self) -> None:
         """The identity filter: a fresh ``qkv_conv`` block computes what one without it does."""
@@ -176,6 +132,12 @@ class SelfAttention(nn.Module):
             h = h.transpose(1, 2).contiguous()
         return h.view(b, n, 3, self.heads, self.dim_head)
 
+    def _qkv(self, x, padding_mask, rotary):
+        q, k, v = self._split(x, padding_mask)
+        if rotary is not None:
+            q, k = apply_rotary(q, k, *rotary)
+        return q, k, v
+
     @torch.no_grad()
     def attention_rows(
         self,
@@ -204,49 +166,20 @@ class SelfAttention(nn.Module):
         return torch.cat(rows, dim=2)[:, 0]
 
     def _rows(self, x, padding_mask, rotary, heads, chunk_size):
-        q, k, _ = self._split(x, padding_mask)
-        if rotary is not None:
-            q, k = apply_rotary(q, k, *rotary)
-        lh = self.local_heads
-        if lh:
-            local = local_attention_rows(
-                q[:, :lh], k[:, :lh], self.local_window, self.causal, padding_mask, chunk_size
-            )
-            rest = self._global_rows(q[:, lh:], k[:, lh:], padding_mask, chunk_size, None)
-            index = None
-            if heads is not None:
-                index = torch.as_tensor(list(heads), dtype=torch.long, device=q.device)
-            for (start, a), (_, g) in zip(local, rest, strict=True):
-                rows = torch.cat([a, g], dim=1)
-                yield start, rows if index is None else rows.index_select(1, index)
-            return
-        yield from self._global_rows(q, k, padding_mask, chunk_size, heads)
-
-    def _global_rows(self, q, k, padding_mask, chunk_size, heads):
-        if self.favor is not None:
-            yield from self.favor.attention_rows(
-                q, k, padding_mask, chunk_size=chunk_size, heads=heads
+        q, k, _ = self._qkv(x, padding_mask, rotary)
+        kinds = self.kinds()
+        if len(kinds) == 1:
+            module, of = kinds[0]
+            yield from module.rows(
+                q[:, of], k[:, of], padding_mask, chunk_size=chunk_size, heads=heads
             )
             return
-        index = None
-        if heads is not None:
-            index = torch.as_tensor(list(heads), dtype=torch.long, device=q.device)
-        if self.maps is not None:  # every global head (each has its own map), then the chosen
-            first = self.local_heads
-            rows = hedgehog_attention_rows(
-                q, k, self.maps, first, self.causal, padding_mask, chunk_size
-            )
-            for start, a in rows:
-                yield start, a if index is None else a.index_select(1, index)
-            return
-        if index is not None:
-            q, k = q.index_select(1, index), k.index_select(1, index)
-        if self.attention == "taylor":
-            yield from taylor_attention_rows(q, k, self.causal, padding_mask, chunk_size)
-            return
-        yield from exact_attention_rows(
-            q, k, self.causal, padding_mask, chunk_size, length_base=self.length_base
-        )
+        streams = [m.rows(q[:, of], k[:, of], padding_mask, chunk_size=chunk_size)
+                   for m, of in kinds]  # fmt: skip
+        index = head_index(heads, q.device)
+        for blocks in zip(*streams, strict=True):
+            rows = torch.cat([r for _, r in blocks], dim=1)
+            yield blocks[0][0], rows if index is None else rows.index_select(1, index)
 
     def forward(
         self,
@@ -258,71 +191,51 @@ class SelfAttention(nn.Module):
         """``x`` ``(B, L, dim)``, ``padding_mask`` ``(B, L)`` True at padding. Returns the output
         ``(B, L, dim)`` and, if ``need_weights``, the attention matrix ``(B, H, L, L)``."""
         b, n, _ = x.shape
-        favor = self.favor
+        kinds = self.kinds()
         # on the CPU only: elsewhere copies are cheap, and a loop over batch elements is not
-        packed = (
-            self.packed and x.device.type == "cpu" and not self.local_heads and not need_weights
-        )
-        if favor is not None and packed:
+        if (
+            len(kinds) == 1
+            and kinds[0][0].reads_packed
+            and self.packed
+            and x.device.type == "cpu"
+            and not need_weights
+        ):
             # q, k, v read in place from the projection, the output written as self.out reads it
             qkv = self._packed(x, padding_mask)
             if rotary is not None:
                 qkv = rotate_packed(qkv, *rotary)
-            o = favor.forward_packed(qkv, padding_mask)
+            o = kinds[0][0].forward_packed(qkv, padding_mask)
             return self.out(o.reshape(b, n, -1)), None
-        q, k, v = self._split(x, padding_mask)
-        if rotary is not None:
-            q, k = apply_rotary(q, k, *rotary)
-        lh = self.local_heads
-        parts = []
-        if lh:
-            parts.append(
-                local_attention(
-                    q[:, :lh], k[:, :lh], v[:, :lh], self.local_window, self.causal, padding_mask
-                )
-            )
-        if lh < self.heads:
-            qg, kg, vg = (q, k, v) if not lh else (q[:, lh:], k[:, lh:], v[:, lh:])
-            if self.attention == "taylor":
-                parts.append(
-                    taylor_attention(qg, kg, vg, causal=self.causal, key_padding_mask=padding_mask)
-                )
-            elif self.maps is not None:
-                parts.append(
-                    hedgehog_attention(
-                        qg, kg, vg, self.maps, lh, causal=self.causal, key_padding_mask=padding_mask
-                    )
-                )
-            elif self.favor is None:
-                parts.append(
-                    exact_attention(
-                        qg,
-                        kg,
-                        vg,
-                        causal=self.causal,
-                        key_padding_mask=padding_mask,
-                        length_base=self.length_base,
-                    )
-                )
-            else:
-                parts.append(self.favor(qg, kg, vg, key_padding_mask=padding_mask))
+        q, k, v = self._qkv(x, padding_mask, rotary)
+        parts = [m(q[:, of], k[:, of], v[:, of], key_padding_mask=padding_mask)
+                 for m, of in kinds]  # fmt: skip
         o = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         weights = None
         if need_weights:
             with torch.no_grad():
-                if lh or self.attention in ("taylor", "hedgehog"):
-                    weights = torch.cat(
-                        [r for _, r in self.attention_rows(x, padding_mask, rotary, chunk_size=n)],
-                        dim=2,
-                    )
-                elif self.favor is None:
-                    weights = exact_attention_weights(
-                        q, k, self.causal, padding_mask, length_base=self.length_base
-                    )
-                else:
-                    weights = self.favor.attention_matrix(q, k, key_padding_mask=padding_mask)
+                weights = torch.cat(
+                    [m.matrix(q[:, of], k[:, of], padding_mask) for m, of in kinds], dim=1
+                )
         o = o.transpose(1, 2).reshape(b, n, -1)
         return self.out(o), weights
+
+    def forward_at(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """:meth:`forward`'s output at ``positions`` ``(B, P)`` only: ``(B, P, dim)``. Queries,
+        keys and values are projected at every position (the convolution reads neighbours,
+        keys and values serve every query); the attention computes the chosen rows
+        (:meth:`~protein_performer.attention.AttentionKind.forward_at`)."""
+        b, p = positions.shape
+        q, k, v = self._qkv(x, padding_mask, rotary)
+        parts = [m.forward_at(q[:, of], k[:, of], v[:, of], positions, padding_mask)
+                 for m, of in self.kinds()]  # fmt: skip
+        o = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        return self.out(o.transpose(1, 2).reshape(b, p, -1))
 
 
 class FeedForward(nn.Module):
@@ -358,3 +271,16 @@ class Block(nn.Module):
         x = x + self.dropout(h)
         x = x + self.dropout(self.ffn(self.norm2(x)))
         return x, weights
+
+    def forward_at(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """:meth:`forward`'s output at ``positions`` ``(B, P)`` only, ``(B, P, dim)``: attention
+        rows, residual and feed-forward for the chosen positions (keys from all of ``x``)."""
+        h = self.attn.forward_at(self.norm1(x), positions, padding_mask, rotary)
+        x = gather_rows(x[:, None], positions)[:, 0] + self.dropout(h)
+        return x + self.dropout(self.ffn(self.norm2(x)))

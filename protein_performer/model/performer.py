@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from protein_performer.attention import FavorAttention
+from protein_performer.attention.base import check_positions
 from protein_performer.errors import ConfigError
 from protein_performer.model.blocks import Block
 from protein_performer.model.config import ModelConfig, as_section
@@ -113,8 +114,8 @@ class ProteinLM(nn.Module):
             self.embed.tokens.weight[self.pad_idx].zero_()
         for block in self.blocks:  # these start at their own identities, not at N(0, 0.02)
             block.attn.reset_conv()
-            if block.attn.maps is not None:
-                block.attn.maps.reset_parameters()
+            for kind, _ in block.attn.kinds():
+                kind.reset_parameters()
 
     def favor_modules(self) -> list[FavorAttention]:
         return [m for m in self.modules() if isinstance(m, FavorAttention)]
@@ -313,6 +314,38 @@ class ProteinLM(nn.Module):
         if probed is not None:
             out["probe_attention"] = probed
         return out
+
+    def logits_at(
+        self,
+        input_ids: torch.Tensor,
+        padding_mask: torch.Tensor | None,
+        positions: torch.Tensor,
+    ) -> torch.Tensor:
+        """The logits ``(B, P, V)`` at ``positions`` ``(B, P)`` (long; row ``b``'s positions
+        in ``0..L-1``) of ``input_ids`` ``(B, L)``: ``forward(input_ids, padding_mask)
+        ["logits"]`` gathered there (in eval mode; equal up to float rounding), for less.
+
+        Every block but the last runs in full; the last computes attention, residual and
+        feed-forward for the chosen rows only (keys and values from every position). An exact
+        last layer then costs O(L·P) instead of O(L²), a FAVOR one sums its keys once: reading
+        one masked site per row (mutation scoring) costs a forward of the layers below.
+        ``padding_mask`` as in :meth:`forward` (None: where ``input_ids == pad_idx``).
+        """
+        self._check_batch(input_ids, padding_mask)
+        b, n = input_ids.shape
+        if not isinstance(positions, torch.Tensor):
+            raise TypeError(f"positions must be a (B, P) tensor, got {type(positions).__name__}")
+        positions = positions.to(input_ids.device)
+        check_positions(positions, n, b)
+        self._check_length(n)
+        key_padding_mask = self._key_padding(input_ids, padding_mask)
+        x = self.dropout(self.embed(input_ids))
+        rotary = None if self.rotary is None else self.rotary(n, x.device, x.dtype)
+        *below, last = self.blocks
+        for i, block in enumerate(below):
+            x, _ = block(x, key_padding_mask, self.layer_rotary(i, rotary))
+        x = last.forward_at(x, positions, key_padding_mask, self.layer_rotary(len(below), rotary))
+        return self.head(self.norm(x), self.embed.tokens.weight)
 
 
 def padding_from_attention_mask(

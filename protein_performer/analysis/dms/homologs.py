@@ -281,10 +281,10 @@ def context_marginals(
             rows = max(1, toks_per_batch // len(jobs[order[i]][1]))
             group = [jobs[j] for j in order[i : i + rows]]
             tokens, pad = pad_batch([t for _, t, _ in group], alphabet.pad_idx)
-            logits = model(tokens.to(device), pad.to(device))["logits"]
-            at = torch.tensor([pos for _, _, pos in group], device=logits.device)
-            # only the masked site of each row is read
-            logp = torch.log_softmax(logits[torch.arange(len(group)), at].float(), -1).cpu()
+            at = torch.tensor([[pos] for _, _, pos in group], device=device)
+            # only the masked site of each row is read: the last block computes that row only
+            logits = model.logits_at(tokens.to(device), pad.to(device), at)[:, 0]
+            logp = torch.log_softmax(logits.float(), -1).cpu()
             for row, (site, _, _) in enumerate(group):
                 out[site] = logp[row].numpy()
             bar.update(len(group))

@@ -1,2 +1,3 @@
-"""FAVOR's linear-attention kernels: bidirectional and causal (PyTorch autograd functions), the
-generic feature attention of the Taylor/Hedgehog maps, and the fused CPU kernel (``csrc/``)."""
+"""The linear-attention kernels: FAVOR's bidirectional and causal autograd functions, the
+generic feature attention of the Taylor/Hedgehog maps, the fused CPU kernel (``csrc/``), and
+the helpers they share (:mod:`.common`)."""

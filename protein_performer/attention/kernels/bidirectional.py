@@ -14,8 +14,6 @@ normaliser (zero features, zero value rows).
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,6 +28,18 @@ from ..feature_maps import (
     query_features,
     query_vjp,
     scratch_block,
+)
+from .common import (
+    batch_params,
+    blocks,
+    den_floor,  # noqa: F401  (re-exported: its old home, for one release)
+    head_view,
+    item,
+    output_adjoint,
+    row_block,
+    split_output,
+    values_with_ones,
+    without_autocast,
 )
 
 
@@ -54,57 +64,6 @@ class RunningMax:
         )
         self.raw, self.ref = new_raw, new_ref
         return factor
-
-
-def blocks(length: int, size: int) -> list[slice]:
-    return [slice(s, min(s + size, length)) for s in range(0, length, size)]
-
-
-def values_with_ones(
-    v: torch.Tensor, mask: torch.Tensor | None, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``[v, 1]`` ``(N, c, Dv+1)`` with padded rows zeroed (they leave both sums), written
-    into ``out`` when given."""
-    va = v.new_empty(*v.shape[:-1], v.shape[-1] + 1) if out is None else out
-    va[..., :-1] = v
-    va[..., -1] = 1.0
-    return va if mask is None else va.masked_fill_(mask[..., None], 0.0)
-
-
-def den_floor(dtype: torch.dtype) -> float:
-    """Normalisers below this count as 0 (no visible key). Subnormal ones (all features of
-    the row underflowed) carry no precision, and 1/den would overflow in the backward."""
-    return torch.finfo(dtype).tiny * 2.0**24
-
-
-def split_output(na: torch.Tensor, out: torch.Tensor, den: torch.Tensor) -> None:
-    """Write ``[numerator, normaliser]`` ``(N, c, Dv+1)`` into ``out`` ``(N, c, Dv)`` (the
-    ratio) and ``den`` ``(N, c)``. A row whose normaliser is (nearly) 0 gets 0."""
-    den.copy_(na[..., -1])
-    floor = den_floor(na.dtype)
-    torch.div(na[..., :-1], den.clamp_min(floor)[..., None], out=out)
-    out.masked_fill_((den < floor)[..., None], 0.0)
-
-
-def output_adjoint(
-    g: torch.Tensor, out: torch.Tensor, den: torch.Tensor, scratch: Scratch | None = None
-) -> torch.Tensor:
-    """dLoss/d[numerator, normaliser] ``(N, c, Dv+1)`` from dLoss/dout, output, normaliser
-    (in ``scratch`` blocks when given).
-
-    Rows without visible keys (normaliser below :func:`den_floor`) have a constant output,
-    hence a zero adjoint.
-    """
-    ok = den >= den_floor(den.dtype)
-    inv = torch.where(ok, den.reciprocal(), torch.zeros_like(den))[..., None]
-    n, c, dv = g.shape
-    gp = scratch_block(scratch, "adjoint", g, n, c, dv + 1)
-    gp = g.new_empty(n, c, dv + 1) if gp is None else gp
-    torch.mul(g, inv, out=gp[..., :-1])
-    product = torch.mul(g, out, out=scratch_block(scratch, "adjoint_product", g, n, c, dv))
-    torch.sum(product, -1, keepdim=True, out=gp[..., -1:])
-    gp[..., -1:].neg_().mul_(inv)
-    return gp
 
 
 def key_block(
@@ -146,24 +105,6 @@ def cpu_scratch(like: torch.Tensor) -> Scratch | None:
     return Scratch() if like.device.type == "cpu" else None
 
 
-def without_autocast(backward: Callable[..., tuple]) -> Callable[..., tuple]:
-    """Run a custom backward with autocast off. The forward runs in float32 with autocast off
-    (:class:`FavorAttention`); a backward called inside an autocast region (``loss.backward()``
-    under ``torch.autocast``) would otherwise rebuild the features in bf16 next to float32
-    sums."""
-
-    @functools.wraps(backward)
-    def wrapped(ctx: Any, g: torch.Tensor) -> tuple:
-        with torch.autocast(device_type=g.device.type, enabled=False):
-            return backward(ctx, g)
-
-    return wrapped
-
-
-def _rows(t: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
-    return None if t is None else t[:, sl]
-
-
 def forward_rows(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -197,9 +138,9 @@ def forward_rows(
     stab = RunningMax(k)
     row_term = p.key_row_term(k)
     for sl in blocks(lk, chunk):
-        mc = _rows(mask, sl)
+        mc = row_block(mask, sl)
         phi_k, _ = key_block(
-            k[:, sl], p, _rows(row_term, sl), mc, stab, state, offset=False, scratch=scratch
+            k[:, sl], p, row_block(row_term, sl), mc, stab, state, offset=False, scratch=scratch
         )
         va = values_with_ones(v[:, sl], mc, scratch_block(scratch, "va", v, *phi_k.shape[:2], dv1))
         state.baddbmm_(phi_k.transpose(1, 2), va)
@@ -273,13 +214,13 @@ def backward_rows(
     dv_state = dstate[..., :-1]
     value_term = dv_state.sum(1, keepdim=True).mul_(off_k)  # (N, 1, Dv)
     for sl in blocks(lk, chunk):
-        mc = _rows(mask, sl)
+        mc = row_block(mask, sl)
         if kept:
             phi_k = phi_k_all[:, sl]
-            vjp_k = key_vjp(phi_k, _rows(k, sl), mc, p, offset=False)
+            vjp_k = key_vjp(phi_k, row_block(k, sl), mc, p, offset=False)
         else:
             phi_k, vjp_k = key_features(
-                k[:, sl], p, _rows(row_term, sl), mc, stabilizer, offset=False, scratch=scratch
+                k[:, sl], p, row_block(row_term, sl), mc, stabilizer, offset=False, scratch=scratch
             )
         rows = phi_k.shape[1]
         if dv is not None:
@@ -357,21 +298,6 @@ class BidirectionalFavorFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-def _heads(t: torch.Tensor | None, i: int) -> torch.Tensor | None:
-    """Batch element ``i``'s rows ``(H, L, D)`` of a ``(B, L, H, D)`` tensor, a view."""
-    return None if t is None else t[i].transpose(0, 1)
-
-
-def _at(t: torch.Tensor | None, i: int) -> torch.Tensor | None:
-    return None if t is None else t[i]
-
-
-def _slab(p: FeatureParams, heads: int, i: int) -> FeatureParams:
-    """The feature parameters of batch element ``i`` (rows ``i·H .. i·H + H`` of ``N``)."""
-    rows = slice(i * heads, (i + 1) * heads)
-    return FeatureParams(spec=p.spec, wq=p.wq[rows], wk=p.wk[rows], k_sq_coef=p.k_sq_coef)
-
-
 class PackedBidirectionalFavorFunction(torch.autograd.Function):
     """Bidirectional FAVOR on a packed projection ``qkv`` ``(B, L, 3, H, D)`` (the layout of a
     fused q/k/v linear layer) -> ``(B, L, H, D)``, the layout the output projection reads.
@@ -409,8 +335,8 @@ class PackedBidirectionalFavorFunction(torch.autograd.Function):
         row_terms = []
         for i in range(b):
             ref[i], row_term = forward_rows(
-                _heads(q, i), _heads(k, i), _heads(v, i), _at(masks, i), _slab(p, heads, i),
-                chunk, _heads(out, i), den[i], state[i], _at(phi_q_all, i), _at(phi_k_all, i),
+                head_view(q, i), head_view(k, i), head_view(v, i), item(masks, i), batch_params(p, heads, i),
+                chunk, head_view(out, i), den[i], state[i], item(phi_q_all, i), item(phi_k_all, i),
                 scratch,
             )  # fmt: skip
             row_terms.append(row_term)
@@ -435,10 +361,10 @@ class PackedBidirectionalFavorFunction(torch.autograd.Function):
         scratch = cpu_scratch(v)
         for i in range(b):
             backward_rows(
-                _heads(g, i), _heads(q, i), _heads(k, i), _heads(v, i), _at(masks, i),
-                _slab(ctx.params, heads, i), ctx.chunk, state[i], ref[i], _at(row_term, i),
-                _heads(out, i), den[i], _at(phi_q_all, i), _at(phi_k_all, i),
-                _heads(dq, i), _heads(dk, i), _heads(dv, i), scratch,
+                head_view(g, i), head_view(q, i), head_view(k, i), head_view(v, i), item(masks, i),
+                batch_params(ctx.params, heads, i), ctx.chunk, state[i], ref[i], item(row_term, i),
+                head_view(out, i), den[i], item(phi_q_all, i), item(phi_k_all, i),
+                head_view(dq, i), head_view(dk, i), head_view(dv, i), scratch,
             )  # fmt: skip
         return dqkv, None, None, None, None
 

@@ -33,13 +33,13 @@ import torch
 import torch.nn.functional as F
 
 from ..feature_maps import FeatureParams, key_features, key_logits, query_features
-from .bidirectional import (
-    _at,
-    _heads,
-    _rows,
-    _slab,
+from .common import (
+    batch_params,
     blocks,
+    head_view,
+    item,
     output_adjoint,
+    row_block,
     split_output,
     values_with_ones,
     without_autocast,
@@ -154,7 +154,7 @@ def causal_forward_rows(
     raws, refs = [], []
     for sl in blocks(length, chunk):
         c = sl.stop - sl.start
-        mc, rt = _rows(mask, sl), _rows(row_term, sl)
+        mc, rt = row_block(mask, sl), row_block(row_term, sl)
         if softmax:
             logits = key_logits(k[:, sl], p, rt, mc)
             raw, ref = _subchunk_refs(logits, sub, prev_raw)
@@ -216,11 +216,11 @@ def causal_backward_rows(
 
     def block_inputs(b: int, sl: slice):
         c = sl.stop - sl.start
-        mc = _rows(mask, sl)
+        mc = row_block(mask, sl)
         stabilizer = None
         if softmax:
             stabilizer = refs(b)[1].repeat_interleave(sub, dim=1)[:, :c, None]
-        phi_k, vjp_k = key_features(k[:, sl], p, _rows(row_term, sl), mc, stabilizer)
+        phi_k, vjp_k = key_features(k[:, sl], p, row_block(row_term, sl), mc, stabilizer)
         phi_q, vjp_q = query_features(q[:, sl], p)
         va = _split(values_with_ones(v[:, sl], mc), sub)
         gp = _split(output_adjoint(g[:, sl], out[:, sl], den[:, sl]), sub)
@@ -361,8 +361,8 @@ class PackedCausalFavorFunction(torch.autograd.Function):
         raws, refs = [], []
         for i in range(b):
             raw, ref = causal_forward_rows(
-                _heads(q, i), _heads(k, i), _heads(v, i), _at(masks, i), _slab(p, heads, i),
-                chunk, sub, _heads(out, i), den[i],
+                head_view(q, i), head_view(k, i), head_view(v, i), item(masks, i), batch_params(p, heads, i),
+                chunk, sub, head_view(out, i), den[i],
             )  # fmt: skip
             raws.append(raw)
             refs.append(ref)
@@ -384,9 +384,9 @@ class PackedCausalFavorFunction(torch.autograd.Function):
         masks = None if mask is None else mask.reshape(b, heads, length)
         for i in range(b):
             causal_backward_rows(
-                _heads(g, i), _heads(q, i), _heads(k, i), _heads(v, i), _at(masks, i),
-                _slab(ctx.params, heads, i), ctx.chunk, ctx.sub, _heads(out, i), den[i],
-                _at(raw_all, i), _at(ref_all, i), _heads(dq, i), _heads(dk, i), _heads(dv, i),
+                head_view(g, i), head_view(q, i), head_view(k, i), head_view(v, i), item(masks, i),
+                batch_params(ctx.params, heads, i), ctx.chunk, ctx.sub, head_view(out, i), den[i],
+                item(raw_all, i), item(ref_all, i), head_view(dq, i), head_view(dk, i), head_view(dv, i),
             )  # fmt: skip
         return dqkv, None, None, None, None
 

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from .bidirectional import den_floor
+from ..base import gather_rows
+from .common import den_floor
 
 FeatureMap = Callable[[torch.Tensor], torch.Tensor]
 Kernel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -83,6 +84,39 @@ def _causal(q, k, va, phi_q, phi_k, kernel, chunk_size) -> torch.Tensor:
             update = torch.matmul(phi_k(kc).transpose(-1, -2), vc)
             state = update if state is None else state + update
     return torch.cat(parts, dim=-2)
+
+
+def feature_attention_at(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor,
+    phi_q: FeatureMap,
+    phi_k: FeatureMap,
+    kernel: Kernel,
+    causal: bool = False,
+    key_padding_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The rows ``positions`` ``(B, P)`` of :func:`feature_attention` ``(B, H, P, Dv)``, for
+    ``q`` ``(B, H, Lq, D)``: bidirectional, the chosen queries' features against the one key
+    summary; causal, the kernel explicit against the keys up to each query (O(P·Lk)), where the
+    forward's running summary would need every earlier row."""
+    chosen = gather_rows(q, positions)
+    if not causal:
+        return feature_attention(chosen, k, v, phi_q, phi_k, kernel, False, key_padding_mask)
+    out_dtype = q.dtype
+    work = work_dtype(q)
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        chosen, k, v = chosen.to(work), k.to(work), v.to(work)
+        va = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+        if key_padding_mask is not None:
+            padded = key_padding_mask.to(torch.bool)[:, None, :, None]
+            k, va = k.masked_fill(padded, 0.0), va.masked_fill(padded, 0.0)
+        a = kernel(chosen, k)  # (B, H, P, Lk)
+        cols = torch.arange(k.shape[-2], device=q.device)[None, None, None, :]
+        later = cols > positions.to(device=q.device, dtype=torch.long)[:, None, :, None]
+        out = _normalise(torch.matmul(a.masked_fill(later, 0.0), va))
+    return out.to(out_dtype)
 
 
 def feature_attention_rows(

@@ -41,11 +41,8 @@ import torch
 from protein_performer.errors import ConfigError
 
 from ..feature_maps import FeatureParams, KernelSpec
-from .bidirectional import (
-    PackedBidirectionalFavorFunction,
-    packed_bidirectional_linear_attention,
-    without_autocast,
-)
+from .bidirectional import PackedBidirectionalFavorFunction, packed_bidirectional_linear_attention
+from .common import without_autocast
 
 SOURCE = Path(__file__).with_name("csrc") / "favor_cpu.cpp"
 ENV = "PP_FUSED_KERNEL"
