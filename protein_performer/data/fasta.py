@@ -15,7 +15,6 @@ import itertools
 import logging
 import lzma
 import os
-import re
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from Bio.SeqIO.FastaIO import SimpleFastaParser
 
 from protein_performer.data.headers import HeaderInfo, parse_header
 from protein_performer.errors import DataError
-from protein_performer.utils.resources import missing_path_hint
+from protein_performer.utils.paths import STREAM_HINT, refuse_stream, require_file  # noqa: F401 (STREAM_HINT: its old place)
 
 log = logging.getLogger(__name__)
 
@@ -126,37 +125,8 @@ def check_distinct_inputs(groups: Mapping[str, Sequence[PathLike] | None]) -> No
 
 def check_readable_file(path: PathLike, what: str = "a FASTA file") -> None:
     """One-line :class:`DataError` unless ``path`` is a readable file (``what`` names the
-    file expected, for a directory given instead)."""
-    p = Path(path)
-    if not p.exists():
-        key, eq, rest = str(path).partition("=")
-        if eq and re.fullmatch(r"[\w.]+", key) and Path(rest).exists():
-            raise DataError(
-                f"no such file ({rest} exists: the data commands take plain paths, not key=value)",
-                path=path,
-            )
-        if str(path) == "-":
-            raise DataError(f"no such file ('-' for standard input is not read: {STREAM_HINT})")
-        raise DataError(f"no such file{missing_path_hint(path)}", path=path)
-    if p.is_dir():
-        raise DataError(f"is a directory, expected {what}", path=path)
-    refuse_stream(p)
-    if not os.access(p, os.R_OK):
-        raise DataError("permission denied", path=path)
-
-
-#: Why a pipe (``/dev/stdin``, ``<(zcat x.gz)``) is refused, and what to do instead.
-STREAM_HINT = (
-    "inputs are read more than once (to count, split and check them), so write it to a file "
-    "first (compressed .gz/.bz2/.xz files are read as they are)"
-)
-
-
-def refuse_stream(path: Path) -> None:
-    """One-line :class:`DataError` when ``path`` exists but is neither a file nor a folder (a
-    pipe, a device): checked before anything reads from it (a pipe's bytes would be gone)."""
-    if path.exists() and not path.is_file() and not path.is_dir():
-        raise DataError(f"a pipe or other stream, not a file: {STREAM_HINT}", path=path)
+    file expected, for a directory given instead): :func:`~protein_performer.utils.paths.require_file`."""
+    require_file(path, expected=what)
 
 
 class NucleotideError(DataError):

@@ -19,8 +19,8 @@ from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.sources import load_fasta_source
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context import Target, cluster_targets, fixed_targets
-from protein_performer.training.metrics import MLM_INPUT_KINDS, perplexity
-from protein_performer.training.preflight import _require_file
+from protein_performer.model.metrics import MLM_INPUT_KINDS, perplexity
+from protein_performer.utils.paths import require_file
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def _check_context_file(path: str) -> None:
             f"context={path} is a clusters folder: context=cluster clusters={path} scores each "
             "protein after its own cluster's members"
         )
-    _require_file(path, "context")
+    require_file(path, "context")
 
 
 def _scope_note(
@@ -247,7 +247,7 @@ def _context_targets(
                 path=clusters,
             )
         return targets
-    _require_file(cfg.context, "context")
+    require_file(cfg.context, "context")
     homologs = load_fasta_source(
         [cfg.context],
         policy=cfg.invalid,

@@ -34,6 +34,7 @@ from protein_performer.training.preflight import TENSORBOARD_MISSING, split_sett
 from protein_performer.training.progress_bar import StepProgressBar
 from protein_performer.training.resumable import ResumableLoader
 from protein_performer.training.run_dir import CHECKPOINT_DIR
+from protein_performer.utils.devices import bf16_native
 
 log = logging.getLogger(__name__)
 
@@ -97,24 +98,9 @@ def resolve_precision(accelerator: str, precision: str) -> str:
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     if not gpu:
         return "32-true"
-    if torch.cuda.is_available() and not _bf16_native():
+    if torch.cuda.is_available() and not bf16_native():
         return "16-mixed"
     return "bf16-mixed"
-
-
-def _eval_autocast(device: torch.device) -> Any:
-    """Evaluation's precision on ``device``: what ``precision=auto`` trains with there."""
-    if device.type != "cuda":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if _bf16_native() else torch.float16
-    return torch.autocast("cuda", dtype=dtype)
-
-
-def _bf16_native() -> bool:
-    try:
-        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-    except TypeError:  # torch without the argument
-        return bool(torch.cuda.is_bf16_supported())
 
 
 class TrainingDataModule(ProteinDataModule):

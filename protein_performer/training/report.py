@@ -14,8 +14,9 @@ from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.training.builders import max_time_seconds
 from protein_performer.training.graceful_stop import STOP_SIGNAL_NAMES, GracefulInterrupt
 from protein_performer.training.memory import MemoryEstimate
-from protein_performer.training.preflight import _num, shards_split
+from protein_performer.training.preflight import shards_split
 from protein_performer.training.progress_bar import format_duration
+from protein_performer.utils.numbers import number_text
 from protein_performer.utils.outputs import json_safe
 
 
@@ -77,19 +78,19 @@ class TrainResult:
                     else ""
                 )
                 + f"in {self.train_seconds:.0f} s{why}",
-                f"  val perplexity  {_num(self.val_perplexity, '.3f')}"
-                f"  (best {_num(self.best_val_perplexity, '.3f')}){at}"
+                f"  val perplexity  {number_text(self.val_perplexity, '.3f')}"
+                f"  (best {number_text(self.best_val_perplexity, '.3f')}){at}"
                 + (
-                    f"; next-token, unigram {_num(self.val_unigram_perplexity, '.3f')}"
+                    f"; next-token, unigram {number_text(self.val_unigram_perplexity, '.3f')}"
                     if self.val_unigram_perplexity is not None
                     else ""
                 ),
-                f"  val accuracy    {_num(self.val_accuracy, '.4f')}",
+                f"  val accuracy    {number_text(self.val_accuracy, '.4f')}",
                 *(
                     [
-                        f"  <mask> only     {_num(self.val_perplexity_mask, '.3f')}  (val perplexity"
+                        f"  <mask> only     {number_text(self.val_perplexity_mask, '.3f')}  (val perplexity"
                         + (
-                            f"; unigram {_num(self.val_unigram_perplexity_mask, '.3f')})"
+                            f"; unigram {number_text(self.val_unigram_perplexity_mask, '.3f')})"
                             if self.val_unigram_perplexity_mask is not None
                             else ")"
                         )
