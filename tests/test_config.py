@@ -755,3 +755,18 @@ def test_the_homologs_recipe_composes_and_pair_partners_is_checked():
     assert "does not work with data.pair_fill or align.weight" in _error(
         ["experiment=homologs", "data.clusters=c.tsv", "align.weight=1"]
     )
+
+
+def test_the_analysis_rooms_rules_are_checked_when_a_command_is_composed():
+    # score's method names and generate's sampling settings are analysis's own checks (config
+    # does not import analysis); the command line still runs them before any work
+    score = ["mutations=m.csv", "out=o.csv", "sequence=MKT"]
+    assert _error([*score, "method=[]"], "score").startswith("method: give at least one of")
+    assert _error([*score, "method=marginal"], "score") == (
+        "method='marginal' is not valid; choose one of: masked-marginal, wt-marginal, "
+        "pseudo-ll, log-likelihood"
+    )
+    compose_job("score", [*score, "method=[masked_marginal,ll]"])  # aliases are fine
+    gen = ["checkpoint=c.ckpt", "out=g.fasta"]
+    assert _error([*gen, "temperature=0"], "generate").startswith("temperature must be")
+    assert _error([*gen, "min_length=9", "max_length=10"], "generate").startswith("min_length")

@@ -40,7 +40,8 @@ from protein_performer.data.cluster import (
 from protein_performer.data.context import CONTEXT_ORDERS, FILL_PLACES
 from protein_performer.data.datasets import PAIR_MASKS
 from protein_performer.errors import ConfigError
-from protein_performer.model.config import ATTENTION_KINDS, _choice
+from protein_performer.model.config import ATTENTION_KINDS
+from protein_performer.utils.checks import check_choice
 
 
 def _validate_score_config(cfg: ScoreConfig) -> None:
@@ -55,44 +56,28 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         raise ConfigError("context= is empty: give a FASTA of the wild type's homologs")
     if cfg.context_max_homologs is not None:
         _positive("context_max_homologs", cfg.context_max_homologs)
-    from protein_performer.analysis.mutations import METHODS, method_name
-
-    if cfg.method is not None:
-        methods = [cfg.method] if isinstance(cfg.method, str) else list(cfg.method)
-        if not methods:
-            raise ConfigError(f"method: give at least one of {', '.join(METHODS)}")
-        for m in methods:
-            _choice("method", method_name(m), METHODS)
     _positive("toks_per_batch", cfg.toks_per_batch)
     _check_device(cfg.device)
     if cfg.attention is not None:
-        _choice("attention", cfg.attention, ATTENTION_KINDS)
+        check_choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:
         _positive("nb_features", cfg.nb_features)
 
 
 def validate_analysis_config(cfg: Any) -> None:
+    """Value checks of an analysis command's config (``score``, ``generate``, ``extract``,
+    ``aa-similarity``, ``plot-heads``). The rules the analysis room owns (score's method names,
+    generate's sampling settings) are its own checks, which the command line runs after
+    these (:func:`protein_performer.cli.compose.check_analysis_rules`)."""
     if hasattr(cfg, "seed"):
         cfg.seed = check_seed("seed", cfg.seed)
     if isinstance(cfg, ScoreConfig):
         _validate_score_config(cfg)
         return
     if isinstance(cfg, GenerateConfig):
-        from protein_performer.analysis.generation import check_sampling
-
         for key in ("checkpoint", "out"):
             if getattr(cfg, key) in (None, "", "???"):
                 raise ConfigError(f"{key}=PATH is required")
-        check_sampling(
-            cfg.temperature,
-            cfg.top_k,
-            cfg.top_p,
-            cfg.n,
-            # unset: checked against the model's once it is loaded
-            max(3, cfg.min_length + 2) if cfg.max_length is None else cfg.max_length,
-            cfg.batch_size,
-            cfg.min_length,
-        )
         _check_device(cfg.device)
         return
     for key in ("checkpoint", "out"):
@@ -100,10 +85,10 @@ def validate_analysis_config(cfg: Any) -> None:
             raise ConfigError(f"{key}=PATH is required")
     if not fasta_unset(cfg.fasta) or getattr(cfg, "split", None) is None:
         eval_fasta_paths(cfg)  # type: ignore[arg-type]
-    _choice("invalid", cfg.invalid, INVALID_POLICIES)
+    check_choice("invalid", cfg.invalid, INVALID_POLICIES)
     _check_device(cfg.device)
     if cfg.attention is not None:
-        _choice("attention", cfg.attention, ATTENTION_KINDS)
+        check_choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:
         _positive("nb_features", cfg.nb_features)
     if isinstance(cfg, ExtractConfig):
@@ -115,7 +100,7 @@ def validate_analysis_config(cfg: Any) -> None:
             raise ConfigError("records= is empty: name at least one record, or leave it unset")
     if isinstance(cfg, SimilarityConfig):
         if cfg.split is not None:
-            _choice("split", cfg.split, ("train", "val", "test"))
+            check_choice("split", cfg.split, ("train", "val", "test"))
         if cfg.n_proteins is not None:
             _positive("n_proteins", cfg.n_proteins)
         _positive("max_residues", cfg.max_residues)
@@ -208,7 +193,7 @@ def validate_train_config(cfg: TrainConfig) -> None:
     """Value checks beyond the types; raises a one-line :class:`ConfigError` naming the key."""
     cfg.model.validate("model")
     cfg.seed = check_seed("seed", cfg.seed)
-    _choice("objective", cfg.objective, OBJECTIVES)
+    check_choice("objective", cfg.objective, OBJECTIVES)
     _check_packing(cfg)
     _check_align(cfg)
     _check_data(cfg)
@@ -220,11 +205,11 @@ def validate_train_config(cfg: TrainConfig) -> None:
 def _check_packing(cfg: TrainConfig) -> None:
     """``data``: how proteins are read, sampled and packed (the pairs settings too)."""
     d = cfg.data
-    _choice("data.mode", d.mode, DATA_MODES)
-    _choice("data.invalid", d.invalid, INVALID_POLICIES)
-    _choice("data.split_by", d.split_by, SPLIT_BY)
-    _choice("data.sample", d.sample, SAMPLING)
-    _choice("data.packing", d.packing, PACKINGS)
+    check_choice("data.mode", d.mode, DATA_MODES)
+    check_choice("data.invalid", d.invalid, INVALID_POLICIES)
+    check_choice("data.split_by", d.split_by, SPLIT_BY)
+    check_choice("data.sample", d.sample, SAMPLING)
+    check_choice("data.packing", d.packing, PACKINGS)
     need_mode = PACKING_MODE.get(d.packing)
     if need_mode is not None and d.mode != need_mode:
         raise ConfigError(f"data.packing={d.packing} needs data.mode={need_mode}")
@@ -238,7 +223,7 @@ def _check_packing(cfg: TrainConfig) -> None:
         value = getattr(d, key)
         if isinstance(value, bool) or not 0.0 <= value <= 1.0:
             raise ConfigError(f"data.{key} must be a number in [0, 1] (got {value!r})")
-    _choice("data.pair_mask", d.pair_mask, PAIR_MASKS)
+    check_choice("data.pair_mask", d.pair_mask, PAIR_MASKS)
     _positive("data.pair_partners", d.pair_partners)
     if d.packing != "pairs" and (
         d.pair_copy or d.pair_alone or d.pair_mask != "all" or d.pair_fill or d.pair_partners != 1
@@ -314,8 +299,8 @@ def _check_data(cfg: TrainConfig) -> None:
 def _check_optim(cfg: TrainConfig) -> None:
     """``optim``, and ``init_from`` / ``ckpt_path`` (one way to start from weights)."""
     o = cfg.optim
-    _choice("optim.name", o.name, OPTIMIZERS)
-    _choice("optim.schedule", o.schedule, SCHEDULES)
+    check_choice("optim.name", o.name, OPTIMIZERS)
+    check_choice("optim.schedule", o.schedule, SCHEDULES)
     _positive("optim.lr", o.lr)
     _positive("optim.eps", o.eps)
     _positive("optim.weight_decay", o.weight_decay, allow_zero=True)
@@ -334,9 +319,9 @@ def _check_optim(cfg: TrainConfig) -> None:
 def _check_trainer(cfg: TrainConfig) -> None:
     """``trainer``: accelerator, precision, strategy, steps, devices, checkpoints."""
     t = cfg.trainer
-    _choice("trainer.accelerator", t.accelerator, ACCELERATORS)
+    check_choice("trainer.accelerator", t.accelerator, ACCELERATORS)
     t.precision = PRECISION_ALIASES.get(str(t.precision), t.precision)
-    _choice("trainer.precision", t.precision, PRECISIONS)
+    check_choice("trainer.precision", t.precision, PRECISIONS)
     # (FAVOR's projections and statistics keep their precision under a bf16 cast)
     if t.precision == "bf16-true" and cfg.model.position == "rotary":
         raise ConfigError(
@@ -351,7 +336,7 @@ def _check_trainer(cfg: TrainConfig) -> None:
             "trainer.strategy=ddp (on GPUs: trainer=ddp; on the CPU: trainer.strategy=ddp "
             "trainer.accelerator=cpu trainer.devices=N)"
         )
-    _choice("trainer.strategy", t.strategy, STRATEGIES)
+    check_choice("trainer.strategy", t.strategy, STRATEGIES)
     if t.strategy == "fsdp":
         if cfg.analysis.similarity_every_n_steps is not None:
             raise ConfigError(
@@ -433,19 +418,19 @@ def validate_eval_config(cfg: EvalConfig) -> None:
         raise ConfigError("checkpoint=PATH is required (evaluate checkpoint=... fasta=...)")
     cfg.seed = check_seed("seed", cfg.seed)
     if cfg.split is not None:
-        _choice("split", cfg.split, ("train", "val", "test"))
+        check_choice("split", cfg.split, ("train", "val", "test"))
     if not fasta_unset(cfg.fasta) or cfg.split is None:
         eval_fasta_paths(cfg)
     if cfg.split_by is not None:
-        _choice("split_by", cfg.split_by, SPLIT_BY)
+        check_choice("split_by", cfg.split_by, SPLIT_BY)
     if cfg.attention is not None:
-        _choice("attention", cfg.attention, ATTENTION_KINDS)
+        check_choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:
         _positive("nb_features", cfg.nb_features)
     if cfg.mode is not None:
-        _choice("mode", cfg.mode, DATA_MODES)
-    _choice("invalid", cfg.invalid, INVALID_POLICIES)
-    _choice("crop", cfg.crop, ("random", "sliding"))
+        check_choice("mode", cfg.mode, DATA_MODES)
+    check_choice("invalid", cfg.invalid, INVALID_POLICIES)
+    check_choice("crop", cfg.crop, ("random", "sliding"))
     _check_device(cfg.device)
     _positive("toks_per_batch", cfg.toks_per_batch)
     if cfg.context is not None and (not isinstance(cfg.context, str) or not cfg.context):
@@ -468,8 +453,8 @@ def validate_eval_config(cfg: EvalConfig) -> None:
         raise ConfigError(
             "context_fill=true needs context=cluster (fill comes from other clusters)"
         )
-    _choice("context_fill_place", cfg.context_fill_place, FILL_PLACES)
-    _choice("context_order", cfg.context_order, CONTEXT_ORDERS)
+    check_choice("context_fill_place", cfg.context_fill_place, FILL_PLACES)
+    check_choice("context_order", cfg.context_order, CONTEXT_ORDERS)
     if cfg.context_fill_place != "random" and not cfg.context_fill:
         raise ConfigError("context_fill_place needs context_fill=true")
     if not isinstance(cfg.context_min_members, int) or cfg.context_min_members < 2:
