@@ -184,11 +184,6 @@ ALLOWED_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("training.lm_module", "attention"): "until attention's interface lands",
     ("training.lm_module", "attention.favor"): "until attention's interface lands",
     ("training.memory", "attention.taylor"): "until attention's interface lands",
-    # data's option lists, until they move to data/config.py
-    ("config.validate", "data.cluster"): "temporary",
-    ("config.validate", "data.context"): "temporary",
-    ("config.validate", "data.datasets"): "temporary",
-    ("config.validate", "data.fasta"): "temporary",
     # the old import path of protein_performer.evaluate, kept for one release
     ("training", "evaluation.evaluate"): "deprecated re-export, remove next release",
 }

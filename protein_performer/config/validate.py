@@ -13,13 +13,9 @@ from typing import Any
 
 from protein_performer.config.schema import (
     ACCELERATORS,
-    DATA_MODES,
-    INVALID_POLICIES,
-    OBJECTIVES,
     OPTIMIZERS,
     PRECISION_ALIASES,
     PRECISIONS,
-    SAMPLING,
     SCHEDULES,
     STRATEGIES,
     EvalConfig,
@@ -30,18 +26,18 @@ from protein_performer.config.schema import (
     SimilarityConfig,
     TrainConfig,
 )
-from protein_performer.data.cluster import (
-    CLUSTER_PACKINGS,
-    PACKING_MODE,
-    PACKINGS,
+from protein_performer.data.config import (
+    CONTEXT_ORDERS,
+    FILL_PLACES,
+    INVALID_POLICIES,
+    MODES,
+    OBJECTIVES,
     SPLIT_BY,
-    cluster_uses,
 )
-from protein_performer.data.context import CONTEXT_ORDERS, FILL_PLACES
-from protein_performer.data.datasets import PAIR_MASKS
 from protein_performer.errors import ConfigError
 from protein_performer.model.config import ATTENTION_KINDS
 from protein_performer.utils.checks import check_choice
+from protein_performer.utils.paths import check_distinct_inputs
 
 
 def _validate_score_config(cfg: ScoreConfig) -> None:
@@ -194,54 +190,12 @@ def validate_train_config(cfg: TrainConfig) -> None:
     cfg.model.validate("model")
     cfg.seed = check_seed("seed", cfg.seed)
     check_choice("objective", cfg.objective, OBJECTIVES)
-    _check_packing(cfg)
-    _check_align(cfg)
+    _check_align(cfg)  # first: its own words for the pairs settings it needs
+    cfg.data.validate("data.", objective=cfg.objective, pair_align=cfg.align.weight > 0)
     _check_data(cfg)
     _check_optim(cfg)
     _check_trainer(cfg)
     _check_analysis(cfg)
-
-
-def _check_packing(cfg: TrainConfig) -> None:
-    """``data``: how proteins are read, sampled and packed (the pairs settings too)."""
-    d = cfg.data
-    check_choice("data.mode", d.mode, DATA_MODES)
-    check_choice("data.invalid", d.invalid, INVALID_POLICIES)
-    check_choice("data.split_by", d.split_by, SPLIT_BY)
-    check_choice("data.sample", d.sample, SAMPLING)
-    check_choice("data.packing", d.packing, PACKINGS)
-    need_mode = PACKING_MODE.get(d.packing)
-    if need_mode is not None and d.mode != need_mode:
-        raise ConfigError(f"data.packing={d.packing} needs data.mode={need_mode}")
-    _positive("data.min_members", d.min_members)
-    _positive("data.family_spread", d.family_spread)
-    if d.family_spread > 1 and d.packing != "family":
-        raise ConfigError("data.family_spread > 1 needs data.packing=family")
-    if d.min_members > 1 and d.packing not in CLUSTER_PACKINGS:
-        raise ConfigError("data.min_members > 1 needs data.packing=family or pairs")
-    for key in ("pair_copy", "pair_alone"):
-        value = getattr(d, key)
-        if isinstance(value, bool) or not 0.0 <= value <= 1.0:
-            raise ConfigError(f"data.{key} must be a number in [0, 1] (got {value!r})")
-    check_choice("data.pair_mask", d.pair_mask, PAIR_MASKS)
-    _positive("data.pair_partners", d.pair_partners)
-    if d.packing != "pairs" and (
-        d.pair_copy or d.pair_alone or d.pair_mask != "all" or d.pair_fill or d.pair_partners != 1
-    ):
-        raise ConfigError(
-            "data.pair_copy, data.pair_alone, data.pair_mask, data.pair_fill and "
-            "data.pair_partners need data.packing=pairs"
-        )
-    if d.pair_partners > 1 and (d.pair_fill or cfg.align.weight > 0):
-        raise ConfigError(
-            "data.pair_partners > 1 does not work with data.pair_fill or align.weight > 0 "
-            "(rows of two proteins)"
-        )
-    if d.packing == "pairs" and d.sample != "record":
-        raise ConfigError(
-            "data.packing=pairs draws its own partners: it needs data.sample=record "
-            f"(got data.sample={d.sample})"
-        )
 
 
 def _check_align(cfg: TrainConfig) -> None:
@@ -272,24 +226,16 @@ def _check_align(cfg: TrainConfig) -> None:
 
 
 def _check_data(cfg: TrainConfig) -> None:
-    """``data``: the clusters table and files it needs, window and batch sizes, masking."""
+    """``data`` as training uses it (data's own rules: :meth:`DataConfig.validate`): training
+    files, and a window the model's positions cover."""
     d = cfg.data
-    if d.pair_mask == "protein" and cfg.objective != "mlm":
-        raise ConfigError(
-            "data.pair_mask=protein needs objective=mlm (it selects masked positions)"
-        )
-    needs = cluster_uses(d.split_by, d.sample, d.packing, prefix="data.")
-    if needs and not d.clusters:
-        raise ConfigError(f"{needs[0]} needs data.clusters=DIR (the output of `data cluster`)")
     if not d.files and not d.shards:
         raise ConfigError("data.files or data.shards must be set (no training data given)")
-    _positive("data.max_length", d.max_length)
-    _positive("data.toks_per_batch", d.toks_per_batch)
-    if d.batch_size is not None:
-        _positive("data.batch_size", d.batch_size)
-    if not 0.0 < d.mask_prob < 1.0:
-        raise ConfigError(f"data.mask_prob must be in (0, 1) (got {d.mask_prob!r})")
-    if d.max_length > cfg.model.max_len and cfg.model.position == "learned":
+    if (
+        d.max_length is not None
+        and d.max_length > cfg.model.max_len
+        and cfg.model.position == "learned"
+    ):
         raise ConfigError(
             f"data.max_length={d.max_length} exceeds model.max_len={cfg.model.max_len} "
             "(learned positions); raise model.max_len or use model.position=rotary"
@@ -407,8 +353,6 @@ def eval_fasta_paths(cfg: EvalConfig) -> list[str]:
     paths = [value] if isinstance(value, str) else list(value or [])
     if not paths or not all(isinstance(p, str) and p not in ("", "???") for p in paths):
         raise ConfigError("fasta=PATH (or fasta=[A,B]) is required")
-    from protein_performer.data.fasta import check_distinct_inputs
-
     check_distinct_inputs({"fasta": paths})  # a file listed twice would count twice
     return paths
 
@@ -428,7 +372,7 @@ def validate_eval_config(cfg: EvalConfig) -> None:
     if cfg.nb_features is not None:
         _positive("nb_features", cfg.nb_features)
     if cfg.mode is not None:
-        check_choice("mode", cfg.mode, DATA_MODES)
+        check_choice("mode", cfg.mode, MODES)
     check_choice("invalid", cfg.invalid, INVALID_POLICIES)
     check_choice("crop", cfg.crop, ("random", "sliding"))
     _check_device(cfg.device)

@@ -16,7 +16,7 @@ import logging
 import lzma
 import os
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -26,7 +26,12 @@ from Bio.SeqIO.FastaIO import SimpleFastaParser
 
 from protein_performer.data.headers import HeaderInfo, parse_header
 from protein_performer.errors import DataError
-from protein_performer.utils.paths import STREAM_HINT, refuse_stream, require_file  # noqa: F401 (STREAM_HINT: its old place)
+from protein_performer.utils.paths import (  # noqa: F401 (the first two: their old place)
+    STREAM_HINT,
+    check_distinct_inputs,
+    refuse_stream,
+    require_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,25 +107,6 @@ def detect_compression(path: PathLike) -> str:
         if head.startswith(magic):
             return name
     return "plain"
-
-
-def check_distinct_inputs(groups: Mapping[str, Sequence[PathLike] | None]) -> None:
-    """One-line :class:`ConfigError` when a file is listed twice, within or across the named
-    groups (``{"data.files": [...], "data.val_files": [...]}``): its proteins would count twice
-    or leak between splits. Paths are compared after resolving links and ``..``."""
-    from protein_performer.errors import ConfigError
-
-    seen: dict[Path, str] = {}
-    for key, paths in groups.items():
-        for p in paths or []:
-            try:
-                real = Path(p).resolve()
-            except (OSError, RuntimeError):  # a loop of links: the existence check says so
-                real = Path(os.path.abspath(p))
-            if real in seen:
-                where = "" if seen[real] == key and len(groups) == 1 else f" in {seen[real]}"
-                raise ConfigError(f"{key}: {p} is already listed{where}")
-            seen[real] = key
 
 
 def check_readable_file(path: PathLike, what: str = "a FASTA file") -> None:

@@ -18,6 +18,7 @@ from protein_performer.config.schema import EvalConfig
 from protein_performer.config.validate import eval_fasta_paths, fasta_unset, validate_eval_config
 from protein_performer.data.alphabet import EXTRA_RESIDUES, Alphabet
 from protein_performer.data.cluster import check_run_clustering, read_members, table_digest
+from protein_performer.data.config import DataConfig
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context import (
@@ -388,15 +389,14 @@ def _split_data(
     files = {"files": fasta} if cfg.split else {"test_files": fasta}
     packing, packing_note, family_table = _eval_packing(cfg, stored, mode)
     run_cap = stored.get("max_records") if cfg.split else None
-    dm = ProteinDataModule(
+    data = DataConfig(
         **files,
-        split_fractions=tuple(split_info["fractions"]),
+        split_fractions=list(split_info["fractions"]),
         split_seed=split_info["seed"],
         clusters=split_info["clusters"] or family_table,
         split_by=split_info["by"],
         packing=packing,
         family_spread=int(stored.get("family_spread") or 1) if packing == "family" else 1,
-        objective=meta["objective"],
         mode=mode,
         max_length=max_length,
         toks_per_batch=cfg.toks_per_batch,
@@ -405,12 +405,16 @@ def _split_data(
         invalid=cfg.invalid,
         strip_gaps=cfg.strip_gaps,
         allow_nucleotide=cfg.allow_nucleotide,
-        crop=cfg.crop,
         # the run's own split: of the records it read (data.max_records caps before the split)
         max_records=min(x for x in (run_cap, cfg.max_records) if x)
         if split == "train" and (run_cap or cfg.max_records)
         else run_cap,
         val_max_records=cfg.max_records,
+    )
+    dm = ProteinDataModule(
+        data,
+        objective=meta["objective"],
+        crop=cfg.crop,
         alphabet=alphabet,
         # the run's own split by record of its own files: copies of training records said
         find_copies=cfg.split in ("val", "test")

@@ -110,41 +110,12 @@ class TrainingDataModule(ProteinDataModule):
         return ResumableLoader(super().train_dataloader(), getattr(self, "trainer", None))
 
 
-def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = TrainingDataModule):
-    d = cfg.data
-    return cls(
-        files=d.files,
-        val_files=d.val_files,
-        test_files=d.test_files,
-        shards=d.shards,
-        split_fractions=tuple(d.split_fractions),
-        split_seed=d.split_seed,
-        clusters=d.clusters,
-        split_by=d.split_by,
-        sample=d.sample,
-        packing=d.packing,
-        min_members=d.min_members,
-        family_spread=d.family_spread,
-        pair_copy=d.pair_copy,
-        pair_alone=d.pair_alone,
-        pair_align=cfg.align.weight > 0,
-        pair_mask=d.pair_mask,
-        pair_fill=d.pair_fill,
-        pair_partners=d.pair_partners,
-        objective=cfg.objective,
-        mode=d.mode,
-        max_length=d.max_length,
-        toks_per_batch=d.toks_per_batch,
-        batch_size=d.batch_size,
-        mask_prob=d.mask_prob,
-        seed=d.seed,
-        num_workers=d.num_workers,
-        invalid=d.invalid,
-        strip_gaps=d.strip_gaps,
-        allow_nucleotide=d.allow_nucleotide,
-        max_records=d.max_records,
-        val_max_records=d.val_max_records,
-    )
+def build_datamodule(
+    cfg: TrainConfig, *, cls: type[ProteinDataModule] = TrainingDataModule
+) -> ProteinDataModule:
+    """The run's data: its ``data`` section, the objective, and alignment targets in the
+    batches when ``align.weight > 0``."""
+    return cls(cfg.data, objective=cfg.objective, pair_align=cfg.align.weight > 0)
 
 
 def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:

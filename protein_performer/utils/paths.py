@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from protein_performer.errors import ConfigError, DataError
@@ -54,3 +55,20 @@ def require_file(
         raise DataError(f"{prefix}a pipe or other stream, not a file: {STREAM_HINT}", path=path)
     if not os.access(p, os.R_OK):
         raise DataError(f"{prefix}permission denied", path=path)
+
+
+def check_distinct_inputs(groups: Mapping[str, Sequence[str | os.PathLike] | None]) -> None:
+    """One-line :class:`ConfigError` when a file is listed twice, within or across the named
+    groups (``{"data.files": [...], "data.val_files": [...]}``): its proteins would count twice
+    or leak between splits. Paths are compared after resolving links and ``..``."""
+    seen: dict[Path, str] = {}
+    for key, paths in groups.items():
+        for p in paths or []:
+            try:
+                real = Path(p).resolve()
+            except (OSError, RuntimeError):  # a loop of links: the existence check says so
+                real = Path(os.path.abspath(p))
+            if real in seen:
+                where = "" if seen[real] == key and len(groups) == 1 else f" in {seen[real]}"
+                raise ConfigError(f"{key}: {p} is already listed{where}")
+            seen[real] = key
