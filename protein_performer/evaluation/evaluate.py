@@ -30,15 +30,15 @@ from protein_performer.evaluation.context import (
     sample_targets,
 )
 from protein_performer.evaluation.scope import (
-    _check_context_file,
-    _context_targets,
-    _cropping,
-    _eval_packing,
-    _same_files,
-    _scope_note,
-    _training_copies,
-    _unigram_summary,
-    _warn_repeated_ids,
+    check_context_file,
+    context_targets,
+    cropping_summary,
+    eval_packing,
+    same_files,
+    scope_note,
+    training_copies,
+    unigram_summary,
+    warn_repeated_ids,
 )
 from protein_performer.model.checkpoints import load_model, run_files
 from protein_performer.model.metrics import (
@@ -347,7 +347,7 @@ def _check_inputs(cfg: EvalConfig) -> tuple[EvalConfig, list[str], Path | None]:
     for path in fasta:
         require_file(path, "fasta")
     if cfg.context and cfg.context != "cluster":
-        _check_context_file(cfg.context)
+        check_context_file(cfg.context)
     output = None
     if cfg.output:
         output = check_output_file(
@@ -387,7 +387,7 @@ def _split_data(
     mode, max_length, mask_prob = windows
     split = cfg.split or "test"
     files = {"files": fasta} if cfg.split else {"test_files": fasta}
-    packing, packing_note, family_table = _eval_packing(cfg, stored, mode)
+    packing, packing_note, family_table = eval_packing(cfg, stored, mode)
     run_cap = stored.get("max_records") if cfg.split else None
     data = DataConfig(
         **files,
@@ -420,7 +420,7 @@ def _split_data(
         find_copies=cfg.split in ("val", "test")
         and split_info["by"] == stored.get("split_by") == "record"
         and not split_info["caveats"]  # (another seed: most of it was trained on anyway)
-        and _same_files(fasta, stored.get("files")),
+        and same_files(fasta, stored.get("files")),
     )
     stage = {"train": "fit", "val": "validate", "test": "test"}[split]
     try:
@@ -436,7 +436,7 @@ def _split_records(
     """The records of the part scored and what ``invalid=`` did to them; an empty part is an
     error that says why."""
     source = dm.datasets[split].source if split in dm.datasets else None
-    _warn_repeated_ids(source, cfg)
+    warn_repeated_ids(source, cfg)
     counts = getattr(source, "encode_counts", None)
     changes = counts.changes() if counts is not None else None
     if source is None or len(dm.datasets[split]) == 0:
@@ -473,7 +473,7 @@ def _context_inputs(
     # whole proteins (crop=sliding cut the dataset's copy into windows)
     whole = dm._load_source(split) if split in dm.windows else source
     order = record_order(whole, cfg.context_order)
-    targets = _context_targets(cfg, whole, stored, alphabet, order)
+    targets = context_targets(cfg, whole, stored, alphabet, order)
     targets = sample_targets(targets, cfg.context_max_proteins, cfg.seed)
     fill = None
     if cfg.context_fill:
@@ -656,7 +656,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         all_records = len(whole)
         dm.keep_records(split, [t.record for t in targets], whole)
     caveats = split_info["caveats"]
-    copies = _training_copies(dm, split)
+    copies = training_copies(dm, split)
     if copies:
         caveats.append(copies)
     loader = {
@@ -678,13 +678,13 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         uni_sums, counts_from = causal_unigram_sums(
             scores["target_hist"].cpu(), unigram_counts, alphabet, counts_from
         )
-    unigram = _unigram_summary(uni_sums, scores["uni_kinds"], counts_from)
+    unigram = unigram_summary(uni_sums, scores["uni_kinds"], counts_from)
     # the context part
     context = None
     if targets is not None:
         context = _score_context(cfg, model, alphabet, targets, fill, windows, device, uni_logp)
     # the result
-    cropping = _cropping(dm, split, mode, max_length)
+    cropping = cropping_summary(dm, split, mode, max_length)
     if count == 0:
         raise DataError("nothing to predict (no residues)", path=cfg.fasta)
     run_cap = stored.get("max_records") if cfg.split else None
@@ -711,7 +711,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         windows=cropping["windows"],
         packing=packing_note,
         scope="; ".join(
-            n for n in (_scope_note(cfg, stored, fasta, run_cap, meta["objective"]), *caveats) if n
+            n for n in (scope_note(cfg, stored, fasta, run_cap, meta["objective"]), *caveats) if n
         )
         or None,
         context=context,
