@@ -127,7 +127,7 @@ def test_every_group_option_and_experiment_composes():
     from protein_performer.training.builders import build_datamodule
 
     assert build_datamodule(spread).family_spread == 4  # the setting reaches the data
-    with pytest.raises(ConfigError, match=r"data\.min_members must be a positive number"):
+    with pytest.raises(ConfigError, match=r"data\.min_members must be an integer >= 1"):
         validate_train_config(compose_job("train", [*fam, "data.min_members=0"]).config)
     pairs = compose_job("train", ["experiment=homolog_pairs", "data.clusters=c"]).config
     assert (pairs.data.packing, pairs.data.mode, pairs.data.split_by) == (
