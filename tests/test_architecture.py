@@ -211,6 +211,11 @@ def wrong_imports(graph: dict[str, set[str]]) -> set[str]:
     }
 
 
+def test_the_config_schema_composes_the_rooms_configs_only() -> None:
+    deps = import_graph()["protein_performer.config.schema"]
+    assert deps <= {"protein_performer.data.config", "protein_performer.model.config"}
+
+
 def test_every_room_has_its_rule() -> None:
     assert set(room_graph(import_graph())) == set(MAY_IMPORT)
 
