@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     from protein_performer.data.alphabet import Alphabet
     from protein_performer.evaluation.context import context_perplexity
     from protein_performer.model.checkpoints import load_model
-    from protein_performer.training.metrics import unigram_log_probs
+    from protein_performer.model.metrics import unigram_log_probs
 
     torch.set_num_threads(args.threads)
     runs: list[dict[str, Any]] = []

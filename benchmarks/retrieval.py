@@ -254,8 +254,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     from protein_performer.data.alphabet import default_alphabet
     from protein_performer.model.checkpoints import load_weights
     from protein_performer.model.config import ModelConfig
+    from protein_performer.model.metrics import alignment_nll
     from protein_performer.model.performer import ProteinLM
-    from protein_performer.training.metrics import alignment_nll
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -1,4 +1,7 @@
-"""protein-performer: Performer (FAVOR+) protein language models and attention analysis."""
+"""protein-performer: Performer (FAVOR+) protein language models and attention analysis.
+
+``load`` (a shipped or trained model), ``train`` and ``evaluate`` (the library functions of the
+commands of those names) are imported on first use."""
 
 from __future__ import annotations
 
@@ -6,16 +9,27 @@ from typing import TYPE_CHECKING, Any
 
 from protein_performer.version import __version__
 
-__all__ = ["__version__", "load"]
+__all__ = ["__version__", "evaluate", "load", "train"]
 
 if TYPE_CHECKING:
+    from protein_performer.evaluation.evaluate import evaluate
     from protein_performer.pretrained import load
+    from protein_performer.training.run import train
 
 
 def __getattr__(name: str) -> Any:
-    """``load`` on first use: ``import protein_performer`` stays cheap (no torch)."""
+    """``load``, ``train`` and ``evaluate`` on first use: ``import protein_performer`` stays
+    cheap (no torch)."""
     if name == "load":
         from protein_performer.pretrained import load
 
         return load
+    if name == "train":
+        from protein_performer.training.run import train
+
+        return train
+    if name == "evaluate":
+        from protein_performer.evaluation.evaluate import evaluate
+
+        return evaluate
     raise AttributeError(f"module 'protein_performer' has no attribute {name!r}")

@@ -127,7 +127,7 @@ def test_every_group_option_and_experiment_composes():
     from protein_performer.training.builders import build_datamodule
 
     assert build_datamodule(spread).family_spread == 4  # the setting reaches the data
-    with pytest.raises(ConfigError, match=r"data\.min_members must be a positive number"):
+    with pytest.raises(ConfigError, match=r"data\.min_members must be an integer >= 1"):
         validate_train_config(compose_job("train", [*fam, "data.min_members=0"]).config)
     pairs = compose_job("train", ["experiment=homolog_pairs", "data.clusters=c"]).config
     assert (pairs.data.packing, pairs.data.mode, pairs.data.split_by) == (
@@ -147,11 +147,7 @@ def test_every_group_option_and_experiment_composes():
         validate_train_config(
             compose_job("train", ["data.packing=pairs", "data.mode=concat"]).config
         )
-    with pytest.raises(
-        ConfigError,
-        match=r"data\.pair_copy, data\.pair_alone, data\.pair_mask, data\.pair_fill and "
-        r"data\.pair_partners need",
-    ):
+    with pytest.raises(ConfigError, match=r"data\.pair_mask needs data\.packing=pairs"):
         validate_train_config(compose_job("train", ["data.pair_mask=protein"]).config)
     with pytest.raises(ConfigError, match=r"data\.packing=pairs needs data\.clusters"):
         validate_train_config(compose_job("train", ["data.packing=pairs"]).config)
@@ -398,7 +394,7 @@ def test_scalable_softmax_and_pair_fill_compose_from_the_command_line():
     assert "applies to exact global heads" in _error(
         ["model=performer_relu", "model.scalable_softmax=512"]
     )
-    assert "need data.packing=pairs" in _error(["data.pair_fill=true"])
+    assert "data.pair_fill needs data.packing=pairs" in _error(["data.pair_fill=true"])
     assert "does not work with data.pair_fill" in _error(
         ["experiment=homolog_pairs", "data.clusters=c.tsv", "data.pair_fill=true", "align.weight=1"]
     )
@@ -748,10 +744,25 @@ def test_the_homologs_recipe_composes_and_pair_partners_is_checked():
     d = job.config.data
     assert d.packing == "pairs" and d.pair_partners == 8 and d.max_length == 1024
     assert job.config.model.exact_layers == [-1] and job.config.model.qkv_conv == 9
-    assert "data.pair_partners need data.packing=pairs" in _error(["data.pair_partners=3"])
+    assert "data.pair_partners needs data.packing=pairs" in _error(["data.pair_partners=3"])
     assert "data.pair_partners must be" in _error(
         ["experiment=homologs", "data.clusters=c.tsv", "data.pair_partners=0"]
     )
     assert "does not work with data.pair_fill or align.weight" in _error(
         ["experiment=homologs", "data.clusters=c.tsv", "align.weight=1"]
     )
+
+
+def test_the_analysis_rooms_rules_are_checked_when_a_command_is_composed():
+    # score's method names and generate's sampling settings are analysis's own checks (config
+    # does not import analysis); the command line still runs them before any work
+    score = ["mutations=m.csv", "out=o.csv", "sequence=MKT"]
+    assert _error([*score, "method=[]"], "score").startswith("method: give at least one of")
+    assert _error([*score, "method=marginal"], "score") == (
+        "method='marginal' is not valid; choose one of: masked-marginal, wt-marginal, "
+        "pseudo-ll, log-likelihood"
+    )
+    compose_job("score", [*score, "method=[masked_marginal,ll]"])  # aliases are fine
+    gen = ["checkpoint=c.ckpt", "out=g.fasta"]
+    assert _error([*gen, "temperature=0"], "generate").startswith("temperature must be")
+    assert _error([*gen, "min_length=9", "max_length=10"], "generate").startswith("min_length")

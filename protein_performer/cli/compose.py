@@ -23,6 +23,7 @@ from protein_performer.config.validate import (
     validate_train_config,
 )
 from protein_performer.errors import ConfigError
+from protein_performer.utils.checks import check_choice
 
 # A DDP child process started by Lightning re-runs the same command line; this variable tells
 # it which sweep job and run directory its parent is on.
@@ -116,7 +117,36 @@ def compose_job(command: str, overrides: Sequence[str]) -> ComposedJob:
         validate_eval_config(obj)
     else:
         validate_analysis_config(obj)
+        check_analysis_rules(obj)
     return ComposedJob(list(overrides), obj, text, run_dir, sweep_dir)
+
+
+def check_analysis_rules(cfg: Any) -> None:
+    """The analysis room's own rules for its commands' settings, checked with the rest of the
+    config before any work: score's method names, generate's sampling settings."""
+    from protein_performer.config.schema import GenerateConfig, ScoreConfig
+
+    if isinstance(cfg, ScoreConfig) and cfg.method is not None:
+        from protein_performer.analysis.dms.marginals import METHODS, method_name
+
+        methods = [cfg.method] if isinstance(cfg.method, str) else list(cfg.method)
+        if not methods:
+            raise ConfigError(f"method: give at least one of {', '.join(METHODS)}")
+        for m in methods:
+            check_choice("method", method_name(m), METHODS)
+    if isinstance(cfg, GenerateConfig):
+        from protein_performer.analysis.generation import check_sampling
+
+        check_sampling(
+            cfg.temperature,
+            cfg.top_k,
+            cfg.top_p,
+            cfg.n,
+            # unset: checked against the model's once it is loaded
+            max(3, cfg.min_length + 2) if cfg.max_length is None else cfg.max_length,
+            cfg.batch_size,
+            cfg.min_length,
+        )
 
 
 # ---- entry point --------------------------------------------------------------------------

@@ -1,23 +1,30 @@
 """Structured configuration: plain dataclasses (the library API and the schema of
-``conf/train.yaml`` / ``conf/evaluate.yaml``). A key that is not a field, or a value of the wrong
-type, is an error naming the key; :mod:`.validate` adds the value checks (choices, ranges) and
-:mod:`protein_performer.cli.hydra` registers these classes with Hydra."""
+``conf/train.yaml`` / ``conf/evaluate.yaml``), composed of the rooms' own configs
+(:class:`~protein_performer.data.config.DataConfig`,
+:class:`~protein_performer.model.config.ModelConfig`) and the sections no room owns (optimizer,
+trainer, the analysis commands). A key that is not a field, or a value of the wrong type, is an
+error naming the key; :mod:`.validate` adds the value checks (choices, ranges) and
+:mod:`protein_performer.cli.hydra` registers these classes with Hydra. Imports nothing but the
+rooms' config modules."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from protein_performer.errors import ConfigError
+from protein_performer.data.config import (  # noqa: F401 (data's names, at their old place too)
+    INVALID_POLICIES,
+    MODES,
+    OBJECTIVES,
+    SAMPLING,
+    DataConfig,
+)
 from protein_performer.model.config import ModelConfig, as_section
 
-OBJECTIVES: tuple[str, ...] = ("mlm", "causal")
-DATA_MODES: tuple[str, ...] = ("crop", "concat")
-SAMPLING: tuple[str, ...] = ("record", "cluster", "cluster_sqrt")
-INVALID_POLICIES: tuple[str, ...] = ("error", "skip", "replace")
+DATA_MODES = MODES  # its old name
+
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adam")
 SCHEDULES: tuple[str, ...] = ("constant", "cosine")
 ACCELERATORS: tuple[str, ...] = ("auto", "cpu", "gpu", "cuda", "mps")
@@ -32,75 +39,6 @@ PRECISIONS: tuple[str, ...] = (
 #: Lightning's short names for them (what a Lightning config may hold).
 PRECISION_ALIASES = {"32": "32-true", "64": "64-true", "16": "16-mixed", "bf16": "bf16-mixed"}
 STRATEGIES: tuple[str, ...] = ("auto", "ddp", "fsdp", "single_device")
-
-
-@dataclass
-class DataConfig:
-    """Arguments of :class:`protein_performer.data.datamodule.ProteinDataModule` (the objective
-    comes from the top-level ``objective``). Paths may be absolute or relative to the cwd."""
-
-    files: list[str] | None = None
-    val_files: list[str] | None = None
-    test_files: list[str] | None = None
-    shards: str | None = None
-    split_fractions: list[float] = field(default_factory=lambda: [0.9, 0.05, 0.05])
-    split_seed: int = 0
-    # `data cluster` output (directory or members.tsv): split_by=cluster holds out whole
-    # clusters; sample=cluster|cluster_sqrt draws members of clusters for training
-    clusters: str | None = None
-    split_by: str = "record"
-    sample: str = "record"
-    mode: str = "crop"
-    # concat mode: stream (proteins in random order), family (a cluster's members together) or
-    # copy (training windows hold every protein twice in a row: a retrieval curriculum);
-    # crop mode: pairs (each training row is a protein after one member of its cluster)
-    packing: str = "stream"
-    # family and pairs packing: training uses only clusters of at least this many members
-    min_members: int = 1
-    # family packing: interleave the members of this many families round-robin, so homologs
-    # sit ~this many proteins apart with other families between (1: members back to back)
-    family_spread: int = 1
-    # pairs packing: probability that a protein's partner is itself (a copy), and which part of
-    # the row is masked: all, or only the protein (its partner stays whole, as context does)
-    pair_copy: float = 0.0
-    pair_mask: str = "all"
-    # pairs packing: probability that a training row holds the protein with no partner
-    pair_alone: float = 0.0
-    # pairs packing: fill each row to max_length with other clusters' proteins, the partner at
-    # a random place among them (the layout of evaluate context_fill=true)
-    pair_fill: bool = False
-    # pairs packing: up to this many homologs before each protein, how many drawn per row (1:
-    # one partner), so that a model pools a family as a profile does
-    pair_partners: int = 1
-    max_length: int = 1024
-    toks_per_batch: int = 16384
-    batch_size: int | None = None
-    mask_prob: float = 0.15
-    seed: int = 0
-    num_workers: int = 0
-    invalid: str = "error"
-    strip_gaps: bool = False  # remove alignment gaps (-, .) instead of treating them as invalid
-    allow_nucleotide: bool = False  # read records that look like DNA/RNA (an error otherwise)
-    max_records: int | None = None
-    val_max_records: int | None = None
-
-    def __post_init__(self) -> None:
-        # one path is a list of one (from Python; Hydra's overrides do the same)
-        for key in ("files", "val_files", "test_files"):
-            value = getattr(self, key)
-            if isinstance(value, (str, os.PathLike)):
-                setattr(self, key, [os.fspath(value)])
-            elif value is not None:
-                if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
-                    value = None  # refused below
-                else:
-                    value = list(value)  # a tuple or generator: read once, kept as a list
-                if value is None or not all(isinstance(v, (str, os.PathLike)) for v in value):
-                    raise ConfigError(
-                        f"data.{key} must be a FASTA path or a list of them "
-                        f"(got {getattr(self, key)!r})"
-                    )
-                setattr(self, key, value)
 
 
 @dataclass

@@ -13,13 +13,9 @@ from typing import Any
 
 from protein_performer.config.schema import (
     ACCELERATORS,
-    DATA_MODES,
-    INVALID_POLICIES,
-    OBJECTIVES,
     OPTIMIZERS,
     PRECISION_ALIASES,
     PRECISIONS,
-    SAMPLING,
     SCHEDULES,
     STRATEGIES,
     EvalConfig,
@@ -30,17 +26,18 @@ from protein_performer.config.schema import (
     SimilarityConfig,
     TrainConfig,
 )
-from protein_performer.data.cluster import (
-    CLUSTER_PACKINGS,
-    PACKING_MODE,
-    PACKINGS,
+from protein_performer.data.config import (
+    CONTEXT_ORDERS,
+    FILL_PLACES,
+    INVALID_POLICIES,
+    MODES,
+    OBJECTIVES,
     SPLIT_BY,
-    cluster_uses,
 )
-from protein_performer.data.context import CONTEXT_ORDERS, FILL_PLACES
-from protein_performer.data.datasets import PAIR_MASKS
 from protein_performer.errors import ConfigError
-from protein_performer.model.config import ATTENTION_KINDS, _choice
+from protein_performer.model.config import ATTENTION_KINDS
+from protein_performer.utils.checks import check_choice
+from protein_performer.utils.paths import check_distinct_inputs
 
 
 def _validate_score_config(cfg: ScoreConfig) -> None:
@@ -58,49 +55,33 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
     if cfg.context_tokens is not None:
         _positive("context_tokens", cfg.context_tokens)
     _positive("context_samples", cfg.context_samples)
-    _choice("context_sampling", cfg.context_sampling, ("first", "weighted", "diverse"))
+    check_choice("context_sampling", cfg.context_sampling, ("first", "weighted", "diverse"))
     for key in ("context_min_coverage", "context_retrieval"):
         value = getattr(cfg, key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
             raise ConfigError(f"{key} must be a number from 0 to 1 (got {value!r})")
-    from protein_performer.analysis.mutations import METHODS, method_name
-
-    if cfg.method is not None:
-        methods = [cfg.method] if isinstance(cfg.method, str) else list(cfg.method)
-        if not methods:
-            raise ConfigError(f"method: give at least one of {', '.join(METHODS)}")
-        for m in methods:
-            _choice("method", method_name(m), METHODS)
     _positive("toks_per_batch", cfg.toks_per_batch)
     _check_device(cfg.device)
     if cfg.attention is not None:
-        _choice("attention", cfg.attention, ATTENTION_KINDS)
+        check_choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:
         _positive("nb_features", cfg.nb_features)
 
 
 def validate_analysis_config(cfg: Any) -> None:
+    """Value checks of an analysis command's config (``score``, ``generate``, ``extract``,
+    ``aa-similarity``, ``plot-heads``). The rules the analysis room owns (score's method names,
+    generate's sampling settings) are its own checks, which the command line runs after
+    these (:func:`protein_performer.cli.compose.check_analysis_rules`)."""
     if hasattr(cfg, "seed"):
         cfg.seed = check_seed("seed", cfg.seed)
     if isinstance(cfg, ScoreConfig):
         _validate_score_config(cfg)
         return
     if isinstance(cfg, GenerateConfig):
-        from protein_performer.analysis.generation import check_sampling
-
         for key in ("checkpoint", "out"):
             if getattr(cfg, key) in (None, "", "???"):
                 raise ConfigError(f"{key}=PATH is required")
-        check_sampling(
-            cfg.temperature,
-            cfg.top_k,
-            cfg.top_p,
-            cfg.n,
-            # unset: checked against the model's once it is loaded
-            max(3, cfg.min_length + 2) if cfg.max_length is None else cfg.max_length,
-            cfg.batch_size,
-            cfg.min_length,
-        )
         _check_device(cfg.device)
         return
     for key in ("checkpoint", "out"):
@@ -108,10 +89,10 @@ def validate_analysis_config(cfg: Any) -> None:
             raise ConfigError(f"{key}=PATH is required")
     if not fasta_unset(cfg.fasta) or getattr(cfg, "split", None) is None:
         eval_fasta_paths(cfg)  # type: ignore[arg-type]
-    _choice("invalid", cfg.invalid, INVALID_POLICIES)
+    check_choice("invalid", cfg.invalid, INVALID_POLICIES)
     _check_device(cfg.device)
     if cfg.attention is not None:
-        _choice("attention", cfg.attention, ATTENTION_KINDS)
+        check_choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:
         _positive("nb_features", cfg.nb_features)
     if isinstance(cfg, ExtractConfig):
@@ -123,7 +104,7 @@ def validate_analysis_config(cfg: Any) -> None:
             raise ConfigError("records= is empty: name at least one record, or leave it unset")
     if isinstance(cfg, SimilarityConfig):
         if cfg.split is not None:
-            _choice("split", cfg.split, ("train", "val", "test"))
+            check_choice("split", cfg.split, ("train", "val", "test"))
         if cfg.n_proteins is not None:
             _positive("n_proteins", cfg.n_proteins)
         _positive("max_residues", cfg.max_residues)
@@ -216,55 +197,13 @@ def validate_train_config(cfg: TrainConfig) -> None:
     """Value checks beyond the types; raises a one-line :class:`ConfigError` naming the key."""
     cfg.model.validate("model")
     cfg.seed = check_seed("seed", cfg.seed)
-    _choice("objective", cfg.objective, OBJECTIVES)
-    _check_packing(cfg)
-    _check_align(cfg)
+    check_choice("objective", cfg.objective, OBJECTIVES)
+    _check_align(cfg)  # first: its own words for the pairs settings it needs
+    cfg.data.validate("data.", objective=cfg.objective, pair_align=cfg.align.weight > 0)
     _check_data(cfg)
     _check_optim(cfg)
     _check_trainer(cfg)
     _check_analysis(cfg)
-
-
-def _check_packing(cfg: TrainConfig) -> None:
-    """``data``: how proteins are read, sampled and packed (the pairs settings too)."""
-    d = cfg.data
-    _choice("data.mode", d.mode, DATA_MODES)
-    _choice("data.invalid", d.invalid, INVALID_POLICIES)
-    _choice("data.split_by", d.split_by, SPLIT_BY)
-    _choice("data.sample", d.sample, SAMPLING)
-    _choice("data.packing", d.packing, PACKINGS)
-    need_mode = PACKING_MODE.get(d.packing)
-    if need_mode is not None and d.mode != need_mode:
-        raise ConfigError(f"data.packing={d.packing} needs data.mode={need_mode}")
-    _positive("data.min_members", d.min_members)
-    _positive("data.family_spread", d.family_spread)
-    if d.family_spread > 1 and d.packing != "family":
-        raise ConfigError("data.family_spread > 1 needs data.packing=family")
-    if d.min_members > 1 and d.packing not in CLUSTER_PACKINGS:
-        raise ConfigError("data.min_members > 1 needs data.packing=family or pairs")
-    for key in ("pair_copy", "pair_alone"):
-        value = getattr(d, key)
-        if isinstance(value, bool) or not 0.0 <= value <= 1.0:
-            raise ConfigError(f"data.{key} must be a number in [0, 1] (got {value!r})")
-    _choice("data.pair_mask", d.pair_mask, PAIR_MASKS)
-    _positive("data.pair_partners", d.pair_partners)
-    if d.packing != "pairs" and (
-        d.pair_copy or d.pair_alone or d.pair_mask != "all" or d.pair_fill or d.pair_partners != 1
-    ):
-        raise ConfigError(
-            "data.pair_copy, data.pair_alone, data.pair_mask, data.pair_fill and "
-            "data.pair_partners need data.packing=pairs"
-        )
-    if d.pair_partners > 1 and (d.pair_fill or cfg.align.weight > 0):
-        raise ConfigError(
-            "data.pair_partners > 1 does not work with data.pair_fill or align.weight > 0 "
-            "(rows of two proteins)"
-        )
-    if d.packing == "pairs" and d.sample != "record":
-        raise ConfigError(
-            "data.packing=pairs draws its own partners: it needs data.sample=record "
-            f"(got data.sample={d.sample})"
-        )
 
 
 def _check_align(cfg: TrainConfig) -> None:
@@ -295,24 +234,16 @@ def _check_align(cfg: TrainConfig) -> None:
 
 
 def _check_data(cfg: TrainConfig) -> None:
-    """``data``: the clusters table and files it needs, window and batch sizes, masking."""
+    """``data`` as training uses it (data's own rules: :meth:`DataConfig.validate`): training
+    files, and a window the model's positions cover."""
     d = cfg.data
-    if d.pair_mask == "protein" and cfg.objective != "mlm":
-        raise ConfigError(
-            "data.pair_mask=protein needs objective=mlm (it selects masked positions)"
-        )
-    needs = cluster_uses(d.split_by, d.sample, d.packing, prefix="data.")
-    if needs and not d.clusters:
-        raise ConfigError(f"{needs[0]} needs data.clusters=DIR (the output of `data cluster`)")
     if not d.files and not d.shards:
         raise ConfigError("data.files or data.shards must be set (no training data given)")
-    _positive("data.max_length", d.max_length)
-    _positive("data.toks_per_batch", d.toks_per_batch)
-    if d.batch_size is not None:
-        _positive("data.batch_size", d.batch_size)
-    if not 0.0 < d.mask_prob < 1.0:
-        raise ConfigError(f"data.mask_prob must be in (0, 1) (got {d.mask_prob!r})")
-    if d.max_length > cfg.model.max_len and cfg.model.position == "learned":
+    if (
+        d.max_length is not None
+        and d.max_length > cfg.model.max_len
+        and cfg.model.position == "learned"
+    ):
         raise ConfigError(
             f"data.max_length={d.max_length} exceeds model.max_len={cfg.model.max_len} "
             "(learned positions); raise model.max_len or use model.position=rotary"
@@ -322,8 +253,8 @@ def _check_data(cfg: TrainConfig) -> None:
 def _check_optim(cfg: TrainConfig) -> None:
     """``optim``, and ``init_from`` / ``ckpt_path`` (one way to start from weights)."""
     o = cfg.optim
-    _choice("optim.name", o.name, OPTIMIZERS)
-    _choice("optim.schedule", o.schedule, SCHEDULES)
+    check_choice("optim.name", o.name, OPTIMIZERS)
+    check_choice("optim.schedule", o.schedule, SCHEDULES)
     _positive("optim.lr", o.lr)
     _positive("optim.eps", o.eps)
     _positive("optim.weight_decay", o.weight_decay, allow_zero=True)
@@ -342,9 +273,9 @@ def _check_optim(cfg: TrainConfig) -> None:
 def _check_trainer(cfg: TrainConfig) -> None:
     """``trainer``: accelerator, precision, strategy, steps, devices, checkpoints."""
     t = cfg.trainer
-    _choice("trainer.accelerator", t.accelerator, ACCELERATORS)
+    check_choice("trainer.accelerator", t.accelerator, ACCELERATORS)
     t.precision = PRECISION_ALIASES.get(str(t.precision), t.precision)
-    _choice("trainer.precision", t.precision, PRECISIONS)
+    check_choice("trainer.precision", t.precision, PRECISIONS)
     # (FAVOR's projections and statistics keep their precision under a bf16 cast)
     if t.precision == "bf16-true" and cfg.model.position == "rotary":
         raise ConfigError(
@@ -359,7 +290,7 @@ def _check_trainer(cfg: TrainConfig) -> None:
             "trainer.strategy=ddp (on GPUs: trainer=ddp; on the CPU: trainer.strategy=ddp "
             "trainer.accelerator=cpu trainer.devices=N)"
         )
-    _choice("trainer.strategy", t.strategy, STRATEGIES)
+    check_choice("trainer.strategy", t.strategy, STRATEGIES)
     if t.strategy == "fsdp":
         if cfg.analysis.similarity_every_n_steps is not None:
             raise ConfigError(
@@ -430,8 +361,6 @@ def eval_fasta_paths(cfg: EvalConfig) -> list[str]:
     paths = [value] if isinstance(value, str) else list(value or [])
     if not paths or not all(isinstance(p, str) and p not in ("", "???") for p in paths):
         raise ConfigError("fasta=PATH (or fasta=[A,B]) is required")
-    from protein_performer.data.fasta import check_distinct_inputs
-
     check_distinct_inputs({"fasta": paths})  # a file listed twice would count twice
     return paths
 
@@ -441,19 +370,19 @@ def validate_eval_config(cfg: EvalConfig) -> None:
         raise ConfigError("checkpoint=PATH is required (evaluate checkpoint=... fasta=...)")
     cfg.seed = check_seed("seed", cfg.seed)
     if cfg.split is not None:
-        _choice("split", cfg.split, ("train", "val", "test"))
+        check_choice("split", cfg.split, ("train", "val", "test"))
     if not fasta_unset(cfg.fasta) or cfg.split is None:
         eval_fasta_paths(cfg)
     if cfg.split_by is not None:
-        _choice("split_by", cfg.split_by, SPLIT_BY)
+        check_choice("split_by", cfg.split_by, SPLIT_BY)
     if cfg.attention is not None:
-        _choice("attention", cfg.attention, ATTENTION_KINDS)
+        check_choice("attention", cfg.attention, ATTENTION_KINDS)
     if cfg.nb_features is not None:
         _positive("nb_features", cfg.nb_features)
     if cfg.mode is not None:
-        _choice("mode", cfg.mode, DATA_MODES)
-    _choice("invalid", cfg.invalid, INVALID_POLICIES)
-    _choice("crop", cfg.crop, ("random", "sliding"))
+        check_choice("mode", cfg.mode, MODES)
+    check_choice("invalid", cfg.invalid, INVALID_POLICIES)
+    check_choice("crop", cfg.crop, ("random", "sliding"))
     _check_device(cfg.device)
     _positive("toks_per_batch", cfg.toks_per_batch)
     if cfg.context is not None and (not isinstance(cfg.context, str) or not cfg.context):
@@ -476,8 +405,8 @@ def validate_eval_config(cfg: EvalConfig) -> None:
         raise ConfigError(
             "context_fill=true needs context=cluster (fill comes from other clusters)"
         )
-    _choice("context_fill_place", cfg.context_fill_place, FILL_PLACES)
-    _choice("context_order", cfg.context_order, CONTEXT_ORDERS)
+    check_choice("context_fill_place", cfg.context_fill_place, FILL_PLACES)
+    check_choice("context_order", cfg.context_order, CONTEXT_ORDERS)
     if cfg.context_fill_place != "random" and not cfg.context_fill:
         raise ConfigError("context_fill_place needs context_fill=true")
     if not isinstance(cfg.context_min_members, int) or cfg.context_min_members < 2:

@@ -5,6 +5,7 @@ should find the aligned residue of a homolog."""
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ def aligned_positions(query: str, subject: str) -> np.ndarray:
 
     Letters BLOSUM62 lacks (e.g. ``U``, ``O``) are scored as ``X``.
     """
-    aligner, known = _aligner()
+    aligner, known = local_aligner()
     clean_q = "".join(c if c in known else "X" for c in query.upper())
     clean_s = "".join(c if c in known else "X" for c in subject.upper())
     out = np.full(len(query), -1, dtype=np.int64)
@@ -34,7 +35,9 @@ def aligned_positions(query: str, subject: str) -> np.ndarray:
 
 
 @lru_cache(maxsize=1)
-def _aligner():
+def local_aligner() -> tuple[Any, frozenset[str]]:
+    """Biopython's local BLOSUM62 aligner with this module's gap scores (made once), and the
+    letters its matrix knows."""
     from Bio.Align import PairwiseAligner, substitution_matrices
 
     matrix = substitution_matrices.load("BLOSUM62")
@@ -45,3 +48,6 @@ def _aligner():
         extend_gap_score=GAP_EXTEND,
     )
     return aligner, frozenset(matrix.alphabet)
+
+
+_aligner = local_aligner  # its old name, kept for one release

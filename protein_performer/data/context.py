@@ -19,20 +19,14 @@ from collections.abc import Iterable
 import numpy as np
 
 from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.config import CONTEXT_ORDERS, FILL_PLACES, MODES
 from protein_performer.errors import ConfigError
 
 #: a context member cut shorter than this is left out rather than kept as a stub
 MIN_CONTEXT_RESIDUES = 16
 
 
-STYLES = ("crop", "concat")
-
-#: where filled windows put the homologs: among the fill at random, or right before the target
-FILL_PLACES = ("random", "adjacent")
-#: How context evaluation walks the records: "id" (sorted by record id, a shared id by
-#: sequence: the same proteins, homolog order and fill whatever order the files came in) or
-#: "given" (the order of the files and their records, as evaluations before 2026-12-04).
-CONTEXT_ORDERS = ("id", "given")
+STYLES = MODES  # the window layouts: crop rows or concat windows
 
 
 def _ends(alphabet: Alphabet, style: str) -> tuple[list[int], list[int]]:

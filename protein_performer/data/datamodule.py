@@ -13,33 +13,27 @@ else from ``torch.distributed``, else 0/1. Build the Trainer with
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from protein_performer.data.alphabet import Alphabet, InvalidPolicy, default_alphabet
+from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.data.batching import (
     FixedBatchSampler,
     ShardedBatchSampler,
     TokenBudgetBatchSampler,
 )
 from protein_performer.data.cluster import read_members
-from protein_performer.data.datamodule_settings import (
-    PathList,
-    _check_data_given,
-    _choice,
-    _int,
-    _paths,
-    _probability,
-    packing_settings,
-    usable_workers,
-)
+from protein_performer.data.config import CROPS, DEFAULT_MAX_LENGTH, MODES, DataConfig
+from protein_performer.data.datamodule_settings import _check_data_given, usable_workers
 from protein_performer.data.datasets import (
     ClusterCropDataset,
     ConcatWindowDataset,
@@ -48,7 +42,7 @@ from protein_performer.data.datasets import (
     PairDataset,
 )
 from protein_performer.data.digests import DuplicateFinder, digest64
-from protein_performer.data.masking import OBJECTIVES, make_collator
+from protein_performer.data.masking import make_collator
 from protein_performer.data.shards import ShardSource
 from protein_performer.data.sources import (
     FlatSource,
@@ -66,9 +60,12 @@ from protein_performer.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
-MODES = ("crop", "concat")
-CROPS = ("random", "sliding")
-DEFAULT_MAX_LENGTH = {"crop": 1024, "concat": 8192}
+__all__ = [
+    "CROPS",
+    "DEFAULT_MAX_LENGTH",
+    "MODES",
+    "ProteinDataModule",
+]  # the first three: their old place
 SPLIT_NAMES = ("train", "val", "test")
 _STAGE_SPLITS: dict[str | None, tuple[str, ...]] = {
     "fit": ("train", "val"),
@@ -77,6 +74,20 @@ _STAGE_SPLITS: dict[str | None, tuple[str, ...]] = {
     "predict": ("test",),
     None: SPLIT_NAMES,
 }
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(DataConfig))
+
+
+def _settings(config: DataConfig | None, settings: Mapping[str, Any]) -> DataConfig:
+    """A copy of ``config`` with ``settings`` (DataConfig's fields given as arguments) over
+    it; without a config, ``max_length`` left unset is the mode's default."""
+    unknown = sorted(set(settings) - _FIELDS)
+    if unknown:
+        raise TypeError(f"ProteinDataModule() got an unexpected keyword argument {unknown[0]!r}")
+    if config is not None and not isinstance(config, DataConfig):
+        raise ConfigError(f"config must be a DataConfig; got {type(config).__name__}")
+    return dataclasses.replace(config or DataConfig(max_length=None), **settings)  # type: ignore[arg-type]
 
 
 def _head(source: FlatSource, n: int | None) -> FlatSource:
@@ -145,66 +156,22 @@ class ProteinDataModule(pl.LightningDataModule):
     ignore) and ``padding_mask`` ``(B, L)`` bool (True at padding).
 
     Args:
-        files: FASTA paths; hash-split into train/val/test, or the train set only when
-            ``val_files`` or ``test_files`` is given.
-        val_files, test_files: explicit FASTA per split.
-        shards: preprocessed shard directory (``protein-performer data preprocess``); overrides
-            files.
-        train_source, val_source, test_source: in-memory sources; override everything else.
-        split_fractions, split_seed: hash split of ``files``.
+        config: the data settings (:class:`~protein_performer.data.config.DataConfig`, what
+            a run's ``data`` section holds); unset: its defaults, with ``max_length`` the
+            mode's (1024 for crop, 8192 for concat).
+        **settings: any of :class:`~protein_performer.data.config.DataConfig`'s fields, given
+            here instead of (or over) ``config``: ``files``, ``val_files``, ``test_files``,
+            ``shards``, ``split_fractions``, ``mode``, ``max_length`` (None: the mode's),
+            ``toks_per_batch``, ``mask_prob``, ``clusters`` (also a mapping record id ->
+            cluster id), ``packing``, ...
         objective: ``"mlm"`` or ``"causal"``.
-        mode: ``"crop"`` (one protein per row, ``<cls> … <eos>``) or ``"concat"`` (fixed
-            windows of a ``<sep>``-joined stream).
-        max_length: tokens per row; None means 1024 for crop, 8192 for concat.
-        toks_per_batch: budget on ``rows * longest row`` (crop mode).
-        batch_size: fixed rows per batch instead of the budget; in concat mode None means
-            ``max(1, toks_per_batch // max_length)``.
-        mask_prob: MLM selection rate.
-        seed: seed of crops, concat order, batch shuffling and masks.
-        num_workers, persistent_workers, pin_memory: DataLoader settings.
-        invalid: invalid residue policy for FASTA (``error``/``skip``/``replace``).
-        strip_gaps: remove alignment gaps (``-``, ``.``) from FASTA sequences first.
-        allow_nucleotide: read records that look like DNA/RNA (an error by default).
-        clusters: ``data cluster``'s output directory (or its members.tsv, or a mapping
-            record id -> cluster id); needed by ``split_by="cluster"`` and cluster sampling.
-        split_by: ``record`` (hash each record's key) or ``cluster`` (hash its cluster: whole
-            clusters land in one split, no homolog of a test protein in training).
-        sample: training items: ``record`` (every protein once per epoch), ``cluster`` (one
-            random member per cluster per epoch) or ``cluster_sqrt`` (sqrt(size) draws).
-        packing: concat mode's window filling: ``stream`` (proteins in a random order) or
-            ``family`` (members of one cluster back to back, then the next cluster; needs
-            ``clusters``) or ``copy`` (training windows hold every protein twice in a row: a
-            retrieval curriculum; evaluation windows are stream-packed), see
-            :class:`~protein_performer.data.datasets.ConcatWindowDataset`. Crop mode's
-            ``pairs``: each training row is a protein after one member of its cluster
-            (:class:`~protein_performer.data.datasets.PairDataset`; evaluation rows hold one
-            protein, as in plain crop mode).
-        min_members: family and pairs packing, training split only: clusters with fewer
-            members (in that split) are left out of training, so that every protein but the
-            first of its family has a homolog before it (a context-learning curriculum; the
-            left-out proteins are logged). Validation and test keep every record. 1: keep all.
-        family_spread: family packing: interleave the members of this many consecutive
-            clusters round-robin, so a protein's homologs sit ~this many proteins away with
-            other clusters between (long-distance retrieval); 1: members back to back.
-        pair_copy: pairs packing: probability that a protein's partner is itself (a copy, the
-            easy case of retrieval) instead of another member of its cluster.
-        pair_alone: pairs packing: probability that a training row holds the protein with no
-            partner (keeps the model a single-protein model too).
-        pair_align: pairs packing: training batches carry ``align_to`` (the partner position
-            aligned to each of the protein's residues), for an attention-supervision loss.
-        pair_mask: pairs packing: ``all`` (mask the whole row) or ``protein`` (mask only the
-            protein after its partner: the partner stays whole, as context does at evaluation).
-        pair_partners: pairs packing: up to this many homologs before each protein, how many
-            drawn per row (1: one partner).
-        pair_fill: pairs packing: fill each row with a partner to ``max_length`` with proteins
-            of other clusters, the partner at a random place among them (rows alone stay alone).
         crop: crop mode's treatment of proteins longer than ``max_length``: ``random`` (one
             seeded window each) or ``sliding`` (cut into consecutive windows: every residue
             is in exactly one item).
-        max_records: read at most this many FASTA records for training (before the hash
-            split, so it also bounds val/test of a hash split); also caps shard/source train
-            sets.
-        val_max_records: cap on val/test records (None: no cap).
+        pair_align: pairs packing: training batches carry ``align_to`` (the partner position
+            aligned to each of the protein's residues), for an attention-supervision loss.
+        train_source, val_source, test_source: in-memory sources; override everything else.
+        persistent_workers, pin_memory: DataLoader settings.
         find_copies: reading the val/test part of ``files`` split by hash, also find its
             records identical to a training record (only hashed as they go by, 8 bytes a
             record): ``copies[split]`` = ``(indices, source)`` (evaluate says how many).
@@ -214,102 +181,61 @@ class ProteinDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
+        config: DataConfig | None = None,
         *,
-        files: PathList = None,
-        val_files: PathList = None,
-        test_files: PathList = None,
-        shards: str | os.PathLike | None = None,
+        objective: str = "mlm",
+        crop: str = "random",
+        pair_align: bool = False,
         train_source: FlatSource | None = None,
         val_source: FlatSource | None = None,
         test_source: FlatSource | None = None,
-        split_fractions: Sequence[float] | str = (0.9, 0.05, 0.05),
-        split_seed: int = 0,
-        objective: str = "mlm",
-        mode: str = "crop",
-        max_length: int | None = None,
-        toks_per_batch: int = 16384,
-        batch_size: int | None = None,
-        mask_prob: float = 0.15,
-        seed: int = 0,
-        num_workers: int = 0,
         persistent_workers: bool = True,
         pin_memory: bool = False,
-        invalid: str = "error",
-        max_records: int | None = None,
-        val_max_records: int | None = None,
         find_copies: bool = False,
         progress: bool = False,
         alphabet: Alphabet | None = None,
-        strip_gaps: bool = False,
-        allow_nucleotide: bool = False,
-        crop: str = "random",
-        clusters: str | os.PathLike | Mapping[str, str] | None = None,
-        split_by: str = "record",
-        sample: str = "record",
-        packing: str = "stream",
-        min_members: int = 1,
-        family_spread: int = 1,
-        pair_copy: float = 0.0,
-        pair_alone: float = 0.0,
-        pair_align: bool = False,
-        pair_mask: str = "all",
-        pair_fill: bool = False,
-        pair_partners: int = 1,
+        **settings: Any,
     ) -> None:
         super().__init__()
-        self.files = _paths("files", files)
-        self.val_files = _paths("val_files", val_files)
-        self.test_files = _paths("test_files", test_files)
-        self.shards = None if shards in (None, "") else os.fspath(shards)
+        cfg = _settings(config, settings)
+        cfg.validate("", objective=objective, crop=crop, pair_align=pair_align)
+        self.config = cfg
+        self.files, self.val_files, self.test_files = (
+            [os.fspath(p) for p in paths] or None if paths else None
+            for paths in (cfg.files, cfg.val_files, cfg.test_files)
+        )
+        self.shards = None if cfg.shards in (None, "") else os.fspath(cfg.shards)
         self._sources = {"train": train_source, "val": val_source, "test": test_source}
         _check_data_given(self._sources, self.files, self.val_files, self.test_files, self.shards)
-        try:
-            self.split_fractions = parse_fractions(split_fractions)
-        except ValueError as e:
-            raise ConfigError(f"split_fractions: {e}") from None
-        self.split_seed = _int("split_seed", split_seed, 0)
-        self.objective = _choice("objective", objective, OBJECTIVES)
-        self.mode = _choice("mode", mode, MODES)
-        min_len = 3 if self.mode == "crop" else 2
-        self.max_length = (
-            DEFAULT_MAX_LENGTH[self.mode]
-            if max_length is None
-            else _int("max_length", max_length, min_len)
-        )
-        self.toks_per_batch = _int("toks_per_batch", toks_per_batch, 1)
-        self.batch_size = _int("batch_size", batch_size, 1, optional=True)
-        self.mask_prob = _probability("mask_prob", mask_prob, zero=False)
-        self.seed = _int("seed", seed, 0)
-        self.num_workers = usable_workers(num_workers)
+        self.split_fractions = parse_fractions(cfg.split_fractions)
+        self.split_seed = int(cfg.split_seed)
+        self.objective, self.mode, self.crop = objective, cfg.mode, crop
+        self.max_length = int(cfg.max_length or DEFAULT_MAX_LENGTH[cfg.mode])
+        self.toks_per_batch = int(cfg.toks_per_batch)
+        self.batch_size = None if cfg.batch_size is None else int(cfg.batch_size)
+        self.mask_prob = float(cfg.mask_prob)
+        self.seed = int(cfg.seed)
+        self.num_workers = usable_workers(cfg.num_workers)
         self.persistent_workers = bool(persistent_workers)
         self.pin_memory = bool(pin_memory)
-        self.invalid = _choice("invalid", invalid, [p.value for p in InvalidPolicy])
-        self.strip_gaps = bool(strip_gaps)
-        self.crop = _choice("crop", crop, CROPS)
-        p = packing_settings(
-            mode=self.mode, crop=self.crop, shards=self.shards, clusters=clusters,
-            split_by=split_by, sample=sample, packing=packing, min_members=min_members,
-            family_spread=family_spread, pair_copy=pair_copy, pair_alone=pair_alone,
-            pair_align=pair_align, pair_mask=pair_mask, pair_fill=pair_fill,
-        )  # fmt: skip
-        self.split_by, self.sample, self.packing = p.split_by, p.sample, p.packing
-        self.min_members, self.family_spread = p.min_members, p.family_spread
-        self.pair_copy, self.pair_alone, self.pair_align = p.pair_copy, p.pair_alone, p.pair_align
-        self.pair_mask, self.pair_fill = p.pair_mask, p.pair_fill
-        if pair_partners != 1 and self.packing != "pairs":
-            raise ConfigError("pair_partners needs packing=pairs (the homologs before a protein)")
-        self.pair_partners = pair_partners  # checked by PairDataset
-        self.clusters = clusters
+        self.invalid = cfg.invalid
+        self.strip_gaps = bool(cfg.strip_gaps)
+        self.split_by, self.sample, self.packing = cfg.split_by, cfg.sample, cfg.packing
+        self.min_members, self.family_spread = int(cfg.min_members), int(cfg.family_spread)
+        self.pair_copy, self.pair_alone = float(cfg.pair_copy), float(cfg.pair_alone)
+        self.pair_align, self.pair_mask = bool(pair_align), cfg.pair_mask
+        self.pair_fill, self.pair_partners = bool(cfg.pair_fill), int(cfg.pair_partners)
+        self.clusters = cfg.clusters
         self._cluster_of: Mapping[str, str] | None = None
         # split -> (records, items, records cut) when crop="sliding" cut long records
         self.windows: dict[str, tuple[int, int]] = {}
         # per split, what building it dropped, packed or rewrote (said in the run's header)
         self.notes: dict[str, list[str]] = {}
-        self.allow_nucleotide = bool(allow_nucleotide)
+        self.allow_nucleotide = bool(cfg.allow_nucleotide)
         self.find_copies = bool(find_copies)
         self.copies: dict[str, tuple[np.ndarray, FlatSource]] = {}
-        self.max_records = _int("max_records", max_records, 1, optional=True)
-        self.val_max_records = _int("val_max_records", val_max_records, 1, optional=True)
+        self.max_records = None if cfg.max_records is None else int(cfg.max_records)
+        self.val_max_records = None if cfg.val_max_records is None else int(cfg.val_max_records)
         self.progress = bool(progress)
         self.alphabet = alphabet or default_alphabet()
         if (

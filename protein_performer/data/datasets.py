@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import Dataset
 
 from protein_performer.data.alignment import aligned_positions
+from protein_performer.data.config import CLUSTER_SAMPLING, PAIR_MASKS
 from protein_performer.data.context import MIN_CONTEXT_RESIDUES, context_window, fit_members
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
@@ -161,9 +162,6 @@ class CropDataset(EpochDataset):
         return {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key), **cut}
 
 
-CLUSTER_SAMPLING = ("cluster", "cluster_sqrt")
-
-
 class ClusterCropDataset(CropDataset):
     """Training on clusters (UniRef50 -> UniRef90-style, as ESM does): an item is a cluster
     and draws one of its members anew every epoch, keyed by ``(seed, epoch, item)``, then crops
@@ -218,9 +216,6 @@ class ClusterCropDataset(CropDataset):
         index, epoch = self._resolve(key)
         tokens, cut = self._cropped(self.member(index, epoch), epoch)
         return {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key), **cut}
-
-
-PAIR_MASKS = ("all", "protein")
 
 
 class PairDataset(CropDataset):

@@ -15,9 +15,8 @@ import itertools
 import logging
 import lzma
 import os
-import re
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -27,7 +26,12 @@ from Bio.SeqIO.FastaIO import SimpleFastaParser
 
 from protein_performer.data.headers import HeaderInfo, parse_header
 from protein_performer.errors import DataError
-from protein_performer.utils.resources import missing_path_hint
+from protein_performer.utils.paths import (  # noqa: F401 (the first two: their old place)
+    STREAM_HINT,
+    check_distinct_inputs,
+    refuse_stream,
+    require_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,58 +109,10 @@ def detect_compression(path: PathLike) -> str:
     return "plain"
 
 
-def check_distinct_inputs(groups: Mapping[str, Sequence[PathLike] | None]) -> None:
-    """One-line :class:`ConfigError` when a file is listed twice, within or across the named
-    groups (``{"data.files": [...], "data.val_files": [...]}``): its proteins would count twice
-    or leak between splits. Paths are compared after resolving links and ``..``."""
-    from protein_performer.errors import ConfigError
-
-    seen: dict[Path, str] = {}
-    for key, paths in groups.items():
-        for p in paths or []:
-            try:
-                real = Path(p).resolve()
-            except (OSError, RuntimeError):  # a loop of links: the existence check says so
-                real = Path(os.path.abspath(p))
-            if real in seen:
-                where = "" if seen[real] == key and len(groups) == 1 else f" in {seen[real]}"
-                raise ConfigError(f"{key}: {p} is already listed{where}")
-            seen[real] = key
-
-
 def check_readable_file(path: PathLike, what: str = "a FASTA file") -> None:
     """One-line :class:`DataError` unless ``path`` is a readable file (``what`` names the
-    file expected, for a directory given instead)."""
-    p = Path(path)
-    if not p.exists():
-        key, eq, rest = str(path).partition("=")
-        if eq and re.fullmatch(r"[\w.]+", key) and Path(rest).exists():
-            raise DataError(
-                f"no such file ({rest} exists: the data commands take plain paths, not key=value)",
-                path=path,
-            )
-        if str(path) == "-":
-            raise DataError(f"no such file ('-' for standard input is not read: {STREAM_HINT})")
-        raise DataError(f"no such file{missing_path_hint(path)}", path=path)
-    if p.is_dir():
-        raise DataError(f"is a directory, expected {what}", path=path)
-    refuse_stream(p)
-    if not os.access(p, os.R_OK):
-        raise DataError("permission denied", path=path)
-
-
-#: Why a pipe (``/dev/stdin``, ``<(zcat x.gz)``) is refused, and what to do instead.
-STREAM_HINT = (
-    "inputs are read more than once (to count, split and check them), so write it to a file "
-    "first (compressed .gz/.bz2/.xz files are read as they are)"
-)
-
-
-def refuse_stream(path: Path) -> None:
-    """One-line :class:`DataError` when ``path`` exists but is neither a file nor a folder (a
-    pipe, a device): checked before anything reads from it (a pipe's bytes would be gone)."""
-    if path.exists() and not path.is_file() and not path.is_dir():
-        raise DataError(f"a pipe or other stream, not a file: {STREAM_HINT}", path=path)
+    file expected, for a directory given instead): :func:`~protein_performer.utils.paths.require_file`."""
+    require_file(path, expected=what)
 
 
 class NucleotideError(DataError):

@@ -21,11 +21,11 @@ import torch
 
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.batching import pad_batch
+from protein_performer.data.config import OBJECTIVES
 from protein_performer.data.datasets import TAG_MASK, Item, keyed_rng
 from protein_performer.errors import ConfigError
 
 IGNORE_INDEX = -100
-OBJECTIVES = ("mlm", "causal")
 
 Batch = dict[str, torch.Tensor]
 

@@ -18,6 +18,7 @@ from protein_performer.config.schema import EvalConfig
 from protein_performer.config.validate import eval_fasta_paths, fasta_unset, validate_eval_config
 from protein_performer.data.alphabet import EXTRA_RESIDUES, Alphabet
 from protein_performer.data.cluster import check_run_clustering, read_members, table_digest
+from protein_performer.data.config import DataConfig
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context import (
@@ -29,19 +30,18 @@ from protein_performer.evaluation.context import (
     sample_targets,
 )
 from protein_performer.evaluation.scope import (
-    _check_context_file,
-    _context_targets,
-    _cropping,
-    _eval_packing,
-    _same_files,
-    _scope_note,
-    _training_copies,
-    _unigram_summary,
-    _warn_repeated_ids,
+    check_context_file,
+    context_targets,
+    cropping_summary,
+    eval_packing,
+    same_files,
+    scope_note,
+    training_copies,
+    unigram_summary,
+    warn_repeated_ids,
 )
 from protein_performer.model.checkpoints import load_model, run_files
-from protein_performer.training.builders import _eval_autocast
-from protein_performer.training.metrics import (
+from protein_performer.model.metrics import (
     MLM_INPUT_KINDS,
     add_next_token_counts,
     batch_sums,
@@ -49,13 +49,17 @@ from protein_performer.training.metrics import (
     perplexity,
     unigram_log_probs,
 )
-from protein_performer.training.preflight import EVAL_OPTIONS, _num, _require_file, _same_number
 from protein_performer.utils.atomic import write_text_atomic
-from protein_performer.utils.devices import pick_device
+from protein_performer.utils.devices import inference_autocast, pick_device
+from protein_performer.utils.numbers import number_text, same_number
 from protein_performer.utils.outputs import check_output_file, json_safe, json_with_keys
+from protein_performer.utils.paths import require_file
 from protein_performer.utils.progress import progress as progress_bar
 
 log = logging.getLogger(__name__)
+
+# option names in data error messages -> the keys that set them for evaluate
+EVAL_OPTIONS = {"strip_gaps": "strip_gaps=true"}
 
 # ---- evaluate ---------------------------------------------------------------------------------
 EVAL_JSON_KEYS = ("checkpoint", "fasta", "perplexity")
@@ -113,7 +117,7 @@ class EvalResult:
         files = self.fasta.split(", ")
         name = self.fasta if len(files) <= 2 else f"{files[0]} and {len(files) - 1} more files"
         text = (
-            f"{name}: perplexity {_num(self.perplexity, '.3f')}, accuracy {self.accuracy:.4f} "
+            f"{name}: perplexity {number_text(self.perplexity, '.3f')}, accuracy {self.accuracy:.4f} "
             f"({self.predicted_tokens:,} predicted token{'' if self.predicted_tokens == 1 else 's'}"
             f" in {self.sequences:,} {seqs}; {self.attention}, {self.objective})"
         )
@@ -158,22 +162,22 @@ class EvalResult:
             text += f"\n  note: {self.scope}"
         if self.unigram:
             u = self.unigram
-            line = f"\n  unigram baseline ({u['from']} frequencies): perplexity {_num(u['perplexity'], '.3f')}"
+            line = f"\n  unigram baseline ({u['from']} frequencies): perplexity {number_text(u['perplexity'], '.3f')}"
             mask = (self.by_input or {}).get("mask") or {}
             if u.get("mask_perplexity") and mask.get("perplexity"):
                 ratio = mask["perplexity"] / u["mask_perplexity"]
-                line += f"; on <mask> positions {_num(u['mask_perplexity'], '.3f')} (model/unigram {_num(ratio, '.3f')})"
+                line += f"; on <mask> positions {number_text(u['mask_perplexity'], '.3f')} (model/unigram {number_text(ratio, '.3f')})"
             else:
                 line += (
-                    f" (model/unigram {_num(self.perplexity / u['perplexity'], '.3f')} on every "
+                    f" (model/unigram {number_text(self.perplexity / u['perplexity'], '.3f')} on every "
                     "scored position: none was <mask>)"
                     if self.by_input is not None and not mask.get("predicted_tokens")
-                    else f" (model/unigram {_num(self.perplexity / u['perplexity'], '.3f')})"
+                    else f" (model/unigram {number_text(self.perplexity / u['perplexity'], '.3f')})"
                 )
             text += line
         if self.by_input:
             parts = [
-                f"{kind} {_num(m['perplexity'], '.3f')} / {_num(m['accuracy'], '.4f')} "
+                f"{kind} {number_text(m['perplexity'], '.3f')} / {number_text(m['accuracy'], '.4f')} "
                 f"({m['predicted_tokens']:,})"
                 for kind, m in self.by_input.items()
             ]
@@ -191,9 +195,9 @@ def _context_text(c: dict[str, Any]) -> str:
         f"\n  with context ({c['source']}): {c['proteins']:,} proteins, "
         f"{c['positions']:,} <mask> positions, {c['mean_context_proteins']:.1f} context "
         f"proteins ({c['mean_context_tokens']:.0f} tokens) on average: perplexity "
-        f"{_num(c['with_context']['perplexity'], '.3f')} with context vs "
-        f"{_num(c['without_context']['perplexity'], '.3f')} alone (ratio "
-        f"{_num(c['ratio'], '.3f')}); unigram {_num(c['unigram_perplexity'], '.3f')}"
+        f"{number_text(c['with_context']['perplexity'], '.3f')} with context vs "
+        f"{number_text(c['without_context']['perplexity'], '.3f')} alone (ratio "
+        f"{number_text(c['ratio'], '.3f')}); unigram {number_text(c['unigram_perplexity'], '.3f')}"
     )
     if c["positions"] < 100:
         text += (
@@ -217,8 +221,8 @@ def _context_text(c: dict[str, Any]) -> str:
         text += (
             f"\n    fill ({c['mean_fill_tokens']:.0f} tokens of other clusters' proteins "
             f"and separators on average) without the homologs: "
-            f"{_num(c['with_fill_only']['perplexity'], '.3f')} (with context / fill only "
-            f"{_num(c['ratio_vs_fill'], '.3f')})"
+            f"{number_text(c['with_fill_only']['perplexity'], '.3f')} (with context / fill only "
+            f"{number_text(c['ratio_vs_fill'], '.3f')})"
         )
         if c.get("short_fill_windows"):
             text += (
@@ -233,9 +237,9 @@ def _context_text(c: dict[str, Any]) -> str:
         if part and part["proteins"] and c["targets_with_identical_context"]:
             text += (
                 f"\n    {what}: {part['proteins']:,} proteins, {part['positions']:,} "
-                f"positions: {_num(part['with_context']['perplexity'], '.3f')} vs "
-                f"{_num(part['without_context']['perplexity'], '.3f')} (ratio "
-                f"{_num(part['ratio'], '.3f')})"
+                f"positions: {number_text(part['with_context']['perplexity'], '.3f')} vs "
+                f"{number_text(part['without_context']['perplexity'], '.3f')} (ratio "
+                f"{number_text(part['ratio'], '.3f')})"
             )
     return text
 
@@ -317,7 +321,7 @@ def _eval_split(cfg: EvalConfig, stored: dict[str, Any]) -> dict[str, Any]:
     fractions = list(cfg.split_fractions or stored.get("split_fractions") or [0.9, 0.05, 0.05])
     seed = cfg.split_seed if cfg.split_seed is not None else (stored.get("split_seed") or 0)
     for key, value in (("split_seed", seed), ("split_fractions", fractions)):
-        if cfg.split and stored.get(key) is not None and not _same_number(value, stored[key]):
+        if cfg.split and stored.get(key) is not None and not same_number(value, stored[key]):
             caveats.append(
                 f"split={cfg.split} {key}={value}: the training run split with {stored[key]}; "
                 f"this {cfg.split} part is not the run's (it holds proteins the run "
@@ -341,9 +345,9 @@ def _check_inputs(cfg: EvalConfig) -> tuple[EvalConfig, list[str], Path | None]:
         cfg = dataclasses.replace(cfg, fasta=run_files(cfg.checkpoint, cfg.split))
     fasta = eval_fasta_paths(cfg)
     for path in fasta:
-        _require_file(path, "fasta")
+        require_file(path, "fasta")
     if cfg.context and cfg.context != "cluster":
-        _check_context_file(cfg.context)
+        check_context_file(cfg.context)
     output = None
     if cfg.output:
         output = check_output_file(
@@ -383,17 +387,16 @@ def _split_data(
     mode, max_length, mask_prob = windows
     split = cfg.split or "test"
     files = {"files": fasta} if cfg.split else {"test_files": fasta}
-    packing, packing_note, family_table = _eval_packing(cfg, stored, mode)
+    packing, packing_note, family_table = eval_packing(cfg, stored, mode)
     run_cap = stored.get("max_records") if cfg.split else None
-    dm = ProteinDataModule(
+    data = DataConfig(
         **files,
-        split_fractions=tuple(split_info["fractions"]),
+        split_fractions=list(split_info["fractions"]),
         split_seed=split_info["seed"],
         clusters=split_info["clusters"] or family_table,
         split_by=split_info["by"],
         packing=packing,
         family_spread=int(stored.get("family_spread") or 1) if packing == "family" else 1,
-        objective=meta["objective"],
         mode=mode,
         max_length=max_length,
         toks_per_batch=cfg.toks_per_batch,
@@ -402,18 +405,22 @@ def _split_data(
         invalid=cfg.invalid,
         strip_gaps=cfg.strip_gaps,
         allow_nucleotide=cfg.allow_nucleotide,
-        crop=cfg.crop,
         # the run's own split: of the records it read (data.max_records caps before the split)
         max_records=min(x for x in (run_cap, cfg.max_records) if x)
         if split == "train" and (run_cap or cfg.max_records)
         else run_cap,
         val_max_records=cfg.max_records,
+    )
+    dm = ProteinDataModule(
+        data,
+        objective=meta["objective"],
+        crop=cfg.crop,
         alphabet=alphabet,
         # the run's own split by record of its own files: copies of training records said
         find_copies=cfg.split in ("val", "test")
         and split_info["by"] == stored.get("split_by") == "record"
         and not split_info["caveats"]  # (another seed: most of it was trained on anyway)
-        and _same_files(fasta, stored.get("files")),
+        and same_files(fasta, stored.get("files")),
     )
     stage = {"train": "fit", "val": "validate", "test": "test"}[split]
     try:
@@ -429,7 +436,7 @@ def _split_records(
     """The records of the part scored and what ``invalid=`` did to them; an empty part is an
     error that says why."""
     source = dm.datasets[split].source if split in dm.datasets else None
-    _warn_repeated_ids(source, cfg)
+    warn_repeated_ids(source, cfg)
     counts = getattr(source, "encode_counts", None)
     changes = counts.changes() if counts is not None else None
     if source is None or len(dm.datasets[split]) == 0:
@@ -466,7 +473,7 @@ def _context_inputs(
     # whole proteins (crop=sliding cut the dataset's copy into windows)
     whole = dm._load_source(split) if split in dm.windows else source
     order = record_order(whole, cfg.context_order)
-    targets = _context_targets(cfg, whole, stored, alphabet, order)
+    targets = context_targets(cfg, whole, stored, alphabet, order)
     targets = sample_targets(targets, cfg.context_max_proteins, cfg.seed)
     fill = None
     if cfg.context_fill:
@@ -503,7 +510,7 @@ def _score_split(
     uni_sums = torch.zeros_like(sums)
     uni_kinds = None if kinds is None else torch.zeros_like(kinds)
     target_hist = torch.zeros(len(alphabet), dtype=torch.float64, device=device)
-    autocast = _eval_autocast(device)
+    autocast = inference_autocast(device)
     for batch in progress_bar(loader, desc="evaluating", unit="batch"):
         batch = {k: v.to(device) for k, v in batch.items()}
         with autocast:
@@ -550,7 +557,7 @@ def _score_context(
 ) -> dict[str, Any]:
     """The context part: ``targets`` scored with and without their context proteins."""
     mode, max_length, mask_prob = windows
-    with _eval_autocast(device):  # the same precision as the plain pass
+    with inference_autocast(device):  # the same precision as the plain pass
         context = context_perplexity(
             model,
             alphabet,
@@ -649,7 +656,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         all_records = len(whole)
         dm.keep_records(split, [t.record for t in targets], whole)
     caveats = split_info["caveats"]
-    copies = _training_copies(dm, split)
+    copies = training_copies(dm, split)
     if copies:
         caveats.append(copies)
     loader = {
@@ -671,13 +678,13 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         uni_sums, counts_from = causal_unigram_sums(
             scores["target_hist"].cpu(), unigram_counts, alphabet, counts_from
         )
-    unigram = _unigram_summary(uni_sums, scores["uni_kinds"], counts_from)
+    unigram = unigram_summary(uni_sums, scores["uni_kinds"], counts_from)
     # the context part
     context = None
     if targets is not None:
         context = _score_context(cfg, model, alphabet, targets, fill, windows, device, uni_logp)
     # the result
-    cropping = _cropping(dm, split, mode, max_length)
+    cropping = cropping_summary(dm, split, mode, max_length)
     if count == 0:
         raise DataError("nothing to predict (no residues)", path=cfg.fasta)
     run_cap = stored.get("max_records") if cfg.split else None
@@ -704,7 +711,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
         windows=cropping["windows"],
         packing=packing_note,
         scope="; ".join(
-            n for n in (_scope_note(cfg, stored, fasta, run_cap, meta["objective"]), *caveats) if n
+            n for n in (scope_note(cfg, stored, fasta, run_cap, meta["objective"]), *caveats) if n
         )
         or None,
         context=context,

@@ -1,4 +1,4 @@
-"""What evaluate covers and how: the split's copies of training records, repeated ids, the context file, the scope note, packing and cropping, the unigram baseline, the homolog-context targets."""
+"""What evaluate covers and how (its public helpers): the split's copies of training records, repeated ids, the context file, the scope note, packing and cropping, the unigram baseline, the homolog-context targets."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from protein_performer.data.msa import alignment_format, unaligned_records
 from protein_performer.data.sources import load_fasta_source
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context import Target, cluster_targets, fixed_targets
-from protein_performer.training.metrics import MLM_INPUT_KINDS, perplexity
-from protein_performer.training.preflight import _require_file
+from protein_performer.model.metrics import MLM_INPUT_KINDS, perplexity
+from protein_performer.utils.paths import require_file
 
 log = logging.getLogger(__name__)
 
 
-def _training_copies(dm: ProteinDataModule, split: str) -> str | None:
+def training_copies(dm: ProteinDataModule, split: str) -> str | None:
     """How many records of the held-out part ``split`` are identical to a training record
     (``find_copies``: two strains' copies under two ids, which a split by record puts on both
     sides), said and returned; None when there are none."""
@@ -43,7 +43,7 @@ def _training_copies(dm: ProteinDataModule, split: str) -> str | None:
     return problem
 
 
-def _same_files(given: Sequence[str], stored: Sequence[str] | None) -> bool:
+def same_files(given: Sequence[str], stored: Sequence[str] | None) -> bool:
     """Whether ``given`` names the files of ``stored`` (a checkpoint's, absolute): by any
     path that leads to them, or moved (the same file names: what "give fasta=" asks for when
     they are not where the run read them)."""
@@ -54,7 +54,7 @@ def _same_files(given: Sequence[str], stored: Sequence[str] | None) -> bool:
     return sorted(map(os.path.basename, given)) == sorted(map(os.path.basename, stored))
 
 
-def _warn_repeated_ids(source: Any, cfg: EvalConfig) -> None:
+def warn_repeated_ids(source: Any, cfg: EvalConfig) -> None:
     """A record id given twice is said (training says it too): scored twice, and with
     ``context=cluster`` each copy is the other's homolog."""
     ids = getattr(source, "ids", None)
@@ -76,7 +76,7 @@ def _warn_repeated_ids(source: Any, cfg: EvalConfig) -> None:
         )
 
 
-def _check_context_file(path: str) -> None:
+def check_context_file(path: str) -> None:
     """``context=``: ``cluster`` or a FASTA file; a near miss says what was meant."""
     p = Path(path)
     if not p.exists() and path.strip().lower() in ("cluster", "clusters"):
@@ -86,10 +86,10 @@ def _check_context_file(path: str) -> None:
             f"context={path} is a clusters folder: context=cluster clusters={path} scores each "
             "protein after its own cluster's members"
         )
-    _require_file(path, "context")
+    require_file(path, "context")
 
 
-def _scope_note(
+def scope_note(
     cfg: EvalConfig,
     stored: Mapping[str, Any],
     fasta: Sequence[str],
@@ -128,7 +128,7 @@ def _scope_note(
     return "; ".join(notes) or None
 
 
-def _eval_packing(
+def eval_packing(
     cfg: EvalConfig, stored: Mapping[str, Any], mode: str
 ) -> tuple[str, str | None, str | None]:
     """``(packing, words, clusters table)`` of evaluate's concat windows: with ``split=`` (the
@@ -161,7 +161,7 @@ def _eval_packing(
     return "stream", "concat, stream packing (proteins in a seeded order)", None
 
 
-def _unigram_summary(
+def unigram_summary(
     sums: torch.Tensor, kinds: torch.Tensor | None, counts_from: str
 ) -> dict[str, Any] | None:
     nll, n, correct = sums.tolist()
@@ -182,7 +182,9 @@ def _unigram_summary(
     return out
 
 
-def _cropping(dm: ProteinDataModule, split: str, mode: str, max_length: int) -> dict[str, Any]:
+def cropping_summary(
+    dm: ProteinDataModule, split: str, mode: str, max_length: int
+) -> dict[str, Any]:
     """How many records crop mode cut, and the share of residues inside the scored items."""
     ds = dm.datasets[split]
     if split in dm.windows:  # crop=sliding: every residue is in exactly one item
@@ -201,7 +203,7 @@ def _cropping(dm: ProteinDataModule, split: str, mode: str, max_length: int) -> 
     }
 
 
-def _context_targets(
+def context_targets(
     cfg: EvalConfig, source: Any, stored: dict[str, Any], alphabet: Alphabet, order: list[int]
 ) -> list[Target]:
     """The proteins ``context=`` scores, each with its context proteins, in ``order``."""
@@ -248,7 +250,7 @@ def _context_targets(
                 path=clusters,
             )
         return targets
-    _require_file(cfg.context, "context")
+    require_file(cfg.context, "context")
     if alignment_format(cfg.context) != "fasta":  # an alignment: its rows as proteins
         rows = [
             alphabet.clean_encode(seq, cfg.invalid, path=cfg.context, record=k + 1, record_id=name)

@@ -23,7 +23,7 @@ import torch
 
 from protein_performer.attention import FavorAttention
 from protein_performer.data.alphabet import Alphabet
-from protein_performer.data.masking import OBJECTIVES
+from protein_performer.data.config import OBJECTIVES
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.config import ARCHITECTURE_FIELDS, ModelConfig
 from protein_performer.model.performer import ProteinLM

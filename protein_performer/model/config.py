@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from protein_performer.errors import ConfigError
+from protein_performer.utils.checks import check_choice
 
 _Section = TypeVar("_Section")
 
@@ -141,8 +142,8 @@ class ModelConfig:
 
     def validate(self, prefix: str = "model") -> None:
         """Raise :class:`ConfigError` (one line, naming the key) for invalid values."""
-        _choice(f"{prefix}.attention", self.attention, ATTENTION_KINDS)
-        _choice(f"{prefix}.position", self.position, POSITION_KINDS)
+        check_choice(f"{prefix}.attention", self.attention, ATTENTION_KINDS)
+        check_choice(f"{prefix}.position", self.position, POSITION_KINDS)
         for name in ("dim", "depth", "heads", "ffn_dim", "max_len", "nb_features"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -242,11 +243,6 @@ def _check_layers(key: str, layers: object, depth: int) -> None:
         )
     if len({i % depth for i in layers}) != len(layers):
         raise ConfigError(f"{key} names a layer twice: {layers!r}")
-
-
-def _choice(key: str, value: object, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(choices)}")
 
 
 def as_section(cls: type[_Section], value: object, name: str) -> _Section:

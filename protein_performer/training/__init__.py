@@ -1,13 +1,13 @@
-"""Training: the LightningModule, callbacks, safe checkpoints and the train/evaluate entry points.
+"""Training: the LightningModule, callbacks, safe checkpoints and the ``train`` entry point.
 
-``train(cfg, run_dir)`` and ``evaluate(cfg)`` take the plain dataclass configs of
-:mod:`protein_performer.config.schema`; :func:`~protein_performer.cli.hydra.run_hydra` is the
-Hydra command-line glue. Submodules are imported on first use (no torch/Lightning at import).
+``train(cfg, run_dir)`` takes the plain dataclass config of :mod:`protein_performer.config.schema`
+(also ``protein_performer.train``); :func:`~protein_performer.cli.hydra.run_hydra` is the Hydra
+command-line glue. Submodules are imported on first use (no torch/Lightning at import).
 """
 
 from typing import Any
 
-__all__ = ["ProteinLMModule", "evaluate", "load_model", "train"]
+__all__ = ["ProteinLMModule", "load_model", "train"]
 
 
 def __getattr__(name: str) -> Any:
@@ -15,7 +15,8 @@ def __getattr__(name: str) -> Any:
         from protein_performer.training.run import train
 
         return train
-    if name == "evaluate":  # kept here too: train then evaluate is the usual pair
+    if name == "evaluate":
+        # the old place of ``protein_performer.evaluate``, kept for one release
         from protein_performer.evaluation.evaluate import evaluate
 
         return evaluate

@@ -34,6 +34,7 @@ from protein_performer.training.preflight import TENSORBOARD_MISSING, split_sett
 from protein_performer.training.progress_bar import StepProgressBar
 from protein_performer.training.resumable import ResumableLoader
 from protein_performer.training.run_dir import CHECKPOINT_DIR
+from protein_performer.utils.devices import bf16_native
 
 log = logging.getLogger(__name__)
 
@@ -97,24 +98,9 @@ def resolve_precision(accelerator: str, precision: str) -> str:
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     if not gpu:
         return "32-true"
-    if torch.cuda.is_available() and not _bf16_native():
+    if torch.cuda.is_available() and not bf16_native():
         return "16-mixed"
     return "bf16-mixed"
-
-
-def _eval_autocast(device: torch.device) -> Any:
-    """Evaluation's precision on ``device``: what ``precision=auto`` trains with there."""
-    if device.type != "cuda":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if _bf16_native() else torch.float16
-    return torch.autocast("cuda", dtype=dtype)
-
-
-def _bf16_native() -> bool:
-    try:
-        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-    except TypeError:  # torch without the argument
-        return bool(torch.cuda.is_bf16_supported())
 
 
 class TrainingDataModule(ProteinDataModule):
@@ -124,41 +110,12 @@ class TrainingDataModule(ProteinDataModule):
         return ResumableLoader(super().train_dataloader(), getattr(self, "trainer", None))
 
 
-def build_datamodule(cfg: TrainConfig, *, cls: type[ProteinDataModule] = TrainingDataModule):
-    d = cfg.data
-    return cls(
-        files=d.files,
-        val_files=d.val_files,
-        test_files=d.test_files,
-        shards=d.shards,
-        split_fractions=tuple(d.split_fractions),
-        split_seed=d.split_seed,
-        clusters=d.clusters,
-        split_by=d.split_by,
-        sample=d.sample,
-        packing=d.packing,
-        min_members=d.min_members,
-        family_spread=d.family_spread,
-        pair_copy=d.pair_copy,
-        pair_alone=d.pair_alone,
-        pair_align=cfg.align.weight > 0,
-        pair_mask=d.pair_mask,
-        pair_fill=d.pair_fill,
-        pair_partners=d.pair_partners,
-        objective=cfg.objective,
-        mode=d.mode,
-        max_length=d.max_length,
-        toks_per_batch=d.toks_per_batch,
-        batch_size=d.batch_size,
-        mask_prob=d.mask_prob,
-        seed=d.seed,
-        num_workers=d.num_workers,
-        invalid=d.invalid,
-        strip_gaps=d.strip_gaps,
-        allow_nucleotide=d.allow_nucleotide,
-        max_records=d.max_records,
-        val_max_records=d.val_max_records,
-    )
+def build_datamodule(
+    cfg: TrainConfig, *, cls: type[ProteinDataModule] = TrainingDataModule
+) -> ProteinDataModule:
+    """The run's data: its ``data`` section, the objective, and alignment targets in the
+    batches when ``align.weight > 0``."""
+    return cls(cfg.data, objective=cfg.objective, pair_align=cfg.align.weight > 0)
 
 
 def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:

@@ -26,7 +26,7 @@ from protein_performer.utils.devices import is_rank_zero
 from protein_performer.utils.interrupts import (
     TERMINATING,
     Terminated,
-    _raise_terminated,
+    raise_terminated,
     sigterm_raises,
     takes_over,
 )
@@ -102,7 +102,7 @@ class GracefulInterrupt(pl.Callback):
             self._previous[sig] = signal.signal(sig, self._handle)
         for sig in MORE_STOP_SIGNALS:
             # the CLI's sigterm_raises holds them now: that is ours, not someone else's
-            if takes_over(sig) or signal.getsignal(sig) is _raise_terminated:
+            if takes_over(sig) or signal.getsignal(sig) is raise_terminated:
                 self._previous[sig] = signal.signal(sig, self._handle)
 
     def restore(self) -> None:

@@ -18,8 +18,7 @@ from protein_performer.data.alphabet import Alphabet, default_alphabet
 from protein_performer.errors import ConfigError, TrainingDiverged
 from protein_performer.model.checkpoints import META_KEY, check_resume_compatible, make_metadata
 from protein_performer.model.config import ModelConfig, as_section
-from protein_performer.model.performer import ProteinLM
-from protein_performer.training.metrics import (
+from protein_performer.model.metrics import (
     IGNORE_INDEX,
     MLM_INPUT_KINDS,
     add_next_token_counts,
@@ -30,6 +29,7 @@ from protein_performer.training.metrics import (
     perplexity,
     unigram_log_probs,
 )
+from protein_performer.model.performer import ProteinLM
 from protein_performer.training.optim import build_optimizer, build_scheduler, param_dims
 
 #: the last validation (its step and metrics) in a training checkpoint: what a resumed run that

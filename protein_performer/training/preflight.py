@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import math
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -18,7 +17,7 @@ from protein_performer.config.validate import validate_train_config
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.cluster import members_file, table_digest
 from protein_performer.data.cluster_recipes import table_recipe
-from protein_performer.data.fasta import STREAM_HINT, check_distinct_inputs
+from protein_performer.data.fasta import check_distinct_inputs
 from protein_performer.data.shards import read_manifest
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.checkpoints import (
@@ -30,34 +29,11 @@ from protein_performer.model.checkpoints import (
     read_checkpoint,
 )
 from protein_performer.utils.devices import is_rank_zero, usable_cpus
+from protein_performer.utils.numbers import same_number
+from protein_performer.utils.paths import require_file
 from protein_performer.utils.resources import missing_path_hint
 
 log = logging.getLogger(__name__)
-
-
-def _require_file(path: str, what: str) -> None:
-    """One-line :class:`DataError` ``PATH: WHAT: no such file`` (or ``not a file``), worded as
-    every command words a missing file."""
-    if not str(path).strip():  # Path("") is the working directory
-        raise ConfigError(f"{what}: an empty path (a file is needed)")
-    p = Path(path)
-    if not p.is_file():
-        if not p.exists():
-            problem = "no such file"
-        elif p.is_dir():
-            problem = "a directory, not a file"
-        else:
-            problem = f"a pipe or other stream, not a file: {STREAM_HINT}"
-        hint = missing_path_hint(path) if problem == "no such file" else ""
-        raise DataError(f"{what}: {problem}{hint}", path=path)
-
-
-def _num(x: float | None, fmt: str) -> str:
-    if x is None:
-        return "n/a"
-    if math.isfinite(x) and abs(x) >= 1e6 and fmt.endswith("f"):
-        return format(x, ".4g")  # a diverged model's perplexity, not 300 digits
-    return format(x, fmt)
 
 
 def check_train_inputs(cfg: TrainConfig) -> int | None:
@@ -75,7 +51,7 @@ def _check_paths(cfg: TrainConfig, warn: bool = True, scan: bool = True) -> int 
     d = cfg.data
     for key in ("files", "val_files", "test_files"):
         for p in getattr(d, key) or []:
-            _require_file(p, f"data.{key}")
+            require_file(p, f"data.{key}")
     check_distinct_inputs(
         {f"data.{k}": getattr(d, k) for k in ("files", "val_files", "test_files")}
     )
@@ -383,7 +359,7 @@ def _warn_unapplied_optimizer_settings(ckpt: dict[str, Any], optim: Any) -> None
     given = {"optim.lr": optim.lr, "optim.betas": [float(b) for b in optim.betas]}
     given["optim.eps"] = optim.eps
     given["optim.weight_decay"] = optim.weight_decay
-    changed = [k for k in stored if not _same_number(stored[k], given[k])]
+    changed = [k for k in stored if not same_number(stored[k], given[k])]
     if changed:
         log.warning(
             "%s: the resumed run keeps the checkpoint's optimizer (%s); start a new run with "
@@ -395,24 +371,12 @@ def _warn_unapplied_optimizer_settings(ckpt: dict[str, Any], optim: Any) -> None
             setattr(optim, key.removeprefix("optim."), stored[key])
 
 
-def _same_number(a: Any, b: Any) -> bool:
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same_number(x, y) for x, y in zip(a, b, strict=True))
-    try:
-        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
-    except (TypeError, ValueError):
-        return a == b
-
-
-# option names in data error messages -> the keys that set them for train / evaluate
+# option names in data error messages -> the keys that set them for train
 TRAIN_OPTIONS = {
     "invalid=": "data.invalid=",
     "allow_nucleotide=": "data.allow_nucleotide=",
     "strip_gaps": "data.strip_gaps=true",
 }
-
-
-EVAL_OPTIONS = {"strip_gaps": "strip_gaps=true"}
 
 
 def shards_split(shards: str | os.PathLike) -> dict[str, Any]:

@@ -14,8 +14,9 @@ from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.training.builders import max_time_seconds
 from protein_performer.training.graceful_stop import STOP_SIGNAL_NAMES, GracefulInterrupt
 from protein_performer.training.memory import MemoryEstimate
-from protein_performer.training.preflight import _num, shards_split
+from protein_performer.training.preflight import shards_split
 from protein_performer.training.progress_bar import format_duration
+from protein_performer.utils.numbers import number_text
 from protein_performer.utils.outputs import json_safe
 
 
@@ -63,28 +64,28 @@ class TrainResult:
         first: the all-positions number (it counts the random and unchanged tokens, whose
         residue the model can see) reads lower and was taken for the model beating the
         baseline."""
-        best = f"(best {_num(self.best_val_perplexity, '.3f')}){at}"
+        best = f"(best {number_text(self.best_val_perplexity, '.3f')}){at}"
         if self.val_perplexity_mask is None:  # causal, or no <mask> position
             return [
-                f"  val perplexity  {_num(self.val_perplexity, '.3f')}  {best}"
+                f"  val perplexity  {number_text(self.val_perplexity, '.3f')}  {best}"
                 + (
-                    f"; next-token, unigram {_num(self.val_unigram_perplexity, '.3f')}"
+                    f"; next-token, unigram {number_text(self.val_unigram_perplexity, '.3f')}"
                     if self.val_unigram_perplexity is not None
                     else ""
                 ),
-                f"  val accuracy    {_num(self.val_accuracy, '.4f')}",
+                f"  val accuracy    {number_text(self.val_accuracy, '.4f')}",
             ]
         mask, unigram = self.val_perplexity_mask, self.val_unigram_perplexity_mask
         if unigram is None:
             baseline = ""
         else:
             ratio = f", ratio {mask / unigram:.3f}" if mask is not None and unigram else ""
-            baseline = f"  vs unigram {_num(unigram, '.3f')}{ratio} (residue frequencies)"
+            baseline = f"  vs unigram {number_text(unigram, '.3f')}{ratio} (residue frequencies)"
         return [
-            f"  <mask> perplexity {_num(mask, '.3f')}{baseline}",
-            f"  all positions     {_num(self.val_perplexity, '.3f')}  {best}: <mask>, random "
+            f"  <mask> perplexity {number_text(mask, '.3f')}{baseline}",
+            f"  all positions     {number_text(self.val_perplexity, '.3f')}  {best}: <mask>, random "
             "and unchanged tokens together (lower: the unchanged residue is in view)",
-            f"  val accuracy      {_num(self.val_accuracy, '.4f')}",
+            f"  val accuracy      {number_text(self.val_accuracy, '.4f')}",
         ]
 
     def format(self) -> str:

@@ -1,4 +1,5 @@
-"""``train(cfg, run_dir)`` and ``evaluate(cfg)``: the library entry points (no Hydra needed).
+"""``train(cfg, run_dir)``: the library function of ``protein-performer train`` (no Hydra
+needed; also ``protein_performer.train``). Evaluation is :mod:`protein_performer.evaluation`.
 
 A run directory receives ``config.yaml`` (the resolved config), ``metrics.csv`` (CSVLogger),
 ``checkpoints/last.ckpt`` and ``checkpoints/best.ckpt`` (lowest val perplexity) and

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from protein_performer.errors import DataError
-from protein_performer.utils.atomic import _alive, owner_tag
+from protein_performer.utils.atomic import owner_tag, process_alive
 
 #: a name of its own: a folder may hold another tool's ``.lock``
 LOCK_NAME = ".protein-performer.lock"
@@ -103,7 +103,7 @@ def _stale(path: Path, holder: str | None) -> bool:
     if not _same_machine(holder):
         return _age(path) > STALE_S
     pid = int(holder.rpartition("~")[2])  # type: ignore[union-attr]
-    if pid == os.getpid() or not _alive(pid):  # our own pid: a restarted container's
+    if pid == os.getpid() or not process_alive(pid):  # our own pid: a restarted container's
         return True
     recorded, now = _recorded_start(path), _start_ticks(pid)
     if recorded is not None and now is not None:

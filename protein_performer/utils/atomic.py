@@ -51,7 +51,8 @@ def owner_tag() -> str:
 _TAGGED = re.compile(r"\.(?P<host>[\w.-]+)~(?P<pid>\d+)\.")
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """A process ``pid`` runs on this machine (assumed on Windows, where probing would signal it)."""
     if os.name == "nt":  # os.kill(pid, 0) sends a Ctrl-C event there: assume alive
         return True
     try:
@@ -83,7 +84,7 @@ def remove_leftovers(path: str | os.PathLike) -> list[Path]:
         rest = entry.name[m.end() :]
         is_file = rest.endswith(".tmp") and not entry.is_dir(follow_symlinks=False)
         is_dir = rest.startswith("tmp-") and entry.is_dir(follow_symlinks=False)
-        if not (is_file or is_dir) or _alive(int(m["pid"])):
+        if not (is_file or is_dir) or process_alive(int(m["pid"])):
             continue
         with contextlib.suppress(OSError):
             if is_dir:

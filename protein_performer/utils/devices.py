@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -157,6 +159,22 @@ def pick_device(name: str | torch.device) -> torch.device:
         if index and int(index) >= count:
             raise ConfigError(f"device={text} but this machine has {count} CUDA device(s)")
     return torch.device(text)
+
+
+def bf16_native() -> bool:
+    """The CUDA GPU computes in bf16 natively (Ampere and later; older ones emulate it)."""
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # torch without the argument
+        return bool(torch.cuda.is_bf16_supported())
+
+
+def inference_autocast(device: torch.device) -> Any:
+    """The precision a forward pass runs in on ``device``: what ``precision=auto`` trains
+    with there (bf16 autocast on GPUs that compute in bf16, fp16 on older ones, fp32 on CPU)."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.autocast("cuda", dtype=torch.bfloat16 if bf16_native() else torch.float16)
 
 
 def size_text(n: float) -> str:

@@ -23,7 +23,8 @@ class Terminated(KeyboardInterrupt):
         self.signum = int(signum)
 
 
-def _raise_terminated(signum: int, frame: Any) -> None:
+def raise_terminated(signum: int, frame: Any) -> None:
+    """The signal handler that turns a terminating signal into :class:`Terminated`."""
     raise Terminated(signum)
 
 
@@ -53,7 +54,7 @@ def sigterm_raises() -> Iterator[None]:
     previous = {}
     for sig in TERMINATING:
         if takes_over(sig):
-            previous[sig] = signal.signal(sig, _raise_terminated)
+            previous[sig] = signal.signal(sig, raise_terminated)
     try:
         yield
     finally:

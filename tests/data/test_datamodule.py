@@ -356,9 +356,9 @@ SRC = FlatSource.from_strings(["ACDE"])
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"objective": "bert"}, "objective must be one of: mlm, causal"),
-        ({"mode": "pack"}, "mode must be one of: crop, concat"),
-        ({"invalid": "drop"}, "invalid must be one of: error, skip, replace"),
+        ({"objective": "bert"}, "objective='bert' is not valid; choose one of: mlm, causal"),
+        ({"mode": "pack"}, "mode='pack' is not valid; choose one of: crop, concat"),
+        ({"invalid": "drop"}, "invalid='drop' is not valid; choose one of: error, skip, replace"),
         ({"max_length": 2}, "max_length must be an integer >= 3"),
         ({"max_length": 1, "mode": "concat"}, "max_length must be an integer >= 2"),
         ({"toks_per_batch": 0}, "toks_per_batch"),
@@ -529,7 +529,7 @@ def test_family_packing_on_the_embedded_sample_fills_windows_by_family():
         ProteinDataModule(files=[root / "x.fa"], packing="family", clusters="c.tsv")
     with pytest.raises(ConfigError, match="packing=family needs clusters"):
         ProteinDataModule(files=[root / "x.fa"], packing="family", mode="concat")
-    with pytest.raises(ConfigError, match="packing must be one of"):
+    with pytest.raises(ConfigError, match="packing='families' is not valid; choose one of"):
         ProteinDataModule(files=[root / "x.fa"], packing="families", mode="concat")
 
 
@@ -662,7 +662,7 @@ def test_pairs_packing_trains_on_pairs_and_evaluates_single_proteins():
         (dict(pair_copy=-0.1), "pair_copy must be a number in"),
         (dict(pair_alone=True), "pair_alone must be a number in"),
         (dict(pair_alone=1.5), "pair_alone must be a number in"),
-        (dict(pair_mask="partner"), "pair_mask must be one of"),
+        (dict(pair_mask="partner"), "pair_mask='partner' is not valid"),
     ]:
         with pytest.raises(ConfigError, match=match):
             ProteinDataModule(train_source=src, **(kw | bad))

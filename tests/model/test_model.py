@@ -148,7 +148,7 @@ def test_invalid_config_is_a_one_line_error():
 @pytest.mark.slow
 @pytest.mark.parametrize("attention", ATTENTION_KINDS)
 def test_overfits_one_batch(attention):
-    from protein_performer.training.metrics import lm_token_stats
+    from protein_performer.model.metrics import lm_token_stats
 
     torch.manual_seed(0)
     model = ProteinLM(tiny_config(attention, dim=64, ffn_dim=128), V)

@@ -897,7 +897,7 @@ def test_context_clusters_do_not_change_the_run_s_family_packing(tmp_path) -> No
     """With split= and context=cluster, clusters= picks the context only: the windows are
     packed by the training run's table, as the line about them says."""
     from protein_performer.config.schema import EvalConfig
-    from protein_performer.evaluation.scope import _eval_packing
+    from protein_performer.evaluation.scope import eval_packing
 
     run_table, other = tmp_path / "run.tsv", tmp_path / "other.tsv"
     run_table.write_text("cluster\tmember\n")
@@ -905,10 +905,10 @@ def test_context_clusters_do_not_change_the_run_s_family_packing(tmp_path) -> No
     stored = {"packing": "family", "clusters": str(run_table)}
     cfg = EvalConfig(checkpoint="c.ckpt", fasta="x.fa", split="test", context="cluster",
                      clusters=str(other))  # fmt: skip
-    packing, words, table = _eval_packing(cfg, stored, "concat")
+    packing, words, table = eval_packing(cfg, stored, "concat")
     assert packing == "family" and table == str(run_table) and str(run_table) in words
     cfg.context = None  # without context, clusters= is the table the split is drawn from
-    assert _eval_packing(cfg, stored, "concat")[2] == str(other)
+    assert eval_packing(cfg, stored, "concat")[2] == str(other)
 
 
 def _target_part(window: np.ndarray) -> np.ndarray:

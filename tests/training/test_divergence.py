@@ -21,10 +21,10 @@ from protein_performer.model.checkpoints import (
     save_model_checkpoint,
 )
 from protein_performer.model.config import ModelConfig
+from protein_performer.model.metrics import perplexity
 from protein_performer.model.performer import ProteinLM
-from protein_performer.training.metrics import perplexity
-from protein_performer.training.preflight import _num
 from protein_performer.training.run import train
+from protein_performer.utils.numbers import number_text
 from tests.training.helpers import tiny_config, tiny_overrides, write_fasta
 
 
@@ -68,7 +68,7 @@ def test_checkpoints_with_non_finite_weights_are_refused(tmp_path):
 
 def test_overflowing_perplexities_are_inf_readable_and_null_in_json():
     assert perplexity(1e6, 1) == math.inf  # exp(1e6): no OverflowError mid-validation
-    assert _num(8.79e289, ".3f") == "8.79e+289" and _num(16.5, ".3f") == "16.500"
+    assert number_text(8.79e289, ".3f") == "8.79e+289" and number_text(16.5, ".3f") == "16.500"
     result = EvalResult(
         checkpoint="c",
         fasta="f",

@@ -154,7 +154,7 @@ def test_causal_run_has_no_mask_breakdown(tiny_fasta, tmp_path, capsys):
 
 
 def test_causal_unigram_sums_equal_a_direct_sum():
-    from protein_performer.training.metrics import causal_unigram_sums, unigram_log_probs
+    from protein_performer.model.metrics import causal_unigram_sums, unigram_log_probs
 
     alphabet = default_alphabet()
     rng = np.random.default_rng(0)
@@ -316,7 +316,7 @@ def test_bad_output_locations_are_one_line_errors_before_any_work(tiny_fasta, tm
         with pytest.raises(DataError, match=problem) as err:
             evaluate(EvalConfig(checkpoint=ckpt, fasta=str(tiny_fasta), output=str(output)))
         assert "\n" not in str(err.value)
-    with pytest.raises(DataError, match=r"fasta: a directory, not a file"):
+    with pytest.raises(DataError, match=r"fasta: is a directory, expected a file"):
         evaluate(EvalConfig(checkpoint=ckpt, fasta=str(tmp_path)))
 
 

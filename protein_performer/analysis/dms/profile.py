@@ -45,7 +45,7 @@ from protein_performer.analysis.dms.variants import (
     clean_sequence,
     parse_variant,
 )
-from protein_performer.data.alignment import _aligner, aligned_positions
+from protein_performer.data.alignment import aligned_positions, local_aligner
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
 from protein_performer.data.msa import GAP, MSA, WEIGHT_IDENTITY, sequence_weights
 from protein_performer.data.simulate import blosum62_model
@@ -107,7 +107,7 @@ def alignment_z(
     """``(score, z)``: the local BLOSUM62 alignment score of ``homolog`` to ``query`` and how
     many standard deviations it lies above those of ``shuffles`` shuffles of ``homolog``
     (``inf`` when they all score the same, lower)."""
-    aligner, known = _aligner()
+    aligner, known = local_aligner()
     q, h = _clean(query, known), _clean(homolog, known)
     score = float(aligner.score(h, q))
     letters = np.array(list(h))

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from protein_performer.training.metrics import (
+from protein_performer.model.metrics import (
     lm_token_stats,
     mlm_input_kind_stats,
     perplexity,
@@ -111,7 +111,7 @@ def test_mlm_stats_random_draw_of_the_true_residue_counts_as_unchanged():
 
 
 def test_alignment_nll_scores_the_attention_on_the_aligned_key_at_scored_positions():
-    from protein_performer.training.metrics import alignment_nll
+    from protein_performer.model.metrics import alignment_nll
 
     att = torch.full((2, 5, 5), 0.2, dtype=torch.float64, requires_grad=True)
     align = torch.tensor([[-1, -1, -1, 0, 1], [-1, -1, 2, 3, -1]])
@@ -131,7 +131,7 @@ def test_alignment_nll_scores_the_attention_on_the_aligned_key_at_scored_positio
 
 
 def test_next_token_counts_are_the_targets_after_the_first_position():
-    from protein_performer.training.metrics import add_next_token_counts
+    from protein_performer.model.metrics import add_next_token_counts
 
     labels = torch.tensor([[1, 5, 5, 7, -100], [2, 3, -100, -100, -100]])
     hist = torch.zeros(9, dtype=torch.float64)
