@@ -268,3 +268,21 @@ def test_auto_threshold_with_no_head_passing_reports_the_lowest() -> None:
     result = aa_similarity(model, proteins, ALPHABET, threshold="auto", min_arcs=10**6)
     assert result.matrices["attention"] is None and result.info["threshold"] == 0.01
     assert "a lower threshold (e.g. 0.005)" in result.info["note"]
+
+
+def test_auto_threshold_below_the_first_takes_its_null_at_the_chosen_threshold() -> None:
+    """min_arcs out of reach at 0.3 and 0.2: auto counts at 0.1, and every number of the
+    attention view, the row-permutation null included, is that of threshold=0.1."""
+    model = planted_model()
+    proteins = random_proteins(6, 30, seed=0)
+    kw = {"min_arcs": 600, "seed": 0, "mask_prob": 0.5}
+    auto = aa_similarity(model, proteins, ALPHABET, threshold="auto", **kw)
+    fixed = aa_similarity(model, proteins, ALPHABET, threshold=0.1, **kw)
+    assert auto.info["threshold"] == 0.1 and fixed.info["heads_kept"] >= 3
+    assert auto.info["arcs_per_head"] == fixed.info["arcs_per_head"]
+    assert auto.r["attention_null"] is not None
+    assert auto.r["attention_null"] == pytest.approx(fixed.r["attention_null"])
+    np.testing.assert_allclose(
+        auto.matrices["attention_null"], fixed.matrices["attention_null"], equal_nan=True
+    )
+    assert auto.r["attention"] == pytest.approx(fixed.r["attention"])
