@@ -867,3 +867,88 @@ def test_score_frames_a_packed_causal_model_s_sequences_by_sep(tmp_path, kwarg_s
         )
         assert _score(ckpt, tmp_path, out=f"{mode}.csv") == 0
     assert seen == [True, False]
+
+
+def test_a_failure_while_writing_the_summary_leaves_the_old_one_whole(
+    ckpt, tmp_path, monkeypatch, capsys
+) -> None:
+    """The summary JSON is written beside and renamed into place: a write that fails half way
+    (disk full) never leaves half a JSON under the name, and a rename that fails leaves the
+    file of the run before, byte for byte."""
+    import builtins
+    import errno
+    import io
+    import os
+
+    write_csv(tmp_path / "m.csv", [("M1A", "1.0"), ("K2E", "0.5"), ("T3W", "-1")])
+    args = ["score", f"checkpoint={ckpt}", f"sequence={WT}", f"mutations={tmp_path / 'm.csv'}"]
+    args += [f"out={tmp_path / 's.csv'}", "method=masked-marginal", "overwrite=true"]
+    # the outputs of an earlier run (score replaces its own files only)
+    (tmp_path / "s.csv").write_text("mutant,fitness,masked_marginal,blosum62\nM1A,1.0,0.1,-1\n")
+    summary = tmp_path / "s.json"
+    old = json.dumps({"methods": ["old"], "scored": 0, "mutations": "old.csv"}) + "\n"
+    summary.write_text(old)
+    os.link(summary, tmp_path / "reader.json")  # a reader's handle on the old file
+
+    def is_summary(path) -> bool:
+        try:
+            return os.path.abspath(os.fspath(path)) == str(summary)
+        except TypeError:  # a file descriptor
+            return False
+
+    class HalfWrites:
+        """A file that takes half of what is written, then reports the disk full."""
+
+        def __init__(self, fh) -> None:
+            self.fh = fh
+
+        def write(self, data):
+            self.fh.write(data[: len(data) // 2])
+            self.fh.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+    real_open, real_os_open, real_replace = builtins.open, os.open, os.replace
+
+    def full_disk_open(file, mode="r", *a, **k):
+        fh = real_open(file, mode, *a, **k)
+        return HalfWrites(fh) if is_summary(file) and set(mode) & set("wax+") else fh
+
+    def full_disk_os_open(path, flags, *a, **k):
+        if is_summary(path) and flags & (os.O_WRONLY | os.O_RDWR):
+            real_os_open(path, flags, *a, **k)  # truncated, as a real open for writing would
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_os_open(path, flags, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(builtins, "open", full_disk_open)
+        m.setattr(io, "open", full_disk_open)
+        m.setattr(os, "open", full_disk_os_open)
+        code = main(args)
+    capsys.readouterr()
+    assert (tmp_path / "reader.json").read_text() == old  # never written in place
+    assert code == 0  # the summary was never opened under its name
+    assert json.loads(summary.read_text())["methods"] == ["masked-marginal"]  # whole
+
+    summary.unlink()
+    summary.write_text(old)
+
+    def failing_replace(src, dst, *a, **k):
+        if is_summary(dst):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_replace(src, dst, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", failing_replace)
+        code = main(args)
+    capsys.readouterr()
+    assert code != 0 and summary.read_text() == old  # the old summary, untouched
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".s.json")] == []
