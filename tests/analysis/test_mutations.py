@@ -952,3 +952,87 @@ def test_a_failure_while_writing_the_summary_leaves_the_old_one_whole(
     capsys.readouterr()
     assert code != 0 and summary.read_text() == old  # the old summary, untouched
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".s.json")] == []
+
+
+def _spearman_no_ties(x, y) -> float:
+    """1 - 6 Σd² / (n (n² - 1)): Spearman's rho where neither side has ties."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
+    n = len(x)
+    return 1 - 6 * float(((rx - ry) ** 2).sum()) / (n * (n * n - 1))
+
+
+def test_score_cli_values_are_the_models_probabilities_computed_by_hand(
+    ckpt, tmp_path, capsys, monkeypatch
+):
+    """Every column of score's CSV against what the checkpoint's model gives when asked
+    directly (a forward pass per masked site, log-softmax by hand), BLOSUM62 from Biopython,
+    the unigram log-ratio from the stored counts (add-one), Spearman from rank differences."""
+    from Bio.Align import substitution_matrices
+
+    from protein_performer.analysis import figures
+    from protein_performer.model.checkpoints import load_model
+
+    monkeypatch.setattr(figures, "score_scatter_figure", lambda *a, **k: [])  # tested elsewhere
+    offset = 11
+    rng = np.random.default_rng(5)
+    singles = [(i, aa) for i in (0, 3, 7, 12, 21) for aa in "ACDW" if aa != WT[i]]
+    mutants = [f"{WT[i]}{i + offset}{aa}" for i, aa in singles]
+    doubles = [f"{WT[1]}{1 + offset}A:{WT[5]}{5 + offset}W"]
+    fitness = rng.normal(size=len(mutants) + 1)
+    write_csv(
+        tmp_path / "m.csv",
+        [(m, f"{f:.6f}") for m, f in zip(mutants + doubles, fitness, strict=True)],
+    )
+    code = main(
+        [
+            "score", f"checkpoint={ckpt}", f"sequence={WT}", f"mutations={tmp_path / 'm.csv'}",
+            f"out={tmp_path / 's.csv'}", f"offset={offset}", "fitness_col=fitness",
+            "method=[masked-marginal,wt-marginal]",
+        ]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = {r["mutant"]: r for r in csv.DictReader(fh)}
+
+    model, _ = load_model(ckpt)
+    model.eval()
+    wt_ids = [ALPHABET.cls_idx, *ALPHABET.encode(WT).tolist(), ALPHABET.eos_idx]
+
+    def logp(ids: list[int], pos: int) -> np.ndarray:
+        with torch.no_grad():
+            logits = model(torch.tensor([ids]))["logits"][0, pos].double()
+        return torch.log_softmax(logits, -1).numpy()
+
+    with torch.no_grad():
+        unmasked = torch.log_softmax(model(torch.tensor([wt_ids]))["logits"][0].double(), -1)
+
+    def masked(ids: list[int], pos: int) -> list[int]:
+        return [ALPHABET.mask_idx if k == pos else t for k, t in enumerate(ids)]
+
+    blosum = substitution_matrices.load("BLOSUM62")
+    counts = np.arange(len(ALPHABET), dtype=float)  # what the ckpt fixture stored
+    total = sum(counts[ALPHABET.index(a)] + 1 for a in "ACDEFGHIKLMNPQRSTVWY")
+    site_logp: dict[int, np.ndarray] = {}
+    for (i, aa), m in zip(singles, mutants, strict=True):
+        wt, mt, pos = ALPHABET.index(WT[i]), ALPHABET.index(aa), i + 1
+        row = got[m]
+        lp = site_logp.setdefault(pos, logp(masked(wt_ids, pos), pos))
+        assert float(row["masked_marginal"]) == pytest.approx(lp[mt] - lp[wt], abs=2e-4)
+        lp = unmasked[pos].numpy()
+        assert float(row["wt_marginal"]) == pytest.approx(lp[mt] - lp[wt], abs=2e-4)
+        assert float(row["blosum62"]) == blosum[WT[i]][aa]
+        f_mt, f_wt = (counts[ALPHABET.index(a)] + 1 for a in (aa, WT[i]))
+        unigram = np.log(f_mt / total) - np.log(f_wt / total)
+        assert float(row["unigram_log_ratio"]) == pytest.approx(unigram, abs=2e-4)
+    # a double mutant: the sum of its two sites, each masked on its own
+    a = logp(masked(wt_ids, 2), 2)
+    b = logp(masked(wt_ids, 6), 6)
+    expected = a[ALPHABET.index("A")] - a[wt_ids[2]] + b[ALPHABET.index("W")] - b[wt_ids[6]]
+    assert float(got[doubles[0]]["masked_marginal"]) == pytest.approx(expected, abs=2e-4)
+    assert float(got[doubles[0]]["blosum62"]) == blosum[WT[1]]["A"] + blosum[WT[5]]["W"]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    column = [float(got[m]["masked_marginal"]) for m in mutants + doubles]
+    assert summary["spearman"]["masked_marginal"] == pytest.approx(
+        _spearman_no_ties(fitness, column), abs=1e-6
+    )
