@@ -44,6 +44,10 @@ def test_pearson_is_none_when_undefined() -> None:
     b = blosum62()
     assert offdiag_pearson(None, b) is None
     assert offdiag_pearson(np.ones((20, 20)), b) is None  # constant: no correlation
+    # constant but for rounding (cosines of equal angles): no correlation either
+    noisy = np.full((20, 20), 0.5) + np.random.default_rng(0).normal(0, 1e-16, (20, 20))
+    assert noisy.std() > 0 and offdiag_pearson(noisy, b) is None
+    assert offdiag_pearson(np.full((20, 20), 0.5) + 1e-6 * b, b) == pytest.approx(1.0)
     few = np.full((20, 20), np.nan)
     few[0, 1:5] = [1, 2, 3, 4]
     assert offdiag_pearson(few, b) is None  # under 20 defined pairs
