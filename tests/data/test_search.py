@@ -353,3 +353,25 @@ def test_query_coverage_counts_both_ends():
     inner = Hit(0, 0, 0.5, 10, 1, 10, 10, 20, 29, 100, 1e-5, 30.0)
     assert inner.region(0) == (20, 29) and inner.region(3) == (17, 32)
     assert inner.region(80) == (1, 100)
+
+
+def test_each_filter_keeps_a_hit_exactly_at_its_bound():
+    # identity 0.3 (= min) and 0.95 (= max), E-value 1e-3 (= max), coverage 50/100 (= min)
+    hits = [
+        Hit(0, 0, 0.3, 90, 1, 90, 100, 1, 90, 100, 1e-10, 50.0),
+        Hit(0, 1, 0.95, 90, 1, 90, 100, 1, 90, 100, 1e-10, 50.0),
+        Hit(0, 2, 0.5, 90, 1, 90, 100, 1, 90, 100, 1e-3, 50.0),
+        Hit(0, 3, 0.5, 50, 51, 100, 100, 1, 50, 100, 1e-10, 50.0),
+    ]
+    kept, removed = filter_hits(
+        hits, ["q"], ["a", "b", "c", "d"], ["MKV"], {i: "MKW" for i in range(4)},
+        min_identity=0.3, max_identity=0.95, min_coverage=0.5, max_evalue=1e-3, max_hits=None,
+    )  # fmt: skip
+    assert sorted(h.target for h in kept) == [0, 1, 2, 3] and sum(removed.values()) == 0
+    # just past each bound: each its own filter
+    kept, removed = filter_hits(
+        hits, ["q"], ["a", "b", "c", "d"], ["MKV"], {i: "MKW" for i in range(4)},
+        min_identity=0.31, max_identity=0.94, min_coverage=0.51, max_evalue=9e-4, max_hits=None,
+    )  # fmt: skip
+    assert kept == [] and removed == {"self": 0, "evalue": 1, "identity_below": 1,
+                                      "identity_above": 1, "coverage": 1, "max_hits": 0}  # fmt: skip

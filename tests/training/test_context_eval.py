@@ -1047,3 +1047,19 @@ def test_sampled_targets_keep_the_source_order():
     assert [t.id for t in sample_targets(targets, 10, seed=3)] == ids  # seeded
     assert [t.id for t in sample_targets(targets, 10, seed=4)] != ids
     assert sample_targets(targets, 40, seed=3) == targets
+
+
+def test_targets_longer_than_half_the_window_are_cut_to_half():
+    """Windows of 96 tokens: a target gets at most 96 // 2 - 2 = 46 residues; of 20 + 46 + 60
+    residues, 20 + 46 + 46 are scored."""
+    from protein_performer.evaluation.context import Target
+
+    targets = [Target(f"t{n}", _seq(n, n), [_seq(30, 500 + n)]) for n in (20, 46, 60)]
+    single, _, _, _, info = scoring_windows(
+        targets, A, max_length=96, style="crop", mask_prob=0.15, seed=0
+    )
+    assert info["targets_cut"] == 1
+    assert info["target_residues_in_windows"] == pytest.approx((20 + 46 + 46) / (20 + 46 + 60))
+    assert [len(x) for x in single] == [22, 48, 48]
+    assert info["mean_context_proteins"] == 1 and info["context_proteins_cut"] == 0
+    assert info["mean_context_tokens"] == 31
