@@ -872,9 +872,9 @@ def test_score_frames_a_packed_causal_model_s_sequences_by_sep(tmp_path, kwarg_s
 def test_a_failure_while_writing_the_summary_leaves_the_old_one_whole(
     ckpt, tmp_path, monkeypatch, capsys
 ) -> None:
-    """The summary JSON is written beside and renamed into place: a write that fails half way
-    (disk full) never leaves half a JSON under the name, and a rename that fails leaves the
-    file of the run before, byte for byte."""
+    """The scores CSV and summary JSON are written beside and renamed into place: a write that
+    fails half way (disk full) never leaves half a file under their names, and a rename that
+    fails leaves the summary of the run before, byte for byte."""
     import builtins
     import errno
     import io
@@ -888,13 +888,19 @@ def test_a_failure_while_writing_the_summary_leaves_the_old_one_whole(
     summary = tmp_path / "s.json"
     old = json.dumps({"methods": ["old"], "scored": 0, "mutations": "old.csv"}) + "\n"
     summary.write_text(old)
-    os.link(summary, tmp_path / "reader.json")  # a reader's handle on the old file
+    old_csv = (tmp_path / "s.csv").read_text()
+    os.link(summary, tmp_path / "reader.json")  # a reader's handle on the old files
+    os.link(tmp_path / "s.csv", tmp_path / "reader.csv")
+    outputs = {str(summary), str(tmp_path / "s.csv")}
 
-    def is_summary(path) -> bool:
+    def is_output(path) -> bool:
         try:
-            return os.path.abspath(os.fspath(path)) == str(summary)
+            return os.path.abspath(os.fspath(path)) in outputs
         except TypeError:  # a file descriptor
             return False
+
+    def is_summary(path) -> bool:
+        return is_output(path) and os.fspath(path).endswith(".json")
 
     class HalfWrites:
         """A file that takes half of what is written, then reports the disk full."""
@@ -920,10 +926,10 @@ def test_a_failure_while_writing_the_summary_leaves_the_old_one_whole(
 
     def full_disk_open(file, mode="r", *a, **k):
         fh = real_open(file, mode, *a, **k)
-        return HalfWrites(fh) if is_summary(file) and set(mode) & set("wax+") else fh
+        return HalfWrites(fh) if is_output(file) and set(mode) & set("wax+") else fh
 
     def full_disk_os_open(path, flags, *a, **k):
-        if is_summary(path) and flags & (os.O_WRONLY | os.O_RDWR):
+        if is_output(path) and flags & (os.O_WRONLY | os.O_RDWR):
             real_os_open(path, flags, *a, **k)  # truncated, as a real open for writing would
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_os_open(path, flags, *a, **k)
@@ -935,8 +941,11 @@ def test_a_failure_while_writing_the_summary_leaves_the_old_one_whole(
         code = main(args)
     capsys.readouterr()
     assert (tmp_path / "reader.json").read_text() == old  # never written in place
-    assert code == 0  # the summary was never opened under its name
+    assert (tmp_path / "reader.csv").read_text() == old_csv
+    assert code == 0  # the outputs were never opened under their names
     assert json.loads(summary.read_text())["methods"] == ["masked-marginal"]  # whole
+    with open(tmp_path / "s.csv", newline="") as fh:
+        assert len(list(csv.DictReader(fh))) == 3
 
     summary.unlink()
     summary.write_text(old)
