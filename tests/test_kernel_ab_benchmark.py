@@ -45,7 +45,14 @@ def tree_as_committed(monkeypatch, tmp_path):
     try:
         committed = bench.load_revision(head, into).FavorAttention
         monkeypatch.setattr(favor, "FavorAttention", committed)
-        monkeypatch.setattr(blocks, "FavorAttention", committed)
+        if hasattr(bench, "revision_kind"):  # the blocks build attention kinds by name
+            from protein_performer.attention import registry
+
+            for key in ("performer_relu", "performer_softmax"):
+                kind = bench.revision_kind(committed)
+                monkeypatch.setitem(registry.ATTENTION_CLASSES, key, kind)
+        else:
+            monkeypatch.setattr(blocks, "FavorAttention", committed)
         yield
     finally:
         sys.path[:] = [p for p in sys.path if p != str(into)]

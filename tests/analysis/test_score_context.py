@@ -298,7 +298,8 @@ def test_the_model_window_holds_only_the_homologs_the_pssm_used(tmp_path):
     ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
     assert [i["used"] for i in ctx.pssm.homologs] == [True, False, True]
     model, seen = _model(), []
-    model.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    # the windows as the embedding reads them (whichever route the model is called by)
+    model.embed.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
     variants = [parse_variant(f"{WT[i]}{i + 1}A", WT, 1) for i in (3, 30)]
     cols = context_columns(model, ALPHABET, WT, variants, ctx, max_length=256)
     assert np.isfinite(cols["masked_marginal_context"]).all()
