@@ -16,15 +16,55 @@ def _git(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _attention_as_committed() -> bool:
-    """A git checkout whose attention package is HEAD's (else HEAD is not this tree's code)."""
+def _in_git_checkout() -> bool:
+    return _git("rev-parse", "--verify", "HEAD").returncode == 0
+
+
+def _attention_edited() -> bool:
     status = _git("status", "--porcelain", "--", "protein_performer/attention")
-    return _git("rev-parse", "--verify", "HEAD").returncode == 0 and not status.stdout.strip()
+    return bool(status.stdout.strip())
 
 
-@pytest.mark.skipif(not _attention_as_committed(), reason="no git checkout, or attention edited")
+@pytest.fixture
+def tree_as_committed(monkeypatch, tmp_path):
+    """The tree's FavorAttention as HEAD has it: where ``attention/`` has uncommitted edits,
+    HEAD's package is loaded from ``git show`` (as the benchmark loads a revision) and stands
+    in for the tree's, so HEAD against "this tree" is the same code whatever is being edited."""
+    import sys
+
+    if not _attention_edited():
+        yield
+        return
+    import protein_performer.attention.favor as favor
+    import protein_performer.model.blocks as blocks
+
+    bench = load_benchmark("kernel_ab.py")
+    into = tmp_path / "tree_at_head"
+    into.mkdir()
+    head = _git("rev-parse", "HEAD").stdout.strip()
+    try:
+        committed = bench.load_revision(head, into).FavorAttention
+        monkeypatch.setattr(favor, "FavorAttention", committed)
+        if hasattr(bench, "revision_kind"):  # the blocks build attention kinds by name
+            from protein_performer.attention import registry
+
+            for key in ("performer_relu", "performer_softmax"):
+                kind = bench.revision_kind(committed)
+                monkeypatch.setitem(registry.ATTENTION_CLASSES, key, kind)
+        else:
+            monkeypatch.setattr(blocks, "FavorAttention", committed)
+        yield
+    finally:
+        sys.path[:] = [p for p in sys.path if p != str(into)]
+        for name in [m for m in sys.modules if m.startswith(f"pp_rev_{head[:12]}_{into.name}")]:
+            del sys.modules[name]
+
+
+@pytest.mark.skipif(not _in_git_checkout(), reason="no git checkout")
 @pytest.mark.parametrize("causal", [False, True])
-def test_head_against_itself_is_identical_and_writes_json(tmp_path, capsys, causal):
+def test_head_against_itself_is_identical_and_writes_json(
+    tmp_path, capsys, causal, tree_as_committed
+):
     bench = load_benchmark("kernel_ab.py")
     out = tmp_path / "ab.json"
     args = ["--rev", "HEAD", "--lengths", "40", "--rounds", "2", "--heads", "2", "--dim", "8"]
@@ -49,8 +89,8 @@ def test_an_unknown_revision_is_one_line(tmp_path):
         bench.main(["--rev", "no-such-revision-xyz", "--json", str(tmp_path / "x.json")])
 
 
-@pytest.mark.skipif(not _attention_as_committed(), reason="no git checkout, or attention edited")
-def test_versions_that_disagree_fail_the_run(tmp_path, monkeypatch, capsys):
+@pytest.mark.skipif(not _in_git_checkout(), reason="no git checkout")
+def test_versions_that_disagree_fail_the_run(tmp_path, monkeypatch, capsys, tree_as_committed):
     bench = load_benchmark("kernel_ab.py")
     real = bench.compare
 
@@ -65,8 +105,10 @@ def test_versions_that_disagree_fail_the_run(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _attention_as_committed(), reason="no git checkout, or attention edited")
-def test_model_steps_of_head_against_itself_are_identical(tmp_path, capsys, monkeypatch):
+@pytest.mark.skipif(not _in_git_checkout(), reason="no git checkout")
+def test_model_steps_of_head_against_itself_are_identical(
+    tmp_path, capsys, monkeypatch, tree_as_committed
+):
     bench = load_benchmark("kernel_ab.py")
     built = []
     real = bench.compare_model

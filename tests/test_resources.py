@@ -51,3 +51,14 @@ def test_commands_name_the_shipped_sample_when_run_elsewhere(argv, monkeypatch, 
     err = capsys.readouterr().err
     assert "(the shipped simulated_families." in err and str(project_root()) in err
     assert not (tmp_path / "outputs").exists()
+
+
+def test_only_paths_inside_the_shared_data_folder_get_the_proteomes_hint():
+    parent = project_root().parent
+    inside = "reads the proteomes of ../shared/data"
+    assert inside in missing_path_hint(parent / "shared" / "data" / "sub" / "x.fasta")
+    # a sibling whose name starts the same is another folder
+    for other in ("data2", "data_old", "datasets"):
+        assert missing_path_hint(parent / "shared" / other / "x.fasta") == "", other
+    assert missing_path_hint(parent / "shared2" / "data" / "x.fasta") == ""
+    assert missing_path_hint(parent / "shared" / "x.fasta") == ""

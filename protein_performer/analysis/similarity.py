@@ -87,9 +87,15 @@ def offdiag_pearson(
     x, y = np.asarray(matrix, dtype=np.float64)[iu], np.asarray(reference, dtype=np.float64)[iu]
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
-    if len(x) < min_pairs or x.std() == 0 or y.std() == 0:
+    if len(x) < min_pairs or _constant(x) or _constant(y):
         return None
     return float(np.corrcoef(x, y)[0, 1])
+
+
+def _constant(x: np.ndarray) -> bool:
+    """Constant up to float rounding (cosines of equal angles differ in the last bits): a
+    correlation with such a side is the rounding's, not the data's."""
+    return float(x.std()) <= 1e-12 * max(1.0, float(np.abs(x).max()))
 
 
 def _aa_index(alphabet: Alphabet) -> np.ndarray:

@@ -815,3 +815,77 @@ def test_homolog_counts_show_the_first_proteins_and_how_many_more():
     assert homolog_counts_text(pairs, limit=2) == (
         "homologs read per protein: p0 0, p1 1, ... 3 more (--json: homologs_per_protein)"
     )
+
+
+def _read_matrix_csv(path: Path) -> tuple[list[str], np.ndarray]:
+    rows = [line.split(",") for line in path.read_text().splitlines()]
+    order = rows[0][1:]
+    assert [r[0] for r in rows[1:]] == order
+    values = [[float(x) if x.strip() not in ("", "nan", "NaN") else np.nan for x in r[1:]]
+              for r in rows[1:]]  # fmt: skip
+    return order, np.array(values)
+
+
+def test_aa_similarity_matrices_are_those_computed_by_hand(
+    files, tmp_path, capsys, monkeypatch
+) -> None:
+    """The planted model's attention maps read directly, Vig et al.'s arcs counted by hand;
+    its embeddings (one-hot plus a shared unit: cosine 1/2 between any two amino acids);
+    BLOSUM62 from Biopython; each r as Pearson over the 190 pairs above the diagonal."""
+    import torch
+    from Bio.Align import substitution_matrices
+
+    from protein_performer.cli.commands import aa_similarity as command
+
+    def no_figure(*args, **kwargs) -> None:  # the figure is another test's (slow: matplotlib)
+        for ext in ("png", "pdf"):
+            args[3].with_suffix(f".{ext}").write_bytes(b"")
+
+    monkeypatch.setattr(command, "similarity_figure", no_figure)
+    proteins = random_proteins(12, 30, seed=1)
+    write_fasta(tmp_path / "p.fasta", proteins)
+    order = list("AVLIMFWYCGPSTNQHKRDE")
+    model = planted_model().eval()
+    arcs = np.zeros((8, 20))
+    for p in proteins:
+        tokens = torch.tensor([[ALPHABET.cls_idx, *p.residues.tolist(), ALPHABET.eos_idx]])
+        with torch.no_grad():
+            att = model(tokens, return_attentions=True)["attentions"][0][0, :, 1:-1, 1:-1]
+        letters = ALPHABET.decode(p.residues)
+        for h in range(8):
+            for j in range(len(letters)):
+                arcs[h, order.index(letters[j])] += int((att[h, :, j] >= 0.1).sum())
+    # min_arcs at the third-largest head's arcs: three heads kept, one of them exactly at it
+    min_arcs = int(np.sort(arcs.sum(1))[-3])
+    out = tmp_path / "sim"
+    code, text, _ = run(
+        capsys, "aa-similarity", f"checkpoint={files / 'planted.ckpt'}",
+        f"fasta={tmp_path / 'p.fasta'}", f"out={out}", "threshold=0.1", f"min_arcs={min_arcs}",
+        "n_proteins=12",
+    )  # fmt: skip
+    assert code == 0, text
+    written, blosum = _read_matrix_csv(out / "blosum62.csv")
+    assert written == order
+    bio = substitution_matrices.load("BLOSUM62")
+    np.testing.assert_array_equal(blosum, [[bio[a][b] for b in order] for a in order])
+
+    kept = arcs.sum(1) >= min_arcs
+    assert kept.sum() == 3
+    shares = arcs[kept] / arcs[kept].sum(1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = np.corrcoef(shares.T)
+    _, attention = _read_matrix_csv(out / "attention.csv")
+    np.testing.assert_allclose(attention, expected, atol=1e-5, equal_nan=True)
+
+    _, embedding = _read_matrix_csv(out / "embedding.csv")
+    np.testing.assert_allclose(embedding, np.full((20, 20), 0.5) + 0.5 * np.eye(20), atol=1e-6)
+
+    summary = json.loads((out / "similarity.json").read_text())
+    iu = np.triu_indices(20, k=1)
+    for name in ("attention", "attention_null", "flow", "substitution"):
+        _, m = _read_matrix_csv(out / f"{name}.csv")
+        x, y = m[iu], blosum[iu]
+        ok = np.isfinite(x)
+        r = np.corrcoef(x[ok], y[ok])[0, 1]
+        assert summary["r_vs_blosum62"][name] == pytest.approx(r, abs=1e-6), name
+    assert summary["r_vs_blosum62"]["embedding"] is None  # constant off the diagonal

@@ -264,3 +264,89 @@ def test_read_homolog_pairs_from_an_alignment_pairs_it_with_its_protein(tmp_path
         DataError, match=r"query X/1-5 \(its first record\) is none of the proteins"
     ):
         read_homolog_pairs(q, stranger, ALPHABET)
+
+
+# ---- small hand-checked windows: two homologs, exact counts ---------------------------------
+P = "MKVLAWHEDC"
+
+
+def test_two_homologs_each_take_their_segment_and_a_sep_after_it():
+    h1, h2 = "MKILAWHEDC", "MRVLAWHQDCGG"
+    (w,), skipped = homolog_windows([(P, [h1, h2])], ALPHABET, max_length=64)
+    assert skipped == 0
+    # <cls> h1 <sep> h2 <sep> P <eos>: by hand
+    assert w.segments == [(1, 11), (12, 24)] and (w.start, w.length) == (25, 10)
+    assert len(w.tokens) == 36
+    for (a, b), h in zip(w.segments, (h1, h2), strict=True):
+        assert ALPHABET.decode(w.tokens[a:b]) == h and w.tokens[b] == ALPHABET.sep_idx
+    # no indels: each aligned key sits at its query's offset in its homolog
+    assert len(w.queries) == 20  # every residue aligns in both homologs
+    for q, k in zip(w.queries, w.keys, strict=True):
+        (a, _), = [s for s in w.segments if s[0] <= k < s[1]]  # fmt: skip
+        assert k - a == q - w.start
+
+
+def test_uniform_attention_matches_the_uniform_baseline_with_two_homologs():
+    """Every residue aligns to one residue in each of two homologs: uniform attention over the
+    L-token window puts 2/L on its aligned residues, and so does the baseline."""
+    (w,), _ = homolog_windows([(P, [P, P])], ALPHABET, max_length=64)
+    n_tokens = len(w.tokens)
+    assert n_tokens == 1 + 2 * 11 + 10 + 1
+
+    def uniform(tokens, rows):
+        return np.full((1, len(rows), len(tokens)), 1.0 / len(tokens))
+
+    result = attention_view(uniform, ["u"], ALPHABET, [(P, [P, P])], max_length=64, mask_prob=0.5)
+    assert result["aligned_positions"] == 10 and result["masked_positions"] == 10
+    assert result["uniform_aligned_attention"] == pytest.approx(2 / n_tokens)
+    assert result["heads"][0]["aligned_attention"] == pytest.approx(2 / n_tokens)
+
+
+def test_arcs_at_the_threshold_count_and_non_amino_acids_are_dropped():
+    """Each masked row puts exactly the threshold (0.5) on the homolog's W, 0.25 on its X and
+    0.25 on <cls>: one arc and 0.5 of mass per standard masked residue, into W only; the X
+    residue of the protein is no masked amino acid."""
+    protein, homolog = "MKVLXAWHED", "MKVLXAWHEDG"
+    (w,), _ = homolog_windows([(protein, [homolog])], ALPHABET, max_length=64)
+    (a, _), = w.segments  # fmt: skip
+    at_w, at_x = a + homolog.index("W"), a + homolog.index("X")
+
+    def planted(tokens, rows):
+        out = np.zeros((1, len(rows), len(tokens)))
+        out[0, :, at_w], out[0, :, at_x], out[0, :, 0] = 0.5, 0.25, 0.25
+        return out
+
+    result = attention_view(planted, ["h"], ALPHABET, [(protein, [homolog])], max_length=64,
+                            threshold=0.5, mask_prob=0.3)  # fmt: skip
+    expected = np.zeros((20, 20))
+    for c in protein.replace("X", ""):
+        expected[idx(c), idx("W")] += 1
+    m = result["matrices"]
+    np.testing.assert_array_equal(m["arcs_counts"][0], expected)
+    np.testing.assert_allclose(m["mass_counts"][0], 0.5 * expected)
+    assert result["masked_positions"] == 9 and result["heads"][0]["arcs"] == 9
+    # the null shuffles which residue a row is, not how much it sends where
+    assert m["null_arcs_counts"][0].sum() == 9 and m["null_arcs_counts"][0][:, idx("W")].sum() == 9
+    # just under the threshold: no arc, the same mass
+    below = attention_view(lambda t, r: planted(t, r) * (1 - 1e-9), ["h"], ALPHABET,
+                           [(protein, [homolog])], max_length=64, threshold=0.5, mask_prob=0.3)  # fmt: skip
+    assert below["matrices"]["arcs_counts"][0].sum() == 0
+    np.testing.assert_allclose(below["matrices"]["mass_counts"][0], 0.5 * expected, rtol=1e-8)
+
+
+def test_an_accession_two_queries_share_goes_to_the_first_of_them(tmp_path):
+    """``query=P1`` names both sp|P1|A_HUMAN and tr|P1|B_MOUSE: the first query in the file
+    takes it (not the last); a full id still picks its own query."""
+    q = tmp_path / "q.fasta"
+    q.write_text(">sp|P1|A_HUMAN\nMKVLAAGICW\n>other\nMKWLLAGICW\n>tr|P1|B_MOUSE\nMKVLAAGICA\n")
+    hits = tmp_path / "hits.fasta"
+    hits.write_text(
+        ">h1 query=P1\nMKVLAAGICA\n>h2 query=tr|P1|B_MOUSE\nMKVLAAGIC\n>h3 query=other\nMKWL\n"
+        ">h4 query=P1\nMKVLAAGIC\n"
+    )
+    pairs = read_homolog_pairs(q, hits, ALPHABET)
+    assert [(p.id, [h.id for h in hs]) for p, hs in pairs] == [
+        ("sp|P1|A_HUMAN", ["h1", "h4"]),
+        ("other", ["h3"]),
+        ("tr|P1|B_MOUSE", ["h2"]),
+    ]

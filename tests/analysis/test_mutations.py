@@ -883,3 +883,181 @@ def test_old_import_paths_are_the_moved_modules():
     )
     assert mut.score_mutants is marginals.score_mutants
     assert mut.parse_mutant is variants.parse_mutant and mut.Indel is variants.Indel
+
+
+def test_a_failure_while_writing_the_summary_leaves_the_old_one_whole(
+    ckpt, tmp_path, monkeypatch, capsys
+) -> None:
+    """The scores CSV and summary JSON are written beside and renamed into place: a write that
+    fails half way (disk full) never leaves half a file under their names, and a rename that
+    fails leaves the summary of the run before, byte for byte."""
+    import builtins
+    import errno
+    import io
+    import os
+
+    write_csv(tmp_path / "m.csv", [("M1A", "1.0"), ("K2E", "0.5"), ("T3W", "-1")])
+    args = ["score", f"checkpoint={ckpt}", f"sequence={WT}", f"mutations={tmp_path / 'm.csv'}"]
+    args += [f"out={tmp_path / 's.csv'}", "method=masked-marginal", "overwrite=true"]
+    # the outputs of an earlier run (score replaces its own files only)
+    (tmp_path / "s.csv").write_text("mutant,fitness,masked_marginal,blosum62\nM1A,1.0,0.1,-1\n")
+    summary = tmp_path / "s.json"
+    old = json.dumps({"methods": ["old"], "scored": 0, "mutations": "old.csv"}) + "\n"
+    summary.write_text(old)
+    old_csv = (tmp_path / "s.csv").read_text()
+    os.link(summary, tmp_path / "reader.json")  # a reader's handle on the old files
+    os.link(tmp_path / "s.csv", tmp_path / "reader.csv")
+    outputs = {str(summary), str(tmp_path / "s.csv")}
+
+    def is_output(path) -> bool:
+        try:
+            return os.path.abspath(os.fspath(path)) in outputs
+        except TypeError:  # a file descriptor
+            return False
+
+    def is_summary(path) -> bool:
+        return is_output(path) and os.fspath(path).endswith(".json")
+
+    class HalfWrites:
+        """A file that takes half of what is written, then reports the disk full."""
+
+        def __init__(self, fh) -> None:
+            self.fh = fh
+
+        def write(self, data):
+            self.fh.write(data[: len(data) // 2])
+            self.fh.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+    real_open, real_os_open, real_replace = builtins.open, os.open, os.replace
+
+    def full_disk_open(file, mode="r", *a, **k):
+        fh = real_open(file, mode, *a, **k)
+        return HalfWrites(fh) if is_output(file) and set(mode) & set("wax+") else fh
+
+    def full_disk_os_open(path, flags, *a, **k):
+        if is_output(path) and flags & (os.O_WRONLY | os.O_RDWR):
+            real_os_open(path, flags, *a, **k)  # truncated, as a real open for writing would
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_os_open(path, flags, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(builtins, "open", full_disk_open)
+        m.setattr(io, "open", full_disk_open)
+        m.setattr(os, "open", full_disk_os_open)
+        code = main(args)
+    capsys.readouterr()
+    assert (tmp_path / "reader.json").read_text() == old  # never written in place
+    assert (tmp_path / "reader.csv").read_text() == old_csv
+    assert code == 0  # the outputs were never opened under their names
+    assert json.loads(summary.read_text())["methods"] == ["masked-marginal"]  # whole
+    with open(tmp_path / "s.csv", newline="") as fh:
+        assert len(list(csv.DictReader(fh))) == 3
+
+    summary.unlink()
+    summary.write_text(old)
+
+    def failing_replace(src, dst, *a, **k):
+        if is_summary(dst):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_replace(src, dst, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", failing_replace)
+        code = main(args)
+    capsys.readouterr()
+    assert code != 0 and summary.read_text() == old  # the old summary, untouched
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".s.json")] == []
+
+
+def _spearman_no_ties(x, y) -> float:
+    """1 - 6 Σd² / (n (n² - 1)): Spearman's rho where neither side has ties."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
+    n = len(x)
+    return 1 - 6 * float(((rx - ry) ** 2).sum()) / (n * (n * n - 1))
+
+
+def test_score_cli_values_are_the_models_probabilities_computed_by_hand(
+    ckpt, tmp_path, capsys, monkeypatch
+):
+    """Every column of score's CSV against what the checkpoint's model gives when asked
+    directly (a forward pass per masked site, log-softmax by hand), BLOSUM62 from Biopython,
+    the unigram log-ratio from the stored counts (add-one), Spearman from rank differences."""
+    from Bio.Align import substitution_matrices
+
+    from protein_performer.analysis import figures
+    from protein_performer.model.checkpoints import load_model
+
+    monkeypatch.setattr(figures, "score_scatter_figure", lambda *a, **k: [])  # tested elsewhere
+    offset = 11
+    rng = np.random.default_rng(5)
+    singles = [(i, aa) for i in (0, 3, 7, 12, 21) for aa in "ACDW" if aa != WT[i]]
+    mutants = [f"{WT[i]}{i + offset}{aa}" for i, aa in singles]
+    doubles = [f"{WT[1]}{1 + offset}A:{WT[5]}{5 + offset}W"]
+    fitness = rng.normal(size=len(mutants) + 1)
+    write_csv(
+        tmp_path / "m.csv",
+        [(m, f"{f:.6f}") for m, f in zip(mutants + doubles, fitness, strict=True)],
+    )
+    code = main(
+        [
+            "score", f"checkpoint={ckpt}", f"sequence={WT}", f"mutations={tmp_path / 'm.csv'}",
+            f"out={tmp_path / 's.csv'}", f"offset={offset}", "fitness_col=fitness",
+            "method=[masked-marginal,wt-marginal]",
+        ]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    with open(tmp_path / "s.csv", newline="") as fh:
+        got = {r["mutant"]: r for r in csv.DictReader(fh)}
+
+    model, _ = load_model(ckpt)
+    model.eval()
+    wt_ids = [ALPHABET.cls_idx, *ALPHABET.encode(WT).tolist(), ALPHABET.eos_idx]
+
+    def logp(ids: list[int], pos: int) -> np.ndarray:
+        with torch.no_grad():
+            logits = model(torch.tensor([ids]))["logits"][0, pos].double()
+        return torch.log_softmax(logits, -1).numpy()
+
+    with torch.no_grad():
+        unmasked = torch.log_softmax(model(torch.tensor([wt_ids]))["logits"][0].double(), -1)
+
+    def masked(ids: list[int], pos: int) -> list[int]:
+        return [ALPHABET.mask_idx if k == pos else t for k, t in enumerate(ids)]
+
+    blosum = substitution_matrices.load("BLOSUM62")
+    counts = np.arange(len(ALPHABET), dtype=float)  # what the ckpt fixture stored
+    total = sum(counts[ALPHABET.index(a)] + 1 for a in "ACDEFGHIKLMNPQRSTVWY")
+    site_logp: dict[int, np.ndarray] = {}
+    for (i, aa), m in zip(singles, mutants, strict=True):
+        wt, mt, pos = ALPHABET.index(WT[i]), ALPHABET.index(aa), i + 1
+        row = got[m]
+        lp = site_logp.setdefault(pos, logp(masked(wt_ids, pos), pos))
+        assert float(row["masked_marginal"]) == pytest.approx(lp[mt] - lp[wt], abs=2e-4)
+        lp = unmasked[pos].numpy()
+        assert float(row["wt_marginal"]) == pytest.approx(lp[mt] - lp[wt], abs=2e-4)
+        assert float(row["blosum62"]) == blosum[WT[i]][aa]
+        f_mt, f_wt = (counts[ALPHABET.index(a)] + 1 for a in (aa, WT[i]))
+        unigram = np.log(f_mt / total) - np.log(f_wt / total)
+        assert float(row["unigram_log_ratio"]) == pytest.approx(unigram, abs=2e-4)
+    # a double mutant: the sum of its two sites, each masked on its own
+    a = logp(masked(wt_ids, 2), 2)
+    b = logp(masked(wt_ids, 6), 6)
+    expected = a[ALPHABET.index("A")] - a[wt_ids[2]] + b[ALPHABET.index("W")] - b[wt_ids[6]]
+    assert float(got[doubles[0]]["masked_marginal"]) == pytest.approx(expected, abs=2e-4)
+    assert float(got[doubles[0]]["blosum62"]) == blosum[WT[1]]["A"] + blosum[WT[5]]["W"]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    column = [float(got[m]["masked_marginal"]) for m in mutants + doubles]
+    assert summary["spearman"]["masked_marginal"] == pytest.approx(
+        _spearman_no_ties(fitness, column), abs=1e-6
+    )

@@ -148,3 +148,29 @@ def test_alignment_profile_scores_mutants_as_the_pssm_does(tmp_path):
     ]
     np.testing.assert_allclose(got, expected)
     assert got[0] > 0  # I is the commoner residue at 3 in the alignment
+
+
+def test_identity_is_over_the_aligned_columns_not_the_query():
+    # a local hit over 7 of the 10 query residues, all identical: 7/7, covering 7/10
+    _, info = column_counts(Q, ["GGGGGLAWHCDE"], min_z=None)
+    assert info[0]["identity"] == 1.0 and info[0]["coverage"] == 0.7
+    # one substitution in the 7 aligned columns: 6/7
+    _, info = column_counts(Q, ["GGGGGLAFHCDE"], min_z=None)
+    assert info[0]["identity"] == round(6 / 7, 4) and info[0]["coverage"] == 0.7
+
+
+def test_a_homolog_exactly_at_min_z_is_used():
+    from protein_performer.analysis.pssm import alignment_z
+
+    records = list(
+        simulate_records(n_families=1, min_members=2, max_members=2, root_length_median=60,
+                         substitution_rate=1.5, indel_rate=0.0, seed=4)
+    )  # fmt: skip
+    query, homolog = records[0][2], records[1][2]
+    # column_counts draws homolog k's shuffles from default_rng([seed, k])
+    _, z = alignment_z(query, homolog, 20, np.random.default_rng([0, 0]))
+    assert np.isfinite(z)
+    _, info = column_counts(query, [homolog], min_z=z)
+    assert info[0]["used"] is True  # z >= min_z
+    _, info = column_counts(query, [homolog], min_z=float(np.nextafter(z, np.inf)))
+    assert info[0]["used"] is False

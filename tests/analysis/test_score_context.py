@@ -12,7 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from protein_performer.analysis.dms.homologs import _context_jobs, context_marginals
+from protein_performer.analysis.dms.homologs import (
+    _context_jobs,
+    context_marginals,
+    context_notes,
+)
 from protein_performer.analysis.dms.profile import COLUMNS, build_pssm, pssm_scores
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
@@ -378,3 +382,74 @@ def test_score_context_on_the_shipped_homolog_model_prints_which_model_scored(tm
     assert "\n  model: checkpoint=homologs (the shipped homolog model, read with context=" in out
     code = main(["score", *args, f"out={tmp_path / 't.csv'}"])
     assert code == 0 and "model: checkpoint=homologs" not in capsys.readouterr().out
+
+
+def test_the_cut_homolog_covers_the_region_of_the_scored_window():
+    """100 residues in windows of 64 tokens: 30 residues of the protein, 31 of a 100-residue
+    homolog (and a <sep>). The homolog is cut where the protein's window sits, as a share of
+    the positions it can start at (0..70 for the protein, 0..69 for the homolog)."""
+    rng = np.random.default_rng(3)
+    ids = ALPHABET.encode("".join(rng.choice(list(STANDARD_AMINO_ACIDS), 100)))
+    homolog = ALPHABET.encode("".join(rng.choice(list(STANDARD_AMINO_ACIDS), 100)))
+    sites = [0, 57, 80, 99]
+    jobs, held = _context_jobs(ids, [homolog], sites, ALPHABET, 64, "crop")
+    assert held == [1] * 4
+    # site -> window start (centred, clipped) -> the homolog's first kept residue, by hand
+    first = {0: 0, 57: round(42 / 70 * 69), 80: round(65 / 70 * 69), 99: 69}
+    for site, tokens, pos in jobs:
+        assert tokens[0] == ALPHABET.cls_idx and tokens[32] == ALPHABET.sep_idx
+        np.testing.assert_array_equal(tokens[1:32], homolog[first[site] : first[site] + 31])
+        assert tokens[pos] == ALPHABET.mask_idx and len(tokens) == 64
+
+
+def test_the_counts_of_homologs_left_out_are_each_their_own(tmp_path):
+    """Six records: three homologs of the wild type, the wild type itself, and two of another
+    query (one of them the wild type's sequence too); context_max_homologs=2."""
+    from protein_performer.analysis.homolog_scoring import read_scan_context
+
+    _fasta(
+        tmp_path / "h.fa",
+        [
+            ("a query=wt", HOMOLOGS[0]),
+            ("b query=wt", WT),
+            ("c query=OTHER", WT),
+            ("d query=OTHER", HOMOLOGS[3]),
+            ("e query=wt", HOMOLOGS[1]),
+            ("f query=wt", HOMOLOGS[2]),
+        ],
+    )
+    ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, "wt", max_homologs=2)
+    assert [h.id for h in ctx.homologs] == ["a", "e"]
+    assert ctx.read == 6 and ctx.other_queries == 2
+    assert ctx.identical == 1  # b only: c is another query's
+    assert ctx.beyond_max == 1  # f only: b was left out as identical
+    summary: dict = {}
+    text = context_notes(ctx, summary, causal=True)
+    assert summary["context"]["identical_to_wild_type_left_out"] == 1
+    assert summary["context"]["beyond_context_max_homologs_left_out"] == 1
+    assert "(1 identical to the wild type left out)" in text and "; 1 more left out by" in text
+
+
+def test_the_model_window_holds_only_the_homologs_the_pssm_used(tmp_path):
+    from protein_performer.analysis.homolog_scoring import context_columns, read_scan_context
+    from protein_performer.analysis.mutations import parse_variant
+
+    _fasta(tmp_path / "h.fa", [("a", HOMOLOGS[0]), ("u", UNRELATED[0]), ("b", HOMOLOGS[1])])
+    ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
+    assert [i["used"] for i in ctx.pssm.homologs] == [True, False, True]
+    model, seen = _model(), []
+    # the windows as the embedding reads them (whichever route the model is called by)
+    model.embed.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    variants = [parse_variant(f"{WT[i]}{i + 1}A", WT, 1) for i in (3, 30)]
+    cols = context_columns(model, ALPHABET, WT, variants, ctx, max_length=256)
+    assert np.isfinite(cols["masked_marginal_context"]).all()
+    assert ctx.info["mean_homologs_in_window"] == 2
+    rows = [row for batch in seen for row in batch.tolist()]
+    assert len(rows) == 2
+    sep = ALPHABET.sep_idx
+    for row in rows:
+        row = [t for t in row if t != ALPHABET.pad_idx]
+        # <cls> a <sep> b <sep> WT(masked) <eos>: the unrelated record left out
+        assert row[1 : 1 + 60] == ALPHABET.encode(HOMOLOGS[0]).tolist() and row[61] == sep
+        assert row[62 : 62 + 60] == ALPHABET.encode(HOMOLOGS[1]).tolist() and row[122] == sep
+        assert len(row) == 1 + 2 * 61 + 60 + 1

@@ -45,6 +45,10 @@ def test_pearson_is_none_when_undefined() -> None:
     b = blosum62()
     assert offdiag_pearson(None, b) is None
     assert offdiag_pearson(np.ones((20, 20)), b) is None  # constant: no correlation
+    # constant but for rounding (cosines of equal angles): no correlation either
+    noisy = np.full((20, 20), 0.5) + np.random.default_rng(0).normal(0, 1e-16, (20, 20))
+    assert noisy.std() > 0 and offdiag_pearson(noisy, b) is None
+    assert offdiag_pearson(np.full((20, 20), 0.5) + 1e-6 * b, b) == pytest.approx(1.0)
     few = np.full((20, 20), np.nan)
     few[0, 1:5] = [1, 2, 3, 4]
     assert offdiag_pearson(few, b) is None  # under 20 defined pairs
@@ -296,3 +300,21 @@ def test_the_header_gives_the_pairs_defined_and_few_proteins_get_a_note() -> Non
     )  # fmt: skip
     assert "(Pearson r, 190 pairs), 800 proteins" in full.format()
     assert "too few proteins" not in full.format()
+
+
+def test_auto_threshold_below_the_first_takes_its_null_at_the_chosen_threshold() -> None:
+    """min_arcs out of reach at 0.3 and 0.2: auto counts at 0.1, and every number of the
+    attention view, the row-permutation null included, is that of threshold=0.1."""
+    model = planted_model()
+    proteins = random_proteins(6, 30, seed=0)
+    kw = {"min_arcs": 600, "seed": 0, "mask_prob": 0.5}
+    auto = aa_similarity(model, proteins, ALPHABET, threshold="auto", **kw)
+    fixed = aa_similarity(model, proteins, ALPHABET, threshold=0.1, **kw)
+    assert auto.info["threshold"] == 0.1 and fixed.info["heads_kept"] >= 3
+    assert auto.info["arcs_per_head"] == fixed.info["arcs_per_head"]
+    assert auto.r["attention_null"] is not None
+    assert auto.r["attention_null"] == pytest.approx(fixed.r["attention_null"])
+    np.testing.assert_allclose(
+        auto.matrices["attention_null"], fixed.matrices["attention_null"], equal_nan=True
+    )
+    assert auto.r["attention"] == pytest.approx(fixed.r["attention"])

@@ -513,3 +513,31 @@ def test_training_builds_the_kernel_before_its_first_step(monkeypatch):
     ):
         assert not prepare_fused_kernel(model)
     assert asked == [True]
+
+
+@pytest.mark.parametrize("field", ["soabi", "python_include", "platform", "source_path"])
+def test_each_part_of_the_environment_alone_changes_the_build_name(monkeypatch, tmp_path, field):
+    """Two Pythons of one cache tag but another ABI (a debug or free-threaded build), other
+    headers, another machine, another checkout: each its own build."""
+    import platform
+    import sysconfig
+
+    compiler = "/usr/bin/g++ (g++ 12.2)"
+    here = fused_cpu.build_key(b"source", compiler)
+    if field == "soabi":
+        real = sysconfig.get_config_var
+        monkeypatch.setattr(
+            sysconfig,
+            "get_config_var",
+            lambda name: "cpython-311d-x86_64-linux-gnu" if name == "SOABI" else real(name),
+        )
+    elif field == "python_include":
+        paths = {**sysconfig.get_paths(), "include": str(tmp_path / "include")}
+        monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: paths)
+    elif field == "platform":
+        monkeypatch.setattr(platform, "machine", lambda: "riscv64-test")
+    else:
+        monkeypatch.setattr(fused_cpu, "SOURCE", tmp_path / "other" / "favor_cpu.cpp")
+    there = fused_cpu.build_key(b"source", compiler)
+    assert field in [k for k in here if here[k] != there[k]]
+    assert fused_cpu.build_name(there) != fused_cpu.build_name(here)

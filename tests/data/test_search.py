@@ -291,3 +291,87 @@ def test_the_cli_needs_a_query_a_database_and_an_outdir(tmp_path, capsys):
     assert main(["data", "search", str(query), str(query), str(tmp_path / "out")]) == 2
     assert "error:" in capsys.readouterr().err  # the query given as its own database
     assert not (tmp_path / "out").exists()
+
+
+# ---- search's own logic on a hand-made MMseqs2 table (no mmseqs run) ------------------------
+def _table_mmseqs(tmp_path: Path, monkeypatch, rows: list[tuple]) -> None:
+    """An ``mmseqs`` whose easy-search writes ``rows`` (:data:`MMSEQS_COLUMNS`) as its result."""
+    table = tmp_path / "table.m8"
+    table.write_text("".join("\t".join(str(x) for x in row) + "\n" for row in rows))
+    fake = tmp_path / "mmseqs"
+    fake.write_text(
+        f'#!/bin/sh\nif [ "$1" = version ]; then echo fake; exit 0; fi\ncp "{table}" "$4"\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("MMSEQS", str(fake))
+
+
+def _random_seq(length: int, seed: int) -> str:
+    import numpy as np
+
+    return "".join(np.random.default_rng(seed).choice(list("ACDEFGHIKLMNPQRSTVWY"), length))
+
+
+def test_regions_coverage_and_order_from_a_hand_made_table(tmp_path, monkeypatch):
+    lengths = {"A": 60, "B": 80, "C": 50, "D": 70, "E": 90}
+    targets = {k: _random_seq(n, i) for i, (k, n) in enumerate(lengths.items())}
+    query = _write(tmp_path / "q.fasta", {"query1": _random_seq(100, 9)})
+    db = _write(tmp_path / "db.fasta", targets)
+    # query target fident alnlen qstart qend qlen tstart tend tlen evalue bits
+    _table_mmseqs(tmp_path, monkeypatch, [
+        ("q0", "t0", 0.8, 46, 1, 50, 100, 5, 50, 60, 1e-20, 80),  # covers 50/100 exactly
+        ("q0", "t1", 0.8, 50, 1, 50, 100, 11, 65, 80, 1e-20, 90),  # E tie: more bits first
+        ("q0", "t2", 0.7, 40, 1, 49, 100, 1, 40, 50, 1e-30, 70),  # covers 49/100: out
+        ("q0", "t3", 0.9, 60, 20, 80, 100, 30, 40, 70, 1e-40, 120),  # best E-value
+        ("q0", "t4", 0.9, 60, 1, 50, 100, 30, 60, 90, 1e-20, 90),  # E and bits tie t1: after it
+    ])  # fmt: skip
+    out = tmp_path / "hits"
+    manifest = search(query, db, out, min_coverage=0.5, margin=20, threads=1)
+    rows = _tsv(out / "hits.tsv")
+    assert [r["target"] for r in rows] == ["D", "B", "E", "A"]
+    assert manifest["counts"]["removed"]["coverage"] == 1 and manifest["counts"]["hits"] == 4
+    # regions: aligned ± 20, clipped to 1 and to the target's length
+    regions = {r["target"]: (int(r["region_start"]), int(r["region_end"])) for r in rows}
+    assert regions == {"D": (10, 60), "B": (1, 80), "E": (10, 80), "A": (1, 60)}
+    coverage = {r["target"]: r["query_coverage"] for r in rows}
+    assert coverage == {"D": "0.610", "B": "0.500", "E": "0.500", "A": "0.500"}
+    records = list(read_fasta(out / "hits.fasta"))
+    assert [r.id for r in records] == ["D/10-60", "B/1-80", "E/10-80", "A/1-60"]
+    for r in records:
+        name, span = r.id.split("/")
+        start, end = map(int, span.split("-"))
+        assert r.sequence == targets[name][start - 1 : end]
+        assert "query=query1 " in r.title and f"range={start}-{end} " in r.title
+    assert "aligned=5-50" in records[-1].title
+
+
+def test_query_coverage_counts_both_ends():
+    hit = Hit(0, 0, 0.5, 10, 11, 20, 40, 1, 10, 10, 1e-5, 30.0)
+    assert hit.query_coverage == pytest.approx(10 / 40)
+    assert Hit(0, 0, 0.5, 1, 7, 7, 10, 3, 3, 10, 1e-5, 30.0).query_coverage == pytest.approx(0.1)
+    assert hit.region(0) == (1, 10) and hit.region(5) == (1, 10)
+    inner = Hit(0, 0, 0.5, 10, 1, 10, 10, 20, 29, 100, 1e-5, 30.0)
+    assert inner.region(0) == (20, 29) and inner.region(3) == (17, 32)
+    assert inner.region(80) == (1, 100)
+
+
+def test_each_filter_keeps_a_hit_exactly_at_its_bound():
+    # identity 0.3 (= min) and 0.95 (= max), E-value 1e-3 (= max), coverage 50/100 (= min)
+    hits = [
+        Hit(0, 0, 0.3, 90, 1, 90, 100, 1, 90, 100, 1e-10, 50.0),
+        Hit(0, 1, 0.95, 90, 1, 90, 100, 1, 90, 100, 1e-10, 50.0),
+        Hit(0, 2, 0.5, 90, 1, 90, 100, 1, 90, 100, 1e-3, 50.0),
+        Hit(0, 3, 0.5, 50, 51, 100, 100, 1, 50, 100, 1e-10, 50.0),
+    ]
+    kept, removed = filter_hits(
+        hits, ["q"], ["a", "b", "c", "d"], ["MKV"], {i: "MKW" for i in range(4)},
+        min_identity=0.3, max_identity=0.95, min_coverage=0.5, max_evalue=1e-3, max_hits=None,
+    )  # fmt: skip
+    assert sorted(h.target for h in kept) == [0, 1, 2, 3] and sum(removed.values()) == 0
+    # just past each bound: each its own filter
+    kept, removed = filter_hits(
+        hits, ["q"], ["a", "b", "c", "d"], ["MKV"], {i: "MKW" for i in range(4)},
+        min_identity=0.31, max_identity=0.94, min_coverage=0.51, max_evalue=9e-4, max_hits=None,
+    )  # fmt: skip
+    assert kept == [] and removed == {"self": 0, "evalue": 1, "identity_below": 1,
+                                      "identity_above": 1, "coverage": 1, "max_hits": 0}  # fmt: skip

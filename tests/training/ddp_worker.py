@@ -32,12 +32,23 @@ class Recorder(pl.Callback):
     def __init__(self) -> None:
         self.batches: list[dict[str, torch.Tensor]] = []
         self.losses: list[float] = []
+        # each step's gradients as the optimizer gets them (DDP: averaged over the ranks)
+        self.grads: list[dict[str, torch.Tensor]] = []
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.batches.append({k: v.clone() for k, v in batch.items()})
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.losses.append(float(trainer.callback_metrics["train/loss"]))
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.grads.append(
+            {
+                n: p.grad.detach().clone()
+                for n, p in pl_module.model.named_parameters()
+                if p.grad is not None
+            }
+        )
 
 
 def main() -> None:
@@ -78,7 +89,13 @@ def main() -> None:
 
     train(cfg, Path(out) / "run", callbacks=[recorder, Capture()])
     torch.save(
-        {"batches": recorder.batches, "losses": recorder.losses, "draws": own_draws, **captured},
+        {
+            "batches": recorder.batches,
+            "losses": recorder.losses,
+            "grads": recorder.grads,
+            "draws": own_draws,
+            **captured,
+        },
         Path(out) / f"rank{rank}.pt",
     )
 

@@ -443,3 +443,18 @@ def test_a_projection_not_taken_from_the_checkpoint_is_counted_as_the_first_draw
     for module in other.favor_modules():
         assert int(module.redraw_counter) == 0
         assert torch.equal(module.projection, module._draw(0))
+
+
+@pytest.mark.parametrize("name", ["default", "homologs"])
+def test_a_users_file_named_like_a_shipped_checkpoint_is_the_users(tmp_path, monkeypatch, name):
+    from protein_performer.model.checkpoints import SHIPPED_CHECKPOINTS, resolve_checkpoint
+
+    assert name in SHIPPED_CHECKPOINTS
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    mine = ProteinLM(tiny_model_config(dim=16, heads=2, ffn_dim=16), 31, 0)
+    save_model_checkpoint(tmp_path / name, mine, default_alphabet(), "mlm")
+    assert resolve_checkpoint(name) == tmp_path.joinpath(name).relative_to(tmp_path)
+    model, _ = load_model(name)
+    assert model.config.dim == 16
+    torch.testing.assert_close(model.state_dict(), mine.state_dict(), rtol=0, atol=0)

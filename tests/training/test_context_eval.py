@@ -1017,3 +1017,58 @@ def test_evaluate_context_scores_only_the_proteins_of_the_context_part(tmp_path)
                    context_max_proteins=5)
     )  # fmt: skip
     assert sample.sequences == sample.context["proteins"] == 5 and sample.all_records == 30
+
+
+def _seq(n: int, seed: int) -> np.ndarray:
+    return A.encode("".join(np.random.default_rng(seed).choice(list(AA), n)))
+
+
+def test_context_proteins_cut_counts_the_windows_whose_last_member_was_cut():
+    """Each target has a long member (never fits whole) and a short one (always fits): in any
+    order the last member that goes in is the long one, cut, so every window counts once,
+    whichever order the seeded permutation gives; with two short members none is cut."""
+    from protein_performer.evaluation.context import Target
+
+    long_first = [
+        Target(f"t{i}", _seq(20, i), [_seq(200, 100 + i), _seq(20, 200 + i)]) for i in range(12)
+    ]
+    short_first = [Target(t.id, t.residues, t.context[::-1]) for t in long_first]
+    short_only = [
+        Target(f"s{i}", _seq(20, i), [_seq(20, 300 + i), _seq(24, 400 + i)]) for i in range(12)
+    ]
+    for targets, cut in ((long_first, 12), (short_first, 12), (short_only, 0)):
+        *_, ctx, _, info = scoring_windows(
+            targets, A, max_length=96, style="crop", mask_prob=0.15, seed=0
+        )
+        assert info["context_proteins_cut"] == cut
+        # the windows agree: a cut member fills the window to the last token
+        assert sum(len(x) == 96 for x in ctx) == cut
+
+
+def test_sampled_targets_keep_the_source_order():
+    from protein_performer.evaluation.context import Target, sample_targets
+
+    targets = [Target(f"t{i:02d}", _seq(5, i), []) for i in range(40)]
+    picked = sample_targets(targets, 10, seed=3)
+    ids = [t.id for t in picked]
+    assert len(ids) == 10 and len(set(ids)) == 10 and set(ids) <= {t.id for t in targets}
+    assert ids == sorted(ids)  # in the order of the source, not the draw's
+    assert [t.id for t in sample_targets(targets, 10, seed=3)] == ids  # seeded
+    assert [t.id for t in sample_targets(targets, 10, seed=4)] != ids
+    assert sample_targets(targets, 40, seed=3) == targets
+
+
+def test_targets_longer_than_half_the_window_are_cut_to_half():
+    """Windows of 96 tokens: a target gets at most 96 // 2 - 2 = 46 residues; of 20 + 46 + 60
+    residues, 20 + 46 + 46 are scored."""
+    from protein_performer.evaluation.context import Target
+
+    targets = [Target(f"t{n}", _seq(n, n), [_seq(30, 500 + n)]) for n in (20, 46, 60)]
+    single, _, _, _, info = scoring_windows(
+        targets, A, max_length=96, style="crop", mask_prob=0.15, seed=0
+    )
+    assert info["targets_cut"] == 1
+    assert info["target_residues_in_windows"] == pytest.approx((20 + 46 + 46) / (20 + 46 + 60))
+    assert [len(x) for x in single] == [22, 48, 48]
+    assert info["mean_context_proteins"] == 1 and info["context_proteins_cut"] == 0
+    assert info["mean_context_tokens"] == 31

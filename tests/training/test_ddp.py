@@ -103,5 +103,13 @@ def test_ddp_two_cpu_processes_match_single_process(tiny_fasta, tmp_path):
     trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None))
     assert recorder.losses == pytest.approx(r0["losses"], rel=1e-5)
     assert recorder.losses[-1] != pytest.approx(recorder.losses[0], rel=1e-3)  # it did train
+    # the gradients themselves (Adam's update hides a constant factor on them): DDP averages
+    # the ranks' gradients, so each rank's loss must be its share of the global mean
+    assert len(r0["grads"]) == len(r1["grads"]) == len(recorder.grads) == STEPS
+    for g0, g1, single in zip(r0["grads"], r1["grads"], recorder.grads, strict=True):
+        assert g0.keys() == single.keys() and len(single) > 0
+        for name in single:
+            torch.testing.assert_close(g0[name], g1[name], rtol=0, atol=0)
+            torch.testing.assert_close(g0[name], single[name], rtol=1e-4, atol=1e-6)
     for name, p in module.model.named_parameters():
         torch.testing.assert_close(p.detach(), r0["params"][name], rtol=1e-4, atol=1e-5)

@@ -263,3 +263,29 @@ def test_the_summary_puts_mask_perplexity_and_its_baseline_before_the_all_positi
         val_unigram_perplexity=17.0,
     ).format().splitlines()  # fmt: skip
     assert causal[1] == "  val perplexity  15.626  (best 15.626); next-token, unigram 17.000"
+
+
+def test_busy_cpus_counts_iowait_as_idle_and_guests_once(monkeypatch, tmp_path):
+    """/proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice.
+    A CPU waiting on I/O runs nothing (idle to other work); guest time is already in user."""
+    import builtins
+
+    from protein_performer.utils import devices
+
+    # over the interval: user 150 (100 of it guest), system 50, idle 100, iowait 200, irq 20,
+    # softirq 30, steal 50: 600 ticks, 300 of them idle or waiting: half of 4 CPUs busy
+    samples = iter([
+        "cpu  1000 10 500 8000 300 40 60 5 400 0\n",
+        "cpu  1150 10 550 8100 500 60 90 55 500 0\n",
+    ])  # fmt: skip
+    real_open = builtins.open
+
+    def fake_open(path, *a, **k):
+        if path == "/proc/stat":
+            (tmp_path / "stat").write_text(next(samples))
+            return real_open(tmp_path / "stat")
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: 4)
+    assert devices.busy_cpus(0.0) == pytest.approx(2.0)

@@ -598,3 +598,41 @@ def test_a_favor_model_trains_in_bf16_true_with_its_projection_in_float32(tiny_f
     state = torch.load(result.last_checkpoint, weights_only=True)["state_dict"]
     dtypes = {k.rsplit(".", 1)[-1]: v.dtype for k, v in state.items()}
     assert dtypes["projection"] == torch.float32 and dtypes["weight"] == torch.bfloat16
+
+
+def test_evaluate_perplexity_of_a_model_with_known_predictions(tmp_path, capsys):
+    """A model whose every prediction is softmax(b) (its head's last LayerNorm zeroed: the
+    logits are the head's bias b), b = 2 at K and W, 0 elsewhere, on proteins of K and W only:
+    every target has probability e²/(2e² + 29) over the 31 tokens, whatever was masked, so the
+    perplexity is (2e² + 29)/e² exactly, overall and for each kind of input (BERT 80/10/10)."""
+    from protein_performer.model.checkpoints import save_model_checkpoint
+    from protein_performer.model.config import ModelConfig
+    from protein_performer.model.performer import ProteinLM
+
+    alphabet = default_alphabet()
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="performer_relu", dim=16, depth=1, heads=2, ffn_dim=16,
+                      max_len=64, nb_features=8)  # fmt: skip
+    model = ProteinLM(cfg, len(alphabet), alphabet.pad_idx)
+    with torch.no_grad():
+        model.head.norm.weight.zero_()
+        model.head.norm.bias.zero_()
+        model.head.bias.zero_()
+        model.head.bias[[alphabet.index("K"), alphabet.index("W")]] = 2.0
+    save_model_checkpoint(tmp_path / "m.ckpt", model, alphabet, "mlm")
+    rng = np.random.default_rng(0)
+    (tmp_path / "kw.fasta").write_text(
+        "".join(f">p{i}\n{''.join(rng.choice(list('KW'), 40))}\n" for i in range(30))
+    )
+    args = [f"checkpoint={tmp_path / 'm.ckpt'}", f"fasta={tmp_path / 'kw.fasta'}", "--json"]
+    assert run_hydra("evaluate", args) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    e2 = math.exp(2.0)
+    assert len(alphabet) == 31
+    assert result["perplexity"] == pytest.approx((2 * e2 + 29) / e2, rel=1e-5)
+    assert result["loss"] == pytest.approx(math.log((2 * e2 + 29) / e2), rel=1e-5)
+    assert result["sequences"] == 30 and 0.1 * 1200 < result["predicted_tokens"] < 0.2 * 1200
+    for part in result["by_input"].values():
+        assert part["perplexity"] == pytest.approx((2 * e2 + 29) / e2, rel=1e-5)
+    # ties go to the first of K and W: correct exactly at the targets that are K (about half)
+    assert 0.3 < result["accuracy"] < 0.7
