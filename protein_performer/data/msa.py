@@ -35,6 +35,7 @@ import numpy as np
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
 from protein_performer.data.fasta import check_readable_file, detect_compression
 from protein_performer.errors import DataError
+from protein_performer.utils.progress import progress
 
 FORMATS = ("a3m", "a2m", "stockholm", "aligned-fasta", "fasta")
 #: The column code of a gap (or a letter other than the 20 amino acids) in :attr:`MSA.matrix`.
@@ -380,7 +381,11 @@ def sequence_weights(
 
     residues = (codes != GAP).sum(1).float()
     neighbours = torch.zeros(n)
-    for i in range(0, n, block):
+    starts = range(0, n, block)
+    # O(N^2 L): seconds for thousands of rows, minutes for tens of thousands
+    if n > 4 * block:
+        starts = progress(starts, desc="sequence weights", unit="block")
+    for i in starts:
         xi = onehot(codes[i : i + block])
         for j in range(0, n, block):
             shared = xi @ onehot(codes[j : j + block]).T  # (bi, bj) identical residues

@@ -369,7 +369,20 @@ def test_committed_sample_regenerates_identically(tmp_path):
     assert summary["records"] == committed.count(b">")
 
 
-def test_a_ctrl_c_between_the_fasta_and_its_members_table_waits_for_both(tmp_path, monkeypatch):
+@pytest.fixture
+def ctrl_c_acts():
+    """Python's Ctrl-C handler for the test: a suite started in the background by a shell
+    (``cmd &``) inherits SIGINT ignored, and an ignored signal stays ignored by design."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_ctrl_c_between_the_fasta_and_its_members_table_waits_for_both(
+    tmp_path, monkeypatch, ctrl_c_acts
+):
     """The pair is one output: an interrupt while the first is renamed into place acts once
     both are there (it left a new FASTA beside the previous run's table)."""
     import os
@@ -411,7 +424,9 @@ def test_a_directory_as_the_members_table_is_refused_before_anything_is_written(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.tsv"]
 
 
-def test_an_error_in_a_deferred_block_is_not_replaced_by_the_stop_asked_for_meanwhile():
+def test_an_error_in_a_deferred_block_is_not_replaced_by_the_stop_asked_for_meanwhile(
+    ctrl_c_acts,
+):
     import os
     import signal
 
