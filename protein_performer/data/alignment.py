@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from protein_performer.data.blosum62 import blosum62_matrix
+
 GAP_OPEN = -10.0
 GAP_EXTEND = -0.5
 
@@ -38,9 +40,9 @@ def aligned_positions(query: str, subject: str) -> np.ndarray:
 def local_aligner() -> tuple[Any, frozenset[str]]:
     """Biopython's local BLOSUM62 aligner with this module's gap scores (made once), and the
     letters its matrix knows."""
-    from Bio.Align import PairwiseAligner, substitution_matrices
+    from Bio.Align import PairwiseAligner
 
-    matrix = substitution_matrices.load("BLOSUM62")
+    matrix = blosum62_matrix()
     aligner = PairwiseAligner(
         mode="local",
         substitution_matrix=matrix,
