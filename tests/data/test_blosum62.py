@@ -13,8 +13,8 @@ from Bio.Align import substitution_matrices
 from protein_performer.analysis.dms.marginals import blosum62_scores
 from protein_performer.analysis.dms.variants import Substitution
 from protein_performer.analysis.similarity import AA_ORDER, blosum62
-from protein_performer.data.alignment import local_aligner
 from protein_performer.data.blosum62 import blosum62_matrix
+from protein_performer.data.pairwise_alignment import local_aligner
 from protein_performer.data.simulate import AMINO_ACIDS, blosum62_model
 
 PACKAGE = Path(__file__).resolve().parents[2] / "protein_performer"
