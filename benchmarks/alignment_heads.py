@@ -71,11 +71,11 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
+    from protein_performer.analysis.alignment_heads import aligned_mass, alignment_pairs
     from protein_performer.analysis.extraction import attention_maps
     from protein_performer.analysis.inputs import Protein
     from protein_performer.data.alphabet import Alphabet
-    from protein_performer.evaluation.context import scoring_windows
+    from protein_performer.evaluation.context_perplexity import scoring_windows
     from protein_performer.model.checkpoints import load_model
     from protein_performer.utils.progress import progress as progress_bar
 

@@ -38,7 +38,7 @@ def checkpoints(run: Path) -> list[Path]:
 
 def add_heldout_args(p: argparse.ArgumentParser) -> None:
     """The options that pick the held-out proteins (:func:`heldout_targets`)."""
-    from protein_performer.data.context import CONTEXT_ORDERS
+    from protein_performer.data.context_windows import CONTEXT_ORDERS
 
     p.add_argument("--fasta", nargs="+", required=True, help="the FASTA files the runs used")
     p.add_argument("--min-members", type=int, default=3)
@@ -68,7 +68,7 @@ def heldout_targets(
     seed, order = args.seed, args.context_order
     from protein_performer.data.cluster import read_members
     from protein_performer.data.datamodule import ProteinDataModule
-    from protein_performer.evaluation.context import (
+    from protein_performer.evaluation.context_perplexity import (
         cluster_targets,
         record_order,
         sample_targets,
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from protein_performer.data.alphabet import Alphabet
-    from protein_performer.evaluation.context import context_perplexity
+    from protein_performer.evaluation.context_perplexity import context_perplexity
     from protein_performer.model.checkpoints import load_model
     from protein_performer.model.metrics import unigram_log_probs
 

@@ -65,7 +65,7 @@ def windows(
     proteins: list[np.ndarray], n_targets: int, crop: int, fill: int, alphabet: Any, seed: int
 ) -> list[dict[str, Any]]:
     """The masked targets and their ``fill <sep> copy <sep> target`` windows (``crop`` style)."""
-    from protein_performer.data.context import context_window, single_window
+    from protein_performer.data.context_windows import context_window, single_window
     from protein_performer.data.masking import mask_tokens
 
     rng = np.random.default_rng(seed)

@@ -1,7 +1,8 @@
 """Can the model retrieve from earlier in the window? A copy / homolog-context training probe.
 
-Each training window is ``<cls> context <sep> target <eos>`` (``protein_performer.data.context``)
-with only the target's residues masked (15%, BERT-style). The context is the target itself
+Each training window is ``<cls> context <sep> target <eos>``
+(``protein_performer.data.context_windows``) with only the target's residues masked (15%,
+BERT-style). The context is the target itself
 (``--context copy``: retrieval is exact copying), another member of its simulated family
 (``--context family``: alignment through substitutions and indels) or nothing (``none``). A small
 model (default 2 layers × 128, rotary positions, as in the issue's pilot) trains from scratch on
@@ -105,9 +106,9 @@ def make_window(rng, members, args, alphabet, eval_mode: bool = False):
     """(context window, single window, labels for each) for one target drawn from a family."""
     import numpy as np
 
-    from protein_performer.data.alignment import aligned_positions
-    from protein_performer.data.context import context_window, single_window
+    from protein_performer.data.context_windows import context_window, single_window
     from protein_performer.data.masking import IGNORE_INDEX, mask_tokens
+    from protein_performer.data.pairwise_alignment import aligned_positions
 
     i = int(rng.integers(len(members)))
     target = members[i]

@@ -3,7 +3,7 @@ the masked site's logits read) beside ``ProteinLM.logits_at`` (the last block fo
 site's row only), with the shipped homolog model.
 
 Each site is one row, as ``score context=`` builds them: random homologs then the random target
-with that site masked (``data.context.context_window``, crop style), rows batched up to
+with that site masked (``data.context_windows.context_window``, crop style), rows batched up to
 ``--toks-per-batch`` tokens. Per-site seconds (wall clock, and this process's CPU time, which
 a busy machine disturbs less), and their ratio to the first (smallest) window measured in the
 same run:
@@ -48,7 +48,7 @@ TARGET = 300  # residues of the target protein (cropped to half the window, as t
 def windows_for(tokens: int, sites: int, alphabet: Any, seed: int) -> tuple[list, int]:
     """``[(tokens, position of the masked site)]``, one per site, and how many homologs each
     window holds: random residues, homologs first."""
-    from protein_performer.data.context import context_window
+    from protein_performer.data.context_windows import context_window
 
     rng = np.random.default_rng(seed)
     residues = np.array(sorted(alphabet.encode("ACDEFGHIKLMNPQRSTVWY")), dtype=np.int64)

@@ -2,9 +2,10 @@
 to, as a substitution matrix per head, compared with BLOSUM62 and with the alignment itself.
 
 Each protein is laid after its homologs in the window ``evaluate context=`` scores
-(:func:`~protein_performer.data.context.context_window`, ``<cls> h_1 <sep> … h_k <sep> protein
-<eos>``; a protein longer than half the window cropped to a seeded half, homologs cut at its
-relative place, as :func:`~protein_performer.evaluation.context.scoring_windows` does).
+(:func:`~protein_performer.data.context_windows.context_window`,
+``<cls> h_1 <sep> … h_k <sep> protein <eos>``; a protein longer than half the window cropped to
+a seeded half, homologs cut at its relative place, as
+:func:`~protein_performer.evaluation.context_perplexity.scoring_windows` does).
 Every residue of the protein is masked exactly once over ``round(1 / mask_prob)`` passes
 (a seeded partition, ~15% each); in each pass, for every head, the attention rows of the
 masked positions into the homolog segments are counted by (true residue of the masked
@@ -22,7 +23,7 @@ cells without counts are NaN. ``r`` is Pearson's with BLOSUM62 over the 190 off-
 
 References: the **ceiling** is the same log-odds of the residue pairs a local BLOSUM62
 alignment of the same window pieces aligns
-(:func:`~protein_performer.data.alignment.aligned_positions`, Biopython, gap open −10 /
+(:func:`~protein_performer.data.pairwise_alignment.aligned_positions`, Biopython, gap open −10 /
 extend −0.5, the alignment the "alignment heads" measure uses): what a head that attends
 exactly to the aligned residue would give. The **null**: each pass's masked positions' true
 residues shuffled among themselves (seeded), so attention keeps its composition but loses its
@@ -42,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from protein_performer.analysis.alignment import alignment_pairs
+from protein_performer.analysis.alignment_heads import alignment_pairs
 from protein_performer.analysis.homolog_pairs import HomologPair
 from protein_performer.analysis.inputs import as_protein, max_tokens, parse_indices
 from protein_performer.analysis.similarity import (
@@ -53,7 +54,7 @@ from protein_performer.analysis.similarity import (
     substitution_log_odds,
 )
 from protein_performer.data.alphabet import Alphabet
-from protein_performer.data.context import context_window, fit_members
+from protein_performer.data.context_windows import context_window, fit_members
 from protein_performer.data.datasets import TAG_CROP, TAG_MASK, keyed_rng
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from protein_performer.analysis.alignment import (
+from protein_performer.analysis.alignment_heads import (
     aligned_mass,
     alignment_pairs,
     cross_protein_mass,

@@ -33,6 +33,7 @@ import torch
 from protein_performer.analysis.extraction import attention_maps
 from protein_performer.analysis.inputs import Protein, padded_tokens, token_batches
 from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.blosum62 import blosum62_matrix
 from protein_performer.model.performer import ProteinLM, evaluates
 from protein_performer.utils.progress import progress as progress_bar
 
@@ -58,9 +59,7 @@ REFERENCE_POINTS = {
 
 def blosum62() -> np.ndarray:
     """BLOSUM62 (biopython) as a 20×20 float array in :data:`AA_ORDER`."""
-    from Bio.Align import substitution_matrices
-
-    m = substitution_matrices.load("BLOSUM62")
+    m = blosum62_matrix()
     return np.array([[m[a, b] for b in AA_ORDER] for a in AA_ORDER], dtype=np.float64)
 
 

@@ -1,11 +1,15 @@
-"""Hydra glue for ``protein-performer train|evaluate [overrides...]``.
+"""The Hydra commands run: ``protein-performer train|evaluate|score|generate|extract|
+aa-similarity|plot-heads [key=value ...]`` (:data:`~protein_performer.cli.groups.COMMANDS`).
 
-Configs are composed with Hydra's compose API from ``conf/`` (next to the package) against
-the dataclass schemas of :mod:`protein_performer.config.schema`. Multirun sweeps (``-m a=x,y``) are
-expanded here with Hydra's override parser (a cartesian product, like Hydra's basic sweeper)
-and run one after another, each in ``<hydra.sweep.dir>/<job number>``. Every configuration
-problem becomes a one-line :class:`~protein_performer.errors.ConfigError` naming the key and,
-where there is a fixed set, the valid choices.
+:func:`run_hydra` composes every job before any work (:mod:`.compose`: Hydra's compose API
+over ``conf/`` and the schemas of :mod:`protein_performer.config.schema`, the overrides read by
+:mod:`.overrides`, a sweep ``-m a=x,y`` expanded into the cartesian product of its jobs), then
+prints ``--help`` (:mod:`.help`) or ``--cfg``, or runs the command: ``evaluate`` and the
+analysis commands once (:mod:`.commands`), ``train`` once per job, a sweep's jobs one after
+another in ``<hydra.sweep.dir>/<job number>`` (those of a distributed sweep each in a fresh
+process, through :func:`main`), ``ckpt_path=last`` resolved by :mod:`.resume`. Every configuration
+problem is a one-line :class:`~protein_performer.errors.ConfigError` naming the key and, where
+there is a fixed set, the valid choices.
 """
 
 from __future__ import annotations
@@ -46,10 +50,12 @@ from protein_performer.utils.interrupts import TERMINATING
 
 
 def run_hydra(command: str, argv: list[str]) -> int:
-    """Run ``train`` or ``evaluate`` with Hydra-style ``argv``; returns the exit code (0).
+    """Run ``command`` (``train``, ``evaluate`` or an analysis command) with Hydra-style
+    ``argv``; returns the exit code (0, or an interrupted run's).
 
     Configuration problems raise :class:`ConfigError`; bad data raises ``DataError``. Results
-    (the train summary, the evaluate metrics) are printed on stdout, as JSON with ``--json``.
+    (the train summary, the evaluate metrics, the analysis command's result) are printed on
+    stdout, as JSON with ``--json``.
     """
     if command not in COMMANDS:
         raise ConfigError(f"unknown command {command!r}; choose one of: {', '.join(COMMANDS)}")

@@ -53,13 +53,7 @@ from protein_performer.data.encoding import EncodeCounts, iter_encoded
 from protein_performer.data.fasta import FastaReader, PathLike
 from protein_performer.data.headers import HeaderInfo
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.utils.atomic import current_umask
-from protein_performer.utils.outputs import (
-    check_output_dir,
-    remove_empty,
-    replace_dir,
-    start_staging,
-)
+from protein_performer.utils.outputs import check_output_dir, staged_dir
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +63,8 @@ MANIFEST = "manifest.json"
 MEMBERS = "members.tsv"
 REPRESENTATIVES = "representatives.fasta"
 CLUSTER_DIR_ENTRIES = frozenset({MANIFEST, MEMBERS, REPRESENTATIVES})
+#: The working folder inside the staged output while MMseqs2 runs (gone before it is renamed).
+SCRATCH = ".mmseqs-work"
 METHODS = {"linclust": "easy-linclust", "cluster": "easy-cluster"}
 ROOT_TAXON = ("cellular organisms", 131567)
 INSTALL_HINT = (
@@ -254,10 +250,10 @@ def _write_input(
     return headers, counts, sources
 
 
-def _mmseqs_tmp(tmp_dir: Path | None, work: Path, cleanup: list[Path]) -> Path:
+def _mmseqs_tmp(tmp_dir: Path | None, work: Path, cleanup: contextlib.ExitStack) -> Path:
     """A fresh temporary directory of MMseqs2's own (it writes and replaces files like
-    ``latest`` there), inside the user's ``--tmp-dir`` when there is one (added to
-    ``cleanup``), else inside ``work``."""
+    ``latest`` there), inside the user's ``--tmp-dir`` when there is one (removed when
+    ``cleanup`` closes), else inside ``work``."""
     if tmp_dir is None:
         mm_tmp = work / "mmseqs_tmp"
         mm_tmp.mkdir()
@@ -266,7 +262,7 @@ def _mmseqs_tmp(tmp_dir: Path | None, work: Path, cleanup: list[Path]) -> Path:
         mm_tmp = Path(tempfile.mkdtemp(prefix="protein-performer-mmseqs-", dir=tmp_dir))
     except OSError as e:
         raise DataError(f"--tmp-dir: cannot write here ({e.strerror or e})", path=tmp_dir) from None
-    cleanup.append(mm_tmp)
+    cleanup.callback(shutil.rmtree, mm_tmp, ignore_errors=True)
     return mm_tmp
 
 
@@ -446,10 +442,11 @@ def cluster_fasta(
         inputs = sorted(inputs, key=lambda p: (Path(p).name, str(p)))
     readers = [FastaReader(p) for p in inputs]  # fail fast on missing or unreadable files
     tmp_dir = _check_tmp_dir(tmp_dir, outdir)
-    made, work = start_staging(outdir)
-    cleanup: list[Path] = []
     t0 = time.perf_counter()
-    try:
+    with staged_dir(outdir, check_outdir) as final, contextlib.ExitStack() as cleanup:
+        # MMseqs2's input, results and temporary files, removed before the folder is renamed
+        work = final / SCRATCH
+        work.mkdir()
         # 1. validated sequences under short ids (MMseqs2 keeps only the first header word)
         _progress(f"reading {len(readers)} FASTA file(s)", quiet)
         seq_path = work / "input.fasta"
@@ -471,8 +468,6 @@ def cluster_fasta(
         clusters = _run_clustering(cmd, work, len(headers), quiet)
         # 3. clusters -> UniRef-style files
         _progress("writing representatives and members", quiet)
-        final = work / "out"
-        final.mkdir()
         reps = _read_reps(work / "result_rep_seq.fasta")
         _write_clusters(final, clusters, headers, reps, _level(min_seq_id))
         params = {
@@ -496,16 +491,7 @@ def cluster_fasta(
         with open(final / MANIFEST, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh, indent=2)
             fh.write("\n")
-        os.chmod(final, 0o777 & ~current_umask())
-        replace_dir(final, outdir, check_outdir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        remove_empty(made)
-        raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        for path in cleanup:
-            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(work)
     _progress(
         f"wrote {outdir}: {_count(manifest['counts']['clusters'], 'cluster')} of "
         f"{_count(len(headers), 'record')} ({_count(manifest['counts']['singletons'], 'singleton')})",

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from protein_performer.data.alignment import aligned_positions
 from protein_performer.data.config import CLUSTER_SAMPLING, PAIR_MASKS
-from protein_performer.data.context import MIN_CONTEXT_RESIDUES, context_window, fit_members
+from protein_performer.data.context_windows import MIN_CONTEXT_RESIDUES, context_window, fit_members
+from protein_performer.data.pairwise_alignment import aligned_positions
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
 
@@ -235,7 +235,7 @@ class PairDataset(CropDataset):
     fixed crop puts a copy at a fixed distance, which rotary positions find without reading
     content); a protein of at most ``half / 2`` residues is kept whole. The partner fills the rest of the row, cut
     around the same relative region when it is too long
-    (:func:`~protein_performer.data.context.context_window`). ``mask="protein"`` marks the
+    (:func:`~protein_performer.data.context_windows.context_window`). ``mask="protein"`` marks the
     item so that the collator masks only the protein (``"mask_from"``): the partner stays
     whole, as a homolog in context does at evaluation, and every prediction is one the partner
     can help with; ``mask="all"`` masks the row like any other.
@@ -249,8 +249,9 @@ class PairDataset(CropDataset):
             the partners of the other rows do not change with it).
         align: give each item ``"align_to"``: ``(len(tokens),)`` int64, for each of the
             protein's residues the row position of the partner residue aligned to it (a local
-            BLOSUM62 alignment, :func:`~protein_performer.data.alignment.aligned_positions`),
-            ``-1`` elsewhere: the target of an attention-supervision loss.
+            BLOSUM62 alignment,
+            :func:`~protein_performer.data.pairwise_alignment.aligned_positions`), ``-1`` elsewhere:
+            the target of an attention-supervision loss.
         mask: ``"all"`` or ``"protein"``: which part of the row the collator masks.
         max_partners: up to this many homologs before the protein: each row draws how many
             (1 to this, at most the cluster's other members) and which, so that a model learns

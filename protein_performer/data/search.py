@@ -46,20 +46,15 @@ from protein_performer.data.cluster import _run_mmseqs, find_mmseqs, mmseqs_vers
 from protein_performer.data.encoding import EncodeCounts, iter_encoded
 from protein_performer.data.fasta import FastaReader, PathLike
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.utils.atomic import current_umask
-from protein_performer.utils.outputs import (
-    check_output_dir,
-    dir_with_manifest,
-    remove_empty,
-    replace_dir,
-    start_staging,
-)
+from protein_performer.utils.outputs import check_output_dir, dir_with_manifest, staged_dir
 
 FORMAT = "protein-performer-search"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 HITS_FASTA = "hits.fasta"
 HITS_TSV = "hits.tsv"
+#: The working folder inside the staged output while MMseqs2 runs (gone before it is renamed).
+SCRATCH = ".mmseqs-work"
 #: Columns MMseqs2 writes (``--format-output``), in this order.
 MMSEQS_COLUMNS = (
     "query", "target", "fident", "alnlen", "qstart", "qend", "qlen", "tstart", "tend", "tlen",
@@ -367,9 +362,11 @@ def search(
     version = mmseqs_version(binary)
     for path in [query_fasta, *db_fastas]:
         FastaReader(path)  # fail fast on a missing or unreadable file
-    made, work = start_staging(outdir)
     t0 = time.perf_counter()
-    try:
+    with staged_dir(outdir, check) as final:
+        # MMseqs2's inputs, results and temporary files, removed before the folder is renamed
+        work = final / SCRATCH
+        work.mkdir()
         counts = EncodeCounts()
         query_ids, query_sources = _write_validated(
             [query_fasta], work / "query.fasta", "q", counts
@@ -406,8 +403,6 @@ def search(
         )  # fmt: skip
         if not kept:
             raise DataError(_no_hits_message(len(hits), removed, params), path=query_fasta)
-        final = work / "out"
-        final.mkdir()
         names = _record_names(kept, target_ids, int(margin))
         _write_outputs(final, kept, names, query_ids, target_ids, target_seqs, int(margin))
         manifest = {
@@ -430,14 +425,7 @@ def search(
             "elapsed_s": round(time.perf_counter() - t0, 3),
         }
         (final / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        os.chmod(final, 0o777 & ~current_umask())
-        replace_dir(final, outdir, check)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        remove_empty(made)
-        raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work)
     _progress(f"wrote {outdir}: {len(kept):,} hits for {manifest['counts']['queries_with_hits']:,} "
               f"of {len(query_ids):,} queries; {per_query_text(counts_of(manifest))}", quiet)  # fmt: skip
     return manifest

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from array import array
@@ -36,13 +35,7 @@ from protein_performer.data.sources import FlatSource, split_key
 from protein_performer.data.splits import SPLITS, SplitAssigner, parse_fractions
 from protein_performer.data.stats import LengthHistogram
 from protein_performer.errors import DataError
-from protein_performer.utils.atomic import current_umask
-from protein_performer.utils.outputs import (
-    check_output_dir,
-    remove_empty,
-    replace_dir,
-    start_staging,
-)
+from protein_performer.utils.outputs import check_output_dir, staged_dir
 
 FORMAT = "protein-performer-shards"
 FORMAT_VERSION = 1
@@ -315,9 +308,7 @@ def preprocess(
     plan += [(p, "val") for p in val_inputs] + [(p, "test") for p in test_inputs]
     outdir = check_shard_outdir(outdir, overwrite)
     readers = [(FastaReader(p), split) for p, split in plan]  # fail fast on missing files
-    made, tmp = start_staging(outdir)
-    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it private; the result should not be
-    try:
+    with staged_dir(outdir, lambda: check_shard_outdir(outdir, overwrite)) as tmp:
         writers = {s: _SplitWriter(tmp / s) for s in SPLITS}
         counts = EncodeCounts()
         dups = DuplicateFinder()
@@ -368,11 +359,6 @@ def preprocess(
         with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh, indent=2)
             fh.write("\n")
-        replace_dir(tmp, outdir, lambda: check_shard_outdir(outdir, overwrite))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        remove_empty(made)
-        raise
     return manifest
 
 

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from protein_performer.data.blosum62 import blosum62_matrix
 from protein_performer.data.fasta_writer import write_fasta
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.utils.atomic import owner_tag, write_text_atomic
@@ -106,9 +107,7 @@ class SubstitutionModel:
 @functools.lru_cache(maxsize=1)
 def blosum62_model() -> SubstitutionModel:
     """The substitution model implied by biopython's BLOSUM62 (see the module docstring)."""
-    from Bio.Align import substitution_matrices
-
-    matrix = substitution_matrices.load("BLOSUM62")
+    matrix = blosum62_matrix()
     scores = np.array([[matrix[a][b] for b in AMINO_ACIDS] for a in AMINO_ACIDS], dtype=float)
     weights = 2.0 ** (scores / 2.0)
     x = np.linalg.solve(weights, np.ones(20))

@@ -21,7 +21,7 @@ from protein_performer.data.cluster import check_run_clustering, read_members, t
 from protein_performer.data.config import DataConfig
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.evaluation.context import (
+from protein_performer.evaluation.context_perplexity import (
     Fill,
     Target,
     cluster_fill,

@@ -19,7 +19,7 @@ from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.msa import alignment_format, unaligned_records
 from protein_performer.data.sources import load_fasta_source
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.evaluation.context import Target, cluster_targets, fixed_targets
+from protein_performer.evaluation.context_perplexity import Target, cluster_targets, fixed_targets
 from protein_performer.model.metrics import MLM_INPUT_KINDS, perplexity
 from protein_performer.utils.paths import require_file
 

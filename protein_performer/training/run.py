@@ -1,9 +1,16 @@
 """``train(cfg, run_dir)``: the library function of ``protein-performer train`` (no Hydra
-needed; also ``protein_performer.train``). Evaluation is :mod:`protein_performer.evaluation`.
+needed; also ``protein_performer.train``), in the order a run takes: the config and paths
+checked (:mod:`.preflight`), the memory estimate (:mod:`.memory`), the run directory claimed
+(:mod:`.run_dir`) and locked (:mod:`.run_lock`), then the data, the model and the trainer with
+its callbacks (:mod:`.builders`), the header, fit, and the result (:mod:`.report`). Evaluation
+is :mod:`protein_performer.evaluation`.
 
-A run directory receives ``config.yaml`` (the resolved config), ``metrics.csv`` (CSVLogger),
-``checkpoints/last.ckpt`` and ``checkpoints/best.ckpt`` (lowest val perplexity) and
-``summary.json``.
+A run directory receives ``config.yaml`` (the resolved config; a resume that changes settings
+keeps the earlier one as ``config.N.yaml``), ``overrides.yaml`` (the command line's),
+``metrics.csv`` (appended to by a resume; ``tensorboard/`` too with ``trainer.tensorboard``),
+``checkpoints/last.ckpt`` and ``checkpoints/best.ckpt`` (lowest ``val/perplexity``) and
+``summary.json`` (:class:`~protein_performer.training.report.TrainResult`);
+``.protein-performer.lock`` while a process trains in it.
 """
 
 from __future__ import annotations

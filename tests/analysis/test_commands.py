@@ -325,7 +325,7 @@ def test_default_checkpoint_is_the_shipped_one() -> None:
 
 @pytest.mark.slow
 def test_plot_heads_join_puts_the_records_in_one_window(files, tmp_path, capsys) -> None:
-    from protein_performer.analysis.alignment import cross_protein_mass
+    from protein_performer.analysis.alignment_heads import cross_protein_mass
 
     proteins = random_proteins(3, 20, seed=4)
     write_fasta(tmp_path / "family.fasta", proteins)
@@ -463,7 +463,7 @@ def test_extract_join_writes_one_window_with_its_segments(files, tmp_path, capsy
 
 @pytest.mark.slow
 def test_plot_heads_join_measures_attention_on_the_aligned_residues(files, tmp_path, capsys):
-    from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
+    from protein_performer.analysis.alignment_heads import aligned_mass, alignment_pairs
     from protein_performer.analysis.extraction import attention_maps
     from protein_performer.analysis.inputs import Protein, join_proteins
     from protein_performer.model.checkpoints import load_model
@@ -496,7 +496,7 @@ def test_plot_heads_join_measures_attention_on_the_aligned_residues(files, tmp_p
 
 @pytest.mark.slow
 def test_plot_heads_homologs_aligns_the_last_record_to_the_named_ones(files, tmp_path, capsys):
-    from protein_performer.analysis.alignment import aligned_mass, alignment_pairs
+    from protein_performer.analysis.alignment_heads import aligned_mass, alignment_pairs
     from protein_performer.analysis.extraction import attention_maps
     from protein_performer.analysis.inputs import Protein, join_proteins
     from protein_performer.model.checkpoints import load_model
@@ -643,7 +643,7 @@ def test_plot_heads_join_of_one_record_is_one_line(files, tmp_path, capsys) -> N
 
 
 def test_homologs_are_found_by_accession_or_entry_name_as_record_is() -> None:
-    from protein_performer.analysis.alignment import homolog_segments
+    from protein_performer.analysis.alignment_heads import homolog_segments
     from protein_performer.analysis.inputs import Protein
     from protein_performer.errors import ConfigError
 

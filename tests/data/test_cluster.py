@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 from protein_performer.cli.main import main
-from protein_performer.data.cluster import cluster_fasta, find_mmseqs, read_members
+from protein_performer.data.cluster import (
+    CLUSTER_DIR_ENTRIES,
+    cluster_fasta,
+    find_mmseqs,
+    read_members,
+)
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.data.datasets import ClusterCropDataset
 from protein_performer.data.fasta import read_fasta
@@ -81,6 +86,9 @@ def test_clusters_are_the_families_with_uniref_headers(families, clustered):
         assert h.split_key == rec.id  # the existing cluster-id splits apply to the output
     manifest = json.loads((clustered / "manifest.json").read_text())
     assert manifest["counts"]["clusters"] == 12 and manifest["params"]["min_seq_id"] == 0.5
+    # only its own files (MMseqs2's working files gone), nothing left beside it
+    assert sorted(p.name for p in clustered.iterdir()) == sorted(CLUSTER_DIR_ENTRIES)
+    assert [p.name for p in clustered.parent.iterdir()] == ["clusters"]
 
 
 @needs_mmseqs

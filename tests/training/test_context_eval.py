@@ -18,7 +18,7 @@ from protein_performer.config.schema import EvalConfig
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.evaluation.context import (
+from protein_performer.evaluation.context_perplexity import (
     cluster_fill,
     cluster_targets,
     context_perplexity,
@@ -577,7 +577,7 @@ def test_a_clusters_table_that_misses_records_is_said(tmp_path, monkeypatch):
 
 
 def test_context_proteins_cut_to_the_window_are_counted() -> None:
-    from protein_performer.evaluation.context import Target
+    from protein_performer.evaluation.context_perplexity import Target
 
     enc = A.encode
     short, long_ = enc("MKVLAWYHHEACDEFG"), enc("ACDEFGHIKLMNPQRSTVWY" * 5)
@@ -921,7 +921,7 @@ def _target_part(window: np.ndarray) -> np.ndarray:
 def test_the_identical_flag_follows_the_homologs_placed_in_the_window() -> None:
     """Four homologs of 20 residues (the target's copy one of them, in a seeded order) and
     room for two: a target is "identical" exactly where its copy went into the window."""
-    from protein_performer.evaluation.context import Target
+    from protein_performer.evaluation.context_perplexity import Target
 
     rng = np.random.default_rng(8)
     targets = []
@@ -946,7 +946,7 @@ def test_the_identical_flag_follows_the_homologs_placed_in_the_window() -> None:
 def test_a_cropped_targets_homolog_is_cut_around_the_same_region() -> None:
     """A target longer than half the window is scored on a seeded crop; its homolog (here its
     own full sequence), cut to the room left, keeps the part at the same relative place."""
-    from protein_performer.evaluation.context import Target
+    from protein_performer.evaluation.context_perplexity import Target
 
     rng = np.random.default_rng(9)
     full = random_seq(rng, 100)
@@ -1027,7 +1027,7 @@ def test_context_proteins_cut_counts_the_windows_whose_last_member_was_cut():
     """Each target has a long member (never fits whole) and a short one (always fits): in any
     order the last member that goes in is the long one, cut, so every window counts once,
     whichever order the seeded permutation gives; with two short members none is cut."""
-    from protein_performer.evaluation.context import Target
+    from protein_performer.evaluation.context_perplexity import Target
 
     long_first = [
         Target(f"t{i}", _seq(20, i), [_seq(200, 100 + i), _seq(20, 200 + i)]) for i in range(12)
@@ -1046,7 +1046,7 @@ def test_context_proteins_cut_counts_the_windows_whose_last_member_was_cut():
 
 
 def test_sampled_targets_keep_the_source_order():
-    from protein_performer.evaluation.context import Target, sample_targets
+    from protein_performer.evaluation.context_perplexity import Target, sample_targets
 
     targets = [Target(f"t{i:02d}", _seq(5, i), []) for i in range(40)]
     picked = sample_targets(targets, 10, seed=3)
@@ -1061,7 +1061,7 @@ def test_sampled_targets_keep_the_source_order():
 def test_targets_longer_than_half_the_window_are_cut_to_half():
     """Windows of 96 tokens: a target gets at most 96 // 2 - 2 = 46 residues; of 20 + 46 + 60
     residues, 20 + 46 + 46 are scored."""
-    from protein_performer.evaluation.context import Target
+    from protein_performer.evaluation.context_perplexity import Target
 
     targets = [Target(f"t{n}", _seq(n, n), [_seq(30, 500 + n)]) for n in (20, 46, 60)]
     single, _, _, _, info = scoring_windows(
@@ -1072,3 +1072,12 @@ def test_targets_longer_than_half_the_window_are_cut_to_half():
     assert [len(x) for x in single] == [22, 48, 48]
     assert info["mean_context_proteins"] == 1 and info["context_proteins_cut"] == 0
     assert info["mean_context_tokens"] == 31
+
+
+def test_the_old_import_path_is_the_renamed_module():
+    """evaluation/context.py was renamed for what it holds; its old name stays for one release."""
+    from protein_performer.evaluation import context
+    from protein_performer.evaluation import context_perplexity as module
+    from protein_performer.evaluation.context import context_perplexity as old_function
+
+    assert context is module and old_function is context_perplexity

@@ -12,7 +12,7 @@ answer at every site).
   (each aligned locally, used when it aligns above chance), ``S[i, mt] − S[i, wt]`` in bits;
 - ``masked_marginal_context``: ESM-1v's masked marginal read from the window
   ``<cls> h_1 <sep> … h_k <sep> protein <eos>`` (the layout of
-  :func:`~protein_performer.data.context.context_window`; a model trained on packed windows
+  :func:`~protein_performer.data.context_windows.context_window`; a model trained on packed windows
   gets ``h_1 <sep> … protein <sep>``), the homologs the PSSM used in file order, as many as
   fit. A protein longer than half the window is scored on a window of half its length centred
   on each site, and the homologs that must be cut are cut about the same region.
@@ -39,7 +39,7 @@ from protein_performer.analysis.homolog_pairs import query_names
 from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.batching import pad_batch
-from protein_performer.data.context import context_window
+from protein_performer.data.context_windows import context_window
 from protein_performer.data.msa import (
     FRAGMENT_COVERAGE,
     MSA,

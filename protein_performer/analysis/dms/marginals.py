@@ -48,6 +48,7 @@ from protein_performer.analysis.dms.variants import (
 from protein_performer.analysis.inputs import check_toks_per_batch
 from protein_performer.analysis.inputs import max_tokens as token_limit
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
+from protein_performer.data.blosum62 import blosum62_matrix
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
 from protein_performer.utils.progress import progress as progress_bar
@@ -253,9 +254,7 @@ def pseudo_log_likelihood(
 def blosum62_scores(mutants: Sequence[Sequence[Substitution] | Indel]) -> np.ndarray:
     """Σ over sites of BLOSUM62(wt, mt), 0 for a synonymous site (``S2S``); NaN for an indel
     (no substitution score)."""
-    from Bio.Align import substitution_matrices
-
-    m = substitution_matrices.load("BLOSUM62")
+    m = blosum62_matrix()
     # a synonymous site (S2S) changes nothing: 0, as the wild type and every model column
     return np.array(
         [

@@ -4,10 +4,10 @@ language model's mutation scores should beat.
 Construction (PSI-BLAST's, without its iterations):
 
 1. **Alignment.** Each homolog is aligned to the query on its own, locally
-   (:func:`~protein_performer.data.alignment.aligned_positions`: Biopython, BLOSUM62, gap open
-   −10 / extend −0.5). Local, because homologs are often regions (a search's hits ± a margin)
-   or share only a domain with the query: a global alignment would force their unrelated ends
-   onto it. A homolog is used when its alignment score stands ``min_z`` standard deviations
+   (:func:`~protein_performer.data.pairwise_alignment.aligned_positions`: Biopython, BLOSUM62,
+   gap open −10 / extend −0.5). Local, because homologs are often regions (a search's hits ± a
+   margin) or share only a domain with the query: a global alignment would force their unrelated
+   ends onto it. A homolog is used when its alignment score stands ``min_z`` standard deviations
    above the scores of ``shuffles`` seeded shuffles of it (PRSS's test; ``min_z=None`` uses
    every homolog): an unrelated sequence still aligns locally, over a third of the query or
    more, at ~30% identity.
@@ -45,9 +45,9 @@ from protein_performer.analysis.dms.variants import (
     clean_sequence,
     parse_variant,
 )
-from protein_performer.data.alignment import aligned_positions, local_aligner
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
 from protein_performer.data.msa import GAP, MSA, WEIGHT_IDENTITY, sequence_weights
+from protein_performer.data.pairwise_alignment import aligned_positions, local_aligner
 from protein_performer.data.simulate import blosum62_model
 from protein_performer.errors import ConfigError, DataError
 

@@ -1,5 +1,7 @@
-"""What the data commands share: the compressions they read, and JSON printed or written
-atomically."""
+"""What the ``data`` subcommands share for their output and help: :func:`print_json` (a
+manifest or summary as indented JSON on stdout, or written atomically to a file, as
+``data stats --output`` does) and :data:`COMPRESSIONS`, the FASTA compressions
+:class:`~protein_performer.data.fasta.FastaReader` reads, as their ``--help`` names them."""
 
 from __future__ import annotations
 

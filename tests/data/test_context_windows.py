@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from protein_performer.data.alphabet import default_alphabet
-from protein_performer.data.context import context_window, single_window
+from protein_performer.data.context_windows import context_window, single_window
 from protein_performer.errors import ConfigError
 
 A = default_alphabet()
@@ -67,3 +67,16 @@ def test_a_cut_member_covers_the_targets_region():
 
     context_window(target, members(), A, 12, min_context=2)
     assert len(seen) == 2
+
+
+def test_old_import_paths_are_the_renamed_modules():
+    """data/context.py and data/alignment.py were renamed for what they hold; their old names
+    stay for one release."""
+    from protein_performer.data import alignment, context, context_windows, pairwise_alignment
+    from protein_performer.data.alignment import _aligner, aligned_positions
+    from protein_performer.data.context import context_window as old_context_window
+
+    assert context is context_windows and alignment is pairwise_alignment
+    assert old_context_window is context_window
+    assert aligned_positions is pairwise_alignment.aligned_positions
+    assert _aligner is pairwise_alignment.local_aligner
