@@ -139,6 +139,10 @@ def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], int]:
 
 
 def _stockholm(text: str, path: str | Path) -> list[tuple[str, str]]:
+    """The first alignment's rows as written: Biopython's ``AlignIO`` checks the file (ids,
+    one length) but turns ``.`` into ``-``, which would make HMMER's insert columns match
+    columns, so the rows are taken from the text; a ``#=GC RF`` line marks insert columns
+    (``.``) in files written without case."""
     from Bio import AlignIO
 
     try:
@@ -147,7 +151,27 @@ def _stockholm(text: str, path: str | Path) -> list[tuple[str, str]]:
         raise DataError(f"not a readable Stockholm file ({e})", path=path) from None
     if not alignments or not len(alignments[0]):
         raise DataError("empty Stockholm alignment: no sequences", path=path)
-    return [(r.id, str(r.seq)) for r in alignments[0]]
+    rows: dict[str, list[str]] = {}
+    reference: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("//"):
+            break
+        parts = line.split()
+        if len(parts) == 3 and parts[:2] == ["#=GC", "RF"]:
+            reference.append(parts[2])
+        elif len(parts) == 2 and not line.startswith("#"):
+            rows.setdefault(parts[0], []).append(parts[1])
+    rf = "".join(reference)
+    out = []
+    for record in alignments[0]:
+        row = "".join(rows.get(record.id, [])) or str(record.seq)
+        if rf and len(rf) == len(row) and not any(c.islower() for c in row):
+            row = "".join(
+                (c.lower() if c != "-" else ".") if r in ".-~" else c
+                for c, r in zip(row, rf, strict=True)
+            )
+        out.append((record.id, row))
+    return out
 
 
 def _kind(rows: Sequence[str], container: str) -> str:
@@ -206,12 +230,68 @@ def _offset(title: str, query: str, wild_type: str, path: str | Path, number: in
             "wild type"
         )
     raise DataError(
-        f"the alignment's query {name or '(unnamed)'} is not the wild type ({where}; a2m's "
-        "NAME/START-END numbers it inside the wild type)",
+        f"the alignment's query {name or '(unnamed)'} is not the wild type ({where}; a "
+        "NAME/START-END in its name numbers it inside the wild type)",
         path=path,
         record=number,
         record_id=name or None,
     )
+
+
+def _query_positions(
+    title: str, query: str, wild_type: str, path: str | Path, number: int
+) -> np.ndarray:
+    """``(len(query),)``: the 0-based wild-type residue of each query residue. The query is a
+    stretch of the wild type (:func:`_offset`), or, as an alignment cut to its focus columns
+    writes it, the wild type with residues left out: every residue in order and the same."""
+    try:
+        start = _offset(title, query, wild_type, path, number)
+        return start + np.arange(len(query))
+    except DataError:
+        # a stretch with a residue or two changed is another protein (the error says where);
+        # the wild type with residues left out is the focus columns of an alignment
+        if _nearly_a_stretch(query, wild_type):
+            raise
+        skipped = _subsequence(query, wild_type)
+        if skipped is None:
+            raise
+        return skipped
+
+
+def _nearly_a_stretch(query: str, wild_type: str) -> bool:
+    """Whether ``query`` lies in ``wild_type`` with at most 2 % (at least 2) residues changed."""
+    if len(query) > len(wild_type):
+        return False
+    q = np.frombuffer(query.encode("ascii", "replace"), dtype=np.uint8)
+    w = np.frombuffer(wild_type.encode("ascii", "replace"), dtype=np.uint8)
+    windows = np.lib.stride_tricks.sliding_window_view(w, len(q))
+    fewest = int((windows != q[None, :]).sum(1).min())
+    return fewest <= max(2, len(query) // 50)
+
+
+def _subsequence(query: str, wild_type: str) -> np.ndarray | None:
+    """Where ``query``'s residues lie in ``wild_type`` when it is the wild type with residues
+    left out (a global alignment in which the query has no residue of its own and no
+    mismatch), else None."""
+    from Bio.Align import PairwiseAligner
+
+    if not query or len(query) > len(wild_type):
+        return None
+    aligner = PairwiseAligner(mode="global", match_score=1.0, mismatch_score=-1e6)
+    aligner.insertion_score = -1e6  # a query residue the wild type lacks: not this case
+    aligner.open_internal_deletion_score = -1.0
+    aligner.extend_internal_deletion_score = -0.01
+    aligner.end_deletion_score = 0.0
+    try:
+        best = aligner.align(wild_type, query)[0]
+    except (ValueError, OverflowError, IndexError):
+        return None
+    out = np.full(len(query), -1, dtype=np.int64)
+    for (t0, t1), (q0, q1) in zip(*best.aligned, strict=True):
+        if wild_type[t0:t1] != query[q0:q1]:
+            return None
+        out[q0:q1] = np.arange(t0, t1)
+    return out if (out >= 0).all() else None
 
 
 def read_msa(path: str | Path, wild_type: str) -> MSA:
@@ -235,7 +315,8 @@ def read_msa(path: str | Path, wild_type: str) -> MSA:
     q = _query_index(titles, rows, wild_type)
     query_row = rows[q]
     query = _unaligned(query_row)
-    offset = _offset(titles[q], query, wild_type, path, q + 1)
+    where = _query_positions(titles[q], query, wild_type, path, q + 1)
+    offset = int(where[0])
     match_rows = [_match(r, inserts) for r in rows]
     width = len(match_rows[q])
     bad = next((i for i, r in enumerate(match_rows) if len(r) != width), None)
@@ -261,7 +342,7 @@ def read_msa(path: str | Path, wild_type: str) -> MSA:
                 k += 1
             m += 1
     keep = np.nonzero(number >= 0)[0]
-    positions = number[keep] + offset
+    positions = where[number[keep]]
     as_bytes = np.frombuffer(
         "".join(match_rows).encode("ascii", "replace"), dtype=np.uint8
     ).reshape(len(rows), width)
@@ -294,7 +375,7 @@ def read_msa(path: str | Path, wild_type: str) -> MSA:
         "query_record": q + 1,
         "query_start": offset + 1,
         "columns": len(keep),
-        "wild_type_residues_covered": f"{offset + 1}-{offset + len(query)}",
+        "wild_type_residues_covered": f"{offset + 1}-{int(where[-1]) + 1}",
         "insertions_dropped_from_columns": int(insertions),
         "gap_only_rows": empty,
         "copies_of_wild_type_left_out": copies,

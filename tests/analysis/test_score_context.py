@@ -453,3 +453,25 @@ def test_the_model_window_holds_only_the_homologs_the_pssm_used(tmp_path):
         assert row[1 : 1 + 60] == ALPHABET.encode(HOMOLOGS[0]).tolist() and row[61] == sep
         assert row[62 : 62 + 60] == ALPHABET.encode(HOMOLOGS[1]).tolist() and row[122] == sep
         assert len(row) == 1 + 2 * 61 + 60 + 1
+
+
+def test_score_says_when_the_query_is_not_record_1_and_when_samples_would_repeat(
+    ckpt, tmp_path, capsys
+):
+    _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    rows = _a3m_rows(np.random.default_rng(3), 3)
+    # a homolog first, then the query (residues 6-55)
+    (tmp_path / "msa.a3m").write_text(f">h0\n{rows[0]}\n>q\n{WT[5:55]}\n>h1\n{rows[1]}\n")
+    code = _score(ckpt, tmp_path, f"context={tmp_path / 'msa.a3m'}", "context_samples=3")
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "query q (record 2: record 1 is not the wild type)" in out
+    assert "context_samples=3 with context_sampling=first" in out
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["context"]["context_samples"] == 1
+    assert summary["context"]["homologs_used"] == 2
+    code = _score(
+        ckpt, tmp_path, f"context={tmp_path / 'msa.a3m'}", "context_tokens=20", out="t.csv"
+    )
+    assert code == 0 and "no homolog fits beside the protein" in capsys.readouterr().out

@@ -220,3 +220,35 @@ def test_pilin_a2m_as_proteingym_ships_it():
     # every query column holds the wild type's residue
     query = np.array(codes(wt))[msa.positions]
     np.testing.assert_array_equal(msa.query_codes, query)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # HMMER / Pfam: insertions in lower case, '.' in the insert columns
+        "# STOCKHOLM 1.0\nq/3-12 TAYIAKQ..RQI\nh1     TAYLAKQ..RQI\nh2     TAYIAKQgkR-I\n//\n",
+        # no case, a #=GC RF line marks the insert columns
+        "# STOCKHOLM 1.0\nq/3-12 TAYIAKQ--RQI\nh1     TAYLAKQ--RQI\nh2     TAYIAKQGKR-I\n"
+        "#=GC RF xxxxxxx..xxx\n//\n",
+    ],
+)
+def test_stockholm_insert_columns_are_not_columns(tmp_path, text):
+    path = tmp_path / "x.sto"
+    path.write_text(text)
+    msa = read_msa(path, WT)
+    np.testing.assert_array_equal(msa.positions, np.arange(2, 12))
+    np.testing.assert_array_equal(msa.matrix, [codes("TAYLAKQRQI"), codes("TAYIAKQR-I")])
+    assert msa.sequences[1] == "TAYIAKQGKRI"  # the inserted residues stay in the homolog
+
+
+def test_an_alignment_cut_to_its_focus_columns_maps_onto_the_wild_type(tmp_path):
+    # the query is the wild type's residues 3-12 without 7-8 (AK): an export of match columns
+    path = tmp_path / "x.fasta"
+    path.write_text(">q\nTAYIQRQI\n>h1\nTAYLQRQI\n>h2\nTA-IQRQW\n")
+    msa = read_msa(path, WT)
+    np.testing.assert_array_equal(msa.positions, [2, 3, 4, 5, 8, 9, 10, 11])
+    np.testing.assert_array_equal(msa.matrix[1], codes("TA-IQRQW"))
+    # a residue that is not the wild type's (no W in it) is still an error
+    path.write_text(">q\nTAYIQRQW\n>h1\nTAYLQRQ-\n")
+    with pytest.raises(DataError, match="is not the wild type"):
+        read_msa(path, WT)

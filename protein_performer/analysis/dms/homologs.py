@@ -334,6 +334,9 @@ def context_columns(
         shortest = min((len(h.residues) for h in used), default=1)
         limit = min(len(used), length // (shortest + 1) + 1)
         runs, held = [], []
+        asked = samples
+        if sampling == "first":  # the same homologs in every window: one is enough
+            samples = 1
         for sample in range(samples):
             order = homolog_order(
                 sampling,
@@ -361,6 +364,7 @@ def context_columns(
             "mean_homologs_in_window": float(np.mean(held)),
             "context_sampling": sampling,
             "context_samples": samples,
+            "context_samples_asked": asked,
             "seed": seed,
         }
         context.info.update(info)
@@ -425,7 +429,13 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
         notes = context.info["alignment"]
         text = (
             f"\n  context: {notes['format']} alignment {context.path}: {notes['records_read']:,} "
-            f"records, query {notes['query']} = wild-type residues "
+            f"records, query {notes['query']}"
+            + (
+                f" (record {notes['query_record']}: record 1 is not the wild type)"
+                if notes.get("query_record", 1) != 1
+                else ""
+            )
+            + " = wild-type residues "
             f"{notes['wild_type_residues_covered']} ({notes['columns']:,} columns); "
             f"{len(used):,} homologs used, Neff {notes['neff']:,.1f} (weights 1 / neighbours at "
             f">= 80 % identity); left out: {_left_out(notes, context.beyond_max)}; profile "
@@ -451,6 +461,13 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
             + (f", {samples} windows per site averaged" if samples > 1 else "")
             + ")"
         )
+        if context.info.get("context_samples_asked", 1) > samples:
+            text += (
+                f" (context_samples={context.info['context_samples_asked']} with "
+                "context_sampling=first: every window would hold the same homologs, one is scored)"
+            )
+        if not context.info.get("mean_homologs_in_window", 0):
+            text += " (no homolog fits beside the protein: raise context_tokens)"
         if RETRIEVAL_COLUMN in context.info or context.info.get("context_retrieval"):
             w = context.info["context_retrieval"]
             text += (
