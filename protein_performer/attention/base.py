@@ -160,6 +160,28 @@ def head_index(heads: Sequence[int] | None, device: torch.device) -> torch.Tenso
     return None if heads is None else torch.as_tensor(list(heads), dtype=torch.long, device=device)
 
 
+def query_key_heads(
+    q: torch.Tensor, k: torch.Tensor, heads: Sequence[int] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q`` and ``k`` ``(B, H, L, D)`` cut to the heads in ``heads`` (all: None)."""
+    index = head_index(heads, q.device)
+    if index is None:
+        return q, k
+    return q.index_select(1, index), k.index_select(1, index)
+
+
+def zero_padded(
+    k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``k`` and ``v`` ``(B, H, L, D)`` with the padded positions (``key_padding_mask``
+    ``(B, L)``, True at padding) zeroed: a masked score still multiplies its value, and a NaN
+    there would reach every score (NaN - inf is NaN) and every output (0 · NaN)."""
+    if key_padding_mask is None:
+        return k, v
+    pad = key_padding_mask.bool()[:, None, :, None]
+    return k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
+
+
 def visible_keys(
     positions: torch.Tensor,
     length: int,

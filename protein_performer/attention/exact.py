@@ -15,9 +15,10 @@ from .base import (
     Rows,
     check_positions,
     gather_rows,
-    head_index,
     masked_sdpa,
+    query_key_heads,
     visible_keys,
+    zero_padded,
 )
 
 
@@ -86,10 +87,8 @@ def exact_attention(
     if key_padding_mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     lq, lk = q.shape[-2], k.shape[-2]
-    # padded rows may hold anything: a NaN there would reach every score (NaN - inf is NaN)
-    # and every output (0 · NaN), so they are zeroed, as FAVOR zeroes their features
-    pad = key_padding_mask.bool()[:, None, :, None]
-    k, v = k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
+    # padded rows may hold anything: zeroed, as FAVOR zeroes their features
+    k, v = zero_padded(k, v, key_padding_mask)
     allowed = ~key_padding_mask.bool()[:, None, None, :]  # (B, 1, 1, Lk)
     if causal:
         # top-left aligned, like is_causal=True
@@ -202,9 +201,7 @@ class ExactAttention(AttentionKind):
                 dtype=q.dtype,
             )
             chosen = chosen * (factor if factor.shape[2] == 1 else gather_rows(factor, positions))
-        if key_padding_mask is not None:  # as exact_attention: a NaN there must not spread
-            pad = key_padding_mask.bool()[:, None, :, None]
-            k, v = k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
+        k, v = zero_padded(k, v, key_padding_mask)  # as exact_attention
         allowed = visible_keys(positions, k.shape[2], key_padding_mask, self.causal)
         return masked_sdpa(chosen, k, v, allowed)
 
@@ -217,9 +214,7 @@ class ExactAttention(AttentionKind):
         chunk_size: int = 256,
         heads: Sequence[int] | None = None,
     ) -> Rows:
-        index = head_index(heads, q.device)
-        if index is not None:
-            q, k = q.index_select(1, index), k.index_select(1, index)
+        q, k = query_key_heads(q, k, heads)
         yield from exact_attention_rows(
             q, k, self.causal, key_padding_mask, chunk_size, length_base=self.length_base
         )

@@ -26,6 +26,7 @@ from .base import (
     masked_sdpa,
     select_heads,
     visible_keys,
+    zero_padded,
 )
 
 
@@ -54,9 +55,7 @@ def local_attention(
         raise ValueError(f"window must be >= 1, got {window}")
     if key_padding_mask is not None:
         key_padding_mask = key_padding_mask.to(torch.bool)
-        # a masked score still multiplies its value: padded keys and values must be finite
-        padded = key_padding_mask[:, None, :, None]
-        k, v = k.masked_fill(padded, 0.0), v.masked_fill(padded, 0.0)
+        k, v = zero_padded(k, v, key_padding_mask)
     b, h, n, d = q.shape
     if n <= 2 * window + 1:  # the band is no smaller than the whole matrix
         band = torch.ones(n, n, dtype=torch.bool, device=q.device)
@@ -139,9 +138,7 @@ class LocalAttention(AttentionKind):
         key_padding_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         check_positions(positions, q.shape[2], q.shape[0])
-        if key_padding_mask is not None:  # as local_attention: padded keys must be finite
-            padded = key_padding_mask.to(torch.bool)[:, None, :, None]
-            k, v = k.masked_fill(padded, 0.0), v.masked_fill(padded, 0.0)
+        k, v = zero_padded(k, v, key_padding_mask)  # as local_attention
         allowed = visible_keys(positions, k.shape[2], key_padding_mask, self.causal, self.window)
         return masked_sdpa(gather_rows(q, positions), k, v, allowed)
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from .base import AttentionKind, AttentionOptions, Rows, check_positions, head_index
+from .base import AttentionKind, AttentionOptions, Rows, check_positions, query_key_heads
 from .feature_maps import taylor_feature_dim, taylor_features, taylor_kernel
 from .kernels.feature_attention import (
     feature_attention,
@@ -106,9 +106,7 @@ class TaylorAttention(AttentionKind):
         chunk_size: int = 256,
         heads: Sequence[int] | None = None,
     ) -> Rows:
-        index = head_index(heads, q.device)
-        if index is not None:
-            q, k = q.index_select(1, index), k.index_select(1, index)
+        q, k = query_key_heads(q, k, heads)
         yield from taylor_attention_rows(q, k, self.causal, key_padding_mask, chunk_size)
 
     def extra_repr(self) -> str:
