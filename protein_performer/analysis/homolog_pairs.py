@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
 from protein_performer.data.alphabet import Alphabet
-from protein_performer.data.msa import alignment_format, read_msa, unaligned_records
+from protein_performer.data.msa import alignment_records, read_msa
 from protein_performer.errors import DataError
 
 #: A protein and its homologs.
@@ -63,8 +63,10 @@ def read_homolog_pairs(
     homolog.
     """
     queries = read_proteins(query_fasta, alphabet, invalid=invalid)
-    if alignment_format(homolog_fasta) != "fasta":
-        return [_alignment_pair(queries, homolog_fasta, alphabet, max_homologs, query_fasta)]
+    kind, records = alignment_records(homolog_fasta)
+    if kind != "fasta":
+        pair = _alignment_pair(queries, records, homolog_fasta, alphabet, max_homologs, query_fasta)
+        return [pair]
     homologs = read_proteins(homolog_fasta, alphabet, invalid=invalid)
     named = query_names(homologs, homolog_fasta)
     if all(n is None for n in named):
@@ -93,6 +95,7 @@ def read_homolog_pairs(
 
 def _alignment_pair(
     queries: Sequence[Protein],
+    records: Sequence[tuple[str, str]],
     path: PathLike,
     alphabet: Alphabet,
     max_homologs: int | None,
@@ -101,7 +104,6 @@ def _alignment_pair(
     """The protein of ``queries`` an alignment is of (its query is it, or a stretch of it),
     with the alignment's homologs in file order (read by :func:`~protein_performer.data.msa.
     read_msa`: copies of it and duplicates left out)."""
-    records = unaligned_records(path)
     for q in queries:
         sequence = alphabet.decode(q.residues)
         if any(seq in sequence for _, seq in records[:1]) or any(

@@ -424,22 +424,18 @@ def _plain(
     return MSA(str(path), "fasta", "", ids, seqs, notes=notes)
 
 
-def alignment_format(path: str | Path) -> str:
-    """The format of ``path`` told by its content: one of :data:`FORMATS`."""
-    container, records, _ = _records(path)
-    return _kind([r for _, r in records], container) if records else "fasta"
-
-
-def unaligned_records(path: str | Path) -> list[tuple[str, str]]:
-    """``[(id, sequence)]`` of every record of an alignment or FASTA file ``path`` (the query
+def alignment_records(path: str | Path) -> tuple[str, list[tuple[str, str]]]:
+    """``(format, [(id, sequence)])`` of an alignment or FASTA file ``path``, read once: the
+    format told by its content (one of :data:`FORMATS`) and every record (the query
     included), gaps removed and insertions kept, upper case: the proteins as a window holds
     them."""
-    _, records, _ = _records(path)
+    container, records, _ = _records(path)
+    kind = _kind([r for _, r in records], container) if records else "fasta"
     out = [
-        ((t.split(None, 1)[0] if t else f"record{i + 1}"), _unaligned(r))
+        (t.split(None, 1)[0] if t else f"record{i + 1}", _unaligned(r))
         for i, (t, r) in enumerate(records)
     ]
-    return [(name, seq) for name, seq in out if seq]
+    return kind, [(name, seq) for name, seq in out if seq]
 
 
 def sequence_weights(
@@ -539,9 +535,8 @@ __all__ = [
     "MSA",
     "SAMPLINGS",
     "WEIGHT_IDENTITY",
-    "alignment_format",
+    "alignment_records",
     "homolog_order",
     "read_msa",
     "sequence_weights",
-    "unaligned_records",
 ]

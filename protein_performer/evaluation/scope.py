@@ -16,7 +16,7 @@ from protein_performer.config.schema import EvalConfig
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
-from protein_performer.data.msa import alignment_format, unaligned_records
+from protein_performer.data.msa import alignment_records
 from protein_performer.data.sources import load_fasta_source
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context_perplexity import Target, cluster_targets, fixed_targets
@@ -251,10 +251,11 @@ def context_targets(
             )
         return targets
     require_file(cfg.context, "context")
-    if alignment_format(cfg.context) != "fasta":  # an alignment: its rows as proteins
+    kind, records = alignment_records(cfg.context)
+    if kind != "fasta":  # an alignment: its rows as proteins
         rows = [
             alphabet.clean_encode(seq, cfg.invalid, path=cfg.context, record=k + 1, record_id=name)
-            for k, (name, seq) in enumerate(unaligned_records(cfg.context))
+            for k, (name, seq) in enumerate(records)
         ]
         return fixed_targets(source, [r.ids for r in rows if r.ids is not None], order=order)
     homologs = load_fasta_source(

@@ -45,7 +45,6 @@ from protein_performer.data.msa import (
     MSA,
     homolog_order,
     read_msa,
-    sequence_weights,
 )
 from protein_performer.errors import DataError
 from protein_performer.model.performer import ProteinLM, evaluating
@@ -80,10 +79,9 @@ class ScanContext:
     other_queries: int = 0
     beyond_max: int = 0
     info: dict[str, Any] = field(default_factory=dict)
-    #: the alignment, when the file is one (its profile is ``pssm``), and the weight of each
-    #: of ``homologs`` (1 / neighbours at 80 % identity)
+    #: the alignment, when the file is one (its profile is ``pssm``, which holds the weight
+    #: of each of the homologs used)
     msa: MSA | None = None
-    weights: np.ndarray | None = None
 
     @property
     def used(self) -> list[Protein]:
@@ -166,7 +164,6 @@ def read_scan_context(
         str(path),
         homologs,
         pssm,
-        weights=sequence_weights(pssm.matrix),
         read=len(read),
         identical=len(chosen) - len(kept),
         other_queries=len(read) - len(chosen),
@@ -224,7 +221,6 @@ def _aligned_context(
         beyond_max=beyond,
         info={"alignment": notes},
         msa=msa,
-        weights=weights,
     )
 
 
@@ -340,7 +336,7 @@ def context_columns(
         for sample in range(samples):
             order = homolog_order(
                 sampling,
-                weights=context.weights,
+                weights=context.pssm.weights,
                 matrix=context.pssm.matrix,
                 seed=seed,
                 sample=sample,

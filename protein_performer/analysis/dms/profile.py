@@ -72,7 +72,7 @@ class Pssm:
     background: np.ndarray
     homologs: list[dict[str, Any]] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
-    #: an alignment's profile: each homolog's sequence weight ``(N,)``
+    #: each homolog used: its sequence weight ``(N,)`` (1 / neighbours at 80 % identity)
     weights: np.ndarray | None = None
     #: the homologs used, at the query's positions ``(N, L)`` (codes as
     #: :attr:`~protein_performer.data.msa.MSA.matrix`)
@@ -248,7 +248,17 @@ def build_pssm(
         "units": "bits (log2-odds against the BLOSUM62 background)",
     }
     used_rows = aligned[0][[h["used"] for h in info]] if homologs else aligned[0]
-    return Pssm(query, counts, frequencies, scores, background, info, params, matrix=used_rows)
+    return Pssm(
+        query,
+        counts,
+        frequencies,
+        scores,
+        background,
+        info,
+        params,
+        weights=sequence_weights(used_rows),
+        matrix=used_rows,
+    )
 
 
 def alignment_profile(
