@@ -76,6 +76,8 @@ def test_every_group_option_and_experiment_composes():
                 "homologs",
             ):
                 overrides.append("data.clusters=clusters14")
+            elif option == "homologs_msa":
+                overrides += ["data.clusters=clusters14", "data.pair_homologs=hits14"]
             cfg = compose_job("train", overrides).config
             validate_train_config(cfg)
     lookup = compose_job("train", ["experiment=homolog_lookup", "data.clusters=c"]).config
@@ -740,6 +742,11 @@ def test_seeds_outside_what_numpy_takes_are_one_line_errors(seed) -> None:
 
 
 def test_the_homologs_recipe_composes_and_pair_partners_is_checked():
+    msa = compose_job(
+        "train", ["experiment=homologs_msa", "data.clusters=c", "data.pair_homologs=h"]
+    ).config
+    assert msa.data.pair_homologs == "h" and msa.data.max_length == 4096
+    assert msa.data.pair_partners == 32 and msa.model.exact_layers == [-1]
     job = compose_job("train", ["experiment=homologs", "data.clusters=c.tsv"])
     d = job.config.data
     assert d.packing == "pairs" and d.pair_partners == 8 and d.max_length == 1024

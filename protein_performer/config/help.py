@@ -51,6 +51,8 @@ TRAIN_KEY_HELP: dict[str, str] = {
     "data.pair_alone": "pairs: probability of a row with the protein alone",
     "data.pair_fill": "pairs: fill rows to max_length with other clusters' proteins",
     "data.pair_partners": "pairs: up to this many homologs before a protein (count drawn per row)",
+    "data.pair_homologs": "pairs: a `data search` output of the files against themselves: "
+    "partners are each protein's hits (alignment-like rows)",
     "data.max_length": "tokens per row (longer proteins are cropped)",
     "data.toks_per_batch": "tokens per batch (rows x longest row)",
     "data.batch_size": "fixed rows per batch instead of toks_per_batch",

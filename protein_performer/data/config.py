@@ -56,6 +56,7 @@ _PAIR_SETTINGS = (
     ("pair_mask", "all"),
     ("pair_fill", False),
     ("pair_partners", 1),
+    ("pair_homologs", None),
 )
 
 
@@ -145,6 +146,11 @@ class DataConfig:
             drawn per row (1: one partner).
         pair_fill: pairs packing: fill each row with a partner to ``max_length`` with proteins
             of other clusters, the partner at a random place among them (rows alone stay alone).
+        pair_homologs: pairs packing: a ``data search`` output of the files against
+            themselves (its ``hits.tsv``): a protein with hits in its split is placed after 1 to
+            ``pair_partners`` of them (weighted by cluster, best first, each its hit region),
+            rows like an alignment's; hits into other splits are never used. None: partners
+            are members of the protein's cluster.
         max_records: read at most this many FASTA records for training (before the hash
             split, so it also bounds val/test of a hash split); also caps shard/source train
             sets.
@@ -169,6 +175,7 @@ class DataConfig:
     pair_alone: float = 0.0
     pair_fill: bool = False
     pair_partners: int = 1
+    pair_homologs: str | None = None
     max_length: int = 1024
     toks_per_batch: int = 16384
     batch_size: int | None = None
@@ -267,6 +274,11 @@ class DataConfig:
                 )
         if self.pair_fill and align:
             raise ConfigError(f"{p}pair_fill does not work with {align} (rows of two proteins)")
+        if self.pair_homologs is not None and (self.pair_fill or align):
+            raise ConfigError(
+                f"{p}pair_homologs does not work with {p}pair_fill or "
+                f"{align or 'pair_align'} (rows of two proteins)"
+            )
         if self.pair_partners > 1 and (self.pair_fill or align):
             raise ConfigError(
                 f"{p}pair_partners > 1 does not work with {p}pair_fill or "

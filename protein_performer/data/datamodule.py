@@ -42,6 +42,7 @@ from protein_performer.data.datasets import (
     PairDataset,
 )
 from protein_performer.data.digests import DuplicateFinder, digest64
+from protein_performer.data.homolog_hits import HitPartners, check_regions, read_hit_partners
 from protein_performer.data.masking import make_collator
 from protein_performer.data.shards import ShardSource
 from protein_performer.data.sources import (
@@ -225,6 +226,7 @@ class ProteinDataModule(pl.LightningDataModule):
         self.pair_copy, self.pair_alone = float(cfg.pair_copy), float(cfg.pair_alone)
         self.pair_align, self.pair_mask = bool(pair_align), cfg.pair_mask
         self.pair_fill, self.pair_partners = bool(cfg.pair_fill), int(cfg.pair_partners)
+        self.pair_homologs = cfg.pair_homologs
         self.clusters = cfg.clusters
         self._cluster_of: Mapping[str, str] | None = None
         # split -> (records, items, records cut) when crop="sliding" cut long records
@@ -371,6 +373,7 @@ class ProteinDataModule(pl.LightningDataModule):
                 source, groups = _families_of_at_least(
                     source, groups, self.min_members, lambda t: self._note(split, t)
                 )
+            hits = self._hit_partners(source, split)
             ds = PairDataset(
                 source,
                 groups,
@@ -383,7 +386,16 @@ class ProteinDataModule(pl.LightningDataModule):
                 seed=self.seed,
                 train=train,
                 max_partners=self.pair_partners,
+                hits=hits,
             )
+            if hits is not None:
+                self._note(
+                    split,
+                    f"pair_homologs: {ds.n_with_hits:,} of {len(source):,} proteins have search "
+                    f"hits in this split ({len(hits.target):,} hits; {hits.dropped:,} rows of "
+                    "the table left out: into other splits or not read here); the others draw "
+                    "partners from their cluster",
+                )
             fill = ", among other clusters' proteins to max_length" if self.pair_fill else ""
             self._note(
                 split,
@@ -454,6 +466,16 @@ class ProteinDataModule(pl.LightningDataModule):
         (:attr:`notes`) and the log."""
         self.notes.setdefault(split, []).append(text)
         log.info("%s: %s", split, text)
+
+    def _hit_partners(self, source: FlatSource, split: str) -> HitPartners | None:
+        """The search hits among ``source``'s records (``pair_homologs``), or None."""
+        if self.pair_homologs is None:
+            return None
+        if source.ids is None:
+            raise ConfigError("data.pair_homologs needs record ids (FASTA input, not shards)")
+        hits = read_hit_partners(self.pair_homologs, source.ids)
+        check_regions(hits, source.lengths, self.pair_homologs)
+        return hits
 
     def _partners_words(self) -> str:
         if self.pair_partners == 1:

@@ -29,6 +29,7 @@ from torch.utils.data import Dataset
 
 from protein_performer.data.config import CLUSTER_SAMPLING, PAIR_MASKS
 from protein_performer.data.context_windows import MIN_CONTEXT_RESIDUES, context_window, fit_members
+from protein_performer.data.homolog_hits import HitPartners
 from protein_performer.data.pairwise_alignment import aligned_positions
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
@@ -262,6 +263,12 @@ class PairDataset(CropDataset):
             where the partner has to be found among unrelated proteins. Rows alone stay alone.
         seed: seed of partners, crops and (through the collator) masks.
         train: a fresh draw every epoch (True) or the epoch-0 draw (False).
+        hits: each protein's search hits among ``source``
+            (:func:`~protein_performer.data.homolog_hits.read_hit_partners`): a protein with
+            hits is placed after 1 to ``max_partners`` of them (how many drawn per row), drawn
+            without replacement with :meth:`HitPartners.cluster_weights` (one cluster counts
+            as one) and placed best hit first, each its hit region: rows that look like an
+            alignment's rows. A protein without hits draws from its cluster as above.
     """
 
     def __init__(
@@ -278,6 +285,7 @@ class PairDataset(CropDataset):
         seed: int = 0,
         train: bool = True,
         max_partners: int = 1,
+        hits: HitPartners | None = None,
     ) -> None:
         if (
             isinstance(max_partners, bool)
@@ -331,6 +339,48 @@ class PairDataset(CropDataset):
                 )
             self.lengths[:] = self.max_length
         self.n_alone = int(sum(len(g) for g in self.groups if len(g) == 1))
+        self.hits = hits
+        if hits is not None:
+            self._use_hits(hits, source)
+
+    def _use_hits(self, hits: HitPartners, source: FlatSource) -> None:
+        if len(hits) != len(source):
+            raise ConfigError(f"hits are for {len(hits):,} records, the source has {len(source):,}")
+        if (fill := self.fill) or self.align:
+            raise ConfigError(f"hits do not work with {'fill' if fill else 'align'}")
+        self.hit_weights = hits.cluster_weights(self.group_of)
+        counts = hits.counts()
+        has = counts > 0
+        k = np.minimum(counts, self.max_partners)
+        bound = np.minimum(source.lengths, self.half) + k * (hits.longest() + 1) + 2
+        self.lengths[has] = np.minimum(bound[has], self.max_length)
+        self.n_alone = int(sum(len(g) for g in self.groups if len(g) == 1 and not has[g[0]]))
+        self.n_with_hits = int(has.sum())
+
+    def hit_partners(self, index: int, epoch: int) -> list[int]:
+        """Positions in :attr:`hits` of the hits placed before protein ``index`` in ``epoch``
+        (best first; empty when it has none)."""
+        assert self.hits is not None
+        lo, hi = int(self.hits.offsets[index]), int(self.hits.offsets[index + 1])
+        if hi == lo:
+            return []
+        rng = keyed_rng(TAG_PAIR, self.seed, epoch if self.train else 0, index)
+        count = int(rng.integers(1, min(self.max_partners, hi - lo) + 1))
+        w = self.hit_weights[lo:hi]
+        chosen = rng.choice(hi - lo, count, replace=False, p=w / w.sum())
+        return [lo + int(c) for c in np.sort(chosen)]
+
+    def partner_residues(self, index: int, epoch: int) -> list[np.ndarray]:
+        """The residues placed before protein ``index`` in ``epoch``, in order (whole
+        records, or hit regions when :attr:`hits` holds some for it)."""
+        if self.alone(index, epoch):
+            return []
+        if self.hits is not None:
+            drawn = self.hit_partners(index, epoch)
+            if drawn:
+                h = self.hits
+                return [self.source[int(h.target[k])][h.start[k] : h.end[k]] for k in drawn]
+        return [self.source[p] for p in self.partners(index, epoch)]
 
     def partners(self, index: int, epoch: int) -> list[int]:
         """The records placed before protein ``index`` in ``epoch``: :meth:`partner` alone, or
@@ -370,11 +420,7 @@ class PairDataset(CropDataset):
         keep = min(n, int(rng.integers(max(1, self.half // 2), self.half + 1)))
         first = int(rng.integers(0, n - keep + 1))
         anchor = first / (n - keep) if n > keep else 0.0
-        partners = (
-            []
-            if self.alone(index, epoch)
-            else [self.source[p] for p in self.partners(index, epoch)]
-        )
+        partners = self.partner_residues(index, epoch)
         if self.fill and partners:
             partners = self._filled(index, epoch, partners[0], keep, anchor)
         tokens, start, _ = context_window(

@@ -1,0 +1,205 @@
+r"""<mask> perplexity of held-out proteins over the depth of an alignment-like context.
+
+For proteins of the checkpoint's held-out clusters (its test split) with at least
+``--min-hits`` search hits in its training split (a ``data search`` of the files against
+themselves: hits at the identities the search kept), each protein is masked once and scored
+alone and after its best ``h`` hits (each the hit's aligned region, best first as
+``score context=`` fills a window; the model sees those that fit ``T`` tokens) for every ``h``
+of ``--homologs`` and ``T`` of ``--windows``. Beside each ``h``: the perplexity of the profile
+of the same ``h`` hits at the same positions (the local-alignment PSSM ``score context=``
+builds from hits, without the query itself) and the unigram. A model that uses depth keeps
+falling along ``h`` and ``T``; a profile needs many homologs to get low.
+
+    python benchmarks/msa_depth.py --checkpoints homologs --fasta F1 F2 ... \
+        --clusters clusters14 --hits hits14 --homologs 1 4 16 32 --windows 1024 4096 8192 \
+        --json docs/results/msa_depth.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    RESULTS,
+    add_output_args,
+    check_outputs,
+    environment,
+    format_table,
+    int_at_least,
+    machine_line,
+    one_line_errors,
+    write_json,
+)
+
+
+def heldout_with_hits(args: argparse.Namespace, alphabet: Any) -> tuple[list, list[list]]:
+    """``(targets, hits)``: up to ``--max-proteins`` test-split proteins of at most
+    ``--max-residues`` with at least ``--min-hits`` hits in the training split (drawn with
+    ``--seed``), and each one's hit regions (residue arrays, best first)."""
+    from protein_performer.data.datamodule import ProteinDataModule
+    from protein_performer.data.homolog_hits import read_hit_partners
+    from protein_performer.evaluation.context_perplexity import Target
+
+    dm = ProteinDataModule(
+        files=args.fasta, clusters=str(args.clusters), split_by="cluster", alphabet=alphabet
+    )
+    dm.setup("fit")
+    dm.setup("test")
+    test, train = dm.datasets["test"].source, dm.datasets["train"].source
+    n_test = len(test)
+    hits = read_hit_partners(args.hits, [*test.ids, *train.ids])
+    eligible = [
+        i
+        for i in range(n_test)
+        if len(test[i]) <= args.max_residues
+        and sum(int(t) >= n_test for t in hits.target[hits.offsets[i] : hits.offsets[i + 1]])
+        >= args.min_hits
+    ]
+    rng = np.random.default_rng(args.seed)
+    chosen = sorted(rng.choice(eligible, min(args.max_proteins, len(eligible)), replace=False))
+    targets, regions = [], []
+    for i in chosen:
+        lo, hi = int(hits.offsets[i]), int(hits.offsets[i + 1])
+        own = [
+            np.asarray(train[int(hits.target[k]) - n_test][hits.start[k] : hits.end[k]])
+            for k in range(lo, hi)
+            if int(hits.target[k]) >= n_test  # into the training split only
+        ]
+        targets.append(Target(test.ids[i], np.asarray(test[i]), []))
+        regions.append(own)
+    print(
+        f"{len(eligible):,} of {n_test:,} held-out proteins have >= {args.min_hits} hits in the "
+        f"training split and <= {args.max_residues} residues; {len(targets)} drawn",
+        file=sys.stderr,
+    )
+    return targets, regions
+
+
+def profile_perplexity(
+    targets: list, regions: list[list], h: int, labels: list[np.ndarray], alphabet: Any
+) -> tuple[float, int]:
+    """Perplexity of the PSSM of each target's best ``h`` hits (query left out) at its
+    ``<mask>`` positions (``labels``: the single windows' labels), and the positions."""
+    from protein_performer.analysis.dms.profile import COLUMNS, build_pssm
+
+    column = {aa: k for k, aa in enumerate(COLUMNS)}
+    nll: list[float] = []
+    for t, own, y in zip(targets, regions, labels, strict=True):
+        query = alphabet.decode(t.residues)
+        pssm = build_pssm(
+            query,
+            [alphabet.decode(r) for r in own[:h]],
+            min_z=None,
+            include_query=False,
+            allow_query_only=True,
+        )
+        for pos in np.flatnonzero(y != -100):
+            aa = alphabet.tokens[int(y[pos])]
+            if aa in column:  # <cls> at 0: residue pos - 1
+                nll.append(-math.log(float(pssm.frequencies[pos - 1, column[aa]])))
+    return math.exp(float(np.mean(nll))), len(nll)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoints", nargs="+", default=["homologs"], help="paths or names")
+    p.add_argument("--fasta", nargs="+", required=True, help="the files the checkpoints used")
+    p.add_argument("--clusters", type=Path, required=True, help="their clusters table")
+    p.add_argument("--hits", type=Path, required=True, help="a data search of them")
+    p.add_argument("--homologs", type=int_at_least(1), nargs="+", default=[1, 4, 16, 32])
+    p.add_argument("--windows", type=int_at_least(64), nargs="+", default=[1024, 4096, 8192])
+    p.add_argument("--min-hits", type=int_at_least(1), default=16)
+    p.add_argument("--max-proteins", type=int_at_least(1), default=60)
+    p.add_argument("--max-residues", type=int_at_least(16), default=500)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int_at_least(1), default=torch.get_num_threads())
+    p.add_argument("--json", type=Path, default=RESULTS / "msa_depth.json")
+    add_output_args(p)
+    args = p.parse_args(argv)
+    check_outputs(p, [args.json], args.overwrite)
+    if args.max_residues > min(args.windows) // 2 - 2:
+        p.error(f"--max-residues must be <= {min(args.windows) // 2 - 2} (half the window)")
+    torch.set_num_threads(args.threads)
+
+    import protein_performer
+    from protein_performer.data.context_windows import fit_members
+    from protein_performer.evaluation.context_perplexity import (
+        Target,
+        context_perplexity,
+        scoring_windows,
+    )
+
+    _, alphabet = protein_performer.load(args.checkpoints[0])
+    targets, regions = heldout_with_hits(args, alphabet)
+    _, labels, _, _, _ = scoring_windows(
+        targets, alphabet, max_length=max(args.windows), style="crop", mask_prob=0.15, seed=0
+    )
+    profile = {h: profile_perplexity(targets, regions, h, labels, alphabet) for h in args.homologs}
+    rows: list[dict[str, Any]] = []
+    for name in args.checkpoints:
+        model, _ = protein_performer.load(name)
+        for T in args.windows:
+            for h in args.homologs:
+                cases = [
+                    Target(t.id, t.residues, fit_members(own[:h], T - len(t.residues) - 2))
+                    for t, own in zip(targets, regions, strict=True)
+                ]
+                t0 = time.perf_counter()
+                out = context_perplexity(model, alphabet, cases, max_length=T, seed=0)
+                rows.append(
+                    {
+                        "checkpoint": str(name),
+                        "window": T,
+                        "homologs": h,
+                        "in_window": round(out["mean_context_proteins"], 2),
+                        "with": out["with_context"]["perplexity"],
+                        "alone": out["without_context"]["perplexity"],
+                        "profile": profile[h][0],
+                        "unigram": out["unigram_perplexity"],
+                        "positions": out["positions"],
+                        "seconds": round(time.perf_counter() - t0, 1),
+                    }
+                )
+                print(f"{name} T={T} h={h}: {rows[-1]['with']:.3f}", file=sys.stderr)
+    table = format_table(
+        ["checkpoint", "window", "homologs", "in window", "with", "alone", "profile", "s"],
+        [
+            [r["checkpoint"], r["window"], r["homologs"], r["in_window"],
+             f"{r['with']:.3f}", f"{r['alone']:.3f}", f"{r['profile']:.3f}", r["seconds"]]
+            for r in rows
+        ],
+    )  # fmt: skip
+    print(
+        f"{len(targets)} held-out proteins, {rows[0]['positions']:,} <mask> positions "
+        f"(profile: {profile[args.homologs[0]][1]:,} standard residues among them); unigram "
+        f"{rows[0]['unigram']:.3f}\n{machine_line('cpu', args.threads)}\n{table}"
+    )
+    config = {
+        k: [str(x) for x in v] if isinstance(v, list) else str(v) for k, v in vars(args).items()
+    }
+    write_json(
+        args.json,
+        {
+            "benchmark": "msa_depth",
+            "config": config,
+            "environment": environment(),
+            "proteins": [t.id for t in targets],
+            "hits_per_protein": [len(r) for r in regions],
+            "rows": rows,
+        },
+    )
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(one_line_errors(main)())
