@@ -140,8 +140,10 @@ def main(argv: list[str] | None = None) -> int:
 
     _, alphabet = protein_performer.load(args.checkpoints[0])
     targets, regions = heldout_with_hits(args, alphabet)
+    # the <mask> positions every row scores (the same in every window: no target is cut)
+    with_one = [Target(t.id, t.residues, own[:1]) for t, own in zip(targets, regions, strict=True)]
     _, labels, _, _, _ = scoring_windows(
-        targets, alphabet, max_length=max(args.windows), style="crop", mask_prob=0.15, seed=0
+        with_one, alphabet, max_length=max(args.windows), style="crop", mask_prob=0.15, seed=0
     )
     profile = {h: profile_perplexity(targets, regions, h, labels, alphabet) for h in args.homologs}
     rows: list[dict[str, Any]] = []

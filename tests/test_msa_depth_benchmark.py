@@ -1,0 +1,117 @@
+"""benchmarks/msa_depth.py: each row is the held-out proteins' <mask> perplexity after their best
+hits into the training split (checked with windows built by hand), beside the profile of the
+same hits without the query."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from protein_performer.analysis.dms.profile import COLUMNS, build_pssm
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
+from protein_performer.data.datamodule import ProteinDataModule
+from protein_performer.evaluation.context_perplexity import (
+    Target,
+    context_perplexity,
+    scoring_windows,
+)
+from protein_performer.model.checkpoints import save_model_checkpoint
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
+from tests.benchmark_scripts import load_benchmark
+from tests.data.test_homolog_hits import write_table
+
+A = default_alphabet()
+
+
+def _families(n: int, size: int, seed: int = 0) -> dict[str, str]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for f in range(n):
+        root = rng.choice(list(STANDARD_AMINO_ACIDS), int(rng.integers(40, 70)))
+        for m in range(size):
+            seq = root.copy()
+            for i in rng.choice(len(seq), len(seq) // 4, replace=False):
+                seq[i] = rng.choice(list(STANDARD_AMINO_ACIDS))
+            out[f"f{f}m{m}"] = "".join(seq)
+    return out
+
+
+@pytest.fixture
+def setup(tmp_path):
+    seqs = _families(40, 4)
+    (tmp_path / "all.fasta").write_text("".join(f">{k}\n{v}\n" for k, v in seqs.items()))
+    (tmp_path / "members.tsv").write_text(
+        "cluster_id\tmember_id\n" + "".join(f"{k}\t{k}\n" for k in seqs)
+    )
+    rows = []
+    for q in seqs:  # every member hits the others of its family, a part of each
+        fam = q.split("m")[0]
+        for m in range(4):
+            t = f"{fam}m{m}"
+            if t != q:
+                rows.append((q, t, 3 + m, len(seqs[t]) - m))
+    write_table(tmp_path / "hits.tsv", rows)
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=1024)
+    model = ProteinLM(cfg, len(A), A.pad_idx).eval()
+    save_model_checkpoint(tmp_path / "m.ckpt", model, A, "mlm")
+    return seqs, rows, model
+
+
+def test_rows_are_context_perplexities_and_the_profile_leaves_the_query_out(
+    tmp_path, setup, capsys
+):
+    seqs, rows, model = setup
+    bench = load_benchmark("msa_depth.py")
+    out = tmp_path / "r.json"
+    args = ["--checkpoints", str(tmp_path / "m.ckpt"), "--fasta", str(tmp_path / "all.fasta")]
+    args += ["--clusters", str(tmp_path / "members.tsv"), "--hits", str(tmp_path)]
+    args += ["--homologs", "1", "3", "--windows", "160", "512", "--min-hits", "2"]
+    args += ["--max-residues", "70", "--json", str(out)]
+    assert bench.main(args) == 0
+    result = json.loads(out.read_text())
+    assert len(result["rows"]) == 4 and "held-out proteins" in capsys.readouterr().out
+    # by hand: the checkpoint's test split, each protein's hits into the training split
+    dm = ProteinDataModule(
+        files=[str(tmp_path / "all.fasta")],
+        clusters=str(tmp_path / "members.tsv"),
+        split_by="cluster",
+    )
+    dm.setup("fit")
+    train_ids = set(dm.datasets["train"].source.ids)
+    proteins = result["proteins"]
+    assert proteins and all(p not in train_ids for p in proteins)
+    regions = {
+        p: [A.encode(seqs[t][s - 1 : e]) for q, t, s, e in rows if q == p and t in train_ids]
+        for p in proteins
+    }
+    assert result["hits_per_protein"] == [len(regions[p]) for p in proteins]
+    targets = [Target(p, A.encode(seqs[p]), regions[p][:1]) for p in proteins]
+    _, labels, _, _, _ = scoring_windows(
+        targets, A, max_length=512, style="crop", mask_prob=0.15, seed=0
+    )
+    col = {aa: k for k, aa in enumerate(COLUMNS)}
+    for r in result["rows"]:
+        h, T = r["homologs"], r["window"]
+        cases = [Target(p, A.encode(seqs[p]), regions[p][:h]) for p in proteins]
+        want = context_perplexity(model, A, cases, max_length=T, seed=0)
+        assert math.isclose(r["with"], want["with_context"]["perplexity"], rel_tol=1e-4)
+        assert math.isclose(r["alone"], want["without_context"]["perplexity"], rel_tol=1e-4)
+        assert r["in_window"] <= h
+        nll = []
+        for p, y in zip(proteins, labels, strict=True):
+            homologs = [A.decode(x) for x in regions[p][:h]]
+            f = build_pssm(
+                seqs[p], homologs, min_z=None, include_query=False, allow_query_only=True
+            ).frequencies
+            nll += [
+                -math.log(f[i - 1, col[A.tokens[int(y[i])]]]) for i in np.flatnonzero(y != -100)
+            ]
+        assert math.isclose(r["profile"], math.exp(np.mean(nll)), rel_tol=1e-6)
+    short = {r["homologs"]: r["in_window"] for r in result["rows"] if r["window"] == 160}
+    assert short[3] < 3  # 160 tokens cannot hold 3 homologs of ~60 residues after a protein
