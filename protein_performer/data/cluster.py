@@ -504,10 +504,11 @@ def cluster_fasta(
 HEARTBEAT_S = 30.0
 
 
-def _run_mmseqs(cmd: list[str], log_path: Path, quiet: bool = True) -> int:
+def _run_mmseqs(cmd: list[str], log_path: Path, quiet: bool = True, who: str = "cluster") -> int:
     """Run MMseqs2 in its own process group, so that an interrupt stops it and the workers it
     starts (``mmseqs align`` ...) instead of leaving them writing into a removed directory;
-    unless ``quiet``, say every :data:`HEARTBEAT_S` seconds that it is still running."""
+    unless ``quiet``, say every :data:`HEARTBEAT_S` seconds that it is still running (lines
+    headed ``who:``, the command at work)."""
     start = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -517,10 +518,13 @@ def _run_mmseqs(cmd: list[str], log_path: Path, quiet: bool = True) -> int:
                     return proc.wait(timeout=HEARTBEAT_S)
                 except subprocess.TimeoutExpired:
                     elapsed = int(time.monotonic() - start)
-                    _progress(
-                        f"mmseqs {cmd[1]}: running for {elapsed // 60} min {elapsed % 60:02d} s",
-                        quiet,
-                    )
+                    if not quiet:
+                        print(
+                            f"{who}: mmseqs {cmd[1]}: running for {elapsed // 60} min "
+                            f"{elapsed % 60:02d} s",
+                            file=sys.stderr,
+                            flush=True,
+                        )
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)

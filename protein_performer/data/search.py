@@ -386,7 +386,7 @@ def search(
             "--max-seqs", str(max(300, 4 * (max_hits or 0))), "--threads", str(threads),
             "-v", "1",
         ]  # fmt: skip
-        code = _run_mmseqs(cmd, work / "mmseqs.log", quiet)
+        code = _run_mmseqs(cmd, work / "mmseqs.log", quiet, who="search")
         lines = (work / "mmseqs.log").read_text(errors="replace").splitlines()
         last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "no output")
         if code != 0 or not (work / "result.m8").is_file():

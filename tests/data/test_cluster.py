@@ -431,6 +431,8 @@ def test_a_long_mmseqs_run_says_it_is_still_running(tmp_path, monkeypatch, capsy
     assert (tmp_path / "log").read_text() == "done\n"
     assert cluster._run_mmseqs(cmd, tmp_path / "log") == 0  # quiet: nothing said
     assert capsys.readouterr().err == ""
+    assert cluster._run_mmseqs(cmd, tmp_path / "log", quiet=False, who="search") == 0
+    assert capsys.readouterr().err.startswith("search: mmseqs -c: running for 0 min")
 
 
 def test_a_cluster_of_several_organisms_is_labelled_with_their_common_root():
