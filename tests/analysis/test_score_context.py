@@ -20,6 +20,7 @@ from protein_performer.analysis.dms.homologs import (
 from protein_performer.analysis.dms.profile import COLUMNS, build_pssm, pssm_scores
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
+from protein_performer.errors import ConfigError
 from protein_performer.model.checkpoints import save_model_checkpoint
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
@@ -365,6 +366,20 @@ def test_score_mutants_with_context_from_python_equals_the_cli(ckpt, tmp_path):
     q = {aa: i for i, aa in enumerate(COLUMNS)}
     expected = [s[int(m[1:-1]) - 1, q[m[-1]]] - s[int(m[1:-1]) - 1, q[m[0]]] for m in mutants]
     np.testing.assert_allclose(got["pssm"], expected, rtol=1e-6, atol=1e-6)
+    # the CLI's option names are taken too; a name of neither kind is refused
+    named = score_mutants(
+        _model(), ALPHABET, WT, mutants, context=tmp_path / "msa.a3m",
+        context_options={"context_tokens": 256, "context_retrieval": 0.0},
+    )  # fmt: skip
+    np.testing.assert_allclose(named["masked_marginal_context"], got["masked_marginal_context"])
+    assert "context_retrieval" not in named  # retrieval 0: no such column
+    for bad, match in (
+        ({"tokens": 256}, "unknown option 'tokens'"),
+        ({"max_length": 256, "context_tokens": 512}, "max_length given twice"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            score_mutants(_model(), ALPHABET, WT, mutants, context=tmp_path / "msa.a3m",
+                          context_options=bad)  # fmt: skip
 
 
 def test_score_context_on_the_shipped_homolog_model_prints_which_model_scored(tmp_path, capsys):

@@ -334,7 +334,8 @@ def score_mutants(
     adds the columns ``masked_marginal_context``, ``context_retrieval`` and ``pssm`` (the
     profile of the same homologs) to the result, ``context_options`` going to
     :func:`~protein_performer.analysis.dms.homologs.context_columns` (``max_length``,
-    ``sampling``, ``samples``, ``seed``, ``retrieval``; the window defaults to 1,024 tokens).
+    ``sampling``, ``samples``, ``seed``, ``retrieval``; the window defaults to 1,024 tokens);
+    the CLI's names (``context_tokens``, ``context_sampling``, ...) are taken too.
     """
     causal = bool(getattr(model, "causal", False))
     if isinstance(mutants, str):
@@ -402,7 +403,7 @@ def score_mutants(
 
     if not isinstance(context, ScanContext):
         context = read_scan_context(context, alphabet, wild_type, None)
-    options = {"max_length": None, **(context_options or {})}
+    options = {"max_length": None, **context_keywords(context_options or {})}
     indel = next((m for m in mutants if isinstance(m, Indel)), None)
     if indel is not None:
         raise ValueError("context= scores substitutions; an indel has no aligned site")
@@ -414,6 +415,32 @@ def score_mutants(
             )
         )  # fmt: skip
     return scores
+
+
+#: ``score``'s option names -> :func:`context_columns`' keywords
+_CLI_CONTEXT_NAMES = {
+    "context_tokens": "max_length",
+    "context_sampling": "sampling",
+    "context_samples": "samples",
+    "context_retrieval": "retrieval",
+}
+_CONTEXT_KEYWORDS = ("max_length", "sampling", "samples", "seed", "retrieval")
+
+
+def context_keywords(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``context_options`` with the CLI's names (``context_sampling=``) turned into
+    :func:`context_columns`' keywords (``sampling``); a ConfigError for any other name or a
+    setting given under both names."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        name = _CLI_CONTEXT_NAMES.get(key, key)
+        if name not in _CONTEXT_KEYWORDS:
+            known = ", ".join([*_CONTEXT_KEYWORDS, *_CLI_CONTEXT_NAMES])
+            raise ConfigError(f"context_options: unknown option {key!r} (known: {known})")
+        if name in out:
+            raise ConfigError(f"context_options: {name} given twice ({key!r} and another name)")
+        out[name] = value
+    return out
 
 
 def indel_problem(variant: Indel, wild_type: str, method: str) -> str:
