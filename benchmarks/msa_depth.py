@@ -7,8 +7,9 @@ alone and after its best ``h`` hits (each the hit's aligned region, best first a
 ``score context=`` fills a window; the model sees those that fit ``T`` tokens) for every ``h``
 of ``--homologs`` and ``T`` of ``--windows``. Beside each ``h``: the perplexity of the profile
 of the same ``h`` hits at the same positions (the local-alignment PSSM ``score context=``
-builds from hits, without the query itself) and the unigram. A model that uses depth keeps
-falling along ``h`` and ``T``; a profile needs many homologs to get low.
+builds from hits, without the query itself) and the unigram (the checkpoint's training residue
+frequencies; uniform over 20 when it stores none). A model that uses depth keeps falling along
+``h`` and ``T``, as the profile does along ``h``.
 
     python benchmarks/msa_depth.py --checkpoints homologs --fasta F1 F2 ... \
         --clusters clusters14 --hits hits14 --homologs 1 4 16 32 --windows 1024 4096 8192 \
@@ -137,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         context_perplexity,
         scoring_windows,
     )
+    from protein_performer.model.checkpoints import load_model
+    from protein_performer.model.metrics import unigram_log_probs
 
     _, alphabet = protein_performer.load(args.checkpoints[0])
     targets, regions = heldout_with_hits(args, alphabet)
@@ -148,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     profile = {h: profile_perplexity(targets, regions, h, labels, alphabet) for h in args.homologs}
     rows: list[dict[str, Any]] = []
     for name in args.checkpoints:
-        model, _ = protein_performer.load(name)
+        model, meta = load_model(name)  # a shipped name or a path
+        counts = meta.get("data", {}).get("unigram_counts")
+        unigram = None if counts is None else unigram_log_probs(counts, alphabet)
         for T in args.windows:
             for h in args.homologs:
                 cases = [
@@ -156,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                     for t, own in zip(targets, regions, strict=True)
                 ]
                 t0 = time.perf_counter()
-                out = context_perplexity(model, alphabet, cases, max_length=T, seed=0)
+                out = context_perplexity(
+                    model, alphabet, cases, max_length=T, seed=0, unigram_log_probs=unigram
+                )
                 rows.append(
                     {
                         "checkpoint": str(name),
