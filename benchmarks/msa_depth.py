@@ -85,29 +85,55 @@ def heldout_with_hits(args: argparse.Namespace, alphabet: Any) -> tuple[list, li
     return targets, regions
 
 
-def profile_perplexity(
+def profile_log_q(
     targets: list, regions: list[list], h: int, labels: list[np.ndarray], alphabet: Any
-) -> tuple[float, int]:
-    """Perplexity of the PSSM of each target's best ``h`` hits (query left out) at its
-    ``<mask>`` positions (``labels``: the single windows' labels), and the positions."""
+) -> np.ndarray:
+    """``(positions, 20)`` log-frequencies of the PSSM of each target's best ``h`` hits (query
+    left out) at its ``<mask>`` positions (``labels``: the single windows' labels), columns in
+    the alphabet's standard order."""
     from protein_performer.analysis.dms.profile import COLUMNS, build_pssm
 
-    column = {aa: k for k, aa in enumerate(COLUMNS)}
-    nll: list[float] = []
+    order = [COLUMNS.index(alphabet.tokens[i]) for i in alphabet.standard_ids]
+    out = []
     for t, own, y in zip(targets, regions, labels, strict=True):
-        query = alphabet.decode(t.residues)
         pssm = build_pssm(
-            query,
+            alphabet.decode(t.residues),
             [alphabet.decode(r) for r in own[:h]],
             min_z=None,
             include_query=False,
             allow_query_only=True,
         )
-        for pos in np.flatnonzero(y != -100):
-            aa = alphabet.tokens[int(y[pos])]
-            if aa in column:  # <cls> at 0: residue pos - 1
-                nll.append(-math.log(float(pssm.frequencies[pos - 1, column[aa]])))
-    return math.exp(float(np.mean(nll))), len(nll)
+        at = np.flatnonzero(y != -100) - 1  # <cls> at 0
+        out.append(np.log(pssm.frequencies[at][:, order]))
+    return np.concatenate(out)
+
+
+@torch.inference_mode()
+def masked_log_probs(
+    model: Any, windows: list[np.ndarray], labels: list[np.ndarray], pad_idx: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``((positions, V) log-probabilities, (positions,) true ids)`` at the labelled
+    positions of ``windows``, in order (one window per forward: no padding)."""
+    logp, true = [], []
+    for x, y in zip(windows, labels, strict=True):
+        ids = torch.as_tensor(x)[None]
+        out = model(ids, ids == pad_idx)["logits"][0].float().log_softmax(-1)
+        sel = torch.as_tensor(y) != -100
+        logp.append(out[sel].numpy())
+        true.append(np.asarray(y)[sel.numpy()])
+    return np.concatenate(logp), np.concatenate(true)
+
+
+def perplexities(
+    logp: np.ndarray, true: np.ndarray, log_q: np.ndarray, standard: np.ndarray, weight: float
+) -> tuple[float, float]:
+    """The model's perplexity (over its whole vocabulary) and the retrieval mixture's:
+    ``(1 - weight) log p + weight log q`` over the 20 residues, renormalised (Tranception)."""
+    model = math.exp(float(-logp[np.arange(len(true)), true].mean()))
+    lm = torch.as_tensor(logp[:, standard]).log_softmax(-1)
+    mix = ((1 - weight) * lm + weight * torch.as_tensor(log_q)).log_softmax(-1)
+    column = np.searchsorted(standard, true)  # standard ids are sorted
+    return model, math.exp(float(-mix[np.arange(len(true)), column].mean()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-proteins", type=int_at_least(1), default=60)
     p.add_argument("--max-residues", type=int_at_least(16), default=500)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--retrieval", type=float, default=0.6, help="the profile's weight")
     p.add_argument("--threads", type=int_at_least(1), default=torch.get_num_threads())
     p.add_argument("--json", type=Path, default=RESULTS / "msa_depth.json")
     add_output_args(p)
@@ -135,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     from protein_performer.data.context_windows import fit_members
     from protein_performer.evaluation.context_perplexity import (
         Target,
-        context_perplexity,
         scoring_windows,
     )
     from protein_performer.model.checkpoints import load_model
@@ -148,12 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     _, labels, _, _, _ = scoring_windows(
         with_one, alphabet, max_length=max(args.windows), style="crop", mask_prob=0.15, seed=0
     )
-    profile = {h: profile_perplexity(targets, regions, h, labels, alphabet) for h in args.homologs}
+    standard = np.asarray(sorted(alphabet.standard_ids))
+    if not all(
+        int(y[i]) in set(standard.tolist()) for y in labels for i in np.flatnonzero(y != -100)
+    ):
+        raise SystemExit("a masked residue is not one of the 20: the profile cannot score it")
+    log_q = {h: profile_log_q(targets, regions, h, labels, alphabet) for h in args.homologs}
     rows: list[dict[str, Any]] = []
     for name in args.checkpoints:
         model, meta = load_model(name)  # a shipped name or a path
         counts = meta.get("data", {}).get("unigram_counts")
-        unigram = None if counts is None else unigram_log_probs(counts, alphabet)
+        uni = unigram_log_probs(counts, alphabet) if counts is not None else None
+        alone = None
         for T in args.windows:
             for h in args.homologs:
                 cases = [
@@ -161,36 +193,45 @@ def main(argv: list[str] | None = None) -> int:
                     for t, own in zip(targets, regions, strict=True)
                 ]
                 t0 = time.perf_counter()
-                out = context_perplexity(
-                    model, alphabet, cases, max_length=T, seed=0, unigram_log_probs=unigram
+                single, single_y, ctx, ctx_y, info = scoring_windows(
+                    cases, alphabet, max_length=T, style="crop", mask_prob=0.15, seed=0
                 )
+                if alone is None:
+                    alone = masked_log_probs(model, single, single_y, alphabet.pad_idx)
+                logp, true = masked_log_probs(model, ctx, ctx_y, alphabet.pad_idx)
+                ppl, mix = perplexities(logp, true, log_q[h], standard, args.retrieval)
+                q_true = log_q[h][np.arange(len(true)), np.searchsorted(standard, true)]
                 rows.append(
                     {
                         "checkpoint": str(name),
                         "window": T,
                         "homologs": h,
-                        "in_window": round(out["mean_context_proteins"], 2),
-                        "with": out["with_context"]["perplexity"],
-                        "alone": out["without_context"]["perplexity"],
-                        "profile": profile[h][0],
-                        "unigram": out["unigram_perplexity"],
-                        "positions": out["positions"],
+                        "in_window": round(info["mean_context_proteins"], 2),
+                        "with": ppl,
+                        "alone": perplexities(*alone, log_q[h], standard, 0.0)[0],
+                        "profile": math.exp(float(-q_true.mean())),
+                        "retrieval": mix,
+                        "unigram": None
+                        if uni is None
+                        else math.exp(float(-uni[torch.as_tensor(true)].mean())),
+                        "positions": len(true),
                         "seconds": round(time.perf_counter() - t0, 1),
                     }
                 )
-                print(f"{name} T={T} h={h}: {rows[-1]['with']:.3f}", file=sys.stderr)
+                print(f"{name} T={T} h={h}: {ppl:.3f}", file=sys.stderr)
     table = format_table(
-        ["checkpoint", "window", "homologs", "in window", "with", "alone", "profile", "s"],
+        ["checkpoint", "window", "homologs", "in window", "with", "alone", "profile",
+         "retrieval", "s"],
         [
-            [r["checkpoint"], r["window"], r["homologs"], r["in_window"],
-             f"{r['with']:.3f}", f"{r['alone']:.3f}", f"{r['profile']:.3f}", r["seconds"]]
+            [r["checkpoint"], r["window"], r["homologs"], r["in_window"], f"{r['with']:.3f}",
+             f"{r['alone']:.3f}", f"{r['profile']:.3f}", f"{r['retrieval']:.3f}", r["seconds"]]
             for r in rows
         ],
     )  # fmt: skip
     print(
-        f"{len(targets)} held-out proteins, {rows[0]['positions']:,} <mask> positions "
-        f"(profile: {profile[args.homologs[0]][1]:,} standard residues among them); unigram "
-        f"{rows[0]['unigram']:.3f}\n{machine_line('cpu', args.threads)}\n{table}"
+        f"{len(targets)} held-out proteins, {rows[0]['positions']:,} <mask> positions; unigram "
+        f"{rows[0]['unigram'] or float('nan'):.3f}; retrieval: (1 - {args.retrieval:g}) model "
+        f"+ {args.retrieval:g} profile\n{machine_line('cpu', args.threads)}\n{table}"
     )
     config = {
         k: [str(x) for x in v] if isinstance(v, list) else str(v) for k, v in vars(args).items()

@@ -115,3 +115,10 @@ def test_rows_are_context_perplexities_and_the_profile_leaves_the_query_out(
         assert math.isclose(r["profile"], math.exp(np.mean(nll)), rel_tol=1e-6)
     short = {r["homologs"]: r["in_window"] for r in result["rows"] if r["window"] == 160}
     assert short[3] < 3  # 160 tokens cannot hold 3 homologs of ~60 residues after a protein
+    # the retrieval mixture: all profile at weight 1, between the two (or below both) at 0.6
+    for r in result["rows"]:
+        assert r["retrieval"] < max(r["with"], r["profile"])
+    args += ["--retrieval", "1", "--overwrite"]
+    assert bench.main(args) == 0
+    for r in json.loads(out.read_text())["rows"]:
+        assert math.isclose(r["retrieval"], r["profile"], rel_tol=1e-5)
