@@ -106,8 +106,9 @@ def test_rows_are_context_perplexities_and_the_profile_leaves_the_query_out(
         nll = []
         for p, y in zip(proteins, labels, strict=True):
             homologs = [A.decode(x) for x in regions[p][:h]]
+            hidden = "".join("X" if y[i + 1] != -100 else c for i, c in enumerate(seqs[p]))
             f = build_pssm(
-                seqs[p], homologs, min_z=None, include_query=False, allow_query_only=True
+                hidden, homologs, min_z=None, include_query=False, allow_query_only=True
             ).frequencies
             nll += [
                 -math.log(f[i - 1, col[A.tokens[int(y[i])]]]) for i in np.flatnonzero(y != -100)

@@ -360,7 +360,8 @@ class PairDataset(CropDataset):
     def hit_partners(self, index: int, epoch: int) -> list[int]:
         """Positions in :attr:`hits` of the hits placed before protein ``index`` in ``epoch``
         (best first; empty when it has none)."""
-        assert self.hits is not None
+        if self.hits is None:
+            return []
         lo, hi = int(self.hits.offsets[index]), int(self.hits.offsets[index + 1])
         if hi == lo:
             return []
