@@ -50,7 +50,7 @@ def test_an_unknown_name_is_a_one_line_error_naming_the_shipped_ones(tmp_path, m
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"no shipped checkpoint named 'esm2'") as e:
         protein_performer.load("esm2")
-    assert "the names are default, homologs" in str(e.value) and "\n" not in str(e.value)
+    assert "the names are default, homologs, homologs-msa" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_shipped_name_missing_from_the_installation_is_named(monkeypatch):
@@ -77,3 +77,22 @@ def test_importing_the_package_does_not_import_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_alignment_model_is_the_homolog_model_trained_on_with_its_split():
+    from protein_performer.model.checkpoints import shipped
+
+    if not (shipped("homologs") and shipped("homologs-msa")):
+        pytest.skip("the shipped homolog checkpoints are not installed")
+    v1, meta1 = load_model("homologs")
+    v2, meta2 = load_model("homologs-msa")
+    assert v2.config == v1.config and not v2.training
+    assert meta2["data"]["max_length"] == 4096 and meta1["data"]["max_length"] == 1024
+    # the same held-out clusters: the split's table and its digest are the homolog model's
+    assert meta2["data"]["clusters_digest"] == meta1["data"]["clusters_digest"]
+    moved = [
+        name
+        for (name, a), (_, b) in zip(v1.state_dict().items(), v2.state_dict().items(), strict=True)
+        if not torch.equal(a, b)
+    ]
+    assert len(moved) > len(v1.state_dict()) // 2  # trained on, not a copy
