@@ -74,7 +74,9 @@ class HitPartners:
         return out
 
 
-def _table_path(path: os.PathLike[str] | str) -> Path:
+def hit_table_path(path: os.PathLike[str] | str) -> Path:
+    """The ``hits.tsv`` that ``path`` names (a search output directory or the file itself);
+    a one-line :class:`DataError` when there is none."""
     p = Path(path)
     if p.is_dir():
         p = p / HITS_TABLE
@@ -93,7 +95,7 @@ def read_hit_partners(path: os.PathLike[str] | str, ids: Sequence[str]) -> HitPa
     A hit of a query to itself, a repeated (query, target) pair and a region outside the
     target are dropped or refused: the last is a one-line :class:`DataError` naming the file
     and line (the table does not belong to these proteins), as is a missing column."""
-    table = _table_path(path)
+    table = hit_table_path(path)
     index = {rid: i for i, rid in enumerate(ids)}
     rows: list[tuple[int, int, int, int]] = []
     read = dropped = 0
@@ -168,4 +170,4 @@ def check_regions(hits: HitPartners, lengths: np.ndarray, path: os.PathLike[str]
         )
 
 
-__all__ = ["HITS_TABLE", "HitPartners", "check_regions", "read_hit_partners"]
+__all__ = ["HITS_TABLE", "HitPartners", "check_regions", "hit_table_path", "read_hit_partners"]

@@ -18,6 +18,7 @@ from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.cluster import members_file, table_digest
 from protein_performer.data.cluster_recipes import table_recipe
 from protein_performer.data.fasta import check_distinct_inputs
+from protein_performer.data.homolog_hits import hit_table_path
 from protein_performer.data.shards import read_manifest
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.checkpoints import (
@@ -61,6 +62,14 @@ def _check_paths(cfg: TrainConfig, warn: bool = True, scan: bool = True) -> int 
             + missing_path_hint(d.clusters),
             path=d.clusters,
         )
+    if d.pair_homologs:
+        try:
+            hit_table_path(d.pair_homologs)
+        except DataError as e:
+            raise DataError(
+                f"data.pair_homologs: {e.problem}" + missing_path_hint(d.pair_homologs),
+                path=e.path,
+            ) from None
     if d.shards and not Path(d.shards).is_dir():
         problem = (
             "a file, not a shard directory (`data preprocess` writes one; FASTA goes to data.files)"

@@ -174,3 +174,22 @@ def test_datamodule_reads_hits_of_its_training_split_only(tmp_path):
     bad = ProteinDataModule(train_source=src, pair_homologs=str(tmp_path), **kw)
     with pytest.raises(DataError, match="end past their target"):
         bad.setup("fit")
+
+
+def test_train_refuses_a_missing_hit_table_before_reading_any_data(tmp_path):
+    from protein_performer.cli.compose import compose_job
+    from protein_performer.training.preflight import check_train_inputs
+
+    (tmp_path / "members.tsv").write_text("cluster_id\tmember_id\nc\tp\n")
+    overrides = [
+        "experiment=homologs_msa",
+        "data=sample",
+        f"data.clusters={tmp_path / 'members.tsv'}",
+    ]
+    cfg = compose_job("train", [*overrides, f"data.pair_homologs={tmp_path / 'nope'}"]).config
+    with pytest.raises(DataError, match=r"data.pair_homologs: no hit table") as e:
+        check_train_inputs(cfg)
+    assert "nope" in str(e.value) and "\n" not in str(e.value)
+    write_table(tmp_path / "hits.tsv", [("p", "q", 1, 5)])
+    cfg = compose_job("train", [*overrides, f"data.pair_homologs={tmp_path}"]).config
+    check_train_inputs(cfg)  # a search output directory: accepted
