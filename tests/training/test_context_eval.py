@@ -1086,3 +1086,19 @@ def test_the_old_import_path_is_the_renamed_module():
     from protein_performer.evaluation.context import context_perplexity as old_function
 
     assert context is module and old_function is context_perplexity
+
+
+def test_context_file_near_misses_say_what_was_meant(tmp_path, monkeypatch):
+    from protein_performer.evaluation.scope import check_context_file
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="did you mean context=cluster"):
+        check_context_file("clusters")
+    (tmp_path / "c14").mkdir()
+    (tmp_path / "c14" / "members.tsv").write_text("cluster_id\tmember_id\na\tb\n")
+    with pytest.raises(ConfigError, match="is a clusters folder: context=cluster clusters=c14"):
+        check_context_file("c14")
+    with pytest.raises(DataError):
+        check_context_file("missing.fasta")
+    (tmp_path / "h.fasta").write_text(">h\nMKV\n")
+    check_context_file("h.fasta")  # a FASTA file: accepted
