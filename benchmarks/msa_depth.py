@@ -180,9 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         with_one, alphabet, max_length=max(args.windows), style="crop", mask_prob=0.15, seed=0
     )
     standard = np.asarray(sorted(alphabet.standard_ids))
-    if not all(
-        int(y[i]) in set(standard.tolist()) for y in labels for i in np.flatnonzero(y != -100)
-    ):
+    masked = np.concatenate([y[y != -100] for y in labels])
+    if not np.isin(masked, standard).all():
         raise SystemExit("a masked residue is not one of the 20: the profile cannot score it")
     log_q = {h: profile_log_q(targets, regions, h, labels, alphabet) for h in args.homologs}
     rows: list[dict[str, Any]] = []
