@@ -17,6 +17,7 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from protein_performer.config.schema import TrainConfig, TrainerConfig
 from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.config import DataConfig
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.errors import ConfigError
 from protein_performer.model.checkpoints import init_weights_from
@@ -118,6 +119,22 @@ def build_datamodule(
     return cls(cfg.data, objective=cfg.objective, pair_align=cfg.align.weight > 0)
 
 
+def pair_settings(d: DataConfig) -> dict[str, Any]:
+    """How a ``pairs``-packed run built its rows (partners, copies, rows alone, the hits
+    table), kept in the checkpoint so a model card or a later run can say what it was
+    trained on; empty for the other packings."""
+    if d.packing != "pairs":
+        return {}
+    return {
+        "pair_partners": d.pair_partners,
+        "pair_alone": d.pair_alone,
+        "pair_copy": d.pair_copy,
+        "pair_mask": d.pair_mask,
+        "pair_fill": d.pair_fill,
+        "pair_homologs": os.path.abspath(d.pair_homologs) if d.pair_homologs else None,
+    }
+
+
 def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
     d = cfg.data
     data_info = {
@@ -138,6 +155,7 @@ def build_module(cfg: TrainConfig, alphabet: Alphabet) -> ProteinLMModule:
         # another run is not continued in this run's directory
         "run_id": uuid.uuid4().hex,
         **split_settings(d),
+        **pair_settings(d),
     }
     module = ProteinLMModule(
         cfg.model,

@@ -458,3 +458,20 @@ def test_a_users_file_named_like_a_shipped_checkpoint_is_the_users(tmp_path, mon
     model, _ = load_model(name)
     assert model.config.dim == 16
     torch.testing.assert_close(model.state_dict(), mine.state_dict(), rtol=0, atol=0)
+
+
+def test_a_pairs_run_records_how_it_built_its_rows(tiny_fasta, tmp_path):
+    cfg = tiny_config(tiny_fasta, max_steps=1)
+    assert not any(k.startswith("pair_") for k in build_module(cfg, ALPHABET).data_info)
+    cfg.data.packing, cfg.data.pair_partners, cfg.data.pair_alone = "pairs", 7, 0.25
+    cfg.data.pair_homologs = str(tmp_path / "hits")
+    info = build_module(cfg, ALPHABET).data_info
+    assert info["packing"] == "pairs"
+    assert {k: info[k] for k in ("pair_partners", "pair_alone", "pair_copy", "pair_mask")} == {
+        "pair_partners": 7,
+        "pair_alone": 0.25,
+        "pair_copy": 0.0,
+        "pair_mask": "all",
+    }
+    assert info["pair_homologs"] == str((tmp_path / "hits").resolve())
+    assert info["pair_fill"] is False
