@@ -177,7 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     # the <mask> positions every row scores (the same in every window: no target is cut)
     with_one = [Target(t.id, t.residues, own[:1]) for t, own in zip(targets, regions, strict=True)]
     _, labels, _, _, _ = scoring_windows(
-        with_one, alphabet, max_length=max(args.windows), style="crop", mask_prob=0.15, seed=0
+        with_one,
+        alphabet,
+        max_length=max(args.windows),
+        style="crop",
+        mask_prob=0.15,
+        seed=0,
+        shuffle=False,
     )
     standard = np.asarray(sorted(alphabet.standard_ids))
     masked = np.concatenate([y[y != -100] for y in labels])
@@ -198,7 +204,13 @@ def main(argv: list[str] | None = None) -> int:
                 ]
                 t0 = time.perf_counter()
                 single, single_y, ctx, ctx_y, info = scoring_windows(
-                    cases, alphabet, max_length=T, style="crop", mask_prob=0.15, seed=0
+                    cases,
+                    alphabet,
+                    max_length=T,
+                    style="crop",
+                    mask_prob=0.15,
+                    seed=0,
+                    shuffle=False,  # best first, as score context= fills a window
                 )
                 if alone is None:
                     alone = masked_log_probs(model, single, single_y, alphabet.pad_idx)

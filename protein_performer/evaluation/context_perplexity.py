@@ -182,8 +182,13 @@ def scoring_windows(
     seed: int,
     fill: Fill | None = None,
     fill_place: str = "random",
+    shuffle: bool = True,
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray], dict]:
     """Masked single and context windows with their labels (``<mask>`` positions only).
+
+    Each target's context goes in a seeded random order (``shuffle``: cluster members have
+    none of their own) or in the order given (False: search hits best first, as ``score
+    context=`` fills its windows).
 
     With ``fill`` the context windows are filled to ``max_length`` with unrelated proteins,
     the homologs at a seeded random place among them (``fill_place="random"``) or right
@@ -214,7 +219,11 @@ def scoring_windows(
             window, alphabet, keyed_rng(TAG_MASK, seed, 0, index), mask_prob=mask_prob
         )
         y = np.where(x == alphabet.mask_idx, y, -100)  # score the <mask> positions
-        order = keyed_rng(TAG_ORDER, seed, 0, index).permutation(len(t.context))
+        order = (
+            keyed_rng(TAG_ORDER, seed, 0, index).permutation(len(t.context))
+            if shuffle
+            else np.arange(len(t.context))
+        )
         head = 1 if style == "crop" else 0
         body = x[head : head + len(res)]
         homologs = fit_members(
@@ -336,9 +345,11 @@ def context_perplexity(
     progress: bool = False,
     fill: Fill | None = None,
     fill_place: str = "random",
+    shuffle: bool = True,
 ) -> dict[str, Any]:
     """Score ``targets`` with and without their context (the model in eval mode on ``device``;
-    ``progress``: a bar, or a line every 30 s in a log, per pass).
+    ``progress``: a bar, or a line every 30 s in a log, per pass; ``shuffle``: the context in
+    a seeded order, or as given, see :func:`scoring_windows`).
 
     Returns ``{"proteins", "positions", "with_context": {"perplexity", "accuracy"},
     "without_context": {...}, "unigram_perplexity", "ratio", "mean_context_proteins",
@@ -370,6 +381,7 @@ def context_perplexity(
         seed=seed,
         fill=fill,
         fill_place=fill_place,
+        shuffle=shuffle,
     )
     uni = unigram_log_probs
     if uni is None:

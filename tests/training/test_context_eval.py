@@ -1102,3 +1102,27 @@ def test_context_file_near_misses_say_what_was_meant(tmp_path, monkeypatch):
         check_context_file("missing.fasta")
     (tmp_path / "h.fasta").write_text(">h\nMKV\n")
     check_context_file("h.fasta")  # a FASTA file: accepted
+
+
+def test_context_goes_in_the_order_given_without_shuffle() -> None:
+    """``shuffle=False`` keeps each target's context in its order (search hits best first, as
+    ``score context=`` fills a window); the default draws a seeded order of its own."""
+    from protein_performer.evaluation.context_perplexity import Target
+
+    rng = np.random.default_rng(3)
+    targets = [
+        Target(
+            f"t{i}",
+            A.encode(random_seq(rng, 30)),
+            [A.encode(random_seq(rng, 20)) for _ in range(6)],
+        )
+        for i in range(4)
+    ]
+    kw = {"max_length": 400, "style": "crop", "mask_prob": 0.15, "seed": 2}
+    given = scoring_windows(targets, A, shuffle=False, **kw)[2]
+    drawn = scoring_windows(targets, A, **kw)[2]
+    for t, x, y in zip(targets, given, drawn, strict=True):
+        expected = [A.decode(c) for c in t.context]
+        assert segments(x)[:-1] == expected
+        assert sorted(segments(y)[:-1]) == sorted(expected)
+    assert any(segments(y)[:-1] != [A.decode(c) for c in t.context] for t, y in zip(targets, drawn))
