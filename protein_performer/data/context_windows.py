@@ -14,7 +14,7 @@ remain, and the rest are left out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -67,6 +67,23 @@ def fit_members(
         if take < len(member):
             break
     return kept
+
+
+def in_rank_order(
+    order: Sequence[int],
+    lengths: Sequence[int],
+    budget: int,
+    *,
+    min_context: int = MIN_CONTEXT_RESIDUES,
+) -> np.ndarray:
+    """``order`` (indices into a ranked list of homologs, e.g. a weighted draw) with the ones
+    :func:`fit_members` would take into ``budget`` tokens placed by rank (ascending index: a
+    search's best hit first, as homolog models are trained), the rest after them as drawn.
+    ``lengths``: each homolog's residues, indexed like ``order``. The draw decides which
+    homologs go in; the rank, where."""
+    order = np.asarray(order, dtype=np.int64)
+    taken = len(fit_members((np.empty(lengths[i]) for i in order), budget, min_context=min_context))
+    return np.concatenate([np.sort(order[:taken]), order[taken:]])
 
 
 def context_window(

@@ -492,3 +492,36 @@ def test_score_says_when_the_query_is_not_record_1_and_when_samples_would_repeat
         ckpt, tmp_path, f"context={tmp_path / 'msa.a3m'}", "context_tokens=20", out="t.csv"
     )
     assert code == 0 and "no homolog fits beside the protein" in capsys.readouterr().out
+
+
+def test_sampled_homologs_sit_in_the_window_best_first(tmp_path):
+    """A weighted draw picks which homologs go in; they are placed in file order (a search's
+    best first, as the homolog models are trained), and each window stays within its tokens."""
+    from protein_performer.analysis.homolog_scoring import context_columns, read_scan_context
+    from protein_performer.analysis.mutations import parse_variant
+    from protein_performer.data.msa import homolog_order
+
+    _fasta(tmp_path / "h.fa", [(f"h{k}", h) for k, h in enumerate(HOMOLOGS)])
+    ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=512)
+    model, seen = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx).eval(), []
+    model.embed.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    variants = [parse_variant(f"{WT[3]}4A", WT, 1)]
+    sep, encoded = ALPHABET.sep_idx, [ALPHABET.encode(h).tolist() for h in HOMOLOGS]
+    for sample in range(3):
+        seen.clear()
+        # 261 tokens: <cls> 3 x (60 + <sep>) WT <eos> and 16 to spare, one short of a cut 4th
+        context_columns(model, ALPHABET, WT, variants, ctx, max_length=261, sampling="weighted",
+                        samples=sample + 1, seed=5)  # fmt: skip
+        row = [t for t in seen[-1][0].tolist() if t != ALPHABET.pad_idx]
+        assert len(row) == 245
+        body, parts = row[1:-1], []
+        while sep in body:
+            parts.append(body[: body.index(sep)])
+            body = body[body.index(sep) + 1 :]
+        held = [encoded.index(p) for p in parts]
+        drawn = homolog_order("weighted", weights=ctx.pssm.weights, seed=5, sample=sample)
+        assert held == sorted(drawn[:3])  # 3 of 61 tokens fit beside the 60-residue protein
+    assert len({tuple(sorted(homolog_order("weighted", weights=ctx.pssm.weights, seed=5,
+                                            sample=s)[:3])) for s in range(3)}) > 1  # fmt: skip

@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from protein_performer.data.alphabet import default_alphabet
-from protein_performer.data.context_windows import context_window, single_window
+from protein_performer.data.context_windows import (
+    context_window,
+    fit_members,
+    in_rank_order,
+    single_window,
+)
 from protein_performer.errors import ConfigError
 
 A = default_alphabet()
@@ -80,3 +85,18 @@ def test_old_import_paths_are_the_renamed_modules():
     assert old_context_window is context_window
     assert aligned_positions is pairwise_alignment.aligned_positions
     assert _aligner is pairwise_alignment.local_aligner
+
+
+@pytest.mark.parametrize("budget", [0, 12, 30, 31, 47, 200])
+def test_drawn_homologs_that_fit_are_placed_by_rank(budget):
+    lengths = [10, 20, 5, 15, 8, 30]
+    order = [4, 1, 5, 0, 3, 2]  # a draw
+    placed = in_rank_order(order, lengths, budget, min_context=4)
+    members = [np.zeros(lengths[i]) for i in order]
+    taken = len(fit_members(members, budget, min_context=4))  # the draw decides which go in
+    assert sorted(placed) == sorted(order)
+    assert list(placed[:taken]) == sorted(order[:taken])  # they sit best first
+    assert list(placed[taken:]) == order[taken:]  # the rest as drawn
+    # the same homologs are in the window, and it stays within the budget
+    kept = fit_members([np.zeros(lengths[i]) for i in placed], budget, min_context=4)
+    assert len(kept) >= taken - (taken > 0) and sum(len(k) + 1 for k in kept) <= budget

@@ -1125,4 +1125,8 @@ def test_context_goes_in_the_order_given_without_shuffle() -> None:
         expected = [A.decode(c) for c in t.context]
         assert segments(x)[:-1] == expected
         assert sorted(segments(y)[:-1]) == sorted(expected)
-    assert any(segments(y)[:-1] != [A.decode(c) for c in t.context] for t, y in zip(targets, drawn))
+    shuffled = [
+        segments(y)[:-1] != [A.decode(c) for c in t.context]
+        for t, y in zip(targets, drawn, strict=True)
+    ]
+    assert any(shuffled)

@@ -39,7 +39,7 @@ from protein_performer.analysis.homolog_pairs import query_names
 from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.batching import pad_batch
-from protein_performer.data.context_windows import context_window
+from protein_performer.data.context_windows import context_window, in_rank_order
 from protein_performer.data.msa import (
     FRAGMENT_COVERAGE,
     MSA,
@@ -313,8 +313,9 @@ def context_columns(
     """``{"masked_marginal_context": …, "pssm": …}`` for ``variants`` of ``sequence`` (they
     must fit it; NaN for an indel); the model's column only for a masked LM: the mean over
     ``samples`` windows of the masked-marginal log-probabilities, each window filled with the
-    homologs in the order :func:`~protein_performer.data.msa.homolog_order` draws for
-    ``sampling`` (seeded by ``[seed, sample]``). With ``retrieval`` > 0 also
+    homologs :func:`~protein_performer.data.msa.homolog_order` draws for ``sampling`` (seeded
+    by ``[seed, sample]``), those that fit placed in file order (a search's best first:
+    :func:`~protein_performer.data.context_windows.in_rank_order`). With ``retrieval`` > 0 also
     ``"context_retrieval"``: ``(1 − retrieval)`` times the model's score plus ``retrieval`` times
     the profile's ``log Q(mt) − log Q(wt)`` (its frequencies, in nats): Tranception's
     inference-time retrieval (Notin et al. 2022, weight 0.6). The windows' contents go to
@@ -329,6 +330,8 @@ def context_columns(
         length = max_length or DEFAULT_CONTEXT_TOKENS
         shortest = min((len(h.residues) for h in used), default=1)
         limit = min(len(used), length // (shortest + 1) + 1)
+        ends = 1 if packed else 2  # <cls> … <eos>, or … <sep>
+        room = length - min(len(ids), max(1, length // 2 - ends)) - ends  # see _context_jobs
         runs, held = [], []
         asked = samples
         if sampling == "first":  # the same homologs in every window: one is enough
@@ -342,6 +345,8 @@ def context_columns(
                 sample=sample,
                 limit=limit,
             )
+            # the draw picks the homologs; they sit best first, as the model was trained
+            order = in_rank_order(order, [len(used[i].residues) for i in order], room)
             logp, info = context_marginals(
                 model,
                 alphabet,
