@@ -10,11 +10,15 @@ of the same ``h`` hits at the same positions (the local-alignment PSSM ``score c
 builds from hits, aligned to the query with its masked residues unknown, the query itself not
 counted) and the unigram (the checkpoint's training residue
 frequencies; uniform over 20 when it stores none). A model that uses depth keeps falling along
-``h`` and ``T``, as the profile does along ``h``.
+``h`` and ``T``, as the profile does along ``h``. ``--sampling weighted`` (or ``diverse``) fills
+each window as ``score context_sampling=`` does: the hits that fit drawn from the best ``h``
+with the profile's sequence weights, placed best first; ``--samples N`` averages N windows'
+log-probabilities per protein, as ``context_samples=`` does.
 
     python benchmarks/msa_depth.py --checkpoints homologs --fasta F1 F2 ... \
         --clusters clusters14 --hits hits14 --homologs 1 4 16 32 --windows 1024 4096 8192 \
         --json docs/results/msa_depth.json
+    python benchmarks/msa_depth.py ... --homologs 32 --sampling weighted --samples 4
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from protein_performer.data.msa import SAMPLINGS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
@@ -88,16 +94,18 @@ def heldout_with_hits(args: argparse.Namespace, alphabet: Any) -> tuple[list, li
 
 def profile_log_q(
     targets: list, regions: list[list], h: int, labels: list[np.ndarray], alphabet: Any
-) -> np.ndarray:
+) -> tuple[np.ndarray, list]:
     """``(positions, 20)`` log-frequencies of the PSSM of each target's best ``h`` hits (query
     left out) at its ``<mask>`` positions (``labels``: the single windows' labels), columns in
-    the alphabet's standard order. The hits are aligned to the query with its masked residues
-    unknown (``X``): aligned to the whole query, a profile would place a hit's residue where it
-    matches the hidden one (on held-out proteins at 16 hits, perplexity 5.0 instead of 6.5)."""
+    the alphabet's standard order, and each target's PSSM (its ``weights`` and ``matrix`` are
+    what ``score context=`` draws homologs with). The hits are aligned to the query with its
+    masked residues unknown (``X``): aligned to the whole query, a profile would place a hit's
+    residue where it matches the hidden one (on held-out proteins at 16 hits, perplexity 5.0
+    instead of 6.5)."""
     from protein_performer.analysis.dms.profile import COLUMNS, build_pssm
 
     order = [COLUMNS.index(alphabet.tokens[i]) for i in alphabet.standard_ids]
-    out = []
+    out, pssms = [], []
     for t, own, y in zip(targets, regions, labels, strict=True):
         at = np.flatnonzero(y != -100) - 1  # <cls> at 0
         query = np.array(list(alphabet.decode(t.residues)))
@@ -110,7 +118,23 @@ def profile_log_q(
             allow_query_only=True,
         )
         out.append(np.log(pssm.frequencies[at][:, order]))
-    return np.concatenate(out)
+        pssms.append(pssm)
+    return np.concatenate(out), pssms
+
+
+def drawn_hits(
+    own: list[np.ndarray], pssm: Any, sampling: str, seed: int, sample: int, budget: int
+) -> list[np.ndarray]:
+    """The hits of ``own`` (best first) as ``score context=`` fills a window of ``budget``
+    context tokens with ``sampling``: drawn with the profile's weights (or greedily diverse,
+    or in order), those that fit placed best first."""
+    from protein_performer.data.context_windows import in_rank_order
+    from protein_performer.data.msa import homolog_order
+
+    order = homolog_order(
+        sampling, weights=pssm.weights, matrix=pssm.matrix, seed=seed, sample=sample
+    )
+    return [own[i] for i in in_rank_order(order, [len(r) for r in own], budget)]
 
 
 @torch.inference_mode()
@@ -154,6 +178,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-residues", type=int_at_least(16), default=500)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--retrieval", type=float, default=0.6, help="the profile's weight")
+    p.add_argument(
+        "--sampling",
+        choices=SAMPLINGS,
+        default="first",
+        help="how the h hits fill a window (as score context_sampling=)",
+    )
+    p.add_argument(
+        "--samples",
+        type=int_at_least(1),
+        default=1,
+        help="windows per protein, their log-probabilities averaged (context_samples=)",
+    )
     p.add_argument("--threads", type=int_at_least(1), default=torch.get_num_threads())
     p.add_argument("--json", type=Path, default=RESULTS / "msa_depth.json")
     add_output_args(p)
@@ -189,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     masked = np.concatenate([y[y != -100] for y in labels])
     if not np.isin(masked, standard).all():
         raise SystemExit("a masked residue is not one of the 20: the profile cannot score it")
-    log_q = {h: profile_log_q(targets, regions, h, labels, alphabet) for h in args.homologs}
+    profiles = {h: profile_log_q(targets, regions, h, labels, alphabet) for h in args.homologs}
+    log_q = {h: q for h, (q, _) in profiles.items()}
+    samples = 1 if args.sampling == "first" else args.samples  # "first": the same every time
     rows: list[dict[str, Any]] = []
     for name in args.checkpoints:
         model, meta = load_model(name)  # a shipped name or a path
@@ -198,23 +236,39 @@ def main(argv: list[str] | None = None) -> int:
         alone = None
         for T in args.windows:
             for h in args.homologs:
-                cases = [
-                    Target(t.id, t.residues, fit_members(own[:h], T - len(t.residues) - 2))
-                    for t, own in zip(targets, regions, strict=True)
-                ]
                 t0 = time.perf_counter()
-                single, single_y, ctx, ctx_y, info = scoring_windows(
-                    cases,
-                    alphabet,
-                    max_length=T,
-                    style="crop",
-                    mask_prob=0.15,
-                    seed=0,
-                    shuffle=False,  # best first, as score context= fills a window
-                )
-                if alone is None:
-                    alone = masked_log_probs(model, single, single_y, alphabet.pad_idx)
-                logp, true = masked_log_probs(model, ctx, ctx_y, alphabet.pad_idx)
+                runs, held = [], []
+                for sample in range(samples):
+                    cases = [
+                        Target(
+                            t.id,
+                            t.residues,
+                            fit_members(
+                                drawn_hits(own[:h], pssm, args.sampling, args.seed + j, sample,
+                                           T - len(t.residues) - 2),
+                                T - len(t.residues) - 2,
+                            ),
+                        )  # protein j's draws seeded by [seed + j, sample]
+                        for j, (t, own, pssm) in enumerate(
+                            zip(targets, regions, profiles[h][1], strict=True)
+                        )
+                    ]  # fmt: skip
+                    single, single_y, ctx, ctx_y, info = scoring_windows(
+                        cases,
+                        alphabet,
+                        max_length=T,
+                        style="crop",
+                        mask_prob=0.15,
+                        seed=0,
+                        shuffle=False,  # best first, as score context= fills a window
+                    )
+                    if alone is None:
+                        alone = masked_log_probs(model, single, single_y, alphabet.pad_idx)
+                    logp, true = masked_log_probs(model, ctx, ctx_y, alphabet.pad_idx)
+                    runs.append(logp)
+                    held.append(info["mean_context_proteins"])
+                # the scorer's mean of log-probabilities, renormalised to be a distribution
+                logp = torch.as_tensor(np.mean(runs, 0)).log_softmax(-1).numpy()
                 ppl, mix = perplexities(logp, true, log_q[h], standard, args.retrieval)
                 q_true = log_q[h][np.arange(len(true)), np.searchsorted(standard, true)]
                 rows.append(
@@ -222,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
                         "checkpoint": str(name),
                         "window": T,
                         "homologs": h,
-                        "in_window": round(info["mean_context_proteins"], 2),
+                        "in_window": round(float(np.mean(held)), 2),
+                        "sampling": args.sampling,
+                        "samples": samples,
                         "with": ppl,
                         "alone": perplexities(*alone, log_q[h], standard, 0.0)[0],
                         "profile": math.exp(float(-q_true.mean())),
@@ -245,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         ],
     )  # fmt: skip
     print(
-        f"{len(targets)} held-out proteins, {rows[0]['positions']:,} <mask> positions; unigram "
+        f"{len(targets)} held-out proteins, {rows[0]['positions']:,} <mask> positions; hits "
+        f"{args.sampling}" + (f", {samples} windows averaged" if samples > 1 else "") + "; unigram "
         f"{rows[0]['unigram'] or float('nan'):.3f}; retrieval: (1 - {args.retrieval:g}) model "
         f"+ {args.retrieval:g} profile\n{machine_line('cpu', args.threads)}\n{table}"
     )

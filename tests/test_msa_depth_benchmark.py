@@ -37,6 +37,9 @@ def _families(n: int, size: int, seed: int = 0) -> dict[str, str]:
             seq = root.copy()
             for i in rng.choice(len(seq), len(seq) // 4, replace=False):
                 seq[i] = rng.choice(list(STANDARD_AMINO_ACIDS))
+            if m == size - 1:  # a near copy of the one before: sequence weights below 1
+                seq = np.array(list(out[f"f{f}m{m - 1}"]))
+                seq[rng.integers(len(seq))] = "W"
             out[f"f{f}m{m}"] = "".join(seq)
     return out
 
@@ -126,3 +129,100 @@ def test_rows_are_context_perplexities_and_the_profile_leaves_the_query_out(
     assert bench.main(args) == 0
     for r in json.loads(out.read_text())["rows"]:
         assert math.isclose(r["retrieval"], r["profile"], rel_tol=1e-5)
+
+
+def test_sampled_rows_fill_windows_as_the_scorer_draws_hits(tmp_path, setup):
+    """``--sampling weighted``: where every hit fits, the windows are the best-first ones (the
+    draw is placed by rank); where they do not, each row scores the hits the scorer's weighted
+    draw would put in the window, protein j's seeded by ``[seed + j, sample]`` (checked by hand
+    for one sample)."""
+    from protein_performer.data.context_windows import fit_members, in_rank_order
+    from protein_performer.data.msa import homolog_order
+
+    seqs, rows, model = setup
+    bench = load_benchmark("msa_depth.py")
+    base = ["--checkpoints", str(tmp_path / "m.ckpt"), "--fasta", str(tmp_path / "all.fasta")]
+    base += ["--clusters", str(tmp_path / "members.tsv"), "--hits", str(tmp_path)]
+    base += ["--homologs", "3", "--min-hits", "2", "--max-residues", "70", "--seed", "4"]
+    out = {}
+    for name, extra in {
+        "first": ["--windows", "144", "512"],
+        "weighted": ["--windows", "144", "512", "--sampling", "weighted"],
+        "weighted2": ["--windows", "144", "--sampling", "weighted", "--samples", "2"],
+    }.items():
+        assert bench.main([*base, *extra, "--json", str(tmp_path / f"{name}.json")]) == 0
+        out[name] = {
+            r["window"]: r for r in json.loads((tmp_path / f"{name}.json").read_text())["rows"]
+        }
+    # all fit at 512 tokens: the same windows as best first
+    assert out["weighted"][512]["in_window"] == out["first"][512]["in_window"] > 2
+    assert math.isclose(out["weighted"][512]["with"], out["first"][512]["with"], rel_tol=1e-9)
+    assert out["weighted"][144]["with"] != out["first"][144]["with"]
+    assert out["weighted2"][144]["samples"] == 2 and out["weighted"][144]["samples"] == 1
+    assert out["weighted2"][144]["with"] != out["weighted"][144]["with"]
+    # by hand: the weighted draw (the profile's weights, seed 4, sample 0), placed by rank
+    result = json.loads((tmp_path / "weighted.json").read_text())
+    dm = ProteinDataModule(
+        files=[str(tmp_path / "all.fasta")],
+        clusters=str(tmp_path / "members.tsv"),
+        split_by="cluster",
+    )
+    dm.setup("fit")
+    train_ids = set(dm.datasets["train"].source.ids)
+    proteins = result["proteins"]
+    regions = {
+        p: [A.encode(seqs[t][s - 1 : e]) for q, t, s, e in rows if q == p and t in train_ids][:3]
+        for p in proteins
+    }
+    first = [Target(p, A.encode(seqs[p]), regions[p][:1]) for p in proteins]
+    _, labels, _, _, _ = scoring_windows(
+        first, A, max_length=512, style="crop", mask_prob=0.15, seed=0, shuffle=False
+    )
+    cases: dict[int, list] = {0: [], 1: []}
+    for j, (p, y) in enumerate(zip(proteins, labels, strict=True)):
+        hidden = "".join("X" if y[i + 1] != -100 else c for i, c in enumerate(seqs[p]))
+        pssm = build_pssm(hidden, [A.decode(x) for x in regions[p]], min_z=None,
+                          include_query=False, allow_query_only=True)  # fmt: skip
+        budget = 144 - len(seqs[p]) - 2
+        for sample in (0, 1):
+            order = in_rank_order(
+                homolog_order("weighted", weights=pssm.weights, seed=4 + j, sample=sample),
+                [len(r) for r in regions[p]],
+                budget,
+            )
+            hits = fit_members([regions[p][i] for i in order], budget)
+            cases[sample].append(Target(p, A.encode(seqs[p]), hits))
+    want = context_perplexity(model, A, cases[0], max_length=144, seed=0, shuffle=False)
+    assert math.isclose(
+        out["weighted"][144]["with"], want["with_context"]["perplexity"], rel_tol=1e-4
+    )
+    # two windows: the mean of their log-probabilities, renormalised
+    runs = []
+    for sample in (0, 1):
+        _, _, ctx, ctx_y, _ = scoring_windows(
+            cases[sample], A, max_length=144, style="crop", mask_prob=0.15, seed=0, shuffle=False
+        )
+        logp, true = bench.masked_log_probs(model, ctx, ctx_y, A.pad_idx)
+        runs.append(logp)
+    mean = torch.as_tensor(np.mean(runs, 0)).log_softmax(-1).numpy()
+    two = math.exp(-mean[np.arange(len(true)), true].mean())
+    assert math.isclose(out["weighted2"][144]["with"], two, rel_tol=1e-6)
+
+
+def test_a_draw_takes_the_profile_weights_and_places_the_hits_by_rank():
+    from types import SimpleNamespace
+
+    from protein_performer.data.context_windows import in_rank_order
+    from protein_performer.data.msa import homolog_order
+
+    bench = load_benchmark("msa_depth.py")
+    own = [np.full(n, k) for k, n in enumerate([30, 25, 40, 20])]
+    pssm = SimpleNamespace(weights=np.array([1.0, 0.02, 0.02, 1.0]), matrix=None)
+    for seed in range(40):
+        order = in_rank_order(homolog_order("weighted", weights=pssm.weights, seed=seed, sample=1),
+                              [30, 25, 40, 20], 60)  # fmt: skip
+        got = bench.drawn_hits(own, pssm, "weighted", seed, 1, 60)
+        assert [int(h[0]) for h in got] == list(order)
+    # down-weighted hits are seldom drawn first
+    firsts = [int(bench.drawn_hits(own, pssm, "weighted", s, 0, 60)[0][0]) for s in range(200)]
+    assert firsts.count(1) + firsts.count(2) < 20

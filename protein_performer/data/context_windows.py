@@ -82,7 +82,8 @@ def in_rank_order(
     ``lengths``: each homolog's residues, indexed like ``order``. The draw decides which
     homologs go in; the rank, where."""
     order = np.asarray(order, dtype=np.int64)
-    taken = len(fit_members((np.empty(lengths[i]) for i in order), budget, min_context=min_context))
+    members = (np.zeros(lengths[i], dtype=np.int8) for i in order)
+    taken = len(fit_members(members, budget, min_context=min_context))
     return np.concatenate([np.sort(order[:taken]), order[taken:]])
 
 
