@@ -79,8 +79,8 @@ def in_rank_order(
     """``order`` (indices into a ranked list of homologs, e.g. a weighted draw) with the ones
     :func:`fit_members` would take into ``budget`` tokens placed by rank (ascending index: a
     search's best hit first, as homolog models are trained), the rest after them as drawn.
-    ``lengths``: each homolog's residues, indexed like ``order``. The draw decides which
-    homologs go in; the rank, where."""
+    ``lengths``: each homolog's residues (``lengths[i]`` for homolog ``i``). The draw decides
+    which homologs go in; the rank, where."""
     order = np.asarray(order, dtype=np.int64)
     members = (np.zeros(lengths[i], dtype=np.int8) for i in order)
     taken = len(fit_members(members, budget, min_context=min_context))

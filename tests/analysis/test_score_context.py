@@ -525,3 +525,34 @@ def test_sampled_homologs_sit_in_the_window_best_first(tmp_path):
         assert held == sorted(drawn[:3])  # 3 of 61 tokens fit beside the 60-residue protein
     assert len({tuple(sorted(homolog_order("weighted", weights=ctx.pssm.weights, seed=5,
                                             sample=s)[:3])) for s in range(3)}) > 1  # fmt: skip
+
+
+def test_a_draw_among_homologs_of_many_lengths_is_placed_by_rank(tmp_path):
+    """Fourteen homologs of 34 to 60 residues, more than a window holds: each window takes
+    those of the weighted draw that fit (the last one cut), in file order."""
+    from protein_performer.analysis.homolog_scoring import context_columns, read_scan_context
+    from protein_performer.analysis.mutations import parse_variant
+    from protein_performer.data.context_windows import fit_members
+    from protein_performer.data.msa import homolog_order
+
+    homologs = [_variant(WT, np.random.default_rng(20 + k), 0.1)[: 60 - 2 * k] for k in range(14)]
+    _fasta(tmp_path / "h.fa", [(f"h{k}", h) for k, h in enumerate(homologs)])
+    ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
+    assert len(ctx.used) == 14
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=512)
+    model, seen = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx).eval(), []
+    model.embed.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    variants = [parse_variant(f"{WT[3]}4A", WT, 1)]
+    lengths = [len(h) for h in homologs]
+    for sample in range(4):
+        seen.clear()
+        context_columns(model, ALPHABET, WT, variants, ctx, max_length=300, sampling="weighted",
+                        samples=sample + 1, seed=1)  # fmt: skip
+        row = [t for t in seen[-1][0].tolist() if t != ALPHABET.pad_idx]
+        assert len(row) <= 300
+        body = ALPHABET.decode(np.array(row[1:-1]), keep_specials=True).split("<sep>")[:-1]
+        held = [next(k for k, h in enumerate(homologs) if h.startswith(p)) for p in body]
+        drawn = homolog_order("weighted", weights=ctx.pssm.weights, seed=1, sample=sample)
+        taken = len(fit_members([np.zeros(lengths[i]) for i in drawn], 300 - 60 - 2))
+        assert taken >= 4 and held == sorted(drawn[:taken])

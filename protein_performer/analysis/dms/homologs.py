@@ -346,7 +346,7 @@ def context_columns(
                 limit=limit,
             )
             # the draw picks the homologs; they sit best first, as the model was trained
-            order = in_rank_order(order, [len(used[i].residues) for i in order], room)
+            order = in_rank_order(order, [len(h.residues) for h in used], room)
             logp, info = context_marginals(
                 model,
                 alphabet,
