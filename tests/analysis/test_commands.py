@@ -762,11 +762,16 @@ def test_context_commands_read_checkpoint_default_as_the_homolog_model(monkeypat
     from protein_performer.model import checkpoints
 
     monkeypatch.setattr(checkpoints, "shipped", lambda name: True)
-    assert with_context_checkpoint(SimilarityConfig(context="h.fa")).checkpoint == "homologs"
-    assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "homologs"
+    assert with_context_checkpoint(SimilarityConfig(context="h.fa")).checkpoint == "homologs-msa"
+    assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "homologs-msa"
     assert with_context_checkpoint(SimilarityConfig()).checkpoint == "default"  # no homologs
     mine = SimilarityConfig(context="h.fa", checkpoint="run/best.ckpt")
     assert with_context_checkpoint(mine).checkpoint == "run/best.ckpt"
+    named = ScoreConfig(context="h.fa", checkpoint="homologs")  # the earlier one, by name
+    assert with_context_checkpoint(named).checkpoint == "homologs"
+    # only the earlier homolog model installed: it is read
+    monkeypatch.setattr(checkpoints, "shipped", lambda name: name in ("default", "homologs"))
+    assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "homologs"
     monkeypatch.setattr(checkpoints, "shipped", lambda name: False)  # not installed
     assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "default"
 
@@ -781,7 +786,9 @@ def test_a_context_command_on_the_homolog_model_says_so_in_one_printed_line(monk
 
     monkeypatch.setattr(checkpoints, "shipped", lambda name: True)
     note = context_checkpoint_note(with_context_checkpoint(ScoreConfig(context="h.fa")))
-    assert note.count("\n") == 1 and note.startswith("\n  model: checkpoint=homologs (")
+    assert note.count("\n") == 1 and note.startswith("\n  model: checkpoint=homologs-msa (")
+    named = context_checkpoint_note(ScoreConfig(context="h.fa", checkpoint="homologs"))
+    assert named.startswith("\n  model: checkpoint=homologs (the shipped homolog model,")
     assert context_checkpoint_note(with_context_checkpoint(ScoreConfig())) == ""
     mine = ScoreConfig(context="h.fa", checkpoint="run/best.ckpt")
     assert context_checkpoint_note(with_context_checkpoint(mine)) == ""

@@ -387,7 +387,7 @@ def test_score_mutants_with_context_from_python_equals_the_cli(ckpt, tmp_path):
 def test_score_context_on_the_shipped_homolog_model_prints_which_model_scored(tmp_path, capsys):
     from protein_performer.model.checkpoints import shipped
 
-    if not shipped("homologs"):
+    if not shipped("homologs-msa"):
         pytest.skip("the shipped homolog checkpoint is not installed")
     _rows(tmp_path)
     _fasta(tmp_path / "wt.fa", [("wt", WT)])
@@ -396,7 +396,10 @@ def test_score_context_on_the_shipped_homolog_model_prints_which_model_scored(tm
     code = main(["score", *args, f"out={tmp_path / 's.csv'}", f"context={tmp_path / 'h.fa'}"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "\n  model: checkpoint=homologs (the shipped homolog model, read with context=" in out
+    assert (
+        "\n  model: checkpoint=homologs-msa (the shipped homolog model trained on alignment-like "
+        "rows, read with context=" in out
+    )
     code = main(["score", *args, f"out={tmp_path / 't.csv'}"])
     assert code == 0 and "model: checkpoint=homologs" not in capsys.readouterr().out
 

@@ -6,26 +6,38 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+#: the shipped homolog models ``checkpoint=default`` is read as with ``context=``, the first
+#: installed: the one trained on alignment-like rows (search hits, up to 32 in 4,096 tokens),
+#: then the earlier one (cluster members in 1,024 tokens), still reachable by name
+CONTEXT_CHECKPOINTS = ("homologs-msa", "homologs")
+
+_NOTES = {
+    "homologs-msa": "the shipped homolog model trained on alignment-like rows",
+    "homologs": "the shipped homolog model",
+}
+
 
 def with_context_checkpoint(cfg: Any) -> Any:
-    """``cfg`` with ``checkpoint=default`` read as the shipped homolog model when the command
-    (evaluate, aa-similarity, score) has homologs (``context=``) and that model is installed:
-    the single-protein model was never trained with homologs before a protein. A path, or
-    ``checkpoint=homologs``, is kept."""
+    """``cfg`` with ``checkpoint=default`` read as the first installed of
+    :data:`CONTEXT_CHECKPOINTS` when the command (evaluate, aa-similarity, score) has homologs
+    (``context=``): the single-protein model was never trained with homologs before a protein.
+    A path, or a name such as ``checkpoint=homologs``, is kept."""
     from protein_performer.model.checkpoints import shipped
 
-    if getattr(cfg, "context", None) and cfg.checkpoint == "default" and shipped("homologs"):
-        return dataclasses.replace(cfg, checkpoint="homologs")
+    if getattr(cfg, "context", None) and cfg.checkpoint == "default":
+        for name in CONTEXT_CHECKPOINTS:
+            if shipped(name):
+                return dataclasses.replace(cfg, checkpoint=name)
     return cfg
 
 
 def context_checkpoint_note(cfg: Any) -> str:
-    """One line for the printed summary when a command with homologs reads the shipped homolog
+    """One line for the printed summary when a command with homologs reads a shipped homolog
     model (``checkpoint=default`` is switched to it): its single-protein numbers are that
     model's, not the ``default`` model's of a run without ``context=``. Empty otherwise."""
-    if not getattr(cfg, "context", None) or cfg.checkpoint != "homologs":
+    if not getattr(cfg, "context", None) or cfg.checkpoint not in _NOTES:
         return ""
     return (
-        "\n  model: checkpoint=homologs (the shipped homolog model, read with context=; without "
-        "context= checkpoint=default scores, so every model column can differ)"
+        f"\n  model: checkpoint={cfg.checkpoint} ({_NOTES[cfg.checkpoint]}, read with context=; "
+        "without context= checkpoint=default scores, so every model column can differ)"
     )
