@@ -69,6 +69,23 @@ def setup(tmp_path):
     return seqs, rows, model
 
 
+def _training_hits(tmp_path, seqs, rows, proteins) -> tuple[set, dict]:
+    """The training split's ids (the fixture's clustering) and each protein's hit regions into
+    it, in table order."""
+    dm = ProteinDataModule(
+        files=[str(tmp_path / "all.fasta")],
+        clusters=str(tmp_path / "members.tsv"),
+        split_by="cluster",
+    )
+    dm.setup("fit")
+    train_ids = set(dm.datasets["train"].source.ids)
+    regions = {
+        p: [A.encode(seqs[t][s - 1 : e]) for q, t, s, e in rows if q == p and t in train_ids]
+        for p in proteins
+    }
+    return train_ids, regions
+
+
 def test_rows_are_context_perplexities_and_the_profile_leaves_the_query_out(
     tmp_path, setup, capsys
 ):
@@ -83,19 +100,9 @@ def test_rows_are_context_perplexities_and_the_profile_leaves_the_query_out(
     result = json.loads(out.read_text())
     assert len(result["rows"]) == 4 and "held-out proteins" in capsys.readouterr().out
     # by hand: the checkpoint's test split, each protein's hits into the training split
-    dm = ProteinDataModule(
-        files=[str(tmp_path / "all.fasta")],
-        clusters=str(tmp_path / "members.tsv"),
-        split_by="cluster",
-    )
-    dm.setup("fit")
-    train_ids = set(dm.datasets["train"].source.ids)
     proteins = result["proteins"]
+    train_ids, regions = _training_hits(tmp_path, seqs, rows, proteins)
     assert proteins and all(p not in train_ids for p in proteins)
-    regions = {
-        p: [A.encode(seqs[t][s - 1 : e]) for q, t, s, e in rows if q == p and t in train_ids]
-        for p in proteins
-    }
     assert result["hits_per_protein"] == [len(regions[p]) for p in proteins]
     targets = [Target(p, A.encode(seqs[p]), regions[p][:1]) for p in proteins]
     _, labels, _, _, _ = scoring_windows(
@@ -161,19 +168,8 @@ def test_sampled_rows_fill_windows_as_the_scorer_draws_hits(tmp_path, setup):
     assert out["weighted2"][144]["samples"] == 2 and out["weighted"][144]["samples"] == 1
     assert out["weighted2"][144]["with"] != out["weighted"][144]["with"]
     # by hand: the weighted draw (the profile's weights, seed 4, sample 0), placed by rank
-    result = json.loads((tmp_path / "weighted.json").read_text())
-    dm = ProteinDataModule(
-        files=[str(tmp_path / "all.fasta")],
-        clusters=str(tmp_path / "members.tsv"),
-        split_by="cluster",
-    )
-    dm.setup("fit")
-    train_ids = set(dm.datasets["train"].source.ids)
-    proteins = result["proteins"]
-    regions = {
-        p: [A.encode(seqs[t][s - 1 : e]) for q, t, s, e in rows if q == p and t in train_ids][:3]
-        for p in proteins
-    }
+    proteins = json.loads((tmp_path / "weighted.json").read_text())["proteins"]
+    regions = {p: r[:3] for p, r in _training_hits(tmp_path, seqs, rows, proteins)[1].items()}
     first = [Target(p, A.encode(seqs[p]), regions[p][:1]) for p in proteins]
     _, labels, _, _, _ = scoring_windows(
         first, A, max_length=512, style="crop", mask_prob=0.15, seed=0, shuffle=False
