@@ -126,15 +126,17 @@ def drawn_hits(
     own: list[np.ndarray], pssm: Any, sampling: str, seed: int, sample: int, budget: int
 ) -> list[np.ndarray]:
     """The hits of ``own`` (best first) as ``score context=`` fills a window of ``budget``
-    context tokens with ``sampling``: drawn with the profile's weights (or greedily diverse,
-    or in order), those that fit placed best first."""
+    context tokens with ``sampling``: those the profile ``pssm`` of ``own`` used (its weights
+    and matrix hold only them), drawn with its weights (or greedily diverse, or in order),
+    those that fit placed best first."""
     from protein_performer.data.context_windows import in_rank_order
     from protein_performer.data.msa import homolog_order
 
+    used = [r for r, h in zip(own, pssm.homologs, strict=True) if h["used"]]  # as the scorer
     order = homolog_order(
         sampling, weights=pssm.weights, matrix=pssm.matrix, seed=seed, sample=sample
     )
-    return [own[i] for i in in_rank_order(order, [len(r) for r in own], budget)]
+    return [used[i] for i in in_rank_order(order, [len(r) for r in used], budget)]
 
 
 @torch.inference_mode()

@@ -206,19 +206,25 @@ def test_sampled_rows_fill_windows_as_the_scorer_draws_hits(tmp_path, setup):
 
 
 def test_a_draw_takes_the_profile_weights_and_places_the_hits_by_rank():
+    """``drawn_hits`` draws among the hits the profile used (its weights are theirs only), with
+    those weights, and places the ones that fit by rank."""
     from types import SimpleNamespace
 
-    from protein_performer.data.context_windows import in_rank_order
-    from protein_performer.data.msa import homolog_order
-
     bench = load_benchmark("msa_depth.py")
-    own = [np.full(n, k) for k, n in enumerate([30, 25, 40, 20])]
-    pssm = SimpleNamespace(weights=np.array([1.0, 0.02, 0.02, 1.0]), matrix=None)
-    for seed in range(40):
-        order = in_rank_order(homolog_order("weighted", weights=pssm.weights, seed=seed, sample=1),
-                              [30, 25, 40, 20], 60)  # fmt: skip
-        got = bench.drawn_hits(own, pssm, "weighted", seed, 1, 60)
-        assert [int(h[0]) for h in got] == list(order)
-    # down-weighted hits are seldom drawn first
-    firsts = [int(bench.drawn_hits(own, pssm, "weighted", s, 0, 60)[0][0]) for s in range(200)]
-    assert firsts.count(1) + firsts.count(2) < 20
+    # hit 1 did not align (the profile left it out): weights are for hits 0, 2, 3, 4
+    own = [np.full(n, k) for k, n in enumerate([30, 50, 25, 40, 20])]
+    used = [{"used": k != 1} for k in range(5)]
+    pssm = SimpleNamespace(weights=np.array([1.0, 0.02, 0.02, 1.0]), matrix=None, homologs=used)
+    assert [int(h[0]) for h in bench.drawn_hits(own, pssm, "first", 0, 0, 1000)] == [0, 2, 3, 4]
+    from protein_performer.data.context_windows import fit_members
+
+    windows = []
+    for seed in range(200):
+        got = bench.drawn_hits(own, pssm, "weighted", seed, 0, 60)
+        assert sorted(int(h[0]) for h in got) == [0, 2, 3, 4]  # hit 1 never drawn
+        kept = fit_members(got, 60)
+        whole = [int(k[0]) for k in kept if len(k) == len(own[int(k[0])])]
+        assert [int(k[0]) for k in kept[: len(whole)]] == sorted(whole)  # by rank; a cut one last
+        windows.append([int(k[0]) for k in kept])
+    # the down-weighted hits (2 and 3) seldom go in; uniform weights would put one in most
+    assert sum(2 in w or 3 in w for w in windows) < 0.2 * len(windows)

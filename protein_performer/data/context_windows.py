@@ -77,14 +77,16 @@ def in_rank_order(
     min_context: int = MIN_CONTEXT_RESIDUES,
 ) -> np.ndarray:
     """``order`` (indices into a ranked list of homologs, e.g. a weighted draw) with the ones
-    :func:`fit_members` would take into ``budget`` tokens placed by rank (ascending index: a
-    search's best hit first, as homolog models are trained), the rest after them as drawn.
-    ``lengths``: each homolog's residues (``lengths[i]`` for homolog ``i``). The draw decides
-    which homologs go in; the rank, where."""
+    :func:`fit_members` would take whole into ``budget`` tokens placed by rank (ascending index:
+    a search's best hit first, as homolog models are trained), then the one it would cut, then
+    the rest as drawn: the window holds the same homologs, cut the same way. ``lengths``: each
+    homolog's residues (``lengths[i]`` for homolog ``i``). The draw decides which homologs go
+    in; the rank, where."""
     order = np.asarray(order, dtype=np.int64)
     members = (np.zeros(lengths[i], dtype=np.int8) for i in order)
-    taken = len(fit_members(members, budget, min_context=min_context))
-    return np.concatenate([np.sort(order[:taken]), order[taken:]])
+    kept = fit_members(members, budget, min_context=min_context)
+    whole = sum(len(k) == lengths[i] for k, i in zip(kept, order, strict=False))
+    return np.concatenate([np.sort(order[:whole]), order[whole:]])
 
 
 def context_window(
@@ -142,5 +144,6 @@ __all__ = [
     "STYLES",
     "context_window",
     "fit_members",
+    "in_rank_order",
     "single_window",
 ]

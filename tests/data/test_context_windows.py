@@ -87,16 +87,30 @@ def test_old_import_paths_are_the_renamed_modules():
     assert _aligner is pairwise_alignment.local_aligner
 
 
-@pytest.mark.parametrize("budget", [0, 12, 30, 31, 47, 200])
-def test_drawn_homologs_that_fit_are_placed_by_rank(budget):
+@pytest.mark.parametrize("budget", [0, 12, 30, 31, 47, 60, 200])
+@pytest.mark.parametrize("order", [[4, 1, 5, 0, 3, 2], [1, 2, 0, 5, 3, 4], [3, 0, 2, 1, 4, 5]])
+def test_drawn_homologs_that_fit_are_placed_by_rank(budget, order):
     lengths = [10, 20, 5, 15, 8, 30]
-    order = [4, 1, 5, 0, 3, 2]  # a draw
+
+    def window(indices):  # (homolog, residues kept) as fit_members takes them
+        kept = fit_members([np.zeros(lengths[i]) for i in indices], budget, min_context=4)
+        return [(int(i), len(k)) for i, k in zip(indices, kept, strict=False)]
+
     placed = in_rank_order(order, lengths, budget, min_context=4)
-    members = [np.zeros(lengths[i]) for i in order]
-    taken = len(fit_members(members, budget, min_context=4))  # the draw decides which go in
     assert sorted(placed) == sorted(order)
-    assert list(placed[:taken]) == sorted(order[:taken])  # they sit best first
-    assert list(placed[taken:]) == order[taken:]  # the rest as drawn
-    # the same homologs are in the window, and it stays within the budget
-    kept = fit_members([np.zeros(lengths[i]) for i in placed], budget, min_context=4)
-    assert len(kept) >= taken - (taken > 0) and sum(len(k) + 1 for k in kept) <= budget
+    drawn, got = window(order), window(placed)
+    # the same homologs go in, cut the same way (a cut one stays last)
+    assert sorted(got) == sorted(drawn)
+    whole = [i for i, n in got if n == lengths[i]]
+    assert whole == sorted(whole)  # the whole ones by rank, best first
+    assert [i for i, _ in got] == whole + [i for i, n in got if n < lengths[i]]
+    assert list(placed[len(got) :]) == order[len(got) :]  # the rest as drawn
+
+
+def test_a_draw_whose_cut_homolog_ranks_first_keeps_every_homolog():
+    # in draw order: two short ones whole, then the long one cut; sorting all three by rank
+    # would put the long one first, cut, and leave the short ones out
+    placed = in_rank_order([1, 2, 0], [900, 10, 10], 500)
+    assert list(placed) == [1, 2, 0]
+    kept = fit_members([np.zeros(n) for n in np.array([900, 10, 10])[placed]], 500)
+    assert [len(k) for k in kept] == [10, 10, 477]
