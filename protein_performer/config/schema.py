@@ -196,7 +196,10 @@ def _key(default: Any, help: str) -> Any:
 
 @dataclass
 class _AnalysisInputs:
-    checkpoint: str = _key("default", "a checkpoint written by train (default: the shipped one)")
+    checkpoint: str = _key(
+        "default",
+        "a checkpoint written by train (default: the shipped one; with context=: homologs-msa)",
+    )
     fasta: Any = _key("???", "FASTA file, or a list [a.fa,b.fa.gz] (required)")
     out: str = _key("???", "output directory (created; never replaces what is not ours)")
     layers: Any = _key(None, "attention layers: 0-3, [0,2], -1 (last) (unset: all)")
@@ -300,7 +303,10 @@ class PlotHeadsConfig(_AnalysisInputs):
 class ScoreConfig:
     """``score``: zero-shot variant-effect scores (masked marginals as ESM-1v; causal: log-likelihood)."""
 
-    checkpoint: str = _key("default", "a checkpoint written by train (default: the shipped one)")
+    checkpoint: str = _key(
+        "default",
+        "a checkpoint written by train (default: the shipped one; with context=: homologs-msa)",
+    )
     mutations: str = _key("???", "CSV with a column of mutants like H24C or H24C:P25A (required)")
     out: str = _key(
         "???", "output CSV: the input plus one column per score; OUT.json summary (required)"

@@ -84,8 +84,8 @@ HOMOLOGS_CHECKPOINT = "data/pretrained/performer_homologs_14.ckpt"
 HOMOLOGS_MSA_CHECKPOINT = "data/pretrained/performer_homologs_msa_14.ckpt"
 #: The checkpoints shipped with the package: name -> path in the project (data/pretrained/,
 #: whose README holds their cards). ``default`` reads one protein; ``homologs`` a protein after
-#: its homologs (the ``context=`` commands' model); ``homologs-msa`` the same model trained on
-#: to read a protein after up to 32 of its search hits in 4,096-token windows.
+#: its homologs; ``homologs-msa`` the same model trained on to read a protein after up to 32 of
+#: its search hits in 4,096-token windows (the ``context=`` commands' model).
 SHIPPED_CHECKPOINTS = {
     "default": DEFAULT_CHECKPOINT,
     "homologs": HOMOLOGS_CHECKPOINT,
