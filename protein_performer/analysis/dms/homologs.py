@@ -224,6 +224,13 @@ def _aligned_context(
     )
 
 
+def _target_width(n: int, max_length: int, style: str) -> tuple[int, int]:
+    """``(width, ends)``: the residues of an ``n``-residue protein a ``max_length`` window
+    scores (at most half the window) and its end tokens (``<cls>``/``<eos>``, or ``<sep>``)."""
+    ends = 2 if style == "crop" else 1
+    return min(n, max(1, max_length // 2 - ends)), ends
+
+
 def _context_jobs(
     ids: np.ndarray,
     homologs: Sequence[np.ndarray],
@@ -234,8 +241,8 @@ def _context_jobs(
 ) -> tuple[list[tuple[int, np.ndarray, int]], list[int]]:
     """``(site, tokens, position of the site in them)`` of each site's masked window, and
     how many homologs each holds."""
-    n, ends = len(ids), (2 if style == "crop" else 1)
-    width = min(n, max(1, max_length // 2 - ends))
+    n = len(ids)
+    width, _ = _target_width(n, max_length, style)
     jobs, held = [], []
     for site in sorted(set(sites)):
         start = var.window_start(n, site, width)
@@ -330,8 +337,8 @@ def context_columns(
         length = max_length or DEFAULT_CONTEXT_TOKENS
         shortest = min((len(h.residues) for h in used), default=1)
         limit = min(len(used), length // (shortest + 1) + 1)
-        ends = 1 if packed else 2  # <cls> … <eos>, or … <sep>
-        room = length - min(len(ids), max(1, length // 2 - ends)) - ends  # see _context_jobs
+        width, ends = _target_width(len(ids), length, "concat" if packed else "crop")
+        room = length - width - ends  # the homologs' tokens beside the scored window
         runs, held = [], []
         asked = samples
         if sampling == "first":  # the same homologs in every window: one is enough
