@@ -252,3 +252,26 @@ def test_an_alignment_cut_to_its_focus_columns_maps_onto_the_wild_type(tmp_path)
     path.write_text(">q\nTAYIQRQW\n>h1\nTAYLQRQ-\n")
     with pytest.raises(DataError, match="is not the wild type"):
         read_msa(path, WT)
+
+
+def test_hits_with_gaps_of_different_lengths_are_plain_hits(tmp_path):
+    # a '-' in rows of unequal length (no lower case) is not an alignment: gaps dropped
+    path = tmp_path / "hits.fasta"
+    path.write_text(">h1\nTAY-LAKQ\n>h2\nKTAYIA-KQRQIS\n")
+    msa = read_msa(path, WT)
+    assert msa.format == "fasta" and not msa.aligned
+    assert msa.sequences == ["TAYLAKQ", "KTAYIAKQRQIS"]
+
+
+def test_diverse_windows_after_the_first_start_from_a_weighted_draw():
+    rng = np.random.default_rng(0)
+    m = rng.integers(0, 20, size=(12, 15)).astype(np.uint8)
+    weights = np.linspace(1.0, 2.0, 12)
+    assert homolog_order("diverse", matrix=m, weights=weights)[0] == 0
+    for sample in (1, 2, 3, 4):
+        start = homolog_order("weighted", weights=weights, seed=4, sample=sample, limit=1)[0]
+        order = homolog_order("diverse", matrix=m, weights=weights, seed=4, sample=sample)
+        assert order[0] == start and sorted(order.tolist()) == list(range(12))
+    starts = {homolog_order("diverse", matrix=m, weights=weights, seed=4, sample=s)[0]
+              for s in range(1, 9)}  # fmt: skip
+    assert len(starts) > 1

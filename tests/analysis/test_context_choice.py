@@ -1,0 +1,164 @@
+"""Which homologs a scan's context holds, at the edges: the coverage and max-homolog limits of
+an alignment, the record each homolog's sequence and weight come from, the window's room when
+a drawn homolog only just fits, a short protein beside long homologs, and averaged windows."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from protein_performer.analysis.dms.homologs import (
+    context_columns,
+    context_marginals,
+    read_scan_context,
+)
+from protein_performer.analysis.dms.variants import parse_variant
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
+from protein_performer.data.context_windows import in_rank_order
+from protein_performer.data.msa import homolog_order
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
+
+ALPHABET = default_alphabet()
+WT = "".join(np.random.default_rng(7).choice(list(STANDARD_AMINO_ACIDS), 60))
+
+
+def _variant(seq: str, seed: int, share: float = 0.15) -> str:
+    rng = np.random.default_rng(seed)
+    out = list(seq)
+    for i in rng.choice(len(seq), int(share * len(seq)), replace=False):
+        out[i] = rng.choice([a for a in STANDARD_AMINO_ACIDS if a != seq[i]])
+    return "".join(out)
+
+
+def _model() -> tuple[ProteinLM, list[torch.Tensor]]:
+    """A small exact model and the token rows its embedding reads."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=512)
+    model, seen = ProteinLM(cfg, len(ALPHABET), ALPHABET.pad_idx).eval(), []
+    model.embed.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    return model, seen
+
+
+def _members(row: list[int]) -> list[list[int]]:
+    """The context members of a ``<cls> c1 <sep> … <sep> target <eos>`` row (padding dropped)."""
+    body = [t for t in row if t != ALPHABET.pad_idx][1:-1]
+    parts = []
+    while ALPHABET.sep_idx in body:
+        cut = body.index(ALPHABET.sep_idx)
+        parts.append(body[:cut])
+        body = body[cut + 1 :]
+    return parts
+
+
+def test_an_alignment_keeps_a_homolog_at_exactly_the_coverage_limit(tmp_path):
+    # 10 columns: h1 covers 5 (0.5, kept at the default 0.5), h2 covers 4 (a fragment)
+    (tmp_path / "x.a3m").write_text(
+        f">q/1-10\n{WT[:10]}\n>h1\n{WT[:5]}-----\n>h2\n{WT[:3]}Y------\n>h3\n{_variant(WT[:10], 1, 0.2)}\n"
+    )
+    ctx = read_scan_context(tmp_path / "x.a3m", ALPHABET, WT, None)
+    assert [h.id for h in ctx.used] == ["h1", "h3"]
+    notes = ctx.info["alignment"]
+    assert notes["fragments_left_out"] == 1 and notes["fragments"] == 1
+
+
+def test_an_alignment_takes_exactly_context_max_homologs_and_counts_the_rest(tmp_path):
+    # a gap in every row makes it an alignment (rows of one length with no gap are plain hits)
+    rows = "".join(f">h{k}\n{_variant(WT[:30], k, 0.2)[:-1]}-\n" for k in range(5))
+    (tmp_path / "x.a3m").write_text(f">q\n{WT[:30]}\n{rows}")
+    ctx = read_scan_context(tmp_path / "x.a3m", ALPHABET, WT, None, max_homologs=3)
+    assert [h.id for h in ctx.used] == ["h0", "h1", "h2"] and ctx.beyond_max == 2
+    assert len(ctx.pssm.weights) == 3
+
+
+def test_each_homolog_keeps_its_own_sequence_and_weight_after_fragments_are_left_out(tmp_path):
+    """A fragment before the homologs shifts their rows: each used homolog must still carry its
+    own residues, identity and weight (h2 and h3 are the same sequence but for an insertion,
+    so they share a weight of 1/2; h4 stands alone)."""
+    h2, h4 = _variant(WT[:20], 2, 0.3), _variant(WT[:20], 4, 0.5)
+    h3 = h2[:10] + "ac" + h2[10:]
+    (tmp_path / "x.a3m").write_text(
+        f">q\n{WT[:20]}\n>h1 fragment\n{WT[:4]}{'-' * 16}\n>h2\n{h2}\n>h3\n{h3}\n>h4\n{h4}\n"
+    )
+    ctx = read_scan_context(tmp_path / "x.a3m", ALPHABET, WT, None)
+    assert [h.id for h in ctx.used] == ["h2", "h3", "h4"]
+    seqs = [ALPHABET.decode(h.residues) for h in ctx.used]
+    assert seqs == [h2, h3.upper(), h4]
+    info = ctx.pssm.homologs
+    assert [i["weight"] for i in info] == [0.5, 0.5, 1.0]
+    identity = [sum(a == b for a, b in zip(s, WT[:20], strict=True)) / 20 for s in (h2, h4)]
+    assert [i["identity"] for i in info] == [round(identity[0], 4)] * 2 + [round(identity[1], 4)]
+
+
+def test_a_short_protein_beside_long_homologs_gets_every_homolog_that_fits(tmp_path):
+    """A 20-residue protein, six 60-residue homologs (20 aligned columns and 40 inserted
+    residues each), 290 tokens: four fit whole and a fifth is cut to 23 residues; the draw's
+    limit must leave room for the cut one."""
+    wt = WT[:20]
+    rows = [_variant(wt, k, 0.3) + _variant(WT, k)[20:].lower() for k in range(6)]
+    (tmp_path / "x.a3m").write_text(
+        f">q\n{wt}\n" + "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows))
+    )
+    ctx = read_scan_context(tmp_path / "x.a3m", ALPHABET, wt, None)
+    assert [len(h.residues) for h in ctx.used] == [60] * 6
+    model, seen = _model()
+    context_columns(model, ALPHABET, wt, [parse_variant(f"{wt[3]}4A", wt, 1)], ctx,
+                    max_length=290)  # fmt: skip
+    held = _members(seen[-1][0].tolist())
+    assert [len(p) for p in held] == [60, 60, 60, 60, 23]
+    assert held == [
+        ALPHABET.encode(r.upper()).tolist()[: len(p)] for r, p in zip(rows, held, strict=False)
+    ]
+
+
+def test_a_drawn_homolog_that_fits_only_without_the_end_tokens_is_the_cut_one(tmp_path):
+    """Eight 60-residue homologs, a 60-residue protein, 244 tokens: 182 left for homologs, so
+    two fit whole (122) and the third is cut to 59. Counting the window's two end tokens as
+    room would let the third fit whole and sort it by rank: the cut one must stay the third
+    drawn, after the two whole ones in file order."""
+    homologs = [_variant(WT, 10 + k) for k in range(8)]
+    (tmp_path / "h.fa").write_text("".join(f">h{k}\n{h}\n" for k, h in enumerate(homologs)))
+    ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
+    assert len(ctx.used) == 8
+    model, seen = _model()
+    encoded = [ALPHABET.encode(h).tolist() for h in homologs]
+    out_of_rank = 0
+    for sample in range(6):
+        seen.clear()
+        context_columns(model, ALPHABET, WT, [parse_variant(f"{WT[3]}4A", WT, 1)], ctx,
+                        max_length=244, sampling="weighted", samples=sample + 1, seed=3)  # fmt: skip
+        held = _members(seen[-1][0].tolist())
+        drawn = homolog_order("weighted", weights=ctx.pssm.weights, seed=3, sample=sample)
+        assert [len(p) for p in held] == [60, 60, 59]
+        assert [encoded.index(p) for p in held[:2]] == sorted(drawn[:2].tolist())
+        assert held[2] == encoded[drawn[2]][:59]
+        out_of_rank += int(drawn[2] < max(drawn[:2]))
+    assert out_of_rank  # some draw's third is not its largest rank: the order is tested
+
+
+def test_several_windows_average_their_log_probabilities(tmp_path):
+    """``samples=2`` is the mean of the two weighted windows' log-probabilities, each window
+    built as the scorer builds it (the draw, placed by rank)."""
+    homologs = [_variant(WT, 30 + k) for k in range(6)]
+    (tmp_path / "h.fa").write_text("".join(f">h{k}\n{h}\n" for k, h in enumerate(homologs)))
+    ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
+    model, _ = _model()
+    variants = [parse_variant(m, WT, 1) for m in (f"{WT[3]}4A", f"{WT[40]}41W")]
+    got = context_columns(model, ALPHABET, WT, variants, ctx, max_length=300,
+                          sampling="weighted", samples=2, seed=9, retrieval=0)  # fmt: skip
+    ids, lengths = ALPHABET.encode(WT), [len(h.residues) for h in ctx.used]
+    runs = []
+    for sample in range(2):
+        order = homolog_order("weighted", weights=ctx.pssm.weights, seed=9, sample=sample,
+                              limit=len(lengths))  # fmt: skip
+        order = in_rank_order(order, lengths, 300 - 60 - 2)
+        logp, _ = context_marginals(model, ALPHABET, ids, [ctx.used[i].residues for i in order],
+                                    [3, 40], max_length=300)  # fmt: skip
+        runs.append(logp)
+    assert not np.allclose(runs[0][3], runs[1][3], atol=1e-4)  # two different windows
+    expected = []
+    for v in variants:
+        (s,) = v
+        mean = (runs[0][s.index] + runs[1][s.index]) / 2
+        expected.append(mean[ALPHABET.index(s.mt)] - mean[ALPHABET.index(s.wt)])
+    np.testing.assert_allclose(got["masked_marginal_context"], expected, rtol=1e-6, atol=1e-7)
