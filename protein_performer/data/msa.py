@@ -48,6 +48,8 @@ _CODE = np.full(256, GAP, dtype=np.uint8)
 for _i, _aa in enumerate(STANDARD_AMINO_ACIDS):
     _CODE[ord(_aa)] = _i
 _RANGE = re.compile(r"/(\d+)-(\d+)$")
+#: Names of HH-suite's annotation rows in an a3m (``addss.pl``, ``hhmake``): not sequences.
+_ANNOTATIONS = ("ss_dssp", "sa_dssp", "ss_pred", "ss_conf", "ss_cons", "sa_cons")
 
 
 @dataclass
@@ -104,8 +106,17 @@ def _open_text(path: str | Path) -> io.TextIOBase:
     return io.TextIOWrapper(opener(path, "rb"), encoding="utf-8-sig", errors="replace")
 
 
-def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], int]:
-    """``(kind, [(title, row)], '#' lines skipped)``: kind ``stockholm`` or ``fasta``."""
+def _annotation(title: str) -> bool:
+    """Whether a record is one of HH-suite's annotation rows (secondary structure, solvent
+    accessibility, confidence, consensus), which its tools skip: not a sequence."""
+    name = title.split(None, 1)[0] if title else ""
+    return name.startswith(_ANNOTATIONS) or name.endswith("_consensus")
+
+
+def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], dict[str, int]]:
+    """``(kind, [(title, row)], what was skipped)``: kind ``stockholm`` or ``fasta``; HH-suite's
+    annotation rows (``>ss_pred``, ``>ss_conf``, ``>ss_dssp``, …) left out and counted with the
+    ``#`` lines."""
     check_readable_file(path, "an alignment (a3m, a2m, Stockholm or FASTA)")
     with _open_text(path) as fh:
         try:
@@ -116,7 +127,7 @@ def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], int]:
     lines = text.splitlines()
     first = next((line for line in lines if line.strip()), "")
     if first.startswith("# STOCKHOLM"):
-        return "stockholm", _stockholm(text, path), 0
+        return "stockholm", _stockholm(text, path), {}
     skipped = 0
     while skipped < len(lines) and (lines[skipped].startswith("#") or not lines[skipped].strip()):
         skipped += 1
@@ -134,8 +145,11 @@ def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], int]:
             out.append((line[1:].strip(), []))
         elif line.strip() and not line.startswith("#"):
             out[-1][1].append("".join(line.split()))
-    hashes = sum(1 for line in lines[:skipped] if line.startswith("#"))
-    return "fasta", [(t, "".join(s)) for t, s in out], hashes
+    skips = {
+        "header_lines_skipped": sum(1 for line in lines[:skipped] if line.startswith("#")),
+        "annotation_rows_skipped": sum(1 for t, _ in out if _annotation(t)),
+    }
+    return "fasta", [(t, "".join(s)) for t, s in out if not _annotation(t)], skips
 
 
 def _stockholm(text: str, path: str | Path) -> list[tuple[str, str]]:
@@ -300,15 +314,14 @@ def read_msa(path: str | Path, wild_type: str) -> MSA:
     ``notes``: the query, copies of the wild type, duplicates, and rows with no residue in the
     query's columns. One-line :class:`DataError` for an unreadable file, rows of unequal match
     length, or a query that is not the wild type."""
-    container, records, hashes = _records(path)
+    container, records, skipped = _records(path)
     titles = [t for t, _ in records]
     rows = [r for _, r in records]
     if not rows:
         raise DataError("no records", path=path)
     kind = _kind(rows, container)
     notes: dict[str, Any] = {"format": kind, "records_read": len(rows)}
-    if hashes:
-        notes["header_lines_skipped"] = hashes
+    notes |= {k: n for k, n in skipped.items() if n}
     if kind == "fasta":
         return _plain(path, titles, rows, wild_type, notes)
     inserts = any(any(c.islower() or c == "." for c in r) for r in rows)

@@ -162,3 +162,16 @@ def test_several_windows_average_their_log_probabilities(tmp_path):
         mean = (runs[0][s.index] + runs[1][s.index]) / 2
         expected.append(mean[ALPHABET.index(s.mt)] - mean[ALPHABET.index(s.wt)])
     np.testing.assert_allclose(got["masked_marginal_context"], expected, rtol=1e-6, atol=1e-7)
+
+
+def test_the_printed_context_counts_hhsuite_annotation_rows(tmp_path):
+    from protein_performer.analysis.dms.homologs import context_notes
+
+    rows = "".join(f">h{k}\n{_variant(WT[:30], k, 0.2)[:-1]}-\n" for k in range(3))
+    (tmp_path / "x.a3m").write_text(
+        f">ss_pred\n{'C' * 30}\n>ss_conf\n{'9' * 30}\n>q\n{WT[:30]}\n{rows}"
+    )
+    ctx = read_scan_context(tmp_path / "x.a3m", ALPHABET, WT, None)
+    assert len(ctx.used) == 3
+    text = context_notes(ctx, {}, causal=True)
+    assert "4 records" in text and "2 HH-suite annotation rows (ss_pred, ...)" in text

@@ -275,3 +275,18 @@ def test_diverse_windows_after_the_first_start_from_a_weighted_draw():
     starts = {homolog_order("diverse", matrix=m, weights=weights, seed=4, sample=s)[0]
               for s in range(1, 9)}  # fmt: skip
     assert len(starts) > 1
+
+
+def test_hhsuite_annotation_rows_are_not_homologs(tmp_path):
+    # addss.pl writes predicted secondary structure and its confidence before the query: the
+    # ss_pred row is upper case and as long as the query, ss_conf digits; neither is a sequence
+    path = tmp_path / "x.a3m"
+    path.write_text(
+        ">ss_pred PSIPRED predicted secondary structure\nCCHHHHHEEC\n"
+        ">ss_conf PSIPRED confidence values\n9877654321\n"
+        + A3M.split("\n", 1)[1]
+        + ">q_consensus\nTAYIAKQRQI\n"
+    )
+    msa = read_msa(path, WT)
+    assert msa.query_id == "query" and msa.ids == ["h1", "h2", "h6"]
+    assert msa.notes["annotation_rows_skipped"] == 3 and msa.notes["records_read"] == 7

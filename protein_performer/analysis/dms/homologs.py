@@ -496,6 +496,7 @@ def _left_out(notes: dict[str, Any], beyond: int) -> str:
         (notes.get("copies_of_wild_type_left_out", 0), "copies of the wild type"),
         (notes.get("duplicates_left_out", 0), "duplicates"),
         (notes.get("gap_only_rows", 0), "rows with no residue in the query's columns"),
+        (notes.get("annotation_rows_skipped", 0), "HH-suite annotation rows (ss_pred, ...)"),
         (notes.get("fragments_left_out", 0), "fragments (context_min_coverage)"),
         (beyond, "beyond context_max_homologs"),
     ]
