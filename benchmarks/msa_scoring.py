@@ -36,19 +36,31 @@ from _common import (
 )
 from homolog_scoring import read_scan
 
+from protein_performer.analysis.dms.homologs import DEFAULT_WINDOW_HOMOLOGS
 
-def setting(text: str) -> tuple[int, str, int]:
-    """``TOKENS,SAMPLING,SAMPLES`` as a tuple (argparse type)."""
+
+def setting(text: str) -> tuple[int, str, int, int | None]:
+    """``TOKENS,SAMPLING,SAMPLES[,CAP]`` as a tuple (argparse type): CAP homologs at most in a
+    window (``score context_window_homologs=``; default 16, ``all``: as many as fit)."""
     try:
-        tokens, sampling, samples = text.split(",")
-        out = (int(tokens), sampling.strip(), int(samples))
+        tokens, sampling, samples, *rest = text.split(",")
+        cap = rest[0].strip() if rest else str(DEFAULT_WINDOW_HOMOLOGS)
+        if len(rest) > 1:
+            raise ValueError
+        out = (int(tokens), sampling.strip(), int(samples), None if cap == "all" else int(cap))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: give TOKENS,SAMPLING,SAMPLES, e.g. 1024,first,1"
+            f"{text!r}: give TOKENS,SAMPLING,SAMPLES[,CAP], e.g. 1024,first,1 or 8192,first,1,all"
         ) from None
-    if out[0] < 16 or out[2] < 1 or out[1] not in ("first", "weighted", "diverse"):
+    if (
+        out[0] < 16
+        or out[2] < 1
+        or out[1] not in ("first", "weighted", "diverse")
+        or (out[3] is not None and out[3] < 1)
+    ):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: tokens >= 16, sampling first / weighted / diverse, samples >= 1"
+            f"{text!r}: tokens >= 16, sampling first / weighted / diverse, samples >= 1, "
+            "cap >= 1 or all"
         )
     return out
 
@@ -94,17 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     read_seconds = time.perf_counter() - start
     rows: list[dict[str, Any]] = []
     profile_rho = None
-    for tokens, sampling, samples in args.settings:
+    for tokens, sampling, samples, cap in args.settings:
         t0 = time.perf_counter()
         columns = context_columns(
             model, alphabet, wild, variants, context, max_length=tokens, sampling=sampling,
-            samples=samples, seed=args.seed, retrieval=args.retrieval,
+            samples=samples, window_homologs=cap, seed=args.seed, retrieval=args.retrieval,
         )  # fmt: skip
         rows.append(
             {
                 "tokens": tokens,
                 "sampling": sampling,
                 "samples": samples,
+                "window_homologs": cap,
                 "mean_homologs_in_window": context.info["mean_homologs_in_window"],
                 "model": spearman(columns[CONTEXT_COLUMN], fitness),
                 "retrieval": spearman(
@@ -125,12 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         return "n/a" if x is None else f"{x:.3f}"
 
     table = format_table(
-        ["window", "homologs", "samples", "in window", "model", "retrieval", "s"],
+        ["window", "homologs", "samples", "cap", "in window", "model", "retrieval", "s"],
         [
             [
                 r["tokens"],
                 r["sampling"],
                 r["samples"],
+                r["window_homologs"] or "all",
                 f"{r['mean_homologs_in_window']:.1f}",
                 fmt(r["model"]),
                 fmt(r["retrieval"]),

@@ -62,25 +62,28 @@ def test_rows_are_the_context_scores_of_each_setting(tmp_path, scan, capsys):
     args = ["--checkpoint", str(tmp_path / "m.ckpt"), "--wild-type", str(tmp_path / "wt.fa")]
     args += ["--mutations", str(tmp_path / "dms.csv"), "--fitness", "fit"]
     args += ["--context", str(tmp_path / "msa.a3m"), "--json", str(out), "--retrieval", "0"]
-    args += ["--settings", "128,first,1", "512,first,1", "128,weighted,2"]
+    args += ["--settings", "128,first,1", "512,first,1", "128,weighted,2", "512,first,1,2"]
     assert bench.main(args) == 0
     result = json.loads(out.read_text())
     assert result["mutants"] == len(subs) and result["homologs_used"] == 6
-    got = {(r["tokens"], r["sampling"], r["samples"]): r for r in result["rows"]}
+    got = {(r["tokens"], r["sampling"], r["samples"], r["window_homologs"]): r
+           for r in result["rows"]}  # fmt: skip
     sites = sorted({s.index for s in subs})
     homologs = [ALPHABET.encode(r.replace("-", "")) for r in rows]
-    for tokens in (128, 512):  # file order: as many as fit (1 at 128 tokens, all 6 at 512)
+    # file order: as many as fit (1 at 128 tokens, all 6 at 512), or the first 2 (cap 2)
+    for tokens, cap in ((128, 16), (512, 16), (512, 2)):
         logp, info = context_marginals(
-            model, ALPHABET, ALPHABET.encode(WT), homologs, sites, max_length=tokens
+            model, ALPHABET, ALPHABET.encode(WT), homologs[:cap], sites, max_length=tokens
         )
         col = [
             logp[s.index][ALPHABET.index(s.mt)] - logp[s.index][ALPHABET.index(s.wt)] for s in subs
         ]
-        row = got[(tokens, "first", 1)]
+        row = got[(tokens, "first", 1, cap)]
         assert np.isclose(row["model"], spearman(col, fit))
         assert row["model"] == row["retrieval"]  # --retrieval 0: the model's alone
         assert row["mean_homologs_in_window"] == info["mean_homologs_in_window"]
-    assert got[(128, "first", 1)]["mean_homologs_in_window"] < 6
+    assert got[(128, "first", 1, 16)]["mean_homologs_in_window"] < 6
+    assert got[(512, "first", 1, 2)]["mean_homologs_in_window"] == 2
     profile = alignment_profile(WT, read_msa(tmp_path / "msa.a3m", WT))
     expected = spearman(pssm_scores(profile, [[s] for s in subs]), fit)
     assert np.isclose(result["baselines"]["profile of the same homologs"], expected)
@@ -93,3 +96,7 @@ def test_a_bad_setting_is_refused(tmp_path, scan, capsys):
     with pytest.raises(SystemExit):
         bench.main([*args, "--settings", "1024,best,1"])
     assert "sampling first / weighted / diverse" in capsys.readouterr().err
+    for bad in ("1024,first,1,0", "1024,first,1,2,3"):
+        with pytest.raises(SystemExit):
+            bench.main([*args, "--settings", bad])
+        assert "1024,first,1" in capsys.readouterr().err

@@ -351,6 +351,9 @@ class ScoreConfig:
         "first", "context=: which homologs fill a window: first (file order), weighted, diverse"
     )
     context_samples: int = _key(1, "context=: windows per site, their log-probabilities averaged")
+    context_window_homologs: int | None = _key(
+        16, "context=: at most N homologs in one window (null: as many as fit)"
+    )
     context_min_coverage: float = _key(
         0.5, "context=: an aligned homolog covering less of the wild type's columns is left out"
     )

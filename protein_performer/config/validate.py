@@ -55,6 +55,8 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
     if cfg.context_tokens is not None:
         _positive("context_tokens", cfg.context_tokens)
     _positive("context_samples", cfg.context_samples)
+    if cfg.context_window_homologs is not None:
+        _positive("context_window_homologs", cfg.context_window_homologs)
     check_choice("context_sampling", cfg.context_sampling, ("first", "weighted", "diverse"))
     for key in ("context_min_coverage", "context_retrieval"):
         value = getattr(cfg, key)

@@ -175,3 +175,31 @@ def test_the_printed_context_counts_hhsuite_annotation_rows(tmp_path):
     assert len(ctx.used) == 3
     text = context_notes(ctx, {}, causal=True)
     assert "4 records" in text and "2 HH-suite annotation rows (ss_pred, ...)" in text
+
+
+def test_a_window_holds_at_most_window_homologs(tmp_path):
+    """Twenty 20-residue homologs of a 20-residue protein all fit a 512-token window: the
+    default takes the first 16, ``window_homologs=3`` the first 3, None all 20."""
+    from protein_performer.analysis.dms.homologs import DEFAULT_WINDOW_HOMOLOGS
+    from protein_performer.analysis.dms.marginals import context_keywords
+    from protein_performer.config.schema import ScoreConfig
+
+    assert ScoreConfig().context_window_homologs == DEFAULT_WINDOW_HOMOLOGS == 16
+    assert context_keywords({"context_window_homologs": 3}) == {"window_homologs": 3}
+    wt = WT[:20]
+    rows = [_variant(wt, 50 + k, 0.3)[:-1] + "-" for k in range(20)]
+    (tmp_path / "x.a3m").write_text(
+        f">q\n{wt}\n" + "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows))
+    )
+    ctx = read_scan_context(tmp_path / "x.a3m", ALPHABET, wt, None)
+    assert len(ctx.used) == 20
+    model, seen = _model()
+    variants = [parse_variant(f"{wt[3]}4A", wt, 1)]
+    for cap, held in ((None, 20), (3, 3), ("default", 16)):
+        seen.clear()
+        options = {} if cap == "default" else {"window_homologs": cap}
+        context_columns(model, ALPHABET, wt, variants, ctx, max_length=512, **options)
+        parts = _members(seen[-1][0].tolist())
+        assert [ALPHABET.decode(np.array(p)) for p in parts] == [r[:-1] for r in rows[:held]]
+        assert ctx.info["mean_homologs_in_window"] == held
+        assert ctx.info["context_window_homologs"] == (16 if cap == "default" else cap)

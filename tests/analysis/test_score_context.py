@@ -563,3 +563,21 @@ def test_a_draw_among_homologs_of_many_lengths_is_placed_by_rank(tmp_path):
         assert len(kept) >= 4 and held == sorted(whole) + cut  # the same ones; a cut one last
         cuts += bool(cut)
     assert cuts  # some window cut its last homolog
+
+
+def test_score_caps_the_homologs_of_a_window_as_asked(ckpt, tmp_path, capsys):
+    _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    _fasta(tmp_path / "h.fa", [(f"h{k}", h) for k, h in enumerate(HOMOLOGS[:3])])
+    context = f"context={tmp_path / 'h.fa'}"
+    assert _score(ckpt, tmp_path, context, "context_window_homologs=1", "context_tokens=256") == 0
+    out = capsys.readouterr().out
+    assert "a mean of 1.0 of them" in out and "(first homologs, at most 1 a window)" in out
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["context"]["context_window_homologs"] == 1
+    code = _score(ckpt, tmp_path, context, "context_window_homologs=null", "context_tokens=256",
+                  out="t.csv")  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "a mean of 3.0 of them" in out and "at most" not in out
+    assert _score(ckpt, tmp_path, context, "context_window_homologs=0", out="u.csv") != 0
+    assert "context_window_homologs" in capsys.readouterr().err

@@ -423,8 +423,9 @@ _CLI_CONTEXT_NAMES = {
     "context_sampling": "sampling",
     "context_samples": "samples",
     "context_retrieval": "retrieval",
+    "context_window_homologs": "window_homologs",
 }
-_CONTEXT_KEYWORDS = ("max_length", "sampling", "samples", "seed", "retrieval")
+_CONTEXT_KEYWORDS = ("max_length", "sampling", "samples", "window_homologs", "seed", "retrieval")
 
 
 def context_keywords(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -189,6 +189,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         context_options={
             "sampling": cfg.context_sampling,
             "samples": cfg.context_samples,
+            "window_homologs": cfg.context_window_homologs,
             "seed": cfg.seed,
             "retrieval": cfg.context_retrieval,
         },
