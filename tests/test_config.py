@@ -76,7 +76,7 @@ def test_every_group_option_and_experiment_composes():
                 "homologs",
             ):
                 overrides.append("data.clusters=clusters14")
-            elif option == "homologs_msa":
+            elif option in ("homologs_msa", "homologs_deep"):
                 overrides += ["data.clusters=clusters14", "data.pair_homologs=hits14"]
             cfg = compose_job("train", overrides).config
             validate_train_config(cfg)
@@ -747,6 +747,11 @@ def test_the_homologs_recipe_composes_and_pair_partners_is_checked():
     ).config
     assert msa.data.pair_homologs == "h" and msa.data.max_length == 4096
     assert msa.data.pair_partners == 32 and msa.model.exact_layers == [-1]
+    deep = compose_job(
+        "train", ["experiment=homologs_deep", "data.clusters=c", "data.pair_homologs=h"]
+    ).config
+    assert (deep.data.max_length, deep.data.pair_partners, deep.optim.lr) == (8192, 64, 3e-4)
+    assert deep.model == msa.model and deep.data.pair_alone == msa.data.pair_alone
     job = compose_job("train", ["experiment=homologs", "data.clusters=c.tsv"])
     d = job.config.data
     assert d.packing == "pairs" and d.pair_partners == 8 and d.max_length == 1024
