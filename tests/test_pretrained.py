@@ -50,9 +50,8 @@ def test_an_unknown_name_is_a_one_line_error_naming_the_shipped_ones(tmp_path, m
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"no shipped checkpoint named 'esm2'") as e:
         protein_performer.load("esm2")
-    assert "the names are default, homologs, homologs-msa" in str(e.value) and "\n" not in str(
-        e.value
-    )
+    names = "the names are default, homologs, homologs-msa, homologs-deep"
+    assert names in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_shipped_name_missing_from_the_installation_is_named(monkeypatch):
@@ -98,3 +97,23 @@ def test_the_alignment_model_is_the_homolog_model_trained_on_with_its_split():
         if not torch.equal(a, b)
     ]
     assert len(moved) > len(v1.state_dict()) // 2  # trained on, not a copy
+
+
+def test_the_deep_model_is_the_alignment_model_trained_on_for_depth():
+    from protein_performer.model.checkpoints import shipped
+
+    if not (shipped("homologs-msa") and shipped("homologs-deep")):
+        pytest.skip("the shipped homolog checkpoints are not installed")
+    msa, meta_msa = load_model("homologs-msa")
+    deep, meta = load_model("homologs-deep")
+    assert deep.config == msa.config and not deep.training
+    assert (meta["data"]["max_length"], meta["data"]["pair_partners"]) == (8192, 64)
+    assert meta_msa["data"]["max_length"] == 4096
+    moved = [
+        name
+        for (name, a), (_, b) in zip(
+            msa.state_dict().items(), deep.state_dict().items(), strict=True
+        )
+        if not torch.equal(a, b)
+    ]
+    assert len(moved) > len(msa.state_dict()) // 2  # trained on, not a copy
