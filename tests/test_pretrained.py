@@ -80,34 +80,29 @@ def test_importing_the_package_does_not_import_torch():
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_the_alignment_model_is_the_homolog_model_trained_on_with_its_split():
+def _lineage(before: str, after: str) -> tuple[tuple, tuple]:
+    """The shipped checkpoints ``before`` and ``after`` (``(model, metadata)`` each), ``after``
+    checked to be ``before``'s architecture trained on (most tensors changed, not a copy);
+    skipped where they are not installed."""
     from protein_performer.model.checkpoints import shipped
 
-    if not (shipped("homologs") and shipped("homologs-msa")):
+    if not (shipped(before) and shipped(after)):
         pytest.skip("the shipped homolog checkpoints are not installed")
-    v1, meta1 = load_model("homologs")
-    v2, meta2 = load_model("homologs-msa")
-    assert v2.config == v1.config and not v2.training
+    old, new = load_model(before), load_model(after)
+    assert new[0].config == old[0].config and not new[0].training
+    pairs = zip(old[0].state_dict().values(), new[0].state_dict().values(), strict=True)
+    assert sum(not torch.equal(a, b) for a, b in pairs) > len(old[0].state_dict()) // 2
+    return old, new
+
+
+def test_the_alignment_model_is_the_homolog_model_trained_on_with_its_split():
+    (_, meta1), (_, meta2) = _lineage("homologs", "homologs-msa")
     assert meta2["data"]["max_length"] == 4096 and meta1["data"]["max_length"] == 1024
     # the same held-out clusters: the split's table and its digest are the homolog model's
     assert meta2["data"]["clusters_digest"] == meta1["data"]["clusters_digest"]
-    assert _trained_on(v1, v2)
-
-
-def _trained_on(before: torch.nn.Module, after: torch.nn.Module) -> bool:
-    """Whether most of ``before``'s tensors changed in ``after`` (trained on, not a copy)."""
-    pairs = zip(before.state_dict().values(), after.state_dict().values(), strict=True)
-    return sum(not torch.equal(a, b) for a, b in pairs) > len(before.state_dict()) // 2
 
 
 def test_the_deep_model_is_the_alignment_model_trained_on_for_depth():
-    from protein_performer.model.checkpoints import shipped
-
-    if not (shipped("homologs-msa") and shipped("homologs-deep")):
-        pytest.skip("the shipped homolog checkpoints are not installed")
-    msa, meta_msa = load_model("homologs-msa")
-    deep, meta = load_model("homologs-deep")
-    assert deep.config == msa.config and not deep.training
+    (_, meta_msa), (_, meta) = _lineage("homologs-msa", "homologs-deep")
     assert (meta["data"]["max_length"], meta["data"]["pair_partners"]) == (8192, 64)
     assert meta_msa["data"]["max_length"] == 4096
-    assert _trained_on(msa, deep)
