@@ -174,3 +174,57 @@ def test_a_homolog_exactly_at_min_z_is_used():
     assert info[0]["used"] is True  # z >= min_z
     _, info = column_counts(query, [homolog], min_z=float(np.nextafter(z, np.inf)))
     assert info[0]["used"] is False
+
+
+def test_weighted_column_counts_sum_the_weights_of_each_residue_per_column():
+    from protein_performer.analysis.dms.profile import weighted_column_counts
+    from protein_performer.data.msa import GAP
+
+    rng = np.random.default_rng(5)
+    rows = rng.integers(0, GAP + 1, (40, 9)).astype(np.uint8)  # gaps included
+    weights = rng.random(40)
+    expected = np.einsum("n,nla->la", weights, np.eye(GAP + 1)[rows][..., :20])
+    np.testing.assert_allclose(weighted_column_counts(rows, weights), expected, atol=1e-12)
+
+
+def test_an_alignment_too_deep_to_weigh_exactly_is_weighed_against_a_sample(tmp_path, monkeypatch):
+    from protein_performer.analysis.dms import profile
+    from protein_performer.analysis.dms.homologs import context_notes, read_scan_context
+    from protein_performer.data.alphabet import default_alphabet
+
+    rng = np.random.default_rng(2)
+    aa = list("ACDEFGHIKLMNPQRSTVWY")
+    wt = "".join(rng.choice(aa, 30))
+    # aligned FASTA (a gap in every row): 2,699 rows unrelated to each other and a family of
+    # 300 that differ from one another at two residues at most (duplicates would be left out)
+    rows = ["-" + "".join(rng.choice(aa, 29)) for _ in range(2_699)]
+    seed_row, family = list(rng.choice(aa, 29)), set()
+    while len(family) < 300:
+        row = seed_row.copy()
+        for i in rng.choice(29, 2, replace=False):
+            row[i] = rng.choice(aa)
+        family.add("-" + "".join(row))
+    rows += sorted(family)
+    assert len(set(rows)) == 2_999
+    (tmp_path / "deep.fa").write_text(
+        f">q\n{wt}\n" + "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows))
+    )
+    alphabet = default_alphabet()
+    exact = read_scan_context(tmp_path / "deep.fa", alphabet, wt, None)
+    assert "weights_estimated_from" not in exact.info["alignment"]
+    np.testing.assert_allclose(exact.pssm.weights[-300:], 1 / 300)
+    assert exact.pssm.params["neff"] == pytest.approx(2_701, abs=0.01)  # the query is one
+    monkeypatch.setattr(profile, "EXACT_WEIGHT_CELLS", 3_000 * 2_500 * 30)
+    ctx = read_scan_context(tmp_path / "deep.fa", alphabet, wt, None, seed=1)
+    assert ctx.pssm.params["weight_sample"] == 2_500
+    assert ctx.info["alignment"]["weights_estimated_from"] == 2_500
+    np.testing.assert_allclose(ctx.pssm.weights[:-300], 1.0)  # each its only neighbour
+    family = ctx.pssm.weights[-300:]
+    assert not np.allclose(family, 1 / 300, rtol=1e-6)  # estimated, not counted
+    np.testing.assert_allclose(family, 1 / 300, rtol=0.1)
+    assert ctx.pssm.params["neff"] == pytest.approx(2_701, abs=0.2)
+    other = read_scan_context(tmp_path / "deep.fa", alphabet, wt, None, seed=2)
+    assert not np.array_equal(other.pssm.weights, ctx.pssm.weights)  # the seed draws
+    text = context_notes(ctx, {}, causal=True)
+    assert "counted among 2,500 rows drawn at random" in text
+    assert "drawn at random" not in context_notes(exact, {}, causal=True)

@@ -581,3 +581,33 @@ def test_score_caps_the_homologs_of_a_window_as_asked(ckpt, tmp_path, capsys):
     assert code == 0 and "a mean of 3.0 of them" in out and "at most" not in out
     assert _score(ckpt, tmp_path, context, "context_window_homologs=0", out="u.csv") != 0
     assert "context_window_homologs" in capsys.readouterr().err
+
+
+def test_score_draws_the_rows_a_deep_alignment_is_weighed_against_with_its_seed(
+    ckpt, tmp_path, capsys, monkeypatch
+):
+    from protein_performer.analysis.dms import profile
+    from protein_performer.analysis.dms.homologs import read_scan_context
+
+    _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    rng = np.random.default_rng(4)
+    # 2,999 rows: near copies of a few parents (families whose estimated weights vary)
+    parents = [_variant(WT, rng, 0.5) for _ in range(10)]
+    rows = {"-" + _variant(p, rng, 0.05)[1:] for p in parents for _ in range(400)}
+    rows = sorted(rows)[:2_999]
+    (tmp_path / "deep.fa").write_text(
+        f">wt\n{WT}\n" + "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows))
+    )
+    monkeypatch.setattr(profile, "EXACT_WEIGHT_CELLS", 3_000 * 2_500 * 60)
+    neff = {}
+    for seed in (1, 2):
+        out = f"s{seed}.csv"
+        code = _score(ckpt, tmp_path, f"context={tmp_path / 'deep.fa'}", f"seed={seed}", out=out)
+        assert code == 0, capsys.readouterr().err
+        notes = json.loads((tmp_path / f"s{seed}.json").read_text())["context"]["alignment"]
+        assert notes["weights_estimated_from"] == 2_500
+        neff[seed] = notes["neff"]
+    assert "counted among 2,500 rows drawn at random" in capsys.readouterr().out
+    by_hand = read_scan_context(tmp_path / "deep.fa", ALPHABET, WT, "wt", seed=2)
+    assert neff[2] == by_hand.info["alignment"]["neff"] and neff[1] != neff[2]

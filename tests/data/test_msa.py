@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
-from protein_performer.data.msa import GAP, homolog_order, read_msa, sequence_weights
+from protein_performer.data.msa import (
+    GAP,
+    MIN_WEIGHT_SAMPLE,
+    homolog_order,
+    read_msa,
+    sequence_weights,
+    weight_sample_size,
+)
 from protein_performer.errors import DataError
 
 WT = "MKTAYIAKQRQISFVKSHFSRQ"  # 22 residues; the alignments hold residues 3-12 (TAYIAKQRQI)
@@ -290,3 +297,61 @@ def test_hhsuite_annotation_rows_are_not_homologs(tmp_path):
     msa = read_msa(path, WT)
     assert msa.query_id == "query" and msa.ids == ["h1", "h2", "h6"]
     assert msa.notes["annotation_rows_skipped"] == 3 and msa.notes["records_read"] == 7
+
+
+def test_weight_sample_size_is_all_rows_within_the_limit_and_the_limit_beyond():
+    assert weight_sample_size(100, 10, 100 * 100 * 10) == 100  # exactly at the limit: all
+    assert weight_sample_size(100, 10, None) == 100
+    assert weight_sample_size(10_000, 10, 10_000 * 3_000 * 10) == 3_000
+    assert weight_sample_size(10_000, 10, 10_000 * 3_000 * 10 - 1) == 2_999
+    assert weight_sample_size(10_000, 10, 1) == MIN_WEIGHT_SAMPLE  # never fewer than this
+    assert weight_sample_size(100, 10, 1) == 100  # nor more than there are
+
+
+def test_sampled_weights_of_unrelated_rows_stay_one():
+    # no row has a neighbour but itself: a drawn row must not count itself as a neighbour
+    rng = np.random.default_rng(0)
+    matrix = rng.integers(0, 20, (3_000, 30)).astype(np.uint8)
+    w = sequence_weights(matrix, max_cells=3_000 * 2_100 * 30)
+    assert weight_sample_size(3_000, 30, 3_000 * 2_100 * 30) == 2_100
+    np.testing.assert_allclose(w, 1.0)
+
+
+def test_sampled_weights_scale_the_neighbours_found_to_the_whole_alignment():
+    # three families of identical rows (1,500, 1,000 and 500) and 500 unrelated: exact weights
+    # 1/1500, 1/1000, 1/500 and 1; a sample of 2,048 of the 3,500 rows estimates them
+    rng = np.random.default_rng(1)
+    sizes = (1_500, 1_000, 500)
+    family = np.concatenate([np.repeat(rng.integers(0, 20, (1, 30)), s, 0) for s in sizes])
+    matrix = np.concatenate([family, rng.integers(0, 20, (500, 30))]).astype(np.uint8)
+    matrix[-1] = GAP  # a row of gaps only still weighs nothing
+    cells = 3_500 * 2_048 * 30
+    w = sequence_weights(matrix, max_cells=cells, seed=3)
+    exact = sequence_weights(matrix, max_cells=None)
+    start = 0
+    for s in sizes:
+        np.testing.assert_allclose(exact[start : start + s], 1 / s)
+        np.testing.assert_allclose(w[start : start + s], 1 / s, rtol=0.15)
+        start += s
+    np.testing.assert_allclose(w[start:-1], 1.0)
+    assert w[-1] == 0.0 and exact[-1] == 0.0
+    assert abs(w.sum() - exact.sum()) < 0.02 * exact.sum()
+    np.testing.assert_array_equal(w, sequence_weights(matrix, max_cells=cells, seed=3))
+    assert not np.array_equal(w, sequence_weights(matrix, max_cells=cells, seed=4))
+
+
+def test_sampled_weights_follow_the_estimate_when_one_row_is_not_drawn():
+    # 2,049 rows, 2,048 drawn: a pair and a triple of identical rows (all drawn with this
+    # seed) among unrelated rows; each counts itself once and the others scaled by N-1 / R-1
+    # (float32 counts: rtol 1e-6; R instead of R-1 would be off by 3e-4)
+    rng = np.random.default_rng(2)
+    matrix = rng.integers(0, 20, (2_049, 30)).astype(np.uint8)
+    matrix[1] = matrix[0]
+    matrix[3] = matrix[4] = matrix[2]
+    n, r = 2_049, 2_048
+    w = sequence_weights(matrix, max_cells=n * r * 30, seed=0)
+    drawn = np.sort(np.random.default_rng(0).choice(n, r, replace=False))
+    assert {0, 1, 2, 3, 4} <= set(drawn.tolist())
+    np.testing.assert_allclose(w[:2], 1 / (1 + 1 * (n - 1) / (r - 1)), rtol=1e-6)
+    np.testing.assert_allclose(w[2:5], 1 / (1 + 2 * (n - 1) / (r - 1)), rtol=1e-6)
+    np.testing.assert_allclose(w[5:], 1.0)

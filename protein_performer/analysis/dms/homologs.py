@@ -101,6 +101,7 @@ def read_scan_context(
     max_homologs: int | None = None,
     *,
     min_coverage: float = FRAGMENT_COVERAGE,
+    seed: int = 0,
 ) -> ScanContext:
     """The homologs of the wild type ``sequence`` (record ``wild_type_id``, None for a
     sequence given as text) in ``path`` and its profile from them.
@@ -108,13 +109,14 @@ def read_scan_context(
     An alignment (a3m, a2m, Stockholm, aligned FASTA: :func:`~protein_performer.data.msa.
     read_msa`) gives its homologs covering at least ``min_coverage`` of the query's columns
     (the first ``max_homologs``; None: all) and their weighted profile
-    (:func:`~protein_performer.analysis.dms.profile.alignment_profile`). Plain FASTA hits give
+    (:func:`~protein_performer.analysis.dms.profile.alignment_profile`; ``seed`` draws the rows
+    an alignment too deep to weigh exactly is weighed against). Plain FASTA hits give
     the first ``max_homologs`` (None: :data:`UNALIGNED_MAX_HOMOLOGS`), each aligned locally for
     the PSSM. One-line :class:`DataError` for an empty file, a query that is not the wild
     type, homologs of other queries only, or none aligning above chance."""
     msa = read_msa(path, sequence)
     if msa.aligned:
-        return _aligned_context(path, msa, alphabet, sequence, max_homologs, min_coverage)
+        return _aligned_context(path, msa, alphabet, sequence, max_homologs, min_coverage, seed)
     if max_homologs is None:
         max_homologs = UNALIGNED_MAX_HOMOLOGS
     try:
@@ -182,6 +184,7 @@ def _aligned_context(
     sequence: str,
     max_homologs: int | None,
     min_coverage: float,
+    seed: int,
 ) -> ScanContext:
     coverage = msa.coverage()
     keep = coverage >= min_coverage
@@ -196,7 +199,7 @@ def _aligned_context(
             f"type's {len(msa.positions):,} aligned columns (context_min_coverage= lowers it)",
             path=path,
         )
-    pssm = alignment_profile(sequence, msa, keep=keep)
+    pssm = alignment_profile(sequence, msa, keep=keep, seed=seed)
     identity = msa.identity()
     index = np.nonzero(keep)[0]
     weights = np.asarray(pssm.weights)
@@ -216,6 +219,8 @@ def _aligned_context(
     notes = dict(msa.notes)
     notes["fragments_left_out"] = int((coverage < min_coverage).sum())
     notes["neff"] = pssm.params["neff"]
+    if pssm.params["weight_sample"] < pssm.params["sequences"]:
+        notes["weights_estimated_from"] = pssm.params["weight_sample"]
     return ScanContext(
         str(path),
         homologs,
@@ -455,7 +460,13 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
             + " = wild-type residues "
             f"{notes['wild_type_residues_covered']} ({notes['columns']:,} columns); "
             f"{len(used):,} homologs used, Neff {notes['neff']:,.1f} (weights 1 / neighbours at "
-            f">= 80 % identity); left out: {_left_out(notes, context.beyond_max)}; profile "
+            f">= 80 % identity"
+            + (
+                f", counted among {notes['weights_estimated_from']:,} rows drawn at random"
+                if "weights_estimated_from" in notes
+                else ""
+            )
+            + f"); left out: {_left_out(notes, context.beyond_max)}; profile "
             f"column {PSSM_COLUMN} (bits)"
         )
     else:

@@ -46,7 +46,14 @@ from protein_performer.analysis.dms.variants import (
     parse_variant,
 )
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
-from protein_performer.data.msa import GAP, MSA, WEIGHT_IDENTITY, sequence_weights
+from protein_performer.data.msa import (
+    EXACT_WEIGHT_CELLS,
+    GAP,
+    MSA,
+    WEIGHT_IDENTITY,
+    sequence_weights,
+    weight_sample_size,
+)
 from protein_performer.data.pairwise_alignment import aligned_positions, local_aligner
 from protein_performer.data.simulate import blosum62_model
 from protein_performer.errors import ConfigError, DataError
@@ -261,6 +268,16 @@ def build_pssm(
     )
 
 
+def weighted_column_counts(rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``(L, 20)``: the summed ``weights`` ``(N,)`` of the rows holding each amino acid in each
+    column of ``rows`` ``(N, L)`` (codes as :attr:`~protein_performer.data.msa.MSA.matrix`;
+    gaps not counted). One column at a time: memory of one row's length, however deep."""
+    out = np.zeros((rows.shape[1], GAP + 1), dtype=np.float64)
+    for j in range(rows.shape[1]):
+        out[j] = np.bincount(rows[:, j], weights=weights, minlength=GAP + 1)[: GAP + 1]
+    return out[:, :20]
+
+
 def alignment_profile(
     wild_type: str,
     msa: MSA,
@@ -269,6 +286,7 @@ def alignment_profile(
     identity: float = WEIGHT_IDENTITY,
     pseudocount_weight: float = PSEUDOCOUNT_WEIGHT,
     include_query: bool = True,
+    seed: int = 0,
 ) -> Pssm:
     """The weighted profile of ``wild_type`` from an aligned ``msa``, as the field builds it
     (EVmutation's and DeepSequence's site-independent model): the alignment's own columns (no
@@ -277,7 +295,10 @@ def alignment_profile(
     per column, then steps 3 and 4 of the module docstring (BLOSUM62 pseudocounts, log-odds in
     bits). ``keep`` ``(N,)`` bool: the homologs used (None: all). Wild-type residues outside
     the alignment's columns hold the query alone (BLOSUM62's conditional probabilities).
-    ``params["neff"]``: the summed weight of the sequences, the alignment's effective depth."""
+    ``params["neff"]``: the summed weight of the sequences, the alignment's effective depth; an
+    alignment too deep to weigh exactly has its weights estimated from a sample of its rows
+    drawn with ``seed`` (``params["weight_sample"]``, see :func:`~protein_performer.data.msa.
+    sequence_weights`)."""
     if not msa.aligned:
         raise ValueError(
             "alignment_profile needs an aligned MSA (a3m, a2m, Stockholm, aligned FASTA)"
@@ -286,15 +307,14 @@ def alignment_profile(
     rows = msa.matrix if keep is None else msa.matrix[np.asarray(keep, dtype=bool)]
     if include_query:
         rows = np.concatenate([msa.query_codes[None, :], rows])
-    weights = sequence_weights(rows, identity)
+    weights = sequence_weights(rows, identity, max_cells=EXACT_WEIGHT_CELLS, seed=seed)
     counts = np.zeros((len(wild_type), 20), dtype=np.float64)
     if include_query:
         for i, aa in enumerate(wild_type):
             if aa in _INDEX:
                 counts[i, _INDEX[aa]] = 1.0
         counts[msa.positions] = 0.0  # the query's row counts there, with its weight
-    onehot = np.eye(GAP + 1)[rows][..., :20]  # (N, L, 20)
-    counts[msa.positions] += np.einsum("n,nla->la", weights, onehot)
+    counts[msa.positions] += weighted_column_counts(rows, weights)
     frequencies, scores, background = pssm_from_counts(counts, pseudocount_weight)
     neff = float(weights.sum())
     params = {
@@ -302,6 +322,7 @@ def alignment_profile(
         "weights": f"1 / neighbours at >= {identity:g} identity (EVmutation, DeepSequence)",
         "neff": round(neff, 2),
         "sequences": len(rows),
+        "weight_sample": weight_sample_size(*rows.shape, EXACT_WEIGHT_CELLS),
         "columns": len(msa.positions),
         "pseudocounts": "BLOSUM62 substitution probabilities (Henikoff & Henikoff 1996)",
         "pseudocount_weight": pseudocount_weight,

@@ -174,6 +174,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             record_id,
             cfg.context_max_homologs,
             min_coverage=cfg.context_min_coverage,
+            seed=cfg.seed,
         )
     counts = meta.get("data", {}).get("unigram_counts")
     columns, elapsed = scan_lib.score_scan(
