@@ -149,7 +149,9 @@ def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], dict[str, in
         "header_lines_skipped": sum(1 for line in lines[:skipped] if line.startswith("#")),
         "annotation_rows_skipped": sum(1 for t, _ in out if _annotation(t)),
     }
-    return "fasta", [(t, "".join(s)) for t, s in out if not _annotation(t)], skips
+    # a closing "*" (a stop, as some tools write it) is not a column
+    rows = [(t, "".join(s).removesuffix("*")) for t, s in out if not _annotation(t)]
+    return "fasta", rows, skips
 
 
 def _stockholm(text: str, path: str | Path) -> list[tuple[str, str]]:

@@ -355,3 +355,15 @@ def test_sampled_weights_follow_the_estimate_when_one_row_is_not_drawn():
     np.testing.assert_allclose(w[:2], 1 / (1 + 1 * (n - 1) / (r - 1)), rtol=1e-6)
     np.testing.assert_allclose(w[2:5], 1 / (1 + 2 * (n - 1) / (r - 1)), rtol=1e-6)
     np.testing.assert_allclose(w[5:], 1.0)
+
+
+def test_a_closing_stop_is_not_a_column(tmp_path):
+    # some tools end a sequence with "*": the same alignment as without it, whichever rows
+    lines = A3M.splitlines()
+    rows = [i for i, line in enumerate(lines) if line and not line.startswith((">", "#"))]
+    starred = "\n".join(line + "*" if i in rows[1::2] else line for i, line in enumerate(lines))
+    (tmp_path / "plain.a3m").write_text(A3M)
+    (tmp_path / "starred.a3m").write_text(starred + "\n")
+    plain, got = read_msa(tmp_path / "plain.a3m", WT), read_msa(tmp_path / "starred.a3m", WT)
+    np.testing.assert_array_equal(got.matrix, plain.matrix)
+    assert got.sequences == plain.sequences and got.notes == plain.notes
