@@ -104,19 +104,25 @@ def _alignment_pair(
     """The protein of ``queries`` an alignment is of (its query is it, or a stretch of it),
     with the alignment's homologs in file order (read by :func:`~protein_performer.data.msa.
     read_msa`: copies of it and duplicates left out)."""
+
+    def pair(q: Protein) -> HomologPair:
+        msa = read_msa(path, alphabet.decode(q.residues))
+        homologs = [
+            Protein(
+                i, "", alphabet.encode("".join(c if c in alphabet.residues else "X" for c in s))
+            )
+            for i, s in zip(msa.ids, msa.sequences, strict=True)
+        ]
+        return q, homologs[:max_homologs] if max_homologs else homologs
+
     for q in queries:
         sequence = alphabet.decode(q.residues)
         if any(seq in sequence for _, seq in records[:1]) or any(
             seq == sequence for _, seq in records
         ):
-            msa = read_msa(path, sequence)
-            homologs = [
-                Protein(
-                    i, "", alphabet.encode("".join(c if c in alphabet.residues else "X" for c in s))
-                )
-                for i, s in zip(msa.ids, msa.sequences, strict=True)
-            ]
-            return q, homologs[:max_homologs] if max_homologs else homologs
+            return pair(q)
+    if len(queries) == 1:  # the reader places a query cut to its focus columns, or says where
+        return pair(queries[0])  # it differs from the protein
     first = records[0][0] if records else "(none)"
     raise DataError(
         f"the alignment's query {first} (its first record) is none of the proteins of "

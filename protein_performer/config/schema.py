@@ -196,10 +196,7 @@ def _key(default: Any, help: str) -> Any:
 
 @dataclass
 class _AnalysisInputs:
-    checkpoint: str = _key(
-        "default",
-        "a checkpoint written by train (default: the shipped one; with context=: homologs-msa)",
-    )
+    checkpoint: str = _key("default", "a checkpoint written by train (default: the shipped one)")
     fasta: Any = _key("???", "FASTA file, or a list [a.fa,b.fa.gz] (required)")
     out: str = _key("???", "output directory (created; never replaces what is not ours)")
     layers: Any = _key(None, "attention layers: 0-3, [0,2], -1 (last) (unset: all)")
@@ -242,6 +239,10 @@ class ExtractConfig(_AnalysisInputs):
 class SimilarityConfig(_AnalysisInputs):
     """``aa-similarity``: amino-acid similarity views of a model against BLOSUM62."""
 
+    checkpoint: str = _key(
+        "default",
+        "a checkpoint written by train (default: the shipped one; with context=: homologs-msa)",
+    )
     fasta: Any = _key(
         None,
         "FASTA file, or a list [a.fa,b.fa.gz] (required; left unset with split=: the "

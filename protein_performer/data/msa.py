@@ -338,7 +338,12 @@ def read_msa(path: str | Path, wild_type: str) -> MSA:
     if bad is not None:
         raise DataError(
             f"{len(match_rows[bad])} match columns where the query has {width} (upper case and "
-            "'-' are match columns: not one alignment)",
+            "'-' are match columns: not one alignment"
+            + (
+                "; the last record is short: is the file cut off?)"
+                if bad == len(rows) - 1 and len(match_rows[bad]) < width
+                else ")"
+            ),
             path=path,
             record=bad + 1,
             record_id=titles[bad].split(None, 1)[0] or None,

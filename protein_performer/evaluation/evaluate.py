@@ -33,6 +33,7 @@ from protein_performer.evaluation.scope import (
     check_context_file,
     context_targets,
     cropping_summary,
+    drop_copies,
     eval_packing,
     same_files,
     scope_note,
@@ -461,26 +462,31 @@ def _context_inputs(
     source: Any,
     meta: dict[str, Any],
     alphabet: Alphabet,
-) -> tuple[list[Target] | None, Fill | None, Any]:
+) -> tuple[list[Target] | None, Fill | None, Any, str | None]:
     """``context=``: the proteins to score with their context proteins (a seeded sample of
-    ``context_max_proteins``), the fill of ``context_fill=true``, and the split's whole records
-    they come from; ``(None, None, None)`` without."""
+    ``context_max_proteins``; from a file, copies of the protein left out), the fill of
+    ``context_fill=true``, the split's whole records they come from, and what a context file
+    held; ``(None, None, None, None)`` without."""
     if not cfg.context:
-        return None, None, None
+        return None, None, None, None
     if meta["objective"] == "causal":
         raise ConfigError("context= scores masked-LM checkpoints; this one is causal")
     stored = meta.get("data") or {}
     # whole proteins (crop=sliding cut the dataset's copy into windows)
     whole = dm._load_source(split) if split in dm.windows else source
     order = record_order(whole, cfg.context_order)
-    targets = context_targets(cfg, whole, stored, alphabet, order)
+    targets, note = context_targets(cfg, whole, stored, alphabet, order)
     targets = sample_targets(targets, cfg.context_max_proteins, cfg.seed)
+    if note is not None:  # a file: a copy of the protein is not its homolog
+        copies = drop_copies(targets)
+        if copies:
+            note += f"; {copies:,} copies of an evaluated protein left out of its context"
     fill = None
     if cfg.context_fill:
         fill = cluster_fill(
             whole, read_members(cfg.clusters or stored.get("clusters")), order=order
         )
-    return targets, fill, whole
+    return targets, fill, whole, note
 
 
 def _score_split(
@@ -650,7 +656,7 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     unigram_counts = stored.get("unigram_counts") or np.bincount(
         np.asarray(dm.datasets[split].source.tokens), minlength=len(alphabet)
     )
-    targets, fill, whole = _context_inputs(cfg, dm, split, source, meta, alphabet)
+    targets, fill, whole, note = _context_inputs(cfg, dm, split, source, meta, alphabet)
     all_records = None
     if targets is not None:  # context=: the plain pass scores the context part's proteins only
         all_records = len(whole)
@@ -683,6 +689,8 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     context = None
     if targets is not None:
         context = _score_context(cfg, model, alphabet, targets, fill, windows, device, uni_logp)
+        if note is not None:
+            context["source"] = note
     # the result
     cropping = cropping_summary(dm, split, mode, max_length)
     if count == 0:

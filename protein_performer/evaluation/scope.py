@@ -16,7 +16,7 @@ from protein_performer.config.schema import EvalConfig
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
-from protein_performer.data.msa import alignment_records
+from protein_performer.data.msa import alignment_records, read_msa
 from protein_performer.data.sources import load_fasta_source
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context_perplexity import Target, cluster_targets, fixed_targets
@@ -205,8 +205,9 @@ def cropping_summary(
 
 def context_targets(
     cfg: EvalConfig, source: Any, stored: dict[str, Any], alphabet: Alphabet, order: list[int]
-) -> list[Target]:
-    """The proteins ``context=`` scores, each with its context proteins, in ``order``."""
+) -> tuple[list[Target], str | None]:
+    """The proteins ``context=`` scores, each with its context proteins, in ``order``, and
+    what a context file held (None for ``context=cluster``)."""
     if cfg.context == "cluster":
         clusters = cfg.clusters or stored.get("clusters")
         if not clusters:
@@ -249,15 +250,44 @@ def context_targets(
                 "more cluster members among the evaluated records",
                 path=clusters,
             )
-        return targets
+        return targets, None
     require_file(cfg.context, "context")
+    proteins, note = context_file(cfg, alphabet)
+    return fixed_targets(source, proteins, order=order), note
+
+
+def context_file(cfg: EvalConfig, alphabet: Alphabet) -> tuple[list[np.ndarray], str]:
+    """The proteins of ``context=FILE`` (token ids) and what was read. An alignment is read as
+    ``score context=`` reads it (:func:`~protein_performer.data.msa.read_msa`, its first record
+    the query): its homologs, the query, copies of it, duplicates and rows without a residue in
+    its columns left out; one-line errors for a malformed one. FASTA: every record."""
     kind, records = alignment_records(cfg.context)
-    if kind != "fasta":  # an alignment: its rows as proteins
+    if kind != "fasta":
+        if not records:
+            raise DataError("no records", path=cfg.context)
+        msa = read_msa(cfg.context, records[0][1])
         rows = [
             alphabet.clean_encode(seq, cfg.invalid, path=cfg.context, record=k + 1, record_id=name)
-            for k, (name, seq) in enumerate(records)
+            for k, (name, seq) in enumerate(zip(msa.ids, msa.sequences, strict=True))
         ]
-        return fixed_targets(source, [r.ids for r in rows if r.ids is not None], order=order)
+        proteins = [r.ids for r in rows if r.ids is not None]
+        if not proteins:
+            raise DataError(
+                f"the alignment holds no homolog besides its query {msa.query_id} (copies of "
+                "it, duplicates and rows without residues in its columns are left out)",
+                path=cfg.context,
+            )
+        n = msa.notes
+        left = {
+            "copies of it": n.get("copies_of_wild_type_left_out", 0),
+            "duplicates": n.get("duplicates_left_out", 0),
+            "rows without residues in its columns": n.get("gap_only_rows", 0),
+        }
+        said = ", ".join(f"{v:,} {k}" for k, v in left.items() if v)
+        return proteins, (
+            f"{cfg.context}: {kind} alignment, {n['records_read']:,} records, {len(proteins):,} "
+            f"homologs (its query{', ' + said if said else ''} left out)"
+        )
     homologs = load_fasta_source(
         [cfg.context],
         policy=cfg.invalid,
@@ -267,8 +297,16 @@ def context_targets(
     )
     if len(homologs) == 0:
         raise DataError("context: no records", path=cfg.context)
-    return fixed_targets(
-        source,
-        [homologs[i] for i in range(len(homologs))],
-        order=order,
-    )
+    return [homologs[i] for i in range(len(homologs))], f"{cfg.context}: {len(homologs):,} proteins"
+
+
+def drop_copies(targets: Sequence[Target]) -> int:
+    """Leave out of each target's context the proteins identical to it (a copy of a protein
+    is not a homolog of it: it would hand the model every residue); how many were left out."""
+    left = 0
+    for t in targets:
+        own = np.asarray(t.residues)
+        kept = [c for c in t.context if len(c) != len(own) or not np.array_equal(c, own)]
+        left += len(t.context) - len(kept)
+        t.context = kept
+    return left

@@ -264,6 +264,18 @@ def test_read_homolog_pairs_from_an_alignment_pairs_it_with_its_protein(tmp_path
         DataError, match=r"query X/1-5 \(its first record\) is none of the proteins"
     ):
         read_homolog_pairs(q, stranger, ALPHABET)
+    # one protein: the alignment is read against it as score reads it (a query cut to its
+    # focus columns placed on it; one that differs named where)
+    one = tmp_path / "one.fasta"
+    one.write_text(">sp|P1|A_HUMAN\nMKVLAAGICWRR\n")
+    focus = tmp_path / "focus.fasta"
+    focus.write_text(">q\nMKVAAGIC-W\n>h1\nMKIAAGICAW\n>h2\nMRVAAGVC-W\n")  # L and RR not columns
+    ((protein, homologs),) = read_homolog_pairs(one, focus, ALPHABET)
+    assert protein.id == "sp|P1|A_HUMAN" and [h.id for h in homologs] == ["h1", "h2"]
+    changed = tmp_path / "changed.a3m"
+    changed.write_text(">q\nMKVLAPGICW\n>h1\nMKVLgAAGICA\n")
+    with pytest.raises(DataError, match="residue 6: P in the alignment, A in the wild type"):
+        read_homolog_pairs(one, changed, ALPHABET)
 
 
 # ---- small hand-checked windows: two homologs, exact counts ---------------------------------

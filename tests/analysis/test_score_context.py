@@ -120,6 +120,8 @@ def test_score_with_context_adds_the_pssm_and_the_homolog_conditioned_score(
     code = _score(ckpt, tmp_path, f"context={tmp_path / 'hits.fasta'}", "fitness_col=fitness")
     out, err = capsys.readouterr()
     assert code == 0, err
+    seconds = json.loads((tmp_path / "s.json").read_text())["context"]["read_seconds"]
+    assert 0 <= seconds < 60 and f"(bits); read in {seconds:.1f} s" in out
     with open(tmp_path / "s.csv", newline="") as fh:
         got = list(csv.DictReader(fh))
     assert list(got[0])[2:] == [
@@ -189,6 +191,8 @@ def test_score_with_context_adds_the_pssm_and_the_homolog_conditioned_score(
         ([("h/1-60 query=OTHER", HOMOLOGS[0])], "no homolog names the wild type wt"),
         ([("same", WT)], "are the wild type itself"),
         ([("a query=wt", HOMOLOGS[0]), ("b", HOMOLOGS[1])], "b: no query=ID in its header"),
+        # an alignment of the query and a copy of it: nothing to lower or raise would help
+        ([("q", WT[:9] + "-" + WT[9:]), ("c", WT[:9] + "-" + WT[9:])], "no homolog besides"),
     ],
 )
 def test_a_homolog_file_of_no_use_is_a_one_line_error(ckpt, tmp_path, capsys, records, message):
@@ -316,6 +320,8 @@ def test_score_reads_a_colabfold_a3m_and_scores_with_its_weighted_profile(ckpt, 
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "a3m alignment" in out and "12 homologs used" in out and "residues 6-55" in out
+    seconds = json.loads((tmp_path / "s.json").read_text())["context"]["read_seconds"]
+    assert 0 <= seconds < 60 and f"(bits); read in {seconds:.1f} s" in out
     with open(tmp_path / "s.csv", newline="") as fh:
         got = list(csv.DictReader(fh))
     s = _profile_by_hand(rows)
@@ -491,10 +497,23 @@ def test_score_says_when_the_query_is_not_record_1_and_when_samples_would_repeat
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["context"]["context_samples"] == 1
     assert summary["context"]["homologs_used"] == 2
+    # a window with no room for a homolog is refused, not scored as if it held some
     code = _score(
         ckpt, tmp_path, f"context={tmp_path / 'msa.a3m'}", "context_tokens=20", out="t.csv"
     )
-    assert code == 0 and "no homolog fits beside the protein" in capsys.readouterr().out
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "20 tokens leaves no room for a homolog beside the protein's 8 residues" in err
+    assert "(at least 33)" in err and not (tmp_path / "t.csv").exists()
+    # the least it names holds one homolog (cut to 16 residues), one token fewer none
+    for tokens, code in ((32, 2), (33, 0)):
+        got = _score(
+            ckpt, tmp_path, f"context={tmp_path / 'msa.a3m'}", f"context_tokens={tokens}",
+            out=f"u{tokens}.csv",
+        )  # fmt: skip
+        assert got == code, capsys.readouterr().err
+    summary = json.loads((tmp_path / "u33.json").read_text())
+    assert summary["context"]["mean_homologs_in_window"] == 1.0
 
 
 def test_sampled_homologs_sit_in_the_window_best_first(tmp_path):

@@ -141,7 +141,23 @@ def test_query_found_later_when_the_first_record_is_a_homolog(tmp_path):
         ),
         (
             ">q\nTAYIAKQRQI\n>h\nTAYIAKQRQIAAA\n>h2\nTAYIAkQRQ\n",
-            "13 match columns where the query has 10",
+            "13 match columns where the query has 10 (upper case and '-' are match columns: "
+            "not one alignment)",
+        ),
+        (  # the last record short: a file cut off in writing or copying
+            ">q\nTAYIAKQRQI\n>h\nTAYIAkQRQIA\n>h2\nTAYIAK",
+            "6 match columns where the query has 10 (upper case and '-' are match columns: not "
+            "one alignment; the last record is short: is the file cut off?)",
+        ),
+        (  # the last record long: not a cut
+            ">q\nTAYIAKQRQI\n>h\nTAYIAkQRQIA\n>h2\nTAYIAKQRQIAA\n",
+            "12 match columns where the query has 10 (upper case and '-' are match columns: "
+            "not one alignment)",
+        ),
+        (  # short, but not the last record
+            ">q\nTAYIAKQRQI\n>h\nTAYIAK\n>h2\nTAYIAkQRQIA\n",
+            "6 match columns where the query has 10 (upper case and '-' are match columns: not "
+            "one alignment)",
         ),
         ("hello\n>q\nTAY\n", "line 1 does not start with '>' or '#'"),
         ("#only a header\n", "empty file"),

@@ -19,6 +19,7 @@ from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context_perplexity import (
+    Target,
     cluster_fill,
     cluster_targets,
     context_perplexity,
@@ -335,14 +336,23 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
         EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(homologs))
     )
     assert out.context["proteins"] == 30 and out.context["mean_context_proteins"] >= 1
-    # the same proteins as an a3m (a header line, gaps, an insertion): the same context
-    seqs = [line for line in homologs.read_text().splitlines() if not line.startswith(">")]
-    rows = [seqs[0], seqs[1][:3] + seqs[1][3:5].lower() + seqs[1][5:]]
+    # two homologs of one query as an a3m (a header line, a gap, an insertion) and as FASTA:
+    # the same context, the alignment's query left out as score leaves it out
+    query = write_fasta(tmp_path / "q.fasta", n=1, seed=9, min_len=40).read_text().split()[-1]
+    one = query[:5] + ("A" if query[5] != "A" else "C") + query[6:]
+    two = query[:3] + "kw" + query[3:10] + "-" + query[11:]
     a3m = tmp_path / "h.a3m"
-    a3m.write_text("#x\t1\n" + "".join(f">r{i}\n{r}\n" for i, r in enumerate(rows)))
+    a3m.write_text(f"#x\t1\n>q\n{query}\n>r1\n{one}\n>r2\n{two}\n")
+    (tmp_path / "h2.fasta").write_text(f">r1\n{one}\n>r2\n{two.replace('-', '').upper()}\n")
+    out = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(tmp_path / "h2.fasta")
+        )
+    )
     aligned = evaluate(
         EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(a3m))
     )
+    assert f"{a3m}: a3m alignment, 3 records, 2 homologs (its query left out)" in aligned.format()
     # the same windows and positions; perplexities with a tolerance (two runs may choose
     # other thread counts, so other orders of sums)
     assert aligned.context["positions"] == out.context["positions"]
@@ -1130,3 +1140,55 @@ def test_context_goes_in_the_order_given_without_shuffle() -> None:
         for t, y in zip(targets, drawn, strict=True)
     ]
     assert any(shuffled)
+
+
+def test_a_context_file_leaves_out_copies_of_each_protein_and_reads_alignments_strictly(
+    tmp_path,
+):
+    from protein_performer.evaluation.scope import context_file, drop_copies
+
+    alphabet = default_alphabet()
+    enc = alphabet.encode
+    targets = [
+        Target("a", enc("MKVLAW"), [enc("MKVLAW"), enc("MKILAW"), enc("MKVLAWH")]),
+        Target("b", enc("MKILAW"), [enc("MKVLAW"), enc("MKILAW"), enc("MKVLAWH")]),
+        Target("c", enc("PPPPPP"), [enc("MKVLAW"), enc("MKILAW")]),
+    ]
+    assert drop_copies(targets) == 2
+    assert [[alphabet.decode(c) for c in t.context] for t in targets] == [
+        ["MKILAW", "MKVLAWH"],
+        ["MKVLAW", "MKVLAWH"],
+        ["MKVLAW", "MKILAW"],
+    ]
+    # an alignment: its query, copies of it and duplicates are not context proteins
+    path = tmp_path / "x.a2m"
+    rows = ["MKVL.AW", "MKILgAW", "MKVL.AW", "MKIL.AW", "MRVL.AW", "MKIL.AW"]
+    path.write_text(">q/1-6\n" + "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows))[4:])
+    proteins, note = context_file(EvalConfig(checkpoint="x", context=str(path)), alphabet)
+    assert [alphabet.decode(p) for p in proteins] == ["MKILGAW", "MKILAW", "MRVLAW"]
+    assert note == (
+        f"{path}: a2m alignment, 6 records, 3 homologs (its query, 1 copies of it, "
+        "1 duplicates left out)"
+    )
+    path.write_text(">q\nMKVLAW\n>h1\nMKVLaAW\n>h2\nMKVLA\n")  # h2: a match column short
+    with pytest.raises(DataError, match=r"record 3 \(h2\)"):
+        context_file(EvalConfig(checkpoint="x", context=str(path)), alphabet)
+    path.write_text(">q\nMKV-LAW\n>h1\nMKV-LAW\n")  # the query and a copy of it only
+    with pytest.raises(DataError, match="holds no homolog besides its query q"):
+        context_file(EvalConfig(checkpoint="x", context=str(path)), alphabet)
+
+
+def test_evaluate_says_how_many_copies_it_left_out_of_a_context_file(tmp_path):
+    fasta = write_fasta(tmp_path / "t.fasta", n=6)
+    result = train(tiny_config(fasta, max_steps=2), tmp_path / "run")
+    seqs = [line for line in fasta.read_text().splitlines() if not line.startswith(">")]
+    assert len(set(seqs)) == 6
+    (tmp_path / "h.fasta").write_text(f">a\n{seqs[0]}\n>b\n{seqs[1]}\n")
+    out = evaluate(
+        EvalConfig(
+            checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(tmp_path / "h.fasta")
+        )
+    )
+    text = out.format()
+    assert f"{tmp_path / 'h.fasta'}: 2 proteins; 2 copies of an evaluated protein left out" in text
+    assert "with an identical sequence in context" not in text  # none is left to copy from

@@ -20,6 +20,8 @@ answer at every site).
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,14 +41,18 @@ from protein_performer.analysis.homolog_pairs import query_names
 from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.batching import pad_batch
-from protein_performer.data.context_windows import context_window, in_rank_order
+from protein_performer.data.context_windows import (
+    MIN_CONTEXT_RESIDUES,
+    context_window,
+    in_rank_order,
+)
 from protein_performer.data.msa import (
     FRAGMENT_COVERAGE,
     MSA,
     homolog_order,
     read_msa,
 )
-from protein_performer.errors import DataError
+from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, evaluating
 from protein_performer.utils.progress import progress as progress_bar
 
@@ -114,9 +120,12 @@ def read_scan_context(
     the first ``max_homologs`` (None: :data:`UNALIGNED_MAX_HOMOLOGS`), each aligned locally for
     the PSSM. One-line :class:`DataError` for an empty file, a query that is not the wild
     type, homologs of other queries only, or none aligning above chance."""
+    start = time.perf_counter()
     msa = read_msa(path, sequence)
     if msa.aligned:
-        return _aligned_context(path, msa, alphabet, sequence, max_homologs, min_coverage, seed)
+        out = _aligned_context(path, msa, alphabet, sequence, max_homologs, min_coverage, seed)
+        out.info["read_seconds"] = round(time.perf_counter() - start, 2)
+        return out
     if max_homologs is None:
         max_homologs = UNALIGNED_MAX_HOMOLOGS
     try:
@@ -174,6 +183,7 @@ def read_scan_context(
         identical=len(chosen) - len(kept),
         other_queries=len(read) - len(chosen),
         beyond_max=len(kept) - len(homologs),
+        info={"read_seconds": round(time.perf_counter() - start, 2)},
     )
 
 
@@ -186,6 +196,12 @@ def _aligned_context(
     min_coverage: float,
     seed: int,
 ) -> ScanContext:
+    if not msa.sequences:
+        raise DataError(
+            f"the alignment holds no homolog besides its query {msa.query_id} (copies of it, "
+            "duplicates and rows without residues in its columns are left out)",
+            path=path,
+        )
     coverage = msa.coverage()
     keep = coverage >= min_coverage
     kept = np.nonzero(keep)[0]
@@ -238,6 +254,12 @@ def _target_width(n: int, max_length: int, style: str) -> tuple[int, int]:
     scores (at most half the window) and its end tokens (``<cls>``/``<eos>``, or ``<sep>``)."""
     ends = 2 if style == "crop" else 1
     return min(n, max(1, max_length // 2 - ends)), ends
+
+
+def _room(n: int, max_length: int, style: str) -> int:
+    """Tokens a ``max_length`` window leaves for homologs beside an ``n``-residue protein."""
+    width, ends = _target_width(n, max_length, style)
+    return max_length - width - ends
 
 
 def _context_jobs(
@@ -350,8 +372,18 @@ def context_columns(
         length = max_length or DEFAULT_CONTEXT_TOKENS
         shortest = min((len(h.residues) for h in used), default=1)
         limit = min(len(used), length // (shortest + 1) + 1, window_homologs or len(used))
-        width, ends = _target_width(len(ids), length, "concat" if packed else "crop")
-        room = length - width - ends  # the homologs' tokens beside the scored window
+        style = "concat" if packed else "crop"
+        width, _ = _target_width(len(ids), length, style)
+        room = _room(len(ids), length, style)  # the homologs' tokens beside the scored window
+        need = min(shortest, MIN_CONTEXT_RESIDUES) + 1  # the least a homolog is cut to, <sep>
+        if room < need:
+            least = next(
+                t for t in itertools.count(length + 1) if _room(len(ids), t, style) >= need
+            )
+            raise ConfigError(
+                f"a window of {length:,} tokens leaves no room for a homolog beside the "
+                f"protein's {width:,} residues: raise context_tokens (at least {least:,})"
+            )
         runs, held = [], []
         asked = samples
         if sampling == "first":  # the same homologs in every window: one is enough
@@ -374,7 +406,7 @@ def context_columns(
                 [used[i].residues for i in order],
                 sites,
                 max_length=length,
-                style="concat" if packed else "crop",
+                style=style,
                 toks_per_batch=toks_per_batch,
                 progress=progress,
             )
@@ -474,6 +506,8 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
             f"\n  context: {len(used):,} of the {len(context.homologs):,} homologs in "
             f"{context.path} align to the wild type above chance: PSSM column {PSSM_COLUMN} (bits)"
         )
+    if "read_seconds" in context.info:  # a deep alignment's weights take longer than scoring
+        text += f"; read in {context.info['read_seconds']:.1f} s"
     if causal:
         text += (
             "; the model's score with homologs is a masked LM's (masked marginals): this "
@@ -499,8 +533,6 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
                 f" (context_samples={context.info['context_samples_asked']} with "
                 "context_sampling=first: every window would hold the same homologs, one is scored)"
             )
-        if not context.info.get("mean_homologs_in_window", 0):
-            text += " (no homolog fits beside the protein: raise context_tokens)"
         if RETRIEVAL_COLUMN in context.info or context.info.get("context_retrieval"):
             w = context.info["context_retrieval"]
             text += (
