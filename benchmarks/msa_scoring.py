@@ -36,7 +36,7 @@ from _common import (
 )
 from homolog_scoring import read_scan
 
-from protein_performer.analysis.dms.homologs import DEFAULT_WINDOW_HOMOLOGS
+from protein_performer.analysis.dms.homologs import DEFAULT_MAX_IDENTITY, DEFAULT_WINDOW_HOMOLOGS
 
 
 def setting(text: str) -> tuple[int, str, int, int | None]:
@@ -65,6 +65,19 @@ def setting(text: str) -> tuple[int, str, int, int | None]:
     return out
 
 
+def identity_limit(text: str) -> float | None:
+    """``--max-identity``: a fraction from 0 to 1, or ``none`` (argparse type)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction from 0 to 1, or none")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default="homologs", help="a path, default or homologs")
@@ -77,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-homologs", type=positive_int, default=None)
     parser.add_argument("--settings", type=setting, nargs="+", default=[(1024, "first", 1)])
     parser.add_argument("--retrieval", type=float, default=0.6, help="the profile's weight")
+    parser.add_argument(
+        "--max-identity",
+        type=identity_limit,
+        default=DEFAULT_MAX_IDENTITY,
+        help="homologs more identical to the wild type stay out of the windows (none: all in)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads())
     parser.add_argument("--json", type=Path, default=RESULTS / "msa_scoring.json")
@@ -111,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         columns = context_columns(
             model, alphabet, wild, variants, context, max_length=tokens, sampling=sampling,
             samples=samples, window_homologs=cap, seed=args.seed, retrieval=args.retrieval,
+            max_identity=args.max_identity,
         )  # fmt: skip
         rows.append(
             {
@@ -119,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 "samples": samples,
                 "window_homologs": cap,
                 "mean_homologs_in_window": context.info["mean_homologs_in_window"],
+                "over_max_identity": context.info["homologs_over_max_identity"],
                 "model": spearman(columns[CONTEXT_COLUMN], fitness),
                 "retrieval": spearman(
                     columns.get(RETRIEVAL_COLUMN, columns[CONTEXT_COLUMN]), fitness

@@ -88,6 +88,12 @@ def test_rows_are_the_context_scores_of_each_setting(tmp_path, scan, capsys):
     expected = spearman(pssm_scores(profile, [[s] for s in subs]), fit)
     assert np.isclose(result["baselines"]["profile of the same homologs"], expected)
     assert "Neff" in capsys.readouterr().out
+    assert {r["over_max_identity"] for r in result["rows"]} == {0}  # 0.795 identical: all in
+    args[args.index("--json") + 1] = str(tmp_path / "near.json")
+    assert bench.main([*args, "--max-identity", "0.79"]) == 0
+    near = json.loads((tmp_path / "near.json").read_text())
+    assert {r["over_max_identity"] for r in near["rows"]} == {6}  # all over: used all the same
+    assert near["config"]["max_identity"] == 0.79
 
 
 def test_a_bad_setting_is_refused(tmp_path, scan, capsys):
@@ -100,3 +106,14 @@ def test_a_bad_setting_is_refused(tmp_path, scan, capsys):
         with pytest.raises(SystemExit):
             bench.main([*args, "--settings", bad])
         assert "1024,first,1" in capsys.readouterr().err
+
+
+def test_max_identity_takes_a_fraction_or_none():
+    import argparse
+
+    bench = load_benchmark("msa_scoring.py")
+    assert bench.identity_limit("none") is None and bench.identity_limit("0.8") == 0.8
+    assert bench.identity_limit("1") == 1.0 and bench.identity_limit("0") == 0.0
+    for bad in ("1.5", "-0.1", "high"):
+        with pytest.raises(argparse.ArgumentTypeError, match="fraction from 0 to 1, or none"):
+            bench.identity_limit(bad)

@@ -355,6 +355,11 @@ class ScoreConfig:
     context_window_homologs: int | None = _key(
         16, "context=: at most N homologs in one window (null: as many as fit)"
     )
+    context_max_identity: float | None = _key(
+        0.9,
+        "context=: homologs more identical to the wild type stay out of the model's windows "
+        "(the profile keeps them; null: none left out)",
+    )
     context_min_coverage: float = _key(
         0.5, "context=: an aligned homolog covering less of the wild type's columns is left out"
     )

@@ -58,8 +58,10 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
     if cfg.context_window_homologs is not None:
         _positive("context_window_homologs", cfg.context_window_homologs)
     check_choice("context_sampling", cfg.context_sampling, ("first", "weighted", "diverse"))
-    for key in ("context_min_coverage", "context_retrieval"):
+    for key in ("context_min_coverage", "context_retrieval", "context_max_identity"):
         value = getattr(cfg, key)
+        if value is None and key == "context_max_identity":
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
             raise ConfigError(f"{key} must be a number from 0 to 1 (got {value!r})")
     _positive("toks_per_batch", cfg.toks_per_batch)

@@ -203,3 +203,76 @@ def test_a_window_holds_at_most_window_homologs(tmp_path):
         assert [ALPHABET.decode(np.array(p)) for p in parts] == [r[:-1] for r in rows[:held]]
         assert ctx.info["mean_homologs_in_window"] == held
         assert ctx.info["context_window_homologs"] == (16 if cap == "default" else cap)
+
+
+def _aligned(tmp_path, rows: list[str]):
+    (tmp_path / "x.fa").write_text(
+        f">q\n{WT}\n" + "".join(f">h{k}\n-{r[1:]}\n" for k, r in enumerate(rows))
+    )
+    return read_scan_context(tmp_path / "x.fa", ALPHABET, WT, None)
+
+
+def test_near_copies_of_the_wild_type_stay_out_of_the_windows_not_the_profile(tmp_path):
+    # h0, h2: 2 of 59 residues changed (0.97 identical); h1, h3: 0.85; h4: just under 0.9
+    rows = [_variant(WT, 1, 0.03), _variant(WT, 2), _variant(WT, 3, 0.03), _variant(WT, 4),
+            _variant(WT, 5, 0.1)]  # fmt: skip
+    ctx = _aligned(tmp_path, rows)
+    identity = [h["identity"] for h in ctx.pssm.homologs]
+    assert identity[0] > 0.95 and identity[2] > 0.95 and max(identity[1], identity[3]) < 0.9
+    assert 0.89 < identity[4] < 0.9
+    model, seen = _model()
+    variants = [parse_variant(f"{WT[5]}6A", WT, 1)]
+    cols = context_columns(model, ALPHABET, WT, variants, ctx, max_length=512)
+    members = _members(seen[-1][0].tolist())
+    assert members == [list(ALPHABET.encode(rows[k][1:])) for k in (1, 3, 4)]  # file order
+    assert ctx.info["homologs_over_max_identity"] == 2
+    assert ctx.info["context_max_identity"] == 0.9
+    # the profile still weighs all five (and the query)
+    assert ctx.pssm.params["sequences"] == 6 and len(ctx.pssm.weights) == 5
+    everyone = context_columns(model, ALPHABET, WT, variants, ctx, max_length=512,
+                               max_identity=None)  # fmt: skip
+    assert len(_members(seen[-1][0].tolist())) == 5
+    assert ctx.info["homologs_over_max_identity"] == 0
+    assert cols["pssm"][0] == everyone["pssm"][0]
+    assert cols["masked_marginal_context"][0] != everyone["masked_marginal_context"][0]
+    # the limit is inclusive: a homolog exactly at it is in
+    for limit, held in ((identity[4], 3), (identity[4] - 1e-4, 2)):
+        context_columns(model, ALPHABET, WT, variants, ctx, max_length=512, max_identity=limit)
+        assert len(_members(seen[-1][0].tolist())) == held
+
+
+def test_weighted_draws_among_the_homologs_left_keep_their_own_weights(tmp_path):
+    rows = [_variant(WT, 1, 0.03), _variant(WT, 8), _variant(WT, 3, 0.03), _variant(WT, 9),
+            _variant(WT, 10)]  # fmt: skip
+    ctx = _aligned(tmp_path, rows)
+    model, seen = _model()
+    variants = [parse_variant(f"{WT[5]}6A", WT, 1)]
+    context_columns(model, ALPHABET, WT, variants, ctx, max_length=512, sampling="weighted",
+                    window_homologs=2, seed=3)  # fmt: skip
+    left = [1, 3, 4]  # the drawn pair among h1, h3, h4, drawn with their weights, in file order
+    drawn = homolog_order("weighted", weights=np.asarray(ctx.pssm.weights)[left], seed=3,
+                          limit=2)  # fmt: skip
+    expected = sorted(left[i] for i in drawn)
+    assert _members(seen[-1][0].tolist()) == [list(ALPHABET.encode(rows[k][1:])) for k in expected]
+    # diverse: greedy over the matrix rows of the homologs left
+    context_columns(model, ALPHABET, WT, variants, ctx, max_length=512, sampling="diverse",
+                    window_homologs=2)  # fmt: skip
+    picked = homolog_order("diverse", matrix=np.asarray(ctx.pssm.matrix)[left], limit=2)
+    expected = sorted(left[i] for i in picked)
+    assert expected == [1, 4]  # greedy over all five rows would give h0's neighbour h1, then h3
+    assert _members(seen[-1][0].tolist()) == [list(ALPHABET.encode(rows[k][1:])) for k in expected]
+
+
+def test_when_every_homolog_is_a_near_copy_the_windows_take_them_and_say_so(tmp_path, capsys):
+    from protein_performer.analysis.dms.homologs import context_notes
+
+    ctx = _aligned(tmp_path, [_variant(WT, 1, 0.03), _variant(WT, 2, 0.03)])
+    model, seen = _model()
+    variants = [parse_variant(f"{WT[5]}6A", WT, 1)]
+    context_columns(model, ALPHABET, WT, variants, ctx, max_length=512)
+    assert len(_members(seen[-1][0].tolist())) == 2
+    text = context_notes(ctx, {}, causal=False)
+    assert "all 2 over 90% identical to the wild type: used all the same" in text
+    ctx = _aligned(tmp_path, [_variant(WT, 1, 0.03), _variant(WT, 2)])
+    context_columns(model, ALPHABET, WT, variants, ctx, max_length=512)
+    assert "; 1 over 90% identical to the wild type kept out" in context_notes(ctx, {}, False)

@@ -570,7 +570,7 @@ def test_a_draw_among_homologs_of_many_lengths_is_placed_by_rank(tmp_path):
     for sample in range(4):
         seen.clear()
         context_columns(model, ALPHABET, WT, variants, ctx, max_length=300, sampling="weighted",
-                        samples=sample + 1, seed=1)  # fmt: skip
+                        samples=sample + 1, seed=1, max_identity=None)  # fmt: skip
         row = [t for t in seen[-1][0].tolist() if t != ALPHABET.pad_idx]
         assert len(row) <= 300
         body = ALPHABET.decode(np.array(row[1:-1]), keep_specials=True).split("<sep>")[:-1]
@@ -630,3 +630,43 @@ def test_score_draws_the_rows_a_deep_alignment_is_weighed_against_with_its_seed(
     assert "counted among 2,500 rows drawn at random" in capsys.readouterr().out
     by_hand = read_scan_context(tmp_path / "deep.fa", ALPHABET, WT, "wt", seed=2)
     assert neff[2] == by_hand.info["alignment"]["neff"] and neff[1] != neff[2]
+
+
+def test_score_keeps_near_copies_of_the_wild_type_out_of_the_model_windows(ckpt, tmp_path, capsys):
+    from protein_performer.analysis.dms.marginals import score_mutants
+
+    _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    near = [_variant(WT, np.random.default_rng(50 + k), 0.04) for k in range(2)]  # 0.97
+    _fasta(tmp_path / "h.fa", [(f"n{k}", s) for k, s in enumerate(near)] +
+           [(f"h{k}", s) for k, s in enumerate(HOMOLOGS)])  # fmt: skip
+    code = _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}")
+    out = capsys.readouterr().out
+    assert code == 0 and "; 2 over 90% identical to the wild type kept out)" in out
+    summary = json.loads((tmp_path / "s.json").read_text())["context"]
+    assert summary["homologs_over_max_identity"] == 2 and summary["context_max_identity"] == 0.9
+    assert summary["homologs_used"] == 6  # the profile's
+    code = _score(
+        ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_max_identity=null", out="t.csv"
+    )
+    assert code == 0 and "identical to the wild type kept out" not in capsys.readouterr().out
+    with open(tmp_path / "s.csv", newline="") as a, open(tmp_path / "t.csv", newline="") as b:
+        kept, every = list(csv.DictReader(a)), list(csv.DictReader(b))
+    assert [r["pssm"] for r in kept] == [r["pssm"] for r in every]
+    assert [r["masked_marginal_context"] for r in kept] != [
+        r["masked_marginal_context"] for r in every
+    ]
+    # from Python, under the CLI's name or the library's: the CLI's column
+    mutants = [r["mutant"] for r in every]
+    for options in ({"context_max_identity": None}, {"max_identity": None}):
+        got = score_mutants(_model(), ALPHABET, WT, mutants, context=tmp_path / "h.fa",
+                            context_options={**options, "max_length": 256})  # fmt: skip
+        np.testing.assert_allclose(
+            got["masked_marginal_context"],
+            [float(r["masked_marginal_context"]) for r in every],
+            rtol=1e-4,
+            atol=1e-4,
+        )
+    assert _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_max_identity=1.5",
+                  out="u.csv") == 2  # fmt: skip
+    assert "context_max_identity must be a number from 0 to 1" in capsys.readouterr().err

@@ -74,6 +74,11 @@ DEFAULT_SAMPLING = "first"
 #: held-out proteins with 48 hits, 16 in the window 8.15, 24 8.22, 47 8.58 perplexity), so a
 #: short protein in a long window is not given more than it can use.
 DEFAULT_WINDOW_HOMOLOGS = 16
+#: Homologs more identical to the wild type than this stay out of the model's windows (the
+#: profile keeps them): the homolog models were trained on search hits of at most 90 %
+#: identity, and a near-copy first in the file hands the model the wild type at nearly every
+#: site (Pab1 with 16 near-copies of 96-99 % before its 51 hits: 0.434 -> 0.194).
+DEFAULT_MAX_IDENTITY = 0.9
 
 
 @dataclass
@@ -344,6 +349,7 @@ def context_columns(
     sampling: str = DEFAULT_SAMPLING,
     samples: int = 1,
     window_homologs: int | None = DEFAULT_WINDOW_HOMOLOGS,
+    max_identity: float | None = DEFAULT_MAX_IDENTITY,
     seed: int = 0,
     retrieval: float = DEFAULT_RETRIEVAL,
     toks_per_batch: int = 8192,
@@ -353,8 +359,9 @@ def context_columns(
     must fit it; NaN for an indel); the model's column only for a masked LM: the mean over
     ``samples`` windows of the masked-marginal log-probabilities, each window filled with the
     homologs :func:`~protein_performer.data.msa.homolog_order` draws for ``sampling`` (seeded
-    by ``[seed, sample]``), at most ``window_homologs`` of them (None: as many as fit), those
-    that fit placed in file order (a search's best first:
+    by ``[seed, sample]``) among those at most ``max_identity`` identical to the wild type
+    (None: all; all too when none is), at most ``window_homologs`` of them (None: as many as
+    fit), those that fit placed in file order (a search's best first:
     :func:`~protein_performer.data.context_windows.in_rank_order`). With ``retrieval`` > 0 also
     ``"context_retrieval"``: ``(1 − retrieval)`` times the model's score plus ``retrieval`` times
     the profile's ``log Q(mt) − log Q(wt)`` (its frequencies, in nats): Tranception's
@@ -368,7 +375,7 @@ def context_columns(
             raise ValueError(f"window_homologs must be >= 1 or None (got {window_homologs})")
         ids = alphabet.encode(sequence)
         sites = [s.index for v in variants if not isinstance(v, var.Indel) for s in v]
-        used = context.used
+        used, weights, matrix, near = _window_homologs(context, max_identity)
         length = max_length or DEFAULT_CONTEXT_TOKENS
         shortest = min((len(h.residues) for h in used), default=1)
         limit = min(len(used), length // (shortest + 1) + 1, window_homologs or len(used))
@@ -391,8 +398,8 @@ def context_columns(
         for sample in range(samples):
             order = homolog_order(
                 sampling,
-                weights=context.pssm.weights,
-                matrix=context.pssm.matrix,
+                weights=weights,
+                matrix=matrix,
                 seed=seed,
                 sample=sample,
                 limit=limit,
@@ -419,6 +426,8 @@ def context_columns(
             "context_samples": samples,
             "context_samples_asked": asked,
             "context_window_homologs": window_homologs,
+            "context_max_identity": max_identity,
+            "homologs_over_max_identity": near,
             "seed": seed,
         }
         context.info.update(info)
@@ -442,6 +451,29 @@ def context_columns(
             context.info["context_retrieval"] = retrieval
     columns[PSSM_COLUMN] = pssm_scores(context.pssm, list(variants))
     return columns
+
+
+def _window_homologs(
+    context: ScanContext, max_identity: float | None
+) -> tuple[list[Protein], np.ndarray | None, np.ndarray | None, int]:
+    """The homologs the model's windows draw from (those the profile used, at most
+    ``max_identity`` identical to the wild type; all when none is), their weights and matrix
+    rows, and how many were over ``max_identity``."""
+    used = context.used
+    weights, matrix = context.pssm.weights, context.pssm.matrix
+    if max_identity is None:
+        return used, weights, matrix, 0
+    identity = np.array([h.get("identity", 0.0) for h in context.pssm.homologs if h["used"]])
+    keep = np.flatnonzero(identity <= max_identity)
+    near = len(used) - len(keep)
+    if not len(keep) or not near:  # none left: the near-copies rather than no homolog
+        return used, weights, matrix, near
+    return (
+        [used[i] for i in keep],
+        None if weights is None else np.asarray(weights)[keep],
+        None if matrix is None else np.asarray(matrix)[keep],
+        near,
+    )
 
 
 def profile_log_ratios(pssm: Pssm, variants: Sequence[var.Variant]) -> np.ndarray:
@@ -526,6 +558,7 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
                 else ""
             )
             + (f", {samples} windows per site averaged" if samples > 1 else "")
+            + _identity_note(context.info, len(context.used))
             + ")"
         )
         if context.info.get("context_samples_asked", 1) > samples:
@@ -546,6 +579,16 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
             f"(the first {len(context.homologs):,} in the file are used)"
         )
     return text
+
+
+def _identity_note(info: dict[str, Any], used: int) -> str:
+    """What the windows left out as near-copies of the wild type (``context_max_identity``)."""
+    near, limit = info.get("homologs_over_max_identity", 0), info.get("context_max_identity")
+    if not near or limit is None:
+        return ""
+    if near == used:
+        return f"; all {used:,} over {limit:.0%} identical to the wild type: used all the same"
+    return f"; {near:,} over {limit:.0%} identical to the wild type kept out"
 
 
 def _left_out(notes: dict[str, Any], beyond: int) -> str:

@@ -424,8 +424,17 @@ _CLI_CONTEXT_NAMES = {
     "context_samples": "samples",
     "context_retrieval": "retrieval",
     "context_window_homologs": "window_homologs",
+    "context_max_identity": "max_identity",
 }
-_CONTEXT_KEYWORDS = ("max_length", "sampling", "samples", "window_homologs", "seed", "retrieval")
+_CONTEXT_KEYWORDS = (
+    "max_length",
+    "sampling",
+    "samples",
+    "window_homologs",
+    "max_identity",
+    "seed",
+    "retrieval",
+)
 
 
 def context_keywords(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -191,6 +191,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             "sampling": cfg.context_sampling,
             "samples": cfg.context_samples,
             "window_homologs": cfg.context_window_homologs,
+            "max_identity": cfg.context_max_identity,
             "seed": cfg.seed,
             "retrieval": cfg.context_retrieval,
         },
