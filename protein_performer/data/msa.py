@@ -444,6 +444,15 @@ def _plain(
     return MSA(str(path), "fasta", "", ids, seqs, notes=notes)
 
 
+def no_homolog_error(msa: MSA) -> DataError:
+    """The one-line error for an alignment that holds its query and nothing else."""
+    return DataError(
+        f"the alignment holds no homolog besides its query {msa.query_id} (copies of it, "
+        "duplicates and rows without residues in its columns are left out)",
+        path=msa.path,
+    )
+
+
 def alignment_records(path: str | Path) -> tuple[str, list[tuple[str, str]]]:
     """``(format, [(id, sequence)])`` of an alignment or FASTA file ``path``, read once: the
     format told by its content (one of :data:`FORMATS`) and every record (the query
@@ -599,6 +608,7 @@ __all__ = [
     "WEIGHT_IDENTITY",
     "alignment_records",
     "homolog_order",
+    "no_homolog_error",
     "read_msa",
     "sequence_weights",
     "weight_sample_size",

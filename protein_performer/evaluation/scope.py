@@ -16,7 +16,7 @@ from protein_performer.config.schema import EvalConfig
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
-from protein_performer.data.msa import alignment_records, read_msa
+from protein_performer.data.msa import alignment_records, no_homolog_error, read_msa
 from protein_performer.data.sources import load_fasta_source
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context_perplexity import Target, cluster_targets, fixed_targets
@@ -272,11 +272,7 @@ def context_file(cfg: EvalConfig, alphabet: Alphabet) -> tuple[list[np.ndarray],
         ]
         proteins = [r.ids for r in rows if r.ids is not None]
         if not proteins:
-            raise DataError(
-                f"the alignment holds no homolog besides its query {msa.query_id} (copies of "
-                "it, duplicates and rows without residues in its columns are left out)",
-                path=cfg.context,
-            )
+            raise no_homolog_error(msa)
         n = msa.notes
         left = {
             "copies of it": n.get("copies_of_wild_type_left_out", 0),

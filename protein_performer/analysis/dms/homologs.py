@@ -50,6 +50,7 @@ from protein_performer.data.msa import (
     FRAGMENT_COVERAGE,
     MSA,
     homolog_order,
+    no_homolog_error,
     read_msa,
 )
 from protein_performer.errors import ConfigError, DataError
@@ -202,11 +203,7 @@ def _aligned_context(
     seed: int,
 ) -> ScanContext:
     if not msa.sequences:
-        raise DataError(
-            f"the alignment holds no homolog besides its query {msa.query_id} (copies of it, "
-            "duplicates and rows without residues in its columns are left out)",
-            path=path,
-        )
+        raise no_homolog_error(msa)
     coverage = msa.coverage()
     keep = coverage >= min_coverage
     kept = np.nonzero(keep)[0]
