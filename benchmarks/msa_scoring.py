@@ -121,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     mutants, fitness = read_scan(args.mutations, args.mutation_col, args.fitness, args.offset, wild)
     variants = [[m] for m in mutants]
     start = time.perf_counter()
-    context = read_scan_context(args.context, alphabet, wild, record.id, args.max_homologs)
+    context = read_scan_context(
+        args.context, alphabet, wild, record.id, args.max_homologs, seed=args.seed
+    )
     read_seconds = time.perf_counter() - start
     rows: list[dict[str, Any]] = []
     profile_rho = None

@@ -47,6 +47,8 @@ class DataError(ProteinPerformerError, ValueError):
             if self.record_id:
                 rec += f" ({_printable(self.record_id)})"
             parts.append(rec)
+        elif self.record_id:
+            parts.append(_printable(self.record_id))
         parts.append(self.problem)
         return ": ".join(parts)
 

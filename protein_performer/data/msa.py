@@ -149,9 +149,7 @@ def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], dict[str, in
         "header_lines_skipped": sum(1 for line in lines[:skipped] if line.startswith("#")),
         "annotation_rows_skipped": sum(1 for t, _ in out if _annotation(t)),
     }
-    # a closing "*" (a stop, as some tools write it) is not a column
-    rows = [(t, "".join(s).removesuffix("*")) for t, s in out if not _annotation(t)]
-    return "fasta", rows, skips
+    return "fasta", [(t, "".join(s)) for t, s in out if not _annotation(t)], skips
 
 
 def _stockholm(text: str, path: str | Path) -> list[tuple[str, str]]:
@@ -209,6 +207,23 @@ def _match(row: str, inserts: bool) -> str:
     if inserts:
         return "".join(c for c in row if c.isupper() or c in "-*")
     return row.upper().replace(".", "-")
+
+
+def _stops_dropped(rows: list[str]) -> list[str]:
+    """``rows`` without a closing ``*`` where some rows end in one and the rest lack that
+    column (a stop some tools write after a sequence), not where the rows agree without it
+    dropped (a stop column of a translated alignment: every row ends there, in ``*`` or
+    ``-``)."""
+    if not any(r.endswith("*") for r in rows):
+        return rows
+    inserts = any(any(c.islower() or c == "." for c in r) for r in rows)
+    stripped = [r.removesuffix("*") for r in rows]
+    widths = {len(_match(r, inserts)) for r in rows}
+    return (
+        stripped
+        if len(widths) > 1 and len({len(_match(r, inserts)) for r in stripped}) == 1
+        else rows
+    )
 
 
 def _query_index(titles: Sequence[str], rows: Sequence[str], wild_type: str) -> int:
@@ -318,7 +333,7 @@ def read_msa(path: str | Path, wild_type: str) -> MSA:
     length, or a query that is not the wild type."""
     container, records, skipped = _records(path)
     titles = [t for t, _ in records]
-    rows = [r for _, r in records]
+    rows = _stops_dropped([r for _, r in records])
     if not rows:
         raise DataError("no records", path=path)
     kind = _kind(rows, container)

@@ -481,6 +481,12 @@ def _context_inputs(
         copies = drop_copies(targets)
         if copies:
             note += f"; {copies:,} copies of an evaluated protein left out of its context"
+        if not any(t.context for t in targets):
+            raise DataError(
+                "the context file holds only copies of the evaluated proteins: no homolog to "
+                "score them with",
+                path=cfg.context,
+            )
     fill = None
     if cfg.context_fill:
         fill = cluster_fill(

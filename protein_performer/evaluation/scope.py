@@ -266,9 +266,9 @@ def context_file(cfg: EvalConfig, alphabet: Alphabet) -> tuple[list[np.ndarray],
         if not records:
             raise DataError("no records", path=cfg.context)
         msa = read_msa(cfg.context, records[0][1])
-        rows = [
-            alphabet.clean_encode(seq, cfg.invalid, path=cfg.context, record=k + 1, record_id=name)
-            for k, (name, seq) in enumerate(zip(msa.ids, msa.sequences, strict=True))
+        rows = [  # named by id: the query, copies and duplicates are not counted here
+            alphabet.clean_encode(seq, cfg.invalid, path=cfg.context, record_id=name)
+            for name, seq in zip(msa.ids, msa.sequences, strict=True)
         ]
         proteins = [r.ids for r in rows if r.ids is not None]
         if not proteins:

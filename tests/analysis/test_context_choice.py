@@ -276,3 +276,25 @@ def test_when_every_homolog_is_a_near_copy_the_windows_take_them_and_say_so(tmp_
     ctx = _aligned(tmp_path, [_variant(WT, 1, 0.03), _variant(WT, 2)])
     context_columns(model, ALPHABET, WT, variants, ctx, max_length=512)
     assert "; 1 over 90% identical to the wild type kept out" in context_notes(ctx, {}, False)
+
+
+def test_a_window_whose_first_homolog_cannot_start_is_refused_even_if_a_short_one_could(
+    tmp_path,
+):
+    import pytest
+
+    from protein_performer.errors import ConfigError
+
+    # h0: the whole protein (59 residues), h1: a 6-residue fragment (5 of 6 the wild type's)
+    (tmp_path / "x.fa").write_text(
+        f">q\n{WT}\n>h0\n-{_variant(WT, 1)[1:]}\n>h1\n{_variant(WT[:6], 2, 0.2)}{'-' * 54}\n"
+    )
+    ctx = read_scan_context(tmp_path / "x.fa", ALPHABET, WT, None, min_coverage=0.0)
+    assert [len(h.residues) for h in ctx.used] == [59, 6]
+    model, seen = _model()
+    variants = [parse_variant(f"{WT[5]}6A", WT, 1)]
+    # 30 tokens: 13 residues scored, 15 left, too few for h0 cut to 16 (+ <sep>)
+    with pytest.raises(ConfigError, match=r"30 tokens leaves no room .* \(at least 33\)"):
+        context_columns(model, ALPHABET, WT, variants, ctx, max_length=30)
+    context_columns(model, ALPHABET, WT, variants, ctx, max_length=33)
+    assert len(_members(seen[-1][0].tolist())[0]) == 16  # h0, cut to 16

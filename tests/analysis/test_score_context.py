@@ -630,6 +630,15 @@ def test_score_draws_the_rows_a_deep_alignment_is_weighed_against_with_its_seed(
     assert "counted among 2,500 rows drawn at random" in capsys.readouterr().out
     by_hand = read_scan_context(tmp_path / "deep.fa", ALPHABET, WT, "wt", seed=2)
     assert neff[2] == by_hand.info["alignment"]["neff"] and neff[1] != neff[2]
+    # from Python: the seed of context_options draws the same rows
+    from protein_performer.analysis import score_mutants
+
+    with open(tmp_path / "s2.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    got = score_mutants(_model(), ALPHABET, WT, [r["mutant"] for r in table],
+                        context=tmp_path / "deep.fa",
+                        context_options={"seed": 2, "max_length": 256})  # fmt: skip
+    np.testing.assert_allclose(got["pssm"], [float(r["pssm"]) for r in table], atol=1e-4)
 
 
 def test_score_keeps_near_copies_of_the_wild_type_out_of_the_model_windows(ckpt, tmp_path, capsys):

@@ -383,3 +383,16 @@ def test_a_closing_stop_is_not_a_column(tmp_path):
     plain, got = read_msa(tmp_path / "plain.a3m", WT), read_msa(tmp_path / "starred.a3m", WT)
     np.testing.assert_array_equal(got.matrix, plain.matrix)
     assert got.sequences == plain.sequences and got.notes == plain.notes
+
+
+def test_a_stop_column_of_a_translated_alignment_stays_a_column(tmp_path):
+    # every row ends at the stop column, in "*" or "-": aligned FASTA as written
+    path = tmp_path / "t.fa"
+    path.write_text(">q\nMKVLAAGIW*\n>h1\nMKVIAAGLW-\n>h2\nMRVLSAGIW*\n")
+    msa = read_msa(path, "MKVLAAGIW")
+    assert msa.format == "aligned-fasta" and msa.ids == ["h1", "h2"]
+    np.testing.assert_array_equal(msa.matrix[0], codes("MKVIAAGLW"))
+    # the same with an insertion (a2m): read, not refused
+    path.write_text(">q\nMKVLAA.GIW*\n>h1\nMKVIAAgGLW-\n>h2\nMRVLSA.GIW*\n")
+    msa = read_msa(path, "MKVLAAGIW")
+    assert msa.format == "a2m" and msa.sequences[0] == "MKVIAAGGLW"

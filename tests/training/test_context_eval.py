@@ -1170,6 +1170,9 @@ def test_a_context_file_leaves_out_copies_of_each_protein_and_reads_alignments_s
         f"{path}: a2m alignment, 6 records, 3 homologs (its query, 1 copies of it, "
         "1 duplicates left out)"
     )
+    path.write_text(">q\nMKV-LAW\n>h1\nMKV-LJW\n>h2\nMRV-LAW\n")  # J: not a residue
+    with pytest.raises(DataError, match=r"x.a2m: h1: invalid residue 'J'"):
+        context_file(EvalConfig(checkpoint="x", context=str(path)), alphabet)
     path.write_text(">q\nMKVLAW\n>h1\nMKVLaAW\n>h2\nMKVLA\n")  # h2: a match column short
     with pytest.raises(DataError, match=r"record 3 \(h2\)"):
         context_file(EvalConfig(checkpoint="x", context=str(path)), alphabet)
@@ -1192,3 +1195,12 @@ def test_evaluate_says_how_many_copies_it_left_out_of_a_context_file(tmp_path):
     text = out.format()
     assert f"{tmp_path / 'h.fasta'}: 2 proteins; 2 copies of an evaluated protein left out" in text
     assert "with an identical sequence in context" not in text  # none is left to copy from
+    # a file of the evaluated proteins only: nothing to score them with
+    (tmp_path / "own.fasta").write_text(f">a\n{seqs[0]}\n")
+    with pytest.raises(DataError, match="holds only copies of the evaluated proteins"):
+        evaluate(
+            EvalConfig(
+                checkpoint=result.last_checkpoint, fasta=str(tmp_path / "own.fasta"),
+                context=str(tmp_path / "own.fasta"),
+            )
+        )  # fmt: skip

@@ -125,7 +125,8 @@ def read_scan_context(
     an alignment too deep to weigh exactly is weighed against). Plain FASTA hits give
     the first ``max_homologs`` (None: :data:`UNALIGNED_MAX_HOMOLOGS`), each aligned locally for
     the PSSM. One-line :class:`DataError` for an empty file, a query that is not the wild
-    type, homologs of other queries only, or none aligning above chance."""
+    type, an alignment of its query alone, homologs of other queries only, or none aligning
+    above chance."""
     start = time.perf_counter()
     msa = read_msa(path, sequence)
     if msa.aligned:
@@ -363,7 +364,8 @@ def context_columns(
     ``"context_retrieval"``: ``(1 − retrieval)`` times the model's score plus ``retrieval`` times
     the profile's ``log Q(mt) − log Q(wt)`` (its frequencies, in nats): Tranception's
     inference-time retrieval (Notin et al. 2022, weight 0.6). The windows' contents go to
-    ``context.info``."""
+    ``context.info``. A window with no room for a homolog beside the protein is a
+    :class:`ConfigError` naming the least that has one."""
     columns: dict[str, np.ndarray] = {}
     if not getattr(model, "causal", False):
         if samples < 1:
@@ -379,7 +381,10 @@ def context_columns(
         style = "concat" if packed else "crop"
         width, _ = _target_width(len(ids), length, style)
         room = _room(len(ids), length, style)  # the homologs' tokens beside the scored window
-        need = min(shortest, MIN_CONTEXT_RESIDUES) + 1  # the least a homolog is cut to, <sep>
+        # the first homolog of a window goes in whole or cut to MIN_CONTEXT_RESIDUES (and its
+        # <sep>), or none does: room for the longest such start leaves no window empty
+        longest = max((len(h.residues) for h in used), default=1)
+        need = min(longest, MIN_CONTEXT_RESIDUES) + 1
         if room < need:
             least = next(
                 t for t in itertools.count(length + 1) if _room(len(ids), t, style) >= need

@@ -401,9 +401,9 @@ def score_mutants(
         read_scan_context,
     )
 
-    if not isinstance(context, ScanContext):
-        context = read_scan_context(context, alphabet, wild_type, None)
     options = {"max_length": None, **context_keywords(context_options or {})}
+    if not isinstance(context, ScanContext):
+        context = read_scan_context(context, alphabet, wild_type, None, seed=options.get("seed", 0))
     indel = next((m for m in mutants if isinstance(m, Indel)), None)
     if indel is not None:
         raise ValueError("context= scores substitutions; an indel has no aligned site")

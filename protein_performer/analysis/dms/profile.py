@@ -263,7 +263,7 @@ def build_pssm(
         background,
         info,
         params,
-        weights=sequence_weights(used_rows),
+        weights=sequence_weights(used_rows, seed=seed),
         matrix=used_rows,
     )
 
