@@ -325,9 +325,10 @@ def _subsequence(query: str, wild_type: str) -> np.ndarray | None:
     return out if (out >= 0).all() else None
 
 
-def read_msa(path: str | Path, wild_type: str) -> MSA:
-    """The homologs of ``wild_type`` (its residues, upper case) in the alignment or hits file
-    ``path``, in file order, as the module docstring reads them. Left out and counted in
+def read_msa(path: str | Path, wild_type: str | None) -> MSA:
+    """The homologs of ``wild_type`` (its residues, upper case; None: the first record's) in
+    the alignment or hits file ``path``, in file order, as the module docstring reads them.
+    Left out and counted in
     ``notes``: the query, copies of the wild type, duplicates, and rows with no residue in the
     query's columns. One-line :class:`DataError` for an unreadable file, rows of unequal match
     length, or a query that is not the wild type."""
@@ -336,6 +337,8 @@ def read_msa(path: str | Path, wild_type: str) -> MSA:
     rows = _stops_dropped([r for _, r in records])
     if not rows:
         raise DataError("no records", path=path)
+    if wild_type is None:
+        wild_type = _unaligned(rows[0])
     kind = _kind(rows, container)
     notes: dict[str, Any] = {"format": kind, "records_read": len(rows)}
     notes |= {k: n for k, n in skipped.items() if n}
@@ -483,7 +486,7 @@ def alignment_records(path: str | Path) -> tuple[str, list[tuple[str, str]]]:
 
 
 #: Row-pair residue comparisons (``N x R x L``) weights are computed within: an alignment
-#: beyond it (about 36,000 rows of 300 columns; under three minutes on two cores) has its
+#: beyond it (about 36,000 rows of 300 columns; 71 s on a 2-core Xeon) has its
 #: neighbours counted among a seeded sample of ``R`` rows and scaled to all ``N``.
 EXACT_WEIGHT_CELLS = 400_000_000_000
 #: The smallest sample neighbours are counted in, however deep the alignment.

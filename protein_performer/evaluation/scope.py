@@ -16,7 +16,7 @@ from protein_performer.config.schema import EvalConfig
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
-from protein_performer.data.msa import alignment_records, no_homolog_error, read_msa
+from protein_performer.data.msa import no_homolog_error, read_msa
 from protein_performer.data.sources import load_fasta_source
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context_perplexity import Target, cluster_targets, fixed_targets
@@ -261,11 +261,9 @@ def context_file(cfg: EvalConfig, alphabet: Alphabet) -> tuple[list[np.ndarray],
     ``score context=`` reads it (:func:`~protein_performer.data.msa.read_msa`, its first record
     the query): its homologs, the query, copies of it, duplicates and rows without a residue in
     its columns left out; one-line errors for a malformed one. FASTA: every record."""
-    kind, records = alignment_records(cfg.context)
+    msa = read_msa(cfg.context, None)  # an alignment's first record is its query
+    kind = msa.format
     if kind != "fasta":
-        if not records:
-            raise DataError("no records", path=cfg.context)
-        msa = read_msa(cfg.context, records[0][1])
         rows = [  # named by id: the query, copies and duplicates are not counted here
             alphabet.clean_encode(seq, cfg.invalid, path=cfg.context, record_id=name)
             for name, seq in zip(msa.ids, msa.sequences, strict=True)

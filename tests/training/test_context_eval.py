@@ -1177,8 +1177,9 @@ def test_a_context_file_leaves_out_copies_of_each_protein_and_reads_alignments_s
     with pytest.raises(DataError, match=r"record 3 \(h2\)"):
         context_file(EvalConfig(checkpoint="x", context=str(path)), alphabet)
     path.write_text(">q\nMKV-LAW\n>h1\nMKV-LAW\n")  # the query and a copy of it only
-    with pytest.raises(DataError, match="holds no homolog besides its query q"):
+    with pytest.raises(DataError, match="holds no homolog besides its query q") as e:
         context_file(EvalConfig(checkpoint="x", context=str(path)), alphabet)
+    assert str(e.value).startswith(f"{path}: the alignment holds no homolog")  # names the file
 
 
 def test_evaluate_says_how_many_copies_it_left_out_of_a_context_file(tmp_path):
