@@ -10,13 +10,18 @@ whose homologs go with the protein it aligns.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
+
+import numpy as np
 
 from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
 from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.msa import alignment_records, read_msa
 from protein_performer.errors import DataError
+
+log = logging.getLogger(__name__)
 
 #: A protein and its homologs.
 HomologPair = tuple[Protein, list[Protein]]
@@ -51,11 +56,16 @@ def read_homolog_pairs(
     alphabet: Alphabet,
     *,
     max_homologs: int | None = None,
+    max_identity: float | None = None,
     invalid: str = "error",
 ) -> list[HomologPair]:
     """``[(query, [homologs])]`` in the order of ``query_fasta``, each query's homologs in the
     order of ``homolog_fasta`` (best first in a search's ``hits.fasta``), at most
-    ``max_homologs`` each; queries without a homolog are left out.
+    ``max_homologs`` each; queries without a homolog are left out, and so are copies of a
+    query among its homologs (said in a warning). An alignment's homologs more than
+    ``max_identity`` identical to its protein are left out first (all kept when every one
+    is; said in a warning); FASTA hits are taken as given (``data search --max-identity``
+    bounds theirs).
 
     Homolog headers with ``query=ID`` go with that query (an id, or a UniProt accession or
     entry name of it); a file without any goes with every query. One-line
@@ -65,7 +75,9 @@ def read_homolog_pairs(
     queries = read_proteins(query_fasta, alphabet, invalid=invalid)
     kind, records = alignment_records(homolog_fasta)
     if kind != "fasta":
-        pair = _alignment_pair(queries, records, homolog_fasta, alphabet, max_homologs, query_fasta)
+        pair = _alignment_pair(
+            queries, records, homolog_fasta, alphabet, max_homologs, query_fasta, max_identity
+        )
         return [pair]
     homologs = read_proteins(homolog_fasta, alphabet, invalid=invalid)
     named = query_names(homologs, homolog_fasta)
@@ -80,6 +92,20 @@ def read_homolog_pairs(
         for h, n in zip(homologs, named, strict=True):
             if n in index:
                 groups.setdefault(index[n], []).append(h)
+    copies = 0
+    for i, members in groups.items():  # a copy of a protein is not a homolog of it
+        own = queries[i].residues
+        kept = [h for h in members if not np.array_equal(h.residues, own)]
+        copies += len(members) - len(kept)
+        groups[i] = kept
+    if copies:
+        log.warning(
+            "%s: %s identical to the protein of %s %s left out (a copy is not a homolog)",
+            homolog_fasta,
+            f"{copies:,} record" + ("s" if copies > 1 else ""),
+            query_fasta,
+            "they go with" if copies > 1 else "it goes with",
+        )
     pairs = [
         (queries[i], groups[i][:max_homologs] if max_homologs else groups[i])
         for i in range(len(queries))
@@ -100,18 +126,39 @@ def _alignment_pair(
     alphabet: Alphabet,
     max_homologs: int | None,
     query_fasta: PathLike,
+    max_identity: float | None = None,
 ) -> HomologPair:
     """The protein of ``queries`` an alignment is of (its query is it, or a stretch of it),
     with the alignment's homologs in file order (read by :func:`~protein_performer.data.msa.
-    read_msa`: copies of it and duplicates left out)."""
+    read_msa`: copies of it and duplicates left out; those more than ``max_identity``
+    identical to it too, unless that leaves none)."""
 
     def pair(q: Protein) -> HomologPair:
         msa = read_msa(path, alphabet.decode(q.residues))
+        keep = np.arange(len(msa.sequences))
+        if max_identity is not None:
+            close = msa.identity() > max_identity
+            if close.any() and not close.all():
+                keep = np.flatnonzero(~close)
+                log.warning(
+                    "%s: %s of its %s homologs more than %g%% identical to %s left out "
+                    "(context_max_identity=%g; null keeps them)",
+                    path,
+                    f"{int(close.sum()):,}",
+                    f"{len(close):,}",
+                    round(100 * max_identity, 1),
+                    q.id,
+                    max_identity,
+                )
         homologs = [
             Protein(
-                i, "", alphabet.encode("".join(c if c in alphabet.residues else "X" for c in s))
+                msa.ids[i],
+                "",
+                alphabet.encode(
+                    "".join(c if c in alphabet.residues else "X" for c in msa.sequences[i])
+                ),
             )
-            for i, s in zip(msa.ids, msa.sequences, strict=True)
+            for i in keep
         ]
         return q, homologs[:max_homologs] if max_homologs else homologs
 

@@ -264,10 +264,16 @@ class SimilarityConfig(_AnalysisInputs):
     seed: int = _key(0, "sampling, masking and null seed")
     context: str | None = _key(
         None,
-        "a FASTA of homologs (data search's hits.fasta): the cross-homolog view instead: each "
+        "a FASTA of homologs (data search's hits.fasta) or an alignment of the protein of "
+        "fasta= (a3m, a2m, Stockholm, aligned FASTA): the cross-homolog view instead: each "
         "protein after its homologs, attention from masked positions into them as log-odds",
     )
     context_max_homologs: int | None = _key(16, "context=: homologs per protein, best first")
+    context_max_identity: float | None = _key(
+        0.9,
+        "context=: an alignment's homologs more identical to its protein are left out "
+        "(null: none left out)",
+    )
     max_length: int | None = _key(
         None, "context=: window tokens (unset: the model's; 2048 with rotary positions)"
     )

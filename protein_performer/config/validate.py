@@ -62,8 +62,7 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         value = getattr(cfg, key)
         if value is None and key == "context_max_identity":
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise ConfigError(f"{key} must be a number from 0 to 1 (got {value!r})")
+        _fraction(key, value)
     _positive("toks_per_batch", cfg.toks_per_batch)
     _check_device(cfg.device)
     if cfg.attention is not None:
@@ -121,6 +120,8 @@ def validate_analysis_config(cfg: Any) -> None:
                 raise ConfigError("context= takes fasta= (the proteins searched), not split=")
             if cfg.context_max_homologs is not None:
                 _positive("context_max_homologs", cfg.context_max_homologs)
+            if cfg.context_max_identity is not None:
+                _fraction("context_max_identity", cfg.context_max_identity)
         if cfg.max_length is not None:
             _positive("max_length", cfg.max_length)
     if isinstance(cfg, (ExtractConfig, PlotHeadsConfig)):
@@ -129,6 +130,11 @@ def validate_analysis_config(cfg: Any) -> None:
         _positive("max_length", cfg.max_length)
     if isinstance(cfg, PlotHeadsConfig) and cfg.zoom is not None:
         _positive("zoom", cfg.zoom)
+
+
+def _fraction(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ConfigError(f"{key} must be a number from 0 to 1 (got {value!r})")
 
 
 def _check_device(value: Any) -> None:

@@ -743,6 +743,39 @@ def test_aa_similarity_with_homologs_writes_the_cross_homolog_view(files, tmp_pa
     assert run(capsys, "aa-similarity", *args, "overwrite=true")[0] == 0
 
 
+def test_aa_similarity_keeps_near_copies_of_an_alignments_protein_out(
+    files, tmp_path, capsys, caplog
+):
+    rng = np.random.default_rng(1)
+    letters = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
+    seq = rng.choice(letters, 20)
+    rows = [f">q\n{''.join(seq)}\n"]
+    for h, changed in enumerate((1, 8, 2, 10)):  # 19/20 over 0.9; 18/20 is not over it
+        copy = seq.copy()
+        spots = rng.choice(20, changed, replace=False)
+        copy[spots] = [rng.choice(letters[letters != a]) for a in seq[spots]]
+        rows.append(f">h{h}\n{''.join(copy)}\n")
+    (tmp_path / "q.fasta").write_text(rows[0])
+    rows[-1] = rows[-1][:-2] + "-\n"  # a gap: an alignment, not plain FASTA hits
+    (tmp_path / "msa.a3m").write_text("".join(rows))
+    base = [f"checkpoint={files / 'relu.ckpt'}", f"fasta={tmp_path / 'q.fasta'}"]
+    base += [f"context={tmp_path / 'msa.a3m'}"]
+    code, text, err = run(capsys, "aa-similarity", *base, f"out={tmp_path / 'a'}")
+    assert code == 0, err
+    assert "homologs read per protein: q 3" in text
+    assert "1 of its 4 homologs more than 90% identical to q left out" in caplog.text
+    caplog.clear()
+    assert json.loads((tmp_path / "a" / "cross_homolog.json").read_text())["proteins"] == 1
+    code, text, err = run(
+        capsys, "aa-similarity", *base, "context_max_identity=null", f"out={tmp_path / 'b'}"
+    )
+    assert code == 0 and "homologs read per protein: q 4" in text and not caplog.text
+    code, _, err = run(
+        capsys, "aa-similarity", *base, "context_max_identity=2", f"out={tmp_path / 'c'}"
+    )
+    assert code == 2 and "context_max_identity must be a number from 0 to 1" in err
+
+
 def test_aa_similarity_with_unrelated_homolog_names_says_so(files, tmp_path, capsys):
     query, hits = _homolog_files(tmp_path)
     hits.write_text(hits.read_text().replace("query=q", "query=other"))

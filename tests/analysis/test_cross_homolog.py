@@ -217,7 +217,7 @@ def test_view_of_a_model_writes_json_and_figure(pairs, tmp_path):
     assert json.loads((tmp_path / "other.json").read_text()) == {"mine": 1}
 
 
-def test_read_homolog_pairs_groups_by_query(tmp_path):
+def test_read_homolog_pairs_groups_by_query(tmp_path, caplog):
     q = tmp_path / "q.fasta"
     q.write_text(">sp|P1|A_HUMAN\nMKVLAAGICW\n>q2\nMKWLLAGICW\n>q3\nMKV\n")
     hits = tmp_path / "hits.fasta"
@@ -233,7 +233,14 @@ def test_read_homolog_pairs_groups_by_query(tmp_path):
     assert [len(hs) for _, hs in read_homolog_pairs(q, hits, ALPHABET, max_homologs=1)] == [1, 1]
     plain = tmp_path / "plain.fasta"
     plain.write_text(">x\nMKVLAAGICA\n>y\nMKV\n")
-    assert [len(hs) for _, hs in read_homolog_pairs(q, plain, ALPHABET)] == [2, 2, 2]
+    # y is a copy of q3: not a homolog of it (score and evaluate leave copies out too)
+    with caplog.at_level("WARNING"):
+        by_query = read_homolog_pairs(q, plain, ALPHABET)
+    assert [[h.id for h in hs] for _, hs in by_query] == [["x", "y"], ["x", "y"], ["x"]]
+    assert "plain.fasta: 1 record identical to the protein of" in caplog.text
+    named = tmp_path / "named.fasta"
+    named.write_text(">h query=q2\nMKWLLAGICW\n>g query=q2\nMKWLLAGICA\n")
+    assert [[h.id for h in hs] for _, hs in read_homolog_pairs(q, named, ALPHABET)] == [["g"]]
     mixed = tmp_path / "mixed.fasta"
     mixed.write_text(">x query=q2\nMKVLAAGICA\n>y\nMKV\n")
     with pytest.raises(DataError, match=r"mixed.fasta: y: no query=ID"):
@@ -276,6 +283,34 @@ def test_read_homolog_pairs_from_an_alignment_pairs_it_with_its_protein(tmp_path
     changed.write_text(">q\nMKVLAPGICW\n>h1\nMKVLgAAGICA\n")
     with pytest.raises(DataError, match="residue 6: P in the alignment, A in the wild type"):
         read_homolog_pairs(one, changed, ALPHABET)
+
+
+def test_alignment_homologs_over_max_identity_are_left_out_unless_all_are(tmp_path, caplog):
+    q = tmp_path / "q.fasta"
+    q.write_text(">wt\nMKVLAAGICW\n")
+    a3m = tmp_path / "msa.a3m"
+    # identities to the query over shared columns, by hand: near 9/10, far 6/10,
+    # edge 9/9 over its 9 residues (one gap), mid 8/10
+    a3m.write_text(
+        ">wt\nMKVLAAGICW\n>near\nMKVLAAGICA\n>far\nMRILAPGVCW\n>edge\n-KVLAAGICW\n"
+        ">mid\nMKVLSAGIYW\n"
+    )
+    ids = lambda pairs: [h.id for h in pairs[0][1]]  # noqa: E731
+    assert ids(read_homolog_pairs(q, a3m, ALPHABET)) == ["near", "far", "edge", "mid"]
+    with caplog.at_level("WARNING"):
+        kept = read_homolog_pairs(q, a3m, ALPHABET, max_identity=0.85)
+    assert ids(kept) == ["far", "mid"]
+    assert "2 of its 4 homologs more than 85% identical to wt left out" in caplog.text
+    assert ids(read_homolog_pairs(q, a3m, ALPHABET, max_identity=0.9)) == ["near", "far", "mid"]
+    # the cap counts what is kept: the first homolog under the limit, not the first of the file
+    assert ids(read_homolog_pairs(q, a3m, ALPHABET, max_identity=0.85, max_homologs=1)) == ["far"]
+    # none under it: the near-copies rather than no homolog
+    assert ids(read_homolog_pairs(q, a3m, ALPHABET, max_identity=0.1)) == [
+        "near",
+        "far",
+        "edge",
+        "mid",
+    ]
 
 
 # ---- small hand-checked windows: two homologs, exact counts ---------------------------------

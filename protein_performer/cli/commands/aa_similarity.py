@@ -90,7 +90,7 @@ def run_cross_homolog(cfg: SimilarityConfig) -> CommandResult:
         raise ConfigError("context= takes one fasta= file (the proteins that were searched)")
     pairs = read_homolog_pairs(
         fasta[0], cfg.context, alphabet, max_homologs=cfg.context_max_homologs,
-        invalid=cfg.invalid,
+        max_identity=cfg.context_max_identity, invalid=cfg.invalid,
     )  # fmt: skip
     if cfg.n_proteins is not None:
         pairs = [pairs[int(i)] for i in sample_indices(len(pairs), cfg.n_proteins, cfg.seed)]
