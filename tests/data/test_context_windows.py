@@ -114,3 +114,39 @@ def test_a_draw_whose_cut_homolog_ranks_first_keeps_every_homolog():
     assert list(placed) == [1, 2, 0]
     kept = fit_members([np.zeros(n) for n in np.array([900, 10, 10])[placed]], 500)
     assert [len(k) for k in kept] == [10, 10, 477]
+
+
+def test_room_check_is_exact_for_whole_and_cut_members():
+    target = enc("MKVL")
+    # 4 tokens of room: DDD<sep> fits whole, however short next to min_context
+    tokens, start, n = context_window(target, [enc("DDD")], A, 10)
+    assert text(tokens) == "<cls>DDD<sep>MKVL<eos>" and start == 5 and n == 1
+    # a cut of exactly min_context residues (5) and its <sep> in 6 tokens of room: kept
+    long = enc("ACDEFGHIKLMNPQRSTVWY")
+    tokens, _, n = context_window(target, [long], A, 12, min_context=5)
+    assert text(tokens) == "<cls>ACDEF<sep>MKVL<eos>" and n == 1
+    # 5 tokens of room: a cut of 4 would be shorter than min_context: left out
+    tokens, _, n = context_window(target, [long], A, 11, min_context=5)
+    assert text(tokens) == "<cls>MKVL<eos>" and n == 0
+    kept = fit_members([long, enc("DDD")], 6, min_context=5)
+    assert [text(k) for k in kept] == ["ACDEF"]
+
+
+def test_anchor_outside_zero_to_one_is_clamped():
+    member = enc("AAAAACCCCCDDDDD")
+    left = fit_members([member], 7, anchor=-0.5, min_context=2)
+    right = fit_members([member], 7, anchor=1.5, min_context=2)
+    assert [text(k) for k in left] == ["AAAAAC"] and [text(k) for k in right] == ["CDDDDD"]
+
+
+def test_reading_stops_at_the_member_that_is_cut():
+    seen = []
+
+    def members():
+        for m in (enc("AAAA"), enc("CCCCCCCCCCCC"), enc("DDDD"), enc("EEEE")):
+            seen.append(m)
+            yield m
+
+    tokens, _, n = context_window(enc("MKV"), members(), A, 16, min_context=2)
+    assert text(tokens) == "<cls>AAAA<sep>CCCCC<sep>MKV<eos>" and n == 2
+    assert len(seen) == 2  # the window is full once CCC… is cut: DDDD is never read

@@ -396,3 +396,315 @@ def test_a_stop_column_of_a_translated_alignment_stays_a_column(tmp_path):
     path.write_text(">q\nMKVLAA.GIW*\n>h1\nMKVIAAgGLW-\n>h2\nMRVLSA.GIW*\n")
     msa = read_msa(path, "MKVLAAGIW")
     assert msa.format == "a2m" and msa.sequences[0] == "MKVIAAGGLW"
+
+
+def test_identity_leaves_out_query_columns_without_a_standard_residue(tmp_path):
+    # the wild type has an X at residue 6: that column counts for neither side; h1 shares
+    # T A Y A K Q R Q (8) of the 9 other columns; h2 has one residue, the query's: 1 of 1
+    wt = "MKTAYXAKQRQI"
+    path = tmp_path / "x.fasta"
+    path.write_text(">q\nTAYXAKQRQI\n>h1\nTAYWAKQRQL\n>h2\n---------I\n")
+    msa = read_msa(path, wt)
+    assert msa.ids == ["h1", "h2"]
+    np.testing.assert_allclose(msa.identity(), [8 / 9, 1.0])
+    np.testing.assert_allclose(msa.coverage(), [1.0, 0.1])
+
+
+def test_plain_hits_have_no_identity_and_full_coverage(tmp_path):
+    path = tmp_path / "hits.fasta"
+    path.write_text(">h1\nMKTAYLAKQ\n>h2\nKTAYIAKQRQISF\n")
+    msa = read_msa(path, WT)
+    assert np.isnan(msa.identity()).all() and len(msa.identity()) == 2
+    np.testing.assert_array_equal(msa.coverage(), [1.0, 1.0])
+
+
+def test_coverage_without_columns_is_full():
+    from protein_performer.data.msa import MSA
+
+    msa = MSA("x", "a3m", "q", ["h1", "h2"], ["AC", "DE"], np.zeros((2, 0), np.uint8))
+    np.testing.assert_array_equal(msa.coverage(), [1.0, 1.0])
+
+
+@pytest.mark.parametrize("name", ["ss_dssp", "sa_dssp", "ss_pred", "ss_conf", "ss_cons", "sa_cons"])
+def test_each_hhsuite_annotation_row_is_left_out(tmp_path, name):
+    path = tmp_path / "x.a3m"
+    path.write_text(f">{name} annotation\nCCHHHHHEEC\n>query\nTAYIAKQRQI\n>h1\nTAYLAKQR-I\n")
+    msa = read_msa(path, WT)
+    assert msa.query_id == "query" and msa.ids == ["h1"]
+    assert msa.notes["annotation_rows_skipped"] == 1
+
+
+def test_blank_lines_comment_lines_and_spaces_inside_records(tmp_path):
+    # blank lines before the first record, a '#' line inside a record, and a sequence written
+    # in blocks separated by spaces: the same alignment as written plainly
+    path = tmp_path / "x.a3m"
+    path.write_text("\n\n>query\nTAYIA\n# a comment\nKQRQI\n>h1\nTAYLA KQRQI\n>h2\nTAYIggAKQRQ-\n")
+    msa = read_msa(path, WT)
+    assert msa.ids == ["h1", "h2"] and msa.sequences == ["TAYLAKQRQI", "TAYIGGAKQRQ"]
+    np.testing.assert_array_equal(msa.matrix, [codes("TAYLAKQRQI"), codes("TAYIAKQRQ-")])
+    np.testing.assert_array_equal(msa.positions, np.arange(2, 12))
+
+
+@pytest.mark.parametrize("mark", ["-", "~", "."])
+def test_stockholm_rf_marks_insert_columns_with_any_gap_character(tmp_path, mark):
+    rf = "xxxxxxx" + mark * 2 + "xxx"
+    path = tmp_path / "x.sto"
+    path.write_text(
+        "# STOCKHOLM 1.0\nq/3-12 TAYIAKQ--RQI\nh1     TAYLAKQ--RQI\nh2     TAYIAKQGKR-I\n"
+        f"#=GC RF {rf}\n//\n"
+    )
+    msa = read_msa(path, WT)
+    np.testing.assert_array_equal(msa.positions, np.arange(2, 12))
+    np.testing.assert_array_equal(msa.matrix, [codes("TAYLAKQRQI"), codes("TAYIAKQR-I")])
+
+
+def test_stockholm_in_blocks_and_only_the_first_alignment(tmp_path):
+    # interleaved blocks join per name; a second alignment after '//' is not read
+    path = tmp_path / "x.sto"
+    path.write_text(
+        "# STOCKHOLM 1.0\nq/3-12 TAYIAK\nh1     TAYLAK\n\nq/3-12 QRQI\nh1     QR-I\n//\n"
+        "# STOCKHOLM 1.0\nq/3-12 TAYIAKQRQI\nh1     TAYWAKQRQI\n//\n"
+    )
+    msa = read_msa(path, WT)
+    assert msa.ids == ["h1"] and msa.sequences == ["TAYLAKQRI"]
+    np.testing.assert_array_equal(msa.matrix, [codes("TAYLAKQR-I")])
+
+
+def test_a2m_with_dots_only_is_an_alignment(tmp_path):
+    # '.' marks an insert state even where no row has an inserted residue (no lower case)
+    path = tmp_path / "x.a2m"
+    path.write_text(">q\nTAY.IAKQRQI\n>h1\nTAY.LAKQRQI\n")
+    msa = read_msa(path, WT)
+    assert msa.format == "a2m" and msa.aligned
+    np.testing.assert_array_equal(msa.matrix, [codes("TAYLAKQRQI")])
+
+
+def test_a_gap_only_record_is_not_taken_for_the_query(tmp_path):
+    path = tmp_path / "x.a3m"
+    path.write_text(">h1\nTAYLAKQR-I\n>h2\n----------\n>query\nTAYIAKQRQI\n")
+    msa = read_msa(path, WT)
+    assert msa.query_id == "query" and msa.notes["query_record"] == 3
+    assert msa.ids == ["h1"] and msa.notes["gap_only_rows"] == 1
+
+
+def test_a_query_running_past_the_wild_type_says_how_far_it_reaches(tmp_path):
+    # residues 20-25 named, but the wild type ends at 22: 3 residues from there
+    path = tmp_path / "x.a3m"
+    path.write_text(">q/20-25\nSRQAAA\n>h\nSRQAA-\n")
+    with pytest.raises(DataError, match="it has 6 residues, the wild type 3 from there"):
+        read_msa(path, WT)
+
+
+def test_nearly_a_stretch_allows_two_changes_or_two_percent():
+    from protein_performer.data.msa import _nearly_a_stretch
+
+    rng = np.random.default_rng(0)
+    wt = "".join(rng.choice(list(STANDARD_AMINO_ACIDS), 300))
+
+    def changed(start, length, k):
+        q = list(wt[start : start + length])
+        for i in range(k):  # change k residues, 3 apart
+            q[3 * i] = "W" if q[3 * i] != "W" else "Y"
+        return "".join(q)
+
+    assert _nearly_a_stretch(changed(5, 10, 2), wt)  # at least 2, however short
+    assert not _nearly_a_stretch(changed(5, 10, 3), wt)
+    assert _nearly_a_stretch(changed(5, 150, 3), wt)  # 150 // 50 = 3
+    assert not _nearly_a_stretch(changed(5, 150, 4), wt)
+    assert _nearly_a_stretch(changed(0, 300, 6), wt)  # the whole wild type, 2 %
+    assert not _nearly_a_stretch(wt + "A", wt)  # longer than the wild type
+
+
+def test_focus_columns_map_onto_the_nearest_residues_not_across_the_ends(tmp_path):
+    # the query is residues 1-5 and 11-15 of the wild type; its last R is also at 24, but the
+    # alignment leaves out one block inside (6-10), not two, whatever the tail left over
+    wt = "ACDEFGHIKLMNPQRYYYYYYYYR"
+    path = tmp_path / "x.fasta"
+    path.write_text(">q\nACDEFMNPQR\n>h1\nACDEWMNPQ-\n")
+    msa = read_msa(path, wt)
+    np.testing.assert_array_equal(msa.positions, [0, 1, 2, 3, 4, 10, 11, 12, 13, 14])
+
+
+def test_without_a_wild_type_the_first_record_is_it(tmp_path):
+    path = tmp_path / "x.a3m"
+    path.write_text(">query\nTAYIAKQRQI\n>h1\nTAYLAKQRQI\n>h2\n--YLAKQR--\n")
+    msa = read_msa(path, None)
+    assert msa.query_id == "query" and msa.ids == ["h1", "h2"]
+    np.testing.assert_array_equal(msa.positions, np.arange(10))
+    assert msa.notes["query_start"] == 1 and msa.notes["wild_type_residues_covered"] == "1-10"
+
+
+def test_notes_count_copies_insertions_fragments_and_name_unnamed_records(tmp_path):
+    # h1: the whole wild type (insertions around the query's stretch): a copy, left out;
+    # h2: 2 inserted residues (lower case; the '.' of the others are not residues);
+    # an unnamed record is named by its place in the file; h3 has 5 of 10 columns (half: not
+    # a fragment), h4 4 of 10 (a fragment)
+    path = tmp_path / "x.a2m"
+    path.write_text(
+        ">query/3-12\n..TAYIAKQRQI..........\n>h1\nmkTAYIAKQRQIsfvkshfsrq\n"
+        ">h2\n..TAYgkLAKQRQ-........\n>\n..TAYLAKQRQI..........\n"
+        ">h3\n..TAYLA-----..........\n>h4\n..-----KQRQ-..........\n"
+    )
+    msa = read_msa(path, WT)
+    assert msa.format == "a2m"
+    assert msa.ids == ["h2", "record4", "h3", "h4"]
+    notes = msa.notes
+    assert notes["copies_of_wild_type_left_out"] == 1
+    assert notes["insertions_dropped_from_columns"] == 2
+    assert notes["fragments"] == 1
+    assert notes["wild_type_residues_covered"] == "3-12" and notes["columns"] == 10
+    np.testing.assert_allclose(msa.coverage(), [0.9, 1.0, 0.5, 0.4])
+
+
+def test_a_later_query_gives_the_query_residues_identity_is_taken_against(tmp_path):
+    path = tmp_path / "x.a3m"
+    path.write_text(">h1\nTAYLAKQR-I\n>query\nTAYIAKQRQI\n>h2\nTAYIAKQRWL\n")
+    msa = read_msa(path, WT)
+    np.testing.assert_array_equal(msa.query_codes, codes("TAYIAKQRQI"))
+    # h1: 8 of its 9 residues the query's; h2: 8 of 10
+    np.testing.assert_allclose(msa.identity(), [8 / 9, 0.8])
+
+
+def test_plain_hits_and_records_leave_out_records_without_residues(tmp_path):
+    from protein_performer.data.msa import alignment_records
+
+    path = tmp_path / "hits.fasta"
+    path.write_text(">h0 no residues\n>h1\nMKTAYLAKQ\n>h2\n---\n>h3\nKTAYIAKQRQISF\n")
+    msa = read_msa(path, WT)
+    assert msa.ids == ["h1", "h3"] and msa.sequences == ["MKTAYLAKQ", "KTAYIAKQRQISF"]
+    kind, records = alignment_records(path)
+    assert kind == "fasta" and records == [("h1", "MKTAYLAKQ"), ("h3", "KTAYIAKQRQISF")]
+    path = tmp_path / "x.a3m"
+    path.write_text(">query\nTAYIAKQRQI\n>\n--YLakAKQR--\n>h2\n----------\n")
+    kind, records = alignment_records(path)
+    assert kind == "a3m" and records == [("query", "TAYIAKQRQI"), ("record2", "YLAKAKQR")]
+
+
+def test_shared_gaps_are_not_shared_residues_and_the_default_identity_is_0_8():
+    # a and b share 3 of their 5 residues; their 5 common gaps do not count
+    a = codes("ACDEF-----")
+    b = codes("ACDWW-----")
+    np.testing.assert_allclose(sequence_weights(np.array([a, b], dtype=np.uint8)), [1.0, 1.0])
+    # c shares 7 of a2's 10 residues (0.7), d 8 of 10 (0.8): only d is a neighbour by default
+    a2 = codes("ACDEFGHIKL")
+    c = codes("ACDEFGHWWW")
+    d = codes("ACDEFGHIWW")
+    np.testing.assert_allclose(sequence_weights(np.array([a2, c], dtype=np.uint8)), [1.0, 1.0])
+    np.testing.assert_allclose(sequence_weights(np.array([a2, d], dtype=np.uint8)), [0.5, 0.5])
+
+
+@pytest.mark.parametrize(("n", "block"), [(15, 7), (8, 7), (1, 7), (7, 7)])
+def test_sequence_weights_count_every_row_whatever_the_block(n, block):
+    # identical rows: each has n neighbours, itself included
+    rng = np.random.default_rng(n)
+    matrix = np.repeat(rng.integers(0, 20, (1, 12)), n, 0).astype(np.uint8)
+    np.testing.assert_allclose(sequence_weights(matrix, block=block), np.full(n, 1 / n))
+
+
+@pytest.mark.parametrize("mark", ["-", "~", "."])
+def test_stockholm_rf_insert_column_holding_a_query_residue_is_not_a_column(tmp_path, mark):
+    # RF marks column 4 (the query's I, residue 6) and columns 8-9 as insert columns
+    rf = "xxx" + mark + "xxx" + mark * 2 + "xxx"
+    path = tmp_path / "x.sto"
+    path.write_text(
+        "# STOCKHOLM 1.0\nq/3-12 TAYIAKQ--RQI\nh1     TAYLAKQ--RQI\nh2     TAYIAKQGKR-I\n"
+        f"#=GC RF {rf}\n//\n"
+    )
+    msa = read_msa(path, WT)
+    np.testing.assert_array_equal(msa.positions, [2, 3, 4, 6, 7, 8, 9, 10, 11])
+    np.testing.assert_array_equal(msa.matrix, [codes("TAYAKQRQI"), codes("TAYAKQR-I")])
+    assert msa.sequences == ["TAYLAKQRQI", "TAYIAKQGKRI"]
+
+
+def test_aligned_fasta_written_in_blocks_with_spaces(tmp_path):
+    path = tmp_path / "x.fasta"
+    path.write_text(">q\nTAYIA KQRQI\n>h1\nTAY-AK QRQL\n")
+    msa = read_msa(path, WT)
+    assert msa.format == "aligned-fasta"
+    np.testing.assert_array_equal(msa.matrix, [codes("TAY-AKQRQL")])
+
+
+def test_weighted_order_negative_and_all_zero_weights():
+    # a negative weight is no weight: drawn last, like a zero
+    weights = np.array([1.0, -5.0, 1.0, 1.0])
+    for sample in range(20):
+        assert homolog_order("weighted", weights=weights, sample=sample)[-1] == 1
+    # no weight anywhere: every homolog equally likely, not the file's order
+    zeros = np.zeros(6)
+    firsts = {int(homolog_order("weighted", weights=zeros, sample=s)[0]) for s in range(40)}
+    assert len(firsts) >= 4
+    for s in range(5):
+        assert sorted(homolog_order("weighted", weights=zeros, sample=s)) == list(range(6))
+
+
+def test_orders_stop_at_the_homologs_there_are_and_diverse_skips_chosen_copies():
+    m = np.array([codes("AAAAAAAAAA")] * 3 + [codes("CCCCCCCCCC")], dtype=np.uint8)
+    np.testing.assert_array_equal(homolog_order("first", matrix=m, limit=10), [0, 1, 2, 3])
+    assert len(homolog_order("weighted", weights=np.ones(4), limit=10)) == 4
+    # identical rows are at distance 0 from the first: taken after the distinct one, each once
+    np.testing.assert_array_equal(homolog_order("diverse", matrix=m), [0, 3, 1, 2])
+    np.testing.assert_array_equal(homolog_order("diverse", matrix=m, limit=10), [0, 3, 1, 2])
+    same = np.array([codes("AAAAAAAAAA")] * 4, dtype=np.uint8)
+    np.testing.assert_array_equal(homolog_order("diverse", matrix=same), [0, 1, 2, 3])
+
+
+def test_weighted_order_is_an_efraimidis_spirakis_draw_and_diverse_starts_from_it():
+    # reference: keys log(u) / w from the generator seeded [seed, sample], largest first
+    rng = np.random.default_rng(5)
+    m = rng.integers(0, 20, size=(9, 12)).astype(np.uint8)
+    weights = rng.random(9) + 0.1
+    starts = []
+    for seed in range(4):
+        for sample in (1, 2):
+            u = np.random.default_rng([seed, sample]).random(9)
+            expected = np.argsort(-(np.log(u) / weights), kind="stable")
+            got = homolog_order("weighted", weights=weights, seed=seed, sample=sample)
+            np.testing.assert_array_equal(got, expected)
+            diverse = homolog_order("diverse", matrix=m, weights=weights, seed=seed, sample=sample)
+            assert diverse[0] == expected[0]
+            starts.append(int(expected[0]))
+    assert any(s != 0 for s in starts[::2])  # sample 1 does not start from the first
+
+
+@pytest.mark.parametrize("kind", ["xz", "bzip2", "bom"])
+def test_xz_bzip2_and_a_byte_order_mark_are_read(tmp_path, kind):
+    import bz2
+    import lzma
+
+    data = A3M.encode()
+    path = tmp_path / "x.a3m"
+    if kind == "xz":
+        path.write_bytes(lzma.compress(data))
+    elif kind == "bzip2":
+        path.write_bytes(bz2.compress(data))
+    else:  # saved by a Windows editor
+        path.write_bytes(b"\xef\xbb\xbf" + data)
+    msa = read_msa(path, WT)
+    assert msa.ids == ["h1", "h2", "h6"] and msa.notes["header_lines_skipped"] == 1
+
+
+def test_zstd_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "x.a3m.zst"
+    path.write_bytes(b"(\xb5/\xfd" + b"\x00" * 20)
+    with pytest.raises(DataError, match="zstd-compressed: decompress it first"):
+        read_msa(path, WT)
+
+
+def test_no_homolog_error_names_the_query_and_the_file(tmp_path):
+    from protein_performer.data.msa import no_homolog_error
+
+    path = tmp_path / "x.a3m"
+    path.write_text(">query\nTAYIAKQRQI\n>h1\nTAYIAKQRQI\n>h2\n----------\n")
+    msa = read_msa(path, WT)
+    assert msa.ids == [] and msa.matrix.shape == (0, 10)
+    message = str(no_homolog_error(msa))
+    assert str(path) in message and "besides its query query " in message
+    assert "\n" not in message
+
+
+def test_nul_bytes_of_a_file_padded_after_a_crash_are_dropped(tmp_path):
+    path = tmp_path / "x.fasta"
+    path.write_bytes(b">q\nTAY-IAKQRQI\n>h1\nTAYWIAKQR-I\x00\x00\x00\n\x00\x00\n")
+    msa = read_msa(path, WT)
+    assert msa.format == "aligned-fasta" and msa.ids == ["h1"]
+    np.testing.assert_array_equal(msa.matrix, [codes("TAYIAKQR-I")])
