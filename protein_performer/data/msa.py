@@ -160,7 +160,8 @@ def _stockholm(text: str, path: str | Path) -> list[tuple[str, str]]:
     from Bio import AlignIO
 
     try:
-        alignments = list(AlignIO.parse(io.StringIO(text), "stockholm"))
+        # Biopython wants the header on the first line; blank lines before it are harmless
+        alignments = list(AlignIO.parse(io.StringIO(text.lstrip("\r\n \t")), "stockholm"))
     except (ValueError, KeyError) as e:
         raise DataError(f"not a readable Stockholm file ({e})", path=path) from None
     if not alignments or not len(alignments[0]):
@@ -229,9 +230,12 @@ def _stops_dropped(rows: list[str]) -> list[str]:
 def _query_index(titles: Sequence[str], rows: Sequence[str], wild_type: str) -> int:
     """The record that is the query: the first, unless it is not the wild type (or a stretch
     of it) and a later one is."""
-    if _unaligned(rows[0]) in wild_type:
-        return 0
     return next((i for i, r in enumerate(rows) if (s := _unaligned(r)) and s in wild_type), 0)
+
+
+def _name(title: str, index: int) -> str:
+    """A record's id: its title's first word, ``record<N>`` (1-based) for a bare ``>``."""
+    return title.split(None, 1)[0] if title.strip() else f"record{index + 1}"
 
 
 def _unaligned(row: str) -> str:
@@ -348,6 +352,14 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
     q = _query_index(titles, rows, wild_type)
     query_row = rows[q]
     query = _unaligned(query_row)
+    if not query:
+        raise DataError(
+            "the alignment's query (its first record) has no residues: it must be the wild "
+            "type or a stretch of it",
+            record=q + 1,
+            record_id=_name(titles[q], q),
+            path=path,
+        )
     where = _query_positions(titles[q], query, wild_type, path, q + 1)
     offset = int(where[0])
     match_rows = [_match(r, inserts) for r in rows]
@@ -364,7 +376,7 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
             ),
             path=path,
             record=bad + 1,
-            record_id=titles[bad].split(None, 1)[0] or None,
+            record_id=_name(titles[bad], bad),
         )
     # the query's residue number of each match column (-1: a gap in the query)
     qmatch = match_rows[q]
@@ -405,11 +417,11 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
             continue
         seen.add(seq)
         insertions += sum(1 for c in row if c.islower())
-        ids.append(titles[i].split(None, 1)[0] if titles[i] else f"record{i + 1}")
+        ids.append(_name(titles[i], i))
         seqs.append(seq)
         chosen.append(i)
     notes |= {
-        "query": titles[q].split(None, 1)[0],
+        "query": _name(titles[q], q),
         "query_record": q + 1,
         "query_start": offset + 1,
         "columns": len(keep),
@@ -444,7 +456,7 @@ def _plain(
 ) -> MSA:
     ids, seqs, seen = [], [], set()
     copies = dups = 0
-    for title, row in zip(titles, rows, strict=True):
+    for i, (title, row) in enumerate(zip(titles, rows, strict=True)):
         seq = _unaligned(row)
         if not seq:
             continue
@@ -455,7 +467,7 @@ def _plain(
             dups += 1
             continue
         seen.add(seq)
-        ids.append(title.split(None, 1)[0])
+        ids.append(_name(title, i))
         seqs.append(seq)
     notes |= {"copies_of_wild_type_left_out": copies, "duplicates_left_out": dups}
     notes["homologs"] = len(ids)
@@ -478,10 +490,7 @@ def alignment_records(path: str | Path) -> tuple[str, list[tuple[str, str]]]:
     them."""
     container, records, _ = _records(path)
     kind = _kind([r for _, r in records], container) if records else "fasta"
-    out = [
-        (t.split(None, 1)[0] if t else f"record{i + 1}", _unaligned(r))
-        for i, (t, r) in enumerate(records)
-    ]
+    out = [(_name(t, i), _unaligned(r)) for i, (t, r) in enumerate(records)]
     return kind, [(name, seq) for name, seq in out if seq]
 
 
@@ -585,7 +594,7 @@ def homolog_order(
         raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}; got {sampling!r}")
     n = len(weights) if weights is not None else len(matrix) if matrix is not None else 0
     k = n if limit is None else min(limit, n)
-    if sampling == "first" or n == 0:
+    if sampling == "first" or k == 0:
         return np.arange(k)
     rng = np.random.default_rng([seed, sample])
     if sampling == "weighted":

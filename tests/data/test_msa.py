@@ -708,3 +708,48 @@ def test_nul_bytes_of_a_file_padded_after_a_crash_are_dropped(tmp_path):
     msa = read_msa(path, WT)
     assert msa.format == "aligned-fasta" and msa.ids == ["h1"]
     np.testing.assert_array_equal(msa.matrix, [codes("TAYIAKQR-I")])
+
+
+def test_records_without_a_name_are_named_by_number(tmp_path):
+    hits = tmp_path / "p.fa"
+    hits.write_text(">\nMKTAYLAKQ\n>h2\nKTAYIAKQRQISF\n")
+    msa = read_msa(hits, WT)
+    assert msa.ids == ["record1", "h2"] and msa.sequences == ["MKTAYLAKQ", "KTAYIAKQRQISF"]
+    query = tmp_path / "q.a3m"
+    query.write_text(">\nTAYIAKQRQI\n>h1\nTAYLaAKQRQI\n")
+    msa = read_msa(query, WT)
+    assert msa.query_id == "record1" and msa.ids == ["h1"]
+    uneven = tmp_path / "u.a3m"
+    uneven.write_text(">q\nTAYIAKQRQI\n>\nTAYLaAKQ\n")
+    with pytest.raises(DataError, match=r"record 2 \(record2\): 7 match columns where the query"):
+        read_msa(uneven, WT)
+
+
+def test_a_query_without_residues_is_a_one_line_error_or_skipped_for_the_wild_type(tmp_path):
+    gaps = tmp_path / "g.fa"
+    gaps.write_text(">q\n----------\n>h1\nTAYLAKQRQ-\n")
+    with pytest.raises(DataError, match=r"record 1 \(q\): the alignment's query .* no residues"):
+        read_msa(gaps, WT)
+    with pytest.raises(DataError, match="no residues"):
+        read_msa(gaps, None)
+    # a later record that is the wild type is the query, as when the first is another protein
+    later = tmp_path / "l.fa"
+    later.write_text(">q\n----------\n>wt\nTAYIAKQRQI\n>h1\nTAYLAKQRQ-\n")
+    msa = read_msa(later, WT)
+    assert msa.query_id == "wt" and msa.ids == ["h1"]
+
+
+def test_a_stockholm_file_after_blank_lines_is_read(tmp_path):
+    sto = tmp_path / "a.sto"
+    sto.write_text("\n\n# STOCKHOLM 1.0\nq/3-12 TAYIAKQRQI\nh1     TAYLAKQRQI\n//\n")
+    msa = read_msa(sto, WT)
+    assert msa.format == "stockholm" and msa.ids == ["h1"]
+    np.testing.assert_array_equal(msa.positions, np.arange(2, 12))
+
+
+def test_diverse_order_with_no_room_is_empty_like_the_others():
+    m = np.array([[0, 1, 2], [0, 1, 3], [4, 5, 6]], dtype=np.uint8)
+    for sampling in ("first", "weighted", "diverse"):
+        order = homolog_order(sampling, weights=np.ones(3), matrix=m, limit=0)
+        assert order.tolist() == [], sampling
+    assert homolog_order("diverse", weights=np.ones(3), matrix=m, limit=2).tolist() == [0, 2]
