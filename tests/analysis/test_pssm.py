@@ -228,3 +228,161 @@ def test_an_alignment_too_deep_to_weigh_exactly_is_weighed_against_a_sample(tmp_
     text = context_notes(ctx, {}, causal=True)
     assert "counted among 2,500 rows drawn at random" in text
     assert "drawn at random" not in context_notes(exact, {}, causal=True)
+
+
+def _z_by_hand(query: str, homolog: str, shuffles: int, rng: np.random.Generator):
+    """PRSS's test, written out: the local BLOSUM62 score and its distance from the scores of
+    ``shuffles`` shuffles of the homolog in (population) standard deviations; letters the
+    matrix lacks read as X."""
+    from protein_performer.data.pairwise_alignment import local_aligner
+
+    aligner, known = local_aligner()
+    q = "".join(c if c in known else "X" for c in query.upper())
+    h = "".join(c if c in known else "X" for c in homolog.upper())
+    score = aligner.score(h, q)
+    null = []
+    for _ in range(shuffles):
+        null.append(aligner.score("".join(rng.permutation(np.array(list(h)))), q))
+    mean = sum(null) / len(null)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in null) / len(null))
+    return score, (score - mean) / sd
+
+
+def _family(seed: int = 2, n: int = 4, rate: float = 0.8):
+    records = list(
+        simulate_records(n_families=1, min_members=n, max_members=n, root_length_median=120,
+                         substitution_rate=rate, indel_rate=0.02, seed=seed)
+    )  # fmt: skip
+    return records[0][2], [r[2] for r in records[1:]]
+
+
+def test_alignment_z_is_prss_against_every_shuffle_and_letters_outside_blosum_are_x():
+    from protein_performer.analysis.dms.profile import alignment_z
+
+    query, (member, *_) = _family()
+    # U and O (not in BLOSUM62) inside the homolog: scored as X, not as another residue
+    odd = member[:30] + "UUOU" + member[34:]
+    for homolog in (member, odd):
+        score, z = alignment_z(query, homolog, 7, np.random.default_rng(3))
+        want_score, want_z = _z_by_hand(query, homolog, 7, np.random.default_rng(3))
+        assert score == pytest.approx(want_score)
+        assert z == pytest.approx(want_z, rel=1e-9)
+    # every shuffle the same and scoring as the homolog: no distance above chance (z 0, not inf)
+    assert alignment_z(Q, "WWW", 5, np.random.default_rng(0))[1] == 0.0
+
+
+def test_each_homolog_is_tested_against_its_own_shuffles():
+    query, members = _family()
+    _, info = column_counts(query, members, seed=4)
+    built = build_pssm(query, members, seed=4, shuffles=10).homologs  # the seed reaches them
+    for k, homolog in enumerate(members):
+        score, z = _z_by_hand(query, homolog, 20, np.random.default_rng([4, k]))
+        assert info[k]["score"] == pytest.approx(score)
+        assert info[k]["z"] == pytest.approx(round(z, 3), abs=1e-9)
+        _, z = _z_by_hand(query, homolog, 10, np.random.default_rng([4, k]))
+        assert built[k]["z"] == pytest.approx(round(z, 3), abs=1e-9)
+
+
+def test_only_the_homologs_used_are_counted_weighed_and_kept():
+    from protein_performer.data.pairwise_alignment import aligned_positions
+
+    query, members = _family()
+    (unrelated,) = _random(1, 120, 5)
+    pssm = build_pssm(query, [members[0], unrelated, members[1]])
+    assert [h["used"] for h in pssm.homologs] == [True, False, True]
+    # counts by hand: the query and the residues of the two members aligned to it
+    expected = np.eye(20)[[I[a] for a in query]]
+    matrix = np.full((2, len(query)), 255)
+    for k, member in enumerate(members[:2]):
+        hit = aligned_positions(query, member)
+        for i in np.nonzero(hit >= 0)[0]:
+            expected[i, I[member[hit[i]]]] += 1
+            matrix[k, i] = I[member[hit[i]]]
+    np.testing.assert_array_equal(pssm.counts, expected)
+    from protein_performer.data.msa import GAP
+
+    np.testing.assert_array_equal(pssm.matrix, np.where(matrix == 255, GAP, matrix))
+    assert pssm.weights.shape == (2,)
+
+
+def test_build_pssm_weighs_near_copies_together_and_can_leave_the_query_out():
+    # h1 and h2 the same (one neighbour each: 1/2), h3 shares 7 of 10 with them (alone: 1)
+    homologs = ["MKILAWHCDE", "MKILAWHCDE", "MRVLGWHCDF"]
+    pssm = build_pssm(Q, homologs, min_z=None)
+    np.testing.assert_allclose(pssm.weights, [0.5, 0.5, 1.0])
+    # without the query: only the homologs are counted; a column no homolog reaches is the
+    # background (log-odds 0), not log 0
+    out = build_pssm(Q, ["GGGGGLAWHCDE"], min_z=None, include_query=False)
+    expected = np.zeros((len(Q), 20))
+    for i in range(3, 10):
+        expected[i, I[Q[i]]] = 1
+    np.testing.assert_array_equal(out.counts, expected)
+    p = blosum62_model().q
+    np.testing.assert_allclose(out.frequencies[:3], np.tile(p, (3, 1)))
+    np.testing.assert_allclose(out.scores[:3], 0.0, atol=1e-12)
+    P = blosum62_model().transition
+    np.testing.assert_allclose(out.frequencies[4], (np.eye(20)[I["A"]] + 10 * P[I["A"]]) / 11)
+
+
+def test_build_pssm_refuses_fewer_than_two_shuffles():
+    from protein_performer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="shuffles must be >= 2"):
+        build_pssm(Q, ["MKILAWHCDE"], shuffles=1)
+    build_pssm(Q, ["MKILAWHCDE"], shuffles=1, min_z=None)  # no shuffles drawn: fine
+
+
+def test_a_mutant_error_counts_the_others_that_do_not_fit():
+    pssm = build_pssm(Q, ["MKILAWHCDE"], min_z=None)
+    with pytest.raises(ValueError, match=r"mutant 2 does not fit .*\(and 2 more\)"):
+        pssm_scores(pssm, ["K2R", "K12R", "A2R", "K13R"])
+    with pytest.raises(ValueError) as e:
+        pssm_scores(pssm, ["K2R", "K12R"])
+    assert "more)" not in str(e.value)
+    # numbered from 0: the problem names the position as given, and the range 0-9
+    with pytest.raises(
+        ValueError, match=r"mutant 1 does not fit .*E10R: position 10 is outside 0-9"
+    ):
+        pssm_scores(pssm, ["E10R"], offset=0)
+    with pytest.raises(ValueError, match=r"K1R: the sequence has M at 1"):
+        pssm_scores(pssm, ["K1R"], offset=1)
+
+
+def test_alignment_profile_weights_at_another_identity_and_without_the_query(tmp_path):
+    from protein_performer.analysis.dms.profile import alignment_profile
+    from protein_performer.data.msa import GAP
+
+    wt = "MKVLAWH"
+    msa = _aligned(tmp_path, ">q/2-6\nKVLAW\n>h1\nKILAW\n>h2\nKILAY\n>h3\nR-LGW\n", wt)
+    # at 0.6: q, h1 and h2 are each other's neighbours (q-h2 3/5, h2-q 3/5), h3 alone (2/4)
+    pssm = alignment_profile(wt, msa, identity=0.6, pseudocount_weight=0.0)
+    np.testing.assert_allclose(pssm.weights, [1 / 3, 1 / 3, 1.0])
+    assert pssm.params["neff"] == pytest.approx(2.0, abs=0.01)
+    assert pssm.counts[1, I["K"]] == pytest.approx(1.0) and pssm.counts[2, I["V"]] == pytest.approx(
+        1 / 3
+    )
+    # without the query: h1, h2 neighbours (1/2 each), h3 alone; its residues outside the
+    # alignment hold nothing (the background)
+    alone = alignment_profile(wt, msa, include_query=False, pseudocount_weight=0.0)
+    np.testing.assert_allclose(alone.weights, [0.5, 0.5, 1.0])
+    assert alone.params["neff"] == pytest.approx(2.0, abs=0.01) and alone.params["sequences"] == 3
+    expected = np.zeros((7, 20))
+    for w, row in zip([0.5, 0.5, 1.0], ["KILAW", "KILAY", "R-LGW"], strict=True):
+        for j, c in enumerate(row):
+            if c != "-":
+                expected[1 + j, I[c]] += w
+    np.testing.assert_allclose(alone.counts, expected)
+    np.testing.assert_allclose(alone.scores[[0, 6]], 0.0, atol=1e-12)
+    rows = [[I[c] if c != "-" else GAP for c in r] for r in ["KILAW", "KILAY", "R-LGW"]]
+    np.testing.assert_array_equal(alone.matrix, rows)
+    # with the query: the matrix is the homologs' rows only
+    np.testing.assert_array_equal(pssm.matrix, rows)
+
+
+def test_a_homolog_with_nothing_aligned_is_not_used_even_without_the_z_test():
+    # X scores below zero against every residue: no local alignment at all
+    _, info = column_counts(Q, ["MKILAWHCDE", "XXXX"], min_z=None)
+    assert [h["used"] for h in info] == [True, False]
+    assert info[1]["coverage"] == 0.0 and info[1]["identity"] == 0.0
+    pssm = build_pssm(Q, ["MKILAWHCDE", "XXXX"], min_z=None)
+    assert pssm.homologs_used == 1 and pssm.weights.shape == (1,)

@@ -679,3 +679,150 @@ def test_score_keeps_near_copies_of_the_wild_type_out_of_the_model_windows(ckpt,
     assert _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_max_identity=1.5",
                   out="u.csv") == 2  # fmt: skip
     assert "context_max_identity must be a number from 0 to 1" in capsys.readouterr().err
+
+
+def test_plain_hits_are_capped_at_unaligned_max_homologs_by_default(tmp_path):
+    from protein_performer.analysis.dms.homologs import UNALIGNED_MAX_HOMOLOGS, read_scan_context
+
+    assert UNALIGNED_MAX_HOMOLOGS == 16
+    hits = [_variant(WT, np.random.default_rng(200 + k), 0.15) for k in range(17)]
+    _fasta(tmp_path / "h.fa", [(f"h{k}", h) for k, h in enumerate(hits)])
+    ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
+    assert [h.id for h in ctx.homologs] == [f"h{k}" for k in range(16)]
+    assert ctx.read == 17 and ctx.beyond_max == 1 and len(ctx.pssm.homologs) == 16
+
+
+def _small_alignment(tmp_path, extra: str = "") -> str:
+    """Residues 1-20 of WT: h1 and h2 share 18-19 residues with each other and the query
+    (the three weigh 1/3 each), h3 stands alone (weight 1), then a duplicate of h3 and a copy
+    of the wild type: Neff 2.0 from 3 homologs used."""
+    h3 = _variant(WT[:20], np.random.default_rng(9), 0.5)[:-1] + "-"
+    text = (
+        f">q\n{WT[:20]}\n>h1\n{WT[:19]}-\n>h2\n-{WT[1:20]}\n>h3\n{h3}\n>h3copy\n{h3}\n"
+        f">wtcopy\n{WT[:20]}\n{extra}"
+    )
+    (tmp_path / "x.a3m").write_text(text)
+    return str(tmp_path / "x.a3m")
+
+
+def test_the_printed_alignment_notes_count_what_each_is(tmp_path):
+    from protein_performer.analysis.dms.homologs import read_scan_context
+
+    path = _small_alignment(tmp_path)
+    ctx = read_scan_context(path, ALPHABET, WT, None)
+    np.testing.assert_allclose(ctx.pssm.weights, [1 / 3, 1 / 3, 1.0], rtol=1e-6)
+    summary: dict = {}
+    text = context_notes(ctx, summary, causal=True)
+    assert "alignment" in text and ": 6 records, query q = wild-type residues 1-20" in text
+    assert "3 homologs used, Neff 2.0 (weights" in text
+    assert "; left out: 1 copies of the wild type, 1 duplicates; profile column pssm" in text
+    assert summary["context"]["records_read"] == 6 and summary["context"]["homologs_used"] == 3
+    assert "identical to the wild type left out" not in text  # said once, as a copy
+    ctx = read_scan_context(path, ALPHABET, WT, None, max_homologs=2)
+    text = context_notes(ctx, {}, causal=True)
+    assert "2 homologs used, Neff 1.0 (weights" in text
+    assert "1 duplicates, 1 beyond context_max_homologs; profile" in text
+    (tmp_path / "y.a3m").write_text(f">q\n{WT[:20]}\n>h1\n{WT[:19]}-\n")
+    text = context_notes(read_scan_context(tmp_path / "y.a3m", ALPHABET, WT, None), {}, True)
+    assert "; left out: none; profile column" in text
+
+
+def test_the_printed_notes_say_the_retrieval_weights_and_the_windows_averaged(tmp_path):
+    from protein_performer.analysis.dms.homologs import context_columns, read_scan_context
+    from protein_performer.analysis.dms.variants import parse_variant
+
+    _fasta(tmp_path / "h.fa", [(f"h{k}", h) for k, h in enumerate(HOMOLOGS[:3])])
+    ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
+    variants = [parse_variant(f"{WT[3]}4A", WT, 1)]
+    cols = context_columns(_model(), ALPHABET, WT, variants, ctx, max_length=256, retrieval=0.25)
+    text = context_notes(ctx, {}, causal=False)
+    assert "; context_retrieval: 0.75 x the model's + 0.25 x the profile's log-ratio" in text
+    assert "windows per site averaged" not in text  # one window
+    assert "context: 3 of the 3 homologs in" in text
+    f = ctx.pssm.frequencies[3]
+    profile = math.log(f[COLUMNS.index("A")]) - math.log(f[COLUMNS.index(WT[3])])
+    np.testing.assert_allclose(
+        cols["context_retrieval"], 0.75 * cols["masked_marginal_context"] + 0.25 * profile
+    )
+    context_columns(_model(), ALPHABET, WT, variants, ctx, max_length=256, sampling="weighted",
+                    samples=2)  # fmt: skip
+    assert ", 2 windows per site averaged" in context_notes(ctx, {}, causal=False)
+
+
+def test_context_columns_refuse_no_samples_and_no_window_homologs(tmp_path):
+    from protein_performer.analysis.dms.homologs import context_columns, read_scan_context
+    from protein_performer.analysis.dms.variants import parse_variant
+
+    _fasta(tmp_path / "h.fa", [(f"h{k}", h) for k, h in enumerate(HOMOLOGS[:2])])
+    ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
+    variants = [parse_variant(f"{WT[3]}4A", WT, 1)]
+    with pytest.raises(ValueError, match=r"samples must be >= 1 \(got 0\)"):
+        context_columns(_model(), ALPHABET, WT, variants, ctx, max_length=256, samples=0)
+    with pytest.raises(ValueError, match=r"window_homologs must be >= 1 or None \(got 0\)"):
+        context_columns(_model(), ALPHABET, WT, variants, ctx, max_length=256, window_homologs=0)
+
+
+def test_context_marginals_count_each_site_once():
+    ids = ALPHABET.encode(WT)
+    got, info = context_marginals(_model(), ALPHABET, ids, [ALPHABET.encode(HOMOLOGS[0])],
+                                  [5, 30, 5], max_length=256)  # fmt: skip
+    assert info["sites"] == 2 and sorted(got) == [5, 30]
+
+
+def test_near_copies_are_found_among_the_homologs_the_pssm_used(tmp_path):
+    """An unrelated record (not used by the PSSM) before a near copy: the identity of each used
+    homolog is its own, so the near copy stays out of the window and the homolog goes in."""
+    from protein_performer.analysis.dms.homologs import context_columns, read_scan_context
+    from protein_performer.analysis.dms.variants import parse_variant
+
+    near = _variant(WT, np.random.default_rng(50), 0.04)
+    _fasta(tmp_path / "h.fa", [("u", UNRELATED[0]), ("n", near), ("h", HOMOLOGS[0])])
+    ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
+    assert [i["used"] for i in ctx.pssm.homologs] == [False, True, True]
+    model, seen = _model(), []
+    model.embed.register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    context_columns(model, ALPHABET, WT, [parse_variant(f"{WT[3]}4A", WT, 1)], ctx,
+                    max_length=256)  # fmt: skip
+    row = [t for t in seen[-1][0].tolist() if t != ALPHABET.pad_idx]
+    assert row[1:61] == ALPHABET.encode(HOMOLOGS[0]).tolist() and row[61] == ALPHABET.sep_idx
+    assert len(row) == 1 + 61 + 60 + 1 and ctx.info["homologs_over_max_identity"] == 1
+
+
+def test_the_profile_half_of_retrieval_is_in_nats_and_nan_for_an_indel():
+    from protein_performer.analysis.dms.homologs import profile_log_ratios
+    from protein_performer.analysis.dms.variants import parse_variant
+
+    pssm = build_pssm(WT, HOMOLOGS[:2], min_z=None)
+    f = pssm.frequencies
+    variants = [parse_variant(m, WT, 1) for m in (f"{WT[3]}4A", WT[:10] + WT[11:])]
+    got = profile_log_ratios(pssm, variants)
+    want = math.log(f[3, COLUMNS.index("A")] / f[3, COLUMNS.index(WT[3])])
+    assert got[0] == pytest.approx(want, rel=1e-9) and np.isnan(got[1])
+
+
+def test_weighted_windows_draw_with_the_weights_of_the_homologs_left(tmp_path, monkeypatch):
+    """Aligned rows: a near copy of the wild type (its neighbour: 1/2), a pair of twins (1/2
+    each) and one on its own (1): the near copy stays out of the windows, and the draw gets
+    the weights of the three left, not the first three."""
+    from protein_performer.analysis.dms import homologs as module
+    from protein_performer.analysis.dms.homologs import context_columns, read_scan_context
+    from protein_performer.analysis.dms.variants import parse_variant
+
+    near = _variant(WT, np.random.default_rng(50), 0.04)
+    twin = _variant(WT, np.random.default_rng(60), 0.3)
+    other = twin[:30] + ("A" if twin[30] != "A" else "G") + twin[31:]
+    alone = _variant(WT, np.random.default_rng(61), 0.3)
+    rows = [near, twin, other, alone]
+    (tmp_path / "x.fa").write_text(
+        f">q\n{WT}\n" + "".join(f">h{k}\n-{r[1:]}\n" for k, r in enumerate(rows))
+    )
+    ctx = read_scan_context(tmp_path / "x.fa", ALPHABET, WT, None)
+    np.testing.assert_allclose(ctx.pssm.weights, [0.5, 0.5, 0.5, 1.0], rtol=1e-6)
+    got, draw = [], module.homolog_order
+    monkeypatch.setattr(
+        module, "homolog_order", lambda *a, **k: got.append(k["weights"]) or draw(*a, **k)
+    )
+    context_columns(_model(), ALPHABET, WT, [parse_variant(f"{WT[3]}4A", WT, 1)], ctx,
+                    max_length=512, sampling="weighted", window_homologs=2)  # fmt: skip
+    np.testing.assert_allclose(got[0], [0.5, 0.5, 1.0], rtol=1e-6)
+    assert ctx.info["homologs_over_max_identity"] == 1
