@@ -64,6 +64,9 @@ def test_unrelated_homologs_are_left_out_and_said_so():
     assert "\n" not in str(e.value) and "none of the 6 homologs aligns" in str(e.value)
     with pytest.raises(DataError, match="no homologs given"):
         build_pssm(query, [])
+    # no z threshold: one-line all the same, for a homolog of which nothing aligns
+    with pytest.raises(DataError, match=r"none of the 1 homologs aligns to the query at all"):
+        build_pssm("MKVLAWHCDE", ["XXXX"], min_z=None)
     # the documented fallback: the query alone, with BLOSUM62 pseudocounts
     alone = build_pssm(query, unrelated, allow_query_only=True)
     assert alone.homologs_used == 0

@@ -233,10 +233,13 @@ def build_pssm(
             problem = "no homologs given"
         else:
             best = max((h.get("z") or 0.0 for h in info), default=0.0)
-            problem = (
-                f"none of the {len(homologs):,} homologs aligns to the query above chance "
-                f"(local BLOSUM62 score z >= {min_z:g} against shuffles; best z = {best:.1f})"
+            chance = (  # with min_z None a homolog is used when anything of it aligns
+                "at all (no local BLOSUM62 alignment)"
+                if min_z is None
+                else "above chance (local BLOSUM62 score z >= "
+                f"{min_z:g} against shuffles; best z = {best:.1f})"
             )
+            problem = f"none of the {len(homologs):,} homologs aligns to the query {chance}"
         raise DataError(
             f"{problem}: no PSSM (allow_query_only builds one from the query alone, a "
             "BLOSUM62-like baseline)"
