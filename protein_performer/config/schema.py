@@ -369,6 +369,11 @@ class ScoreConfig:
     context_min_coverage: float = _key(
         0.5, "context=: an aligned homolog covering less of the wild type's columns is left out"
     )
+    context_crop: bool = _key(
+        True,
+        "context=: a protein too long for context_window_homologs whole homologs beside it is "
+        "scored on the residues about each site, after each homolog's residues in those columns",
+    )
     context_retrieval: float = _key(
         0.6, "context=: the profile's weight in the context_retrieval column (0: no column)"
     )

@@ -58,6 +58,8 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
     if cfg.context_window_homologs is not None:
         _positive("context_window_homologs", cfg.context_window_homologs)
     check_choice("context_sampling", cfg.context_sampling, ("first", "weighted", "diverse"))
+    if not isinstance(cfg.context_crop, bool):
+        raise ConfigError(f"context_crop must be true or false (got {cfg.context_crop!r})")
     for key in ("context_min_coverage", "context_retrieval", "context_max_identity"):
         value = getattr(cfg, key)
         if value is None and key == "context_max_identity":

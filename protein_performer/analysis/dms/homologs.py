@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from protein_performer.analysis.dms import variants as var
 from protein_performer.analysis.dms.profile import (
@@ -37,10 +36,15 @@ from protein_performer.analysis.dms.profile import (
     build_pssm,
     pssm_scores,
 )
+from protein_performer.analysis.dms.windows import (
+    column_jobs,
+    crop_width,
+    masked_log_probs,
+    window_info,
+)
 from protein_performer.analysis.homolog_pairs import query_names
 from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
 from protein_performer.data.alphabet import Alphabet
-from protein_performer.data.batching import pad_batch
 from protein_performer.data.context_windows import (
     MIN_CONTEXT_RESIDUES,
     context_window,
@@ -48,14 +52,14 @@ from protein_performer.data.context_windows import (
 )
 from protein_performer.data.msa import (
     FRAGMENT_COVERAGE,
+    GAP,
     MSA,
     homolog_order,
     no_homolog_error,
     read_msa,
 )
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.model.performer import ProteinLM, evaluating
-from protein_performer.utils.progress import progress as progress_bar
+from protein_performer.model.performer import ProteinLM
 
 #: The columns this adds to a scan's scores.
 PSSM_COLUMN = "pssm"
@@ -291,7 +295,6 @@ def _context_jobs(
     return jobs, held
 
 
-@torch.no_grad()
 def context_marginals(
     model: ProteinLM,
     alphabet: Alphabet,
@@ -307,31 +310,9 @@ def context_marginals(
     """``{site: (V,) log-probabilities}`` at each masked 0-based ``site`` of the residue ids
     ``ids`` with ``homologs`` (residue ids, in order) before them in windows of
     ``max_length`` tokens (see the module docstring), and what the windows held."""
-    device = next(model.parameters()).device
     jobs, held = _context_jobs(ids, homologs, sites, alphabet, max_length, style)
-    order = sorted(range(len(jobs)), key=lambda j: len(jobs[j][1]))
-    out: dict[int, np.ndarray] = {}
-    bar = progress_bar(total=len(jobs), desc="scoring with homologs", unit="site", enabled=progress)
-    i = 0
-    with evaluating(model):
-        while i < len(order):
-            rows = max(1, toks_per_batch // len(jobs[order[i]][1]))
-            group = [jobs[j] for j in order[i : i + rows]]
-            tokens, pad = pad_batch([t for _, t, _ in group], alphabet.pad_idx)
-            at = torch.tensor([[pos] for _, _, pos in group], device=device)
-            # only the masked site of each row is read: the last block computes that row only
-            logits = model.logits_at(tokens.to(device), pad.to(device), at)[:, 0]
-            logp = torch.log_softmax(logits.float(), -1).cpu()
-            for row, (site, _, _) in enumerate(group):
-                out[site] = logp[row].numpy()
-            bar.update(len(group))
-            i += len(group)
-    bar.close()
-    info = {
-        "context_window_tokens": max_length,
-        "mean_homologs_in_window": float(np.mean(held)) if held else 0.0,
-        "sites": len(jobs),
-    }
+    out = masked_log_probs(model, alphabet, jobs, toks_per_batch=toks_per_batch, progress=progress)
+    info = window_info(held, max_length, None)
     return out, info
 
 
@@ -350,6 +331,7 @@ def context_columns(
     max_identity: float | None = DEFAULT_MAX_IDENTITY,
     seed: int = 0,
     retrieval: float = DEFAULT_RETRIEVAL,
+    crop: bool = True,
     toks_per_batch: int = 8192,
     progress: bool = False,
 ) -> dict[str, np.ndarray]:
@@ -360,7 +342,10 @@ def context_columns(
     by ``[seed, sample]``) among those at most ``max_identity`` identical to the wild type
     (None: all; all too when none is), at most ``window_homologs`` of them (None: as many as
     fit), those that fit placed in file order (a search's best first:
-    :func:`~protein_performer.data.context_windows.in_rank_order`). With ``retrieval`` > 0 also
+    :func:`~protein_performer.data.context_windows.in_rank_order`). With ``crop``, a protein
+    too long for ``window_homologs`` whole homologs beside it is scored on the residues about
+    each site after the homologs' residues in those columns (:mod:`.windows`). With
+    ``retrieval`` > 0 also
     ``"context_retrieval"``: ``(1 − retrieval)`` times the model's score plus ``retrieval`` times
     the profile's ``log Q(mt) − log Q(wt)`` (its frequencies, in nats): Tranception's
     inference-time retrieval (Notin et al. 2022, weight 0.6). The windows' contents go to
@@ -379,46 +364,50 @@ def context_columns(
         shortest = min((len(h.residues) for h in used), default=1)
         limit = min(len(used), length // (shortest + 1) + 1, window_homologs or len(used))
         style = "concat" if packed else "crop"
-        width, _ = _target_width(len(ids), length, style)
-        room = _room(len(ids), length, style)  # the homologs' tokens beside the scored window
-        # the first homolog of a window goes in whole or cut to MIN_CONTEXT_RESIDUES (and its
-        # <sep>), or none does: room for the longest such start leaves no window empty
-        longest = max((len(h.residues) for h in used), default=1)
-        need = min(longest, MIN_CONTEXT_RESIDUES) + 1
-        if room < need:
-            least = next(
-                t for t in itertools.count(length + 1) if _room(len(ids), t, style) >= need
-            )
-            raise ConfigError(
-                f"a window of {length:,} tokens leaves no room for a homolog beside the "
-                f"protein's {width:,} residues: raise context_tokens (at least {least:,})"
-            )
-        runs, held = [], []
-        asked = samples
+        room = _checked_room(len(ids), length, style, used)
+        ends = 2 if style == "crop" else 1
+        cut = crop_width(len(ids), length, window_homologs, ends) if crop else None
+        cut = None if matrix is None else cut
+        if cut is not None:  # an alignment's rows hold its columns: place them on the protein
+            at_wild_type = _on_wild_type(matrix, context, len(ids))
+        runs, held, asked = [], [], samples
         if sampling == "first":  # the same homologs in every window: one is enough
             samples = 1
         for sample in range(samples):
-            order = homolog_order(
-                sampling,
-                weights=weights,
-                matrix=matrix,
-                seed=seed,
-                sample=sample,
-                limit=limit,
-            )
-            # the draw picks the homologs; they sit best first, as the model was trained
-            order = in_rank_order(order, [len(h.residues) for h in used], room)
-            logp, info = context_marginals(
-                model,
-                alphabet,
-                ids,
-                [used[i].residues for i in order],
-                sites,
-                max_length=length,
-                style=style,
-                toks_per_batch=toks_per_batch,
-                progress=progress,
-            )
+            if cut is not None:  # every homolog in draw order: each window takes its own
+                drawn = homolog_order(
+                    sampling, weights=weights, matrix=matrix, seed=seed, sample=sample
+                )
+                jobs, counts = column_jobs(
+                    ids, [(int(i), at_wild_type[i]) for i in drawn], sites, alphabet, length,
+                    width=cut, per_window=window_homologs, style=style,
+                )  # fmt: skip
+                logp = masked_log_probs(
+                    model, alphabet, jobs, toks_per_batch=toks_per_batch, progress=progress
+                )
+                info = window_info(counts, length, cut)
+            else:
+                order = homolog_order(
+                    sampling,
+                    weights=weights,
+                    matrix=matrix,
+                    seed=seed,
+                    sample=sample,
+                    limit=limit,
+                )
+                # the draw picks the homologs; they sit best first, as the model was trained
+                order = in_rank_order(order, [len(h.residues) for h in used], room)
+                logp, info = context_marginals(
+                    model,
+                    alphabet,
+                    ids,
+                    [used[i].residues for i in order],
+                    sites,
+                    max_length=length,
+                    style=style,
+                    toks_per_batch=toks_per_batch,
+                    progress=progress,
+                )
             runs.append(logp)
             held.append(info["mean_homologs_in_window"])
         logp = {site: np.mean([r[site] for r in runs], axis=0) for site in runs[0]}
@@ -433,18 +422,7 @@ def context_columns(
             "seed": seed,
         }
         context.info.update(info)
-        columns[CONTEXT_COLUMN] = np.array(
-            [
-                np.nan
-                if isinstance(v, var.Indel)
-                else sum(
-                    logp[s.index][alphabet.index(s.mt)] - logp[s.index][alphabet.index(s.wt)]
-                    for s in v
-                )
-                for v in variants
-            ],
-            dtype=np.float64,
-        )
+        columns[CONTEXT_COLUMN] = _log_ratios(logp, variants, alphabet)
         if retrieval > 0:
             profile = profile_log_ratios(context.pssm, variants)
             columns[RETRIEVAL_COLUMN] = (1 - retrieval) * columns[CONTEXT_COLUMN] + (
@@ -453,6 +431,53 @@ def context_columns(
             context.info["context_retrieval"] = retrieval
     columns[PSSM_COLUMN] = pssm_scores(context.pssm, list(variants))
     return columns
+
+
+def _checked_room(n: int, length: int, style: str, used: Sequence[Protein]) -> int:
+    """The tokens a ``length`` window leaves for homologs beside an ``n``-residue protein; a
+    :class:`ConfigError` naming the least window that holds one when it leaves none."""
+    room = _room(n, length, style)
+    # the first homolog of a window goes in whole or cut to MIN_CONTEXT_RESIDUES (and its
+    # <sep>), or none does: room for the longest such start leaves no window empty
+    longest = max((len(h.residues) for h in used), default=1)
+    need = min(longest, MIN_CONTEXT_RESIDUES) + 1
+    if room < need:
+        least = next(t for t in itertools.count(length + 1) if _room(n, t, style) >= need)
+        width, _ = _target_width(n, length, style)
+        raise ConfigError(
+            f"a window of {length:,} tokens leaves no room for a homolog beside the "
+            f"protein's {width:,} residues: raise context_tokens (at least {least:,})"
+        )
+    return room
+
+
+def _log_ratios(
+    logp: dict[int, np.ndarray], variants: Sequence[var.Variant], alphabet: Alphabet
+) -> np.ndarray:
+    """``(n,)``: each variant's ``Σ log p(mt) − log p(wt)`` over its sites (``logp``: each
+    site's log-probabilities), NaN for an indel."""
+    return np.array(
+        [
+            np.nan
+            if isinstance(v, var.Indel)
+            else sum(
+                logp[s.index][alphabet.index(s.mt)] - logp[s.index][alphabet.index(s.wt)] for s in v
+            )
+            for v in variants
+        ],
+        dtype=np.float64,
+    )
+
+
+def _on_wild_type(matrix: np.ndarray, context: ScanContext, n: int) -> np.ndarray:
+    """``(N, n)``: the homologs' residues ``matrix`` at each of the wild type's ``n`` positions
+    (an alignment's rows hold its columns, placed by ``msa.positions``; FASTA hits' rows are
+    already the wild type's positions); :data:`~protein_performer.data.msa.GAP` elsewhere."""
+    if context.msa is None:
+        return matrix
+    rows = np.full((len(matrix), n), GAP, dtype=np.uint8)
+    rows[:, context.msa.positions] = matrix
+    return rows
 
 
 def _window_homologs(
@@ -560,6 +585,12 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
                 else ""
             )
             + (f", {samples} windows per site averaged" if samples > 1 else "")
+            + (
+                f"; each window {crop:,} residues about its site, the homologs cut to those "
+                "columns (context_crop)"
+                if (crop := context.info.get("context_crop"))
+                else ""
+            )
             + _identity_note(context.info, len(context.used))
             + ")"
         )

@@ -425,6 +425,7 @@ _CLI_CONTEXT_NAMES = {
     "context_retrieval": "retrieval",
     "context_window_homologs": "window_homologs",
     "context_max_identity": "max_identity",
+    "context_crop": "crop",
 }
 _CONTEXT_KEYWORDS = (
     "max_length",
@@ -434,6 +435,7 @@ _CONTEXT_KEYWORDS = (
     "max_identity",
     "seed",
     "retrieval",
+    "crop",
 )
 
 

@@ -194,6 +194,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             "max_identity": cfg.context_max_identity,
             "seed": cfg.seed,
             "retrieval": cfg.context_retrieval,
+            "crop": cfg.context_crop,
         },
     )
     full = scan_lib.table_columns(columns, fields, len(rows), scan.good)

@@ -1,0 +1,192 @@
+r"""Long proteins scored with their homologs: the column crop against whole-protein windows.
+
+For held-out proteins (the checkpoint's test split, ``--min-residues`` to ``--max-residues``)
+with at least ``--min-hits`` search hits into the training split, ``--sites`` evenly spaced
+sites of each are masked one at a time and scored as ``score context=`` scores them (the first
+16 hits, the profile's local alignments, ``context_window_homologs=16``) with the column crop
+(``context_crop=true``: the residues about the site, each homolog's residues in those columns)
+and without it (the whole protein, as many whole homologs as fit), beside the model alone
+(1,024-token windows): perplexity of the true residue at the masked sites.
+
+    python benchmarks/long_windows.py --fasta FILES --clusters clusters14 --write-queries long.fasta
+    protein-performer data search long.fasta FILES hits_long --min-identity 0.2 --max-identity 0.9 \
+        --min-coverage 0.5 --max-hits 48 --margin 0
+    python benchmarks/long_windows.py --fasta FILES --clusters clusters14 --queries long.fasta \
+        --hits hits_long --json docs/results/long_windows.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    RESULTS,
+    add_output_args,
+    check_outputs,
+    environment,
+    format_table,
+    int_at_least,
+    machine_line,
+    one_line_errors,
+    write_json,
+)
+
+
+def test_split(args: argparse.Namespace, alphabet: Any) -> Any:
+    """The held-out records (the test split of ``--fasta`` by ``--clusters``)."""
+    from protein_performer.data.datamodule import ProteinDataModule
+
+    dm = ProteinDataModule(
+        files=args.fasta, clusters=str(args.clusters), split_by="cluster", alphabet=alphabet
+    )
+    dm.setup("test")
+    return dm.datasets["test"].source
+
+
+def hits_by_query(path: Path, held_out: set[str]) -> dict[str, list[str]]:
+    """Each query's hit records (FASTA text, best first) into proteins not in ``held_out``."""
+    out: dict[str, list[str]] = {}
+    for record in path.read_text().split(">")[1:]:
+        head, *body = record.split("\n")
+        query = next((w[6:] for w in head.split() if w.startswith("query=")), None)
+        if query is None or head.split()[0].rsplit("/", 1)[0] in held_out:
+            continue
+        out.setdefault(query, []).append(f">{head}\n{''.join(body)}\n")
+    return out
+
+
+def score_protein(model: Any, alphabet: Any, seq: str, qid: str, hits: list[str], args: Any):
+    """``{setting: [−log p(true residue)]}`` at the protein's sites and the mean homologs a
+    window held with and without the crop."""
+    from protein_performer.analysis.dms import homologs as H
+    from protein_performer.analysis.dms import variants as var
+    from protein_performer.analysis.dms.windows import masked_log_probs
+    from protein_performer.data.context_windows import context_window
+
+    n = len(seq)
+    sites = [int(s) for s in np.linspace(10, n - 11, args.sites)]
+    truth = [alphabet.index(seq[s]) for s in sites]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "hits.fasta"
+        path.write_text("".join(hits[:16]))
+        context = H.read_scan_context(path, alphabet, seq, qid, max_homologs=16)
+    variants = [[var.Substitution(s, seq[s], "A" if seq[s] != "A" else "C")] for s in sites]
+    seen: dict[int, np.ndarray] = {}
+    real = H.masked_log_probs
+
+    def keep(*a: Any, **k: Any) -> dict[int, np.ndarray]:
+        seen.clear()
+        seen.update(real(*a, **k))
+        return seen
+
+    nll, held = {}, {}
+    H.masked_log_probs = keep  # the log-probabilities behind the score column
+    try:
+        for name, crop in (("crop", True), ("whole", False)):
+            H.context_columns(model, alphabet, seq, variants, context, max_length=args.window,
+                              crop=crop)  # fmt: skip
+            nll[name] = [-float(seen[s][t]) for s, t in zip(sites, truth, strict=True)]
+            held[name] = context.info["mean_homologs_in_window"]
+    finally:
+        H.masked_log_probs = real
+    ids, jobs = alphabet.encode(seq), []
+    for s in sites:  # alone: ESM-1v's 1,022-residue window about the site
+        a = max(0, min(s - 511, n - 1022))
+        target = ids[a : a + 1022].astype(np.int64)
+        target[s - a] = alphabet.mask_idx
+        tokens, first, _ = context_window(target, [], alphabet, 1024)
+        jobs.append((s, tokens, first + s - a))
+    alone = masked_log_probs(model, alphabet, jobs)
+    nll["alone"] = [-float(alone[s][t]) for s, t in zip(sites, truth, strict=True)]
+    return nll, held
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", default="homologs-msa", help="a path or a shipped name")
+    p.add_argument("--fasta", nargs="+", required=True, help="the files the checkpoint used")
+    p.add_argument("--clusters", type=Path, required=True, help="their clusters table")
+    p.add_argument("--write-queries", type=Path, help="write the held-out proteins and stop")
+    p.add_argument("--queries", type=Path, help="those proteins (--write-queries)")
+    p.add_argument("--hits", type=Path, help="a data search of --queries against --fasta")
+    p.add_argument("--min-residues", type=int_at_least(1), default=600)
+    p.add_argument("--max-residues", type=int_at_least(1), default=2000)
+    p.add_argument("--min-hits", type=int_at_least(1), default=16)
+    p.add_argument("--proteins", type=int_at_least(1), default=30)
+    p.add_argument("--sites", type=int_at_least(1), default=12)
+    p.add_argument("--window", type=int_at_least(64), default=4096)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int_at_least(1), default=torch.get_num_threads())
+    p.add_argument("--json", type=Path, default=RESULTS / "long_windows.json")
+    add_output_args(p)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    import protein_performer
+    from protein_performer.data.alphabet import default_alphabet
+
+    alphabet = default_alphabet()
+    held_out = test_split(args, alphabet)
+    if args.write_queries:
+        check_outputs(p, [args.write_queries], args.overwrite)
+        with args.write_queries.open("w") as fh:
+            for i in range(len(held_out)):
+                if args.min_residues <= len(held_out[i]) <= args.max_residues:
+                    fh.write(f">{held_out.ids[i]}\n{alphabet.decode(held_out[i])}\n")
+        print(f"wrote {args.write_queries}: now search it (see --help)")
+        return 0
+    if args.queries is None or args.hits is None:
+        p.error("give --queries and --hits (or --write-queries first)")
+    check_outputs(p, [args.json], args.overwrite)
+    from protein_performer.analysis.inputs import read_proteins
+
+    queries = {q.id: alphabet.decode(q.residues) for q in read_proteins(args.queries, alphabet)}
+    hits = hits_by_query(args.hits / "hits.fasta", set(held_out.ids))
+    eligible = sorted(q for q, h in hits.items() if len(h) >= args.min_hits and q in queries)
+    rng = np.random.default_rng(args.seed)
+    chosen = sorted(rng.choice(eligible, min(args.proteins, len(eligible)), replace=False))
+    print(machine_line("cpu", args.threads))
+    print(f"{len(eligible):,} held-out proteins with >= {args.min_hits} hits; {len(chosen)} drawn")
+    model, _ = protein_performer.load(args.checkpoint)
+    nll: dict[str, list[float]] = {"crop": [], "whole": [], "alone": []}
+    held: dict[str, list[float]] = {"crop": [], "whole": []}
+    t0 = time.perf_counter()
+    for q in chosen:
+        one, h = score_protein(model, alphabet, queries[q], q, hits[q], args)
+        for k in nll:
+            nll[k] += one[k]
+        for k in held:
+            held[k].append(h[k])
+    rows = [
+        [name, f"{np.exp(np.mean(v)):.2f}", f"{np.mean(held[name]):.1f}" if name in held else "0"]
+        for name, v in nll.items()
+    ]
+    print(format_table(["windows", "perplexity", "homologs in a window"], rows))
+    write_json(
+        args.json,
+        {
+            "command": " ".join(sys.argv),
+            "environment": environment(),
+            "checkpoint": args.checkpoint,
+            "window_tokens": args.window,
+            "proteins": [{"id": q, "residues": len(queries[q])} for q in chosen],
+            "sites": len(nll["alone"]),
+            "perplexity": {k: float(np.exp(np.mean(v))) for k, v in nll.items()},
+            "mean_homologs_in_window": {k: float(np.mean(v)) for k, v in held.items()},
+            "seconds": time.perf_counter() - t0,
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The column crop of a long protein's windows: the width is the most that fits the homologs
+beside it, each window holds the residues about its site and each homolog's residues in those
+same columns (an alignment's columns placed on the wild type), best-ranked first; the batched
+log-probabilities are the model's own at the masked position."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from protein_performer.analysis.dms import homologs as H
+from protein_performer.analysis.dms import variants as var
+from protein_performer.analysis.dms.windows import (
+    MIN_CROP_RESIDUES,
+    column_jobs,
+    crop_width,
+    masked_log_probs,
+)
+from protein_performer.config.schema import ScoreConfig
+from protein_performer.config.validate import validate_analysis_config
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
+from protein_performer.data.msa import GAP
+from protein_performer.errors import ConfigError
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
+
+A = default_alphabet()
+AA = np.array(list(STANDARD_AMINO_ACIDS))
+
+
+def _segments(tokens: np.ndarray) -> list[str]:
+    """A window's parts between ``<cls>``/``<sep>``/``<eos>``, residues as letters."""
+    names = ["|" if t in (A.cls_idx, A.sep_idx, A.eos_idx) else A.tokens[t] for t in tokens]
+    return [p for p in "".join(names).split("|") if p]
+
+
+def _codes(seq: str) -> np.ndarray:
+    return np.array([GAP if c == "-" else STANDARD_AMINO_ACIDS.index(c) for c in seq], np.uint8)
+
+
+def test_crop_width_is_the_most_that_fits_the_homologs_beside_it():
+    assert crop_width(900, 4096, 16) == (4096 - 2 - 16) // 17 == 239
+    assert crop_width(4097 * 2, 4097, 16, ends=2) == 239  # 4,079 / 17 rounds down
+    assert crop_width(4097 * 2, 4097, 16, ends=1) == 240  # one end token less: 4,080 / 17
+    for length, k, ends in ((4096, 16, 2), (8192, 16, 1), (3000, 7, 2), (2500, 16, 2)):
+        w = crop_width(10**6, length, k, ends)
+        assert w is not None
+        assert k * (w + 1) + w + ends <= length < k * (w + 2) + w + 1 + ends
+    assert crop_width(239, 4096, 16) is None and crop_width(240, 4096, 16) == 239
+    assert crop_width(900, 4096, None) is None  # as many whole homologs as fit
+    assert crop_width(900, 1024, 16) is None  # 59 residues: too short to crop
+    w = 2 + 16 + 17 * MIN_CROP_RESIDUES  # the shortest window that crops
+    assert crop_width(900, w, 16) == MIN_CROP_RESIDUES
+    assert crop_width(900, w - 1, 16) is None
+
+
+def test_column_jobs_hold_the_site_region_and_each_homologs_residues_in_it():
+    wt = "MKTAYIAKQRQISFVKSHFS"  # 20 residues
+    ids = A.encode(wt)
+    h0 = "MKTAY-AKQRQISFVKSHFS"  # a gap in the region about site 7: 3 of 4 columns
+    h1 = "MRTAWIAKERQLSFVKSHFA"
+    h2 = "-KTAYIVKQRQISF-KSHF-"
+    rows = [(0, _codes(h0)), (1, _codes(h1)), (2, _codes(h2))]
+    jobs, held = column_jobs(ids, rows, [7, 7, 0, 19], A, 64, width=4, per_window=2)
+    assert [j[0] for j in jobs] == [0, 7, 19] and held == [2, 2, 2]
+    _, tokens, at = jobs[1]
+    # site 7 (0-based): columns 5..8; h0 has 3 residues there (fewer than the 4 needed): h1, h2
+    expect = ["<cls>", *"IAKE", "<sep>", *"IVKQ", "<sep>", *"IA", "<mask>", "Q", "<eos>"]
+    assert [A.tokens[t] for t in tokens] == expect and tokens[at] == A.mask_idx
+    # clamped at the ends: site 0 keeps columns 0..3, site 19 columns 16..19
+    first, last = (_segments(j[1]) for j in (jobs[0], jobs[2]))
+    assert first == ["MKTA", "MRTA", "<mask>KTA"] and last == ["SHFS", "SHFA", "SHF<mask>"]
+    # drawn 2, 1, 0: the first two that qualify (2 and 1), placed by rank (best first)
+    jobs, _ = column_jobs(ids, rows[::-1], [12], A, 64, width=4, per_window=2)
+    assert _segments(jobs[0][1]) == ["QLSF", "QISF", "QI<mask>F"]
+
+
+def test_masked_log_probs_are_the_models_own_at_the_masked_position():
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=2, heads=2, ffn_dim=16, max_len=64)
+    model = ProteinLM(cfg, len(A), A.pad_idx).eval()
+    rng = np.random.default_rng(0)
+    jobs = []
+    for site, n in ((3, 20), (5, 9), (8, 30)):  # windows of three lengths, batched together
+        tokens = np.array([A.cls_idx, *A.encode("".join(rng.choice(AA, n))), A.eos_idx])
+        tokens[site + 1] = A.mask_idx
+        jobs.append((site, tokens, site + 1))
+    out = masked_log_probs(model, A, jobs, toks_per_batch=64)
+    for site, tokens, at in jobs:
+        x = torch.as_tensor(tokens)[None]
+        with torch.no_grad():
+            ref = model(x, x == A.pad_idx)["logits"][0, at].double().log_softmax(-1)
+        np.testing.assert_allclose(out[site], ref.numpy(), atol=1e-5)
+
+
+def _long_case(tmp_path):
+    rng = np.random.default_rng(3)
+    wt = "".join(rng.choice(AA, 200))
+    homolog = np.array(list(wt))
+    changed = rng.choice(200, 60, replace=False)
+    homolog[changed] = rng.choice(AA, 60)
+    homolog[150:160] = "-"
+    # the query's first residue is lower case: not a column, so column j is residue j + 1
+    a2m = tmp_path / "msa.a2m"
+    a2m.write_text(f">wt/1-200\n{wt[0].lower()}{wt[1:]}\n>h1\n{''.join(homolog[1:])}\n")
+    return wt, "".join(homolog), a2m
+
+
+def test_a_long_protein_is_scored_on_cropped_windows_with_the_alignments_columns(
+    tmp_path, monkeypatch
+):
+    wt, homolog, a2m = _long_case(tmp_path)
+    context = H.read_scan_context(a2m, A, wt, "wt")
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=512)
+    model = ProteinLM(cfg, len(A), A.pad_idx).eval()
+    seen = []
+    real = H.masked_log_probs
+    monkeypatch.setattr(
+        H, "masked_log_probs", lambda m, a, jobs, **k: seen.extend(jobs) or real(m, a, jobs, **k)
+    )
+    variants = [[var.Substitution(s, wt[s], "A" if wt[s] != "A" else "C")] for s in (0, 100, 199)]
+    cols = H.context_columns(model, A, wt, variants, context, max_length=300, window_homologs=1)
+    width = (300 - 2 - 1) // 2
+    assert context.info["context_crop"] == width == 148
+    assert np.isfinite(cols[H.CONTEXT_COLUMN]).all()
+    for site, tokens, at in seen:
+        start = min(max(site - width // 2, 0), 200 - width)
+        region = "".join(c for c in homolog[start : start + width] if c != "-")
+        if start == 0:
+            region = region[1:]  # residue 0 has no column: the homolog's is not read
+        assert _segments(tokens)[0] == region, site
+        assert len(tokens) == len(region) + width + 3 and tokens[at] == A.mask_idx
+    assert sorted(s for s, _, _ in seen) == [0, 100, 199]
+    # crop=False: the whole protein and the homolog whole, as before
+    seen.clear()
+    H.context_columns(
+        model, A, wt, variants, context, max_length=300, window_homologs=1, crop=False
+    )
+    assert context.info["context_crop"] is None and len(seen) == 3
+    # half the window for the protein (148), the rest for the homolog cut whole-protein style
+    assert [(len(_segments(t)[0]), len(t)) for _, t, _ in seen] == [(149, 300)] * 3
+    # a protein no longer than the crop: whole windows whatever the setting
+    short = H.read_scan_context(a2m, A, wt, "wt")
+    H.context_columns(model, A, wt, variants, short, max_length=512, window_homologs=1)
+    assert short.info["context_crop"] is None
+
+
+def test_context_crop_is_a_boolean_option():
+    validate_analysis_config(
+        ScoreConfig(fasta="x.fa", mutations="m.csv", out="o.csv", context_crop=False)
+    )
+    with pytest.raises(ConfigError, match="context_crop must be true or false"):
+        validate_analysis_config(
+            ScoreConfig(fasta="x.fa", mutations="m.csv", out="o.csv", context_crop="no")
+        )
+
+
+def test_score_crops_a_long_proteins_windows_unless_told_not_to(tmp_path, capsys):
+    import json
+
+    from protein_performer.cli.main import main
+    from protein_performer.model.checkpoints import save_model_checkpoint
+
+    wt, _, a2m = _long_case(tmp_path)
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=512)
+    save_model_checkpoint(tmp_path / "m.ckpt", ProteinLM(cfg, len(A), A.pad_idx), A, "mlm")
+    (tmp_path / "wt.fa").write_text(f">wt\n{wt}\n")
+    (tmp_path / "m.csv").write_text("mutant,score\n" + f"{wt[99]}100A,1\n{wt[9]}10A,2\n")
+    args = [
+        "score", f"checkpoint={tmp_path / 'm.ckpt'}", f"fasta={tmp_path / 'wt.fa'}",
+        f"mutations={tmp_path / 'm.csv'}", f"context={a2m}", "context_tokens=300",
+        "context_window_homologs=1",
+    ]  # fmt: skip
+    assert main([*args, f"out={tmp_path / 'a.csv'}"]) == 0
+    text = capsys.readouterr().out
+    assert "each window 148 residues about its site, the homologs cut to those columns" in text
+    assert json.loads((tmp_path / "a.json").read_text())["context"]["context_crop"] == 148
+    assert main([*args, "context_crop=false", f"out={tmp_path / 'b.csv'}"]) == 0
+    assert "residues about its site" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "b.json").read_text())["context"]["context_crop"] is None
+
+
+def test_score_mutants_takes_the_crop_under_either_name():
+    from protein_performer.analysis.dms.marginals import context_keywords
+
+    assert context_keywords({"context_crop": False}) == {"crop": False}
+    assert context_keywords({"crop": True}) == {"crop": True}
+    with pytest.raises(ConfigError):
+        context_keywords({"crop": True, "context_crop": False})

@@ -1,0 +1,77 @@
+"""benchmarks/long_windows.py: hits go with their query and never into a held-out protein; the
+crop's and the whole windows' numbers are the model's own at each masked site, checked against
+windows built by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from protein_performer.analysis.dms.homologs import read_scan_context
+from protein_performer.analysis.dms.windows import column_jobs
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
+from protein_performer.data.msa import GAP
+from protein_performer.model.config import ModelConfig
+from protein_performer.model.performer import ProteinLM
+from tests.benchmark_scripts import load_benchmark
+
+A = default_alphabet()
+bench = load_benchmark("long_windows.py")
+
+
+def test_hits_go_with_their_query_and_not_into_held_out_proteins(tmp_path):
+    hits = tmp_path / "hits.fasta"
+    hits.write_text(
+        ">tr|X1|X1_A/3-40 query=q1 identity=0.5\nMKV\nLA\n>sp|H|H_B/1-9 query=q1\nMKW\n"
+        ">tr|X2|X2_A/1-5 query=q2\nAAAA\n>tr|X3|X3_A/2-8 query=q1\nGGG\n>nameless\nCCC\n"
+    )
+    out = bench.hits_by_query(hits, {"sp|H|H_B"})
+    assert list(out) == ["q1", "q2"]
+    assert out["q1"] == [
+        ">tr|X1|X1_A/3-40 query=q1 identity=0.5\nMKVLA\n",
+        ">tr|X3|X3_A/2-8 query=q1\nGGG\n",
+    ]
+
+
+def test_each_setting_is_the_models_log_probability_at_its_site(tmp_path):
+    rng = np.random.default_rng(0)
+    aa = np.array(list(STANDARD_AMINO_ACIDS))
+    seq = "".join(rng.choice(aa, 400))
+    hits = []
+    for k in range(16):  # homologs of the whole protein: 80 % identical, aligned end to end
+        h = np.array(list(seq))
+        spots = rng.choice(400, 80, replace=False)
+        h[spots] = rng.choice(aa, 80)
+        hits.append(f">h{k}/1-400 query=q\n{''.join(h)}\n")
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=4096)
+    model = ProteinLM(cfg, len(A), A.pad_idx).eval()
+
+    class Args:
+        sites, window = 3, 4096
+
+    nll, held = bench.score_protein(model, A, seq, "q", hits, Args)
+    assert held["crop"] == 16 and held["whole"] == 10  # 9 whole (3,694 // 401) and one cut
+    sites = [10, 199, 389]
+    # the crop: 239 residues about each site, each homolog's residues there as the profile's
+    # local alignments place them (those of the scorer's context)
+    path = tmp_path / "hits.fasta"
+    path.write_text("".join(hits))
+    matrix = read_scan_context(path, A, seq, "q", max_homologs=16).pssm.matrix
+    assert matrix.shape == (16, 400) and (matrix != GAP).mean() > 0.9
+    rows = list(enumerate(matrix))
+    jobs, _ = column_jobs(A.encode(seq), rows, sites, A, 4096, width=239, per_window=16)
+    for (site, tokens, at), got in zip(jobs, nll["crop"], strict=True):
+        x = torch.as_tensor(tokens)[None]
+        with torch.no_grad():
+            ref = model(x, x == A.pad_idx)["logits"][0, at].log_softmax(-1)[A.index(seq[site])]
+        np.testing.assert_allclose(got, -float(ref), rtol=1e-4)
+    # alone: a 1,024-token window (all 400 residues) with only the site masked
+    for site, got in zip(sites, nll["alone"], strict=True):
+        tokens = np.array([A.cls_idx, *A.encode(seq), A.eos_idx])
+        tokens[site + 1] = A.mask_idx
+        x = torch.as_tensor(tokens)[None]
+        with torch.no_grad():
+            ref = model(x, x == A.pad_idx)["logits"][0, site + 1].log_softmax(-1)
+        np.testing.assert_allclose(got, -float(ref[A.index(seq[site])]), rtol=1e-4)
+    assert len(nll["whole"]) == 3 and nll["whole"] != nll["crop"]
