@@ -54,10 +54,12 @@ def test_split(args: argparse.Namespace, alphabet: Any) -> Any:
 
 def hits_by_query(path: Path, held_out: set[str]) -> dict[str, list[str]]:
     """Each query's hit records (FASTA text, best first) into proteins not in ``held_out``."""
+    from protein_performer.analysis.homolog_pairs import query_of
+
     out: dict[str, list[str]] = {}
     for record in path.read_text().split(">")[1:]:
         head, *body = record.split("\n")
-        query = next((w[6:] for w in head.split() if w.startswith("query=")), None)
+        query = query_of(head)
         if query is None or head.split()[0].rsplit("/", 1)[0] in held_out:
             continue
         out.setdefault(query, []).append(f">{head}\n{''.join(body)}\n")
