@@ -6,7 +6,10 @@ sites of each are masked one at a time and scored as ``score context=`` scores t
 16 hits, the profile's local alignments, ``context_window_homologs=16``) with the column crop
 (``context_crop=true``: the residues about the site, each homolog's residues in those columns)
 and without it (the whole protein, as many whole homologs as fit), beside the model alone
-(1,024-token windows): perplexity of the true residue at the masked sites.
+(1,024-token windows): perplexity of the true residue at the masked sites. The scorer's hits
+are aligned to the whole protein, which places a hit's residue where it matches the hidden one;
+"crop, aligned blind" builds the crop from the hits aligned with the sites unknown, and
+"profile" is the profile of those same hits so aligned: the fair pair.
 
     python benchmarks/long_windows.py --fasta FILES --clusters clusters14 --write-queries long.fasta
     protein-performer data search long.fasta FILES hits_long --min-identity 0.2 --max-identity 0.9 \
@@ -109,7 +112,32 @@ def score_protein(model: Any, alphabet: Any, seq: str, qid: str, hits: list[str]
         jobs.append((s, tokens, first + s - a))
     alone = masked_log_probs(model, alphabet, jobs)
     nll["alone"] = [-float(alone[s][t]) for s, t in zip(sites, truth, strict=True)]
+    blind, nll["profile"] = blind_crop(model, alphabet, seq, hits, sites, args)
+    nll["crop, aligned blind"] = [-float(blind[s][t]) for s, t in zip(sites, truth, strict=True)]
     return nll, held
+
+
+def blind_crop(model: Any, alphabet: Any, seq: str, hits: list[str], sites: list[int], args: Any):
+    """The crop's log-probabilities with the hits aligned to the protein with its scored sites
+    unknown (``X``): aligned to the whole protein, a hit's residue is placed where it matches
+    the hidden one. And the profile of the same hits so aligned (the protein not counted):
+    ``−log Q(true residue)`` at the sites."""
+    from protein_performer.analysis.dms.profile import COLUMNS, build_pssm
+    from protein_performer.analysis.dms.windows import column_jobs, crop_width, masked_log_probs
+
+    blind = np.array(list(seq))
+    blind[sites] = "X"
+    records = [h.split("\n", 1)[1].replace("\n", "") for h in hits[:16]]
+    pssm = build_pssm("".join(blind), records, include_query=False, allow_query_only=True)
+    used = [h for h in pssm.homologs if h["used"]]
+    keep = [k for k, h in enumerate(used) if h.get("identity", 0.0) <= 0.9] or range(len(used))
+    width = crop_width(len(seq), args.window, 16) or len(seq)
+    jobs, _ = column_jobs(
+        alphabet.encode(seq), [(k, pssm.matrix[k]) for k in keep], sites, alphabet,
+        args.window, width=width, per_window=16,
+    )  # fmt: skip
+    profile = [-float(np.log(pssm.frequencies[s][COLUMNS.index(seq[s])])) for s in sites]
+    return masked_log_probs(model, alphabet, jobs), profile
 
 
 @one_line_errors
@@ -159,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     print(machine_line("cpu", args.threads))
     print(f"{len(eligible):,} held-out proteins with >= {args.min_hits} hits; {len(chosen)} drawn")
     model, _ = protein_performer.load(args.checkpoint)
-    nll: dict[str, list[float]] = {"crop": [], "whole": [], "alone": []}
+    nll: dict[str, list[float]] = {
+        "crop": [], "whole": [], "crop, aligned blind": [], "profile": [], "alone": []
+    }  # fmt: skip
     held: dict[str, list[float]] = {"crop": [], "whole": []}
     t0 = time.perf_counter()
     for q in chosen:
@@ -169,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in held:
             held[k].append(h[k])
     rows = [
-        [name, f"{np.exp(np.mean(v)):.2f}", f"{np.mean(held[name]):.1f}" if name in held else "0"]
+        [name, f"{np.exp(np.mean(v)):.2f}", f"{np.mean(held[name]):.1f}" if name in held else "-"]
         for name, v in nll.items()
     ]
     print(format_table(["windows", "perplexity", "homologs in a window"], rows))

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from protein_performer.analysis.dms.homologs import read_scan_context
+from protein_performer.analysis.dms.profile import COLUMNS, build_pssm
 from protein_performer.analysis.dms.windows import column_jobs
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
 from protein_performer.data.msa import GAP
@@ -33,15 +34,22 @@ def test_hits_go_with_their_query_and_not_into_held_out_proteins(tmp_path):
     ]
 
 
-def test_each_setting_is_the_models_log_probability_at_its_site(tmp_path):
+def test_each_setting_is_the_models_log_probability_at_its_site(tmp_path, monkeypatch):
+    from protein_performer.analysis.dms import profile
+
+    queries = []
+    real = profile.build_pssm
+    monkeypatch.setattr(
+        profile, "build_pssm", lambda q, *a, **k: queries.append(q) or real(q, *a, **k)
+    )
     rng = np.random.default_rng(0)
     aa = np.array(list(STANDARD_AMINO_ACIDS))
     seq = "".join(rng.choice(aa, 400))
     hits = []
-    for k in range(16):  # homologs of the whole protein: 80 % identical, aligned end to end
+    for k, changed in enumerate([8] + [80] * 16):  # a near-copy first, then 80 % identical
         h = np.array(list(seq))
-        spots = rng.choice(400, 80, replace=False)
-        h[spots] = rng.choice(aa, 80)
+        spots = rng.choice(400, changed, replace=False)
+        h[spots] = rng.choice(aa, changed)
         hits.append(f">h{k}/1-400 query=q\n{''.join(h)}\n")
     torch.manual_seed(0)
     cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=4096)
@@ -51,15 +59,20 @@ def test_each_setting_is_the_models_log_probability_at_its_site(tmp_path):
         sites, window = 3, 4096
 
     nll, held = bench.score_protein(model, A, seq, "q", hits, Args)
-    assert held["crop"] == 16 and held["whole"] == 10  # 9 whole (3,694 // 401) and one cut
+    assert (
+        held["crop"] == 15 and held["whole"] == 10
+    )  # 15 under 0.9; 9 whole (3,694 // 401) + a cut
+    blind = np.array(list(seq))
+    blind[[10, 199, 389]] = "X"
+    assert "".join(blind) in queries  # the fair pair's hits aligned with the sites unknown
     sites = [10, 199, 389]
     # the crop: 239 residues about each site, each homolog's residues there as the profile's
     # local alignments place them (those of the scorer's context)
     path = tmp_path / "hits.fasta"
-    path.write_text("".join(hits))
+    path.write_text("".join(hits[:16]))
     matrix = read_scan_context(path, A, seq, "q", max_homologs=16).pssm.matrix
     assert matrix.shape == (16, 400) and (matrix != GAP).mean() > 0.9
-    rows = list(enumerate(matrix))
+    rows = list(enumerate(matrix))[1:]  # the near-copy (98 % identical) stays out
     jobs, _ = column_jobs(A.encode(seq), rows, sites, A, 4096, width=239, per_window=16)
     for (site, tokens, at), got in zip(jobs, nll["crop"], strict=True):
         x = torch.as_tensor(tokens)[None]
@@ -75,3 +88,15 @@ def test_each_setting_is_the_models_log_probability_at_its_site(tmp_path):
             ref = model(x, x == A.pad_idx)["logits"][0, site + 1].log_softmax(-1)
         np.testing.assert_allclose(got, -float(ref[A.index(seq[site])]), rtol=1e-4)
     assert len(nll["whole"]) == 3 and nll["whole"] != nll["crop"]
+    # the fair pair: the hits aligned with the three sites unknown
+    records = [h.split("\n")[1] for h in hits[:16]]
+    pssm = build_pssm("".join(blind), records, include_query=False, allow_query_only=True)
+    expect = [-np.log(pssm.frequencies[s][COLUMNS.index(seq[s])]) for s in sites]
+    np.testing.assert_allclose(nll["profile"], expect, rtol=1e-9)
+    rows = list(enumerate(pssm.matrix))[1:]
+    jobs, _ = column_jobs(A.encode(seq), rows, sites, A, 4096, width=239, per_window=16)
+    for (site, tokens, at), got in zip(jobs, nll["crop, aligned blind"], strict=True):
+        x = torch.as_tensor(tokens)[None]
+        with torch.no_grad():
+            ref = model(x, x == A.pad_idx)["logits"][0, at].log_softmax(-1)[A.index(seq[site])]
+        np.testing.assert_allclose(got, -float(ref), rtol=1e-4)
