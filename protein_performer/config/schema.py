@@ -371,8 +371,9 @@ class ScoreConfig:
     )
     context_crop: bool = _key(
         True,
-        "context=: a protein too long for context_window_homologs whole homologs beside it is "
-        "scored on the residues about each site, after each homolog's residues in those columns",
+        "context=: where the window holds fewer than context_window_homologs of the homologs "
+        "whole, each site is scored on the residues about it, after each homolog's residues in "
+        "those columns",
     )
     context_retrieval: float = _key(
         0.6, "context=: the profile's weight in the context_retrieval column (0: no column)"

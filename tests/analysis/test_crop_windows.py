@@ -190,3 +190,104 @@ def test_score_mutants_takes_the_crop_under_either_name():
     assert context_keywords({"crop": True}) == {"crop": True}
     with pytest.raises(ConfigError):
         context_keywords({"crop": True, "context_crop": False})
+
+
+def _tiny(max_len: int = 4096) -> ProteinLM:
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=max_len
+    )
+    return ProteinLM(cfg, len(A), A.pad_idx).eval()
+
+
+def _capture(monkeypatch) -> list[list]:
+    calls: list[list] = []
+    real = H.masked_log_probs
+
+    def keep(m, a, jobs, **k):
+        calls.append(list(jobs))
+        return real(m, a, jobs, **k)
+
+    monkeypatch.setattr(H, "masked_log_probs", keep)
+    return calls
+
+
+def _a3m(tmp_path, wt: str, rows: list[str], name: str = "msa.a3m"):
+    path = tmp_path / name
+    path.write_text(f">wt\n{wt}\n" + "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows)))
+    return path
+
+
+def _mutated(wt: str, rng, changed: int, span: tuple[int, int] | None = None) -> str:
+    row = np.array(list(wt))
+    spots = rng.choice(len(wt), changed, replace=False)
+    row[spots] = rng.choice(AA, changed)
+    if span is not None:  # residues outside span are gaps: an alignment of part of it
+        row[: span[0]] = "-"
+        row[span[1] :] = "-"
+    return "".join(row)
+
+
+def test_no_crop_when_every_homolog_fits_whole(tmp_path):
+    rng = np.random.default_rng(5)
+    wt = "".join(rng.choice(AA, 400))
+    context = H.read_scan_context(
+        _a3m(tmp_path, wt, [_mutated(wt, rng, 100) for _ in range(3)]), A, wt, "wt"
+    )
+    variants = [[var.Substitution(200, wt[200], "A" if wt[200] != "A" else "C")]]
+    H.context_columns(_tiny(), A, wt, variants, context, max_length=4096)
+    assert context.info["context_crop"] is None and context.info["mean_homologs_in_window"] == 3
+
+
+def test_sites_no_homolog_covers_keep_the_whole_window(tmp_path, monkeypatch):
+    rng = np.random.default_rng(6)
+    wt = "".join(rng.choice(AA, 800))
+    rows = [_mutated(wt, rng, 240, span=(0, 250)) for _ in range(20)]  # ~70 % identical
+    context = H.read_scan_context(_a3m(tmp_path, wt, rows), A, wt, "wt", min_coverage=0.2)
+    calls = _capture(monkeypatch)
+    sites = [10, 200, 400, 700]
+    variants = [[var.Substitution(s, wt[s], "A" if wt[s] != "A" else "C")] for s in sites]
+    H.context_columns(_tiny(), A, wt, variants, context, max_length=4096)
+    assert context.info["context_crop"] == 239 and context.info["sites_scored_whole"] == 2
+    text = H.context_notes(context, {}, causal=False)
+    assert "each window 239 residues about its site" in text
+    assert "2 sites no homolog covers scored whole" in text
+    (jobs,) = calls
+    windows = {site: _segments(tokens) for site, tokens, _ in jobs}
+    # before it: 16 cropped homologs; the whole window: 13 whole ones of 250 and a cut one
+    assert [len(windows[s]) - 1 for s in sites] == [16, 16, 14, 14]
+    # the uncovered sites: the whole protein (800 residues + the site written as <mask>)
+    assert len(windows[400][-1]) == len(windows[700][-1]) == 800 + 5
+    assert len(windows[10][-1]) == 239 + 5
+
+
+def test_crop_draws_again_per_sample_and_keeps_near_copies_out(tmp_path, monkeypatch):
+    rng = np.random.default_rng(7)
+    wt = "".join(rng.choice(AA, 400))
+    near = _mutated(wt, rng, 4)  # 99 % identical: over context_max_identity
+    rows = [near] + [_mutated(wt, rng, 120)[:-1] + "-" for _ in range(40)]  # aligned: a gap
+    context = H.read_scan_context(_a3m(tmp_path, wt, rows), A, wt, "wt")
+    assert context.msa is not None and len(context.used) == 41
+    calls = _capture(monkeypatch)
+    variants = [[var.Substitution(s, wt[s], "A" if wt[s] != "A" else "C")] for s in (50, 300)]
+    H.context_columns(_tiny(), A, wt, variants, context, max_length=4096,
+                      sampling="weighted", samples=2)  # fmt: skip
+    assert context.info["context_crop"] == 239 and context.info["homologs_over_max_identity"] == 1
+    first, second = ({s: _segments(t)[:-1] for s, t, _ in jobs} for jobs in calls)
+    assert first != second  # each sample its own draw
+    start = 50 - 239 // 2 if 50 - 239 // 2 > 0 else 0
+    copy = "".join(near[start : start + 239])
+    for window in (*first.values(), *second.values()):
+        assert len(window) == 16 and copy not in window
+
+
+def test_a_packed_models_crop_leaves_one_end_token(tmp_path):
+    rng = np.random.default_rng(8)
+    wt = "".join(rng.choice(AA, 400))
+    rows = [_mutated(wt, rng, 120) for _ in range(20)]
+    context = H.read_scan_context(_a3m(tmp_path, wt, rows), A, wt, "wt")
+    variants = [[var.Substitution(100, wt[100], "A" if wt[100] != "A" else "C")]]
+    H.context_columns(_tiny(), A, wt, variants, context, max_length=4097, packed=True)
+    assert context.info["context_crop"] == (4097 - 1 - 16) // 17 == 240
+    H.context_columns(_tiny(), A, wt, variants, context, max_length=4097)
+    assert context.info["context_crop"] == (4097 - 2 - 16) // 17 == 239

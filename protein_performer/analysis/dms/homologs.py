@@ -15,7 +15,9 @@ answer at every site).
   :func:`~protein_performer.data.context_windows.context_window`; a model trained on packed windows
   gets ``h_1 <sep> … protein <sep>``), the homologs the PSSM used in file order, as many as
   fit. A protein longer than half the window is scored on a window of half its length centred
-  on each site, and the homologs that must be cut are cut about the same region.
+  on each site, and the homologs that must be cut are cut about the same region. Where the
+  whole-protein window holds fewer than ``window_homologs`` of the homologs whole, each site is
+  scored on a column crop instead (:mod:`~protein_performer.analysis.dms.windows`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.context_windows import (
     MIN_CONTEXT_RESIDUES,
     context_window,
+    fit_members,
     in_rank_order,
 )
 from protein_performer.data.msa import (
@@ -368,46 +371,18 @@ def context_columns(
         ends = 2 if style == "crop" else 1
         cut = crop_width(len(ids), length, window_homologs, ends) if crop else None
         cut = None if matrix is None else cut
-        if cut is not None:  # an alignment's rows hold its columns: place them on the protein
-            at_wild_type = _on_wild_type(matrix, context, len(ids))
+        # an alignment's rows hold its columns: placed on the protein for the crop
+        at_wild_type = None if cut is None else _on_wild_type(matrix, context, len(ids))
         runs, held, asked = [], [], samples
         if sampling == "first":  # the same homologs in every window: one is enough
             samples = 1
         for sample in range(samples):
-            if cut is not None:  # every homolog in draw order: each window takes its own
-                drawn = homolog_order(
-                    sampling, weights=weights, matrix=matrix, seed=seed, sample=sample
-                )
-                jobs, counts = column_jobs(
-                    ids, [(int(i), at_wild_type[i]) for i in drawn], sites, alphabet, length,
-                    width=cut, per_window=window_homologs, style=style,
-                )  # fmt: skip
-                logp = masked_log_probs(
-                    model, alphabet, jobs, toks_per_batch=toks_per_batch, progress=progress
-                )
-                info = window_info(counts, length, cut)
-            else:
-                order = homolog_order(
-                    sampling,
-                    weights=weights,
-                    matrix=matrix,
-                    seed=seed,
-                    sample=sample,
-                    limit=limit,
-                )
-                # the draw picks the homologs; they sit best first, as the model was trained
-                order = in_rank_order(order, [len(h.residues) for h in used], room)
-                logp, info = context_marginals(
-                    model,
-                    alphabet,
-                    ids,
-                    [used[i].residues for i in order],
-                    sites,
-                    max_length=length,
-                    style=style,
-                    toks_per_batch=toks_per_batch,
-                    progress=progress,
-                )
+            logp, info = _sample_log_probs(
+                model, alphabet, ids, sites, used, weights, matrix, at_wild_type,
+                sampling=sampling, seed=seed, sample=sample, limit=limit, room=room,
+                length=length, style=style, cut=cut, window_homologs=window_homologs,
+                toks_per_batch=toks_per_batch, progress=progress,
+            )  # fmt: skip
             runs.append(logp)
             held.append(info["mean_homologs_in_window"])
         logp = {site: np.mean([r[site] for r in runs], axis=0) for site in runs[0]}
@@ -431,6 +406,70 @@ def context_columns(
             context.info["context_retrieval"] = retrieval
     columns[PSSM_COLUMN] = pssm_scores(context.pssm, list(variants))
     return columns
+
+
+#: The crop draws at most this many homologs per window it fills (each site takes the first of
+#: them with residues about it): a greedy diverse draw over a deep alignment is O(N) a pick.
+CROP_DRAWS_PER_WINDOW = 16
+
+
+def _sample_log_probs(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    ids: np.ndarray,
+    sites: Sequence[int],
+    used: Sequence[Protein],
+    weights: np.ndarray | None,
+    matrix: np.ndarray | None,
+    at_wild_type: np.ndarray | None,
+    *,
+    sampling: str,
+    seed: int,
+    sample: int,
+    limit: int,
+    room: int,
+    length: int,
+    style: str,
+    cut: int | None,
+    window_homologs: int | None,
+    toks_per_batch: int,
+    progress: bool,
+) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
+    """One sample's ``{site: log-probabilities}`` and what its windows held: the whole
+    protein after the homologs drawn (placed best first), or, where those windows hold fewer
+    than ``window_homologs`` of them whole (and fewer than all), the column crop of width
+    ``cut``; a site
+    whose crop finds no homolog with residues about it keeps the whole-protein window."""
+    order = homolog_order(
+        sampling, weights=weights, matrix=matrix, seed=seed, sample=sample, limit=limit
+    )
+    # the draw picks the homologs; they sit best first, as the model was trained
+    order = in_rank_order(order, [len(h.residues) for h in used], room)
+    whole = [used[i].residues for i in order]
+    fitted = fit_members(whole, room)  # the whole ones, then one cut to what is left
+    entire = sum(len(m) == len(w) for m, w in zip(fitted, whole, strict=False))
+    if cut is None or entire >= min(window_homologs or 0, len(used)):
+        return context_marginals(
+            model, alphabet, ids, whole, sites, max_length=length, style=style,
+            toks_per_batch=toks_per_batch, progress=progress,
+        )  # fmt: skip
+    draws = min(len(used), CROP_DRAWS_PER_WINDOW * (window_homologs or 1))
+    drawn = homolog_order(
+        sampling, weights=weights, matrix=matrix, seed=seed, sample=sample, limit=draws
+    )
+    jobs, counts = column_jobs(
+        ids, [(int(i), at_wild_type[i]) for i in drawn], sites, alphabet, length,
+        width=cut, per_window=window_homologs or 1, style=style,
+    )  # fmt: skip
+    empty = [j for j, c in enumerate(counts) if c == 0]
+    if empty:  # no homolog covers the region (an alignment of part of the protein)
+        back, back_held = _context_jobs(
+            ids, whole, [jobs[j][0] for j in empty], alphabet, length, style
+        )
+        for j, job, h in zip(empty, back, back_held, strict=True):
+            jobs[j], counts[j] = job, h
+    logp = masked_log_probs(model, alphabet, jobs, toks_per_batch=toks_per_batch, progress=progress)
+    return logp, window_info(counts, length, cut) | {"sites_scored_whole": len(empty)}
 
 
 def _checked_room(n: int, length: int, style: str, used: Sequence[Protein]) -> int:
@@ -588,6 +627,11 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
             + (
                 f"; each window {crop:,} residues about its site, the homologs cut to those "
                 "columns (context_crop)"
+                + (
+                    f", {whole:,} sites no homolog covers scored whole"
+                    if (whole := context.info.get("sites_scored_whole"))
+                    else ""
+                )
                 if (crop := context.info.get("context_crop"))
                 else ""
             )
