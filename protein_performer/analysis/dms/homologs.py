@@ -345,9 +345,9 @@ def context_columns(
     by ``[seed, sample]``) among those at most ``max_identity`` identical to the wild type
     (None: all; all too when none is), at most ``window_homologs`` of them (None: as many as
     fit), those that fit placed in file order (a search's best first:
-    :func:`~protein_performer.data.context_windows.in_rank_order`). With ``crop``, a protein
-    too long for ``window_homologs`` whole homologs beside it is scored on the residues about
-    each site after the homologs' residues in those columns (:mod:`.windows`). With
+    :func:`~protein_performer.data.context_windows.in_rank_order`). With ``crop``, where that
+    window holds fewer than ``window_homologs`` of them whole, each site is scored on the
+    residues about it after the homologs' residues in those columns (:mod:`.windows`). With
     ``retrieval`` > 0 also
     ``"context_retrieval"``: ``(1 − retrieval)`` times the model's score plus ``retrieval`` times
     the profile's ``log Q(mt) − log Q(wt)`` (its frequencies, in nats): Tranception's
@@ -438,8 +438,8 @@ def _sample_log_probs(
     """One sample's ``{site: log-probabilities}`` and what its windows held: the whole
     protein after the homologs drawn (placed best first), or, where those windows hold fewer
     than ``window_homologs`` of them whole (and fewer than all), the column crop of width
-    ``cut``; a site
-    whose crop finds no homolog with residues about it keeps the whole-protein window."""
+    ``cut``; a site whose crop finds no homolog with residues about it keeps the whole-protein
+    window."""
     order = homolog_order(
         sampling, weights=weights, matrix=matrix, seed=seed, sample=sample, limit=limit
     )
