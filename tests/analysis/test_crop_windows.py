@@ -16,6 +16,7 @@ from protein_performer.analysis.dms.windows import (
     column_jobs,
     crop_width,
     masked_log_probs,
+    window_info,
 )
 from protein_performer.config.schema import ScoreConfig
 from protein_performer.config.validate import validate_analysis_config
@@ -291,3 +292,13 @@ def test_a_packed_models_crop_leaves_one_end_token(tmp_path):
     assert context.info["context_crop"] == (4097 - 1 - 16) // 17 == 240
     H.context_columns(_tiny(), A, wt, variants, context, max_length=4097)
     assert context.info["context_crop"] == (4097 - 2 - 16) // 17 == 239
+
+
+def test_window_info_says_what_the_windows_held():
+    assert window_info([16, 16, 14, 14], 4096, 239) == {
+        "context_window_tokens": 4096,
+        "mean_homologs_in_window": 15.0,
+        "sites": 4,
+        "context_crop": 239,
+    }
+    assert window_info([], 1024, None)["mean_homologs_in_window"] == 0.0
