@@ -167,11 +167,17 @@ def main(argv: list[str] | None = None) -> int:
     alphabet = default_alphabet()
     held_out = test_split(args, alphabet)
     if args.write_queries:
+        from protein_performer.utils.atomic import write_text_atomic
+
         check_outputs(p, [args.write_queries], args.overwrite)
-        with args.write_queries.open("w") as fh:
-            for i in range(len(held_out)):
-                if args.min_residues <= len(held_out[i]) <= args.max_residues:
-                    fh.write(f">{held_out.ids[i]}\n{alphabet.decode(held_out[i])}\n")
+        write_text_atomic(  # an interrupt leaves no half-written file
+            args.write_queries,
+            "".join(
+                f">{held_out.ids[i]}\n{alphabet.decode(held_out[i])}\n"
+                for i in range(len(held_out))
+                if args.min_residues <= len(held_out[i]) <= args.max_residues
+            ),
+        )
         print(f"wrote {args.write_queries}: now search it (see --help)")
         return 0
     if args.queries is None or args.hits is None:

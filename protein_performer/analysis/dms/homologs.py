@@ -368,7 +368,7 @@ def context_columns(
         limit = min(len(used), length // (shortest + 1) + 1, window_homologs or len(used))
         style = "concat" if packed else "crop"
         room = _checked_room(len(ids), length, style, used)
-        ends = 2 if style == "crop" else 1
+        _, ends = _target_width(len(ids), length, style)  # <cls>/<eos>, or one <sep>
         cut = crop_width(len(ids), length, window_homologs, ends) if crop else None
         cut = None if matrix is None else cut
         # an alignment's rows hold its columns: placed on the protein for the crop
