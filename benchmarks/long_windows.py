@@ -73,7 +73,6 @@ def score_protein(model: Any, alphabet: Any, seq: str, qid: str, hits: list[str]
     """``{setting: [−log p(true residue)]}`` at the protein's sites and the mean homologs a
     window held with and without the crop."""
     from protein_performer.analysis.dms import homologs as H
-    from protein_performer.analysis.dms import variants as var
     from protein_performer.analysis.dms.windows import masked_log_probs
     from protein_performer.data.context_windows import context_window
 
@@ -84,25 +83,12 @@ def score_protein(model: Any, alphabet: Any, seq: str, qid: str, hits: list[str]
         path = Path(tmp) / "hits.fasta"
         path.write_text("".join(hits[:16]))
         context = H.read_scan_context(path, alphabet, seq, qid, max_homologs=16)
-    variants = [[var.Substitution(s, seq[s], "A" if seq[s] != "A" else "C")] for s in sites]
-    seen: dict[int, np.ndarray] = {}
-    real = H.masked_log_probs
-
-    def keep(*a: Any, **k: Any) -> dict[int, np.ndarray]:
-        seen.clear()
-        seen.update(real(*a, **k))
-        return seen
-
     nll, held = {}, {}
-    H.masked_log_probs = keep  # the log-probabilities behind the score column
-    try:
-        for name, crop in (("crop", True), ("whole", False)):
-            H.context_columns(model, alphabet, seq, variants, context, max_length=args.window,
-                              crop=crop)  # fmt: skip
-            nll[name] = [-float(seen[s][t]) for s, t in zip(sites, truth, strict=True)]
-            held[name] = context.info["mean_homologs_in_window"]
-    finally:
-        H.masked_log_probs = real
+    for name, crop in (("crop", True), ("whole", False)):
+        logp = H.context_log_probs(model, alphabet, seq, sites, context, max_length=args.window,
+                                   crop=crop)  # fmt: skip
+        nll[name] = [-float(logp[s][t]) for s, t in zip(sites, truth, strict=True)]
+        held[name] = context.info["mean_homologs_in_window"]
     ids, jobs = alphabet.encode(seq), []
     for s in sites:  # alone: ESM-1v's 1,022-residue window about the site
         a = max(0, min(s - 511, n - 1022))

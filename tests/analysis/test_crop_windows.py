@@ -302,3 +302,61 @@ def test_window_info_says_what_the_windows_held():
         "context_crop": 239,
     }
     assert window_info([], 1024, None)["mean_homologs_in_window"] == 0.0
+
+
+def test_context_log_probs_are_the_windows_log_probabilities_behind_the_score_column(tmp_path):
+    wt, _, a2m = _long_case(tmp_path)
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=512)
+    model = ProteinLM(cfg, len(A), A.pad_idx).eval()
+    sites = [0, 57, 100, 199]
+    context = H.read_scan_context(a2m, A, wt, "wt")
+    logp = H.context_log_probs(model, A, wt, sites, context, max_length=300, window_homologs=1)
+    assert sorted(logp) == sites and context.info["context_crop"] == 148
+    for s in sites:  # normalised over the vocabulary
+        np.testing.assert_allclose(np.logaddexp.reduce(logp[s].astype(np.float64)), 0, atol=1e-5)
+    # the score column is log p(mt) - log p(wt) of these, read another way
+    variants = [[var.Substitution(s, wt[s], "W" if wt[s] != "W" else "C")] for s in sites]
+    cols = H.context_columns(
+        model, A, wt, variants, H.read_scan_context(a2m, A, wt, "wt"), max_length=300,
+        window_homologs=1,
+    )  # fmt: skip
+    expect = [logp[v[0].index][A.index(v[0].mt)] - logp[v[0].index][A.index(v[0].wt)]
+              for v in variants]  # fmt: skip
+    np.testing.assert_allclose(cols[H.CONTEXT_COLUMN], expect, rtol=1e-5, atol=1e-6)
+    # without the crop the same sites read other windows, so other log-probabilities
+    whole = H.context_log_probs(
+        model, A, wt, sites, context, max_length=300, window_homologs=1, crop=False
+    )
+    assert context.info["context_crop"] is None
+    assert not np.allclose(whole[100], logp[100], atol=1e-4)
+    with pytest.raises(ValueError, match="site 200 is outside the protein"):
+        H.context_log_probs(model, A, wt, [3, 200], context, max_length=300)
+    with pytest.raises(ValueError, match="site -1 is outside"):
+        H.context_log_probs(model, A, wt, [-1], context, max_length=300)
+
+
+def test_context_log_probs_average_the_samples_windows_and_their_homolog_counts(
+    tmp_path, monkeypatch
+):
+    wt, _, a2m = _long_case(tmp_path)
+    context = H.read_scan_context(a2m, A, wt, "wt")
+    calls = []
+
+    def one_sample(model, alphabet, ids, sites, *a, sample, **k):
+        calls.append(sample)
+        logp = {s: np.full(len(A), float(sample + s)) for s in sites}
+        return logp, {"mean_homologs_in_window": [2.0, 4.0, 9.0][sample], "context_crop": None}
+
+    monkeypatch.setattr(H, "_sample_log_probs", one_sample)
+    out = H.context_log_probs(None, A, wt, [5, 7], context, max_length=300, sampling="weighted",
+                              samples=3)  # fmt: skip
+    assert calls == [0, 1, 2]
+    np.testing.assert_allclose(out[5], np.full(len(A), 6.0))  # (5 + 6 + 7) / 3
+    np.testing.assert_allclose(out[7], np.full(len(A), 8.0))
+    assert context.info["mean_homologs_in_window"] == pytest.approx(5.0)
+    assert context.info["context_samples"] == context.info["context_samples_asked"] == 3
+    calls.clear()  # "first" draws the same homologs every time: one window
+    H.context_log_probs(None, A, wt, [5], context, max_length=300, sampling="first", samples=3)
+    assert calls == [0] and context.info["context_samples_asked"] == 3
+    assert context.info["context_samples"] == 1

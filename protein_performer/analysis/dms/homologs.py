@@ -327,76 +327,22 @@ def context_columns(
     context: ScanContext,
     *,
     max_length: int | None,
-    packed: bool = False,
-    sampling: str = DEFAULT_SAMPLING,
-    samples: int = 1,
-    window_homologs: int | None = DEFAULT_WINDOW_HOMOLOGS,
-    max_identity: float | None = DEFAULT_MAX_IDENTITY,
-    seed: int = 0,
     retrieval: float = DEFAULT_RETRIEVAL,
-    crop: bool = True,
-    toks_per_batch: int = 8192,
-    progress: bool = False,
+    **window: Any,
 ) -> dict[str, np.ndarray]:
     """``{"masked_marginal_context": …, "pssm": …}`` for ``variants`` of ``sequence`` (they
-    must fit it; NaN for an indel); the model's column only for a masked LM: the mean over
-    ``samples`` windows of the masked-marginal log-probabilities, each window filled with the
-    homologs :func:`~protein_performer.data.msa.homolog_order` draws for ``sampling`` (seeded
-    by ``[seed, sample]``) among those at most ``max_identity`` identical to the wild type
-    (None: all; all too when none is), at most ``window_homologs`` of them (None: as many as
-    fit), those that fit placed in file order (a search's best first:
-    :func:`~protein_performer.data.context_windows.in_rank_order`). With ``crop``, where that
-    window holds fewer than ``window_homologs`` of them whole, each site is scored on the
-    residues about it after the homologs' residues in those columns (:mod:`.windows`). With
-    ``retrieval`` > 0 also
-    ``"context_retrieval"``: ``(1 − retrieval)`` times the model's score plus ``retrieval`` times
-    the profile's ``log Q(mt) − log Q(wt)`` (its frequencies, in nats): Tranception's
-    inference-time retrieval (Notin et al. 2022, weight 0.6). The windows' contents go to
-    ``context.info``. A window with no room for a homolog beside the protein is a
-    :class:`ConfigError` naming the least that has one."""
+    must fit it; NaN for an indel); the model's column only for a masked LM: the
+    masked-marginal log-ratios of :func:`context_log_probs` (``window`` its keyword
+    arguments). With ``retrieval`` > 0 also ``"context_retrieval"``: ``(1 − retrieval)``
+    times the model's score plus ``retrieval`` times the profile's ``log Q(mt) − log Q(wt)``
+    (its frequencies, in nats): Tranception's inference-time retrieval (Notin et al. 2022,
+    weight 0.6)."""
     columns: dict[str, np.ndarray] = {}
     if not getattr(model, "causal", False):
-        if samples < 1:
-            raise ValueError(f"samples must be >= 1 (got {samples})")
-        if window_homologs is not None and window_homologs < 1:
-            raise ValueError(f"window_homologs must be >= 1 or None (got {window_homologs})")
-        ids = alphabet.encode(sequence)
         sites = [s.index for v in variants if not isinstance(v, var.Indel) for s in v]
-        used, weights, matrix, near = _window_homologs(context, max_identity)
-        length = max_length or DEFAULT_CONTEXT_TOKENS
-        shortest = min((len(h.residues) for h in used), default=1)
-        limit = min(len(used), length // (shortest + 1) + 1, window_homologs or len(used))
-        style = "concat" if packed else "crop"
-        room = _checked_room(len(ids), length, style, used)
-        _, ends = _target_width(len(ids), length, style)  # <cls>/<eos>, or one <sep>
-        cut = crop_width(len(ids), length, window_homologs, ends) if crop else None
-        cut = None if matrix is None else cut
-        # an alignment's rows hold its columns: placed on the protein for the crop
-        at_wild_type = None if cut is None else _on_wild_type(matrix, context, len(ids))
-        runs, held, asked = [], [], samples
-        if sampling == "first":  # the same homologs in every window: one is enough
-            samples = 1
-        for sample in range(samples):
-            logp, info = _sample_log_probs(
-                model, alphabet, ids, sites, used, weights, matrix, at_wild_type,
-                sampling=sampling, seed=seed, sample=sample, limit=limit, room=room,
-                length=length, style=style, cut=cut, window_homologs=window_homologs,
-                toks_per_batch=toks_per_batch, progress=progress,
-            )  # fmt: skip
-            runs.append(logp)
-            held.append(info["mean_homologs_in_window"])
-        logp = {site: np.mean([r[site] for r in runs], axis=0) for site in runs[0]}
-        info |= {
-            "mean_homologs_in_window": float(np.mean(held)),
-            "context_sampling": sampling,
-            "context_samples": samples,
-            "context_samples_asked": asked,
-            "context_window_homologs": window_homologs,
-            "context_max_identity": max_identity,
-            "homologs_over_max_identity": near,
-            "seed": seed,
-        }
-        context.info.update(info)
+        logp = context_log_probs(
+            model, alphabet, sequence, sites, context, max_length=max_length, **window
+        )
         columns[CONTEXT_COLUMN] = _log_ratios(logp, variants, alphabet)
         if retrieval > 0:
             profile = profile_log_ratios(context.pssm, variants)
@@ -406,6 +352,81 @@ def context_columns(
             context.info["context_retrieval"] = retrieval
     columns[PSSM_COLUMN] = pssm_scores(context.pssm, list(variants))
     return columns
+
+
+def context_log_probs(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    sequence: str,
+    sites: Sequence[int],
+    context: ScanContext,
+    *,
+    max_length: int | None,
+    packed: bool = False,
+    sampling: str = DEFAULT_SAMPLING,
+    samples: int = 1,
+    window_homologs: int | None = DEFAULT_WINDOW_HOMOLOGS,
+    max_identity: float | None = DEFAULT_MAX_IDENTITY,
+    seed: int = 0,
+    crop: bool = True,
+    toks_per_batch: int = 8192,
+    progress: bool = False,
+) -> dict[int, np.ndarray]:
+    """``{site: (V,) log-probabilities}`` of a masked LM at each of ``sites`` (0-based
+    positions of ``sequence``) masked alone after its homologs: the mean over ``samples``
+    windows of ``max_length`` tokens, each filled with the homologs
+    :func:`~protein_performer.data.msa.homolog_order` draws for ``sampling`` (seeded by
+    ``[seed, sample]``) among those at most ``max_identity`` identical to the wild type (None:
+    all; all too when none is), at most ``window_homologs`` of them (None: as many as fit),
+    those that fit placed in file order (a search's best first:
+    :func:`~protein_performer.data.context_windows.in_rank_order`). With ``crop``, where that
+    window holds fewer than ``window_homologs`` of them whole, each site is scored on the
+    residues about it after the homologs' residues in those columns (:mod:`.windows`). The
+    windows' contents go to ``context.info``. A window with no room for a homolog beside the
+    protein is a :class:`ConfigError` naming the least that has one."""
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1 (got {samples})")
+    if window_homologs is not None and window_homologs < 1:
+        raise ValueError(f"window_homologs must be >= 1 or None (got {window_homologs})")
+    ids = alphabet.encode(sequence)
+    bad = [s for s in sites if not 0 <= s < len(ids)]
+    if bad:
+        raise ValueError(f"site {bad[0]} is outside the protein (0-{len(ids) - 1})")
+    used, weights, matrix, near = _window_homologs(context, max_identity)
+    length = max_length or DEFAULT_CONTEXT_TOKENS
+    shortest = min((len(h.residues) for h in used), default=1)
+    limit = min(len(used), length // (shortest + 1) + 1, window_homologs or len(used))
+    style = "concat" if packed else "crop"
+    room = _checked_room(len(ids), length, style, used)
+    _, ends = _target_width(len(ids), length, style)  # <cls>/<eos>, or one <sep>
+    cut = crop_width(len(ids), length, window_homologs, ends) if crop else None
+    cut = None if matrix is None else cut
+    # an alignment's rows hold its columns: placed on the protein for the crop
+    at_wild_type = None if cut is None else _on_wild_type(matrix, context, len(ids))
+    runs, held, asked = [], [], samples
+    if sampling == "first":  # the same homologs in every window: one is enough
+        samples = 1
+    for sample in range(samples):
+        logp, info = _sample_log_probs(
+            model, alphabet, ids, sites, used, weights, matrix, at_wild_type,
+            sampling=sampling, seed=seed, sample=sample, limit=limit, room=room,
+            length=length, style=style, cut=cut, window_homologs=window_homologs,
+            toks_per_batch=toks_per_batch, progress=progress,
+        )  # fmt: skip
+        runs.append(logp)
+        held.append(info["mean_homologs_in_window"])
+    context.info.update(
+        info,
+        mean_homologs_in_window=float(np.mean(held)),
+        context_sampling=sampling,
+        context_samples=samples,
+        context_samples_asked=asked,
+        context_window_homologs=window_homologs,
+        context_max_identity=max_identity,
+        homologs_over_max_identity=near,
+        seed=seed,
+    )
+    return {site: np.mean([r[site] for r in runs], axis=0) for site in runs[0]}
 
 
 #: The crop draws at most this many homologs per window it fills (each site takes the first of
