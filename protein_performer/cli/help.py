@@ -98,6 +98,7 @@ _EVALUATE_KEYS = {
     "(only those): cluster or a FASTA of them",
     "context_min_members": "context=cluster: smallest cluster (members) scored",
     "context_max_proteins": "context: score a seeded sample of this many proteins (unset: all)",
+    "context_max_identity": "context=ALIGNMENT: homologs more identical to its query are left out (null: none)",
     "context_order": "context: id (targets, homologs and fill drawn by record id: the same "
     "whatever the order of fasta=) or given (file order, as evaluations before 2026-12-04)",
     "context_fill": "context=cluster: fill each window to max_length with other clusters' "

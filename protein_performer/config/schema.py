@@ -175,6 +175,9 @@ class EvalConfig:
     context: str | None = None
     context_min_members: int = 2  # context=cluster: clusters smaller than this are left out
     context_max_proteins: int | None = None  # score a seeded sample of this many (null: all)
+    # context=ALIGNMENT: its homologs more identical to its query are left out, as score leaves
+    # them out of its windows (null: none; all kept where every one is)
+    context_max_identity: float | None = 0.9
     # the order targets, homologs and fill are drawn in: "id" (by record id: the same sample
     # whatever order the files are given in, unless max_records= cuts the records read first)
     # or "given" (file order: results before 2026-12-04)

@@ -401,12 +401,19 @@ def validate_eval_config(cfg: EvalConfig) -> None:
         raise ConfigError("context must be 'cluster' or a FASTA path")
     if cfg.context_max_proteins is not None:
         _positive("context_max_proteins", cfg.context_max_proteins)
+    if cfg.context_max_identity is not None:
+        _fraction("context_max_identity", cfg.context_max_identity)
     if cfg.context is None:
         # settings of the context evaluation that would silently do nothing
         defaults = {f.name: f.default for f in dataclasses.fields(EvalConfig)}
         given = [
             k
-            for k in ("context_max_proteins", "context_min_members", "context_order")
+            for k in (
+                "context_max_proteins",
+                "context_max_identity",
+                "context_min_members",
+                "context_order",
+            )
             if getattr(cfg, k) != defaults[k]
         ]
         if given:

@@ -260,7 +260,8 @@ def context_file(cfg: EvalConfig, alphabet: Alphabet) -> tuple[list[np.ndarray],
     """The proteins of ``context=FILE`` (token ids) and what was read. An alignment is read as
     ``score context=`` reads it (:func:`~protein_performer.data.msa.read_msa`, its first record
     the query): its homologs, the query, copies of it, duplicates and rows without a residue in
-    its columns left out; one-line errors for a malformed one. FASTA: every record."""
+    its columns left out, and those over ``cfg.context_max_identity`` identical to its query
+    (all kept where every one is); one-line errors for a malformed one. FASTA: every record."""
     msa = read_msa(cfg.context, None)  # an alignment's first record is its query
     kind = msa.format
     if kind != "fasta":
@@ -268,12 +269,22 @@ def context_file(cfg: EvalConfig, alphabet: Alphabet) -> tuple[list[np.ndarray],
             alphabet.clean_encode(seq, cfg.invalid, path=cfg.context, record_id=name)
             for name, seq in zip(msa.ids, msa.sequences, strict=True)
         ]
-        proteins = [r.ids for r in rows if r.ids is not None]
-        if not proteins:
+        encoded = [r.ids for r in rows]
+        if not any(ids is not None for ids in encoded):
             raise no_homolog_error(msa)
+        near, limit = np.zeros(len(encoded), bool), cfg.context_max_identity
+        if limit is not None and msa.aligned:
+            near = msa.identity() > limit
+            if near.all():  # as score does: all over the limit, all kept (and said)
+                log.warning("%s: every homolog is over %.0f%% identical to its query: all kept",
+                            cfg.context, 100 * limit)  # fmt: skip
+                near[:] = False
+        proteins = [ids for ids, far in zip(encoded, ~near, strict=True) if ids is not None and far]
         n = msa.notes
+        over = f"over {100 * limit:.0f}% identical to it" if limit is not None else ""
         left = {
             "copies of it": n.get("copies_of_wild_type_left_out", 0),
+            over: int(near.sum()),
             "duplicates": n.get("duplicates_left_out", 0),
             "rows without residues in its columns": n.get("gap_only_rows", 0),
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import shutil
 import sys
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from protein_performer.config.schema import EvalConfig
+from protein_performer.config.validate import validate_eval_config
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError, DataError
@@ -1180,6 +1182,42 @@ def test_a_context_file_leaves_out_copies_of_each_protein_and_reads_alignments_s
     with pytest.raises(DataError, match="holds no homolog besides its query q") as e:
         context_file(EvalConfig(checkpoint="x", context=str(path)), alphabet)
     assert str(e.value).startswith(f"{path}: the alignment holds no homolog")  # names the file
+
+
+def test_an_alignments_homologs_over_the_identity_limit_are_not_context(tmp_path, caplog):
+    from protein_performer.evaluation.scope import context_file
+
+    alphabet = default_alphabet()
+    query = "MKVLAWTRGE"  # 10 columns: one change is 90 % identity, two 80 %
+    rows = {"near": "MKVLAWTRGD", "far": "MKILAWTRND", "gappy": "MKVLAW----", "mid": "AKVLAWTRGD"}
+    path = tmp_path / "x.a3m"
+    path.write_text(f">q\n{query}\n" + "".join(f">{k}\n{v}\n" for k, v in rows.items()))
+
+    def read(limit):
+        cfg = EvalConfig(checkpoint="x", context=str(path), context_max_identity=limit)
+        proteins, note = context_file(cfg, alphabet)
+        return [alphabet.decode(p) for p in proteins], note
+
+    # near 9/10 is kept at 0.9; gappy 6/6 = 1.0 over the columns it has
+    got, note = read(0.9)
+    assert got == ["MKVLAWTRGD", "MKILAWTRND", "AKVLAWTRGD"]
+    assert "3 homologs (its query, 1 over 90% identical to it left out)" in note
+    got, note = read(0.85)  # mid 8/10, far 7/10 stay
+    assert got == ["MKILAWTRND", "AKVLAWTRGD"] and "2 over 85% identical" in note
+    got, note = read(0.75)
+    assert got == ["MKILAWTRND"] and "1 homologs (its query, 3 over 75% identical" in note
+    got, note = read(None)
+    assert len(got) == 4 and "identical" not in note
+    with caplog.at_level(logging.WARNING):
+        got, note = read(0.5)  # every one over: all kept, as score keeps them
+    assert len(got) == 4 and "identical" not in note
+    assert "every homolog is over 50% identical to its query: all kept" in caplog.text
+    with pytest.raises(ConfigError, match="context_max_identity must be a number from 0 to 1"):
+        validate_eval_config(
+            EvalConfig(checkpoint="x", fasta="a.fa", context=str(path), context_max_identity=2)
+        )
+    with pytest.raises(ConfigError, match="context_max_identity set without context="):
+        validate_eval_config(EvalConfig(checkpoint="x", fasta="a.fa", context_max_identity=0.5))
 
 
 def test_evaluate_says_how_many_copies_it_left_out_of_a_context_file(tmp_path):
