@@ -8,13 +8,19 @@ The format is told by content, not by the file's name:
 - records with lowercase letters or ``.``: a3m (rows of different lengths) or a2m (one length);
   upper case and ``-`` are match columns, lower case and ``.`` insertions (dropped from the
   columns, kept in the homolog's sequence);
-- records with ``-`` all of one length: aligned FASTA (every column a match column);
+- ``#`` lines before the first record (ColabFold's and HH-suite's a3m): a3m, also without gaps
+  or insertions;
+- records with ``-`` all of one length: aligned FASTA (every column a match column); most of
+  them (:data:`RAGGED_SHARE`) of one length: an alignment with broken rows, refused naming the
+  first;
 - anything else: plain FASTA hits, which have no columns (``columns is None``).
 
 The first record is the query (a3m/a2m convention); where it is not the wild type, the first
 record that is (as a stretch of it) is taken. Only the query's own residues become columns:
 a column where the query has a gap or an insertion is not a position of the wild type.
 ``NAME/START-END`` numbers the query inside the wild type; otherwise the query is found in it.
+A wild type that is a stretch of the query (a scan of one domain, an alignment of the whole
+protein) reads the query's columns on its residues only.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ GAP = 20
 WEIGHT_IDENTITY = 0.8
 #: A homolog covering less than this fraction of the query's columns is a fragment.
 FRAGMENT_COVERAGE = 0.5
+#: Gapped rows this share of which have one length are an alignment (the rest broken rows).
+RAGGED_SHARE = 0.8
 _CODE = np.full(256, GAP, dtype=np.uint8)
 for _i, _aa in enumerate(STANDARD_AMINO_ACIDS):
     _CODE[ord(_aa)] = _i
@@ -189,16 +197,24 @@ def _stockholm(text: str, path: str | Path) -> list[tuple[str, str]]:
     return out
 
 
-def _kind(rows: Sequence[str], container: str) -> str:
-    """The format the rows' characters tell (see the module docstring)."""
+def _kind(rows: Sequence[str], container: str, header: bool = False) -> str:
+    """The format the rows' characters tell (see the module docstring); ``header``: ``#``
+    lines came before the first record (ColabFold's and HH-suite's a3m)."""
     inserts = any(any(c.islower() or c == "." for c in r) for r in rows)
-    same = len({len(r) for r in rows}) == 1
+    lengths = [len(r) for r in rows]
+    same = len(set(lengths)) == 1
     if container == "stockholm":
         return "stockholm"
     if inserts:
         return "a2m" if same else "a3m"
-    if any("-" in r for r in rows) and same:
-        return "aligned-fasta"
+    if header:  # an a3m without gaps or insertions (close, full-length homologs) is one still
+        return "a3m"
+    if any("-" in r for r in rows):
+        # gapped rows most of one length are an alignment with a few broken rows (said by
+        # read_msa), not hits aligned pairwise, whose lengths differ from row to row
+        modal = max(set(lengths), key=lengths.count)
+        if same or (len(rows) >= 3 and lengths.count(modal) >= RAGGED_SHARE * len(rows)):
+            return "aligned-fasta"
     return "fasta"
 
 
@@ -229,8 +245,10 @@ def _stops_dropped(rows: list[str]) -> list[str]:
 
 def _query_index(titles: Sequence[str], rows: Sequence[str], wild_type: str) -> int:
     """The record that is the query: the first, unless it is not the wild type (or a stretch
-    of it) and a later one is."""
-    return next((i for i, r in enumerate(rows) if (s := _unaligned(r)) and s in wild_type), 0)
+    of it, or a longer protein holding it) and a later one is."""
+    seqs = (_unaligned(r) for r in rows)
+    holds = [bool(s) and (s in wild_type or (bool(wild_type) and wild_type in s)) for s in seqs]
+    return next((i for i, h in enumerate(holds) if h), 0)
 
 
 def _name(title: str, index: int) -> str:
@@ -273,16 +291,40 @@ def _offset(title: str, query: str, wild_type: str, path: str | Path, number: in
     )
 
 
+def _difference(first: str, wild_type: str) -> str:
+    """Where a record that is not the wild type first differs from it, in words."""
+    if not first:
+        return "it has no residues"
+    if len(first) > len(wild_type) and wild_type not in first:
+        return f"it has {len(first)} residues, the wild type {len(wild_type)}"
+    q = np.frombuffer(first.encode("ascii", "replace"), dtype=np.uint8)
+    w = np.frombuffer(wild_type.encode("ascii", "replace"), dtype=np.uint8)
+    if len(q) > len(w):
+        return f"it has {len(first)} residues, the wild type {len(wild_type)}"
+    windows = np.lib.stride_tricks.sliding_window_view(w, len(q))
+    start = int((windows != q[None, :]).sum(1).argmin())  # its best place in the wild type
+    diff = np.nonzero(windows[start] != q)[0]
+    shown = ", ".join(f"{wild_type[start + i]}{start + i + 1}{first[i]}" for i in diff[:3])
+    more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
+    return f"{len(diff)} residue(s) changed at its best place in the wild type: {shown}{more}"
+
+
 def _query_positions(
     title: str, query: str, wild_type: str, path: str | Path, number: int
 ) -> np.ndarray:
-    """``(len(query),)``: the 0-based wild-type residue of each query residue. The query is a
-    stretch of the wild type (:func:`_offset`), or, as an alignment cut to its focus columns
-    writes it, the wild type with residues left out: every residue in order and the same."""
+    """``(len(query),)``: the 0-based wild-type residue of each query residue (-1: none). The
+    query is a stretch of the wild type (:func:`_offset`); or, as an alignment cut to its focus
+    columns writes it, the wild type with residues left out: every residue in order and the
+    same; or a longer protein the wild type is a stretch of (a scan of one domain, the
+    alignment of the whole protein): its residues beyond the wild type are -1."""
     try:
         start = _offset(title, query, wild_type, path, number)
         return start + np.arange(len(query))
     except DataError:
+        inside = query.find(wild_type)  # the wild type a domain of the query: its columns only
+        if inside >= 0 and wild_type:
+            at = np.arange(len(query)) - inside
+            return np.where((at >= 0) & (at < len(wild_type)), at, -1)
         # a stretch with a residue or two changed is another protein (the error says where);
         # the wild type with residues left out is the focus columns of an alignment
         if _nearly_a_stretch(query, wild_type):
@@ -343,7 +385,7 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
         raise DataError("no records", path=path)
     if wild_type is None:
         wild_type = _unaligned(rows[0])
-    kind = _kind(rows, container)
+    kind = _kind(rows, container, bool(skipped.get("header_lines_skipped")))
     notes: dict[str, Any] = {"format": kind, "records_read": len(rows)}
     notes |= {k: n for k, n in skipped.items() if n}
     if kind == "fasta":
@@ -361,7 +403,6 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
             path=path,
         )
     where = _query_positions(titles[q], query, wild_type, path, q + 1)
-    offset = int(where[0])
     match_rows = [_match(r, inserts) for r in rows]
     width = len(match_rows[q])
     bad = next((i for i, r in enumerate(match_rows) if len(r) != width), None)
@@ -391,8 +432,18 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
                 number[m] = k
                 k += 1
             m += 1
-    keep = np.nonzero(number >= 0)[0]
-    positions = where[number[keep]]
+    placed = np.where(number >= 0, where[np.maximum(number, 0)], -1)
+    keep = np.nonzero(placed >= 0)[0]
+    if not len(keep):
+        raise DataError(
+            "the alignment's query has no match column on the wild type's residues",
+            path=path,
+            record=q + 1,
+            record_id=_name(titles[q], q),
+        )
+    positions = placed[keep]
+    on_wild_type = where[where >= 0]  # the query's residues on the wild type (all, but a domain)
+    offset = int(on_wild_type[0])
     as_bytes = np.frombuffer(
         "".join(match_rows).encode("ascii", "replace"), dtype=np.uint8
     ).reshape(len(rows), width)
@@ -425,13 +476,22 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
         "query_record": q + 1,
         "query_start": offset + 1,
         "columns": len(keep),
-        "wild_type_residues_covered": f"{offset + 1}-{int(where[-1]) + 1}",
+        "wild_type_residues_covered": f"{offset + 1}-{int(on_wild_type[-1]) + 1}",
         "insertions_dropped_from_columns": int(insertions),
         "gap_only_rows": empty,
         "copies_of_wild_type_left_out": copies,
         "duplicates_left_out": dups,
         "homologs": len(ids),
     }
+    if (where < 0).any():  # the wild type is a domain of the query
+        inside = np.nonzero(where >= 0)[0]
+        notes["query_residues_read"] = f"{inside[0] + 1}-{inside[-1] + 1}"
+    named = _RANGE.search(notes["query"])
+    if named and not (where < 0).any() and int(named.group(1)) != offset + 1:
+        notes["query_range_in_name_ignored"] = named.group(0)[1:]
+    if q:  # how the first record differs from the wild type, where a later one is the query
+        notes["record_1"] = _name(titles[0], 0)
+        notes["record_1_differs"] = _difference(_unaligned(rows[0]), wild_type)
     msa = MSA(
         str(path),
         kind,
@@ -488,8 +548,9 @@ def alignment_records(path: str | Path) -> tuple[str, list[tuple[str, str]]]:
     format told by its content (one of :data:`FORMATS`) and every record (the query
     included), gaps removed and insertions kept, upper case: the proteins as a window holds
     them."""
-    container, records, _ = _records(path)
-    kind = _kind([r for _, r in records], container) if records else "fasta"
+    container, records, skipped = _records(path)
+    header = bool(skipped.get("header_lines_skipped"))
+    kind = _kind([r for _, r in records], container, header) if records else "fasta"
     out = [(_name(t, i), _unaligned(r)) for i, (t, r) in enumerate(records)]
     return kind, [(name, seq) for name, seq in out if seq]
 

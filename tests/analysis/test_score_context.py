@@ -492,7 +492,8 @@ def test_score_says_when_the_query_is_not_record_1_and_when_samples_would_repeat
     code = _score(ckpt, tmp_path, f"context={tmp_path / 'msa.a3m'}", "context_samples=3")
     out = capsys.readouterr().out
     assert code == 0
-    assert "query q (record 2: record 1 is not the wild type)" in out
+    assert "query q (record 2: record 1, h0, is not the wild type: " in out
+    assert "; it is read as a homolog)" in out
     assert "context_samples=3 with context_sampling=first" in out
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["context"]["context_samples"] == 1
@@ -714,14 +715,14 @@ def test_the_printed_alignment_notes_count_what_each_is(tmp_path):
     summary: dict = {}
     text = context_notes(ctx, summary, causal=True)
     assert "alignment" in text and ": 6 records, query q = wild-type residues 1-20" in text
-    assert "3 homologs used, Neff 2.0 (weights" in text
-    assert "; left out: 1 copies of the wild type, 1 duplicates; profile column pssm" in text
+    assert "3 homologs used, Neff 2.0 with the query (weights" in text
+    assert "; left out: 1 copy of the wild type, 1 duplicate; profile column pssm" in text
     assert summary["context"]["records_read"] == 6 and summary["context"]["homologs_used"] == 3
     assert "identical to the wild type left out" not in text  # said once, as a copy
     ctx = read_scan_context(path, ALPHABET, WT, None, max_homologs=2)
     text = context_notes(ctx, {}, causal=True)
-    assert "2 homologs used, Neff 1.0 (weights" in text
-    assert "1 duplicates, 1 beyond context_max_homologs; profile" in text
+    assert "2 homologs used, Neff 1.0 with the query (weights" in text
+    assert "1 duplicate, 1 beyond context_max_homologs; profile" in text
     (tmp_path / "y.a3m").write_text(f">q\n{WT[:20]}\n>h1\n{WT[:19]}-\n")
     text = context_notes(read_scan_context(tmp_path / "y.a3m", ALPHABET, WT, None), {}, True)
     assert "; left out: none; profile column" in text
@@ -826,3 +827,40 @@ def test_weighted_windows_draw_with_the_weights_of_the_homologs_left(tmp_path, m
                     max_length=512, sampling="weighted", window_homologs=2)  # fmt: skip
     np.testing.assert_allclose(got[0], [0.5, 0.5, 1.0], rtol=1e-6)
     assert ctx.info["homologs_over_max_identity"] == 1
+
+
+def test_the_output_says_what_the_alignment_covers_and_how_its_query_was_placed(tmp_path):
+    from protein_performer.analysis.dms import variants as var
+    from protein_performer.analysis.dms.homologs import context_columns, read_scan_context
+
+    domain = WT[10:50]  # the scan's wild type: residues 11-50 of the aligned protein
+    rows = [h[:20] + "-" * 40 for h in HOMOLOGS[:2]] + [h[:45] + "-" * 15 for h in HOMOLOGS[2:]]
+    path = tmp_path / "whole.a2m"
+    path.write_text(f">other\n{HOMOLOGS[0][:-1]}-\n>q/1-60\n{WT}\n" + "".join(
+        f">h{k}\n{r}\n" for k, r in enumerate(rows)))  # fmt: skip
+    ctx = read_scan_context(path, ALPHABET, domain, None)
+    # record 2 holds the domain: its residues 11-50; the alignment's rows reach residue 45
+    assert ctx.msa.notes["query_residues_read"] == "11-50" and len(ctx.msa.positions) == 40
+    variants = [
+        [var.Substitution(s, domain[s], "W" if domain[s] != "W" else "A")] for s in (1, 20, 38)
+    ]
+    context_columns(_model(), ALPHABET, domain, variants, ctx, max_length=256)
+    assert ctx.info["mutants_outside_columns"] == 0  # the query covers the whole domain
+    text = context_notes(ctx, {}, causal=False)
+    assert "query q/1-60 (record 2: record 1, other, is not the wild type:" in text
+    assert ", its residues 11-50 = wild-type residues 1-40 (40 columns)" in text
+    assert f"Neff {ctx.pssm.params['neff']:,.1f} with the query (weights" in text
+    assert "outside its columns" not in text
+    # an alignment of part of the wild type: mutants beyond its columns are counted and said
+    part = tmp_path / "part.a2m"
+    part.write_text(f">q/1-30\n{WT[:30]}\n" + "".join(f">h{k}\n{h[:29]}-\n" for k, h in
+                                                       enumerate(HOMOLOGS)))  # fmt: skip
+    ctx = read_scan_context(part, ALPHABET, WT, None)
+    variants = [[var.Substitution(s, WT[s], "W" if WT[s] != "W" else "A")] for s in (0, 29, 30, 59)]
+    variants.append([var.Substitution(5, WT[5], "A" if WT[5] != "A" else "C"),
+                     var.Substitution(40, WT[40], "A" if WT[40] != "A" else "C")])  # fmt: skip
+    context_columns(_model(), ALPHABET, WT, variants, ctx, max_length=256)
+    assert ctx.info["mutants_outside_columns"] == 3  # 31, 60 and the double mutant
+    assert "; 3 mutants at residues outside its columns (there the profile holds the wild " in (
+        context_notes(ctx, {}, causal=False)
+    )

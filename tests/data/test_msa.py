@@ -753,3 +753,80 @@ def test_diverse_order_with_no_room_is_empty_like_the_others():
         order = homolog_order(sampling, weights=np.ones(3), matrix=m, limit=0)
         assert order.tolist() == [], sampling
     assert homolog_order("diverse", weights=np.ones(3), matrix=m, limit=2).tolist() == [0, 2]
+
+
+def test_a_colabfold_a3m_without_gaps_or_insertions_is_an_alignment(tmp_path):
+    path = tmp_path / "close.a3m"  # close, full-length homologs: no '-', no lower case
+    path.write_text("#10\t1\n>101\nTAYIAKQRQI\n>h1\nTAYLAKQRQI\n>h2\nSAYIAKQRQV\n")
+    msa = read_msa(path, WT)
+    assert msa.format == "a3m" and msa.ids == ["h1", "h2"]
+    np.testing.assert_array_equal(msa.matrix[1], codes("SAYIAKQRQV"))
+    np.testing.assert_array_equal(msa.positions, np.arange(2, 12))
+    # the same rows without the header line are plain hits (nothing says they are aligned)
+    path.write_text(">101\nTAYIAKQRQI\n>h1\nTAYLAKQRQI\n>h2\nSAYIAKQRQV\n")
+    assert read_msa(path, WT).format == "fasta"
+    # with the header, a row of another length is a broken alignment, named
+    path.write_text("#10\t1\n>101\nTAYIAKQRQI\n>h1\nTAYLAKQRQI\n>h2\nSAYIAKQR\n")
+    with pytest.raises(DataError, match=r"record 3 \(h2\): 8 match columns where the query has 10"):
+        read_msa(path, WT)
+
+
+def test_gapped_rows_mostly_of_one_length_are_an_alignment_with_a_broken_row(tmp_path):
+    rows = [f">h{k}\nTAY-AKQR{'QI' if k % 2 else 'QV'}\n" for k in range(1, 10)]
+    path = tmp_path / "x.fasta"
+    broken = [*rows[:6], ">h7\nTAY-AKQ\n", *rows[7:]]  # 9 of 10 rows of one length
+    path.write_text(">q\nTAYIAKQRQI\n" + "".join(broken))
+    with pytest.raises(DataError, match=r"record 8 \(h7\): 7 match columns where the query has 10"):
+        read_msa(path, WT)
+    # hits aligned pairwise (gaps, lengths that differ row to row) stay plain hits
+    pairwise = ">q\nTAYIAKQRQI\n>a\nTAY-AKQ\n>b\nTAYIAKQ-QIS\n>c\nAY-AKQRQ\n>d\nTAYIAKQRQI-\n"
+    path.write_text(pairwise)
+    assert read_msa(path, WT).format == "fasta"
+    # the line: 4 of 5 rows of one length is an alignment, 3 of 5 is not
+    three = ">q\nTAYIAKQRQI\n>a\nTAY-AKQRQI\n>b\nTAYIAKQ-QI\n>c\nAY-AKQRQ\n>d\nTAYIAKQRQI-\n"
+    path.write_text(three)
+    assert read_msa(path, WT).format == "fasta"
+    path.write_text(three.replace(">d\nTAYIAKQRQI-", ">d\nTAYIAKQRQ-"))
+    with pytest.raises(DataError, match=r"record 4 \(c\): 8 match columns where the query has 10"):
+        read_msa(path, WT)
+
+
+def test_a_wild_type_that_is_a_domain_of_the_alignments_query(tmp_path):
+    # the alignment is of the whole protein (22 residues); the scan's wild type residues 5-16
+    domain = WT[4:16]  # YIAKQRQISFVK
+    path = tmp_path / "whole.a2m"
+    path.write_text(
+        f">q/1-22\n{WT}\n"
+        ">h1\nMKTAYLAKQRQISFVRSHFSRQ\n"
+        ">h2\nMKTA------------SHFSRQ\n"  # residues only outside the domain: no column of it
+        ">h3\n----YIAKQRLISF--------\n"
+    )
+    msa = read_msa(path, domain)
+    np.testing.assert_array_equal(msa.positions, np.arange(12))  # query residues 5-16
+    assert msa.ids == ["h1", "h3"] and msa.notes["gap_only_rows"] == 1
+    np.testing.assert_array_equal(msa.matrix[0], codes("YLAKQRQISFVR"))
+    np.testing.assert_array_equal(msa.matrix[1], codes("YIAKQRLISF--"))
+    assert msa.notes["query_residues_read"] == "5-16"
+    assert msa.notes["wild_type_residues_covered"] == "1-12"
+    assert msa.sequences[0] == "MKTAYLAKQRQISFVRSHFSRQ"  # the homolog whole, for its window
+    # a query that holds the domain only in part is still not the wild type
+    with pytest.raises(DataError, match="is not the wild type"):
+        read_msa(path, WT[4:16] + "W")
+
+
+def test_what_is_said_of_a_query_placed_otherwise_than_its_name_or_record_says(tmp_path):
+    path = tmp_path / "x.a2m"
+    path.write_text(">q/7-16\nTAYIAKQRQI\n>h1\nTAYLAKQ-QI\n")  # residues 3-12, not 7-16
+    msa = read_msa(path, WT)
+    assert msa.notes["query_range_in_name_ignored"] == "7-16"
+    np.testing.assert_array_equal(msa.positions, np.arange(2, 12))
+    path.write_text(">q/3-12\nTAYIAKQRQI\n>h1\nTAYLAKQ-QI\n")
+    assert "query_range_in_name_ignored" not in read_msa(path, WT).notes
+    # record 1 is not the wild type, record 3 is: where record 1 differs is said
+    path.write_text(">first\nTAYLAKQRQW\n>h1\nSAYLAKQ-QI\n>q\nTAYIAKQRQI\n")
+    msa = read_msa(path, WT)
+    assert msa.notes["query_record"] == 3 and msa.notes["record_1"] == "first"
+    assert msa.notes["record_1_differs"] == (
+        "2 residue(s) changed at its best place in the wild type: I6L, I12W"
+    )
+    assert "first" in msa.ids  # read as a homolog

@@ -23,6 +23,7 @@ answer at every site).
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -351,6 +352,13 @@ def context_columns(
             )
             context.info["context_retrieval"] = retrieval
     columns[PSSM_COLUMN] = pssm_scores(context.pssm, list(variants))
+    if context.msa is not None:  # the profile knows only the wild type outside its columns
+        inside = set(context.msa.positions.tolist())
+        context.info["mutants_outside_columns"] = sum(
+            1
+            for v in variants
+            if not isinstance(v, var.Indel) and any(s.index not in inside for s in v)
+        )
     return columns
 
 
@@ -604,14 +612,25 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
             f"\n  context: {notes['format']} alignment {context.path}: {notes['records_read']:,} "
             f"records, query {notes['query']}"
             + (
-                f" (record {notes['query_record']}: record 1 is not the wild type)"
+                f" (record {notes['query_record']}: record 1, {notes.get('record_1', '')}, is not "
+                f"the wild type: {notes.get('record_1_differs', '')}; it is read as a homolog)"
                 if notes.get("query_record", 1) != 1
                 else ""
             )
-            + " = wild-type residues "
-            f"{notes['wild_type_residues_covered']} ({notes['columns']:,} columns); "
-            f"{len(used):,} homologs used, Neff {notes['neff']:,.1f} (weights 1 / neighbours at "
-            f">= 80 % identity"
+            + (
+                f" (its name's /{ignored} does not match the wild type: placed by its residues)"
+                if (ignored := notes.get("query_range_in_name_ignored"))
+                else ""
+            )
+            + (
+                f", its residues {inside} = wild-type residues "
+                if (inside := notes.get("query_residues_read"))
+                else " = wild-type residues "
+            )
+            + f"{notes['wild_type_residues_covered']} ({notes['columns']:,} columns); "
+            f"{len(used):,} homologs used, Neff {notes['neff']:,.1f}"
+            + (" with the query" if context.pssm.params.get("include_query") else "")
+            + " (weights 1 / neighbours at >= 80 % identity"
             + (
                 f", counted among {notes['weights_estimated_from']:,} rows drawn at random"
                 if "weights_estimated_from" in notes
@@ -627,6 +646,11 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
         )
     if "read_seconds" in context.info:  # a deep alignment's weights take longer than scoring
         text += f"; read in {context.info['read_seconds']:.1f} s"
+    if outside := context.info.get("mutants_outside_columns"):
+        text += (
+            f"; {outside:,} mutants at residues outside its columns (there the profile holds "
+            "the wild type alone)"
+        )
     if causal:
         text += (
             "; the model's score with homologs is a masked LM's (masked marginals): this "
@@ -691,12 +715,17 @@ def _identity_note(info: dict[str, Any], used: int) -> str:
 
 def _left_out(notes: dict[str, Any], beyond: int) -> str:
     parts = [
-        (notes.get("copies_of_wild_type_left_out", 0), "copies of the wild type"),
-        (notes.get("duplicates_left_out", 0), "duplicates"),
-        (notes.get("gap_only_rows", 0), "rows with no residue in the query's columns"),
-        (notes.get("annotation_rows_skipped", 0), "HH-suite annotation rows (ss_pred, ...)"),
-        (notes.get("fragments_left_out", 0), "fragments (context_min_coverage)"),
+        (notes.get("copies_of_wild_type_left_out", 0), "cop{y|ies} of the wild type"),
+        (notes.get("duplicates_left_out", 0), "duplicate{|s}"),
+        (notes.get("gap_only_rows", 0), "row{|s} with no residue in the query's columns"),
+        (notes.get("annotation_rows_skipped", 0), "HH-suite annotation row{|s} (ss_pred, ...)"),
+        (notes.get("fragments_left_out", 0), "fragment{|s} (context_min_coverage)"),
         (beyond, "beyond context_max_homologs"),
     ]
-    said = [f"{n:,} {what}" for n, what in parts if n]
+    said = [f"{n:,} {_number(what, n)}" for n, what in parts if n]
     return ", ".join(said) if said else "none"
+
+
+def _number(text: str, n: int) -> str:
+    """``text`` with each ``{one|many}`` chosen for ``n``."""
+    return re.sub(r"\{([^|}]*)\|([^}]*)\}", lambda m: m.group(1) if n == 1 else m.group(2), text)
