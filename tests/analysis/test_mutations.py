@@ -422,7 +422,7 @@ def test_score_refuses_ragged_rows_and_side_output_names(ckpt, tmp_path, capsys)
 def test_the_api_refuses_mutants_that_do_not_fit(mutant, problem) -> None:
     """Position 0 once read the <cls> slot and one past the end <eos>: a score for nothing."""
     model = TableModel()
-    with pytest.raises(ValueError, match=f"^mutant 2 does not fit the wild type: {problem}$"):
+    with pytest.raises(DataError, match=f"^mutant 2 does not fit the wild type: {problem}$"):
         mut.score_mutants(model, ALPHABET, WT, ["K2R", mutant])
     assert model.calls == []
 

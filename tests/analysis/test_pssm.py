@@ -99,7 +99,7 @@ def test_mutant_scores():
     assert got[2] == 0 and got[3] == 0 and np.isnan(got[4])  # an insertion: no site
     assert got[0] > pssm_scores(pssm, ["K2W"])[0]  # R was seen there, W was not
     assert pssm_scores(pssm, ["K1R"], offset=0)[0] == pytest.approx(got[0])
-    with pytest.raises(ValueError, match="mutant 2 does not fit the wild type: K12R"):
+    with pytest.raises(DataError, match="mutant 2 does not fit the wild type: K12R"):
         pssm_scores(pssm, ["K2R", "K12R"])
     with pytest.raises(ValueError, match="the sequence has K at 2"):
         pssm_scores(pssm, ["A2R"])

@@ -382,7 +382,7 @@ def score_mutants(
     if problems:
         i, problem = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ValueError(f"mutant {i + 1} does not fit the wild type: {problem}{more}")
+        raise DataError(f"mutant {i + 1} does not fit the wild type: {problem}{more}")
     site_methods = [m for m in methods if m not in WHOLE_SEQUENCE_METHODS]
     indel = next((i for i, m in enumerate(mutants) if isinstance(m, Indel)), None)
     if indel is not None and site_methods == methods:

@@ -367,7 +367,7 @@ def pssm_scores(
     if problems:
         i, problem = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ValueError(f"mutant {i + 1} does not fit the wild type: {problem}{more}")
+        raise DataError(f"mutant {i + 1} does not fit the wild type: {problem}{more}")
     s = pssm.scores
     return np.array(
         [
