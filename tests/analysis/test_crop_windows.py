@@ -360,3 +360,36 @@ def test_context_log_probs_average_the_samples_windows_and_their_homolog_counts(
     H.context_log_probs(None, A, wt, [5], context, max_length=300, sampling="first", samples=3)
     assert calls == [0] and context.info["context_samples_asked"] == 3
     assert context.info["context_samples"] == 1
+
+
+def test_an_odd_width_puts_the_site_in_the_middle_of_its_columns():
+    """Of 5 columns, 2 before the site and 2 after (not 3 and 1); clamped at the ends."""
+    ids = A.encode("MKTAYIAKQRQISFVKSHFS")
+    rows = [(0, _codes("MRTAWIAKERQLSFVKSHFA"))]
+    jobs, held = column_jobs(ids, rows, [7, 2, 18], A, 64, width=5, per_window=1)
+    windows = {site: (_segments(tokens), tokens[at]) for site, tokens, at in jobs}
+    assert held == [1, 1, 1] and all(m == A.mask_idx for _, m in windows.values())
+    assert windows[7][0] == ["IAKER", "IA<mask>QR"]  # columns 5..9
+    assert windows[2][0] == ["MRTAW", "MK<mask>AY"]  # columns 0..4
+    assert windows[18][0] == ["KSHFA", "KSH<mask>S"]  # clamped: columns 15..19
+
+
+def test_context_keywords_map_each_cli_name_to_its_own_keyword():
+    from protein_performer.analysis.dms.marginals import context_keywords
+
+    cli = {
+        "context_tokens": ("max_length", 512),
+        "context_sampling": ("sampling", "weighted"),
+        "context_samples": ("samples", 3),
+        "context_retrieval": ("retrieval", 0.5),
+        "context_window_homologs": ("window_homologs", 8),
+        "context_max_identity": ("max_identity", 0.9),
+        "context_crop": ("crop", False),
+    }
+    assert context_keywords({k: v for k, (_, v) in cli.items()}) == dict(cli.values())
+    for key, (name, value) in cli.items():
+        assert context_keywords({key: value}) == {name: value}
+        assert context_keywords({name: value}) == {name: value}  # its own name too
+    assert context_keywords({"seed": 4}) == {"seed": 4}
+    with pytest.raises(ConfigError, match="unknown option 'context_seed'"):
+        context_keywords({"context_seed": 4})

@@ -397,3 +397,118 @@ def test_an_accession_two_queries_share_goes_to_the_first_of_them(tmp_path):
         ("other", ["h3"]),
         ("tr|P1|B_MOUSE", ["h2"]),
     ]
+
+
+def test_a_cropped_proteins_homolog_is_cut_at_the_same_relative_place():
+    """As ``evaluate context=``: a protein longer than half the window is a seeded crop; its
+    homolog (here itself), cut to the room left, keeps the part at the same relative place."""
+    rng = np.random.default_rng(9)
+    full = "".join(rng.choice(list(AA_ORDER), 100))
+    windows, skipped = homolog_windows([(full, [full])] * 12, ALPHABET, max_length=60, seed=4)
+    assert skipped == 0
+    crops, cuts = [], []
+    for w in windows:
+        crop = ALPHABET.decode(w.tokens[w.start : w.start + w.length])
+        (a, b), = w.segments  # fmt: skip
+        homolog = ALPHABET.decode(w.tokens[a:b])
+        # 60 tokens: a crop of 28 residues (60 // 2 - 2); the homolog gets 29 (60 - 28 - 2 - 1)
+        assert len(crop) == 28 and len(homolog) == 29
+        crops.append(full.index(crop) / (100 - 28))
+        cuts.append(full.index(homolog) / (100 - 29))
+    assert max(crops) - min(crops) > 0.5  # crops near both ends
+    np.testing.assert_allclose(cuts, crops, atol=0.02)
+
+
+def test_the_ceiling_counts_only_aligned_pairs_of_two_amino_acids():
+    """The protein's A at 5 aligns to the homolog's X: no pair; the other nine residues align
+    to their own letter: the ceiling is those nine on the diagonal, nothing else."""
+    protein, homolog = "MKVLAAWHED", "MKVLXAWHEDG"
+
+    def uniform(tokens, rows):
+        return np.full((1, len(rows), len(tokens)), 1.0 / len(tokens))
+
+    result = attention_view(uniform, ["u"], ALPHABET, [(protein, [homolog])], max_length=64)
+    expected = np.zeros((20, 20))
+    for aa in "MKVLAWHED":
+        expected[idx(aa), idx(aa)] += 1
+    np.testing.assert_array_equal(result["ceiling"]["counts"], expected)
+    assert result["ceiling"]["aligned_pairs"] == 9
+
+
+def test_each_heads_r_against_the_ceiling_is_its_own_matrix(pairs):
+    """Uniform attention (1/L, under the 0.3 threshold) draws no arcs but spreads mass: its
+    arcs are compared with nothing (None), its mass log-odds with the ceiling's."""
+    from protein_performer.analysis.similarity import offdiag_pearson
+
+    def uniform(tokens, rows):
+        return np.full((1, len(rows), len(tokens)), 1.0 / len(tokens))
+
+    result = attention_view(uniform, ["u"], ALPHABET, pairs[:8], max_length=MAX_LENGTH)
+    (head,) = result["heads"]
+    assert head["arcs"] == 0 and head["r_arcs"] is None and head["r_arcs_vs_ceiling"] is None
+    mass = result["matrices"]["mass_log_odds"][0]
+    expected = offdiag_pearson(mass, result["ceiling"]["log_odds"])
+    assert expected is not None
+    assert head["r_mass_vs_ceiling"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_protein_of_exactly_half_the_window_is_kept_whole():
+    """64 tokens: half is 30 residues; a protein of 30 is not cropped (and counts its homologs:
+    two here, one window)."""
+    protein = "MKVLAWHEDC" * 3
+    (w,), skipped = homolog_windows([(protein, [protein[:12], protein[5:17]])], ALPHABET,
+                                    max_length=64)  # fmt: skip
+    assert skipped == 0 and w.length == 30
+    assert ALPHABET.decode(w.tokens[w.start : w.start + w.length]) == protein
+
+    def uniform(tokens, rows):
+        return np.full((1, len(rows), len(tokens)), 1.0 / len(tokens))
+
+    result = attention_view(uniform, ["u"], ALPHABET, [(protein, [protein[:12], protein[5:17]])],
+                            max_length=64)  # fmt: skip
+    assert result["proteins"] == 1 and result["homologs"] == 2
+    assert result["masked_positions"] == 30
+
+
+def test_query_of_reads_the_query_field_alone():
+    from protein_performer.analysis.homolog_pairs import query_of
+
+    assert query_of("h1/1-10 query=P1 identity=0.9") == "P1"
+    assert query_of("query=P1") == "P1"
+    assert query_of("h1/1-10 parent_query=Q9 query=P1") == "P1"  # another field's name ends so
+    assert query_of("h1/1-10 subquery=Q9") is None
+    assert query_of("h1/1-10 identity=0.9") is None
+
+
+def test_a_query_whose_only_hits_are_copies_of_it_is_left_out(tmp_path):
+    q = tmp_path / "q.fasta"
+    q.write_text(">P1\nMKVLAAGICW\n>q2\nMKWLLAGICW\n")
+    hits = tmp_path / "hits.fasta"
+    hits.write_text(">c query=q2\nMKWLLAGICW\n>x query=P1\nMKVLAAGICA\n")  # c: q2 itself
+    pairs = read_homolog_pairs(q, hits, ALPHABET)
+    assert [(p.id, [h.id for h in hs]) for p, hs in pairs] == [("P1", ["x"])]
+
+
+def test_an_alignment_goes_with_the_protein_its_first_record_is(tmp_path):
+    """A homolog row that happens to be a stretch of another protein does not pick it: the
+    alignment's query (its first record) does."""
+    q = tmp_path / "q.fasta"
+    q.write_text(">A\nPPPPPMKVLAAGICWPPPP\n>B\nMKVLSAGICW\n")
+    a3m = tmp_path / "msa.a3m"
+    a3m.write_text(">B\nMKVLSAGICW\n>h1\nMKVLAAGICW\n>h2\nMRVLS-GVCW\n")
+    ((protein, homologs),) = read_homolog_pairs(q, a3m, ALPHABET)
+    assert protein.id == "B" and [h.id for h in homologs] == ["h1", "h2"]
+
+
+def test_proteins_without_room_for_a_homolog_are_counted():
+    """20 tokens: an 8-residue protein leaves 10; a 5-residue homolog fits, a 12-residue one
+    (at least 13 tokens with its <sep>) does not: that pair is left out and counted."""
+    pairs = [("MKVLAWHE", ["MKVLA"]), ("MKVLAWHE", ["MKVLAWHEDCGG"])]
+    windows, skipped = homolog_windows(pairs, ALPHABET, max_length=20)
+    assert len(windows) == 1 and skipped == 1
+
+    def uniform(tokens, rows):
+        return np.full((1, len(rows), len(tokens)), 1.0 / len(tokens))
+
+    result = attention_view(uniform, ["u"], ALPHABET, pairs, max_length=20)
+    assert result["proteins"] == 1 and result["proteins_without_room"] == 1

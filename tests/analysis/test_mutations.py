@@ -17,6 +17,7 @@ from protein_performer.analysis import mutations as mut
 from protein_performer.analysis.dms import marginals
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import default_alphabet
+from protein_performer.errors import DataError
 from protein_performer.model.checkpoints import save_model_checkpoint
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
@@ -1061,3 +1062,34 @@ def test_score_cli_values_are_the_models_probabilities_computed_by_hand(
     assert summary["spearman"]["masked_marginal"] == pytest.approx(
         _spearman_no_ties(fitness, column), abs=1e-6
     )
+
+
+def test_an_indel_just_longer_than_the_window_is_named_before_scoring() -> None:
+    """max_len 64: a window of 62 residues. An indel of 62 is scored; one of 63 is refused as
+    the mutant that does not fit (not a scoring error after the wild type's passes)."""
+    table = TableModel()
+    longest = (WT * 3)[:62]
+    got = mut.score_mutants(table, ALPHABET, WT, [mut.Indel(longest)], methods="pseudo-ll")
+    expected = mut.pseudo_log_likelihood(table, ALPHABET, longest) - mut.pseudo_log_likelihood(
+        table, ALPHABET, WT
+    )
+    assert got["pseudo-ll"][0] == pytest.approx(expected, abs=1e-9)
+    table.calls.clear()
+    with pytest.raises(ValueError, match=r"mutant 1 does not fit .* an indel of 63 residues"):
+        mut.score_mutants(table, ALPHABET, WT, [mut.Indel((WT * 3)[:63])], methods="pseudo-ll")
+    assert table.calls == []  # refused before any pass
+
+
+def test_the_first_mutant_that_does_not_fit_is_named_whatever_its_problem() -> None:
+    """Mutant 1 has the wrong wild-type letter, mutant 2 is an indel too long: the error
+    names mutant 1 (the problems are reported in the file's order) and counts the other."""
+    table = TableModel()
+    too_long = mut.Indel((WT * 3)[:63])
+    with pytest.raises(
+        ValueError, match=r"^mutant 1 does not fit the wild type: .*\(and 1 more\)$"
+    ):
+        mut.score_mutants(table, ALPHABET, WT, ["A2C", too_long], methods="pseudo-ll")
+    with pytest.raises(
+        ValueError, match=r"^mutant 2 does not fit the wild type: .*\(and 1 more\)$"
+    ):
+        mut.score_mutants(table, ALPHABET, WT, ["K2C", too_long, "A2C"], methods="pseudo-ll")

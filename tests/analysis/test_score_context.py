@@ -864,3 +864,60 @@ def test_the_output_says_what_the_alignment_covers_and_how_its_query_was_placed(
     assert "; 3 mutants at residues outside its columns (there the profile holds the wild " in (
         context_notes(ctx, {}, causal=False)
     )
+
+
+def _small_a3m(tmp_path, n: int = 4):
+    rows = _a3m_rows(np.random.default_rng(5), n)
+    path = tmp_path / "small.a3m"
+    path.write_text(">q\n" + WT[5:55] + "\n" + "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows)))
+    return path
+
+
+def test_score_mutants_hands_packed_to_the_context_windows(tmp_path):
+    """A packed model's context windows are framed its way (one end token): score_mutants'
+    ``packed=`` reaches them, its columns those of context_columns called with it."""
+    from protein_performer.analysis import score_mutants
+    from protein_performer.analysis.dms.homologs import context_columns, read_scan_context
+    from protein_performer.analysis.dms.variants import parse_variant
+
+    a3m = _small_a3m(tmp_path)
+    mutants = [f"{WT[i]}{i + 1}{'A' if WT[i] != 'A' else 'C'}" for i in (1, 29, 40)]
+    variants = [parse_variant(m, WT) for m in mutants]
+    column = "masked_marginal_context"
+    by_hand = {}
+    for packed in (True, False):
+        ctx = read_scan_context(a3m, ALPHABET, WT, None)
+        by_hand[packed] = context_columns(
+            _model(), ALPHABET, WT, variants, ctx, max_length=128, packed=packed
+        )[column]
+    assert not np.allclose(by_hand[True], by_hand[False], atol=1e-5)
+    for packed in (True, False):
+        got = score_mutants(_model(), ALPHABET, WT, mutants, packed=packed, context=a3m,
+                            context_options={"max_length": 128})  # fmt: skip
+        np.testing.assert_allclose(got[column], by_hand[packed], rtol=1e-5, atol=1e-6)
+
+
+def test_score_mutants_with_context_refuses_an_indel(tmp_path):
+    from protein_performer.analysis import score_mutants
+
+    deletion = WT[:5] + WT[6:]
+    with pytest.raises(ValueError, match="context= scores substitutions; an indel has no"):
+        score_mutants(_model(), ALPHABET, WT, [deletion], methods="pseudo-ll",
+                      context=_small_a3m(tmp_path))  # fmt: skip
+
+
+def test_score_mutants_with_context_defaults_to_the_models_own_window(tmp_path):
+    """Learned positions (max_len 256): the windows are the model's 256 tokens unless told
+    otherwise, as the CLI's (1,024 would not run: twelve homologs of ~50 fill more)."""
+    from protein_performer.analysis import score_mutants
+
+    rows = _a3m_rows(np.random.default_rng(3), 12)
+    (tmp_path / "msa.a3m").write_text(
+        ">q\n" + WT[5:55] + "\n" + "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows))
+    )
+    mutants = [f"{WT[i]}{i + 1}{'A' if WT[i] != 'A' else 'C'}" for i in (9, 30)]
+    default = score_mutants(_model(), ALPHABET, WT, mutants, context=tmp_path / "msa.a3m")
+    told = score_mutants(_model(), ALPHABET, WT, mutants, context=tmp_path / "msa.a3m",
+                         context_options={"max_length": 256})  # fmt: skip
+    for column in ("masked_marginal_context", "context_retrieval", "pssm"):
+        np.testing.assert_allclose(default[column], told[column], rtol=1e-5, atol=1e-6)

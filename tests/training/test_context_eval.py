@@ -1243,3 +1243,90 @@ def test_evaluate_says_how_many_copies_it_left_out_of_a_context_file(tmp_path):
                 context=str(tmp_path / "own.fasta"),
             )
         )  # fmt: skip
+
+
+def test_record_order_sorts_two_records_sharing_an_id_by_sequence():
+    """The smallest shared id (two records) is sorted too: either file order, one walk."""
+    for records in ([("x", "KKK"), ("x", "AAA")], [("x", "AAA"), ("x", "KKK")]):
+        source = FlatSource.from_strings([r[1] for r in records], ids=[r[0] for r in records])
+        assert [A.decode(source[i]) for i in record_order(source, "id")] == ["AAA", "KKK"]
+    source = FlatSource.from_strings(["MM", "KK", "AA"], ids=["y", "x", "x"])
+    assert record_order(source, "id") == [2, 1, 0]
+
+
+def test_only_masked_positions_are_scored_in_both_windows() -> None:
+    """mask_tokens selects positions and leaves some unmasked (the 10 % random, 10 % kept):
+    those are not scored; every <mask> is, in the single and the context window alike."""
+    enc = A.encode
+    rng = np.random.default_rng(0)
+    targets = [
+        Target(
+            f"t{k}",
+            enc("".join(rng.choice(list(AA), 60))),
+            [enc("".join(rng.choice(list(AA), 30)))],
+        )
+        for k in range(6)
+    ]
+    single, single_y, ctx, ctx_y, _ = scoring_windows(
+        targets, A, max_length=200, style="crop", mask_prob=0.5, seed=0
+    )
+    for x, y, cx, cy in zip(single, single_y, ctx, ctx_y, strict=True):
+        np.testing.assert_array_equal(y != -100, x == A.mask_idx)
+        np.testing.assert_array_equal(cy != -100, cx == A.mask_idx)
+        assert (y != -100).sum() == (cy != -100).sum() > 0
+
+
+def test_a_long_target_is_cropped_anywhere_its_last_residue_included() -> None:
+    """A target one residue longer than half the window has two half-windows: the seeded
+    crop draws both (its last residue is scored in some windows), never anything else."""
+    enc = A.encode
+    max_length, ends = 40, 2
+    half = max_length // 2 - ends  # 18
+    seq = "ACDEFGHIKLMNPQRSTVW"  # 19 residues
+    targets = [Target(f"t{k}", enc(seq), [enc("MKVLAWYHHEACDEFG")]) for k in range(40)]
+    single, *_ = scoring_windows(
+        targets, A, max_length=max_length, style="crop", mask_prob=0.15, seed=0
+    )
+    starts = []
+    for x in single:
+        assert len(x) == half + ends
+        letters = [A.tokens[t] for t in x[1:-1]]  # a few masked or replaced: the most alike
+        starts.append(
+            max((0, 1), key=lambda s: sum(a == seq[s + i] for i, a in enumerate(letters)))
+        )
+    assert set(starts) == {0, 1}
+
+
+def test_the_unigram_perplexity_is_over_the_scored_positions_twenty_letters_by_default() -> None:
+    """Without frequencies each of the 20 amino acids is 1/20: perplexity 20 exactly; with
+    ``unigram_log_probs`` it is exp(mean −log f) over the scored positions' true residues."""
+    rng = np.random.default_rng(2)
+    targets = [
+        Target(f"t{k}", A.encode(random_seq(rng, 40)), [A.encode(random_seq(rng, 30))])
+        for k in range(5)
+    ]
+    out = context_perplexity(CopyModel(), A, targets, max_length=128, seed=1)
+    assert out["unigram_perplexity"] == pytest.approx(20.0, rel=1e-6)
+    logf = torch.log_softmax(torch.as_tensor(rng.normal(size=len(A)), dtype=torch.float32), -1)
+    out = context_perplexity(CopyModel(), A, targets, max_length=128, seed=1,
+                             unigram_log_probs=logf)  # fmt: skip
+    _, single_y, *_ = scoring_windows(targets, A, max_length=128, style="crop",
+                                      mask_prob=0.15, seed=1)  # fmt: skip
+    truth = np.concatenate([y[y != -100] for y in single_y])
+    expected = math.exp(float(-logf.numpy()[truth].astype(np.float64).mean()))
+    assert out["unigram_perplexity"] == pytest.approx(expected, rel=1e-5)
+    assert out["positions"] == len(truth)
+
+
+def test_fixed_targets_follow_the_order_given() -> None:
+    source = FlatSource.from_strings(["KKKK", "AAAA", "MMMM"], ids=["c", "a", "b"])
+    homologs = [A.encode("ACDE")]
+    order = record_order(source, "id")
+    targets = fixed_targets(source, homologs, order=order)
+    assert [(t.id, A.decode(t.residues), t.record) for t in targets] == [
+        ("a", "AAAA", 1),
+        ("b", "MMMM", 2),
+        ("c", "KKKK", 0),
+    ]
+    assert all(len(t.context) == 1 for t in targets)
+    assert [t.id for t in fixed_targets(source, homologs)] == ["c", "a", "b"]  # None: the file's

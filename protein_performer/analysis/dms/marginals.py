@@ -334,7 +334,8 @@ def score_mutants(
     adds the columns ``masked_marginal_context``, ``context_retrieval`` and ``pssm`` (the
     profile of the same homologs) to the result, ``context_options`` going to
     :func:`~protein_performer.analysis.dms.homologs.context_columns` (``max_length``,
-    ``sampling``, ``samples``, ``seed``, ``retrieval``; the window defaults to 1,024 tokens);
+    ``sampling``, ``samples``, ``seed``, ``retrieval``; the window defaults to the model's
+    ``max_len`` with learned positions, 1,024 tokens with rotary ones);
     the CLI's names (``context_tokens``, ``context_sampling``, ...) are taken too.
     """
     causal = bool(getattr(model, "causal", False))
@@ -401,7 +402,10 @@ def score_mutants(
         read_scan_context,
     )
 
-    options = {"max_length": None, **context_keywords(context_options or {})}
+    # the window: the model's own with learned positions (a longer one would not run), as the
+    # CLI's; with rotary ones context_columns' default
+    own = token_limit(model, None)
+    options = {"max_length": own, **context_keywords(context_options or {})}
     if not isinstance(context, ScanContext):
         context = read_scan_context(context, alphabet, wild_type, None, seed=options.get("seed", 0))
     indel = next((m for m in mutants if isinstance(m, Indel)), None)
