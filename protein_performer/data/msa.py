@@ -291,6 +291,41 @@ def _offset(title: str, query: str, wild_type: str, path: str | Path, number: in
     )
 
 
+def _column_numbers(query_row: str, inserts: bool, width: int) -> np.ndarray:
+    """``(width,)``: the query's residue number (0-based) of each match column, -1 where the
+    query has a gap."""
+    number, k, m = np.full(width, -1, dtype=np.int64), 0, 0
+    for c in query_row:
+        if inserts and (c.islower() or c == "."):
+            k += c != "."
+            continue
+        if m < width:
+            if c.isalpha():
+                number[m] = k
+                k += 1
+            m += 1
+    return number
+
+
+def _placement_notes(
+    query: str, where: np.ndarray, first_title: str | None, first_row: str, wild_type: str
+) -> dict[str, str]:
+    """What to say of where the query was placed: the query's residues read where the wild
+    type is a domain of it, a ``/START-END`` of its name that did not match, and how record 1
+    differs where a later record is the query (``first_title`` given)."""
+    out = {}
+    if (where < 0).any():  # the wild type is a domain of the query
+        inside = np.nonzero(where >= 0)[0]
+        out["query_residues_read"] = f"{inside[0] + 1}-{inside[-1] + 1}"
+    named = _RANGE.search(query)
+    if named and not (where < 0).any() and int(named.group(1)) != int(where[0]) + 1:
+        out["query_range_in_name_ignored"] = named.group(0)[1:]
+    if first_title is not None:
+        out["record_1"] = _name(first_title, 0)
+        out["record_1_differs"] = _difference(_unaligned(first_row), wild_type)
+    return out
+
+
 def _difference(first: str, wild_type: str) -> str:
     """Where a record that is not the wild type first differs from it, in words."""
     if not first:
@@ -419,19 +454,8 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
             record=bad + 1,
             record_id=_name(titles[bad], bad),
         )
-    # the query's residue number of each match column (-1: a gap in the query)
     qmatch = match_rows[q]
-    number, k = np.full(width, -1, dtype=np.int64), 0
-    m = 0
-    for c in query_row:
-        if inserts and (c.islower() or c == "."):
-            k += c != "."
-            continue
-        if m < width:
-            if c.isalpha():
-                number[m] = k
-                k += 1
-            m += 1
+    number = _column_numbers(query_row, inserts, width)
     placed = np.where(number >= 0, where[np.maximum(number, 0)], -1)
     keep = np.nonzero(placed >= 0)[0]
     if not len(keep):
@@ -483,15 +507,7 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
         "duplicates_left_out": dups,
         "homologs": len(ids),
     }
-    if (where < 0).any():  # the wild type is a domain of the query
-        inside = np.nonzero(where >= 0)[0]
-        notes["query_residues_read"] = f"{inside[0] + 1}-{inside[-1] + 1}"
-    named = _RANGE.search(notes["query"])
-    if named and not (where < 0).any() and int(named.group(1)) != offset + 1:
-        notes["query_range_in_name_ignored"] = named.group(0)[1:]
-    if q:  # how the first record differs from the wild type, where a later one is the query
-        notes["record_1"] = _name(titles[0], 0)
-        notes["record_1_differs"] = _difference(_unaligned(rows[0]), wild_type)
+    notes |= _placement_notes(notes["query"], where, titles[0] if q else None, rows[0], wild_type)
     msa = MSA(
         str(path),
         kind,

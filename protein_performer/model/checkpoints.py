@@ -370,7 +370,15 @@ def load_model(
     model = build()
     load_weights(model, state, str(path))
     model.eval()
+    # the window it trained on: the library's default window, as the CLI's (not a weight)
+    model.trained_length = trained_length(meta)
     return model, meta
+
+
+def trained_length(meta: dict[str, Any]) -> int | None:
+    """The crop length (tokens) the checkpoint's run trained on, when it says so."""
+    value = (meta.get("data") or {}).get("max_length")
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def init_weights_from(

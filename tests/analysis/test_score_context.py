@@ -899,11 +899,16 @@ def test_score_mutants_hands_packed_to_the_context_windows(tmp_path):
 
 def test_score_mutants_with_context_refuses_an_indel(tmp_path):
     from protein_performer.analysis import score_mutants
+    from protein_performer.errors import DataError
 
     deletion = WT[:5] + WT[6:]
-    with pytest.raises(ValueError, match="context= scores substitutions; an indel has no"):
-        score_mutants(_model(), ALPHABET, WT, [deletion], methods="pseudo-ll",
+    model = _model()
+    calls = []
+    model.register_forward_hook(lambda *a: calls.append(1))
+    with pytest.raises(DataError, match="mutant 2: context= scores substitutions; an indel has no"):
+        score_mutants(model, ALPHABET, WT, [f"{WT[3]}4A", deletion], methods="pseudo-ll",
                       context=_small_a3m(tmp_path))  # fmt: skip
+    assert calls == []  # refused before any pass of the model
 
 
 def test_score_mutants_with_context_defaults_to_the_models_own_window(tmp_path):
@@ -921,3 +926,20 @@ def test_score_mutants_with_context_defaults_to_the_models_own_window(tmp_path):
                          context_options={"max_length": 256})  # fmt: skip
     for column in ("masked_marginal_context", "context_retrieval", "pssm"):
         np.testing.assert_allclose(default[column], told[column], rtol=1e-5, atol=1e-6)
+
+
+def test_score_mutants_reads_a_loaded_checkpoint_in_the_window_the_cli_would(tmp_path):
+    import protein_performer
+    from protein_performer.analysis import score_mutants
+    from protein_performer.analysis.dms.homologs import read_scan_context
+
+    model, alphabet = protein_performer.load("homologs-msa")
+    assert model.trained_length == 4096 and model.rotary is not None  # the card's window
+    rows = "".join(f">h{k}\n{h}\n" for k, h in enumerate(HOMOLOGS))
+    (tmp_path / "h.a3m").write_text(f"#60\t1\n>q\n{WT}\n{rows}")
+    ctx = read_scan_context(tmp_path / "h.a3m", alphabet, WT, None)
+    score_mutants(model, alphabet, WT, [f"{WT[4]}5W"], context=ctx)
+    assert ctx.info["context_window_tokens"] == 4096
+    model.trained_length = None  # a model built by hand: the library's default
+    score_mutants(model, alphabet, WT, [f"{WT[4]}5W"], context=ctx)
+    assert ctx.info["context_window_tokens"] == 1024

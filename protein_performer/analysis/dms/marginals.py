@@ -334,8 +334,9 @@ def score_mutants(
     adds the columns ``masked_marginal_context``, ``context_retrieval`` and ``pssm`` (the
     profile of the same homologs) to the result, ``context_options`` going to
     :func:`~protein_performer.analysis.dms.homologs.context_columns` (``max_length``,
-    ``sampling``, ``samples``, ``seed``, ``retrieval``; the window defaults to the model's
-    ``max_len`` with learned positions, 1,024 tokens with rotary ones);
+    ``sampling``, ``samples``, ``seed``, ``retrieval``; the window defaults to the one the
+    CLI takes: the model's ``max_len`` with learned positions, else the window a loaded
+    checkpoint trained on, else 1,024 tokens);
     the CLI's names (``context_tokens``, ``context_sampling``, ...) are taken too.
     """
     causal = bool(getattr(model, "causal", False))
@@ -390,35 +391,48 @@ def score_mutants(
         raise ValueError(
             f"mutant {indel + 1} is {indel_problem(mutants[indel], wild_type, site_methods[0])}"
         )
+    if context is not None and indel is not None:  # before any pass of the model
+        raise DataError(
+            f"mutant {indel + 1}: context= scores substitutions; an indel has no aligned site"
+        )
     with evaluating(model):
         scores = _score(
             model, alphabet, ids, mutants, methods, max_tokens, toks_per_batch, progress, packed
         )
     if context is None:
         return scores
+    scores.update(
+        _context_scores(model, alphabet, wild_type, mutants, context, context_options,
+                        packed=packed, toks_per_batch=toks_per_batch, progress=progress)
+    )  # fmt: skip
+    return scores
+
+
+def _context_scores(
+    model: ProteinLM,
+    alphabet: Alphabet,
+    wild_type: str,
+    mutants: list[Any],
+    context: Any,
+    context_options: dict[str, Any] | None,
+    **run: Any,
+) -> dict[str, np.ndarray]:
+    """:func:`score_mutants`' homolog columns (``run``: packed, toks_per_batch, progress)."""
     from protein_performer.analysis.dms.homologs import (
         ScanContext,
         context_columns,
         read_scan_context,
     )
 
-    # the window: the model's own with learned positions (a longer one would not run), as the
-    # CLI's; with rotary ones context_columns' default
-    own = token_limit(model, None)
+    # the window: as the CLI's, the model's own with learned positions (a longer one would not
+    # run), else the one it trained on; context_columns' default for a model built by hand
+    trained = getattr(model, "trained_length", None)  # set by load_model
+    own = token_limit(model, None, trained) or trained
     options = {"max_length": own, **context_keywords(context_options or {})}
     if not isinstance(context, ScanContext):
         context = read_scan_context(context, alphabet, wild_type, None, seed=options.get("seed", 0))
-    indel = next((m for m in mutants if isinstance(m, Indel)), None)
-    if indel is not None:
-        raise ValueError("context= scores substitutions; an indel has no aligned site")
     with evaluating(model):
-        scores.update(
-            context_columns(
-                model, alphabet, wild_type, mutants, context, packed=packed,
-                toks_per_batch=toks_per_batch, progress=progress, **options,
-            )
-        )  # fmt: skip
-    return scores
+        return context_columns(model, alphabet, wild_type, mutants, context, **run, **options)
 
 
 #: ``score``'s option names -> :func:`context_columns`' keywords

@@ -36,12 +36,12 @@ from protein_performer.cli.commands.common import (
     matrix_csv,
     prepare_figure_command,
     staged_output,
-    trained_length,
 )
 from protein_performer.config.schema import SimilarityConfig
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
 from protein_performer.data.encoding import EncodeCounts
 from protein_performer.errors import ConfigError, DataError
+from protein_performer.model.checkpoints import trained_length
 from protein_performer.utils.outputs import dir_with_manifest
 
 SIMILARITY_FORMAT = "protein-performer-aa-similarity/1"

@@ -67,12 +67,6 @@ def trained_packed(meta: dict[str, Any]) -> bool:
     return (meta.get("data") or {}).get("mode") == "concat"
 
 
-def trained_length(meta: dict[str, Any]) -> int | None:
-    """The crop length (tokens) the checkpoint's run trained on, when it says so."""
-    value = (meta.get("data") or {}).get("max_length")
-    return int(value) if isinstance(value, (int, float)) and value > 0 else None
-
-
 def staged_output(cfg: Any, outdir: Path, is_ours: Any, what: str) -> Any:
     """A temporary folder beside ``outdir``, renamed over it when the block ends without error
     (checked again just before, as :func:`check_out_dir`)."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from protein_performer.analysis.extraction import extract, is_extract_dir, load_for_analysis
-from protein_performer.cli.commands.common import CommandResult, check_out_dir, trained_length
+from protein_performer.cli.commands.common import CommandResult, check_out_dir
 from protein_performer.config.schema import ExtractConfig
 from protein_performer.config.validate import eval_fasta_paths
+from protein_performer.model.checkpoints import trained_length
 
 
 def run_extract(cfg: ExtractConfig) -> CommandResult:

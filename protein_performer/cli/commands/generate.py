@@ -10,10 +10,11 @@ import numpy as np
 
 from protein_performer.analysis.extraction import load_for_analysis
 from protein_performer.analysis.inputs import max_tokens
-from protein_performer.cli.commands.common import CommandResult, trained_length, trained_packed
+from protein_performer.cli.commands.common import CommandResult, trained_packed
 from protein_performer.config.schema import GenerateConfig
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
 from protein_performer.errors import DataError
+from protein_performer.model.checkpoints import trained_length
 from protein_performer.utils.outputs import absent, refuse_appeared
 
 #: What marks a FASTA as generate's own (overwrite=true replaces no other file).

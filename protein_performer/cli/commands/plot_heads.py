@@ -23,11 +23,11 @@ from protein_performer.cli.commands.common import (
     CommandResult,
     prepare_figure_command,
     staged_output,
-    trained_length,
 )
 from protein_performer.cli.commands.generate import _several_records
 from protein_performer.config.schema import PlotHeadsConfig
 from protein_performer.errors import ConfigError
+from protein_performer.model.checkpoints import trained_length
 from protein_performer.utils.outputs import dir_with_manifest
 
 HEADS_FORMAT = "protein-performer-plot-heads/1"

@@ -21,9 +21,10 @@ from protein_performer.cli.commands.checkpoint_choice import (
     context_checkpoint_note,
     with_context_checkpoint,
 )
-from protein_performer.cli.commands.common import CommandResult, trained_length, trained_packed
+from protein_performer.cli.commands.common import CommandResult, trained_packed
 from protein_performer.config.schema import ScoreConfig
 from protein_performer.errors import DataError
+from protein_performer.model.checkpoints import trained_length
 from protein_performer.utils.atomic import write_text_atomic
 from protein_performer.utils.outputs import (
     absent,
