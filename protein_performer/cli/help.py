@@ -95,7 +95,7 @@ _EVALUATE_KEYS = {
     "attention": "run the weights with another attention kind (e.g. transformer)",
     "nb_features": "random features for a Performer attention",
     "context": "score with homologs before each protein, beside the same proteins alone "
-    "(only those): cluster or a FASTA of them",
+    "(only those): cluster, a FASTA of them or an alignment (a3m, a2m, Stockholm)",
     "context_min_members": "context=cluster: smallest cluster (members) scored",
     "context_max_proteins": "context: score a seeded sample of this many proteins (unset: all)",
     "context_max_identity": "context=ALIGNMENT: homologs more identical to its query are left out (null: none)",
