@@ -611,7 +611,7 @@ def sequence_weights(
     n, length = matrix.shape
     if n == 0:
         return np.zeros(0)
-    codes = torch.as_tensor(matrix.astype(np.int64))
+    codes = torch.as_tensor(np.ascontiguousarray(matrix, dtype=np.uint8))
     r = weight_sample_size(n, length, max_cells)
     sample = (
         torch.arange(n)
@@ -620,9 +620,10 @@ def sequence_weights(
     )
     reference = codes[sample]
 
-    def onehot(rows: torch.Tensor) -> torch.Tensor:
-        x = torch.nn.functional.one_hot(rows, GAP + 1)[..., :GAP].float()
-        return x.reshape(len(rows), length * GAP)
+    eye = torch.eye(GAP + 1)[:, :GAP]  # a gap's row is all zeros
+
+    def onehot(rows: torch.Tensor) -> torch.Tensor:  # float32 straight from the codes
+        return eye[rows.long()].reshape(len(rows), length * GAP)
 
     residues = (codes != GAP).sum(1).float()
     neighbours = torch.zeros(n)
