@@ -229,18 +229,23 @@ class FixedBatchSampler(ShardedBatchSampler):
 
 
 def pad_batch(
-    sequences: Sequence[np.ndarray | torch.Tensor], pad_idx: int
+    sequences: Sequence[np.ndarray | torch.Tensor],
+    pad_idx: int,
+    multiple: int = 1,
+    cap: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad 1-D token arrays to the longest one.
+    """Right-pad 1-D token arrays to the longest one, rounded up to a ``multiple`` (at most
+    ``cap``, never below the longest): batches of a few shapes, not one per length.
 
     Returns:
         ``tokens`` ``(B, L)`` int64 and ``padding_mask`` ``(B, L)`` bool (True at padding),
-        ``L = max(len(s))``.
+        ``L = max(len(s))`` rounded so.
     """
     if len(sequences) == 0:
         raise ValueError("cannot pad an empty batch")
     lengths = [len(s) for s in sequences]
-    width = max(lengths)
+    width = -(-max(lengths) // multiple) * multiple
+    width = max(max(lengths), min(width, cap if cap is not None else width))
     tokens = torch.full((len(sequences), width), int(pad_idx), dtype=torch.int64)
     padding_mask = torch.ones((len(sequences), width), dtype=torch.bool)
     for row, (seq, n) in enumerate(zip(sequences, lengths, strict=True)):

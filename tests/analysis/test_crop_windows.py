@@ -393,3 +393,28 @@ def test_context_keywords_map_each_cli_name_to_its_own_keyword():
     assert context_keywords({"seed": 4}) == {"seed": 4}
     with pytest.raises(ConfigError, match="unknown option 'context_seed'"):
         context_keywords({"context_seed": 4})
+
+
+def test_windows_are_padded_to_a_few_shapes_and_read_as_unpadded():
+    from protein_performer.analysis.dms.windows import SHAPE_MULTIPLE
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(attention="transformer", dim=16, depth=2, heads=2, ffn_dim=16, max_len=150)
+    model = ProteinLM(cfg, len(A), A.pad_idx).eval()
+    rng = np.random.default_rng(1)
+    jobs = []
+    for site, n in enumerate((20, 61, 62, 63, 100, 140, 148)):  # 148 + 2 = the model's 150
+        tokens = np.array([A.cls_idx, *A.encode("".join(rng.choice(AA, n))), A.eos_idx])
+        tokens[site + 1] = A.mask_idx
+        jobs.append((site, tokens, site + 1))
+    shapes = []
+    real = model.logits_at
+    model.logits_at = lambda x, pad, at: shapes.append(x.shape[1]) or real(x, pad, at)
+    out = masked_log_probs(model, A, jobs, toks_per_batch=1)  # one window a batch
+    # rounded up to the multiple, but never past the model's learned positions
+    assert shapes == [64, 64, 64, 128, 128, 150, 150] and SHAPE_MULTIPLE == 64
+    for site, tokens, at in jobs:
+        x = torch.as_tensor(tokens)[None]
+        with torch.no_grad():
+            ref = real(x, x == A.pad_idx, torch.tensor([[at]]))[0, 0].double().log_softmax(-1)
+        np.testing.assert_allclose(out[site], ref.numpy(), atol=1e-5)

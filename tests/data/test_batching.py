@@ -224,6 +224,13 @@ def test_pad_batch_pads_to_longest():
     ]
     with pytest.raises(ValueError):
         pad_batch([], 0)
+    # rounded up to a multiple, at most the cap, never below the longest
+    tokens, mask = pad_batch(seqs, pad_idx=0, multiple=3)
+    assert tokens.shape == (3, 6) and mask.sum(1).tolist() == [2, 3, 4]
+    assert tokens[:, 4:].eq(0).all() and tokens[0, :4].tolist() == [1, 7, 8, 2]
+    assert pad_batch(seqs, 0, multiple=4)[0].shape == (3, 4)  # already a multiple
+    assert pad_batch(seqs, 0, multiple=8, cap=5)[0].shape == (3, 5)
+    assert pad_batch(seqs, 0, multiple=8, cap=3)[0].shape == (3, 4)  # the longest wins
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
