@@ -62,3 +62,17 @@ def test_only_paths_inside_the_shared_data_folder_get_the_proteomes_hint():
         assert missing_path_hint(parent / "shared" / other / "x.fasta") == "", other
     assert missing_path_hint(parent / "shared2" / "data" / "x.fasta") == ""
     assert missing_path_hint(parent / "shared" / "x.fasta") == ""
+
+
+def test_importing_the_package_bounds_onednns_kernel_cache_unless_the_user_set_it():
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, protein_performer; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])"
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "64", run.stderr
+    env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "8"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.stdout.strip() == "8"
