@@ -77,16 +77,25 @@ def test_column_jobs_hold_the_site_region_and_each_homologs_residues_in_it():
     assert _segments(jobs[0][1]) == ["QLSF", "QISF", "QI<mask>F"]
 
 
-def test_masked_log_probs_are_the_models_own_at_the_masked_position():
+def _masked_jobs(seed: int, sites_and_lengths, max_len: int):
+    """A small exact model and one masked window of random residues per ``(site, length)``."""
     torch.manual_seed(0)
-    cfg = ModelConfig(attention="transformer", dim=16, depth=2, heads=2, ffn_dim=16, max_len=64)
+    cfg = ModelConfig(
+        attention="transformer", dim=16, depth=2, heads=2, ffn_dim=16, max_len=max_len
+    )
     model = ProteinLM(cfg, len(A), A.pad_idx).eval()
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     jobs = []
-    for site, n in ((3, 20), (5, 9), (8, 30)):  # windows of three lengths, batched together
+    for site, n in sites_and_lengths:
         tokens = np.array([A.cls_idx, *A.encode("".join(rng.choice(AA, n))), A.eos_idx])
         tokens[site + 1] = A.mask_idx
         jobs.append((site, tokens, site + 1))
+    return model, jobs
+
+
+def test_masked_log_probs_are_the_models_own_at_the_masked_position():
+    # windows of three lengths, batched together
+    model, jobs = _masked_jobs(0, ((3, 20), (5, 9), (8, 30)), max_len=64)
     out = masked_log_probs(model, A, jobs, toks_per_batch=64)
     for site, tokens, at in jobs:
         x = torch.as_tensor(tokens)[None]
@@ -398,15 +407,8 @@ def test_context_keywords_map_each_cli_name_to_its_own_keyword():
 def test_windows_are_padded_to_a_few_shapes_and_read_as_unpadded():
     from protein_performer.analysis.dms.windows import SHAPE_MULTIPLE
 
-    torch.manual_seed(0)
-    cfg = ModelConfig(attention="transformer", dim=16, depth=2, heads=2, ffn_dim=16, max_len=150)
-    model = ProteinLM(cfg, len(A), A.pad_idx).eval()
-    rng = np.random.default_rng(1)
-    jobs = []
-    for site, n in enumerate((20, 61, 62, 63, 100, 140, 148)):  # 148 + 2 = the model's 150
-        tokens = np.array([A.cls_idx, *A.encode("".join(rng.choice(AA, n))), A.eos_idx])
-        tokens[site + 1] = A.mask_idx
-        jobs.append((site, tokens, site + 1))
+    lengths = (20, 61, 62, 63, 100, 140, 148)  # 148 + 2 = the model's 150
+    model, jobs = _masked_jobs(1, enumerate(lengths), max_len=150)
     shapes = []
     real = model.logits_at
     model.logits_at = lambda x, pad, at: shapes.append(x.shape[1]) or real(x, pad, at)
