@@ -193,7 +193,8 @@ class EvalResult:
 def _context_text(c: dict[str, Any]) -> str:
     """The context part of :meth:`EvalResult.format`: with / without context and its notes."""
     text = (
-        f"\n  with context ({c['source']}): {c['proteins']:,} proteins, "
+        f"\n  with context ({c['source']}): {c['proteins']:,} "
+        f"protein{'' if c['proteins'] == 1 else 's'}, "
         f"{c['positions']:,} <mask> positions, {c['mean_context_proteins']:.1f} context "
         f"proteins ({c['mean_context_tokens']:.0f} tokens) on average: perplexity "
         f"{number_text(c['with_context']['perplexity'], '.3f')} with context vs "

@@ -304,7 +304,11 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
     # 64-token windows: the target takes up to 30 residues, one homolog (maybe cut) fits
     assert c["proteins"] == 30 and c["mean_context_proteins"] == 1
     assert c["positions"] > 0 and math.isfinite(c["with_context"]["perplexity"])
-    assert "with context (each protein's cluster, >= 2 members): 30 proteins" in out.format()
+    assert "with context (each protein's cluster, >= 2 members): 30 proteins, " in out.format()
+    from protein_performer.evaluation.evaluate import _context_text
+
+    one = _context_text({**c, "proteins": 1})
+    assert "members): 1 protein, " in one
     filled = evaluate(
         EvalConfig(
             checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",
