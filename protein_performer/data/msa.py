@@ -31,6 +31,7 @@ import io
 import lzma
 import re
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,8 +213,8 @@ def _kind(rows: Sequence[str], container: str, header: bool = False) -> str:
     if any("-" in r for r in rows):
         # gapped rows most of one length are an alignment with a few broken rows (said by
         # read_msa), not hits aligned pairwise, whose lengths differ from row to row
-        modal = max(set(lengths), key=lengths.count)
-        if same or (len(rows) >= 3 and lengths.count(modal) >= RAGGED_SHARE * len(rows)):
+        modal = Counter(lengths).most_common(1)[0][1]
+        if same or (len(rows) >= 3 and modal >= RAGGED_SHARE * len(rows)):
             return "aligned-fasta"
     return "fasta"
 
@@ -246,9 +247,11 @@ def _stops_dropped(rows: list[str]) -> list[str]:
 def _query_index(titles: Sequence[str], rows: Sequence[str], wild_type: str) -> int:
     """The record that is the query: the first, unless it is not the wild type (or a stretch
     of it, or a longer protein holding it) and a later one is."""
-    seqs = (_unaligned(r) for r in rows)
-    holds = [bool(s) and (s in wild_type or (bool(wild_type) and wild_type in s)) for s in seqs]
-    return next((i for i, h in enumerate(holds) if h), 0)
+    seqs = (_unaligned(r) for r in rows)  # lazily: the first record is the query as a rule
+    return next(
+        (i for i, s in enumerate(seqs) if s and (s in wild_type or (wild_type and wild_type in s))),
+        0,
+    )
 
 
 def _name(title: str, index: int) -> str:
@@ -330,8 +333,6 @@ def _difference(first: str, wild_type: str) -> str:
     """Where a record that is not the wild type first differs from it, in words."""
     if not first:
         return "it has no residues"
-    if len(first) > len(wild_type) and wild_type not in first:
-        return f"it has {len(first)} residues, the wild type {len(wild_type)}"
     q = np.frombuffer(first.encode("ascii", "replace"), dtype=np.uint8)
     w = np.frombuffer(wild_type.encode("ascii", "replace"), dtype=np.uint8)
     if len(q) > len(w):

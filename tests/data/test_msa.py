@@ -831,3 +831,7 @@ def test_what_is_said_of_a_query_placed_otherwise_than_its_name_or_record_says(t
         "2 residue(s) changed at its best place in the wild type: I6L, I12W"
     )
     assert "first" in msa.ids  # read as a homolog
+    # a first record longer than the wild type, not holding it: its length is what differs
+    longer = "TAYLAKQRQW" + "w" * 13  # 10 columns and 13 inserted: 23 residues against 22
+    path.write_text(f">first\n{longer}\n>h1\nSAYLAKQ-QI\n>q\nTAYIAKQRQI\n")
+    assert read_msa(path, WT).notes["record_1_differs"] == "it has 23 residues, the wild type 22"
