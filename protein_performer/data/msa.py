@@ -161,6 +161,40 @@ def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], dict[str, in
     return "fasta", [(t, "".join(s)) for t, s in out if not _annotation(t)], skips
 
 
+def _stockholm_problem(text: str) -> str | None:
+    """Where a Stockholm file Biopython refused goes wrong, in one line: the first row, or
+    per-column annotation (``#=GR``, ``#=GC``), whose length differs from the first row's
+    (with the line it starts on), or None."""
+    lengths: dict[str, int] = {}
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("//"):
+            break
+        parts = line.split()
+        if parts and not line.startswith("#") and len(parts) != 2:
+            return f"line {number}: {line.strip()[:60]!r} is not a row of 'name sequence'"
+        if len(parts) == 2 and not line.startswith("#"):
+            key = parts[0]
+        elif parts and (len(parts), parts[0]) in ((4, "#=GR"), (3, "#=GC")):
+            key = " ".join(parts[:-1])
+        else:
+            continue
+        lengths[key] = lengths.get(key, 0) + len(parts[-1])
+        first_line.setdefault(key, number)
+    if not lengths:
+        return None
+    (first, n), *rest = lengths.items()
+    for name, m in rest:
+        if m != n:
+            what = f"annotation {name!r}" if name.startswith("#=") else f"record {name!r}"
+            return (
+                f"line {first_line[name]}: {what} has {m} columns, record {first!r} "
+                f"(line {first_line[first]}) {n}: not a Stockholm alignment (rows must be of "
+                "one length)"
+            )
+    return None
+
+
 def _stockholm(text: str, path: str | Path) -> list[tuple[str, str]]:
     """The first alignment's rows as written: Biopython's ``AlignIO`` checks the file (ids,
     one length) but turns ``.`` into ``-``, which would make HMMER's insert columns match
@@ -171,8 +205,10 @@ def _stockholm(text: str, path: str | Path) -> list[tuple[str, str]]:
     try:
         # Biopython wants the header on the first line; blank lines before it are harmless
         alignments = list(AlignIO.parse(io.StringIO(text.lstrip("\r\n \t")), "stockholm"))
-    except (ValueError, KeyError) as e:
-        raise DataError(f"not a readable Stockholm file ({e})", path=path) from None
+    except (ValueError, KeyError, TypeError) as e:
+        message = " ".join(str(e).split())  # Biopython's may span lines
+        problem = _stockholm_problem(text) or f"not a readable Stockholm file ({message})"
+        raise DataError(problem, path=path) from None
     if not alignments or not len(alignments[0]):
         raise DataError("empty Stockholm alignment: no sequences", path=path)
     rows: dict[str, list[str]] = {}

@@ -835,3 +835,51 @@ def test_what_is_said_of_a_query_placed_otherwise_than_its_name_or_record_says(t
     longer = "TAYLAKQRQW" + "w" * 13  # 10 columns and 13 inserted: 23 residues against 22
     path.write_text(f">first\n{longer}\n>h1\nSAYLAKQ-QI\n>q\nTAYIAKQRQI\n")
     assert read_msa(path, WT).notes["record_1_differs"] == "it has 23 residues, the wild type 22"
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "what"),
+    [
+        # a row of the second block is short: named with the line it starts on
+        (
+            "q/3-12 TAYIA\nh1     TAYLA\n\nq/3-12 KQRQI\nh1     KQR\n",
+            3,
+            "record 'h1' has 8 columns",
+        ),
+        ("q/3-12 TAYIAKQRQI\nh1     TAYLAKQRQI\nh2     TAYLAKQRQIAA\n", 4, "record 'h2' has 12"),
+        # a per-residue annotation of the wrong length (Biopython raises TypeError)
+        (
+            "q/3-12 TAYIAKQRQI\n#=GR q/3-12 SS ..\nh1     TAYLAKQRQI\n",
+            3,
+            "annotation '#=GR q/3-12 SS'",
+        ),
+        (
+            "q/3-12 TAYIAKQRQI\n#=GC SS_cons ...\nh1     TAYLAKQRQI\n",
+            3,
+            "annotation '#=GC SS_cons'",
+        ),
+        # a name without its sequence
+        ("q/3-12 TAYIAKQRQI\n\nh1     TAYLAKQRQI\nh2\n", 5, "'h2' is not a row"),
+    ],
+)
+def test_a_broken_stockholm_file_names_the_line_and_record(tmp_path, body, line, what):
+    sto = tmp_path / "bad.sto"
+    sto.write_text("# STOCKHOLM 1.0\n" + body + "//\n")
+    with pytest.raises(DataError) as e:
+        read_msa(sto, WT)
+    message = str(e.value)
+    assert "\n" not in message and "bad.sto" in message
+    assert f"line {line}: " in message and what in message
+
+
+def test_a_broken_stockholm_file_otherwise_gives_biopythons_reason_on_one_line(
+    tmp_path, monkeypatch
+):
+    import protein_performer.data.msa as msa_module
+
+    monkeypatch.setattr(msa_module, "_stockholm_problem", lambda text: None)
+    sto = tmp_path / "bad.sto"
+    sto.write_text("# STOCKHOLM 1.0\nq/3-12 TAYIAKQRQI\nh1\n//\n")
+    with pytest.raises(DataError, match=r"not a readable Stockholm file \(Could not split") as e:
+        read_msa(sto, WT)
+    assert "\n" not in str(e.value)
