@@ -16,6 +16,7 @@ from protein_performer.analysis.dms.homologs import (
     _context_jobs,
     context_marginals,
     context_notes,
+    read_scan_context,
 )
 from protein_performer.analysis.dms.profile import COLUMNS, build_pssm, pssm_scores
 from protein_performer.cli.main import main
@@ -943,3 +944,49 @@ def test_score_mutants_reads_a_loaded_checkpoint_in_the_window_the_cli_would(tmp
     model.trained_length = None  # a model built by hand: the library's default
     score_mutants(model, alphabet, WT, [f"{WT[4]}5W"], context=ctx)
     assert ctx.info["context_window_tokens"] == 1024
+
+
+def test_score_mutants_takes_an_alignment_read_by_read_msa(tmp_path):
+    from protein_performer.analysis import score_mutants
+    from protein_performer.data.msa import read_msa
+    from protein_performer.errors import DataError
+
+    mutants = _rows(tmp_path)
+    rows = _a3m_rows(np.random.default_rng(3), 6)
+    path = tmp_path / "msa.a3m"
+    path.write_text(">q\n" + WT[5:55] + "\n" + "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows)))
+    options = {"max_length": 256}
+    # a letter other than the 20 in the query (a gap in its codes) matches any wild type
+    selenium = tmp_path / "u.fa"
+    selenium.write_text(">q\nACDEFUGHIKLMNPQ\n>h1\nACDEFAGHIKLMN-Q\n>h2\nACDQFAGHIKLMNPW\n")
+    with_u = read_scan_context(
+        read_msa(selenium, "ACDEFUGHIKLMNPQ"), ALPHABET, "ACDEFUGHIKLMNPQ", None
+    )
+    assert with_u.msa.aligned and len(with_u.homologs) == 2
+    by_path = score_mutants(_model(), ALPHABET, WT, mutants, context=path, context_options=options)
+    msa = read_msa(path, WT)
+    by_msa = score_mutants(_model(), ALPHABET, WT, mutants, context=msa, context_options=options)
+    for column in ("masked_marginal_context", "context_retrieval", "pssm"):
+        np.testing.assert_allclose(by_msa[column], by_path[column], rtol=1e-6, atol=1e-6)
+    # read against another wild type: its columns would be read at the wrong residues
+    other = list(WT)
+    for i in (20, 40):
+        other[i] = "A" if WT[i] != "A" else "C"
+    other = "".join(other)
+    with pytest.raises(
+        DataError, match=r"another wild type: its column 16 is wild-type residue 21"
+    ):
+        score_mutants(_model(), ALPHABET, other, mutants, context=msa, context_options=options)
+    # plain hits (no columns) are read again from their file
+    hits = tmp_path / "hits.fa"
+    _fasta(hits, [(f"h{k}", h) for k, h in enumerate(HOMOLOGS)])
+    plain = read_msa(hits, WT)
+    assert not plain.aligned
+    np.testing.assert_allclose(
+        score_mutants(_model(), ALPHABET, WT, mutants, context=plain, context_options=options)[
+            "pssm"
+        ],
+        score_mutants(_model(), ALPHABET, WT, mutants, context=hits, context_options=options)[
+            "pssm"
+        ],
+    )

@@ -114,7 +114,7 @@ class ScanContext:
 
 
 def read_scan_context(
-    path: PathLike,
+    path: PathLike | MSA,
     alphabet: Alphabet,
     sequence: str,
     wild_type_id: str | None,
@@ -134,9 +134,13 @@ def read_scan_context(
     the first ``max_homologs`` (None: :data:`UNALIGNED_MAX_HOMOLOGS`), each aligned locally for
     the PSSM. One-line :class:`DataError` for an empty file, a query that is not the wild
     type, an alignment of its query alone, homologs of other queries only, or none aligning
-    above chance."""
+    above chance. ``path`` may be an alignment :func:`~protein_performer.data.msa.read_msa`
+    has read against this wild type (plain hits are read again from their file)."""
     start = time.perf_counter()
-    msa = read_msa(path, sequence)
+    if isinstance(path, MSA):
+        msa, path = _read_against(path, sequence), path.path
+    else:
+        msa = read_msa(path, sequence)
     if msa.aligned:
         out = _aligned_context(path, msa, alphabet, sequence, max_homologs, min_coverage, seed)
         out.info["read_seconds"] = round(time.perf_counter() - start, 2)
@@ -200,6 +204,30 @@ def read_scan_context(
         beyond_max=len(kept) - len(homologs),
         info={"read_seconds": round(time.perf_counter() - start, 2)},
     )
+
+
+def _read_against(msa: MSA, sequence: str) -> MSA:
+    """``msa`` when its columns hold ``sequence``'s residues where its query has them (one-line
+    DataError otherwise); plain hits as they are (read again from their file)."""
+    if not msa.aligned:
+        return msa
+    wild = np.array([COLUMNS.find(c) for c in sequence.upper()], dtype=np.int64)
+    inside = msa.positions < len(wild)
+    here = np.full(len(msa.positions), -2)
+    here[inside] = wild[msa.positions[inside]]
+    query = msa.query_codes.astype(np.int64)
+    wrong = np.nonzero((query != GAP) & (here != query))[0]
+    if len(wrong):
+        column = int(wrong[0])
+        raise DataError(
+            f"the alignment was read against another wild type: its column {column + 1} is "
+            f"wild-type residue {int(msa.positions[column]) + 1}, "
+            f"{COLUMNS[query[column]]} in the alignment's query but "
+            f"{sequence[msa.positions[column]] if inside[column] else 'past the end'} here "
+            "(read_msa(path, wild_type) with this wild type)",
+            path=msa.path,
+        )
+    return msa
 
 
 def _aligned_context(

@@ -330,7 +330,9 @@ def score_mutants(
     (``log-likelihood`` frames each sequence by ``<sep>``, see :func:`log_likelihoods`).
 
     ``context``: the wild type's homologs, an alignment or FASTA hits file (any format
-    ``score context=`` reads) or a :class:`~protein_performer.analysis.dms.homologs.ScanContext`;
+    ``score context=`` reads), the :class:`~protein_performer.data.msa.MSA` ``read_msa`` read
+    from one against this wild type, or a :class:`~protein_performer.analysis.dms.homologs.
+    ScanContext`;
     adds the columns ``masked_marginal_context``, ``context_retrieval`` and ``pssm`` (the
     profile of the same homologs) to the result, ``context_options`` going to
     :func:`~protein_performer.analysis.dms.homologs.context_columns` (``max_length``,
