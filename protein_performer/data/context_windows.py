@@ -137,11 +137,55 @@ def context_window(
     return tokens, start, len(parts) // 2
 
 
+def column_window(
+    target: np.ndarray,
+    context: Sequence[tuple[np.ndarray, np.ndarray]],
+    alphabet: Alphabet,
+    max_length: int,
+    *,
+    first: int = 0,
+    min_context: int = MIN_CONTEXT_RESIDUES,
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """:func:`context_window` (``crop`` style) with each token's position in the protein:
+    ``context`` holds ``(residues, columns)`` pairs, ``columns[i]`` the 0-based residue of the
+    target that residue ``i`` of the homolog is aligned to (counted from the target's first
+    residue), so that the residues of one column share a position, as a model trained with
+    ``context_positions="columns"`` reads them. ``first``: the protein's number of the target's
+    first residue (a crop's start). ``<cls>`` takes ``first - 1``, each ``<sep>`` and ``<eos>``
+    ``first + n``.
+
+    Returns ``(tokens, positions, start, n_context)``: int64 tokens, float64 positions of the
+    same length, the index of the target's first residue in them, and how many context
+    members (whole or cut) they hold."""
+    n = len(target)
+    for residues, columns in context:
+        if len(residues) != len(columns):
+            raise ValueError(
+                f"a context member has {len(residues)} residues but {len(columns)} columns"
+            )
+    tokens, start, kept = context_window(
+        target, [r for r, _ in context], alphabet, max_length, min_context=min_context
+    )
+    positions = np.empty(len(tokens), dtype=np.float64)
+    positions[0] = first - 1
+    at = 1
+    for _, columns in context[:kept]:
+        # its residues run to the next <sep>: a cut member keeps its first ones
+        take = int(np.argmax(tokens[at:start] == alphabet.sep_idx))
+        positions[at : at + take] = first + np.asarray(columns[:take], dtype=np.float64)
+        positions[at + take] = first + n
+        at += take + 1
+    positions[start : start + n] = first + np.arange(n)
+    positions[start + n :] = first + n
+    return tokens, positions, start, kept
+
+
 __all__ = [
     "CONTEXT_ORDERS",
     "FILL_PLACES",
     "MIN_CONTEXT_RESIDUES",
     "STYLES",
+    "column_window",
     "context_window",
     "fit_members",
     "in_rank_order",

@@ -126,6 +126,27 @@ class ProteinLM(nn.Module):
         """The rotary tables for ``layer``: None in ``model.nope_layers``."""
         return rotary if self.config.layer_rotary(layer) else None
 
+    def _rotary_tables(
+        self, x: torch.Tensor, position_ids: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The rotary tables for ``x`` ``(B, L, dim)``: positions ``0..L-1``, or each token's
+        own from ``position_ids`` ``(B, L)``."""
+        b, n = x.shape[:2]
+        if position_ids is not None:
+            if self.rotary is None:
+                raise ValueError(
+                    "position_ids needs a model with rotary positions (model.position=rotary); "
+                    "this one adds learned positions 0..L-1 to its input"
+                )
+            if not isinstance(position_ids, torch.Tensor) or tuple(position_ids.shape) != (b, n):
+                shape = tuple(getattr(position_ids, "shape", ()))
+                raise ValueError(f"position_ids must be a ({b}, {n}) tensor, got shape {shape}")
+            if position_ids.is_floating_point() and not torch.isfinite(position_ids).all():
+                raise ValueError("position_ids must be finite")
+        if self.rotary is None:
+            return None
+        return self.rotary(n, x.device, x.dtype, position_ids)
+
     def _check_batch(self, input_ids: torch.Tensor, padding_mask: torch.Tensor | None) -> None:
         """ValueError/TypeError for ids or a mask the model cannot mean to be given (torch
         would fail deep inside, or an out-of-range id index another row of the embedding)."""
@@ -204,6 +225,7 @@ class ProteinLM(nn.Module):
         layers: Sequence[int] | None = None,
         heads: Sequence[int] | None = None,
         chunk_size: int = 256,
+        position_ids: torch.Tensor | None = None,
     ) -> Iterator[tuple[int, int, torch.Tensor]]:
         """Yield ``(layer, start, rows)`` for each selected layer (ascending; all: None) and
         block of ``chunk_size`` query rows: ``rows`` is ``(B, H', rows, L)``, the attention of
@@ -223,7 +245,7 @@ class ProteinLM(nn.Module):
         wanted = set(range(self.config.depth)) if layers is None else set(layers)
         last = max(wanted, default=-1)
         x = self.embed(input_ids)
-        rotary = None if self.rotary is None else self.rotary(n, x.device, x.dtype)
+        rotary = self._rotary_tables(x, position_ids)
         for i, block in enumerate(self.blocks):
             if i > last:
                 return
@@ -245,6 +267,7 @@ class ProteinLM(nn.Module):
         return_hidden: bool = False,
         probe: tuple[int, int] | None = None,
         attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
     ) -> dict[str, Any]:
         """``input_ids`` ``(B, L)`` int64; ``padding_mask`` ``(B, L)`` bool, True at padding
         (default: where ``input_ids == pad_idx``); or ``attention_mask`` ``(B, L)`` in the
@@ -256,7 +279,10 @@ class ProteinLM(nn.Module):
         the embedding output and each block's output, ``depth + 1`` tensors ``(B, L, dim)``
         (the last before the final LayerNorm, unlike ``representations``' layer ``depth``);
         with ``probe=(layer, head)`` also ``probe_attention``: that head's attention matrix
-        ``(B, L, L)``, with gradients (attention supervision).
+        ``(B, L, L)``, with gradients (attention supervision). ``position_ids`` ``(B, L)``:
+        each token's rotary position (default ``0..L-1``; a model with
+        ``context_positions="columns"`` reads a homolog's residues at the columns they align
+        to, see :func:`~protein_performer.data.context_windows.column_positions`).
         """
         if attention_mask is not None:
             padding_mask = padding_from_attention_mask(attention_mask, padding_mask)
@@ -282,9 +308,7 @@ class ProteinLM(nn.Module):
         self._check_length(n)
         key_padding_mask = self._key_padding(input_ids, padding_mask)
         x = self.dropout(self.embed(input_ids))
-        rotary = None
-        if self.rotary is not None:
-            rotary = self.rotary(n, x.device, x.dtype)
+        rotary = self._rotary_tables(x, position_ids)
         hidden = [x] if return_hidden else None
         attentions = [] if return_attentions else None
         recompute = self.config.checkpointing and self.training and torch.is_grad_enabled()
@@ -320,6 +344,7 @@ class ProteinLM(nn.Module):
         input_ids: torch.Tensor,
         padding_mask: torch.Tensor | None,
         positions: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The logits ``(B, P, V)`` at ``positions`` ``(B, P)`` (long; row ``b``'s positions
         in ``0..L-1``) of ``input_ids`` ``(B, L)``: ``forward(input_ids, padding_mask)
@@ -329,7 +354,8 @@ class ProteinLM(nn.Module):
         feed-forward for the chosen rows only (keys and values from every position). An exact
         last layer then costs O(L·P) instead of O(L²), a FAVOR one sums its keys once: reading
         one masked site per row (mutation scoring) costs a forward of the layers below.
-        ``padding_mask`` as in :meth:`forward` (None: where ``input_ids == pad_idx``).
+        ``padding_mask`` and ``position_ids`` as in :meth:`forward` (None: where ``input_ids ==
+        pad_idx``; ``0..L-1``).
         """
         self._check_batch(input_ids, padding_mask)
         b, n = input_ids.shape
@@ -340,7 +366,7 @@ class ProteinLM(nn.Module):
         self._check_length(n)
         key_padding_mask = self._key_padding(input_ids, padding_mask)
         x = self.dropout(self.embed(input_ids))
-        rotary = None if self.rotary is None else self.rotary(n, x.device, x.dtype)
+        rotary = self._rotary_tables(x, position_ids)
         *below, last = self.blocks
         for i, block in enumerate(below):
             x, _ = block(x, key_padding_mask, self.layer_rotary(i, rotary))

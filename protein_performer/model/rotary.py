@@ -17,10 +17,22 @@ class RotaryEmbedding(nn.Module):
         inv_freq = 1.0 / (base ** (torch.arange(0, dim_head, 2, dtype=torch.float64) / dim_head))
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
 
-    def forward(self, length: int, device: torch.device, dtype: torch.dtype):
-        """Return ``(cos, sin)``, each ``(L, dim_head)``."""
-        t = torch.arange(length, device=device, dtype=torch.float32)
-        freqs = torch.outer(t, self.inv_freq.to(device))
+    def forward(
+        self,
+        length: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        positions: torch.Tensor | None = None,
+    ):
+        """Return ``(cos, sin)``, each ``(L, dim_head)`` for positions ``0..L-1``, or
+        ``(B, L, dim_head)`` for ``positions`` ``(B, L)`` (any real numbers: tokens given one
+        position are rotated alike)."""
+        if positions is None:
+            t = torch.arange(length, device=device, dtype=torch.float32)
+            freqs = torch.outer(t, self.inv_freq.to(device))
+        else:
+            t = positions.to(device=device, dtype=torch.float32)
+            freqs = t[..., None] * self.inv_freq.to(device)  # the products torch.outer forms
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
@@ -33,7 +45,10 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate ``q``, ``k`` of shape ``(B, H, L, D)`` by position; cos/sin are ``(L, D)``."""
+    """Rotate ``q``, ``k`` of shape ``(B, H, L, D)`` by position; cos/sin are ``(L, D)``, or
+    ``(B, L, D)`` (each row its own positions)."""
+    if cos.dim() == 3:
+        cos, sin = cos[:, None], sin[:, None]
     return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 
@@ -41,7 +56,7 @@ class _RotatePacked(torch.autograd.Function):
     @staticmethod
     def forward(ctx, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         dtype = torch.promote_types(qkv.dtype, cos.dtype)
-        c, s = (t.to(dtype)[:, None, None, :] for t in (cos, sin))  # (L, 1, 1, D)
+        c, s = (t.to(dtype)[..., None, None, :] for t in (cos, sin))  # ([B,] L, 1, 1, D)
         ctx.save_for_backward(c, s)
         ctx.input_dtype = qkv.dtype
         out = torch.empty(qkv.shape, dtype=dtype, device=qkv.device)
@@ -71,5 +86,5 @@ def rotate_packed(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> to
     """:func:`apply_rotary` on a packed projection ``qkv`` ``(B, L, 3, H, D)``: queries and keys
     rotated, values passed through, in one new ``(B, L, 3, H, D)`` tensor (the layout
     :meth:`~protein_performer.attention.FavorAttention.forward_packed` reads in place), in the
-    dtype ``q * cos`` would have; cos/sin ``(L, D)``."""
+    dtype ``q * cos`` would have; cos/sin ``(L, D)`` or ``(B, L, D)``."""
     return _RotatePacked.apply(qkv, cos, sin)

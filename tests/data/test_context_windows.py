@@ -7,6 +7,7 @@ import pytest
 
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.context_windows import (
+    column_window,
     context_window,
     fit_members,
     in_rank_order,
@@ -150,3 +151,20 @@ def test_reading_stops_at_the_member_that_is_cut():
     tokens, _, n = context_window(enc("MKV"), members(), A, 16, min_context=2)
     assert text(tokens) == "<cls>AAAA<sep>CCCCC<sep>MKV<eos>" and n == 2
     assert len(seen) == 2  # the window is full once CCC… is cut: DDDD is never read
+
+
+def test_column_window_gives_each_homolog_residue_its_column():
+    target = np.arange(6, 12)  # 6 residues, the protein's residues 40-45
+    h1 = (np.array([20, 21, 22]), np.array([0, 2, 5]))
+    h2 = (np.array([23, 24, 25, 26]), np.array([1, 2, 3, 4]))
+    tokens, positions, start, kept = column_window(target, [h1, h2], A, 64, first=40)
+    want_tokens, want_start, want_kept = context_window(target, [h1[0], h2[0]], A, 64)
+    assert tokens.tolist() == want_tokens.tolist() and (start, kept) == (want_start, want_kept)
+    assert positions.tolist() == [39, 40, 42, 45, 46, 41, 42, 43, 44, 46,
+                                  40, 41, 42, 43, 44, 45, 46]  # fmt: skip
+    # a member cut to the budget keeps its first residues and their columns
+    tokens, positions, start, kept = column_window(target, [h1, h2], A, 15, first=0, min_context=2)
+    assert kept == 2 and tokens[5:7].tolist() == [23, 24] and tokens[7] == A.sep_idx
+    assert positions[:9].tolist() == [-1, 0, 2, 5, 6, 1, 2, 6, 0]
+    with pytest.raises(ValueError, match="3 residues but 2 columns"):
+        column_window(target, [(h1[0], h1[1][:2])], A, 64)
