@@ -76,7 +76,7 @@ def test_every_group_option_and_experiment_composes():
                 "homologs",
             ):
                 overrides.append("data.clusters=clusters14")
-            elif option in ("homologs_msa", "homologs_deep"):
+            elif option in ("homologs_msa", "homologs_deep", "homologs_columns"):
                 overrides += ["data.clusters=clusters14", "data.pair_homologs=hits14"]
             cfg = compose_job("train", overrides).config
             validate_train_config(cfg)
@@ -778,3 +778,20 @@ def test_the_analysis_rooms_rules_are_checked_when_a_command_is_composed():
     gen = ["checkpoint=c.ckpt", "out=g.fasta"]
     assert _error([*gen, "temperature=0"], "generate").startswith("temperature must be")
     assert _error([*gen, "min_length=9", "max_length=10"], "generate").startswith("min_length")
+
+
+def test_rows_read_at_their_columns_and_a_model_that_reads_them_go_together():
+    base = ["experiment=homologs_columns", "data.clusters=c", "data.pair_homologs=h"]
+    cfg = compose_job("train", base).config
+    validate_train_config(cfg)
+    assert cfg.data.pair_columns and cfg.model.context_positions == "columns"
+    assert cfg.model.nope_layers == [] and cfg.data.pair_partners == 16
+    for extra, match in (
+        (["data.pair_columns=false"], "go together"),
+        (["model.context_positions=window"], "go together"),
+        (["data.pair_mask=all"], "pair_columns needs data.pair_mask=protein"),
+        (["model.position=learned", "model.nope_layers=[]"], "context_positions=columns needs"),
+        (["model.context_positions=rows"], "context_positions"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            validate_train_config(compose_job("train", [*base, *extra]).config)

@@ -30,6 +30,8 @@ TRAIN_KEY_HELP: dict[str, str] = {
     "model.qkv_conv": "depthwise convolution of q/k/v over this many positions (0: off)",
     "model.nope_layers": "rotary: layers whose queries and keys are not rotated",
     "model.scalable_softmax": "exact heads scale scores by log(n)/log(this) (0: off)",
+    "model.context_positions": "window | columns: a homolog residue at its place, or at the "
+    "protein column it aligns to (rotary)",
     "model.checkpointing": "recompute activations in the backward (less memory, ~1 more forward)",
     "model.save_features": "FAVOR+: keep features for the backward (faster, more memory)",
     # data
@@ -53,6 +55,8 @@ TRAIN_KEY_HELP: dict[str, str] = {
     "data.pair_partners": "pairs: up to this many homologs before a protein (count drawn per row)",
     "data.pair_homologs": "pairs: a `data search` output of the files against themselves: "
     "partners are each protein's hits (alignment-like rows)",
+    "data.pair_columns": "pairs: each homolog cut to the protein's columns, read at them "
+    "(model.context_positions=columns)",
     "data.max_length": "tokens per row (longer proteins are cropped)",
     "data.toks_per_batch": "tokens per batch (rows x longest row)",
     "data.batch_size": "fixed rows per batch instead of toks_per_batch",

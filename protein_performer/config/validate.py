@@ -260,6 +260,13 @@ def _check_data(cfg: TrainConfig) -> None:
             f"data.max_length={d.max_length} exceeds model.max_len={cfg.model.max_len} "
             "(learned positions); raise model.max_len or use model.position=rotary"
         )
+    columns = cfg.model.context_positions == "columns"
+    if bool(d.pair_columns) != columns:
+        raise ConfigError(
+            "data.pair_columns=true and model.context_positions=columns go together (the rows "
+            f"give each homolog residue its column); got data.pair_columns={d.pair_columns} and "
+            f"model.context_positions={cfg.model.context_positions}"
+        )
 
 
 def _check_optim(cfg: TrainConfig) -> None:

@@ -57,6 +57,7 @@ _PAIR_SETTINGS = (
     ("pair_fill", False),
     ("pair_partners", 1),
     ("pair_homologs", None),
+    ("pair_columns", False),
 )
 
 
@@ -151,6 +152,11 @@ class DataConfig:
             ``pair_partners`` of them (weighted by cluster, best first, each its hit region),
             rows like an alignment's; hits into other splits are never used. None: partners
             are members of the protein's cluster.
+        pair_columns: pairs packing: rows read at their columns, for a model with
+            ``model.context_positions=columns``: the protein cropped so that ``pair_partners``
+            homologs fit beside it, each homolog aligned to the crop (its masked residues
+            unknown) and cut to the residues in its columns, every token at its column's
+            position (:class:`~protein_performer.data.datasets.PairDataset` ``columns``).
         max_records: read at most this many FASTA records for training (before the hash
             split, so it also bounds val/test of a hash split); also caps shard/source train
             sets.
@@ -176,6 +182,7 @@ class DataConfig:
     pair_fill: bool = False
     pair_partners: int = 1
     pair_homologs: str | None = None
+    pair_columns: bool = False
     max_length: int = 1024
     toks_per_batch: int = 16384
     batch_size: int | None = None
@@ -283,6 +290,11 @@ class DataConfig:
             raise ConfigError(
                 f"{p}pair_partners > 1 does not work with {p}pair_fill or "
                 f"{align or 'pair_align'} (rows of two proteins)"
+            )
+        if self.pair_columns and (self.pair_fill or align or self.pair_mask != "protein"):
+            raise ConfigError(
+                f"{p}pair_columns needs {p}pair_mask=protein, without {p}pair_fill or "
+                f"{align or 'pair_align'}"
             )
         if self.pair_mask == "protein" and objective != "mlm":
             raise ConfigError(

@@ -227,6 +227,7 @@ class ProteinDataModule(pl.LightningDataModule):
         self.pair_align, self.pair_mask = bool(pair_align), cfg.pair_mask
         self.pair_fill, self.pair_partners = bool(cfg.pair_fill), int(cfg.pair_partners)
         self.pair_homologs = cfg.pair_homologs
+        self.pair_columns = bool(cfg.pair_columns)
         self.clusters = cfg.clusters
         self._cluster_of: Mapping[str, str] | None = None
         # split -> (records, items, records cut) when crop="sliding" cut long records
@@ -387,6 +388,8 @@ class ProteinDataModule(pl.LightningDataModule):
                 train=train,
                 max_partners=self.pair_partners,
                 hits=hits,
+                columns=self.pair_columns,
+                mask_prob=self.mask_prob,
             )
             if hits is not None:
                 self._note(

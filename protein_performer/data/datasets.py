@@ -28,7 +28,12 @@ import torch
 from torch.utils.data import Dataset
 
 from protein_performer.data.config import CLUSTER_SAMPLING, PAIR_MASKS
-from protein_performer.data.context_windows import MIN_CONTEXT_RESIDUES, context_window, fit_members
+from protein_performer.data.context_windows import (
+    MIN_CONTEXT_RESIDUES,
+    column_window,
+    context_window,
+    fit_members,
+)
 from protein_performer.data.homolog_hits import HitPartners
 from protein_performer.data.pairwise_alignment import aligned_positions
 from protein_performer.data.sources import FlatSource
@@ -47,6 +52,7 @@ TAG_MEMBER = 5
 TAG_PAIR = 6
 TAG_ALONE = 7
 TAG_FILL = 8
+TAG_BLIND = 9
 
 _U64 = (1 << 64) - 1
 
@@ -269,6 +275,16 @@ class PairDataset(CropDataset):
             without replacement with :meth:`HitPartners.cluster_weights` (one cluster counts
             as one) and placed best hit first, each its hit region: rows that look like an
             alignment's rows. A protein without hits draws from its cluster as above.
+        columns: rows read at their columns (``model.context_positions=columns``): the protein
+            cropped to :attr:`column_width` residues (the most that ``max_partners`` homologs
+            cut to the same columns leave room for), its masked positions drawn here
+            (``mask_prob`` of them, the item's ``"mask_at"``), each homolog aligned to the crop
+            with those residues unknown (``X``: as blind as a scored site) and cut to its
+            residues aligned to the crop's columns, and every token given its column as its
+            position (the item's ``"positions"``,
+            :func:`~protein_performer.data.context_windows.column_window`). Needs
+            ``mask="protein"``.
+        mask_prob: with ``columns``, the share of the protein's residues masked.
     """
 
     def __init__(
@@ -286,6 +302,8 @@ class PairDataset(CropDataset):
         train: bool = True,
         max_partners: int = 1,
         hits: HitPartners | None = None,
+        columns: bool = False,
+        mask_prob: float = 0.15,
     ) -> None:
         if (
             isinstance(max_partners, bool)
@@ -300,6 +318,11 @@ class PairDataset(CropDataset):
             raise ConfigError(f"mask must be one of {', '.join(PAIR_MASKS)}, got {mask!r}")
         if fill and align:
             raise ConfigError("align needs rows of two proteins; it does not work with fill")
+        if columns and (fill or align or mask != "protein"):
+            raise ConfigError("columns needs mask='protein' and works without fill or align")
+        if not 0.0 < float(mask_prob) <= 1.0:
+            raise ConfigError(f"mask_prob must be in (0, 1], got {mask_prob!r}")
+        self.columns, self.mask_prob = bool(columns), float(mask_prob)
         self.mask = mask
         self.fill = bool(fill)
         # the partner's budget is at least max_length - max_length // 2 tokens; below this a
@@ -342,6 +365,12 @@ class PairDataset(CropDataset):
         self.hits = hits
         if hits is not None:
             self._use_hits(hits, source)
+        #: the protein's crop in a columns row: max_partners homologs cut to it fit beside it
+        self.column_width = max(
+            1, (self.max_length - 2 - self.max_partners) // (self.max_partners + 1)
+        )
+        if self.columns:
+            self.lengths = np.minimum(self.lengths, self.max_length)
 
     def _use_hits(self, hits: HitPartners, source: FlatSource) -> None:
         if len(hits) != len(source):
@@ -454,8 +483,39 @@ class PairDataset(CropDataset):
         at = int(rng.integers(len(others) + 1))
         return [*others[:at], *partner_fit, *others[at:]]
 
+    def column_row(self, index: int, epoch: int) -> Item:
+        """The ``columns`` row of protein ``index``: ``tokens``, ``positions`` and ``mask_at``
+        (the masked residues' places in ``tokens``)."""
+        if not self.train:
+            epoch = 0
+        residues = self.source[index]
+        n = len(residues)
+        keep = min(n, self.column_width)
+        first = int(keyed_rng(TAG_CROP, self.seed, epoch, index).integers(0, n - keep + 1))
+        target = residues[first : first + keep]
+        rng = keyed_rng(TAG_BLIND, self.seed, epoch, index)
+        count = min(keep, max(1, int(np.floor(self.mask_prob * keep + rng.random()))))
+        masked = np.sort(rng.choice(keep, count, replace=False))
+        blind = np.array(list(self.alphabet.decode(target)))
+        blind[masked] = "X"
+        members = []
+        for partner in self.partner_residues(index, epoch):
+            if np.array_equal(partner, residues):  # a copy would hand over the masked residues
+                continue
+            hit = aligned_positions("".join(blind), self.alphabet.decode(partner))
+            cols = np.flatnonzero(hit >= 0)
+            if len(cols) >= min(MIN_CONTEXT_RESIDUES, keep):
+                members.append((np.asarray(partner)[hit[cols]], cols))
+        tokens, positions, start, _ = column_window(
+            target, members, self.alphabet, self.max_length, first=first
+        )
+        return {"tokens": tokens, "positions": positions, "mask_at": start + masked}
+
     def __getitem__(self, key: int | tuple[int, ...]) -> Item:
         index, epoch = self._resolve(key)
+        if self.columns:
+            row = self.column_row(index, epoch)
+            return {**row, "index": index, "epoch": epoch, **self._flags(key)}
         tokens, start, n = self.window(index, epoch)
         item = {"tokens": tokens, "index": index, "epoch": epoch, **self._flags(key)}
         if self.mask == "protein":

@@ -39,6 +39,7 @@ def mask_tokens(
     mask_token_frac: float = 0.8,
     random_token_frac: float = 0.1,
     start: int = 0,
+    at: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Select and corrupt residue positions of one sequence for MLM.
 
@@ -46,7 +47,8 @@ def mask_tokens(
     ``<cls>``/``<eos>``/``<sep>``/``<pad>``) are selected: ``floor(mask_prob * n + u)`` of them with ``u`` uniform
     (unbiased rounding), at least one when the sequence has residues. Of the selected,
     ``mask_token_frac`` become ``<mask>``, ``random_token_frac`` a uniformly drawn standard
-    amino acid (possibly the same one), the rest stay unchanged.
+    amino acid (possibly the same one), the rest stay unchanged. ``at``: the positions to
+    select, chosen by the caller (a row whose homologs were aligned with them unknown).
 
     Args:
         tokens: ``(L,)`` int token ids.
@@ -78,10 +80,16 @@ def mask_tokens(
     if start:
         eligible = eligible[eligible >= start]
     n = len(eligible)
-    if n == 0:
+    if at is not None:
+        selected = np.asarray(at, dtype=np.int64)
+        if not np.isin(selected, eligible).all() or len(np.unique(selected)) != len(selected):
+            raise ValueError("at must name distinct residue positions (from start on)")
+        k = len(selected)
+    elif n == 0:
         return inputs, labels
-    k = min(n, max(1, int(np.floor(mask_prob * n + rng.random()))))
-    selected = rng.choice(eligible, size=k, replace=False)
+    else:
+        k = min(n, max(1, int(np.floor(mask_prob * n + rng.random()))))
+        selected = rng.choice(eligible, size=k, replace=False)
     labels[selected] = tokens[selected]
     u = rng.random(k)
     to_mask = selected[u < mask_token_frac]
@@ -105,8 +113,10 @@ class MLMCollator:
     """Pad items to the longest and apply :func:`mask_tokens` with per-item keyed generators.
 
     An item with ``"mask_from": k`` is masked only from token ``k`` on (a homolog pair whose
-    partner stays whole, see :class:`~protein_performer.data.datasets.PairDataset`); items
-    with ``"align_to"`` give the batch ``align_to`` ``(B, L)`` (padded with ``-1``).
+    partner stays whole, see :class:`~protein_performer.data.datasets.PairDataset`), one with
+    ``"mask_at"`` at those positions; items with ``"align_to"`` give the batch ``align_to``
+    ``(B, L)`` (padded with ``-1``), items with ``"positions"`` the batch ``position_ids``
+    ``(B, L)`` float32 (padded with 0).
 
     Args:
         alphabet: token vocabulary.
@@ -151,6 +161,7 @@ class MLMCollator:
                 mask_token_frac=self.mask_token_frac,
                 random_token_frac=self.random_token_frac,
                 start=int(item.get("mask_from", 0)),
+                at=item.get("mask_at"),
             )
             if not item.get("scored", True):  # a DDP evening-out repeat: no labels
                 y = np.full_like(y, IGNORE_INDEX)
@@ -161,6 +172,12 @@ class MLMCollator:
         batch = {"input_ids": input_ids, "labels": label_ids, "padding_mask": padding_mask}
         if all("align_to" in item for item in items):  # homolog pairs with their alignment
             batch["align_to"], _ = pad_batch([item["align_to"] for item in items], -1)
+        if all("positions" in item for item in items):  # rows read at their columns
+            batch["position_ids"] = torch.zeros(input_ids.shape, dtype=torch.float32)
+            for row, item in enumerate(items):
+                batch["position_ids"][row, : len(item["positions"])] = torch.as_tensor(
+                    item["positions"], dtype=torch.float32
+                )
         return batch
 
 

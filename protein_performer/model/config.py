@@ -21,6 +21,9 @@ ATTENTION_KINDS: tuple[str, ...] = (
     "transformer",
 )
 POSITION_KINDS: tuple[str, ...] = ("learned", "rotary")
+#: how a homolog's residues before the protein are numbered: by their place in the window, or
+#: by the protein's column each is aligned to (``position_ids``)
+CONTEXT_POSITIONS: tuple[str, ...] = ("window", "columns")
 
 # Fields that define the parameter shapes; they must agree for weights to transfer
 # between checkpoints (attention kind and feature settings may differ).
@@ -69,6 +72,13 @@ class ModelConfig:
     tokens back nearly impossible in a rotary layer. Order still reaches such a layer through the rotary
     layers below it and ``qkv_conv``.
 
+    ``context_positions``: how the model reads homologs placed before a protein. ``window``:
+    every token at its place in the window. ``columns`` (``position="rotary"``): each homolog
+    residue at the position of the protein's residue it is aligned to, so that one column's
+    residues share a rotary position and a head can pool a column as a profile does; it is
+    trained on such rows (``data.pair_columns``) and scored on them
+    (:func:`~protein_performer.data.context_windows.column_window`).
+
     ``scalable_softmax`` = B > 1: the exact global heads (``transformer``, ``exact_layers``)
     multiply their scores by ``log(n) / log(B)``, n the keys a query sees (Scalable-Softmax,
     Nakanishi 2025); unchanged at n = B, so set B to the training window. Why: a match learned in
@@ -97,6 +107,7 @@ class ModelConfig:
     qkv_conv: int = 0
     nope_layers: list[int] = field(default_factory=list)
     scalable_softmax: int = 0
+    context_positions: str = "window"
     checkpointing: bool = False
     save_features: bool = False
 
@@ -196,6 +207,12 @@ class ModelConfig:
             raise ConfigError(
                 f"{prefix}.nope_layers needs {prefix}.position=rotary (learned positions are "
                 f"added to the input, not per layer); got position={self.position!r}"
+            )
+        check_choice(f"{prefix}.context_positions", self.context_positions, CONTEXT_POSITIONS)
+        if self.context_positions == "columns" and self.position != "rotary":
+            raise ConfigError(
+                f"{prefix}.context_positions=columns needs {prefix}.position=rotary (a column's "
+                f"residues share a position); got position={self.position!r}"
             )
         base = self.scalable_softmax
         if isinstance(base, bool) or not isinstance(base, int) or base < 0 or base == 1:

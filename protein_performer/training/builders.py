@@ -132,6 +132,7 @@ def pair_settings(d: DataConfig) -> dict[str, Any]:
         "pair_mask": d.pair_mask,
         "pair_fill": d.pair_fill,
         "pair_homologs": os.path.abspath(d.pair_homologs) if d.pair_homologs else None,
+        "pair_columns": d.pair_columns,
     }
 
 

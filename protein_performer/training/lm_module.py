@@ -124,6 +124,8 @@ class ProteinLMModule(pl.LightningModule):
 
     # ---- forward / loss -------------------------------------------------------------------
     def forward(self, batch: Mapping[str, torch.Tensor], **kwargs: Any) -> dict[str, Any]:
+        if "position_ids" in batch:  # rows of homologs read at their columns
+            kwargs.setdefault("position_ids", batch["position_ids"])
         return self.model(batch["input_ids"], batch["padding_mask"], **kwargs)
 
     def _reduce_sum(self, t: torch.Tensor) -> torch.Tensor:

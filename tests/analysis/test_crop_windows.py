@@ -21,6 +21,7 @@ from protein_performer.analysis.dms.windows import (
 from protein_performer.config.schema import ScoreConfig
 from protein_performer.config.validate import validate_analysis_config
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
+from protein_performer.data.context_windows import column_window
 from protein_performer.data.msa import GAP
 from protein_performer.errors import ConfigError
 from protein_performer.model.config import ModelConfig
@@ -420,3 +421,74 @@ def test_windows_are_padded_to_a_few_shapes_and_read_as_unpadded():
         with torch.no_grad():
             ref = real(x, x == A.pad_idx, torch.tensor([[at]]))[0, 0].double().log_softmax(-1)
         np.testing.assert_allclose(out[site], ref.numpy(), atol=1e-5)
+
+
+def test_column_jobs_with_positions_put_each_homolog_residue_at_its_column():
+    wt = "MKTAYIAKQRQISFVKSHFS"
+    ids = A.encode(wt)
+    rows = [(0, _codes("MRTAWIAKERQLSFVKSHFA")), (1, _codes("MKTAYIVKQRQISF-KSHF-"))]
+    plain, _ = column_jobs(ids, rows, [7, 2], A, 64, width=20, per_window=2)
+    jobs, held = column_jobs(ids, rows, [7, 2], A, 64, width=20, per_window=2, positions=True)
+    assert held == [2, 2]
+    for (site, tokens, at), (site2, tokens2, at2, _) in zip(plain, jobs, strict=True):
+        assert (site, at) == (site2, at2) and tokens.tolist() == tokens2.tolist()
+    _, tokens, at, place = jobs[1]  # site 7
+    # h0 (rank 0) has all 20 columns; h1 none at columns 14 and 19
+    h1 = [c for c in range(20) if c not in (14, 19)]
+    assert place.tolist() == [-1, *range(20), 20, *h1, 20, *range(20), 20]
+    assert place[at] == 7 and tokens[at] == A.mask_idx
+    # a crop about site 10 (0-based residues 7-12) keeps their numbers
+    _, tokens, at, place = column_jobs(
+        ids, rows, [10], A, 64, width=6, per_window=2, positions=True
+    )[0][0]
+    assert place.tolist() == [6, *range(7, 13), 13, *range(7, 13), 13, *range(7, 13), 13]
+    with pytest.raises(ConfigError, match="scores crop windows"):
+        column_jobs(ids, rows, [7], A, 64, width=6, per_window=2, style="concat", positions=True)
+
+
+def _columns_model() -> ProteinLM:
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        attention="transformer", dim=16, depth=2, heads=2, ffn_dim=16, max_len=64,
+        position="rotary", context_positions="columns",
+    )  # fmt: skip
+    return ProteinLM(cfg, len(A), A.pad_idx).eval()
+
+
+def test_a_columns_model_reads_every_site_on_its_columns_at_their_positions(tmp_path, monkeypatch):
+    rng = np.random.default_rng(8)
+    wt = "".join(rng.choice(AA, 60))  # short: the crop is the whole protein
+    rows = [_mutated(wt, rng, 15) for _ in range(3)]
+    rows[1] = "-" * 10 + rows[1][10:]
+    context = H.read_scan_context(_a3m(tmp_path, wt, rows), A, wt, "wt")
+    model = _columns_model()
+    sites = [0, 25, 59]
+    logp = H.context_log_probs(model, A, wt, sites, context, max_length=400, window_homologs=3)
+    assert context.info["context_crop"] == 60 and context.info["mean_homologs_in_window"] == 3
+    # by hand: the homologs' residues at their columns, every token at its column's position
+    members = []
+    for row in rows:
+        columns = np.array([j for j, c in enumerate(row) if c != "-"])
+        members.append((A.encode("".join(row[j] for j in columns)), columns))
+    for s in sites:
+        target = A.encode(wt).astype(np.int64)
+        target[s] = A.mask_idx
+        tokens, place, first, _ = column_window(target, members, A, 400)
+        with torch.no_grad():
+            ref = model.logits_at(
+                torch.as_tensor(tokens)[None], None, torch.tensor([[first + s]]),
+                position_ids=torch.as_tensor(place, dtype=torch.float32)[None],
+            )[0, 0].double().log_softmax(-1)  # fmt: skip
+        np.testing.assert_allclose(logp[s], ref.numpy(), atol=1e-5)
+    # a model that reads homologs at their places in the window: whole windows, no positions
+    window_model = _columns_model()
+    window_model.config.context_positions = "window"
+    calls = _capture(monkeypatch)
+    H.context_log_probs(window_model, A, wt, sites, context, max_length=400, window_homologs=3)
+    assert context.info["context_crop"] is None and all(len(j) == 3 for j in calls[-1])
+    H.context_log_probs(model, A, wt, sites, context, max_length=400, window_homologs=3)
+    assert all(len(j) == 4 for j in calls[-1])
+    with pytest.raises(ConfigError, match="reads homologs at the columns"):
+        H.context_log_probs(
+            model, A, wt, sites, context, max_length=400, window_homologs=3, packed=True
+        )

@@ -129,3 +129,19 @@ def test_scoring_refuses_windows_and_batches_it_cannot_score(model):
         mut.pseudo_log_likelihood(model, ALPHABET, "")
     scores = mut.score_mutants(model, ALPHABET, wt, ["K2A"], max_tokens=3)  # smallest window
     assert all(v.shape == (1,) for v in scores.values())
+
+
+def test_a_batch_with_position_ids_is_read_at_them():
+    """Rows read at their columns (data.pair_columns) carry position_ids: the module's forward
+    hands them to the model."""
+    cfg = ModelConfig(**{**SMALL, "position": "rotary", "context_positions": "columns"})
+    module = ProteinLMModule(cfg).eval()
+    ids = torch.randint(6, 26, (2, 12))
+    pad = torch.zeros(2, 12, dtype=torch.bool)
+    pos = torch.tensor([[0.0, 1, 2, 3, 1, 2, 3, 4, 5, 6, 7, 8]] * 2)
+    with torch.no_grad():
+        got = module({"input_ids": ids, "padding_mask": pad, "position_ids": pos})["logits"]
+        want = module.model(ids, pad, position_ids=pos)["logits"]
+        plain = module({"input_ids": ids, "padding_mask": pad})["logits"]
+    torch.testing.assert_close(got, want)
+    assert not torch.allclose(got, plain)

@@ -437,6 +437,15 @@ def context_log_probs(
     _, ends = _target_width(len(ids), length, style)  # <cls>/<eos>, or one <sep>
     cut = crop_width(len(ids), length, window_homologs, ends) if crop else None
     cut = None if matrix is None else cut
+    columns = getattr(getattr(model, "config", None), "context_positions", "window") == "columns"
+    if columns:  # read at their columns: every window holds the homologs' columns about a site
+        if matrix is None or packed:
+            raise ConfigError(
+                "this model reads homologs at the columns they align to: it needs them aligned "
+                "(an alignment, or FASTA hits aligned for the profile) and crop windows (not packed)"
+            )
+        per = window_homologs or DEFAULT_WINDOW_HOMOLOGS
+        cut = min(len(ids), max(1, (length - ends - per) // (per + 1)))
     # an alignment's rows hold its columns: placed on the protein for the crop
     at_wild_type = None if cut is None else _on_wild_type(matrix, context, len(ids))
     runs, held, asked = [], [], samples
@@ -447,7 +456,7 @@ def context_log_probs(
             model, alphabet, ids, sites, used, weights, matrix, at_wild_type,
             sampling=sampling, seed=seed, sample=sample, limit=limit, room=room,
             length=length, style=style, cut=cut, window_homologs=window_homologs,
-            toks_per_batch=toks_per_batch, progress=progress,
+            toks_per_batch=toks_per_batch, progress=progress, columns=columns,
         )  # fmt: skip
         runs.append(logp)
         held.append(info["mean_homologs_in_window"])
@@ -491,12 +500,13 @@ def _sample_log_probs(
     window_homologs: int | None,
     toks_per_batch: int,
     progress: bool,
+    columns: bool = False,
 ) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
     """One sample's ``{site: log-probabilities}`` and what its windows held: the whole
     protein after the homologs drawn (placed best first), or, where those windows hold fewer
     than ``window_homologs`` of them whole (and fewer than all), the column crop of width
     ``cut``; a site whose crop finds no homolog with residues about it keeps the whole-protein
-    window."""
+    window. ``columns``: every site on its crop, homologs at their columns' positions."""
     order = homolog_order(
         sampling, weights=weights, matrix=matrix, seed=seed, sample=sample, limit=limit
     )
@@ -505,21 +515,23 @@ def _sample_log_probs(
     whole = [used[i].residues for i in order]
     fitted = fit_members(whole, room)  # the whole ones, then one cut to what is left
     entire = sum(len(m) == len(w) for m, w in zip(fitted, whole, strict=False))
-    if cut is None or entire >= min(window_homologs or 0, len(used)):
+    if cut is None or (not columns and entire >= min(window_homologs or 0, len(used))):
         return context_marginals(
             model, alphabet, ids, whole, sites, max_length=length, style=style,
             toks_per_batch=toks_per_batch, progress=progress,
         )  # fmt: skip
-    draws = min(len(used), CROP_DRAWS_PER_WINDOW * (window_homologs or 1))
+    draws = min(len(used), CROP_DRAWS_PER_WINDOW * (window_homologs or DEFAULT_WINDOW_HOMOLOGS))
     drawn = homolog_order(
         sampling, weights=weights, matrix=matrix, seed=seed, sample=sample, limit=draws
     )
     jobs, counts = column_jobs(
         ids, [(int(i), at_wild_type[i]) for i in drawn], sites, alphabet, length,
-        width=cut, per_window=window_homologs or 1, style=style,
+        width=cut, per_window=window_homologs or DEFAULT_WINDOW_HOMOLOGS, style=style,
+        positions=columns,
     )  # fmt: skip
-    empty = [j for j, c in enumerate(counts) if c == 0]
-    if empty:  # no homolog covers the region (an alignment of part of the protein)
+    # no homolog covers the region (an alignment of part of the protein): the whole protein
+    empty = [] if columns else [j for j, c in enumerate(counts) if c == 0]
+    if empty:
         back, back_held = _context_jobs(
             ids, whole, [jobs[j][0] for j in empty], alphabet, length, style
         )

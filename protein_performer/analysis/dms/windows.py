@@ -24,8 +24,13 @@ import torch
 
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
 from protein_performer.data.batching import pad_batch
-from protein_performer.data.context_windows import MIN_CONTEXT_RESIDUES, context_window
+from protein_performer.data.context_windows import (
+    MIN_CONTEXT_RESIDUES,
+    column_window,
+    context_window,
+)
 from protein_performer.data.msa import GAP
+from protein_performer.errors import ConfigError
 from protein_performer.model.performer import ProteinLM, evaluating
 from protein_performer.utils.progress import progress as progress_bar
 
@@ -34,8 +39,9 @@ from protein_performer.utils.progress import progress as progress_bar
 #: with 16 keep the whole-protein windows they were measured with).
 MIN_CROP_RESIDUES = 128
 
-#: ``(site, tokens, position of the masked site in them)``: one masked window.
-Job = tuple[int, np.ndarray, int]
+#: ``(site, tokens, position of the masked site in them)``: one masked window; a window for a
+#: model that reads homologs at their columns adds each token's position (``position_ids``).
+Job = tuple[int, np.ndarray, int] | tuple[int, np.ndarray, int, np.ndarray]
 
 
 def crop_width(n: int, max_length: int, per_window: int | None, ends: int = 2) -> int | None:
@@ -61,13 +67,19 @@ def column_jobs(
     width: int,
     per_window: int,
     style: str = "crop",
+    positions: bool = False,
 ) -> tuple[list[Job], list[int]]:
     """Each site's masked window on the ``width`` residues of ``ids`` about it (clamped at
     the ends), after the first ``per_window`` homologs of ``rows`` — ``(rank, (L,) codes at
     the protein's positions)`` in the order they are drawn; :data:`~protein_performer.data.msa.GAP`
     where a homolog has no residue — with at least ``MIN_CONTEXT_RESIDUES`` residues in those
     columns (or all of them, when fewer), each cut to its residues there and placed by rank
-    (best first, as the homolog models were trained); and how many homologs each holds."""
+    (best first, as the homolog models were trained); and how many homologs each holds. With
+    ``positions`` each job also gives each token's position, the homologs' residues at their
+    columns' (:func:`~protein_performer.data.context_windows.column_window`), for a model with
+    ``context_positions="columns"``."""
+    if positions and style != "crop":
+        raise ConfigError("a model that reads homologs at their columns scores crop windows")
     n = len(ids)
     token = np.array([alphabet.index(a) for a in STANDARD_AMINO_ACIDS] + [-1], dtype=np.int64)
     jobs: list[Job] = []
@@ -79,14 +91,24 @@ def column_jobs(
         chosen = []
         for rank, codes in rows:
             part = codes[start : start + width]
-            part = part[part != GAP]
-            if len(part) >= min(MIN_CONTEXT_RESIDUES, width):
-                chosen.append((rank, token[part]))
+            columns = np.flatnonzero(part != GAP)
+            if len(columns) >= min(MIN_CONTEXT_RESIDUES, width):
+                chosen.append((rank, token[part[columns]], columns))
                 if len(chosen) == per_window:
                     break
-        members = [m for _, m in sorted(chosen, key=lambda c: c[0])]
-        tokens, first, n_ctx = context_window(target, members, alphabet, max_length, style=style)
-        jobs.append((site, tokens, first + site - start))
+        chosen.sort(key=lambda c: c[0])
+        if positions:
+            members = [(m, c) for _, m, c in chosen]
+            tokens, place, first, n_ctx = column_window(
+                target, members, alphabet, max_length, first=start
+            )
+            jobs.append((site, tokens, first + site - start, place))
+        else:
+            members = [m for _, m, _ in chosen]
+            tokens, first, n_ctx = context_window(
+                target, members, alphabet, max_length, style=style
+            )
+            jobs.append((site, tokens, first + site - start))
         held.append(n_ctx)
     return jobs, held
 
@@ -118,12 +140,19 @@ def masked_log_probs(
             group = [jobs[j] for j in order[i : i + rows]]
             # lengths rounded to SHAPE_MULTIPLE: each new shape costs oneDNN's caches ~13 MB
             # that are never given back (a scan's cropped windows have hundreds of lengths)
-            tokens, pad = pad_batch([t for _, t, _ in group], alphabet.pad_idx, SHAPE_MULTIPLE, cap)
-            at = torch.tensor([[pos] for _, _, pos in group], device=device)
+            tokens, pad = pad_batch([g[1] for g in group], alphabet.pad_idx, SHAPE_MULTIPLE, cap)
+            at = torch.tensor([[g[2]] for g in group], device=device)
+            place = None
+            if len(group[0]) > 3:  # each token's position: homologs at their columns
+                place = torch.zeros(tokens.shape, dtype=torch.float32)
+                for row, g in enumerate(group):
+                    place[row, : len(g[3])] = torch.as_tensor(g[3], dtype=torch.float32)
+                place = place.to(device)
             # only the masked site of each row is read: the last block computes that row only
-            logits = model.logits_at(tokens.to(device), pad.to(device), at)[:, 0]
+            extra = {} if place is None else {"position_ids": place}
+            logits = model.logits_at(tokens.to(device), pad.to(device), at, **extra)[:, 0]
             logp = torch.log_softmax(logits.float(), -1).cpu()
-            for row, (site, _, _) in enumerate(group):
+            for row, (site, *_) in enumerate(group):
                 out[site] = logp[row].numpy()
             bar.update(len(group))
             i += len(group)
