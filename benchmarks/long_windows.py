@@ -121,6 +121,7 @@ def blind_crop(model: Any, alphabet: Any, seq: str, hits: list[str], sites: list
     jobs, _ = column_jobs(
         alphabet.encode(seq), [(k, pssm.matrix[k]) for k in keep], sites, alphabet,
         args.window, width=width, per_window=16,
+        positions=model.config.context_positions == "columns",
     )  # fmt: skip
     profile = [-float(np.log(pssm.frequencies[s][COLUMNS.index(seq[s])])) for s in sites]
     return masked_log_probs(model, alphabet, jobs), profile

@@ -57,7 +57,7 @@ from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.context_windows import context_window, fit_members
 from protein_performer.data.datasets import TAG_CROP, TAG_MASK, keyed_rng
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.model.performer import ProteinLM, evaluating
+from protein_performer.model.performer import ProteinLM, evaluating, require_window_positions
 from protein_performer.utils.atomic import write_text_atomic
 from protein_performer.utils.outputs import check_output_file, json_with_keys
 from protein_performer.utils.progress import progress as progress_bar
@@ -387,6 +387,7 @@ def cross_homolog_view(
     ``max_length``: window tokens (default: the model's ``max_len``; required with rotary
     positions).
     """
+    require_window_positions(model, "the cross-homolog view")
     limit = max_tokens(model, max_length)
     if limit is None:
         raise ConfigError("max_length is needed: the model has no fixed window (rotary)")

@@ -32,7 +32,7 @@ from protein_performer.data.datasets import TAG_CROP, TAG_FILL, TAG_MASK, TAG_OR
 from protein_performer.data.masking import mask_tokens
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
-from protein_performer.model.performer import ProteinLM
+from protein_performer.model.performer import ProteinLM, require_window_positions
 from protein_performer.utils.progress import progress as progress_bar
 
 
@@ -371,6 +371,7 @@ def context_perplexity(
     fill only), since
     unrelated proteins before a target can change its perplexity by themselves.
     """
+    require_window_positions(model, "evaluate context=")
     device = torch.device(device)
     single, single_y, ctx, ctx_y, info = scoring_windows(
         targets,

@@ -374,6 +374,17 @@ class ProteinLM(nn.Module):
         return self.head(self.norm(x), self.embed.tokens.weight)
 
 
+def require_window_positions(model: nn.Module, what: str) -> None:
+    """A one-line :class:`ConfigError` when ``model`` reads homologs at the columns they align
+    to (``context_positions="columns"``) and ``what`` places them at their places in a window."""
+    if getattr(getattr(model, "config", None), "context_positions", "window") == "columns":
+        raise ConfigError(
+            f"{what} places homologs at their places in the window, and this model reads them "
+            "at the columns they align to (model.context_positions=columns): use it with score "
+            "context=, or give a model such as checkpoint=homologs-msa here"
+        )
+
+
 def padding_from_attention_mask(
     attention_mask: torch.Tensor, padding_mask: torch.Tensor | None = None
 ) -> torch.Tensor:

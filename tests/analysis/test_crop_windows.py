@@ -492,3 +492,17 @@ def test_a_columns_model_reads_every_site_on_its_columns_at_their_positions(tmp_
         H.context_log_probs(
             model, A, wt, sites, context, max_length=400, window_homologs=3, packed=True
         )
+
+
+def test_commands_that_place_homologs_in_a_window_refuse_a_columns_model():
+    from protein_performer.analysis.cross_homolog import cross_homolog_view
+    from protein_performer.evaluation.context_perplexity import context_perplexity
+
+    model = _columns_model()
+    with pytest.raises(ConfigError, match="the cross-homolog view places homologs"):
+        cross_homolog_view(model, A, [("MKTAYIAKQR", ["MKTAYLAKQR"])], max_length=64)
+    with pytest.raises(ConfigError, match="evaluate context= places homologs"):
+        context_perplexity(model, A, [], max_length=64)
+    model.config.context_positions = "window"  # the same weights read as a window model
+    with pytest.raises(ValueError, match="at least one array"):  # past the check: no targets
+        context_perplexity(model, A, [], max_length=64)
