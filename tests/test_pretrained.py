@@ -50,7 +50,7 @@ def test_an_unknown_name_is_a_one_line_error_naming_the_shipped_ones(tmp_path, m
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"no shipped checkpoint named 'esm2'") as e:
         protein_performer.load("esm2")
-    names = "the names are default, homologs, homologs-msa, homologs-deep"
+    names = "the names are default, homologs, homologs-msa, homologs-deep, homologs-columns"
     assert names in str(e.value) and "\n" not in str(e.value)
 
 

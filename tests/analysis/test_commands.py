@@ -790,13 +790,23 @@ def test_aa_similarity_with_unrelated_homolog_names_says_so(files, tmp_path, cap
 
 
 def test_context_commands_read_checkpoint_default_as_the_homolog_model(monkeypatch):
-    from protein_performer.cli.commands.checkpoint_choice import with_context_checkpoint
+    from protein_performer.cli.commands.checkpoint_choice import (
+        SCORE_CONTEXT_CHECKPOINTS,
+        with_context_checkpoint,
+    )
     from protein_performer.config.schema import ScoreConfig, SimilarityConfig
     from protein_performer.model import checkpoints
 
     monkeypatch.setattr(checkpoints, "shipped", lambda name: True)
     assert with_context_checkpoint(SimilarityConfig(context="h.fa")).checkpoint == "homologs-msa"
     assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "homologs-msa"
+    # score reads the model that reads homologs at their columns; without it, homologs-msa
+    scored = with_context_checkpoint(ScoreConfig(context="h.fa"), SCORE_CONTEXT_CHECKPOINTS)
+    assert scored.checkpoint == "homologs-columns"
+    monkeypatch.setattr(checkpoints, "shipped", lambda name: name != "homologs-columns")
+    scored = with_context_checkpoint(ScoreConfig(context="h.fa"), SCORE_CONTEXT_CHECKPOINTS)
+    assert scored.checkpoint == "homologs-msa"
+    monkeypatch.setattr(checkpoints, "shipped", lambda name: True)
     assert with_context_checkpoint(SimilarityConfig()).checkpoint == "default"  # no homologs
     mine = SimilarityConfig(context="h.fa", checkpoint="run/best.ckpt")
     assert with_context_checkpoint(mine).checkpoint == "run/best.ckpt"

@@ -163,6 +163,7 @@ def test_the_shipped_checkpoints_tables_are_named_by_the_command_that_rebuilds_t
         "default": "--experiment cpu_recipe_14",
         "homologs": "--experiment homologs",
         "homologs-msa": "--experiment homologs",  # trained on from homologs, its split
+        "homologs-columns": "--experiment homologs",  # trained on from homologs-msa
     }
     for name, command in commands.items():
         if not shipped(name):

@@ -10,22 +10,26 @@ from typing import Any
 #: installed: the one trained on alignment-like rows (search hits, up to 32 in 4,096 tokens),
 #: then the earlier one (cluster members in 1,024 tokens), still reachable by name
 CONTEXT_CHECKPOINTS = ("homologs-msa", "homologs")
+#: ``score``'s: first the model that reads homologs at the columns they align to
+SCORE_CONTEXT_CHECKPOINTS = ("homologs-columns", *CONTEXT_CHECKPOINTS)
 
 _NOTES = {
+    "homologs-columns": "the shipped homolog model that reads homologs at their columns",
     "homologs-msa": "the shipped homolog model trained on alignment-like rows",
     "homologs": "the shipped homolog model",
 }
 
 
-def with_context_checkpoint(cfg: Any) -> Any:
+def with_context_checkpoint(cfg: Any, names: tuple[str, ...] = CONTEXT_CHECKPOINTS) -> Any:
     """``cfg`` with ``checkpoint=default`` read as the first installed of
-    :data:`CONTEXT_CHECKPOINTS` when the command (evaluate, aa-similarity, score) has homologs
-    (``context=``): the single-protein model was never trained with homologs before a protein.
+    ``names`` (:data:`CONTEXT_CHECKPOINTS`; ``score``: :data:`SCORE_CONTEXT_CHECKPOINTS`) when
+    the command (evaluate, aa-similarity, score) has homologs (``context=``): the
+    single-protein model was never trained with homologs before a protein.
     A path, or a name such as ``checkpoint=homologs``, is kept."""
     from protein_performer.model.checkpoints import shipped
 
     if getattr(cfg, "context", None) and cfg.checkpoint == "default":
-        for name in CONTEXT_CHECKPOINTS:
+        for name in names:
             if shipped(name):
                 return dataclasses.replace(cfg, checkpoint=name)
     return cfg

@@ -18,6 +18,7 @@ from protein_performer.analysis.dms.table import (
 from protein_performer.analysis.extraction import load_for_analysis
 from protein_performer.analysis.inputs import checkpoint_label, max_tokens
 from protein_performer.cli.commands.checkpoint_choice import (
+    SCORE_CONTEXT_CHECKPOINTS,
     context_checkpoint_note,
     with_context_checkpoint,
 )
@@ -137,7 +138,7 @@ def _check_outputs(cfg: ScoreConfig) -> tuple[Path, Path, Path, bool]:
 
 
 def run_score(cfg: ScoreConfig) -> CommandResult:
-    cfg = with_context_checkpoint(cfg)
+    cfg = with_context_checkpoint(cfg, SCORE_CONTEXT_CHECKPOINTS)
     methods = _score_methods(cfg)  # before the mutations file: no fix there helps
     column = cfg.sequence_col or cfg.mutation_col
     fields, rows, delimiter, line_of, blank_rows = read_mutations_csv(
