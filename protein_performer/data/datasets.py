@@ -369,8 +369,14 @@ class PairDataset(CropDataset):
         self.column_width = max(
             1, (self.max_length - 2 - self.max_partners) // (self.max_partners + 1)
         )
-        if self.columns:
-            self.lengths = np.minimum(self.lengths, self.max_length)
+        if self.columns:  # batches are packed by these: the crop and k homologs cut to it
+            keep = np.minimum(source.lengths, self.column_width)
+            sizes = np.array([len(self.groups[g]) - 1 for g in self.group_of], dtype=np.int64)
+            k = np.minimum(sizes, self.max_partners)
+            if hits is not None:
+                counts = hits.counts()
+                k = np.where(counts > 0, np.minimum(counts, self.max_partners), k)
+            self.lengths = np.minimum(keep + k * (keep + 1) + 2, self.max_length).astype(np.int64)
 
     def _use_hits(self, hits: HitPartners, source: FlatSource) -> None:
         if len(hits) != len(source):

@@ -51,6 +51,7 @@ def test_a_columns_row_gives_each_homolog_residue_the_column_it_aligns_to():
     assert ds.column_width == (512 - 2 - 4) // 5  # 101: four homologs cut to it fit beside it
     for epoch in range(6):
         item = ds[(0, epoch)]
+        assert len(item["tokens"]) <= ds.lengths[0]  # batches are packed by these bounds
         tokens, positions, at = item["tokens"], item["positions"], item["mask_at"]
         assert len(tokens) == len(positions) <= 512 and tokens[0] == A.cls_idx
         seps = np.flatnonzero(tokens == A.sep_idx)
