@@ -492,6 +492,8 @@ def test_a_columns_model_reads_every_site_on_its_columns_at_their_positions(tmp_
         H.context_log_probs(
             model, A, wt, sites, context, max_length=400, window_homologs=3, packed=True
         )
+    with pytest.raises(ConfigError, match=r"the column crop \(context_crop=true"):
+        H.context_log_probs(model, A, wt, sites, context, max_length=400, crop=False)
 
 
 def test_commands_that_place_homologs_in_a_window_refuse_a_columns_model():

@@ -439,10 +439,11 @@ def context_log_probs(
     cut = None if matrix is None else cut
     columns = getattr(getattr(model, "config", None), "context_positions", "window") == "columns"
     if columns:  # read at their columns: every window holds the homologs' columns about a site
-        if matrix is None or packed:
+        if matrix is None or packed or not crop:
             raise ConfigError(
                 "this model reads homologs at the columns they align to: it needs them aligned "
-                "(an alignment, or FASTA hits aligned for the profile) and crop windows (not packed)"
+                "(an alignment, or FASTA hits aligned for the profile) and the column crop "
+                "(context_crop=true, not packed)"
             )
         per = window_homologs or DEFAULT_WINDOW_HOMOLOGS
         cut = min(len(ids), max(1, (length - ends - per) // (per + 1)))
