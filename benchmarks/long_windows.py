@@ -84,7 +84,8 @@ def score_protein(model: Any, alphabet: Any, seq: str, qid: str, hits: list[str]
         path.write_text("".join(hits[:16]))
         context = H.read_scan_context(path, alphabet, seq, qid, max_homologs=16)
     nll, held = {}, {}
-    for name, crop in (("crop", True), ("whole", False)):
+    columns = model.config.context_positions == "columns"  # it reads every site on its crop
+    for name, crop in (("crop", True),) if columns else (("crop", True), ("whole", False)):
         logp = H.context_log_probs(model, alphabet, seq, sites, context, max_length=args.window,
                                    crop=crop)  # fmt: skip
         nll[name] = [-float(logp[s][t]) for s, t in zip(sites, truth, strict=True)]
@@ -187,10 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for q in chosen:
         one, h = score_protein(model, alphabet, queries[q], q, hits[q], args)
-        for k in nll:
+        for k in one:
             nll[k] += one[k]
-        for k in held:
+        for k in h:
             held[k].append(h[k])
+    nll = {k: v for k, v in nll.items() if v}  # a columns model has no whole windows
+    held = {k: v for k, v in held.items() if v}
     rows = [
         [name, f"{np.exp(np.mean(v)):.2f}", f"{np.mean(held[name]):.1f}" if name in held else "-"]
         for name, v in nll.items()

@@ -106,3 +106,21 @@ def test_the_deep_model_is_the_alignment_model_trained_on_for_depth():
     (_, meta_msa), (_, meta) = _lineage("homologs-msa", "homologs-deep")
     assert (meta["data"]["max_length"], meta["data"]["pair_partners"]) == (8192, 64)
     assert meta_msa["data"]["max_length"] == 4096
+
+
+def test_the_columns_model_is_the_alignment_model_trained_to_read_columns():
+    import dataclasses
+
+    from protein_performer.model.checkpoints import shipped
+
+    if not (shipped("homologs-msa") and shipped("homologs-columns")):
+        pytest.skip("the shipped homolog checkpoints are not installed")
+    (old, meta_old), (new, meta) = load_model("homologs-msa"), load_model("homologs-columns")
+    # the same architecture, rotary positions in every layer, homologs read at their columns
+    assert new.config == dataclasses.replace(
+        old.config, nope_layers=[], context_positions="columns"
+    )
+    pairs = zip(old.state_dict().values(), new.state_dict().values(), strict=True)
+    assert sum(not torch.equal(a, b) for a, b in pairs) > len(old.state_dict()) // 2
+    assert meta["data"]["clusters_digest"] == meta_old["data"]["clusters_digest"]
+    assert meta["data"]["pair_columns"] and meta["data"]["max_length"] == 4096
