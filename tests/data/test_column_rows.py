@@ -49,6 +49,8 @@ def test_a_columns_row_gives_each_homolog_residue_the_column_it_aligns_to():
     src = _family()
     ds = _dataset(src, [1, 2])
     assert ds.column_width == (512 - 2 - 4) // 5  # 101: four homologs cut to it fit beside it
+    # the bounds batches are packed by: the crop and each hit (2 here) cut to it; no hits, alone
+    assert ds.lengths[0] == 101 + 2 * 102 + 2 and ds.lengths[3] == 101 + 2
     for epoch in range(6):
         item = ds[(0, epoch)]
         assert len(item["tokens"]) <= ds.lengths[0]  # batches are packed by these bounds
