@@ -254,6 +254,16 @@ def pad_batch(
     return tokens, padding_mask
 
 
+def pad_positions(positions: Sequence[np.ndarray], width: int) -> torch.Tensor:
+    """Each row's token positions (``position_ids``, e.g. from
+    :func:`~protein_performer.data.context_windows.column_window`) right-padded with 0 to
+    ``width`` (the padded batch's length): ``(B, width)`` float32."""
+    out = torch.zeros((len(positions), width), dtype=torch.float32)
+    for row, p in enumerate(positions):
+        out[row, : len(p)] = torch.as_tensor(np.asarray(p), dtype=torch.float32)
+    return out
+
+
 def encode_batch(
     sequences: Sequence[str], alphabet: Alphabet | None = None
 ) -> dict[str, torch.Tensor]:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from protein_performer.data.alphabet import Alphabet
-from protein_performer.data.batching import pad_batch
+from protein_performer.data.batching import pad_batch, pad_positions
 from protein_performer.data.config import OBJECTIVES
 from protein_performer.data.datasets import TAG_MASK, Item, keyed_rng
 from protein_performer.errors import ConfigError
@@ -173,11 +173,8 @@ class MLMCollator:
         if all("align_to" in item for item in items):  # homolog pairs with their alignment
             batch["align_to"], _ = pad_batch([item["align_to"] for item in items], -1)
         if all("positions" in item for item in items):  # rows read at their columns
-            batch["position_ids"] = torch.zeros(input_ids.shape, dtype=torch.float32)
-            for row, item in enumerate(items):
-                batch["position_ids"][row, : len(item["positions"])] = torch.as_tensor(
-                    item["positions"], dtype=torch.float32
-                )
+            positions = [item["positions"] for item in items]
+            batch["position_ids"] = pad_positions(positions, input_ids.shape[1])
         return batch
 
 

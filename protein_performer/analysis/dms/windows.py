@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
-from protein_performer.data.batching import pad_batch
+from protein_performer.data.batching import pad_batch, pad_positions
 from protein_performer.data.context_windows import (
     MIN_CONTEXT_RESIDUES,
     column_window,
@@ -144,10 +144,7 @@ def masked_log_probs(
             at = torch.tensor([[g[2]] for g in group], device=device)
             place = None
             if len(group[0]) > 3:  # each token's position: homologs at their columns
-                place = torch.zeros(tokens.shape, dtype=torch.float32)
-                for row, g in enumerate(group):
-                    place[row, : len(g[3])] = torch.as_tensor(g[3], dtype=torch.float32)
-                place = place.to(device)
+                place = pad_positions([g[3] for g in group], tokens.shape[1]).to(device)
             # only the masked site of each row is read: the last block computes that row only
             extra = {} if place is None else {"position_ids": place}
             logits = model.logits_at(tokens.to(device), pad.to(device), at, **extra)[:, 0]
