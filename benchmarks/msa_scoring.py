@@ -39,15 +39,17 @@ from homolog_scoring import read_scan
 from protein_performer.analysis.dms.homologs import DEFAULT_MAX_IDENTITY, DEFAULT_WINDOW_HOMOLOGS
 
 
-def setting(text: str) -> tuple[int, str, int, int | None]:
+def setting(text: str) -> tuple[int, str, int, int | str | None]:
     """``TOKENS,SAMPLING,SAMPLES[,CAP]`` as a tuple (argparse type): CAP homologs at most in a
-    window (``score context_window_homologs=``; default 16, ``all``: as many as fit)."""
+    window (``score context_window_homologs=``; default ``auto``: the model's own, ``all``: as
+    many as fit)."""
     try:
         tokens, sampling, samples, *rest = text.split(",")
         cap = rest[0].strip() if rest else str(DEFAULT_WINDOW_HOMOLOGS)
         if len(rest) > 1:
             raise ValueError
-        out = (int(tokens), sampling.strip(), int(samples), None if cap == "all" else int(cap))
+        limit = None if cap == "all" else cap if cap == "auto" else int(cap)
+        out = (int(tokens), sampling.strip(), int(samples), limit)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r}: give TOKENS,SAMPLING,SAMPLES[,CAP], e.g. 1024,first,1 or 8192,first,1,all"
@@ -56,11 +58,11 @@ def setting(text: str) -> tuple[int, str, int, int | None]:
         out[0] < 16
         or out[2] < 1
         or out[1] not in ("first", "weighted", "diverse")
-        or (out[3] is not None and out[3] < 1)
+        or (isinstance(out[3], int) and out[3] < 1)
     ):
         raise argparse.ArgumentTypeError(
             f"{text!r}: tokens >= 16, sampling first / weighted / diverse, samples >= 1, "
-            "cap >= 1 or all"
+            "cap >= 1, auto or all"
         )
     return out
 
@@ -139,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                 "tokens": tokens,
                 "sampling": sampling,
                 "samples": samples,
-                "window_homologs": cap,
+                "window_homologs": context.info["context_window_homologs"],
+                "window_homologs_asked": cap,
+                "crop": context.info.get("context_crop"),
                 "mean_homologs_in_window": context.info["mean_homologs_in_window"],
                 "over_max_identity": context.info["homologs_over_max_identity"],
                 "model": spearman(columns[CONTEXT_COLUMN], fitness),

@@ -361,8 +361,10 @@ class ScoreConfig:
         "first", "context=: which homologs fill a window: first (file order), weighted, diverse"
     )
     context_samples: int = _key(1, "context=: windows per site, their log-probabilities averaged")
-    context_window_homologs: int | None = _key(
-        16, "context=: at most N homologs in one window (null: as many as fit)"
+    context_window_homologs: Any = _key(
+        "auto",
+        "context=: at most N homologs in one window (auto: 64 for a model that reads them at "
+        "their columns, 16 for one that places them whole; null: as many as fit)",
     )
     context_max_identity: float | None = _key(
         0.9,

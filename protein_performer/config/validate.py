@@ -55,8 +55,11 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
     if cfg.context_tokens is not None:
         _positive("context_tokens", cfg.context_tokens)
     _positive("context_samples", cfg.context_samples)
-    if cfg.context_window_homologs is not None:
-        _positive("context_window_homologs", cfg.context_window_homologs)
+    cap = cfg.context_window_homologs
+    if cap not in (None, "auto") and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ConfigError(
+            f"context_window_homologs must be auto, null or a whole number >= 1 (got {cap!r})"
+        )
     check_choice("context_sampling", cfg.context_sampling, ("first", "weighted", "diverse"))
     if not isinstance(cfg.context_crop, bool):
         raise ConfigError(f"context_crop must be true or false (got {cfg.context_crop!r})")

@@ -184,7 +184,7 @@ def test_a_window_holds_at_most_window_homologs(tmp_path):
     from protein_performer.analysis.dms.marginals import context_keywords
     from protein_performer.config.schema import ScoreConfig
 
-    assert ScoreConfig().context_window_homologs == DEFAULT_WINDOW_HOMOLOGS == 16
+    assert ScoreConfig().context_window_homologs == DEFAULT_WINDOW_HOMOLOGS == "auto"
     assert context_keywords({"context_window_homologs": 3}) == {"window_homologs": 3}
     wt = WT[:20]
     rows = [_variant(wt, 50 + k, 0.3)[:-1] + "-" for k in range(20)]

@@ -12,10 +12,14 @@ import torch
 from protein_performer.analysis.dms import homologs as H
 from protein_performer.analysis.dms import variants as var
 from protein_performer.analysis.dms.windows import (
+    COLUMNS_WINDOW_HOMOLOGS,
     MIN_CROP_RESIDUES,
+    WHOLE_WINDOW_HOMOLOGS,
+    column_crop,
     column_jobs,
     crop_width,
     masked_log_probs,
+    window_homologs_for,
     window_info,
 )
 from protein_performer.config.schema import ScoreConfig
@@ -508,3 +512,53 @@ def test_commands_that_place_homologs_in_a_window_refuse_a_columns_model():
     model.config.context_positions = "window"  # the same weights read as a window model
     with pytest.raises(ValueError, match="at least one array"):  # past the check: no targets
         context_perplexity(model, A, [], max_length=64)
+
+
+def test_column_crop_narrows_only_for_the_homologs_there_are():
+    """The widest crop that leaves room for min(per_window, available) homologs cut to it."""
+    assert column_crop(500, 4096, 64, 200) == (4096 - 2 - 64) // 65 == 62
+    assert column_crop(500, 4096, 64, 16) == (4096 - 2 - 16) // 17 == 239  # 16 there are
+    assert column_crop(500, 4096, 16, 200) == 239  # 16 asked for
+    assert column_crop(500, 4096, 64, 64) == 62 and column_crop(500, 4096, 64, 60) == 66
+    assert column_crop(500, 4096, 64, 0) == 500 and column_crop(100, 4096, 16, 16) == 100
+    assert column_crop(500, 4097, 64, 200, ends=1) == (4097 - 1 - 64) // 65
+
+
+def test_window_homologs_auto_is_the_models_own_and_bad_values_are_refused():
+    assert (COLUMNS_WINDOW_HOMOLOGS, WHOLE_WINDOW_HOMOLOGS) == (64, 16)
+    assert window_homologs_for(True, "auto") == 64 and window_homologs_for(False, "auto") == 16
+    assert window_homologs_for(True, None) is None and window_homologs_for(False, 5) == 5
+    assert window_homologs_for(True, np.int64(3)) == 3
+    for bad in (0, -1, 2.5, True, "all", "16"):
+        with pytest.raises(ConfigError, match="auto, null or a whole number >= 1"):
+            window_homologs_for(True, bad)
+    base = {"fasta": "x.fa", "mutations": "m.csv", "out": "o.csv"}
+    for good in ("auto", None, 1, 64):
+        validate_analysis_config(ScoreConfig(**base, context_window_homologs=good))
+    for bad in (0, 2.5, True, "all"):
+        with pytest.raises(ConfigError, match="context_window_homologs must be auto, null or"):
+            validate_analysis_config(ScoreConfig(**base, context_window_homologs=bad))
+
+
+def test_a_columns_model_fills_its_crop_with_as_many_homologs_as_there_are(tmp_path, monkeypatch):
+    """auto: up to 64 homologs a window for a columns model, the crop as wide as the homologs
+    there are leave room for; 16 and whole windows for a model that places them whole."""
+    rng = np.random.default_rng(11)
+    wt = "".join(rng.choice(AA, 60))
+    rows = [_mutated(wt, rng, 12) for _ in range(5)]
+    context = H.read_scan_context(_a3m(tmp_path, wt, rows), A, wt, "wt")
+    model = _columns_model()
+    calls = _capture(monkeypatch)
+    H.context_log_probs(model, A, wt, [30], context, max_length=200)
+    # 5 homologs (fewer than 64): (200 - 2 - 5) // 6 = 32 residues about the site
+    assert context.info["context_crop"] == 32 and context.info["context_window_homologs"] == 64
+    assert context.info["mean_homologs_in_window"] == 5
+    (job,) = calls[-1]
+    assert len(job[1]) == 1 + 5 * (32 + 1) + 32 + 1  # <cls>, 5 x (crop + <sep>), crop, <eos>
+    H.context_log_probs(model, A, wt, [30], context, max_length=200, window_homologs=2)
+    assert context.info["context_crop"] == 60 and context.info["mean_homologs_in_window"] == 2
+    with pytest.raises(ConfigError, match=r"context_window_homologs=auto or N, not null"):
+        H.context_log_probs(model, A, wt, [30], context, max_length=200, window_homologs=None)
+    model.config.context_positions = "window"  # places them whole: auto is 16
+    H.context_log_probs(model, A, wt, [30], context, max_length=200)
+    assert context.info["context_window_homologs"] == 16 and context.info["context_crop"] is None

@@ -760,8 +760,11 @@ def test_context_columns_refuse_no_samples_and_no_window_homologs(tmp_path):
     variants = [parse_variant(f"{WT[3]}4A", WT, 1)]
     with pytest.raises(ValueError, match=r"samples must be >= 1 \(got 0\)"):
         context_columns(_model(), ALPHABET, WT, variants, ctx, max_length=256, samples=0)
-    with pytest.raises(ValueError, match=r"window_homologs must be >= 1 or None \(got 0\)"):
-        context_columns(_model(), ALPHABET, WT, variants, ctx, max_length=256, window_homologs=0)
+    for bad in (0, 2.5, True, "all"):
+        with pytest.raises(ConfigError, match=r"must be auto, null or a whole number >= 1"):
+            context_columns(
+                _model(), ALPHABET, WT, variants, ctx, max_length=256, window_homologs=bad
+            )
 
 
 def test_context_marginals_count_each_site_once():

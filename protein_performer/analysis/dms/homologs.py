@@ -40,9 +40,12 @@ from protein_performer.analysis.dms.profile import (
     pssm_scores,
 )
 from protein_performer.analysis.dms.windows import (
+    AUTO_WINDOW_HOMOLOGS,
+    column_crop,
     column_jobs,
     crop_width,
     masked_log_probs,
+    window_homologs_for,
     window_info,
 )
 from protein_performer.analysis.homolog_pairs import query_names
@@ -79,10 +82,10 @@ DEFAULT_RETRIEVAL = 0.6
 RETRIEVAL_COLUMN = "context_retrieval"
 #: How the window's homologs are chosen when none is named (see :data:`~protein_performer.data.msa.SAMPLINGS`).
 DEFAULT_SAMPLING = "first"
-#: At most this many homologs in one window: the homolog model reads best after 12-16 (on
-#: held-out proteins with 48 hits, 16 in the window 8.15, 24 8.22, 47 8.58 perplexity), so a
-#: short protein in a long window is not given more than it can use.
-DEFAULT_WINDOW_HOMOLOGS = 16
+#: At most this many homologs in one window, by default: the model's own
+#: (:func:`~.windows.window_homologs_for`: 64 for a model that reads them at their columns, 16
+#: for one that places them whole).
+DEFAULT_WINDOW_HOMOLOGS = AUTO_WINDOW_HOMOLOGS
 #: Homologs more identical to the wild type than this stay out of the model's windows (the
 #: profile keeps them): the homolog models were trained on search hits of at most 90 %
 #: identity, and a near-copy first in the file hands the model the wild type at nearly every
@@ -401,7 +404,7 @@ def context_log_probs(
     packed: bool = False,
     sampling: str = DEFAULT_SAMPLING,
     samples: int = 1,
-    window_homologs: int | None = DEFAULT_WINDOW_HOMOLOGS,
+    window_homologs: int | str | None = DEFAULT_WINDOW_HOMOLOGS,
     max_identity: float | None = DEFAULT_MAX_IDENTITY,
     seed: int = 0,
     crop: bool = True,
@@ -413,7 +416,8 @@ def context_log_probs(
     windows of ``max_length`` tokens, each filled with the homologs
     :func:`~protein_performer.data.msa.homolog_order` draws for ``sampling`` (seeded by
     ``[seed, sample]``) among those at most ``max_identity`` identical to the wild type (None:
-    all; all too when none is), at most ``window_homologs`` of them (None: as many as fit),
+    all; all too when none is), at most ``window_homologs`` of them (None: as many as fit;
+    ``"auto"``: :func:`~.windows.window_homologs_for` the model),
     those that fit placed in file order (a search's best first:
     :func:`~protein_performer.data.context_windows.in_rank_order`). With ``crop``, where that
     window holds fewer than ``window_homologs`` of them whole, each site is scored on the
@@ -422,8 +426,8 @@ def context_log_probs(
     protein is a :class:`ConfigError` naming the least that has one."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1 (got {samples})")
-    if window_homologs is not None and window_homologs < 1:
-        raise ValueError(f"window_homologs must be >= 1 or None (got {window_homologs})")
+    columns = getattr(getattr(model, "config", None), "context_positions", "window") == "columns"
+    window_homologs = window_homologs_for(columns, window_homologs)
     ids = alphabet.encode(sequence)
     bad = [s for s in sites if not 0 <= s < len(ids)]
     if bad:
@@ -437,16 +441,15 @@ def context_log_probs(
     _, ends = _target_width(len(ids), length, style)  # <cls>/<eos>, or one <sep>
     cut = crop_width(len(ids), length, window_homologs, ends) if crop else None
     cut = None if matrix is None else cut
-    columns = getattr(getattr(model, "config", None), "context_positions", "window") == "columns"
     if columns:  # read at their columns: every window holds the homologs' columns about a site
-        if matrix is None or packed or not crop:
+        if matrix is None or packed or not crop or window_homologs is None:
             raise ConfigError(
                 "this model reads homologs at the columns they align to: it needs them aligned "
-                "(an alignment, or FASTA hits aligned for the profile) and the column crop "
-                "(context_crop=true, not packed)"
+                "(an alignment, or FASTA hits aligned for the profile), the column crop "
+                "(context_crop=true, not packed) and a number of them a window "
+                "(context_window_homologs=auto or N, not null)"
             )
-        per = window_homologs or DEFAULT_WINDOW_HOMOLOGS
-        cut = min(len(ids), max(1, (length - ends - per) // (per + 1)))
+        cut = column_crop(len(ids), length, window_homologs, len(used), ends)
     # an alignment's rows hold its columns: placed on the protein for the crop
     at_wild_type = None if cut is None else _on_wild_type(matrix, context, len(ids))
     runs, held, asked = [], [], samples
@@ -521,13 +524,14 @@ def _sample_log_probs(
             model, alphabet, ids, whole, sites, max_length=length, style=style,
             toks_per_batch=toks_per_batch, progress=progress,
         )  # fmt: skip
-    draws = min(len(used), CROP_DRAWS_PER_WINDOW * (window_homologs or DEFAULT_WINDOW_HOMOLOGS))
+    per = window_homologs or len(used)  # a crop is cut for a number of homologs: never None here
+    draws = min(len(used), CROP_DRAWS_PER_WINDOW * per)
     drawn = homolog_order(
         sampling, weights=weights, matrix=matrix, seed=seed, sample=sample, limit=draws
     )
     jobs, counts = column_jobs(
         ids, [(int(i), at_wild_type[i]) for i in drawn], sites, alphabet, length,
-        width=cut, per_window=window_homologs or DEFAULT_WINDOW_HOMOLOGS, style=style,
+        width=cut, per_window=per, style=style,
         positions=columns,
     )  # fmt: skip
     # no homolog covers the region (an alignment of part of the protein): the whole protein
