@@ -29,7 +29,7 @@ from protein_performer.analysis.inputs import (
     source_names,
 )
 from protein_performer.data.alphabet import Alphabet
-from protein_performer.model.performer import ProteinLM
+from protein_performer.model.performer import ProteinLM, require_window_positions
 
 
 @dataclass
@@ -71,6 +71,8 @@ def read_heads_window(
         invalid=invalid,
         strip_gaps=strip_gaps,
     )
+    if join:  # a joined window places every record at its place in it
+        require_window_positions(model, "plot-heads join=true")
     ids = None if record is None else [record]
     names = source_names(fasta)
     if not join:

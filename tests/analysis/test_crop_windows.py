@@ -500,8 +500,9 @@ def test_a_columns_model_reads_every_site_on_its_columns_at_their_positions(tmp_
         H.context_log_probs(model, A, wt, sites, context, max_length=400, crop=False)
 
 
-def test_commands_that_place_homologs_in_a_window_refuse_a_columns_model():
+def test_commands_that_place_homologs_in_a_window_refuse_a_columns_model(tmp_path):
     from protein_performer.analysis.cross_homolog import cross_homolog_view
+    from protein_performer.analysis.head_view import read_heads_window
     from protein_performer.evaluation.context_perplexity import context_perplexity
 
     model = _columns_model()
@@ -509,6 +510,11 @@ def test_commands_that_place_homologs_in_a_window_refuse_a_columns_model():
         cross_homolog_view(model, A, [("MKTAYIAKQR", ["MKTAYLAKQR"])], max_length=64)
     with pytest.raises(ConfigError, match="evaluate context= places homologs"):
         context_perplexity(model, A, [], max_length=64)
+    fasta = tmp_path / "two.fasta"
+    fasta.write_text(">a\nMKTAYIAKQR\n>b\nMKTAYLAKQR\n")
+    with pytest.raises(ConfigError, match="plot-heads join=true places homologs"):
+        read_heads_window(fasta, A, model, 64, join=True)
+    assert read_heads_window(fasta, A, model, 64).protein.id == "a"  # one protein: its own
     model.config.context_positions = "window"  # the same weights read as a window model
     with pytest.raises(ValueError, match="at least one array"):  # past the check: no targets
         context_perplexity(model, A, [], max_length=64)
