@@ -42,7 +42,7 @@ from _common import (
     one_line_errors,
     write_json,
 )
-from long_windows import hits_by_query, test_split
+from long_windows import draw_queries, hits_by_query, test_split
 
 #: The profile's weight in the mixed column (that of ``score``'s ``context_retrieval``).
 RETRIEVAL = 0.6
@@ -133,11 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     queries = {q.id: alphabet.decode(q.residues) for q in read_proteins(args.queries, alphabet)}
     held = set(held_out.ids)
     hits = hits_by_query(args.hits / "hits.fasta", held)
-    eligible = sorted(  # held-out queries only: a query of another split is a training protein
-        q for q, h in hits.items() if len(h) >= args.min_hits and q in queries and q in held
-    )
-    rng = np.random.default_rng(args.seed)
-    chosen = sorted(rng.choice(eligible, min(args.proteins, len(eligible)), replace=False))
+    eligible, chosen = draw_queries(hits, queries, held, args)
     print(machine_line("cpu", args.threads))
     print(f"{len(eligible):,} held-out proteins with >= {args.min_hits} hits; {len(chosen)} drawn")
     model, _ = protein_performer.load(args.checkpoint)

@@ -69,6 +69,20 @@ def hits_by_query(path: Path, held_out: set[str]) -> dict[str, list[str]]:
     return out
 
 
+def draw_queries(
+    hits: dict[str, list[str]], queries: Any, held_out: set[str], args: argparse.Namespace
+) -> tuple[list[str], list[str]]:
+    """``(eligible, drawn)``: the held-out queries with at least ``args.min_hits`` hits, and
+    ``args.proteins`` of them drawn with ``args.seed`` (sorted); a query outside the held-out
+    split is a training protein and never eligible."""
+    eligible = sorted(
+        q for q, h in hits.items() if len(h) >= args.min_hits and q in queries and q in held_out
+    )
+    rng = np.random.default_rng(args.seed)
+    drawn = sorted(rng.choice(eligible, min(args.proteins, len(eligible)), replace=False))
+    return eligible, [str(q) for q in drawn]
+
+
 def score_protein(model: Any, alphabet: Any, seq: str, qid: str, hits: list[str], args: Any):
     """``{setting: [−log p(true residue)]}`` at the protein's sites and the mean homologs a
     window held with and without the crop."""
@@ -174,10 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     from protein_performer.analysis.inputs import read_proteins
 
     queries = {q.id: alphabet.decode(q.residues) for q in read_proteins(args.queries, alphabet)}
-    hits = hits_by_query(args.hits / "hits.fasta", set(held_out.ids))
-    eligible = sorted(q for q, h in hits.items() if len(h) >= args.min_hits and q in queries)
-    rng = np.random.default_rng(args.seed)
-    chosen = sorted(rng.choice(eligible, min(args.proteins, len(eligible)), replace=False))
+    held = set(held_out.ids)
+    hits = hits_by_query(args.hits / "hits.fasta", held)
+    eligible, chosen = draw_queries(hits, queries, held, args)
     print(machine_line("cpu", args.threads))
     print(f"{len(eligible):,} held-out proteins with >= {args.min_hits} hits; {len(chosen)} drawn")
     model, _ = protein_performer.load(args.checkpoint)

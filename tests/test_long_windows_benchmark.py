@@ -100,3 +100,19 @@ def test_each_setting_is_the_models_log_probability_at_its_site(tmp_path, monkey
         with torch.no_grad():
             ref = model(x, x == A.pad_idx)["logits"][0, at].log_softmax(-1)[A.index(seq[site])]
         np.testing.assert_allclose(got, -float(ref), rtol=1e-4)
+
+
+def test_queries_are_drawn_from_held_out_proteins_with_enough_hits():
+    hits = {"a": ["h"] * 3, "b": ["h"] * 5, "c": ["h"] * 2, "d": ["h"] * 4, "e": ["h"] * 9}
+    queries = {"a": "M", "b": "M", "c": "M", "d": "M"}  # e is not among the queries
+
+    class Args:
+        min_hits, proteins, seed = 3, 2, 0
+
+    eligible, drawn = bench.draw_queries(hits, queries, {"a", "b", "c", "e"}, Args)
+    assert eligible == ["a", "b"]  # c: 2 hits; d: not held out (a training protein); e: no query
+    assert drawn == ["a", "b"]
+    Args.proteins = 1
+    once = bench.draw_queries(hits, queries, {"a", "b", "c", "d"}, Args)
+    assert once[0] == ["a", "b", "d"] and len(once[1]) == 1 and once[1][0] in once[0]
+    assert bench.draw_queries(hits, queries, {"a", "b", "c", "d"}, Args) == once  # seeded
