@@ -76,7 +76,12 @@ def test_every_group_option_and_experiment_composes():
                 "homologs",
             ):
                 overrides.append("data.clusters=clusters14")
-            elif option in ("homologs_msa", "homologs_deep", "homologs_columns"):
+            elif option in (
+                "homologs_msa",
+                "homologs_deep",
+                "homologs_columns",
+                "homologs_columns_deep",
+            ):
                 overrides += ["data.clusters=clusters14", "data.pair_homologs=hits14"]
             cfg = compose_job("train", overrides).config
             validate_train_config(cfg)
@@ -792,6 +797,18 @@ def test_rows_read_at_their_columns_and_a_model_that_reads_them_go_together():
         (["data.pair_mask=all"], "pair_columns needs data.pair_mask=protein"),
         (["model.position=learned", "model.nope_layers=[]"], "context_positions=columns needs"),
         (["model.context_positions=rows"], "context_positions"),
+        (
+            ["data.pair_column_crop=widest"],
+            "pair_column_crop='widest' is not valid; choose one of: partners, drawn",
+        ),
     ):
         with pytest.raises(ConfigError, match=match):
             validate_train_config(compose_job("train", [*base, *extra]).config)
+    assert cfg.data.pair_column_crop == "partners"  # the shipped recipe: every crop for 16
+    deep = ["experiment=homologs_columns_deep", "data.clusters=c", "data.pair_homologs=h"]
+    cfg = compose_job("train", deep).config
+    validate_train_config(cfg)
+    assert (cfg.data.pair_partners, cfg.data.pair_column_crop) == (64, "drawn")
+    with pytest.raises(ConfigError, match=r"pair_column_crop sizes the crop of data\.pair_columns"):
+        pairs = ["experiment=homolog_pairs", "data.clusters=c", "data.pair_column_crop=drawn"]
+        validate_train_config(compose_job("train", pairs).config)

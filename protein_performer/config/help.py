@@ -57,6 +57,8 @@ TRAIN_KEY_HELP: dict[str, str] = {
     "partners are each protein's hits (alignment-like rows)",
     "data.pair_columns": "pairs: each homolog cut to the protein's columns, read at them "
     "(model.context_positions=columns)",
+    "data.pair_column_crop": "pair_columns: partners (every crop leaves room for "
+    "pair_partners homologs) or drawn (for the homologs the row draws, as score crops)",
     "data.max_length": "tokens per row (longer proteins are cropped)",
     "data.toks_per_batch": "tokens per batch (rows x longest row)",
     "data.batch_size": "fixed rows per batch instead of toks_per_batch",

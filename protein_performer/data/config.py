@@ -41,6 +41,10 @@ PACKING_MODE: dict[str, str] = {"family": "concat", "copy": "concat", "pairs": "
 CLUSTER_PACKINGS: tuple[str, ...] = ("family", "pairs")
 #: ``pair_mask``: mask the whole row, or only the protein after its partner
 PAIR_MASKS: tuple[str, ...] = ("all", "protein")
+#: How a columns row's crop is sized (``pair_column_crop``): ``partners`` leaves room for
+#: ``pair_partners`` homologs in every row; ``drawn`` for the homologs the row holds, as the
+#: scorer crops for the homologs there are.
+COLUMN_CROPS: tuple[str, ...] = ("partners", "drawn")
 #: homolog-conditioned evaluation: where filled windows put the homologs (among the fill at
 #: random, or right before the target)
 FILL_PLACES: tuple[str, ...] = ("random", "adjacent")
@@ -58,6 +62,7 @@ _PAIR_SETTINGS = (
     ("pair_partners", 1),
     ("pair_homologs", None),
     ("pair_columns", False),
+    ("pair_column_crop", "partners"),
 )
 
 
@@ -157,6 +162,9 @@ class DataConfig:
             homologs fit beside it, each homolog aligned to the crop (its masked residues
             unknown) and cut to the residues in its columns, every token at its column's
             position (:class:`~protein_performer.data.datasets.PairDataset` ``columns``).
+        pair_column_crop: with ``pair_columns``, ``partners``: every row's crop leaves room for
+            ``pair_partners`` homologs; ``drawn``: for the homologs the row draws (a row of 3
+            crops wider than one of 64), as ``score`` crops a site for the homologs it has.
         max_records: read at most this many FASTA records for training (before the hash
             split, so it also bounds val/test of a hash split); also caps shard/source train
             sets.
@@ -183,6 +191,7 @@ class DataConfig:
     pair_partners: int = 1
     pair_homologs: str | None = None
     pair_columns: bool = False
+    pair_column_crop: str = "partners"
     max_length: int = 1024
     toks_per_batch: int = 16384
     batch_size: int | None = None
@@ -290,6 +299,12 @@ class DataConfig:
             raise ConfigError(
                 f"{p}pair_partners > 1 does not work with {p}pair_fill or "
                 f"{align or 'pair_align'} (rows of two proteins)"
+            )
+        check_choice(f"{p}pair_column_crop", self.pair_column_crop, COLUMN_CROPS)
+        if self.pair_column_crop != "partners" and not self.pair_columns:
+            raise ConfigError(
+                f"{p}pair_column_crop sizes the crop of {p}pair_columns rows: set "
+                f"{p}pair_columns=true"
             )
         if self.pair_columns and (self.pair_fill or align or self.pair_mask != "protein"):
             raise ConfigError(

@@ -137,6 +137,13 @@ def context_window(
     return tokens, start, len(parts) // 2
 
 
+def column_width(max_length: int, homologs: int, ends: int = 2) -> int:
+    """The widest crop of a protein that leaves room in ``max_length`` tokens for ``homologs``
+    (at least 1) cut to the same columns, each with its ``<sep>``, and ``ends`` end tokens."""
+    per = max(1, int(homologs))
+    return max(1, (max_length - ends - per) // (per + 1))
+
+
 def column_window(
     target: np.ndarray,
     context: Sequence[tuple[np.ndarray, np.ndarray]],

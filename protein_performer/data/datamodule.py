@@ -228,6 +228,7 @@ class ProteinDataModule(pl.LightningDataModule):
         self.pair_fill, self.pair_partners = bool(cfg.pair_fill), int(cfg.pair_partners)
         self.pair_homologs = cfg.pair_homologs
         self.pair_columns = bool(cfg.pair_columns)
+        self.pair_column_crop = cfg.pair_column_crop
         self.clusters = cfg.clusters
         self._cluster_of: Mapping[str, str] | None = None
         # split -> (records, items, records cut) when crop="sliding" cut long records
@@ -390,6 +391,7 @@ class ProteinDataModule(pl.LightningDataModule):
                 hits=hits,
                 columns=self.pair_columns,
                 mask_prob=self.mask_prob,
+                column_crop=self.pair_column_crop,
             )
             if hits is not None:
                 self._note(

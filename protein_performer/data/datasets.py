@@ -27,9 +27,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from protein_performer.data.config import CLUSTER_SAMPLING, PAIR_MASKS
+from protein_performer.data.config import CLUSTER_SAMPLING, COLUMN_CROPS, PAIR_MASKS
 from protein_performer.data.context_windows import (
     MIN_CONTEXT_RESIDUES,
+    column_width,
     column_window,
     context_window,
     fit_members,
@@ -285,6 +286,10 @@ class PairDataset(CropDataset):
             :func:`~protein_performer.data.context_windows.column_window`). Needs
             ``mask="protein"``.
         mask_prob: with ``columns``, the share of the protein's residues masked.
+        column_crop: with ``columns``, ``"partners"``: every row's crop is
+            :attr:`column_width`; ``"drawn"``: the widest that leaves room for the homologs the
+            row draws (:func:`~protein_performer.data.context_windows.column_width`), as the
+            scorer crops a site for the homologs it has.
     """
 
     def __init__(
@@ -304,6 +309,7 @@ class PairDataset(CropDataset):
         hits: HitPartners | None = None,
         columns: bool = False,
         mask_prob: float = 0.15,
+        column_crop: str = "partners",
     ) -> None:
         if (
             isinstance(max_partners, bool)
@@ -322,7 +328,12 @@ class PairDataset(CropDataset):
             raise ConfigError("columns needs mask='protein' and works without fill or align")
         if not 0.0 < float(mask_prob) <= 1.0:
             raise ConfigError(f"mask_prob must be in (0, 1], got {mask_prob!r}")
+        if column_crop not in COLUMN_CROPS:
+            raise ConfigError(
+                f"column_crop must be one of {', '.join(COLUMN_CROPS)}, got {column_crop!r}"
+            )
         self.columns, self.mask_prob = bool(columns), float(mask_prob)
+        self.column_crop = column_crop
         self.mask = mask
         self.fill = bool(fill)
         # the partner's budget is at least max_length - max_length // 2 tokens; below this a
@@ -366,11 +377,12 @@ class PairDataset(CropDataset):
         if hits is not None:
             self._use_hits(hits, source)
         #: the protein's crop in a columns row: max_partners homologs cut to it fit beside it
-        self.column_width = max(
-            1, (self.max_length - 2 - self.max_partners) // (self.max_partners + 1)
-        )
+        self.column_width = column_width(self.max_length, self.max_partners)
         if self.columns:  # batches are packed by these: the crop and k homologs cut to it
-            keep = np.minimum(source.lengths, self.column_width)
+            # "drawn": a row of fewer homologs crops wider, but never past the whole protein
+            # or the window, so the protein's length bounds its crop
+            widest = self.column_width if column_crop == "partners" else self.max_length
+            keep = np.minimum(source.lengths, widest)
             sizes = np.array([len(self.groups[g]) - 1 for g in self.group_of], dtype=np.int64)
             k = np.minimum(sizes, self.max_partners)
             if hits is not None:
@@ -496,7 +508,14 @@ class PairDataset(CropDataset):
             epoch = 0
         residues = self.source[index]
         n = len(residues)
-        keep = min(n, self.column_width)
+        # a copy would hand over the masked residues
+        partners = [
+            p for p in self.partner_residues(index, epoch) if not np.array_equal(p, residues)
+        ]
+        width = self.column_width
+        if self.column_crop == "drawn":
+            width = column_width(self.max_length, min(len(partners), self.max_partners))
+        keep = min(n, width)
         first = int(keyed_rng(TAG_CROP, self.seed, epoch, index).integers(0, n - keep + 1))
         target = residues[first : first + keep]
         rng = keyed_rng(TAG_BLIND, self.seed, epoch, index)
@@ -505,9 +524,7 @@ class PairDataset(CropDataset):
         blind = np.array(list(self.alphabet.decode(target)))
         blind[masked] = "X"
         members = []
-        for partner in self.partner_residues(index, epoch):
-            if np.array_equal(partner, residues):  # a copy would hand over the masked residues
-                continue
+        for partner in partners:
             hit = aligned_positions("".join(blind), self.alphabet.decode(partner))
             cols = np.flatnonzero(hit >= 0)
             if len(cols) >= min(MIN_CONTEXT_RESIDUES, keep):

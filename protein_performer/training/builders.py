@@ -133,6 +133,7 @@ def pair_settings(d: DataConfig) -> dict[str, Any]:
         "pair_fill": d.pair_fill,
         "pair_homologs": os.path.abspath(d.pair_homologs) if d.pair_homologs else None,
         "pair_columns": d.pair_columns,
+        "pair_column_crop": d.pair_column_crop,
     }
 
 

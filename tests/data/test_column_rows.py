@@ -144,3 +144,26 @@ def test_the_crop_starts_anywhere_and_a_short_protein_is_whole():
     assert firsts == {0, 1}  # 102 residues, a crop of 101: both starts drawn
     short = ds[(1, 0)]
     assert len(short["tokens"]) == 62 and short["positions"].tolist() == [-1, *range(61)]
+
+
+def test_a_drawn_crop_leaves_room_for_the_homologs_the_row_draws():
+    """``column_crop="drawn"``: the widest crop for the homologs a row holds (the copy left
+    out), as the scorer crops; ``"partners"``: every crop for ``max_partners``."""
+    src = _family()
+    fixed = _dataset(src, [1, 2], max_partners=64)
+    assert fixed.column_width == (512 - 2 - 64) // 65 == 6
+    drawn = _dataset(src, [1, 2], max_partners=64, column_crop="drawn")
+    assert drawn.lengths[0] == 512 and drawn.lengths[3] == 200 + 2  # bounds: the whole protein
+    for epoch in range(4):
+        for ds, width in ((fixed, 6), (drawn, (512 - 2 - 1) // 2)):  # 1 homolog: 254 residues
+            item = ds[(0, epoch)]
+            tokens = item["tokens"]
+            seps = np.flatnonzero(tokens == A.sep_idx)  # a 6-residue crop may align no hit
+            start = int(seps[-1]) + 1 if len(seps) else 1
+            assert len(tokens) - start - 1 == width and tokens[-1] == A.eos_idx
+            assert ds is fixed or len(seps) == 1  # the wide crop holds its homolog
+            assert len(tokens) <= ds.lengths[0]
+    alone = drawn[(3, 0)]["tokens"]  # no homolog: the whole protein (200 residues)
+    assert len(alone) == 202
+    with pytest.raises(ConfigError, match="column_crop must be one of partners, drawn"):
+        _dataset(src, [1], column_crop="widest")

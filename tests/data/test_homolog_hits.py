@@ -166,6 +166,13 @@ def test_datamodule_reads_hits_of_its_training_split_only(tmp_path):
     parts = row_parts(ds[(1, 0)]["tokens"])
     np.testing.assert_array_equal(parts[0], src[0][4:30])
     assert any("3 of 6 proteins have search hits" in n for n in dm.notes["train"])
+    for crop in ("partners", "drawn"):  # columns rows: how their crop is sized reaches the rows
+        cols = ProteinDataModule(
+            train_source=src, pair_homologs=str(tmp_path), pair_partners=4, pair_columns=True,
+            pair_column_crop=crop, **kw,
+        )  # fmt: skip
+        cols.setup("fit")
+        assert cols.datasets["train"].columns and cols.datasets["train"].column_crop == crop
     with pytest.raises(ConfigError, match="pair_homologs needs packing=pairs"):
         ProteinDataModule(train_source=src, clusters=table, pair_homologs=str(tmp_path))
     with pytest.raises(ConfigError, match="pair_homologs does not work with pair_fill"):

@@ -26,6 +26,7 @@ from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
 from protein_performer.data.batching import pad_batch, pad_positions
 from protein_performer.data.context_windows import (
     MIN_CONTEXT_RESIDUES,
+    column_width,
     column_window,
     context_window,
 )
@@ -91,8 +92,7 @@ def column_crop(n: int, max_length: int, per_window: int, available: int, ends: 
     homologs at their columns: the widest crop that leaves room for ``per_window`` homologs
     cut to it, or for the ``available`` ones when there are fewer (each with its ``<sep>``,
     ``ends`` tokens for ``<cls>``/``<eos>``); the whole protein when that is no longer."""
-    per = max(1, min(per_window, available))
-    return min(n, max(1, (max_length - ends - per) // (per + 1)))
+    return min(n, column_width(max_length, min(per_window, available), ends))
 
 
 def column_jobs(
