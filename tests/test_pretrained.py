@@ -50,7 +50,10 @@ def test_an_unknown_name_is_a_one_line_error_naming_the_shipped_ones(tmp_path, m
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"no shipped checkpoint named 'esm2'") as e:
         protein_performer.load("esm2")
-    names = "the names are default, homologs, homologs-msa, homologs-deep, homologs-columns"
+    names = (
+        "the names are default, homologs, homologs-msa, homologs-deep, homologs-columns, "
+        "homologs-columns-deep"
+    )
     assert names in str(e.value) and "\n" not in str(e.value)
 
 
@@ -124,3 +127,10 @@ def test_the_columns_model_is_the_alignment_model_trained_to_read_columns():
     assert sum(not torch.equal(a, b) for a, b in pairs) > len(old.state_dict()) // 2
     assert meta["data"]["clusters_digest"] == meta_old["data"]["clusters_digest"]
     assert meta["data"]["pair_columns"] and meta["data"]["max_length"] == 4096
+    if not shipped("homologs-columns-deep"):
+        return
+    deep, meta_deep = load_model("homologs-columns-deep")  # trained on from it, up to 64 a row
+    assert deep.config == new.config
+    assert meta_deep["data"]["clusters_digest"] == meta["data"]["clusters_digest"]
+    assert meta_deep["data"]["pair_partners"] == 64
+    assert meta_deep["data"]["pair_column_crop"] == "drawn"

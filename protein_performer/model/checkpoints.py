@@ -84,20 +84,22 @@ HOMOLOGS_CHECKPOINT = "data/pretrained/performer_homologs_14.ckpt"
 HOMOLOGS_MSA_CHECKPOINT = "data/pretrained/performer_homologs_msa_14.ckpt"
 HOMOLOGS_DEEP_CHECKPOINT = "data/pretrained/performer_homologs_deep_14.ckpt"
 HOMOLOGS_COLUMNS_CHECKPOINT = "data/pretrained/performer_homologs_columns_14.ckpt"
+HOMOLOGS_COLUMNS_DEEP_CHECKPOINT = "data/pretrained/performer_homologs_columns_deep_14.ckpt"
 #: The checkpoints shipped with the package: name -> path in the project (data/pretrained/,
 #: whose README holds their cards). ``default`` reads one protein; ``homologs`` a protein after
 #: its homologs; ``homologs-msa`` the same model trained on to read a protein after up to 32 of
 #: its search hits in 4,096-token windows (the ``context=`` commands' model); ``homologs-deep``
 #: that one trained on with up to 64 hits in 8,192-token windows (it reads more of a deep
 #: alignment: best with all the homologs a long window holds); ``homologs-columns`` reads 16
-#: homologs cut to each site's columns, every residue at its column's position (``score
-#: context=``'s model).
+#: homologs cut to each site's columns, every residue at its column's position;
+#: ``homologs-columns-deep`` is that one trained on with up to 64 (``score context=``'s model).
 SHIPPED_CHECKPOINTS = {
     "default": DEFAULT_CHECKPOINT,
     "homologs": HOMOLOGS_CHECKPOINT,
     "homologs-msa": HOMOLOGS_MSA_CHECKPOINT,
     "homologs-deep": HOMOLOGS_DEEP_CHECKPOINT,
     "homologs-columns": HOMOLOGS_COLUMNS_CHECKPOINT,
+    "homologs-columns-deep": HOMOLOGS_COLUMNS_DEEP_CHECKPOINT,
 }
 
 

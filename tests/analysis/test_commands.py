@@ -802,8 +802,11 @@ def test_context_commands_read_checkpoint_default_as_the_homolog_model(monkeypat
     assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "homologs-msa"
     # score reads the model that reads homologs at their columns; without it, homologs-msa
     scored = with_context_checkpoint(ScoreConfig(context="h.fa"), SCORE_CONTEXT_CHECKPOINTS)
+    assert scored.checkpoint == "homologs-columns-deep"
+    monkeypatch.setattr(checkpoints, "shipped", lambda name: name != "homologs-columns-deep")
+    scored = with_context_checkpoint(ScoreConfig(context="h.fa"), SCORE_CONTEXT_CHECKPOINTS)
     assert scored.checkpoint == "homologs-columns"
-    monkeypatch.setattr(checkpoints, "shipped", lambda name: name != "homologs-columns")
+    monkeypatch.setattr(checkpoints, "shipped", lambda name: not name.startswith("homologs-col"))
     scored = with_context_checkpoint(ScoreConfig(context="h.fa"), SCORE_CONTEXT_CHECKPOINTS)
     assert scored.checkpoint == "homologs-msa"
     monkeypatch.setattr(checkpoints, "shipped", lambda name: True)

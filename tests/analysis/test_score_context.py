@@ -394,7 +394,7 @@ def test_score_mutants_with_context_from_python_equals_the_cli(ckpt, tmp_path):
 def test_score_context_on_the_shipped_homolog_model_prints_which_model_scored(tmp_path, capsys):
     from protein_performer.model.checkpoints import shipped
 
-    if not shipped("homologs-columns"):
+    if not shipped("homologs-columns-deep"):
         pytest.skip("the shipped homolog checkpoint is not installed")
     _rows(tmp_path)
     _fasta(tmp_path / "wt.fa", [("wt", WT)])
@@ -404,8 +404,8 @@ def test_score_context_on_the_shipped_homolog_model_prints_which_model_scored(tm
     out = capsys.readouterr().out
     assert code == 0
     assert (
-        "\n  model: checkpoint=homologs-columns (the shipped homolog model that reads homologs "
-        "at their columns, read with context=" in out
+        "\n  model: checkpoint=homologs-columns-deep (the shipped homolog model that reads "
+        "homologs at their columns, trained with up to 64 a row, read with context=" in out
     )
     code = main(["score", *args, f"out={tmp_path / 't.csv'}"])
     assert code == 0 and "model: checkpoint=homologs" not in capsys.readouterr().out

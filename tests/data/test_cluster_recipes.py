@@ -164,6 +164,7 @@ def test_the_shipped_checkpoints_tables_are_named_by_the_command_that_rebuilds_t
         "homologs": "--experiment homologs",
         "homologs-msa": "--experiment homologs",  # trained on from homologs, its split
         "homologs-columns": "--experiment homologs",  # trained on from homologs-msa
+        "homologs-columns-deep": "--experiment homologs",  # trained on from homologs-columns
     }
     for name, command in commands.items():
         if not shipped(name):

@@ -445,7 +445,9 @@ def test_a_projection_not_taken_from_the_checkpoint_is_counted_as_the_first_draw
         assert torch.equal(module.projection, module._draw(0))
 
 
-@pytest.mark.parametrize("name", ["default", "homologs", "homologs-msa", "homologs-columns"])
+@pytest.mark.parametrize(
+    "name", ["default", "homologs", "homologs-msa", "homologs-columns", "homologs-columns-deep"]
+)
 def test_a_users_file_named_like_a_shipped_checkpoint_is_the_users(tmp_path, monkeypatch, name):
     from protein_performer.model.checkpoints import SHIPPED_CHECKPOINTS, resolve_checkpoint
 

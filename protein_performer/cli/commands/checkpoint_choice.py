@@ -10,10 +10,13 @@ from typing import Any
 #: installed: the one trained on alignment-like rows (search hits, up to 32 in 4,096 tokens),
 #: then the earlier one (cluster members in 1,024 tokens), still reachable by name
 CONTEXT_CHECKPOINTS = ("homologs-msa", "homologs")
-#: ``score``'s: first the model that reads homologs at the columns they align to
-SCORE_CONTEXT_CHECKPOINTS = ("homologs-columns", *CONTEXT_CHECKPOINTS)
+#: ``score``'s: first the models that read homologs at the columns they align to (the one
+#: trained with up to 64 of them a row, then the one with 16)
+SCORE_CONTEXT_CHECKPOINTS = ("homologs-columns-deep", "homologs-columns", *CONTEXT_CHECKPOINTS)
 
 _NOTES = {
+    "homologs-columns-deep": "the shipped homolog model that reads homologs at their columns, "
+    "trained with up to 64 a row",
     "homologs-columns": "the shipped homolog model that reads homologs at their columns",
     "homologs-msa": "the shipped homolog model trained on alignment-like rows",
     "homologs": "the shipped homolog model",
