@@ -89,6 +89,7 @@ def score_protein(model: Any, alphabet: Any, seq: str, qid: str, hits: list[str]
     from protein_performer.analysis.dms import homologs as H
     from protein_performer.analysis.dms.windows import masked_log_probs
     from protein_performer.data.context_windows import context_window
+    from protein_performer.model.performer import reads_columns
 
     n = len(seq)
     sites = [int(s) for s in np.linspace(10, n - 11, args.sites)]
@@ -98,7 +99,7 @@ def score_protein(model: Any, alphabet: Any, seq: str, qid: str, hits: list[str]
         path.write_text("".join(hits[:16]))
         context = H.read_scan_context(path, alphabet, seq, qid, max_homologs=16)
     nll, held = {}, {}
-    columns = model.config.context_positions == "columns"  # it reads every site on its crop
+    columns = reads_columns(model)  # it reads every site on its crop
     for name, crop in (("crop", True),) if columns else (("crop", True), ("whole", False)):
         logp = H.context_log_probs(model, alphabet, seq, sites, context, max_length=args.window,
                                    crop=crop)  # fmt: skip
@@ -125,6 +126,7 @@ def blind_crop(model: Any, alphabet: Any, seq: str, hits: list[str], sites: list
     ``−log Q(true residue)`` at the sites."""
     from protein_performer.analysis.dms.profile import COLUMNS, build_pssm
     from protein_performer.analysis.dms.windows import column_jobs, crop_width, masked_log_probs
+    from protein_performer.model.performer import reads_columns
 
     blind = np.array(list(seq))
     blind[sites] = "X"
@@ -136,7 +138,7 @@ def blind_crop(model: Any, alphabet: Any, seq: str, hits: list[str], sites: list
     jobs, _ = column_jobs(
         alphabet.encode(seq), [(k, pssm.matrix[k]) for k in keep], sites, alphabet,
         args.window, width=width, per_window=16,
-        positions=model.config.context_positions == "columns",
+        positions=reads_columns(model),
     )  # fmt: skip
     profile = [-float(np.log(pssm.frequencies[s][COLUMNS.index(seq[s])])) for s in sites]
     return masked_log_probs(model, alphabet, jobs), profile

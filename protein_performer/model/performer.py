@@ -374,10 +374,16 @@ class ProteinLM(nn.Module):
         return self.head(self.norm(x), self.embed.tokens.weight)
 
 
+def reads_columns(model: nn.Module) -> bool:
+    """Whether ``model`` reads homologs at the columns they align to
+    (``model.context_positions="columns"``; a model without a config reads a window)."""
+    return getattr(getattr(model, "config", None), "context_positions", "window") == "columns"
+
+
 def require_window_positions(model: nn.Module, what: str) -> None:
     """A one-line :class:`ConfigError` when ``model`` reads homologs at the columns they align
-    to (``context_positions="columns"``) and ``what`` places them at their places in a window."""
-    if getattr(getattr(model, "config", None), "context_positions", "window") == "columns":
+    to (:func:`reads_columns`) and ``what`` places them at their places in a window."""
+    if reads_columns(model):
         raise ConfigError(
             f"{what} places homologs at their places in the window, and this model reads them "
             "at the columns they align to (model.context_positions=columns): use it with score "

@@ -66,7 +66,7 @@ from protein_performer.data.msa import (
     read_msa,
 )
 from protein_performer.errors import ConfigError, DataError
-from protein_performer.model.performer import ProteinLM
+from protein_performer.model.performer import ProteinLM, reads_columns
 
 #: The columns this adds to a scan's scores.
 PSSM_COLUMN = "pssm"
@@ -426,7 +426,7 @@ def context_log_probs(
     protein is a :class:`ConfigError` naming the least that has one."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1 (got {samples})")
-    columns = getattr(getattr(model, "config", None), "context_positions", "window") == "columns"
+    columns = reads_columns(model)
     window_homologs = window_homologs_for(columns, window_homologs)
     ids = alphabet.encode(sequence)
     bad = [s for s in sites if not 0 <= s < len(ids)]
