@@ -10,10 +10,10 @@ import torch
 from protein_performer.analysis.dms.homologs import read_scan_context
 from protein_performer.analysis.dms.profile import COLUMNS
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
-from protein_performer.data.context_windows import column_window
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
 from tests.benchmark_scripts import load_benchmark
+from tests.columns_reference import column_members, site_logits
 
 A = default_alphabet()
 AA = np.array(list(STANDARD_AMINO_ACIDS))
@@ -86,21 +86,12 @@ def test_each_column_is_its_own_probability_of_the_true_residue(tmp_path):
     rows = [row for _, row in _records(text)[1:]]
     aa = [A.index(c) for c in COLUMNS]
     for cap, held in ((2, 2), (64, 4)):
-        members = []
-        for row in rows[:held]:  # file order; the protein is short: every window holds it whole
-            cols = np.array([j for j, c in enumerate(row) if c != "-"])
-            members.append((A.encode("".join(row[j] for j in cols)), cols))
+        # file order; the protein is short: every window holds it whole
+        members = column_members(A, rows[:held])
         for s, t, got, mixed in zip(
             sites, truth, nll[f"model, {cap}"], nll[f"with the profile, {cap}"], strict=True
         ):
-            target = A.encode(seq).astype(np.int64)
-            target[s] = A.mask_idx
-            tokens, place, first, _ = column_window(target, members, A, 400)
-            with torch.no_grad():
-                logits = model.logits_at(
-                    torch.as_tensor(tokens)[None], None, torch.tensor([[first + s]]),
-                    position_ids=torch.as_tensor(place, dtype=torch.float32)[None],
-                )[0, 0]  # fmt: skip
+            logits = site_logits(model, A, seq, members, s, 400)
             ref = logits[aa].double().log_softmax(-1).numpy()
             np.testing.assert_allclose(got, -ref[t], rtol=1e-4)
             both = 0.4 * ref + 0.6 * profile[s]

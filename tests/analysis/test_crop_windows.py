@@ -25,11 +25,11 @@ from protein_performer.analysis.dms.windows import (
 from protein_performer.config.schema import ScoreConfig
 from protein_performer.config.validate import validate_analysis_config
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
-from protein_performer.data.context_windows import column_window
 from protein_performer.data.msa import GAP
 from protein_performer.errors import ConfigError
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
+from tests.columns_reference import column_members, site_logits
 
 A = default_alphabet()
 AA = np.array(list(STANDARD_AMINO_ACIDS))
@@ -470,19 +470,9 @@ def test_a_columns_model_reads_every_site_on_its_columns_at_their_positions(tmp_
     logp = H.context_log_probs(model, A, wt, sites, context, max_length=400, window_homologs=3)
     assert context.info["context_crop"] == 60 and context.info["mean_homologs_in_window"] == 3
     # by hand: the homologs' residues at their columns, every token at its column's position
-    members = []
-    for row in rows:
-        columns = np.array([j for j, c in enumerate(row) if c != "-"])
-        members.append((A.encode("".join(row[j] for j in columns)), columns))
+    members = column_members(A, rows)
     for s in sites:
-        target = A.encode(wt).astype(np.int64)
-        target[s] = A.mask_idx
-        tokens, place, first, _ = column_window(target, members, A, 400)
-        with torch.no_grad():
-            ref = model.logits_at(
-                torch.as_tensor(tokens)[None], None, torch.tensor([[first + s]]),
-                position_ids=torch.as_tensor(place, dtype=torch.float32)[None],
-            )[0, 0].double().log_softmax(-1)  # fmt: skip
+        ref = site_logits(model, A, wt, members, s, 400).double().log_softmax(-1)
         np.testing.assert_allclose(logp[s], ref.numpy(), atol=1e-5)
     # a model that reads homologs at their places in the window: whole windows, no positions
     window_model = _columns_model()
