@@ -79,6 +79,29 @@ positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
 
 
+def window_caps(text: str) -> int | list[int] | str | None:
+    """An argparse type for ``context_window_homologs``: ``auto``, ``all`` (None: as many as
+    fit), ``N``, or ``A+B`` (windows of each, averaged: a list)."""
+    if text in ("auto", "all"):
+        return None if text == "all" else text
+    try:
+        caps = [int(part) for part in text.split("+")]
+    except ValueError:
+        caps = []
+    if not caps or min(caps) < 1 or len(set(caps)) < len(caps):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give auto, all, a number >= 1 or distinct ones joined by + (8+64)"
+        )
+    return caps[0] if len(caps) == 1 else caps
+
+
+def caps_label(caps: Any) -> str:
+    """``context_window_homologs`` as written on a table: ``all``, ``16``, ``8+64``."""
+    if caps is None:
+        return "all"
+    return "+".join(map(str, caps)) if isinstance(caps, (list, tuple)) else str(caps)
+
+
 def check_device(parser: argparse.ArgumentParser, device: str, *, allow_mps: bool = False) -> None:
     """Stop before any work when ``device`` cannot run here (a sweep of failed points and an
     empty result file would otherwise follow). ``allow_mps``: for checks that do not time (the

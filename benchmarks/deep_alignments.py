@@ -34,12 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
     add_output_args,
+    caps_label,
     check_outputs,
     environment,
     format_table,
     int_at_least,
     machine_line,
     one_line_errors,
+    window_caps,
     write_json,
 )
 from long_windows import draw_queries, hits_by_query, test_split
@@ -93,9 +95,12 @@ def score_protein(
             model, alphabet, seq, sites, context, max_length=args.window, window_homologs=cap
         )
         model_lp = np.stack([got[s][aa] for s in sites]).astype(np.float64)
-        out[f"model, {cap}"] = nll(model_lp)
-        out[f"with the profile, {cap}"] = nll((1 - RETRIEVAL) * model_lp + RETRIEVAL * profile)
-        out[f"crop, {cap}"] = [float(context.info.get("context_crop") or n)]
+        label = caps_label(cap)
+        out[f"model, {label}"] = nll(model_lp)
+        out[f"with the profile, {label}"] = nll((1 - RETRIEVAL) * model_lp + RETRIEVAL * profile)
+        crops = context.info.get("context_crop")  # a list for windows of two kinds (8+64)
+        crops = crops if isinstance(crops, list) else [crops]
+        out[f"crop, {label}"] = [float(max(c or n for c in crops))]  # the widest
     info = {"residues": n, "homologs": len(context.used), "neff": context.pssm.params["neff"]}
     return out, info
 
@@ -114,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sites", type=int_at_least(1), default=12)
     p.add_argument("--window", type=int_at_least(64), default=4096)
     p.add_argument(
-        "--window-homologs", type=int_at_least(1), nargs="+", default=[16, 32, 64],
-        help="context_window_homologs values, one column each",
+        "--window-homologs", type=window_caps, nargs="+", default=[16, 32, 64],
+        help="context_window_homologs values (N, or 8+64: windows of each averaged), a row each",
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int_at_least(1), default=torch.get_num_threads())
@@ -154,10 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     crops = {k: float(np.median(v)) for k, v in nll.items() if k.startswith("crop")}
     perplexity = {k: float(np.exp(np.mean(v))) for k, v in nll.items() if k not in crops}
     rows = [["profile of all the homologs", "-", "-", f"{perplexity['profile']:.2f}", "-"]]
-    for cap in args.window_homologs:
+    for label in map(caps_label, args.window_homologs):
         rows.append(
-            [f"context_window_homologs={cap}", cap, f"{crops[f'crop, {cap}']:.0f}",
-             f"{perplexity[f'model, {cap}']:.2f}", f"{perplexity[f'with the profile, {cap}']:.2f}"]
+            [f"context_window_homologs={label}", label, f"{crops[f'crop, {label}']:.0f}",
+             f"{perplexity[f'model, {label}']:.2f}",
+             f"{perplexity[f'with the profile, {label}']:.2f}"]
         )  # fmt: skip
     print(format_table(["column", "homologs", "median crop", "perplexity", "with profile"], rows))
     homologs = [p["homologs"] for p in proteins]

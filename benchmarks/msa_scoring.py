@@ -26,12 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
     add_output_args,
+    caps_label,
     check_outputs,
     environment,
     format_table,
     machine_line,
     one_line_errors,
     positive_int,
+    window_caps,
     write_json,
 )
 from homolog_scoring import read_scan
@@ -39,32 +41,31 @@ from homolog_scoring import read_scan
 from protein_performer.analysis.dms.homologs import DEFAULT_MAX_IDENTITY, DEFAULT_WINDOW_HOMOLOGS
 
 
-def setting(text: str) -> tuple[int, str, int, int | str | None]:
+def setting(text: str) -> tuple[int, str, int, int | list[int] | str | None]:
     """``TOKENS,SAMPLING,SAMPLES[,CAP]`` as a tuple (argparse type): CAP homologs at most in a
     window (``score context_window_homologs=``; default ``auto``: the model's own, ``all``: as
-    many as fit)."""
+    many as fit, ``8+64``: windows of each, averaged)."""
     try:
         tokens, sampling, samples, *rest = text.split(",")
         cap = rest[0].strip() if rest else str(DEFAULT_WINDOW_HOMOLOGS)
         if len(rest) > 1:
             raise ValueError
-        limit = None if cap == "all" else cap if cap == "auto" else int(cap)
-        out = (int(tokens), sampling.strip(), int(samples), limit)
-    except ValueError:
+        out = (int(tokens), sampling.strip(), int(samples), window_caps(cap))
+    except (ValueError, argparse.ArgumentTypeError):
         raise argparse.ArgumentTypeError(
             f"{text!r}: give TOKENS,SAMPLING,SAMPLES[,CAP], e.g. 1024,first,1 or 8192,first,1,all"
+            " (CAP: auto, all, N or 8+64)"
         ) from None
-    if (
-        out[0] < 16
-        or out[2] < 1
-        or out[1] not in ("first", "weighted", "diverse")
-        or (isinstance(out[3], int) and out[3] < 1)
-    ):
+    if out[0] < 16 or out[2] < 1 or out[1] not in ("first", "weighted", "diverse"):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: tokens >= 16, sampling first / weighted / diverse, samples >= 1, "
-            "cap >= 1, auto or all"
+            f"{text!r}: tokens >= 16, sampling first / weighted / diverse, samples >= 1"
         )
     return out
+
+
+def _listed(value: Any) -> list[Any]:
+    """What a row holds for each kind of window: a list already (``8+64``), or one value."""
+    return value if isinstance(value, list) else [value]
 
 
 def identity_limit(text: str) -> float | None:
@@ -171,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                 r["tokens"],
                 r["sampling"],
                 r["samples"],
-                r["window_homologs"] or "all",
-                f"{r['mean_homologs_in_window']:.1f}",
+                caps_label(r["window_homologs"]),
+                caps_label([f"{m:.1f}" for m in _listed(r["mean_homologs_in_window"])]),
                 fmt(r["model"]),
                 fmt(r["retrieval"]),
                 r["seconds"],

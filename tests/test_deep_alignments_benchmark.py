@@ -62,9 +62,12 @@ def test_each_column_is_its_own_probability_of_the_true_residue(tmp_path):
         position="rotary", context_positions="columns",
     )  # fmt: skip
     model = ProteinLM(cfg, len(A), A.pad_idx).eval()
+    with torch.no_grad():  # larger weights: the homologs a window holds move its logits
+        for p in model.parameters():
+            p.mul_(4)
 
     class Args:
-        sites, window, max_hits, window_homologs = 3, 400, 4, [2, 64]
+        sites, window, max_hits, window_homologs = 3, 400, 4, [2, 64, [2, 64]]
 
     nll, info = bench.score_protein(model, A, seq, hits, Args)
     sites = [10, 29, 49]
@@ -98,3 +101,15 @@ def test_each_column_is_its_own_probability_of_the_true_residue(tmp_path):
             both -= np.logaddexp.reduce(both)
             np.testing.assert_allclose(mixed, -both[t], rtol=1e-4)
         assert nll[f"crop, {cap}"] == [60.0]
+    # 2+64: the two windows' log-probabilities averaged, then read over the 20 amino acids
+    assert np.abs(np.subtract(nll["model, 2"], nll["model, 64"])).max() > 0.01
+    for s, t, got in zip(sites, truth, nll["model, 2+64"], strict=True):
+        mean = sum(
+            site_logits(model, A, seq, column_members(A, rows[:held]), s, 400)
+            .double()
+            .log_softmax(-1)
+            for held in (2, 4)
+        )
+        ref = (mean / 2)[aa].log_softmax(-1).numpy()
+        np.testing.assert_allclose(got, -ref[t], rtol=1e-4)
+    assert nll["crop, 2+64"] == [60.0]

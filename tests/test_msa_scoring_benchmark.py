@@ -55,6 +55,10 @@ def scan(tmp_path):
     return model, rows, subs, [float(f"{f:.4f}") for f in fitness]
 
 
+def caps_key(caps):
+    return tuple(caps) if isinstance(caps, list) else caps
+
+
 def test_rows_are_the_context_scores_of_each_setting(tmp_path, scan, capsys):
     model, rows, subs, fit = scan
     bench = load_benchmark("msa_scoring.py")
@@ -63,27 +67,37 @@ def test_rows_are_the_context_scores_of_each_setting(tmp_path, scan, capsys):
     args += ["--mutations", str(tmp_path / "dms.csv"), "--fitness", "fit"]
     args += ["--context", str(tmp_path / "msa.a3m"), "--json", str(out), "--retrieval", "0"]
     args += ["--settings", "128,first,1", "512,first,1", "128,weighted,2", "512,first,1,2"]
+    args += ["512,first,1,1+2"]
     assert bench.main(args) == 0
     result = json.loads(out.read_text())
     assert result["mutants"] == len(subs) and result["homologs_used"] == 6
-    got = {(r["tokens"], r["sampling"], r["samples"], r["window_homologs"]): r
+    got = {(r["tokens"], r["sampling"], r["samples"], caps_key(r["window_homologs"])): r
            for r in result["rows"]}  # fmt: skip
     sites = sorted({s.index for s in subs})
     homologs = [ALPHABET.encode(r.replace("-", "")) for r in rows]
     # file order: as many as fit (1 at 128 tokens, all 6 at 512), or the first 2 (cap 2)
-    for tokens, cap in ((128, 16), (512, 16), (512, 2)):
+    cols = {}
+    for tokens, cap in ((128, 16), (512, 16), (512, 2), (512, 1)):
         logp, info = context_marginals(
             model, ALPHABET, ALPHABET.encode(WT), homologs[:cap], sites, max_length=tokens
         )
         col = [
             logp[s.index][ALPHABET.index(s.mt)] - logp[s.index][ALPHABET.index(s.wt)] for s in subs
         ]
+        cols[tokens, cap] = col
+        if cap == 1:
+            continue
         row = got[(tokens, "first", 1, cap)]
         assert np.isclose(row["model"], spearman(col, fit))
         assert row["model"] == row["retrieval"]  # --retrieval 0: the model's alone
         assert row["mean_homologs_in_window"] == info["mean_homologs_in_window"]
     assert got[(128, "first", 1, 16)]["mean_homologs_in_window"] < 6
     assert got[(512, "first", 1, 2)]["mean_homologs_in_window"] == 2
+    both = got[(512, "first", 1, (1, 2))]  # a window of 1 and one of 2 for each site, averaged
+    assert both["window_homologs"] == [1, 2] and both["mean_homologs_in_window"] == [1, 2]
+    mean = (np.array(cols[512, 1]) + np.array(cols[512, 2])) / 2
+    assert np.isclose(both["model"], spearman(mean, fit))
+    assert not np.isclose(spearman(cols[512, 1], fit), spearman(cols[512, 2], fit))
     profile = alignment_profile(WT, read_msa(tmp_path / "msa.a3m", WT))
     expected = spearman(pssm_scores(profile, [[s] for s in subs]), fit)
     assert np.isclose(result["baselines"]["profile of the same homologs"], expected)
@@ -102,7 +116,10 @@ def test_a_bad_setting_is_refused(tmp_path, scan, capsys):
     with pytest.raises(SystemExit):
         bench.main([*args, "--settings", "1024,best,1"])
     assert "sampling first / weighted / diverse" in capsys.readouterr().err
-    for bad in ("1024,first,1,0", "1024,first,1,2,3"):
+    assert bench.setting("1024,first,1,8+64") == (1024, "first", 1, [8, 64])
+    assert bench.setting("1024,first,1,all")[3] is None and bench.setting("64,first,2")[3] == "auto"
+    assert bench.caps_label([8, 64]) == "8+64" and bench.caps_label(None) == "all"
+    for bad in ("1024,first,1,0", "1024,first,1,2,3", "1024,first,1,8+8", "1024,first,1,8+0"):
         with pytest.raises(SystemExit):
             bench.main([*args, "--settings", bad])
         assert "1024,first,1" in capsys.readouterr().err

@@ -363,8 +363,9 @@ class ScoreConfig:
     context_samples: int = _key(1, "context=: windows per site, their log-probabilities averaged")
     context_window_homologs: Any = _key(
         "auto",
-        "context=: at most N homologs in one window (auto: 64 for a model that reads them at "
-        "their columns, 16 for one that places them whole; null: as many as fit)",
+        "context=: at most N homologs in one window; a list [1,64]: windows of each, their "
+        "log-probabilities averaged (auto: [1,64] for a model that reads homologs at their "
+        "columns, 16 for one that places them whole; null: as many as fit)",
     )
     context_max_identity: float | None = _key(
         0.9,

@@ -36,7 +36,7 @@ from protein_performer.data.config import (
 )
 from protein_performer.errors import ConfigError
 from protein_performer.model.config import ATTENTION_KINDS
-from protein_performer.utils.checks import check_choice
+from protein_performer.utils.checks import check_choice, check_counts
 from protein_performer.utils.paths import check_distinct_inputs
 
 
@@ -55,11 +55,7 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
     if cfg.context_tokens is not None:
         _positive("context_tokens", cfg.context_tokens)
     _positive("context_samples", cfg.context_samples)
-    cap = cfg.context_window_homologs
-    if cap not in (None, "auto") and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        raise ConfigError(
-            f"context_window_homologs must be auto, null or a whole number >= 1 (got {cap!r})"
-        )
+    check_counts("context_window_homologs", cfg.context_window_homologs, ("auto",))
     check_choice("context_sampling", cfg.context_sampling, ("first", "weighted", "diverse"))
     if not isinstance(cfg.context_crop, bool):
         raise ConfigError(f"context_crop must be true or false (got {cfg.context_crop!r})")

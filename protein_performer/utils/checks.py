@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable
 
 from protein_performer.errors import ConfigError
@@ -15,3 +16,23 @@ def check_choice(key: str, value: object, choices: Iterable[str]) -> str:
     if value not in choices:
         raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(choices)}")
     return str(value)
+
+
+def check_counts(key: str, value: object, words: Iterable[str] = ()) -> tuple[int, ...] | None:
+    """``value`` as a tuple of whole numbers >= 1: one number, or a non-empty list of distinct
+    ones (Hydra's ``[1,64]``); None for None or one of ``words`` (the caller resolves those).
+    Anything else: ``KEY must be ...`` naming the value."""
+    words = tuple(words)
+    if value is None or (isinstance(value, str) and value in words):
+        return None
+    many = not isinstance(value, (str, bytes)) and isinstance(value, Iterable)
+    items = list(value) if many else [value]  # type: ignore[arg-type]
+    whole = all(
+        not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= 1 for v in items
+    )
+    if not items or not whole or len({int(v) for v in items}) < len(items):
+        said = ", ".join([*words, "null"]) if words else "null"
+        raise ConfigError(
+            f"{key} must be {said}, a whole number >= 1 or a list of distinct ones (got {value!r})"
+        )
+    return tuple(int(v) for v in items)

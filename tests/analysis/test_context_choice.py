@@ -165,7 +165,7 @@ def test_several_windows_average_their_log_probabilities(tmp_path):
 
 
 def test_the_printed_context_counts_hhsuite_annotation_rows(tmp_path):
-    from protein_performer.analysis.dms.homologs import context_notes
+    from protein_performer.analysis.dms.notes import context_notes
 
     rows = "".join(f">h{k}\n{_variant(WT[:30], k, 0.2)[:-1]}-\n" for k in range(3))
     (tmp_path / "x.a3m").write_text(
@@ -264,7 +264,7 @@ def test_weighted_draws_among_the_homologs_left_keep_their_own_weights(tmp_path)
 
 
 def test_when_every_homolog_is_a_near_copy_the_windows_take_them_and_say_so(tmp_path, capsys):
-    from protein_performer.analysis.dms.homologs import context_notes
+    from protein_performer.analysis.dms.notes import context_notes
 
     ctx = _aligned(tmp_path, [_variant(WT, 1, 0.03), _variant(WT, 2, 0.03)])
     model, seen = _model()

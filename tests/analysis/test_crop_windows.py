@@ -8,9 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from omegaconf import ListConfig
 
 from protein_performer.analysis.dms import homologs as H
 from protein_performer.analysis.dms import variants as var
+from protein_performer.analysis.dms.notes import context_notes
 from protein_performer.analysis.dms.windows import (
     COLUMNS_WINDOW_HOMOLOGS,
     MIN_CROP_RESIDUES,
@@ -264,7 +266,7 @@ def test_sites_no_homolog_covers_keep_the_whole_window(tmp_path, monkeypatch):
     variants = [[var.Substitution(s, wt[s], "A" if wt[s] != "A" else "C")] for s in sites]
     H.context_columns(_tiny(), A, wt, variants, context, max_length=4096)
     assert context.info["context_crop"] == 239 and context.info["sites_scored_whole"] == 2
-    text = H.context_notes(context, {}, causal=False)
+    text = context_notes(context, {}, causal=False)
     assert "each window 239 residues about its site" in text
     assert "2 sites no homolog covers scored whole" in text
     (jobs,) = calls
@@ -521,24 +523,28 @@ def test_column_crop_narrows_only_for_the_homologs_there_are():
 
 
 def test_window_homologs_auto_is_the_models_own_and_bad_values_are_refused():
-    assert (COLUMNS_WINDOW_HOMOLOGS, WHOLE_WINDOW_HOMOLOGS) == (64, 16)
-    assert window_homologs_for(True, "auto") == 64 and window_homologs_for(False, "auto") == 16
-    assert window_homologs_for(True, None) is None and window_homologs_for(False, 5) == 5
-    assert window_homologs_for(True, np.int64(3)) == 3
-    for bad in (0, -1, 2.5, True, "all", "16"):
-        with pytest.raises(ConfigError, match="auto, null or a whole number >= 1"):
+    assert (COLUMNS_WINDOW_HOMOLOGS, WHOLE_WINDOW_HOMOLOGS) == ((1, 64), (16,))
+    assert window_homologs_for(True, "auto") == (1, 64)
+    assert window_homologs_for(False, "auto") == (16,)
+    assert window_homologs_for(True, None) == (None,) and window_homologs_for(False, 5) == (5,)
+    assert window_homologs_for(True, np.int64(3)) == (3,)
+    assert window_homologs_for(True, [64, np.int64(8)]) == (64, 8)  # the order given
+    assert window_homologs_for(True, ListConfig([8, 64])) == (8, 64)  # as Hydra gives a list
+    for bad in (0, -1, 2.5, True, "all", "16", [], [8, 8], [8, 0], [8, None], [8, "auto"]):
+        with pytest.raises(ConfigError, match="auto, null, a whole number >= 1 or a list"):
             window_homologs_for(True, bad)
     base = {"fasta": "x.fa", "mutations": "m.csv", "out": "o.csv"}
-    for good in ("auto", None, 1, 64):
+    for good in ("auto", None, 1, 64, [8, 64], ListConfig([16, 4])):
         validate_analysis_config(ScoreConfig(**base, context_window_homologs=good))
-    for bad in (0, 2.5, True, "all"):
-        with pytest.raises(ConfigError, match="context_window_homologs must be auto, null or"):
+    for bad in (0, 2.5, True, "all", [], [64, 64], [3, -1]):
+        with pytest.raises(ConfigError, match="context_window_homologs must be auto, null, a"):
             validate_analysis_config(ScoreConfig(**base, context_window_homologs=bad))
 
 
 def test_a_columns_model_fills_its_crop_with_as_many_homologs_as_there_are(tmp_path, monkeypatch):
-    """auto: up to 64 homologs a window for a columns model, the crop as wide as the homologs
-    there are leave room for; 16 and whole windows for a model that places them whole."""
+    """auto: a window after the first homolog and one after up to 64 for a columns model, each
+    crop as wide as the homologs there are leave room for; 16 and whole windows for a model
+    that places them whole. Two sizes over the homologs there are make one window."""
     rng = np.random.default_rng(11)
     wt = "".join(rng.choice(AA, 60))
     rows = [_mutated(wt, rng, 12) for _ in range(5)]
@@ -546,9 +552,18 @@ def test_a_columns_model_fills_its_crop_with_as_many_homologs_as_there_are(tmp_p
     model = _columns_model()
     calls = _capture(monkeypatch)
     H.context_log_probs(model, A, wt, [30], context, max_length=200)
-    # 5 homologs (fewer than 64): (200 - 2 - 5) // 6 = 32 residues about the site
-    assert context.info["context_crop"] == 32 and context.info["context_window_homologs"] == 64
-    assert context.info["mean_homologs_in_window"] == 5
+    # 1 homolog: (200 - 2 - 1) // 2 = 98, the whole protein; 5 (fewer than 64): (200 - 2 - 5)
+    # // 6 = 32 residues about the site
+    assert context.info["context_crop"] == [60, 32]
+    assert context.info["context_window_homologs"] == [1, 64]
+    assert context.info["mean_homologs_in_window"] == [1, 5] and len(calls) == 2
+    (one,) = calls[0]
+    # <cls>, the homolog's residues in the 60 columns (its local alignment may leave an end
+    # out), <sep>, the protein, <eos>
+    assert 1 + 50 + 1 + 60 + 1 < len(one[1]) <= 1 + 60 + 1 + 60 + 1
+    H.context_log_probs(model, A, wt, [30], context, max_length=200, window_homologs=[8, 64])
+    assert context.info["context_crop"] == 32 and context.info["context_window_homologs"] == 8
+    assert context.info["mean_homologs_in_window"] == 5 and len(calls) == 3  # one window
     (job,) = calls[-1]
     assert len(job[1]) == 1 + 5 * (32 + 1) + 32 + 1  # <cls>, 5 x (crop + <sep>), crop, <eos>
     H.context_log_probs(model, A, wt, [30], context, max_length=200, window_homologs=2)
@@ -558,3 +573,50 @@ def test_a_columns_model_fills_its_crop_with_as_many_homologs_as_there_are(tmp_p
     model.config.context_positions = "window"  # places them whole: auto is 16
     H.context_log_probs(model, A, wt, [30], context, max_length=200)
     assert context.info["context_window_homologs"] == 16 and context.info["context_crop"] is None
+
+
+def test_windows_of_each_size_are_averaged_site_by_site(tmp_path, monkeypatch):
+    """context_window_homologs=[8, 64]: each site read in a window of
+    at most 8 homologs (a wider crop) and one of all 12 there are (a narrower one), its
+    log-probabilities the mean of the two windows' own; what each held is said in order."""
+    rng = np.random.default_rng(12)
+    wt = "".join(rng.choice(AA, 60))
+    rows = [_mutated(wt, rng, 12) for _ in range(12)]
+    context = H.read_scan_context(_a3m(tmp_path, wt, rows), A, wt, "wt")
+    model = _columns_model()
+    sites = [20, 30, 40]
+    one = {
+        cap: H.context_log_probs(model, A, wt, sites, context, max_length=200, window_homologs=cap)
+        for cap in (8, 12)
+    }
+    crops = {8: (200 - 2 - 8) // 9, 12: (200 - 2 - 12) // 13}
+    assert crops == {8: 21, 12: 14}
+    calls = _capture(monkeypatch)
+    both = H.context_log_probs(
+        model, A, wt, sites, context, max_length=200, window_homologs=[8, 64]
+    )
+    assert [len(jobs) for jobs in calls] == [3, 3]  # a window of each kind for each site
+    assert [len(j[1]) for j in calls[0]] == [1 + 8 * 22 + 21 + 1] * 3  # <cls>, 8 x (21+<sep>), ...
+    assert [len(j[1]) for j in calls[1]] == [1 + 12 * 15 + 14 + 1] * 3
+    for site in sites:
+        np.testing.assert_allclose(
+            both[site], (one[8][site] + one[12][site]) / 2, rtol=1e-5, atol=1e-6
+        )
+        assert not np.allclose(one[8][site], one[12][site])  # two windows that differ
+    info = context.info
+    assert info["context_window_homologs"] == [8, 64] and info["context_crop"] == [21, 14]
+    assert info["mean_homologs_in_window"] == [8, 12] and info["sites"] == 3
+    summary: dict = {}
+    text = context_notes(context, summary, causal=False)
+    assert "a mean of 8.0 and 12.0 of them" in text and "at most 8 and 64 a window" in text
+    assert "averaged over these windows" in text and "each window 21 and 14 residues" in text
+    # a single kind of window after the pair: nothing of the pair's left in what is said
+    H.context_log_probs(model, A, wt, sites, context, max_length=200, window_homologs=12)
+    assert info["context_crop"] == 14 and info["context_window_homologs"] == 12
+    assert "averaged over" not in context_notes(context, {}, causal=False)
+    info.update(context_window_homologs=[1, 64], context_crop=[60, 60])  # the same crop twice
+    assert "each window 60 residues" in context_notes(context, {}, causal=False)
+    H.context_log_probs(model, A, wt, sites, context, max_length=200, window_homologs=[8, 64])
+    model.config.context_positions = "window"  # whole windows: no crop, no site scored whole
+    H.context_log_probs(model, A, wt, sites, context, max_length=200, window_homologs=2, crop=False)
+    assert not any(isinstance(info.get(k), list) for k in ("context_crop", "sites_scored_whole"))

@@ -192,7 +192,8 @@ def test_weighted_column_counts_sum_the_weights_of_each_residue_per_column():
 
 def test_an_alignment_too_deep_to_weigh_exactly_is_weighed_against_a_sample(tmp_path, monkeypatch):
     from protein_performer.analysis.dms import profile
-    from protein_performer.analysis.dms.homologs import context_notes, read_scan_context
+    from protein_performer.analysis.dms.homologs import read_scan_context
+    from protein_performer.analysis.dms.notes import context_notes
     from protein_performer.data.alphabet import default_alphabet
 
     rng = np.random.default_rng(2)

@@ -15,9 +15,9 @@ import torch
 from protein_performer.analysis.dms.homologs import (
     _context_jobs,
     context_marginals,
-    context_notes,
     read_scan_context,
 )
+from protein_performer.analysis.dms.notes import context_notes
 from protein_performer.analysis.dms.profile import COLUMNS, build_pssm, pssm_scores
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
@@ -761,7 +761,7 @@ def test_context_columns_refuse_no_samples_and_no_window_homologs(tmp_path):
     with pytest.raises(ValueError, match=r"samples must be >= 1 \(got 0\)"):
         context_columns(_model(), ALPHABET, WT, variants, ctx, max_length=256, samples=0)
     for bad in (0, 2.5, True, "all"):
-        with pytest.raises(ConfigError, match=r"must be auto, null or a whole number >= 1"):
+        with pytest.raises(ConfigError, match=r"must be auto, null, a whole number >= 1 or a"):
             context_columns(
                 _model(), ALPHABET, WT, variants, ctx, max_length=256, window_homologs=bad
             )

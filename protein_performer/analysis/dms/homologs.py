@@ -23,7 +23,6 @@ answer at every site).
 from __future__ import annotations
 
 import itertools
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -83,8 +82,8 @@ RETRIEVAL_COLUMN = "context_retrieval"
 #: How the window's homologs are chosen when none is named (see :data:`~protein_performer.data.msa.SAMPLINGS`).
 DEFAULT_SAMPLING = "first"
 #: At most this many homologs in one window, by default: the model's own
-#: (:func:`~.windows.window_homologs_for`: 64 for a model that reads them at their columns, 16
-#: for one that places them whole).
+#: (:func:`~.windows.window_homologs_for`: windows of 1 and of 64 averaged for a model that reads
+#: them at their columns, 16 for one that places them whole).
 DEFAULT_WINDOW_HOMOLOGS = AUTO_WINDOW_HOMOLOGS
 #: Homologs more identical to the wild type than this stay out of the model's windows (the
 #: profile keeps them): the homolog models were trained on search hits of at most 90 %
@@ -404,7 +403,7 @@ def context_log_probs(
     packed: bool = False,
     sampling: str = DEFAULT_SAMPLING,
     samples: int = 1,
-    window_homologs: int | str | None = DEFAULT_WINDOW_HOMOLOGS,
+    window_homologs: int | str | Sequence[int] | None = DEFAULT_WINDOW_HOMOLOGS,
     max_identity: float | None = DEFAULT_MAX_IDENTITY,
     seed: int = 0,
     crop: bool = True,
@@ -416,10 +415,10 @@ def context_log_probs(
     windows of ``max_length`` tokens, each filled with the homologs
     :func:`~protein_performer.data.msa.homolog_order` draws for ``sampling`` (seeded by
     ``[seed, sample]``) among those at most ``max_identity`` identical to the wild type (None:
-    all; all too when none is), at most ``window_homologs`` of them (None: as many as fit;
-    ``"auto"``: :func:`~.windows.window_homologs_for` the model),
-    those that fit placed in file order (a search's best first:
-    :func:`~protein_performer.data.context_windows.in_rank_order`). With ``crop``, where that
+    all; all too when none is), at most ``window_homologs`` of them (None: as many as fit; a
+    list: one kind of window for each, all averaged; ``"auto"``:
+    :func:`~.windows.window_homologs_for` the model), those that fit placed in file order (a
+    search's best first: :func:`~protein_performer.data.context_windows.in_rank_order`). With ``crop``, where that
     window holds fewer than ``window_homologs`` of them whole, each site is scored on the
     residues about it after the homologs' residues in those columns (:mod:`.windows`). The
     windows' contents go to ``context.info``. A window with no room for a homolog beside the
@@ -427,55 +426,88 @@ def context_log_probs(
     if samples < 1:
         raise ValueError(f"samples must be >= 1 (got {samples})")
     columns = reads_columns(model)
-    window_homologs = window_homologs_for(columns, window_homologs)
+    caps = window_homologs_for(columns, window_homologs)
     ids = alphabet.encode(sequence)
     bad = [s for s in sites if not 0 <= s < len(ids)]
     if bad:
         raise ValueError(f"site {bad[0]} is outside the protein (0-{len(ids) - 1})")
     used, weights, matrix, near = _window_homologs(context, max_identity)
     length = max_length or DEFAULT_CONTEXT_TOKENS
-    shortest = min((len(h.residues) for h in used), default=1)
-    limit = min(len(used), length // (shortest + 1) + 1, window_homologs or len(used))
     style = "concat" if packed else "crop"
     room = _checked_room(len(ids), length, style, used)
-    _, ends = _target_width(len(ids), length, style)  # <cls>/<eos>, or one <sep>
-    cut = crop_width(len(ids), length, window_homologs, ends) if crop else None
-    cut = None if matrix is None else cut
-    if columns:  # read at their columns: every window holds the homologs' columns about a site
-        if matrix is None or packed or not crop or window_homologs is None:
-            raise ConfigError(
-                "this model reads homologs at the columns they align to: it needs them aligned "
-                "(an alignment, or FASTA hits aligned for the profile), the column crop "
-                "(context_crop=true, not packed) and a number of them a window "
-                "(context_window_homologs=auto or N, not null)"
-            )
-        cut = column_crop(len(ids), length, window_homologs, len(used), ends)
+    if columns and (matrix is None or packed or not crop or None in caps):
+        raise ConfigError(
+            "this model reads homologs at the columns they align to: it needs them aligned "
+            "(an alignment, or FASTA hits aligned for the profile), the column crop "
+            "(context_crop=true, not packed) and a number of them a window "
+            "(context_window_homologs=auto or N, not null)"
+        )
     # an alignment's rows hold its columns: placed on the protein for the crop
-    at_wild_type = None if cut is None else _on_wild_type(matrix, context, len(ids))
-    runs, held, asked = [], [], samples
+    at_wild_type = None if matrix is None else _on_wild_type(matrix, context, len(ids))
+    asked = samples
     if sampling == "first":  # the same homologs in every window: one is enough
         samples = 1
-    for sample in range(samples):
-        logp, info = _sample_log_probs(
-            model, alphabet, ids, sites, used, weights, matrix, at_wild_type,
-            sampling=sampling, seed=seed, sample=sample, limit=limit, room=room,
-            length=length, style=style, cut=cut, window_homologs=window_homologs,
-            toks_per_batch=toks_per_batch, progress=progress, columns=columns,
-        )  # fmt: skip
-        runs.append(logp)
-        held.append(info["mean_homologs_in_window"])
+    kinds: dict[int | None, int | None] = {}
+    for cap in caps:  # windows of more homologs than there are repeat the window of all of them
+        kinds.setdefault(None if cap is None else min(cap, max(len(used), 1)), cap)
+    caps = tuple(kinds.values())
+    runs, infos = [], []
+    for cap in caps:
+        cut = _window_crop(
+            len(ids), length, style, cap, len(used), crop and matrix is not None, columns
+        )
+        held = []
+        for sample in range(samples):
+            logp, info = _sample_log_probs(
+                model, alphabet, ids, sites, used, weights, matrix,
+                None if cut is None else at_wild_type, sampling=sampling, seed=seed,
+                sample=sample, limit=_window_limit(used, length, cap), room=room, length=length,
+                style=style, cut=cut, window_homologs=cap, toks_per_batch=toks_per_batch,
+                progress=progress, columns=columns,
+            )  # fmt: skip
+            runs.append(logp)
+            held.append(info["mean_homologs_in_window"])
+        infos.append(info | {"mean_homologs_in_window": float(np.mean(held))})
+    merged: dict[str, Any] = {}
+    for info in infos:  # what every window shares (tokens, sites)
+        merged.update(info)
+    if len(caps) > 1:  # what each kind of window held, in the order of the caps
+        merged.update({k: [i.get(k) for i in infos] for k in _PER_WINDOW})
+    for key in _PER_WINDOW:  # none left from an earlier call
+        context.info.pop(key, None)
     context.info.update(
-        info,
-        mean_homologs_in_window=float(np.mean(held)),
+        merged,
         context_sampling=sampling,
         context_samples=samples,
         context_samples_asked=asked,
-        context_window_homologs=window_homologs,
+        context_window_homologs=caps[0] if len(caps) == 1 else list(caps),
         context_max_identity=max_identity,
         homologs_over_max_identity=near,
         seed=seed,
     )
     return {site: np.mean([r[site] for r in runs], axis=0) for site in runs[0]}
+
+
+#: What :func:`context_log_probs` reports for each kind of window it averages.
+_PER_WINDOW = ("context_crop", "mean_homologs_in_window", "sites_scored_whole")
+
+
+def _window_limit(used: Sequence[Protein], length: int, cap: int | None) -> int:
+    """The most homologs a window of ``length`` tokens can take (at most ``cap``)."""
+    shortest = min((len(h.residues) for h in used), default=1)
+    return min(len(used), length // (shortest + 1) + 1, cap or len(used))
+
+
+def _window_crop(
+    n: int, length: int, style: str, cap: int | None, available: int, crop: bool, columns: bool
+) -> int | None:
+    """The residues about each site a window of at most ``cap`` homologs is read on (None:
+    the whole protein): :func:`~.windows.column_crop` for a model that reads homologs at their
+    columns, else :func:`~.windows.crop_width` where ``crop`` asks for it."""
+    _, ends = _target_width(n, length, style)  # <cls>/<eos>, or one <sep>
+    if columns:  # read at their columns: every window holds the homologs' columns about a site
+        return column_crop(n, length, cap, available, ends)  # type: ignore[arg-type]
+    return crop_width(n, length, cap, ends) if crop else None
 
 
 #: The crop draws at most this many homologs per window it fills (each site takes the first of
@@ -630,147 +662,3 @@ def profile_log_ratios(pssm: Pssm, variants: Sequence[var.Variant]) -> np.ndarra
         ],
         dtype=np.float64,
     )
-
-
-def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -> str:
-    """What the printed result says of the homologs, and their part of ``summary``."""
-    used = context.used
-    aligned = context.msa is not None
-    summary["context"] = {
-        "path": context.path,
-        "records_read": context.read,
-        "homologs": len(context.homologs),
-        "homologs_used": len(used),
-        "identical_to_wild_type_left_out": context.identical,
-        "other_queries_left_out": context.other_queries,
-        "beyond_context_max_homologs_left_out": context.beyond_max,
-        "profile": context.pssm.params,
-        **context.info,
-    }
-    if not aligned:  # an alignment's thousands of rows stay out of the summary
-        summary["context"]["homolog_alignments"] = [
-            {"id": h.id, **i} for h, i in zip(context.homologs, context.pssm.homologs, strict=True)
-        ]
-    if aligned:
-        notes = context.info["alignment"]
-        text = (
-            f"\n  context: {notes['format']} alignment {context.path}: {notes['records_read']:,} "
-            f"records, query {notes['query']}"
-            + (
-                f" (record {notes['query_record']}: record 1, {notes.get('record_1', '')}, is not "
-                f"the wild type: {notes.get('record_1_differs', '')}; it is read as a homolog)"
-                if notes.get("query_record", 1) != 1
-                else ""
-            )
-            + (
-                f" (its name's /{ignored} does not match the wild type: placed by its residues)"
-                if (ignored := notes.get("query_range_in_name_ignored"))
-                else ""
-            )
-            + (
-                f", its residues {inside} = wild-type residues "
-                if (inside := notes.get("query_residues_read"))
-                else " = wild-type residues "
-            )
-            + f"{notes['wild_type_residues_covered']} ({notes['columns']:,} columns); "
-            f"{len(used):,} homologs used, Neff {notes['neff']:,.1f}"
-            + (" with the query" if context.pssm.params.get("include_query") else "")
-            + " (weights 1 / neighbours at >= 80 % identity"
-            + (
-                f", counted among {notes['weights_estimated_from']:,} rows drawn at random"
-                if "weights_estimated_from" in notes
-                else ""
-            )
-            + f"); left out: {_left_out(notes, context.beyond_max)}; profile "
-            f"column {PSSM_COLUMN} (bits)"
-        )
-    else:
-        text = (
-            f"\n  context: {len(used):,} of the {len(context.homologs):,} homologs in "
-            f"{context.path} align to the wild type above chance: PSSM column {PSSM_COLUMN} (bits)"
-        )
-    if "read_seconds" in context.info:  # a deep alignment's weights take longer than scoring
-        text += f"; read in {context.info['read_seconds']:.1f} s"
-    if outside := context.info.get("mutants_outside_columns"):
-        text += (
-            f"; {outside:,} mutants at residues outside its columns (there the profile holds "
-            "the wild type alone)"
-        )
-    if causal:
-        text += (
-            "; the model's score with homologs is a masked LM's (masked marginals): this "
-            "checkpoint is causal, so the profile is the only homolog column"
-        )
-    else:
-        samples = context.info.get("context_samples", 1)
-        text += (
-            f"; {CONTEXT_COLUMN}: masked marginals with a mean of "
-            f"{context.info.get('mean_homologs_in_window', 0):.1f} of them before the protein "
-            f"in windows of {context.info.get('context_window_tokens', 0):,} tokens "
-            f"({context.info.get('context_sampling', DEFAULT_SAMPLING)} homologs"
-            + (
-                f", at most {cap} a window"
-                if (cap := context.info.get("context_window_homologs"))
-                else ""
-            )
-            + (f", {samples} windows per site averaged" if samples > 1 else "")
-            + (
-                f"; each window {crop:,} residues about its site, the homologs cut to those "
-                "columns (context_crop)"
-                + (
-                    f", {whole:,} sites no homolog covers scored whole"
-                    if (whole := context.info.get("sites_scored_whole"))
-                    else ""
-                )
-                if (crop := context.info.get("context_crop"))
-                else ""
-            )
-            + _identity_note(context.info, len(context.used))
-            + ")"
-        )
-        if context.info.get("context_samples_asked", 1) > samples:
-            text += (
-                f" (context_samples={context.info['context_samples_asked']} with "
-                "context_sampling=first: every window would hold the same homologs, one is scored)"
-            )
-        if RETRIEVAL_COLUMN in context.info or context.info.get("context_retrieval"):
-            w = context.info["context_retrieval"]
-            text += (
-                f"; {RETRIEVAL_COLUMN}: {1 - w:g} x the model's + {w:g} x the profile's log-ratio"
-            )
-    if not aligned and context.identical:
-        text += f" ({context.identical:,} identical to the wild type left out)"
-    if not aligned and context.beyond_max:
-        text += (
-            f"; {context.beyond_max:,} more left out by context_max_homologs "
-            f"(the first {len(context.homologs):,} in the file are used)"
-        )
-    return text
-
-
-def _identity_note(info: dict[str, Any], used: int) -> str:
-    """What the windows left out as near-copies of the wild type (``context_max_identity``)."""
-    near, limit = info.get("homologs_over_max_identity", 0), info.get("context_max_identity")
-    if not near or limit is None:
-        return ""
-    if near == used:
-        return f"; all {used:,} over {limit:.0%} identical to the wild type: used all the same"
-    return f"; {near:,} over {limit:.0%} identical to the wild type kept out"
-
-
-def _left_out(notes: dict[str, Any], beyond: int) -> str:
-    parts = [
-        (notes.get("copies_of_wild_type_left_out", 0), "cop{y|ies} of the wild type"),
-        (notes.get("duplicates_left_out", 0), "duplicate{|s}"),
-        (notes.get("gap_only_rows", 0), "row{|s} with no residue in the query's columns"),
-        (notes.get("annotation_rows_skipped", 0), "HH-suite annotation row{|s} (ss_pred, ...)"),
-        (notes.get("fragments_left_out", 0), "fragment{|s} (context_min_coverage)"),
-        (beyond, "beyond context_max_homologs"),
-    ]
-    said = [f"{n:,} {_number(what, n)}" for n, what in parts if n]
-    return ", ".join(said) if said else "none"
-
-
-def _number(text: str, n: int) -> str:
-    """``text`` with each ``{one|many}`` chosen for ``n``."""
-    return re.sub(r"\{([^|}]*)\|([^}]*)\}", lambda m: m.group(1) if n == 1 else m.group(2), text)

@@ -33,6 +33,7 @@ from protein_performer.data.context_windows import (
 from protein_performer.data.msa import GAP
 from protein_performer.errors import ConfigError
 from protein_performer.model.performer import ProteinLM, evaluating
+from protein_performer.utils.checks import check_counts
 from protein_performer.utils.progress import progress as progress_bar
 
 #: The fewest residues of the protein a cropped window keeps about its site: a window with
@@ -60,31 +61,32 @@ def crop_width(n: int, max_length: int, per_window: int | None, ends: int = 2) -
 
 #: ``context_window_homologs`` asks for the model's own default: :func:`window_homologs_for`.
 AUTO_WINDOW_HOMOLOGS = "auto"
-#: Homologs in one window of a model that reads them at their columns, by default: on 40
-#: held-out proteins with 100 to 555 search hits (12 sites each, 4,096 tokens) the masked site
-#: reads at perplexity 7.65 after the first 16 (crop 239), 7.38 after 32, 7.29 after 48, 7.18
-#: after 64 (crop 62) and no lower after 96 or 128, the weighted profile of all the hits 7.79;
-#: 16 homologs in a 62-residue crop read worse than in 239 (7.81 against 7.68), so the crop
-#: narrows only for homologs there are (:func:`column_crop`).
-COLUMNS_WINDOW_HOMOLOGS = 64
+#: The windows of a model that reads homologs at their columns, by default: one after its best
+#: homolog alone (the widest crop: most proteins whole) and one after up to 64 (a narrow crop),
+#: each site's log-probabilities averaged. On 40 held-out proteins with 65 to 515 search hits
+#: (12 sites each, 4,096 tokens, ``homologs-columns-deep``) the masked site reads at perplexity
+#: 7.94 after the first homolog alone, 7.06 after 64 (crop 62), and averaged: 6.36 with 1 and
+#: 64, 6.43 with 2 and 64, 6.59 with 4, 6.70 with 8 (16 and 64: 6.98; the next 64 after the
+#: first 64: 9.08); the weighted profile of all the hits 7.79. On 60 with 16-48 hits: 6.78
+#: after 64, 6.32 with 1 and 64, profile 6.90. The crop narrows only for homologs there are
+#: (:func:`column_crop`).
+COLUMNS_WINDOW_HOMOLOGS = (1, 64)
 #: The default for a model that places homologs whole (see ``homologs.DEFAULT_WINDOW_HOMOLOGS``).
-WHOLE_WINDOW_HOMOLOGS = 16
+WHOLE_WINDOW_HOMOLOGS = (16,)
 
 
-def window_homologs_for(columns: bool, value: int | str | None) -> int | None:
-    """The homologs one window holds: ``value``, or for ``"auto"``
-    :data:`COLUMNS_WINDOW_HOMOLOGS` when the model reads homologs at their columns
-    (``columns``) and :data:`WHOLE_WINDOW_HOMOLOGS` otherwise. A :class:`ConfigError` for
-    anything but ``"auto"``, None or a whole number >= 1."""
-    if value == AUTO_WINDOW_HOMOLOGS:
-        return COLUMNS_WINDOW_HOMOLOGS if columns else WHOLE_WINDOW_HOMOLOGS
+def window_homologs_for(columns: bool, value: Any) -> tuple[int | None, ...]:
+    """The windows each site is scored in, by the homologs each holds at most (their
+    log-probabilities averaged): ``value`` (a whole number, or a list of distinct ones), or for
+    ``"auto"`` :data:`COLUMNS_WINDOW_HOMOLOGS` when the model reads homologs at their columns
+    (``columns``) and :data:`WHOLE_WINDOW_HOMOLOGS` otherwise; ``(None,)`` (as many as fit)
+    for None. A :class:`ConfigError` for anything else."""
+    counts = check_counts("context_window_homologs", value, (AUTO_WINDOW_HOMOLOGS,))
+    if counts is not None:
+        return counts
     if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigError(
-            f"context_window_homologs must be auto, null or a whole number >= 1 (got {value!r})"
-        )
-    return int(value)
+        return (None,)
+    return COLUMNS_WINDOW_HOMOLOGS if columns else WHOLE_WINDOW_HOMOLOGS
 
 
 def column_crop(n: int, max_length: int, per_window: int, available: int, ends: int = 2) -> int:

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from protein_performer.analysis.dms import scan as scan_lib
-from protein_performer.analysis.dms.homologs import context_notes, read_scan_context
+from protein_performer.analysis.dms.homologs import read_scan_context
+from protein_performer.analysis.dms.notes import context_notes
 from protein_performer.analysis.dms.table import (
     check_fitness_column,
     read_mutations_csv,
