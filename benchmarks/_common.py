@@ -79,6 +79,17 @@ positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
 
 
+def fraction(text: str) -> float:
+    """An argparse type: a number from 0 to 1 (a weight, a share)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number from 0 to 1")
+    return value
+
+
 def window_caps(text: str) -> int | list[int] | str | None:
     """An argparse type for ``context_window_homologs``: ``auto``, ``all`` (None: as many as
     fit), ``N``, or ``A+B`` (windows of each, averaged: a list)."""

@@ -38,6 +38,7 @@ from _common import (
     check_outputs,
     environment,
     format_table,
+    fraction,
     int_at_least,
     machine_line,
     one_line_errors,
@@ -46,8 +47,7 @@ from _common import (
 )
 from long_windows import draw_queries, hits_by_query, test_split
 
-#: The profile's weight in the mixed column (that of ``score``'s ``context_retrieval``).
-RETRIEVAL = 0.6
+from protein_performer.analysis.dms.homologs import DEFAULT_RETRIEVAL
 
 
 def blind_alignment(seq: str, hits: list[str], sites: list[int]) -> str:
@@ -97,7 +97,9 @@ def score_protein(
         model_lp = np.stack([got[s][aa] for s in sites]).astype(np.float64)
         label = caps_label(cap)
         out[f"model, {label}"] = nll(model_lp)
-        out[f"with the profile, {label}"] = nll((1 - RETRIEVAL) * model_lp + RETRIEVAL * profile)
+        for w in args.retrieval:  # the first: "with the profile"; others name their weight
+            key = "with the profile" + ("" if w == args.retrieval[0] else f" {w:g}")
+            out[f"{key}, {label}"] = nll((1 - w) * model_lp + w * profile)
         crops = context.info.get("context_crop")  # a list for windows of two kinds (8+64)
         crops = crops if isinstance(crops, list) else [crops]
         out[f"crop, {label}"] = [float(max(c or n for c in crops))]  # the widest
@@ -121,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--window-homologs", type=window_caps, nargs="+", default=[16, 32, 64],
         help="context_window_homologs values (N, or 8+64: windows of each averaged), a row each",
+    )  # fmt: skip
+    p.add_argument(
+        "--retrieval", type=fraction, nargs="+", default=[DEFAULT_RETRIEVAL],
+        help="the profile's weight in the mixed column (score's context_retrieval); a column each",
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int_at_least(1), default=torch.get_num_threads())
@@ -150,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         one, info = score_protein(model, alphabet, queries[q], records, args)
         for k, v in one.items():
             nll.setdefault(k, []).extend(v)
-        proteins.append({"id": q, **info})
+        per = {k: float(np.exp(np.mean(v))) for k, v in one.items() if not k.startswith("crop")}
+        proteins.append({"id": q, **info, "perplexity": per})
         print(
             f"  {len(proteins)}/{len(chosen)} {q}: {info['residues']} residues, "
             f"{info['homologs']} homologs ({time.perf_counter() - t0:.0f} s)",
@@ -158,14 +165,17 @@ def main(argv: list[str] | None = None) -> int:
         )
     crops = {k: float(np.median(v)) for k, v in nll.items() if k.startswith("crop")}
     perplexity = {k: float(np.exp(np.mean(v))) for k, v in nll.items() if k not in crops}
-    rows = [["profile of all the homologs", "-", "-", f"{perplexity['profile']:.2f}", "-"]]
+    mixes = ["with the profile", *[f"with the profile {w:g}" for w in args.retrieval[1:]]]
+    dash = ["-"] * len(mixes)
+    rows = [["profile of all the homologs", "-", "-", f"{perplexity['profile']:.2f}", *dash]]
     for label in map(caps_label, args.window_homologs):
         rows.append(
             [f"context_window_homologs={label}", label, f"{crops[f'crop, {label}']:.0f}",
              f"{perplexity[f'model, {label}']:.2f}",
-             f"{perplexity[f'with the profile, {label}']:.2f}"]
+             *[f"{perplexity[f'{m}, {label}']:.2f}" for m in mixes]]
         )  # fmt: skip
-    print(format_table(["column", "homologs", "median crop", "perplexity", "with profile"], rows))
+    mixed = [f"with profile {w:g}" for w in args.retrieval]
+    print(format_table(["column", "homologs", "median crop", "perplexity", *mixed], rows))
     homologs = [p["homologs"] for p in proteins]
     print(
         f"{len(proteins)} proteins, {len(nll['profile']):,} sites; homologs per protein median "

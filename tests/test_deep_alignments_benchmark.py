@@ -68,6 +68,7 @@ def test_each_column_is_its_own_probability_of_the_true_residue(tmp_path):
 
     class Args:
         sites, window, max_hits, window_homologs = 3, 400, 4, [2, 64, [2, 64]]
+        retrieval = (0.6, 0.25)
 
     nll, info = bench.score_protein(model, A, seq, hits, Args)
     sites = [10, 29, 49]
@@ -100,6 +101,10 @@ def test_each_column_is_its_own_probability_of_the_true_residue(tmp_path):
             both = 0.4 * ref + 0.6 * profile[s]
             both -= np.logaddexp.reduce(both)
             np.testing.assert_allclose(mixed, -both[t], rtol=1e-4)
+            less = 0.75 * ref + 0.25 * profile[s]  # --retrieval's second weight: its own column
+            less -= np.logaddexp.reduce(less)
+            got_less = nll[f"with the profile 0.25, {cap}"][sites.index(s)]
+            np.testing.assert_allclose(got_less, -less[t], rtol=1e-4)
         assert nll[f"crop, {cap}"] == [60.0]
     # 2+64: the two windows' log-probabilities averaged, then read over the 20 amino acids
     assert np.abs(np.subtract(nll["model, 2"], nll["model, 64"])).max() > 0.01
