@@ -3,7 +3,8 @@ r"""Long proteins scored with their homologs: the column crop against whole-prot
 For held-out proteins (the checkpoint's test split, ``--min-residues`` to ``--max-residues``)
 with at least ``--min-hits`` search hits into the training split, ``--sites`` evenly spaced
 sites of each are masked one at a time and scored as ``score context=`` scores them (the first
-16 hits, the profile's local alignments, ``context_window_homologs=16``) with the column crop
+16 hits, the profile's local alignments, ``context_window_homologs=16``: one window, whatever
+the model's default) with the column crop
 (``context_crop=true``: the residues about the site, each homolog's residues in those columns)
 and without it (the whole protein, as many whole homologs as fit), beside the model alone
 (1,024-token windows): perplexity of the true residue at the masked sites. The scorer's hits
@@ -102,7 +103,7 @@ def score_protein(model: Any, alphabet: Any, seq: str, qid: str, hits: list[str]
     columns = reads_columns(model)  # it reads every site on its crop
     for name, crop in (("crop", True),) if columns else (("crop", True), ("whole", False)):
         logp = H.context_log_probs(model, alphabet, seq, sites, context, max_length=args.window,
-                                   crop=crop)  # fmt: skip
+                                   crop=crop, window_homologs=16)  # fmt: skip
         nll[name] = [-float(logp[s][t]) for s, t in zip(sites, truth, strict=True)]
         held[name] = context.info["mean_homologs_in_window"]
     ids, jobs = alphabet.encode(seq), []

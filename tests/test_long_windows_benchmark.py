@@ -116,3 +116,29 @@ def test_queries_are_drawn_from_held_out_proteins_with_enough_hits():
     once = bench.draw_queries(hits, queries, {"a", "b", "c", "d"}, Args)
     assert once[0] == ["a", "b", "d"] and len(once[1]) == 1 and once[1][0] in once[0]
     assert bench.draw_queries(hits, queries, {"a", "b", "c", "d"}, Args) == once  # seeded
+
+
+def test_a_columns_model_is_read_with_16_homologs_in_one_window():
+    """The benchmark measures one window of the first 16 hits for every model, whatever the
+    model's own default (a columns model's is a window of 1 and one of 64, averaged)."""
+    rng = np.random.default_rng(1)
+    aa = np.array(list(STANDARD_AMINO_ACIDS))
+    seq = "".join(rng.choice(aa, 300))
+    hits = []
+    for k in range(17):
+        h = np.array(list(seq))
+        spots = rng.choice(300, 60, replace=False)
+        h[spots] = rng.choice(aa, 60)
+        hits.append(f">h{k}/1-300 query=q\n{''.join(h)}\n")
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=64,
+        position="rotary", context_positions="columns",
+    )  # fmt: skip
+    model = ProteinLM(cfg, len(A), A.pad_idx).eval()
+
+    class Args:
+        sites, window = 2, 4096
+
+    nll, held = bench.score_protein(model, A, seq, "q", hits, Args)
+    assert held == {"crop": 16} and len(nll["crop"]) == 2 and "whole" not in nll
