@@ -30,6 +30,7 @@ from _common import (
     check_outputs,
     environment,
     format_table,
+    fraction,
     machine_line,
     one_line_errors,
     positive_int,
@@ -38,7 +39,11 @@ from _common import (
 )
 from homolog_scoring import read_scan
 
-from protein_performer.analysis.dms.homologs import DEFAULT_MAX_IDENTITY, DEFAULT_WINDOW_HOMOLOGS
+from protein_performer.analysis.dms.homologs import (
+    DEFAULT_MAX_IDENTITY,
+    DEFAULT_RETRIEVAL,
+    DEFAULT_WINDOW_HOMOLOGS,
+)
 
 
 def setting(text: str) -> tuple[int, str, int, int | list[int] | str | None]:
@@ -73,12 +78,11 @@ def identity_limit(text: str) -> float | None:
     if text.strip().lower() == "none":
         return None
     try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction from 0 to 1, or none")
-    return value
+        return fraction(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a fraction from 0 to 1, or none"
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=Path, required=True, help="alignment or FASTA hits")
     parser.add_argument("--max-homologs", type=positive_int, default=None)
     parser.add_argument("--settings", type=setting, nargs="+", default=[(1024, "first", 1)])
-    parser.add_argument("--retrieval", type=float, default=0.6, help="the profile's weight")
+    parser.add_argument(
+        "--retrieval", type=fraction, default=DEFAULT_RETRIEVAL, help="the profile's weight"
+    )
     parser.add_argument(
         "--max-identity",
         type=identity_limit,
