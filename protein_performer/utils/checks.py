@@ -33,6 +33,7 @@ def check_counts(key: str, value: object, words: Iterable[str] = ()) -> tuple[in
     if not items or not whole or len({int(v) for v in items}) < len(items):
         said = ", ".join([*words, "null"]) if words else "null"
         raise ConfigError(
-            f"{key} must be {said}, a whole number >= 1 or a list of distinct ones (got {value!r})"
+            f"{key} must be {said}, a whole number >= 1 or a list of distinct ones, such as 16 "
+            f"or [1,64] (got {value!r})"
         )
     return tuple(int(v) for v in items)

@@ -488,8 +488,9 @@ def test_a_columns_model_reads_every_site_on_its_columns_at_their_positions(tmp_
         H.context_log_probs(
             model, A, wt, sites, context, max_length=400, window_homologs=3, packed=True
         )
-    with pytest.raises(ConfigError, match=r"the column crop \(context_crop=true"):
+    with pytest.raises(ConfigError, match=r"the column crop \(context_crop=true") as error:
         H.context_log_probs(model, A, wt, sites, context, max_length=400, crop=False)
+    assert "not null" not in str(error.value) and "aligned" not in str(error.value)  # what failed
 
 
 def test_commands_that_place_homologs_in_a_window_refuse_a_columns_model(tmp_path):
@@ -568,8 +569,9 @@ def test_a_columns_model_fills_its_crop_with_as_many_homologs_as_there_are(tmp_p
     assert len(job[1]) == 1 + 5 * (32 + 1) + 32 + 1  # <cls>, 5 x (crop + <sep>), crop, <eos>
     H.context_log_probs(model, A, wt, [30], context, max_length=200, window_homologs=2)
     assert context.info["context_crop"] == 60 and context.info["mean_homologs_in_window"] == 2
-    with pytest.raises(ConfigError, match=r"context_window_homologs=auto or N, not null"):
+    with pytest.raises(ConfigError, match=r"context_window_homologs=auto or N, not null") as error:
         H.context_log_probs(model, A, wt, [30], context, max_length=200, window_homologs=None)
+    assert "context_crop" not in str(error.value) and "homologs-deep place" in str(error.value)
     model.config.context_positions = "window"  # places them whole: auto is 16
     H.context_log_probs(model, A, wt, [30], context, max_length=200)
     assert context.info["context_window_homologs"] == 16 and context.info["context_crop"] is None
@@ -616,6 +618,8 @@ def test_windows_of_each_size_are_averaged_site_by_site(tmp_path, monkeypatch):
     assert "averaged over" not in context_notes(context, {}, causal=False)
     info.update(context_window_homologs=[1, 64], context_crop=[60, 60])  # the same crop twice
     assert "each window 60 residues" in context_notes(context, {}, causal=False)
+    info["context_samples"] = 2  # drawn windows of each size: said per size
+    assert ", 2 windows of each size per site averaged" in context_notes(context, {}, False)
     H.context_log_probs(model, A, wt, sites, context, max_length=200, window_homologs=[8, 64])
     model.config.context_positions = "window"  # whole windows: no crop, no site scored whole
     H.context_log_probs(model, A, wt, sites, context, max_length=200, window_homologs=2, crop=False)

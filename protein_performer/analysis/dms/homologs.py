@@ -435,13 +435,8 @@ def context_log_probs(
     length = max_length or DEFAULT_CONTEXT_TOKENS
     style = "concat" if packed else "crop"
     room = _checked_room(len(ids), length, style, used)
-    if columns and (matrix is None or packed or not crop or None in caps):
-        raise ConfigError(
-            "this model reads homologs at the columns they align to: it needs them aligned "
-            "(an alignment, or FASTA hits aligned for the profile), the column crop "
-            "(context_crop=true, not packed) and a number of them a window "
-            "(context_window_homologs=auto or N, not null)"
-        )
+    if columns:
+        _check_columns_use(matrix is not None, packed, crop, None not in caps)
     # an alignment's rows hold its columns: placed on the protein for the crop
     at_wild_type = None if matrix is None else _on_wild_type(matrix, context, len(ids))
     asked = samples
@@ -486,6 +481,26 @@ def context_log_probs(
         seed=seed,
     )
     return {site: np.mean([r[site] for r in runs], axis=0) for site in runs[0]}
+
+
+def _check_columns_use(aligned: bool, packed: bool, crop: bool, counted: bool) -> None:
+    """A one-line :class:`ConfigError` naming what a model that reads homologs at their columns
+    lacks: the homologs aligned, the column crop (not packed), a number of them a window."""
+    missing = [
+        why
+        for ok, why in (
+            (aligned, "the homologs aligned (an alignment, or FASTA hits aligned for the profile)"),
+            (crop and not packed, "the column crop (context_crop=true, not packed)"),
+            (counted, "a number of them a window (context_window_homologs=auto or N, not null)"),
+        )
+        if not ok
+    ]
+    if missing:
+        raise ConfigError(
+            "this model reads homologs at the columns they align to: it needs "
+            + "; ".join(missing)
+            + " (checkpoint=homologs-msa or homologs-deep place them whole)"
+        )
 
 
 #: What :func:`context_log_probs` reports for each kind of window it averages.

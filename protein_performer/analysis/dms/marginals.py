@@ -336,10 +336,12 @@ def score_mutants(
     adds the columns ``masked_marginal_context``, ``context_retrieval`` and ``pssm`` (the
     profile of the same homologs) to the result, ``context_options`` going to
     :func:`~protein_performer.analysis.dms.homologs.context_columns` (``max_length``,
-    ``sampling``, ``samples``, ``seed``, ``retrieval``; the window defaults to the one the
-    CLI takes: the model's ``max_len`` with learned positions, else the window a loaded
-    checkpoint trained on, else 1,024 tokens);
-    the CLI's names (``context_tokens``, ``context_sampling``, ...) are taken too.
+    ``sampling``, ``samples``, ``window_homologs``, ``max_identity``, ``seed``, ``retrieval``,
+    ``crop``; the window defaults to the one the CLI takes: the model's ``max_len`` with
+    learned positions, else the window a loaded checkpoint trained on, else 1,024 tokens);
+    the CLI's names (``context_tokens``, ``context_window_homologs``, ...) are taken too. To
+    see what the windows held, pass a ``ScanContext`` (``read_scan_context``): its ``info``
+    holds them after the call.
     """
     causal = bool(getattr(model, "causal", False))
     if isinstance(mutants, str):

@@ -98,7 +98,13 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
             f"({info.get('context_sampling', DEFAULT_SAMPLING)} homologs"
             + (f", at most {_each(caps)} a window" if caps else "")
             + (", each site's log-probabilities averaged over these windows" if several else "")
-            + (f", {samples} windows per site averaged" if samples > 1 else "")
+            + (
+                f", {samples} windows of each size per site averaged"
+                if samples > 1 and several
+                else f", {samples} windows per site averaged"
+                if samples > 1
+                else ""
+            )
             + (
                 f"; each window {_each(crops, '{:,}', 'all the')} residues about its site, the "
                 "homologs cut to those columns (context_crop)"
