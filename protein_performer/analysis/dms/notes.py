@@ -85,50 +85,7 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
             "checkpoint is causal, so the profile is the only homolog column"
         )
     else:
-        samples = context.info.get("context_samples", 1)
-        info = context.info
-        caps = info.get("context_window_homologs")
-        several = isinstance(caps, list)
-        crops = info.get("context_crop")
-        whole = info.get("sites_scored_whole")
-        text += (
-            f"; {CONTEXT_COLUMN}: masked marginals with a mean of "
-            f"{_each(info.get('mean_homologs_in_window', 0), '{:.1f}')} of them before the "
-            f"protein in windows of {info.get('context_window_tokens', 0):,} tokens "
-            f"({info.get('context_sampling', DEFAULT_SAMPLING)} homologs"
-            + (f", at most {_each(caps)} a window" if caps else "")
-            + (", each site's log-probabilities averaged over these windows" if several else "")
-            + (
-                f", {samples} windows of each size per site averaged"
-                if samples > 1 and several
-                else f", {samples} windows per site averaged"
-                if samples > 1
-                else ""
-            )
-            + (
-                f"; each window {_each(crops, '{:,}', 'all the')} residues about its site, the "
-                "homologs cut to those columns (context_crop)"
-                + (
-                    f", {_each(whole, '{:,}', '0')} sites no homolog covers scored whole"
-                    if any(_listed(whole))
-                    else ""
-                )
-                if any(_listed(crops))
-                else ""
-            )
-            + _identity_note(context.info, len(context.used))
-            + ")"
-        )
-        if context.info.get("context_samples_asked", 1) > samples:
-            text += (
-                f" (context_samples={context.info['context_samples_asked']} with "
-                "context_sampling=first: every window would hold the same homologs, one is scored)"
-            )
-        if RETRIEVAL_COLUMN in context.info or context.info.get("context_retrieval"):
-            w = context.info["context_retrieval"]
-            text += (
-                f"; {RETRIEVAL_COLUMN}: {1 - w:g} x the model's + {w:g} x the profile's log-ratio"
-            )
+        text += _windows_note(context.info, len(context.used))
     if not aligned and context.identical:
         text += f" ({context.identical:,} identical to the wild type left out)"
     if not aligned and context.beyond_max:
@@ -136,6 +93,53 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
             f"; {context.beyond_max:,} more left out by context_max_homologs "
             f"(the first {len(context.homologs):,} in the file are used)"
         )
+    return text
+
+
+def _windows_note(info: dict[str, Any], used: int) -> str:
+    """What the printed result says of the model's windows (``info``: what
+    :func:`~protein_performer.analysis.dms.homologs.context_log_probs` reported)."""
+    samples = info.get("context_samples", 1)
+    caps = info.get("context_window_homologs")
+    several = isinstance(caps, list)
+    crops = info.get("context_crop")
+    whole = info.get("sites_scored_whole")
+    text = (
+        f"; {CONTEXT_COLUMN}: masked marginals with a mean of "
+        f"{_each(info.get('mean_homologs_in_window', 0), '{:.1f}')} of them before the "
+        f"protein in windows of {info.get('context_window_tokens', 0):,} tokens "
+        f"({info.get('context_sampling', DEFAULT_SAMPLING)} homologs"
+        + (f", at most {_each(caps)} a window" if caps else "")
+        + (", each site's log-probabilities averaged over these windows" if several else "")
+        + (
+            f", {samples} windows of each size per site averaged"
+            if samples > 1 and several
+            else f", {samples} windows per site averaged"
+            if samples > 1
+            else ""
+        )
+        + (
+            f"; each window {_each(crops, '{:,}', 'all the')} residues about its site, the "
+            "homologs cut to those columns (context_crop)"
+            + (
+                f", {_each(whole, '{:,}', '0')} sites no homolog covers scored whole"
+                if any(_listed(whole))
+                else ""
+            )
+            if any(_listed(crops))
+            else ""
+        )
+        + _identity_note(info, used)
+        + ")"
+    )
+    if info.get("context_samples_asked", 1) > samples:
+        text += (
+            f" (context_samples={info['context_samples_asked']} with "
+            "context_sampling=first: every window would hold the same homologs, one is scored)"
+        )
+    if RETRIEVAL_COLUMN in info or info.get("context_retrieval"):
+        w = info["context_retrieval"]
+        text += f"; {RETRIEVAL_COLUMN}: {1 - w:g} x the model's + {w:g} x the profile's log-ratio"
     return text
 
 
