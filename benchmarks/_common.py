@@ -90,6 +90,16 @@ def fraction(text: str) -> float:
     return value
 
 
+def true_nll(logp: Any, truth: Sequence[int]) -> list[float]:
+    """``−log p`` of each row's true column: ``logp`` ``(n, 20)`` log-probabilities (each row
+    renormalised over its columns first), ``truth`` ``(n,)`` column indices."""
+    import numpy as np
+
+    logp = np.asarray(logp, dtype=np.float64)
+    logp = logp - np.logaddexp.reduce(logp, axis=1, keepdims=True)
+    return (-logp[np.arange(len(truth)), np.asarray(truth)]).tolist()
+
+
 def window_caps(text: str) -> int | list[int] | str | None:
     """An argparse type for ``context_window_homologs``: ``auto``, ``all`` (None: as many as
     fit), ``N``, or ``A+B`` (windows of each, averaged: a list)."""

@@ -42,6 +42,7 @@ from _common import (
     int_at_least,
     machine_line,
     one_line_errors,
+    true_nll,
     window_caps,
     write_json,
 )
@@ -86,8 +87,7 @@ def score_protein(
     profile = np.log(context.pssm.frequencies[sites])
 
     def nll(logp: np.ndarray) -> list[float]:
-        logp = logp - np.logaddexp.reduce(logp, axis=1, keepdims=True)
-        return (-logp[np.arange(len(sites)), truth]).tolist()
+        return true_nll(logp, truth)
 
     out = {"profile": nll(profile)}
     for cap in args.window_homologs:

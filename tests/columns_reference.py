@@ -13,6 +13,24 @@ from protein_performer.data.alphabet import Alphabet
 from protein_performer.data.context_windows import column_window
 
 
+def columns_model(alphabet: Alphabet, scale: float = 4.0) -> torch.nn.Module:
+    """A small seeded model that reads homologs at their columns, in eval mode, its weights
+    times ``scale`` (larger weights: the homologs a window holds move its logits)."""
+    from protein_performer.model.config import ModelConfig
+    from protein_performer.model.performer import ProteinLM
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        attention="transformer", dim=16, depth=2, heads=2, ffn_dim=16, max_len=64,
+        position="rotary", context_positions="columns",
+    )  # fmt: skip
+    model = ProteinLM(cfg, len(alphabet), alphabet.pad_idx).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(scale)
+    return model
+
+
 def column_members(alphabet: Alphabet, rows: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each aligned row (``-`` gaps, the protein's length) as ``(residue ids, columns)``."""
     members = []

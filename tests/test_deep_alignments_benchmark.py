@@ -5,15 +5,12 @@ against windows built by hand."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from protein_performer.analysis.dms.homologs import read_scan_context
 from protein_performer.analysis.dms.profile import COLUMNS
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
-from protein_performer.model.config import ModelConfig
-from protein_performer.model.performer import ProteinLM
 from tests.benchmark_scripts import load_benchmark
-from tests.columns_reference import column_members, site_logits
+from tests.columns_reference import column_members, columns_model, site_logits
 
 A = default_alphabet()
 AA = np.array(list(STANDARD_AMINO_ACIDS))
@@ -56,15 +53,7 @@ def test_the_alignment_hides_the_sites_and_keeps_each_hits_residues_in_their_col
 
 def test_each_column_is_its_own_probability_of_the_true_residue(tmp_path):
     seq, hits = _protein_and_hits()
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        attention="transformer", dim=16, depth=2, heads=2, ffn_dim=16, max_len=64,
-        position="rotary", context_positions="columns",
-    )  # fmt: skip
-    model = ProteinLM(cfg, len(A), A.pad_idx).eval()
-    with torch.no_grad():  # larger weights: the homologs a window holds move its logits
-        for p in model.parameters():
-            p.mul_(4)
+    model = columns_model(A)
 
     class Args:
         sites, window, max_hits, window_homologs = 3, 400, 4, [2, 64, [2, 64]]

@@ -15,6 +15,7 @@ from protein_performer.data.msa import GAP
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
 from tests.benchmark_scripts import load_benchmark
+from tests.columns_reference import columns_model
 
 A = default_alphabet()
 bench = load_benchmark("long_windows.py")
@@ -130,12 +131,7 @@ def test_a_columns_model_is_read_with_16_homologs_in_one_window():
         spots = rng.choice(300, 60, replace=False)
         h[spots] = rng.choice(aa, 60)
         hits.append(f">h{k}/1-300 query=q\n{''.join(h)}\n")
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        attention="transformer", dim=16, depth=1, heads=2, ffn_dim=16, max_len=64,
-        position="rotary", context_positions="columns",
-    )  # fmt: skip
-    model = ProteinLM(cfg, len(A), A.pad_idx).eval()
+    model = columns_model(A, scale=1.0)
 
     class Args:
         sites, window = 2, 4096
