@@ -116,6 +116,23 @@ def window_caps(text: str) -> int | list[int] | str | None:
     return caps[0] if len(caps) == 1 else caps
 
 
+def add_window_args(parser: argparse.ArgumentParser, window_homologs: list[Any]) -> None:
+    """``--window`` (tokens), ``--window-homologs`` (``context_window_homologs`` values, a row
+    each; ``window_homologs`` the default) and ``--retrieval`` (the profile's weights in the
+    mixed column, a column each; default ``score``'s ``context_retrieval``)."""
+    from protein_performer.analysis.dms.homologs import DEFAULT_RETRIEVAL
+
+    parser.add_argument("--window", type=int_at_least(64), default=4096)
+    parser.add_argument(
+        "--window-homologs", type=window_caps, nargs="+", default=window_homologs,
+        help="context_window_homologs values (N, or 1+64: windows of each averaged), a row each",
+    )  # fmt: skip
+    parser.add_argument(
+        "--retrieval", type=fraction, nargs="+", default=[DEFAULT_RETRIEVAL],
+        help="the profile's weight in the mixed column (score's context_retrieval); a column each",
+    )  # fmt: skip
+
+
 def caps_label(caps: Any) -> str:
     """``context_window_homologs`` as written on a table: ``all``, ``16``, ``8+64``."""
     if caps is None:

@@ -34,21 +34,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
     add_output_args,
+    add_window_args,
     caps_label,
     check_outputs,
     environment,
     format_table,
-    fraction,
     int_at_least,
-    machine_line,
     one_line_errors,
     true_nll,
-    window_caps,
     write_json,
 )
-from long_windows import draw_queries, hits_by_query, test_split
-
-from protein_performer.analysis.dms.homologs import DEFAULT_RETRIEVAL
+from long_windows import read_queries, test_split
 
 
 def blind_alignment(seq: str, hits: list[str], sites: list[int]) -> str:
@@ -119,15 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-hits", type=int_at_least(1), default=1000)
     p.add_argument("--proteins", type=int_at_least(1), default=40)
     p.add_argument("--sites", type=int_at_least(1), default=12)
-    p.add_argument("--window", type=int_at_least(64), default=4096)
-    p.add_argument(
-        "--window-homologs", type=window_caps, nargs="+", default=[16, 32, 64],
-        help="context_window_homologs values (N, or 8+64: windows of each averaged), a row each",
-    )  # fmt: skip
-    p.add_argument(
-        "--retrieval", type=fraction, nargs="+", default=[DEFAULT_RETRIEVAL],
-        help="the profile's weight in the mixed column (score's context_retrieval); a column each",
-    )  # fmt: skip
+    add_window_args(p, [16, 32, 64])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int_at_least(1), default=torch.get_num_threads())
     p.add_argument("--json", type=Path, default=RESULTS / "deep_alignments.json")
@@ -136,17 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     check_outputs(p, [args.json], args.overwrite)
     torch.set_num_threads(args.threads)
     import protein_performer
-    from protein_performer.analysis.inputs import read_proteins
     from protein_performer.data.alphabet import default_alphabet
 
     alphabet = default_alphabet()
-    held_out = test_split(args, alphabet)
-    queries = {q.id: alphabet.decode(q.residues) for q in read_proteins(args.queries, alphabet)}
-    held = set(held_out.ids)
-    hits = hits_by_query(args.hits / "hits.fasta", held)
-    eligible, chosen = draw_queries(hits, queries, held, args)
-    print(machine_line("cpu", args.threads))
-    print(f"{len(eligible):,} held-out proteins with >= {args.min_hits} hits; {len(chosen)} drawn")
+    queries, hits, chosen = read_queries(args, alphabet, test_split(args, alphabet))
     model, _ = protein_performer.load(args.checkpoint)
     nll: dict[str, list[float]] = {}
     proteins = []

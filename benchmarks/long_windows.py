@@ -84,6 +84,22 @@ def draw_queries(
     return eligible, [str(q) for q in drawn]
 
 
+def read_queries(
+    args: argparse.Namespace, alphabet: Any, held_out: Any
+) -> tuple[dict[str, str], dict[str, list[str]], list[str]]:
+    """``(queries, hits, drawn)``: ``args.queries``' sequences by id, each held-out query's hits
+    in ``args.hits``, and the queries :func:`draw_queries` draws; says the machine and the draw."""
+    from protein_performer.analysis.inputs import read_proteins
+
+    queries = {q.id: alphabet.decode(q.residues) for q in read_proteins(args.queries, alphabet)}
+    held = set(held_out.ids)
+    hits = hits_by_query(args.hits / "hits.fasta", held)
+    eligible, chosen = draw_queries(hits, queries, held, args)
+    print(machine_line("cpu", args.threads))
+    print(f"{len(eligible):,} held-out proteins with >= {args.min_hits} hits; {len(chosen)} drawn")
+    return queries, hits, chosen
+
+
 def score_protein(model: Any, alphabet: Any, seq: str, qid: str, hits: list[str], args: Any):
     """``{setting: [−log p(true residue)]}`` at the protein's sites and the mean homologs a
     window held with and without the crop."""
@@ -188,14 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.queries is None or args.hits is None:
         p.error("give --queries and --hits (or --write-queries first)")
     check_outputs(p, [args.json], args.overwrite)
-    from protein_performer.analysis.inputs import read_proteins
-
-    queries = {q.id: alphabet.decode(q.residues) for q in read_proteins(args.queries, alphabet)}
-    held = set(held_out.ids)
-    hits = hits_by_query(args.hits / "hits.fasta", held)
-    eligible, chosen = draw_queries(hits, queries, held, args)
-    print(machine_line("cpu", args.threads))
-    print(f"{len(eligible):,} held-out proteins with >= {args.min_hits} hits; {len(chosen)} drawn")
+    queries, hits, chosen = read_queries(args, alphabet, held_out)
     model, _ = protein_performer.load(args.checkpoint)
     nll: dict[str, list[float]] = {
         "crop": [], "whole": [], "crop, aligned blind": [], "profile": [], "alone": []

@@ -32,20 +32,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     RESULTS,
     add_output_args,
+    add_window_args,
     caps_label,
     check_outputs,
     environment,
     format_table,
-    fraction,
     int_at_least,
     machine_line,
     one_line_errors,
     true_nll,
-    window_caps,
     write_json,
 )
-
-from protein_performer.analysis.dms.homologs import DEFAULT_RETRIEVAL
 
 
 def hidden_sites(msa: Any, sites: int, batches: int) -> list[list[int]]:
@@ -109,12 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=Path, required=True, help="the alignment (aligned)")
     p.add_argument("--sites", type=int_at_least(1), default=12, help="hidden at once")
     p.add_argument("--batches", type=int_at_least(1), default=4, help="copies, each its sites")
-    p.add_argument("--window", type=int_at_least(64), default=4096)
-    p.add_argument(
-        "--window-homologs", type=window_caps, nargs="+", default=["auto"],
-        help="context_window_homologs values (N, or 1+64: windows of each averaged), a row each",
-    )  # fmt: skip
-    p.add_argument("--retrieval", type=fraction, nargs="+", default=[DEFAULT_RETRIEVAL])
+    add_window_args(p, ["auto"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int_at_least(1), default=torch.get_num_threads())
     p.add_argument("--json", type=Path, default=RESULTS / "msa_recovery.json")
