@@ -133,3 +133,14 @@ def test_iter_attention_reads_the_positions_forward_reads():
         )
     plain = model(ids, return_attentions=True)["attentions"]
     assert (plain[1] - want[1]).abs().max() > 1e-6
+
+
+def test_reads_columns_only_for_a_model_configured_so():
+    from protein_performer.model.performer import reads_columns
+
+    columns = ProteinLM(
+        tiny_config(position="rotary", context_positions="columns"), V, 0
+    )  # fmt: skip
+    window = ProteinLM(tiny_config(position="rotary"), V, 0)
+    assert reads_columns(columns) and not reads_columns(window)
+    assert not reads_columns(torch.nn.Linear(2, 2))  # no config: a window, as before
