@@ -437,8 +437,8 @@ def context_log_probs(
     room = _checked_room(len(ids), length, style, used)
     if columns:
         _check_columns_use(matrix is not None, packed, crop, None not in caps)
-    # an alignment's rows hold its columns: placed on the protein for the crop
-    at_wild_type = None if matrix is None else _on_wild_type(matrix, context, len(ids))
+    # an alignment's rows hold its columns: placed on the protein once, when a window first crops
+    at_wild_type = None
     asked = samples
     if sampling == "first":  # the same homologs in every window: one is enough
         samples = 1
@@ -451,6 +451,8 @@ def context_log_probs(
         cut = _window_crop(
             len(ids), length, style, cap, len(used), crop and matrix is not None, columns
         )
+        if cut is not None and at_wild_type is None:
+            at_wild_type = _on_wild_type(matrix, context, len(ids))  # type: ignore[arg-type]
         held = []
         for sample in range(samples):
             logp, info = _sample_log_probs(
