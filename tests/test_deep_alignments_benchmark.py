@@ -107,3 +107,19 @@ def test_each_column_is_its_own_probability_of_the_true_residue(tmp_path):
         ref = (mean / 2)[aa].log_softmax(-1).numpy()
         np.testing.assert_allclose(got, -ref[t], rtol=1e-4)
     assert nll["crop, 2+64"] == [60.0]
+
+
+def test_the_crop_said_for_a_pair_is_its_widest_window(tmp_path):
+    """250 tokens: 2 homologs leave room for the whole 60 residues, 4 for 48 about each site;
+    the table's crop for 2+64 is the wider, and each size alone reports its own."""
+    seq, hits = _protein_and_hits()
+    model = columns_model(A)
+
+    class Args:
+        sites, window, max_hits, window_homologs = 3, 250, 4, [2, 64, [2, 64]]
+        retrieval = (0.6,)
+
+    nll, _ = bench.score_protein(model, A, seq, hits, Args)
+    assert (250 - 2 - 4) // 5 == 48
+    assert nll["crop, 2"] == [60.0] and nll["crop, 64"] == [48.0]
+    assert nll["crop, 2+64"] == [60.0]

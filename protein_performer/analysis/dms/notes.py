@@ -4,6 +4,7 @@ the printed notes and their part of the JSON summary."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from protein_performer.analysis.dms.homologs import (
@@ -106,7 +107,7 @@ def _windows_note(info: dict[str, Any], used: int) -> str:
     whole = info.get("sites_scored_whole")
     text = (
         f"; {CONTEXT_COLUMN}: masked marginals with a mean of "
-        f"{_each(info.get('mean_homologs_in_window', 0), '{:.1f}')} of them before the "
+        f"{_each(info.get('mean_homologs_in_window', 0), _mean)} of them before the "
         f"protein in windows of {info.get('context_window_tokens', 0):,} tokens "
         f"({info.get('context_sampling', DEFAULT_SAMPLING)} homologs"
         + (f", at most {_each(caps)} a window" if caps else "")
@@ -148,13 +149,20 @@ def _listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def _each(value: Any, fmt: str = "{:,}", none: str = "all") -> str:
-    """``value`` (or each of a list, ``none`` for None) in ``fmt``, joined "a and b"; once
-    where every one reads the same."""
-    said = [none if v is None else fmt.format(v) for v in _listed(value)]
+def _each(value: Any, fmt: str | Callable[[Any], str] = "{:,}", none: str = "all") -> str:
+    """``value`` (or each of a list, ``none`` for None) in ``fmt`` (a format string or a
+    function), joined "a and b"; once where every one reads the same."""
+    say = fmt if callable(fmt) else fmt.format
+    said = [none if v is None else say(v) for v in _listed(value)]
     if len(set(said)) == 1:
         return said[0]
     return " and ".join([", ".join(said[:-1]), said[-1]])
+
+
+def _mean(value: float) -> str:
+    """A mean count of homologs: whole where it is one (every window held as many), else to a
+    tenth."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
 
 
 def _identity_note(info: dict[str, Any], used: int) -> str:
