@@ -7,6 +7,7 @@ import csv
 import gzip
 import json
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from torch import nn
 
 from protein_performer.analysis import mutations as mut
 from protein_performer.analysis.dms import marginals
+from protein_performer.analysis.dms.scan import fitness_notes
+from protein_performer.analysis.dms.table import as_written
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.errors import DataError
@@ -1093,3 +1096,20 @@ def test_the_first_mutant_that_does_not_fit_is_named_whatever_its_problem() -> N
         ValueError, match=r"^mutant 2 does not fit the wild type: .*\(and 1 more\)$"
     ):
         mut.score_mutants(table, ALPHABET, WT, ["K2C", too_long, "A2C"], methods="pseudo-ll")
+
+
+def test_the_spearman_said_is_the_one_read_from_the_table() -> None:
+    """Scores 1e-16 apart are written alike (6 significant digits), so they tie in what is
+    said too; a fitness left blank is counted (one row: "1 scored row")."""
+    noise = np.array([0.5, 0.5 + 4e-16, 0.25, 1.0, 0.75, 2.0, 0.125])
+    fitness = np.array([2.0, 1.0, 0.0, 3.0, 5.0, 4.0, np.nan])
+    assert as_written(noise)[0] == as_written(noise)[1] and np.isnan(as_written([np.nan])[0])
+    assert as_written([0.1234564, -12345678.0]).tolist() == [0.123456, -12345700.0]
+    scan = SimpleNamespace(good=list(range(7)), rows=[{"f": "1"}] * 6 + [{"f": ""}])
+    summary: dict = {}
+    text = fitness_notes(scan, {"pssm": noise}, fitness, "f", summary)
+    written = [float(f"{x:.6g}") for x in noise[:6]]
+    assert written[0] == written[1]
+    assert summary["spearman"]["pssm"] == pytest.approx(mut.spearman(written, fitness[:6]))
+    assert summary["spearman"]["pssm"] != pytest.approx(mut.spearman(noise, fitness))
+    assert "1 scored row without a numeric value" in text and "n=6" in text

@@ -17,7 +17,7 @@ import numpy as np
 from protein_performer.analysis.dms import marginals as mut
 from protein_performer.analysis.dms import variants as var
 from protein_performer.analysis.dms.homologs import ScanContext, context_columns
-from protein_performer.analysis.dms.table import offset_hint, read_float
+from protein_performer.analysis.dms.table import as_written, offset_hint, read_float
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
 from protein_performer.errors import DataError
 from protein_performer.model.performer import ProteinLM
@@ -402,9 +402,10 @@ def fitness_notes(
     summary: dict[str, Any],
 ) -> str:
     """Spearman of each column with the fitness, over the rows where both are numbers, with
-    n and the spread expected by chance under 30 pairs. Adds to ``summary``."""
+    n and the spread expected by chance under 30 pairs, each column read as the table writes
+    it (:func:`~protein_performer.analysis.dms.table.as_written`). Adds to ``summary``."""
     good = scan.good
-    rho = {k: mut.spearman(v, fitness) for k, v in full.items()}
+    rho = {k: mut.spearman(as_written(v), fitness) for k, v in full.items()}
     n_pairs = int(np.sum(np.isfinite(fitness[good]))) if good else 0
     # a column blank for some rows (a site method beside indels) correlates over fewer
     column_pairs = {k: int(np.sum(np.isfinite(v) & np.isfinite(fitness))) for k, v in full.items()}
@@ -434,7 +435,8 @@ def fitness_notes(
             None,
         )
         shown = f", e.g. {example!r}" if example is not None else ", all empty"
-        text += f"; {no_value:,} scored rows without a numeric value{shown})"
+        rows = "scored row" if no_value == 1 else "scored rows"
+        text += f"; {no_value:,} {rows} without a numeric value{shown})"
     else:
         text += ")"
     return (

@@ -9,6 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from protein_performer.analysis.dms.variants import GAPS, clean_sequence
 from protein_performer.analysis.inputs import read_proteins
 from protein_performer.data.alphabet import InvalidResidueError
@@ -223,17 +225,31 @@ def check_fitness_column(
         )
 
 
+#: How a score is written to the table: 6 significant digits.
+SCORE_FORMAT = "{:.6g}"
+
+
+def as_written(values: Any) -> np.ndarray:
+    """``values`` (n,) as the table holds them (:data:`SCORE_FORMAT`; NaN stays NaN), so
+    that what is said of a column (its Spearman) is what a reader computes from the file:
+    scores equal but for float noise (1e-16 apart) tie there as they tie in the table."""
+    v = np.asarray(values, dtype=np.float64)
+    return np.array([float(SCORE_FORMAT.format(x)) if np.isfinite(x) else x for x in v])
+
+
 def scores_csv(
     fields: list[str], rows: list[dict[str, str]], columns: dict[str, Any], delimiter: str
 ) -> str:
     """The table as read, with the score ``columns`` (one value per row, NaN: blank) after
-    its own, in its own delimiter."""
+    its own, in its own delimiter (:data:`SCORE_FORMAT`)."""
     buf = io.StringIO()
     writer = csv.DictWriter(
         buf, fieldnames=[*fields, *columns], lineterminator="\n", delimiter=delimiter
     )
     writer.writeheader()
     for i, row in enumerate(rows):
-        extra = {k: ("" if math.isnan(v[i]) else f"{v[i]:.6g}") for k, v in columns.items()}
+        extra = {
+            k: ("" if math.isnan(v[i]) else SCORE_FORMAT.format(v[i])) for k, v in columns.items()
+        }
         writer.writerow({**row, **extra})
     return buf.getvalue()
