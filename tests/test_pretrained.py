@@ -134,3 +134,17 @@ def test_the_columns_model_is_the_alignment_model_trained_to_read_columns():
     assert meta_deep["data"]["clusters_digest"] == meta["data"]["clusters_digest"]
     assert meta_deep["data"]["pair_partners"] == 64
     assert meta_deep["data"]["pair_column_crop"] == "drawn"
+
+
+def test_every_shipped_model_names_the_files_it_was_trained_on():
+    """evaluate says "the training run's data" of these files (by name on another machine):
+    each shipped checkpoint records its run's 14 proteomes, all of them split."""
+    from protein_performer.model.checkpoints import SHIPPED_CHECKPOINTS, shipped
+
+    for name in SHIPPED_CHECKPOINTS:
+        if not shipped(name):
+            continue
+        data = load_model(name)[1]["data"]
+        names = {f.rsplit("/", 1)[-1] for f in data["files"]}
+        assert len(names) == 14 and "uniprot_UP000002311_yeast_s288c.fasta.gz" in names, name
+        assert data["held_out_files"] is False and data["split_by"] == "cluster", name

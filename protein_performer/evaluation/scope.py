@@ -54,6 +54,15 @@ def same_files(given: Sequence[str], stored: Sequence[str] | None) -> bool:
     return sorted(map(os.path.basename, given)) == sorted(map(os.path.basename, stored))
 
 
+def training_files(given: Sequence[str], stored: Sequence[str] | None) -> list[str]:
+    """The files of ``given`` that are files the training run read (``stored``, a
+    checkpoint's, absolute): by any path that leads to them (a symlink, a relative one), or by
+    file name (the run's files moved, or the shipped checkpoints' read on another machine)."""
+    trained = {os.path.realpath(f) for f in stored or []}
+    names = {os.path.basename(f) for f in stored or []}
+    return [f for f in given if os.path.realpath(f) in trained or os.path.basename(f) in names]
+
+
 def warn_repeated_ids(source: Any, cfg: EvalConfig) -> None:
     """A record id given twice is said (training says it too): scored twice, and with
     ``context=cluster`` each copy is the other's homolog."""
@@ -115,10 +124,8 @@ def scope_note(
             "by record, so most cluster members sit in its training split and only proteins "
             "with a member in this part are scored with context"
         )
-    # the same file by another path (a symlink, a relative one) is the same data
-    trained = {os.path.realpath(f) for f in stored.get("files") or []}
     if not cfg.split and stored.get("split_by") in ("record", "cluster"):
-        shared = [f for f in fasta if os.path.realpath(f) in trained]
+        shared = training_files(fasta, stored.get("files"))
         if shared:
             notes.append(
                 f"{', '.join(shared)}: the training run's data, and without split= every "

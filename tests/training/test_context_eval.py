@@ -771,6 +771,11 @@ def test_evaluate_packs_windows_as_the_training_run_did(tmp_path):
     link.symlink_to(fasta)
     by_link = evaluate(EvalConfig(**{**ev, "fasta": str(link)}))
     assert by_link.scope.startswith(f"{link}: the training run's data")
+    moved = tmp_path / "elsewhere" / "t.fasta"  # a copy of the file on another machine
+    moved.parent.mkdir()
+    moved.write_text(fasta.read_text())
+    by_name = evaluate(EvalConfig(**{**ev, "fasta": str(moved)}))
+    assert by_name.scope.startswith(f"{moved}: the training run's data")
     # another file, its ids in no clusters table: stream windows, and no note on training data
     other = write_fasta(tmp_path / "other.fasta", n=10, seed=5)
     other.write_text(other.read_text().replace("|T0", "|N0"))
