@@ -315,7 +315,7 @@ class ScoreConfig:
 
     checkpoint: str = _key(
         "default",
-        "a checkpoint written by train (default: the shipped one; with context=: homologs-columns)",
+        "a checkpoint written by train (default: the shipped one; with context=: homologs-columns-deep)",
     )
     mutations: str = _key("???", "CSV with a column of mutants like H24C or H24C:P25A (required)")
     out: str = _key(

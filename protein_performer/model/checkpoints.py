@@ -23,7 +23,7 @@ import torch
 
 from protein_performer.attention import FavorAttention
 from protein_performer.data.alphabet import Alphabet
-from protein_performer.data.config import OBJECTIVES
+from protein_performer.data.config import CLUSTER_PACKINGS, OBJECTIVES
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.config import ARCHITECTURE_FIELDS, ModelConfig
 from protein_performer.model.performer import ProteinLM
@@ -378,6 +378,12 @@ def load_model(
     model.eval()
     # the window it trained on: the library's default window, as the CLI's (not a weight)
     model.trained_length = trained_length(meta)
+    # whether its rows held homologs before a protein (pairs, family packing): a model trained
+    # on single proteins reads homologs before one as text it never saw; None where the
+    # metadata does not describe its training windows (a model saved by hand)
+    data = meta.get("data") or {}
+    known = "mode" in data or "packing" in data
+    model.trained_with_homologs = data.get("packing") in CLUSTER_PACKINGS if known else None
     return model, meta
 
 

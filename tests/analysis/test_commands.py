@@ -3,6 +3,7 @@ behind on failure."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -803,6 +804,9 @@ def test_context_commands_read_checkpoint_default_as_the_homolog_model(monkeypat
     # score reads the model that reads homologs at their columns; without it, homologs-msa
     scored = with_context_checkpoint(ScoreConfig(context="h.fa"), SCORE_CONTEXT_CHECKPOINTS)
     assert scored.checkpoint == "homologs-columns-deep"
+    # what score's help says it reads with context= is what it reads
+    said = dataclasses.fields(ScoreConfig)[0].metadata.get("help", "")
+    assert f"with context=: {scored.checkpoint})" in said, said
     monkeypatch.setattr(checkpoints, "shipped", lambda name: name != "homologs-columns-deep")
     scored = with_context_checkpoint(ScoreConfig(context="h.fa"), SCORE_CONTEXT_CHECKPOINTS)
     assert scored.checkpoint == "homologs-columns"

@@ -59,10 +59,10 @@ def test_parse_mutant_notation() -> None:
         mut.Substitution(1, "P", "A"),
     ]
     for bad in ("", "H24", "24C", "H24C:", "HH24C", "H24C:H24A"):
-        with pytest.raises(ValueError):
+        with pytest.raises(DataError):  # the package's error for bad input (a ValueError)
             mut.parse_mutant(bad)
     for stop in ("K2*", "H24C:K2*"):
-        with pytest.raises(ValueError, match=r"is a stop \(nonsense\) mutant"):
+        with pytest.raises(DataError, match=r"is a stop \(nonsense\) mutant"):
             mut.parse_mutant(stop)
 
 
@@ -665,9 +665,9 @@ def test_whole_sequences_are_substitutions_or_indels() -> None:
     assert mut.parse_variant(WT[:5] + WT[6:], WT) == mut.Indel(WT[:5] + WT[6:])  # deletion
     assert mut.parse_variant("Y5W", WT) == [mut.Substitution(4, "Y", "W")]
     assert mut.parse_variant("WT", WT) == mut.parse_variant("wildtype", WT) == []
-    with pytest.raises(ValueError, match="cannot read mutation 'deletion'"):
+    with pytest.raises(DataError, match="cannot read mutation 'deletion'"):
         mut.parse_variant("deletion", WT)
-    with pytest.raises(ValueError, match=r"'-' at position 3 is not a residue letter"):
+    with pytest.raises(DataError, match=r"'-' at position 3 is not a residue letter"):
         mut.variant_from_sequence("MK-AYIAKQRQISFVKSHFSRQ", WT)
     assert mut.check_mutants([mut.Indel("MKXA" + WT)], WT) == [
         (0, "indel: 'X' at 3 is not one of the 20 amino acids")

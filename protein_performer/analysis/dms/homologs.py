@@ -115,6 +115,18 @@ class ScanContext:
         return [h for h, i in zip(self.homologs, self.pssm.homologs, strict=True) if i["used"]]
 
 
+def single_protein_model(model: ProteinLM) -> str | None:
+    """What to say of scoring with homologs by a model whose checkpoint says it was trained on
+    single proteins (``trained_with_homologs``, set by ``load_model``); None otherwise."""
+    if getattr(model, "trained_with_homologs", None) is not False:
+        return None
+    return (
+        f"this model was trained on single proteins, never after homologs: its {CONTEXT_COLUMN} "
+        "reads them as it would any text before the protein; the shipped homolog model reads "
+        "them"
+    )
+
+
 def read_scan_context(
     path: PathLike | MSA,
     alphabet: Alphabet,

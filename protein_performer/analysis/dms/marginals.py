@@ -29,6 +29,7 @@ Baselines for context: the BLOSUM62 score of each substitution and the unigram l
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -338,10 +339,12 @@ def score_mutants(
     :func:`~protein_performer.analysis.dms.homologs.context_columns` (``max_length``,
     ``sampling``, ``samples``, ``window_homologs``, ``max_identity``, ``seed``, ``retrieval``,
     ``crop``; the window defaults to the one the CLI takes: the model's ``max_len`` with
-    learned positions, else the window a loaded checkpoint trained on, else 1,024 tokens);
-    the CLI's names (``context_tokens``, ``context_window_homologs``, ...) are taken too. To
-    see what the windows held, pass a ``ScanContext`` (``read_scan_context``): its ``info``
-    holds them after the call.
+    learned positions, else the window a loaded checkpoint trained on, else 1,024 tokens)
+    and, for a file, ``max_homologs`` and ``min_coverage`` to ``read_scan_context``; the
+    CLI's names (``context_tokens``, ``context_max_homologs``, ...) are taken too. To see
+    what the windows held, pass a ``ScanContext`` (``read_scan_context``): its ``info`` holds
+    them after the call. A model whose checkpoint says it was trained on single proteins is
+    warned about (``UserWarning``): the homolog models read homologs before a protein.
     """
     causal = bool(getattr(model, "causal", False))
     if isinstance(mutants, str):
@@ -426,6 +429,7 @@ def _context_scores(
         ScanContext,
         context_columns,
         read_scan_context,
+        single_protein_model,
     )
 
     # the window: as the CLI's, the model's own with learned positions (a longer one would not
@@ -433,8 +437,18 @@ def _context_scores(
     trained = getattr(model, "trained_length", None)  # set by load_model
     own = token_limit(model, None, trained) or trained
     options = {"max_length": own, **context_keywords(context_options or {})}
-    if not isinstance(context, ScanContext):
-        context = read_scan_context(context, alphabet, wild_type, None, seed=options.get("seed", 0))
+    reading = {k: options.pop(k) for k in _READ_KEYWORDS if k in options}
+    if (problem := single_protein_model(model)) is not None:
+        warnings.warn(f"{problem}: protein_performer.load('homologs-columns-deep')", stacklevel=3)
+    if isinstance(context, ScanContext):
+        if reading:
+            raise ConfigError(
+                f"context_options: {', '.join(reading)} choose the homologs read from a file; "
+                "this context is read already (give them to read_scan_context)"
+            )
+    else:
+        seed = options.get("seed", 0)
+        context = read_scan_context(context, alphabet, wild_type, None, seed=seed, **reading)
     with evaluating(model):
         return context_columns(model, alphabet, wild_type, mutants, context, **run, **options)
 
@@ -448,8 +462,13 @@ _CLI_CONTEXT_NAMES = {
     "context_window_homologs": "window_homologs",
     "context_max_identity": "max_identity",
     "context_crop": "crop",
+    "context_max_homologs": "max_homologs",
+    "context_min_coverage": "min_coverage",
 }
+#: the options that choose which homologs are read (:func:`read_scan_context`'s)
+_READ_KEYWORDS = ("max_homologs", "min_coverage")
 _CONTEXT_KEYWORDS = (
+    *_READ_KEYWORDS,
     "max_length",
     "sampling",
     "samples",

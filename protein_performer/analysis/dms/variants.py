@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
+from protein_performer.errors import DataError
 
 GAPS = "-."
 GAP_HINT = (
@@ -50,19 +51,19 @@ def clean_sequence(text: str) -> str:
 def variant_from_sequence(sequence: str, wild_type: str) -> Variant:
     """A variant's whole ``sequence`` against ``wild_type`` (both read by
     :func:`clean_sequence`): the substitutions where it differs when the lengths are equal,
-    else an :class:`Indel`. ValueError for an empty sequence or one with a character that is
+    else an :class:`Indel`. DataError (a ValueError) for an empty sequence or one with a character that is
     not a letter (a gap ``-``, a digit, an inner ``*``)."""
     seq, wt = clean_sequence(sequence), clean_sequence(wild_type)
     if not seq:
-        raise ValueError("an empty sequence")
+        raise DataError("an empty sequence")
     bad = next((c for c in seq if not ("A" <= c <= "Z")), None)
     if bad == "*":  # an inner stop: a nonsense variant (a final one is dropped above)
-        raise ValueError(
+        raise DataError(
             f"'*' at position {seq.index(bad) + 1} is a stop (nonsense) variant: scores cover "
             "substitutions between the 20 amino acids (and indels)"
         )
     if bad is not None:
-        raise ValueError(
+        raise DataError(
             f"cannot read sequence: {bad!r} at position {seq.index(bad) + 1} is not a residue "
             f"letter{GAP_HINT if bad in GAPS else ''}"
         )
@@ -133,7 +134,7 @@ def parse_variant(text: str, wild_type: str, offset: int = 1) -> Variant:
 
 def parse_mutant(text: str, offset: int = 1) -> list[Substitution]:
     """``"H24C:P25A"`` -> substitutions (0-based index = position − offset); ``WT``/``_wt``
-    -> ``[]`` (the wild type). Raises ValueError with the problem in words for anything else
+    -> ``[]`` (the wild type). Raises DataError (a ValueError) with the problem in words for anything else
     (empty, malformed, a stop ``*``, a site repeated)."""
     if str(text).strip().lower() in WILD_TYPE_NAMES:
         return []  # the wild type itself: score 0
@@ -142,17 +143,17 @@ def parse_mutant(text: str, offset: int = 1) -> list[Substitution]:
     for part in parts:
         m = _SITE.fullmatch(part.strip())
         if not m and part.strip().endswith("*"):
-            raise ValueError(
+            raise DataError(
                 f"{text!r} is a stop (nonsense) mutant: scores cover substitutions between "
                 "the 20 amino acids (and indels given as whole sequences)"
             )
         if not m:
-            raise ValueError(f"cannot read mutation {text!r} (expected e.g. H24C or H24C:P25A)")
+            raise DataError(f"cannot read mutation {text!r} (expected e.g. H24C or H24C:P25A)")
         wt, pos, mt = m.group(1).upper(), int(m.group(2)), m.group(3).upper()
         sites.append(Substitution(pos - offset, wt, mt))
     indices = [s.index for s in sites]
     if len(set(indices)) != len(indices):
-        raise ValueError(f"mutation {text!r} names a position twice")
+        raise DataError(f"mutation {text!r} names a position twice")
     return sites
 
 

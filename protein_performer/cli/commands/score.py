@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from protein_performer.analysis.dms import scan as scan_lib
-from protein_performer.analysis.dms.homologs import read_scan_context
+from protein_performer.analysis.dms.homologs import read_scan_context, single_protein_model
 from protein_performer.analysis.dms.notes import context_notes
 from protein_performer.analysis.dms.table import (
     check_fitness_column,
@@ -216,6 +216,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
     if context is not None:
         text += context_notes(context, summary, causal=model.causal)
         text += context_checkpoint_note(cfg)
+        if (problem := single_protein_model(model)) is not None:
+            text += f"\n  note: {problem} (checkpoint=homologs-columns-deep)"
     fitness = None
     if cfg.fitness_col:
         fitness = scan_lib.fitness_values(scan, cfg.fitness_col, decimal_comma)
