@@ -128,6 +128,8 @@ def iter_encoded(
     ``allow_nucleotide``.
     """
     policy = InvalidPolicy.parse(policy)
+    # a record with no sequence is the policy's to judge (skipped and counted, or refused)
+    reader.allow_empty_sequence = True
     try:
         for rec in reader:
             if max_records is not None and counts.records_read >= max_records:
@@ -173,9 +175,13 @@ def iter_encoded(
                     counts.skipped_empty += 1
                     counts.note_skipped(reader, rec)
                     continue
+                problem = (
+                    f"sequence is empty after removing {removed or 'what it held'}"
+                    if rec.sequence.strip()
+                    else "header has no sequence"
+                )
                 raise DataError(
-                    f"sequence is empty after removing {removed or 'what it held'} "
-                    "(invalid=skip drops such records)",
+                    f"{problem} (invalid=skip drops such records)",
                     path=reader.path,
                     record=rec.number,
                     record_id=rec.id,

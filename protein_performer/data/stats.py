@@ -49,7 +49,9 @@ class LengthHistogram:
         self.total += int(arr.sum())
 
     def summary(self) -> dict[str, Any]:
-        """``{"count", "residues", "min", "max", "mean", "p1" ... "p99"}`` (empty → count 0)."""
+        """``{"count", "residues", "min", "max", "mean", "median", "p1" ... "p99"}`` (empty →
+        count 0): the median as numpy's (the mean of the two middle lengths for an even count),
+        the percentiles by nearest rank (a length some record has)."""
         self._flush()
         if self.n == 0:
             return {"count": 0, "residues": 0}
@@ -62,6 +64,9 @@ class LengthHistogram:
             "max": int(nz[-1]),
             "mean": round(self.total / self.n, 2),
         }
+        middle = [int(np.searchsorted(cum, k)) for k in ((self.n + 1) // 2, self.n // 2 + 1)]
+        both = middle[0] + middle[1]
+        out["median"] = both // 2 if both % 2 == 0 else both / 2
         for p in PERCENTILES:
             # nearest-rank percentile: smallest length with at least p% of records at or below
             rank = max(1, int(np.ceil(p / 100 * self.n)))
@@ -109,7 +114,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
         desc="stats", unit="record", enabled=progress, leave=True, unit_scale=True
     ) as bar:
         for path in paths:
-            reader = FastaReader(path)
+            reader = FastaReader(path, allow_empty_sequence=True)  # counted, not refused
             for rec in reader:
                 seq = rec.sequence
                 if not seq.isalnum():
@@ -118,7 +123,7 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
                     seq = seq[:-1]
                     stop_stripped += 1
                 raw = seq.encode("utf-8", errors="surrogateescape")
-                no_residues += not raw  # only a stop '*': training refuses such a record
+                no_residues += not raw  # no sequence, or only a stop '*': training refuses it
                 if raw.upper() != raw:
                     lowercase += 1
                     raw = raw.upper()

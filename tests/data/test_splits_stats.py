@@ -44,6 +44,12 @@ def test_length_histogram_matches_numpy():
     assert s["min"] == lengths.min() and s["max"] == lengths.max()
     for p in (5, 50, 95):
         assert s[f"p{p}"] == int(np.percentile(lengths, p, method="inverted_cdf"))
+    assert s["median"] == np.median(lengths)
+    for sample in ([7], [3, 8], [3, 4], [1, 9, 2], [5, 5, 6, 6], [0, 0, 4, 8]):
+        h = LengthHistogram()
+        for x in sample:
+            h.add(x)
+        assert h.summary()["median"] == np.median(sample), sample
 
 
 def test_duplicate_finder_reports_record_numbers():

@@ -43,23 +43,34 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     if stats["records"]:
         pct = "  ".join(f"{k}={lens[k]:,}" for k in lens if k.startswith("p"))
         print(
-            f"length:     min {lens['min']:,}  median {lens['p50']:,}  max {lens['max']:,}  "
+            f"length:     min {lens['min']:,}  median {lens['median']:,}  max {lens['max']:,}  "
             f"mean {lens['mean']:,}"
         )
-        print(f"            {pct}")
+        print(f"            {pct} (nearest rank)")
     total = max(stats["residues"], 1)
     comp = sorted(stats["composition"].items(), key=lambda kv: -kv[1])
     print("composition: " + " ".join(f"{a}:{100 * c / total:.1f}%" for a, c in comp))
-    print(f"non-standard residues: {stats['nonstandard_residues'] or 'none'}")
+    extra = stats["nonstandard_residues"]
+    print(
+        "non-standard residues: "
+        + (", ".join(f"{c} {n:,}" for c, n in extra.items()) if extra else "none")
+    )
     inv = stats["invalid_characters"]
     print(
         "invalid characters (records): "
-        + (", ".join(f"{c!r}: {n}" for c, n in inv.items()) if inv else "none")
+        + (", ".join(f"{c!r} in {n:,}" for c, n in inv.items()) if inv else "none")
     )
+    for key, what in (
+        ("records_with_lowercase", "lowercase letters (read as uppercase)"),
+        ("records_with_stop", "a final stop '*' (dropped)"),
+    ):
+        if stats[key]:
+            print(f"records with {what}: {stats[key]:,}")
     if stats["records_without_residues"]:
         print(
-            f"records without residues: {stats['records_without_residues']:,} (only a stop "
-            "'*': training and preprocess refuse them, or drop them with invalid=skip)"
+            f"records without residues: {stats['records_without_residues']:,} (no sequence, or "
+            "only a stop '*': training and preprocess refuse them, or drop them with "
+            "invalid=skip)"
         )
     nuc = stats["nucleotide_like_records"]
     if nuc:
@@ -67,7 +78,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             f"nucleotide-like records: {nuc:,} of {stats['records']:,} "
             "(>= 90% A/C/G/T/U/N: this looks like DNA/RNA, not protein)"
         )
-    print(f"header kinds: {stats['header_kinds']}")
+    kinds = stats["header_kinds"]
+    print("header kinds: " + ", ".join(f"{k} {n:,}" for k, n in kinds.items()))
     dup = stats["duplicate_ids"]
     print(
         f"duplicate ids: {dup['count']}"
