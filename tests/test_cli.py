@@ -71,6 +71,7 @@ def test_a_closed_pipe_on_stdout_is_no_traceback(tmp_path):
         (b"", "empty file"),
         (b"MKV\n", "does not start with '>'"),
         (b">a\nM\xffK\n", "not UTF-8"),
+        (b"# STOCKHOLM 1.0\na MK-V\n//\n", "write it as aligned FASTA (--strip-gaps reads it)"),
     ],
 )
 def test_bad_input_is_one_line_without_traceback(tmp_path, capsys, content, expect):

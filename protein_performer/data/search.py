@@ -247,8 +247,10 @@ def _no_hits_message(raw: int, removed: dict[str, int], params: dict[str, Any]) 
         return (
             f"MMseqs2 found no hit with E-value <= {params['max_evalue']:g}, identity >= "
             f"{params['min_identity']:g} and query coverage >= {params['min_coverage']:g} "
-            "(loosen max_evalue / min_identity / min_coverage, or search a larger database); "
-            "nothing was written"
+            f"at sensitivity {params['sensitivity']:g} (loosen max_evalue / min_identity / "
+            "min_coverage"
+            + (", raise sensitivity to 7.5" if params["sensitivity"] < 7.5 else "")
+            + ", or search a larger database); nothing was written"
         )
     names = {
         "self": "the query itself",

@@ -148,7 +148,9 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     """
     p = resolve_checkpoint(path)
     if not p.exists():
-        raise DataError("checkpoint: no such file", path=p)
+        bare = not p.suffix and len(p.parts) == 1  # a name, as the shipped ones are given
+        names = f" (nor a shipped name: {', '.join(SHIPPED_CHECKPOINTS)})" if bare else ""
+        raise DataError(f"checkpoint: no such file{names}", path=p)
     if not p.is_file():
         found = [
             f"{c} {p / d / f'{c}.ckpt'}"

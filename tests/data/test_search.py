@@ -127,7 +127,7 @@ def test_margin_max_hits_and_overwrite(families, db, tmp_path):
 
 @pytest.mark.slow
 @needs_mmseqs
-def test_no_hits_is_one_line_and_writes_nothing(families, tmp_path):
+def test_no_hits_is_one_line_and_writes_nothing(families, tmp_path, capsys):
     q_id = next(k for k in families if k.endswith("SIMF00001M001"))
     others = {k: v for k, v in families.items() if "SIMF00003" in k}
     assert others
@@ -138,7 +138,17 @@ def test_no_hits_is_one_line_and_writes_nothing(families, tmp_path):
         search(query, db, out, threads=1)
     assert "\n" not in str(e.value) and "nothing was written" in str(e.value)
     assert str(query) in str(e.value)
+    assert "at sensitivity 5.7" in str(e.value) and "raise sensitivity to 7.5" in str(e.value)
     assert not (tmp_path / "deep").exists() and _leftovers(tmp_path) == []
+    with pytest.raises(DataError) as e:  # at the most sensitive already: not offered
+        search(query, db, out, threads=1, sensitivity=7.5)
+    assert "at sensitivity 7.5" in str(e.value) and "raise" not in str(e.value)
+    # the command says its own flags for the library's keywords
+    from protein_performer.cli.main import main
+
+    assert main(["data", "search", str(query), str(db), str(out), "--threads", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "(loosen --max-evalue / --min-identity / --min-coverage, raise --sensitivity" in err
     # hits found, then all filtered: the message says by which filter
     query = _write(tmp_path / "q2.fasta", {q_id: families[q_id]})
     same = _write(tmp_path / "same.fasta", {q_id: families[q_id]})

@@ -121,8 +121,12 @@ class _Shell:
 
 
 def test_unsafe_or_foreign_files_give_clear_errors(tmp_path):
-    with pytest.raises(DataError, match=r"missing\.ckpt: checkpoint: no such file"):
+    with pytest.raises(DataError, match=r"missing\.ckpt: checkpoint: no such file$"):
         read_checkpoint(tmp_path / "missing.ckpt")
+    with pytest.raises(
+        DataError, match=r"nope: .* no such file \(nor a shipped name: default, homologs,"
+    ):
+        read_checkpoint("nope")  # a bare word: the shipped names are said
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(b"not a checkpoint")
     with pytest.raises(DataError, match=r"junk\.ckpt: not a PyTorch checkpoint \(a text file\)"):

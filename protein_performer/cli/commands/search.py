@@ -6,7 +6,16 @@ import argparse
 
 from protein_performer.cli.commands.printing import COMPRESSIONS, print_json
 from protein_performer.data.fasta import check_distinct_inputs
-from protein_performer.errors import ConfigError
+from protein_performer.errors import ConfigError, DataError
+
+SEARCH_OPTIONS = {
+    "max_evalue": "--max-evalue",
+    "min_identity": "--min-identity",
+    "max_identity": "--max-identity",
+    "min_coverage": "--min-coverage",
+    "sensitivity": "--sensitivity",
+    "strip_gaps": "--strip-gaps",
+}
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
@@ -19,21 +28,24 @@ def _cmd_search(args: argparse.Namespace) -> int:
         )
     query, *dbs, outdir = args.paths
     check_distinct_inputs({"QUERY": [query], "DB": dbs})
-    manifest = search(
-        query,
-        dbs,
-        outdir,
-        min_identity=args.min_identity,
-        max_identity=args.max_identity,
-        min_coverage=args.min_coverage,
-        max_evalue=args.max_evalue,
-        margin=args.margin,
-        max_hits=args.max_hits,
-        threads=args.threads,
-        sensitivity=args.sensitivity,
-        overwrite=args.overwrite,
-        quiet=args.json,
-    )
+    try:
+        manifest = search(
+            query,
+            dbs,
+            outdir,
+            min_identity=args.min_identity,
+            max_identity=args.max_identity,
+            min_coverage=args.min_coverage,
+            max_evalue=args.max_evalue,
+            margin=args.margin,
+            max_hits=args.max_hits,
+            threads=args.threads,
+            sensitivity=args.sensitivity,
+            overwrite=args.overwrite,
+            quiet=args.json,
+        )
+    except DataError as e:  # the library's keyword names, said as this command's flags
+        raise e.with_options(SEARCH_OPTIONS) from None
     if args.json:
         print_json(manifest, None)
     return 0
@@ -69,7 +81,10 @@ def add_parser(dsub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-evalue", type=float, default=1e-3, help="(default: %(default)s)")
     p.add_argument(
-        "--margin", type=int, default=0, help="residues kept each side of the aligned region"
+        "--margin",
+        type=int,
+        default=0,
+        help="residues kept each side of the aligned region (default: %(default)s)",
     )
     p.add_argument("--max-hits", type=int, default=100, help="per query (default: %(default)s)")
     p.add_argument("--threads", type=int, help="MMseqs2 threads (default: all cores)")

@@ -6,8 +6,10 @@ import argparse
 import sys
 from typing import Any
 
+from protein_performer.cli.commands.preprocess import PREPROCESS_OPTIONS
 from protein_performer.cli.commands.printing import COMPRESSIONS, print_json
 from protein_performer.data.fasta import check_distinct_inputs
+from protein_performer.errors import DataError
 from protein_performer.utils.outputs import check_output_file, json_with_keys
 
 STATS_JSON_KEYS = ("files", "records", "residues", "composition")
@@ -26,7 +28,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             what="statistics JSON file",
         )
     check_distinct_inputs({"INPUT": args.inputs})
-    stats = fasta_stats(args.inputs, progress=not args.no_progress)
+    try:
+        stats = fasta_stats(args.inputs, progress=not args.no_progress)
+    except DataError as e:  # stats reads any FASTA: the fixes are preprocess's flags
+        raise e.with_options(PREPROCESS_OPTIONS) from None
     if args.json or args.output:
         print_json(stats, args.output)
         if args.output:
