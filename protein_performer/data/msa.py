@@ -378,7 +378,8 @@ def _difference(first: str, wild_type: str) -> str:
     diff = np.nonzero(windows[start] != q)[0]
     shown = ", ".join(f"{wild_type[start + i]}{start + i + 1}{first[i]}" for i in diff[:3])
     more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
-    return f"{len(diff)} residue(s) changed at its best place in the wild type: {shown}{more}"
+    residues = "residue" if len(diff) == 1 else "residues"
+    return f"{len(diff)} {residues} changed at its best place in the wild type: {shown}{more}"
 
 
 def _query_positions(

@@ -17,7 +17,7 @@ from torch import nn
 from protein_performer.analysis import mutations as mut
 from protein_performer.analysis.dms import marginals
 from protein_performer.analysis.dms.scan import fitness_notes
-from protein_performer.analysis.dms.table import as_written
+from protein_performer.analysis.dms.table import as_in_table
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.errors import DataError
@@ -392,6 +392,20 @@ def test_score_says_why_rows_are_left_out_and_reads_spreadsheet_files(ckpt, tmp_
     out = capsys.readouterr().out
     assert "Spearman with fitness (n=3;" in out and "without a numeric value" not in out
     assert "2 rows of empty fields left out" in out and "unigram baseline: not available" not in out
+    # the scores it adds are written as its own numbers are: with a decimal comma
+    table = (tmp_path / "s.csv").read_text().splitlines()
+    assert table[0].startswith("mutant;") and table[1].startswith("K2R;0,5;")
+    scores = [v for line in table[1:] for v in line.split(";")[2:] if v]
+    assert scores and all("." not in v for v in scores) and any("," in v for v in scores)
+    blosum = [line.split(";")[table[0].split(";").index("blosum62")] for line in table[1:]]
+    assert blosum == ["2", "-1", "2"]  # R/K, C/T, W/Y: whole numbers as before
+    masked = table[0].split(";").index("masked_marginal")
+    assert float(table[1].split(";")[masked].replace(",", ".")) != 0
+    # a semicolon file whose numbers have points keeps them
+    (tmp_path / "pt.csv").write_text("mutant;fitness\nK2R;0.5\nT3C;1.25\nY5W;-2\n")
+    assert _score(ckpt, tmp_path, *args, csv_name="pt.csv") == 0
+    capsys.readouterr()
+    assert "," not in (tmp_path / "s.csv").read_text().replace("0.5", "")
     # a checkpoint without training residue counts: the missing baseline is said
     model = ProteinLM(
         ModelConfig(attention="performer_relu", dim=16, depth=1, heads=2, ffn_dim=16, max_len=32),
@@ -1103,8 +1117,8 @@ def test_the_spearman_said_is_the_one_read_from_the_table() -> None:
     said too; a fitness left blank is counted (one row: "1 scored row")."""
     noise = np.array([0.5, 0.5 + 4e-16, 0.25, 1.0, 0.75, 2.0, 0.125])
     fitness = np.array([2.0, 1.0, 0.0, 3.0, 5.0, 4.0, np.nan])
-    assert as_written(noise)[0] == as_written(noise)[1] and np.isnan(as_written([np.nan])[0])
-    assert as_written([0.1234564, -12345678.0]).tolist() == [0.123456, -12345700.0]
+    assert as_in_table(noise)[0] == as_in_table(noise)[1] and np.isnan(as_in_table([np.nan])[0])
+    assert as_in_table([0.1234564, -12345678.0]).tolist() == [0.123456, -12345700.0]
     scan = SimpleNamespace(good=list(range(7)), rows=[{"f": "1"}] * 6 + [{"f": ""}])
     summary: dict = {}
     text = fitness_notes(scan, {"pssm": noise}, fitness, "f", summary)

@@ -828,9 +828,13 @@ def test_what_is_said_of_a_query_placed_otherwise_than_its_name_or_record_says(t
     msa = read_msa(path, WT)
     assert msa.notes["query_record"] == 3 and msa.notes["record_1"] == "first"
     assert msa.notes["record_1_differs"] == (
-        "2 residue(s) changed at its best place in the wild type: I6L, I12W"
+        "2 residues changed at its best place in the wild type: I6L, I12W"
     )
     assert "first" in msa.ids  # read as a homolog
+    path.write_text(">first\nTAYLAKQRQI\n>h1\nSAYLAKQ-QI\n>q\nTAYIAKQRQI\n")
+    assert read_msa(path, WT).notes["record_1_differs"] == (
+        "1 residue changed at its best place in the wild type: I6L"
+    )
     # a first record longer than the wild type, not holding it: its length is what differs
     longer = "TAYLAKQRQW" + "w" * 13  # 10 columns and 13 inserted: 23 residues against 22
     path.write_text(f">first\n{longer}\n>h1\nSAYLAKQ-QI\n>q\nTAYIAKQRQI\n")

@@ -17,7 +17,7 @@ import numpy as np
 from protein_performer.analysis.dms import marginals as mut
 from protein_performer.analysis.dms import variants as var
 from protein_performer.analysis.dms.homologs import ScanContext, context_columns
-from protein_performer.analysis.dms.table import as_written, offset_hint, read_float
+from protein_performer.analysis.dms.table import as_in_table, offset_hint, read_float
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
 from protein_performer.errors import DataError
 from protein_performer.model.performer import ProteinLM
@@ -403,9 +403,9 @@ def fitness_notes(
 ) -> str:
     """Spearman of each column with the fitness, over the rows where both are numbers, with
     n and the spread expected by chance under 30 pairs, each column read as the table writes
-    it (:func:`~protein_performer.analysis.dms.table.as_written`). Adds to ``summary``."""
+    it (:func:`~protein_performer.analysis.dms.table.as_in_table`). Adds to ``summary``."""
     good = scan.good
-    rho = {k: mut.spearman(as_written(v), fitness) for k, v in full.items()}
+    rho = {k: mut.spearman(as_in_table(v), fitness) for k, v in full.items()}
     n_pairs = int(np.sum(np.isfinite(fitness[good]))) if good else 0
     # a column blank for some rows (a site method beside indels) correlates over fewer
     column_pairs = {k: int(np.sum(np.isfinite(v) & np.isfinite(fitness))) for k, v in full.items()}

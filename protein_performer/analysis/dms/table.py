@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -229,7 +230,7 @@ def check_fitness_column(
 SCORE_FORMAT = "{:.6g}"
 
 
-def as_written(values: Any) -> np.ndarray:
+def as_in_table(values: Any) -> np.ndarray:
     """``values`` (n,) as the table holds them (:data:`SCORE_FORMAT`; NaN stays NaN), so
     that what is said of a column (its Spearman) is what a reader computes from the file:
     scores equal but for float noise (1e-16 apart) tie there as they tie in the table."""
@@ -237,11 +238,25 @@ def as_written(values: Any) -> np.ndarray:
     return np.array([float(SCORE_FORMAT.format(x)) if np.isfinite(x) else x for x in v])
 
 
+#: A number written with a decimal comma (``-0,88``, ``1,5e-3``), as a spreadsheet exports.
+_DECIMAL_COMMA = re.compile(r"[+-]?\d*,\d+(?:[eE][+-]?\d+)?")
+
+
+def writes_decimal_comma(rows: list[dict[str, str]]) -> bool:
+    """Whether the table's own numbers are written with a decimal comma (any value of any
+    column: ``0,88``), so that the score columns added to it are written alike."""
+    return any(v and _DECIMAL_COMMA.fullmatch(v.strip()) for row in rows for v in row.values())
+
+
 def scores_csv(
-    fields: list[str], rows: list[dict[str, str]], columns: dict[str, Any], delimiter: str
+    fields: list[str],
+    rows: list[dict[str, str]],
+    columns: dict[str, Any],
+    delimiter: str,
+    decimal_comma: bool = False,
 ) -> str:
     """The table as read, with the score ``columns`` (one value per row, NaN: blank) after
-    its own, in its own delimiter (:data:`SCORE_FORMAT`)."""
+    its own, in its own delimiter (:data:`SCORE_FORMAT`; ``decimal_comma``: ``-0,5``)."""
     buf = io.StringIO()
     writer = csv.DictWriter(
         buf, fieldnames=[*fields, *columns], lineterminator="\n", delimiter=delimiter
@@ -251,5 +266,7 @@ def scores_csv(
         extra = {
             k: ("" if math.isnan(v[i]) else SCORE_FORMAT.format(v[i])) for k, v in columns.items()
         }
+        if decimal_comma:
+            extra = {k: v.replace(".", ",") for k, v in extra.items()}
         writer.writerow({**row, **extra})
     return buf.getvalue()

@@ -15,6 +15,7 @@ from protein_performer.analysis.dms.table import (
     read_mutations_csv,
     scores_csv,
     wild_type_of,
+    writes_decimal_comma,
 )
 from protein_performer.analysis.extraction import load_for_analysis
 from protein_performer.analysis.inputs import checkpoint_label, max_tokens
@@ -223,7 +224,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         fitness = scan_lib.fitness_values(scan, cfg.fitness_col, decimal_comma)
         text += scan_lib.fitness_notes(scan, full, fitness, cfg.fitness_col, summary)
     refuse_appeared(was_absent, "out", "scoring")
-    write_text_atomic(out, scores_csv(fields, rows, full, delimiter))
+    comma = decimal_comma and writes_decimal_comma(rows)  # the scores written as its numbers
+    write_text_atomic(out, scores_csv(fields, rows, full, delimiter, comma))
     write_text_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
     if fitness is not None:
         from protein_performer.analysis.figures import score_scatter_figure
