@@ -513,6 +513,18 @@ def test_cli_download_max_records_and_error(server, gz_fasta, tmp_path, capsys):
     assert code == 0
     assert len(parse(gzip.decompress(out.read_bytes()).decode())) == 7
     capsys.readouterr()
+    # printed, one line in words: counts and digest of what was written
+    import hashlib
+
+    plain = tmp_path / "p.fa"
+    args = ["data", "download", "uniref50", str(plain), "--url", url, "--no-progress"]
+    assert main([*args, "--max-records", "3"]) == 0
+    line = capsys.readouterr().out.strip()
+    records = parse(plain.read_text())
+    residues = sum(len(seq) for _, seq in records)
+    assert line.startswith(f"downloaded {plain}: 3 records, {residues:,} residues, ")
+    assert f"{plain.stat().st_size:,} bytes (the first records; the source has more)" in line
+    assert line.endswith(f"from {url}; sha256 {hashlib.sha256(plain.read_bytes()).hexdigest()}")
     code = main(
         [
             "data",
@@ -526,7 +538,7 @@ def test_cli_download_max_records_and_error(server, gz_fasta, tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert code == 2 and "404" in err and err.count("\n") == 1
-    assert files(tmp_path) == ["u.fa.gz"]
+    assert files(tmp_path) == ["p.fa", "u.fa.gz"]
 
 
 def test_cli_notes_a_name_that_does_not_say_the_compression(server, gz_fasta, tmp_path, capsys):

@@ -15,6 +15,26 @@ DOWNLOAD_URLS = {
 }
 
 
+def download_line(summary: dict) -> str:
+    """The printed summary of a download: where, how much, from where, its digest."""
+    counted = [
+        f"{summary[k]:,} {k}"
+        for k in ("records", "residues", "bytes")
+        if summary.get(k) is not None
+    ]
+    how = (
+        " (resumed)"
+        if summary.get("resumed")
+        else " (the first records; the source has more)"
+        if summary.get("source_exhausted") is False
+        else ""
+    )
+    return (
+        f"downloaded {summary.get('path')}: {', '.join(counted)}{how} in "
+        f"{summary.get('seconds', 0):.1f} s from {summary.get('url')}; sha256 {summary.get('sha256')}"
+    )
+
+
 def _cmd_download(args: argparse.Namespace) -> int:
     from protein_performer.data.download import download
 
@@ -43,7 +63,7 @@ def _cmd_download(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary, None)
     else:
-        print("downloaded " + ", ".join(f"{k}={v}" for k, v in summary.items()))
+        print(download_line(summary))
     if summary.get("mode") != "full":
         return 0  # max_records: written gzip exactly when OUT ends in .gz
     from protein_performer.data.download import compression_of
