@@ -245,13 +245,14 @@ def test_nothing_imports_the_cli() -> None:
     assert users <= {"protein_performer.__main__", "protein_performer.entry"}
 
 
-#: Private names imported from another room, each with why (importer, name).
+#: Private names imported from another module, each with why (importer, name).
 PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def private_imports(package: Path = PACKAGE) -> set[tuple[str, str]]:
-    """``(importer, module.name)`` for every ``_name`` (or ``_module``) one room imports from
-    another: a room uses another's public names only."""
+    """``(importer, module.name)`` for every ``_name`` (or ``_module``) one module imports from
+    another: a room uses another's public names only, and a file split for size keeps its
+    insides private to itself."""
     mods = modules(package)
     found = set()
     for name, path in mods.items():
@@ -271,7 +272,8 @@ def private_imports(package: Path = PACKAGE) -> set[tuple[str, str]]:
             for target, last in targets:
                 top = target.split(".")[0]
                 private = last.startswith("_") and not last.startswith("__")
-                if top == package.name and private and room_of(target) != room_of(name):
+                own = target == name or target.startswith(name + ".")  # its own insides
+                if top == package.name and private and not own:
                     found.add((_short(name), _short(target)))
     return found
 
@@ -288,10 +290,11 @@ def test_a_planted_private_import_is_found(tmp_path: Path) -> None:
         (pkg / room / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "a" / "m.py").write_text("_x = 1\ny = 2\n")
-    (pkg / "a" / "n.py").write_text("from .m import _x\n")  # its own room's: fine
+    (pkg / "a" / "n.py").write_text("from .m import _x\n")  # a file split off: its insides too
     (pkg / "b" / "k.py").write_text("def f():\n    from ..a.m import _x, y\n")
     (pkg / "b" / "j.py").write_text("from protein_performer.a import _hidden\n")
-    assert private_imports(pkg) == {("b.k", "a.m._x"), ("b.j", "a._hidden")}
+    (pkg / "a" / "o.py").write_text("_y = 1\nprint(_y)\n")  # a module's own use: fine
+    assert private_imports(pkg) == {("a.n", "a.m._x"), ("b.k", "a.m._x"), ("b.j", "a._hidden")}
 
 
 def test_no_file_over_the_limit() -> None:

@@ -469,20 +469,20 @@ def test_trainer_settings_this_machine_cannot_run_stop_before_any_work(monkeypat
     import torch
 
     from protein_performer.config.schema import TrainerConfig
-    from protein_performer.training.preflight import NODE_LAUNCH_ENV, _check_trainer
+    from protein_performer.training.preflight import NODE_LAUNCH_ENV, check_trainer_launch
 
     for var in NODE_LAUNCH_ENV:
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(ConfigError, match=r"trainer\.num_nodes=2 needs one launch per node"):
-        _check_trainer(TrainerConfig(accelerator="cpu", num_nodes=2))
+        check_trainer_launch(TrainerConfig(accelerator="cpu", num_nodes=2))
     monkeypatch.setenv("NODE_RANK", "0")  # a node of a launched multi-node job
-    _check_trainer(TrainerConfig(accelerator="cpu", num_nodes=2))
+    check_trainer_launch(TrainerConfig(accelerator="cpu", num_nodes=2))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without GPUs
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     with pytest.raises(ConfigError, match="16-mixed needs a CUDA GPU"):
-        _check_trainer(TrainerConfig(accelerator="auto", precision="16-mixed"))
+        check_trainer_launch(TrainerConfig(accelerator="auto", precision="16-mixed"))
     with pytest.raises(ConfigError, match="fsdp runs on CUDA GPUs only"):
-        _check_trainer(TrainerConfig(accelerator="cpu", strategy="fsdp"))
+        check_trainer_launch(TrainerConfig(accelerator="cpu", strategy="fsdp"))
     # mpirun: Lightning reads its ranks only through mpi4py
     from protein_performer.training.preflight import MPI_LAUNCH_ENV
 
@@ -490,24 +490,24 @@ def test_trainer_settings_this_machine_cannot_run_stop_before_any_work(monkeypat
     monkeypatch.setenv(MPI_LAUNCH_ENV[0], "4")
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
     with pytest.raises(ConfigError, match="needs mpi4py"):
-        _check_trainer(TrainerConfig(accelerator="cpu", num_nodes=2))
+        check_trainer_launch(TrainerConfig(accelerator="cpu", num_nodes=2))
     monkeypatch.undo()  # (restores the patches above too: set again what the rest needs)
     for var in NODE_LAUNCH_ENV + MPI_LAUNCH_ENV:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     # an Apple GPU: float16 runs there, FSDP does not
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    _check_trainer(TrainerConfig(accelerator="auto", precision="16-mixed"))
+    check_trainer_launch(TrainerConfig(accelerator="auto", precision="16-mixed"))
     with pytest.raises(ConfigError, match="fsdp runs on CUDA GPUs only"):
-        _check_trainer(TrainerConfig(accelerator="auto", strategy="fsdp"))
+        check_trainer_launch(TrainerConfig(accelerator="auto", strategy="fsdp"))
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1}, raising=False)
     with caplog.at_level("WARNING"):
-        _check_trainer(TrainerConfig(accelerator="cpu", devices=4))
+        check_trainer_launch(TrainerConfig(accelerator="cpu", devices=4))
     assert "trainer.devices=4 CPU processes on 2 CPU cores" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING"):
-        _check_trainer(TrainerConfig(accelerator="cpu", devices=4), warn=False)
+        check_trainer_launch(TrainerConfig(accelerator="cpu", devices=4), warn=False)
     assert not caplog.text
 
 
@@ -565,45 +565,53 @@ def test_a_one_machine_ddp_run_refuses_a_busy_port_or_a_foreign_address(monkeypa
     import socket
 
     from protein_performer.config.schema import TrainerConfig
-    from protein_performer.training.preflight import MPI_LAUNCH_ENV, NODE_LAUNCH_ENV, _check_trainer
+    from protein_performer.training.preflight import (
+        MPI_LAUNCH_ENV,
+        NODE_LAUNCH_ENV,
+        check_trainer_launch,
+    )
 
     for var in NODE_LAUNCH_ENV + MPI_LAUNCH_ENV + ("MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)
     ddp = TrainerConfig(accelerator="cpu", strategy="ddp", devices=2)
-    _check_trainer(ddp, warn=False)
+    check_trainer_launch(ddp, warn=False)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         monkeypatch.setenv("MASTER_PORT", str(busy.getsockname()[1]))
         with pytest.raises(ConfigError, match=r"MASTER_PORT=\d+ is in use on this machine"):
-            _check_trainer(ddp, warn=False)
-        _check_trainer(TrainerConfig(accelerator="cpu"), warn=False)  # one process: no rendezvous
+            check_trainer_launch(ddp, warn=False)
+        check_trainer_launch(
+            TrainerConfig(accelerator="cpu"), warn=False
+        )  # one process: no rendezvous
     monkeypatch.setenv("MASTER_PORT", "port")
     with pytest.raises(ConfigError, match="is not a port number"):
-        _check_trainer(ddp, warn=False)
+        check_trainer_launch(ddp, warn=False)
     monkeypatch.delenv("MASTER_PORT")
     monkeypatch.setenv("MASTER_ADDR", "192.0.2.1")  # TEST-NET-1: never this machine
     with pytest.raises(ConfigError, match=r"MASTER_ADDR=192\.0\.2\.1 is not this machine"):
-        _check_trainer(ddp, warn=False)
+        check_trainer_launch(ddp, warn=False)
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    _check_trainer(ddp, warn=False)
+    check_trainer_launch(ddp, warn=False)
     monkeypatch.setenv("WORLD_SIZE", "2")  # a launcher's process: it set these itself
     monkeypatch.setenv("MASTER_ADDR", "192.0.2.1")
-    _check_trainer(ddp, warn=False)
+    check_trainer_launch(ddp, warn=False)
 
 
 def test_torchrun_with_a_trainer_that_does_not_match_is_refused(monkeypatch):
     from protein_performer.config.schema import TrainerConfig
-    from protein_performer.training.preflight import _check_trainer
+    from protein_performer.training.preflight import check_trainer_launch
 
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("NODE_RANK", "0")
     with pytest.raises(ConfigError, match="each would train the same model alone"):
-        _check_trainer(TrainerConfig(accelerator="cpu"), warn=False)
+        check_trainer_launch(TrainerConfig(accelerator="cpu"), warn=False)
     with pytest.raises(ConfigError, match=r"trainer\.devices=4 x trainer\.num_nodes=1 makes 4"):
-        _check_trainer(TrainerConfig(accelerator="cpu", strategy="ddp", devices=4), warn=False)
-    _check_trainer(TrainerConfig(accelerator="cpu", strategy="ddp", devices=2), warn=False)
+        check_trainer_launch(
+            TrainerConfig(accelerator="cpu", strategy="ddp", devices=4), warn=False
+        )
+    check_trainer_launch(TrainerConfig(accelerator="cpu", strategy="ddp", devices=2), warn=False)
 
 
 def test_a_resume_inside_an_epoch_on_more_processes_is_refused_fewer_is_fine():
@@ -651,13 +659,13 @@ def test_the_resume_check_counts_devices_given_as_lists_strings_or_auto(monkeypa
 
 def test_torchrun_with_devices_left_to_lightning_is_not_refused(monkeypatch):
     from protein_performer.config.schema import TrainerConfig
-    from protein_performer.training.preflight import _check_trainer
+    from protein_performer.training.preflight import check_trainer_launch
 
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("NODE_RANK", "0")
     for devices in ("auto", -1):
-        _check_trainer(
+        check_trainer_launch(
             TrainerConfig(accelerator="cpu", strategy="ddp", devices=devices), warn=False
         )
 

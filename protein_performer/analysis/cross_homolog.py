@@ -48,7 +48,7 @@ from protein_performer.analysis.homolog_pairs import HomologPair
 from protein_performer.analysis.inputs import as_protein, max_tokens, parse_indices
 from protein_performer.analysis.similarity import (
     AA_ORDER,
-    _aa_index,
+    aa_index,
     blosum62,
     offdiag_pearson,
     substitution_log_odds,
@@ -244,7 +244,7 @@ def collect(
     ``attention`` (``maps`` heads) sends from the masked positions into the homologs."""
     if not 0.0 < threshold <= 1.0:
         raise ConfigError(f"threshold must be in (0, 1] (got {threshold})")
-    types_of = _aa_index(alphabet)
+    types_of = aa_index(alphabet)
     counts = CrossCounts(maps, threshold)
     for index, w in enumerate(
         progress_bar(windows, desc="cross-homolog", unit="protein", enabled=progress)
@@ -447,9 +447,9 @@ def write_view(
 def view_figure(result: dict[str, Any], stem: Path, title: str = "") -> list[Path]:
     """BLOSUM62, the alignment ceiling, and the best head's arcs and mass log-odds side by
     side (amino acids in :data:`AA_ORDER`, groups marked, diagonal blank), r in each title."""
-    from protein_performer.analysis.figures import _matrix_panel, _pyplot, save_figure
+    from protein_performer.analysis.figures import load_pyplot, matrix_panel, save_figure
 
-    plt = _pyplot()
+    plt = load_pyplot()
     names = result["matrices"]["head_names"]
     best = result["best_head"]
     row = next(h for h in result["heads"] if h["name"] == best)
@@ -460,13 +460,13 @@ def view_figure(result: dict[str, Any], stem: Path, title: str = "") -> list[Pat
 
     fig, axes = plt.subplots(1, 4, figsize=(15.2, 4.0))
     unit = "log2-odds (bits)"
-    _matrix_panel(axes[0], result["matrices"]["blosum62"], "BLOSUM62", "half bits")
-    _matrix_panel(axes[1], result["ceiling"]["log_odds"],
+    matrix_panel(axes[0], result["matrices"]["blosum62"], "BLOSUM62", "half bits")
+    matrix_panel(axes[1], result["ceiling"]["log_odds"],
                   f"alignment ceiling\nr = {show(result['ceiling']['r'])}", unit)  # fmt: skip
     for ax, key in zip(axes[2:], ("arcs", "mass"), strict=True):
         label = f"{best} {key} (aligned attention {row['aligned_attention']:.2f})"
         r = f"r = {show(row[f'r_{key}'])} (null {show(row[f'r_null_{key}'])})"
-        _matrix_panel(ax, result["matrices"][f"{key}_log_odds"][m], f"{label}\n{r}", unit)
+        matrix_panel(ax, result["matrices"][f"{key}_log_odds"][m], f"{label}\n{r}", unit)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

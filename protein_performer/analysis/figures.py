@@ -17,7 +17,7 @@ from protein_performer.analysis.similarity import AA_GROUPS, AA_ORDER
 from protein_performer.utils.atomic import write_atomic
 
 
-def _pyplot():
+def load_pyplot():
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -29,7 +29,7 @@ def _pyplot():
 def save_figure(fig, stem: Path, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
     """Write ``stem.png`` and ``stem.pdf`` (``formats``) atomically; returns their paths.
     The same figure gives the same bytes (no creation date or software version in them)."""
-    plt = _pyplot()
+    plt = load_pyplot()
     paths = []
     stamps = {"pdf": {"CreationDate": None, "Producer": None, "Creator": None},
               "png": {"Software": None}}  # fmt: skip
@@ -55,8 +55,8 @@ def _group_lines(ax, n: int) -> None:
         ax.axvline(pos - 0.5, color="0.3", lw=0.6)
 
 
-def _matrix_panel(ax, m: np.ndarray, title: str, unit: str = "") -> None:
-    plt = _pyplot()
+def matrix_panel(ax, m: np.ndarray, title: str, unit: str = "") -> None:
+    plt = load_pyplot()
     shown = np.where(np.eye(20, dtype=bool), np.nan, m)  # the diagonal is not compared
     finite = shown[np.isfinite(shown)]
     vmax = float(np.abs(finite).max()) if finite.size else 1.0
@@ -92,7 +92,7 @@ def similarity_figure(
     colour map centred at 0 (diagonal blank), r with BLOSUM62 in each title (and the
     attention view's row-permutation null, ``r["attention_null"]``). A view with nothing to
     show is a panel saying why (``notes[view]``), not a missing panel."""
-    plt = _pyplot()
+    plt = load_pyplot()
     notes = notes or {}
     views = [k for k in SIMILARITY_VIEWS if matrices.get(k) is not None or k in notes]
     panels = len(views) + 1
@@ -103,7 +103,7 @@ def similarity_figure(
     for ax in axes[panels:]:
         ax.set_axis_off()
     axes = axes[:panels]
-    _matrix_panel(axes[0], blosum, "BLOSUM62", "log-odds (half bits; diagonal not shown)")
+    matrix_panel(axes[0], blosum, "BLOSUM62", "log-odds (half bits; diagonal not shown)")
     for ax, key in zip(axes[1:], views, strict=True):
         label, unit = SIMILARITY_VIEWS[key]
         if matrices.get(key) is None:
@@ -115,7 +115,7 @@ def similarity_figure(
         shown = "n/a" if value is None else f"{value:+.2f}"
         if key == "attention" and r.get("attention_null") is not None:
             shown += f" (null {r['attention_null']:+.2f})"
-        _matrix_panel(ax, matrices[key], f"{label}\nr = {shown}", unit)
+        matrix_panel(ax, matrices[key], f"{label}\nr = {shown}", unit)
     if title:
         fig.suptitle(title, fontsize=12)
     fig.tight_layout()
@@ -136,7 +136,7 @@ def head_grid_figure(
     """Layers × heads grid of ``attention`` ``(layers, heads, L, L)`` for one protein; with
     ``zoom`` only its first ``zoom`` residues. Residue letters label the axes when at most 40
     residues are shown, residue numbers otherwise; rows are queries, columns keys."""
-    plt = _pyplot()
+    plt = load_pyplot()
     if zoom:
         attention = attention[:, :, :zoom, :zoom]
         sequence = sequence[:zoom]
@@ -269,7 +269,7 @@ def alignment_figure(
         attention: ``(L, L)`` one head over the window's residues.
         queries, keys: window positions of aligned residue pairs (keys inside ``subjects``).
     """
-    plt = _pyplot()
+    plt = load_pyplot()
     q_start, q_stop = target
     columns, key_columns = homolog_columns(subjects, keys)
     rows = attention[q_start:q_stop].astype(np.float64)
@@ -370,7 +370,7 @@ def head_ranking_figure(
 ) -> list[Path]:
     """Heads ranked by attention entropy and by mean attention distance (local vs global),
     with the uniform-attention values (:func:`uniform_stats`) as reference lines."""
-    plt = _pyplot()
+    plt = load_pyplot()
     names = [f"L{layer}H{head}" for layer in layers for head in heads]
     fig, axes = plt.subplots(1, 2, figsize=(max(6.0, 0.35 * len(names)) * 2 / 1.4, 3.6))
     uniform_values = uniform_stats(length, causal)
@@ -432,7 +432,7 @@ def score_scatter_figure(
 ) -> list[Path]:
     """One scatter panel per score column against measured fitness; each title gives the
     Spearman, its number of pairs and the spread expected by chance (±1/√(n−1))."""
-    plt = _pyplot()
+    plt = load_pyplot()
     fig, axes = plt.subplots(1, len(scores), figsize=(3.4 * len(scores), 3.4), squeeze=False)
     for ax, (name, values) in zip(axes[0], scores.items(), strict=True):
         ok = np.isfinite(values) & np.isfinite(fitness)

@@ -97,7 +97,7 @@ def _constant(x: np.ndarray) -> bool:
     return float(x.std()) <= 1e-12 * max(1.0, float(np.abs(x).max()))
 
 
-def _aa_index(alphabet: Alphabet) -> np.ndarray:
+def aa_index(alphabet: Alphabet) -> np.ndarray:
     """``(V,)`` position of each token in :data:`AA_ORDER`, -1 for others."""
     idx = np.full(len(alphabet), -1, dtype=np.int64)
     for i, aa in enumerate(AA_ORDER):
@@ -245,7 +245,7 @@ def substitution_joint(
     masked positions, by true residue; each protein gets its own seeded mask (at least one
     position), every masked position shows ``<mask>``."""
     device = next(model.parameters()).device
-    types = _aa_index(alphabet)
+    types = aa_index(alphabet)
     cols = torch.tensor([alphabet.index(a) for a in AA_ORDER], device=device)
     joint = np.zeros((20, 20), dtype=np.float64)
     positions = 0
@@ -357,7 +357,7 @@ def aa_similarity(
     depth, n_heads = model.config.depth, model.config.heads
     layers = list(range(depth)) if layers is None else list(layers)
     heads = list(range(n_heads)) if heads is None else list(heads)
-    types = _aa_index(alphabet)
+    types = aa_index(alphabet)
     causal = bool(getattr(model, "causal", False))
     auto = threshold == "auto"
     ladder = AUTO_THRESHOLDS if auto else (float(threshold),)

@@ -9,9 +9,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from protein_performer.cli.groups import COMMANDS, _setup, config_dir
+from protein_performer.cli.groups import COMMANDS, config_dir, setup_hydra
 from protein_performer.cli.overrides import (
-    _check_extra_keys,
+    check_extra_keys,
     expand_home,
     quote_home,
     scalars_as_lists,
@@ -85,7 +85,7 @@ def compose_job(command: str, overrides: Sequence[str]) -> ComposedJob:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf, open_dict
 
-    _setup()
+    setup_hydra()
     overrides = scalars_as_lists(command, [quote_home(o) for o in overrides])
     try:
         with initialize_config_dir(
@@ -96,7 +96,7 @@ def compose_job(command: str, overrides: Sequence[str]) -> ComposedJob:
         sweep_dir = os.path.expanduser(str(cfg.hydra.sweep.dir))
         with open_dict(cfg):
             del cfg["hydra"]
-        _check_extra_keys(cfg, COMMANDS[command], COMMANDS[command])
+        check_extra_keys(cfg, COMMANDS[command], COMMANDS[command])
         obj = OmegaConf.to_object(cfg)
         if expand_home(obj):  # --cfg job shows the paths the run will use
             text = OmegaConf.to_yaml(OmegaConf.structured(obj))
@@ -150,7 +150,7 @@ def check_analysis_rules(cfg: Any) -> None:
 
 
 # ---- entry point --------------------------------------------------------------------------
-def _ddp_child_job() -> dict[str, Any] | None:
+def ddp_child_job() -> dict[str, Any] | None:
     """The job a Lightning-launched DDP child process must run (set by its parent)."""
     raw = os.environ.get(DDP_JOB_ENV)
     if raw and os.environ.get("LOCAL_RANK", "0") != "0":
@@ -159,7 +159,7 @@ def _ddp_child_job() -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def _env(name: str, value: str) -> Iterator[None]:
+def with_env(name: str, value: str) -> Iterator[None]:
     old = os.environ.get(name)
     os.environ[name] = value
     try:

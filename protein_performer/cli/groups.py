@@ -57,7 +57,7 @@ def config_groups() -> list[str]:
 _SETUP_DONE = False
 
 
-def _setup() -> None:
+def setup_hydra() -> None:
     global _SETUP_DONE
     if _SETUP_DONE:
         return

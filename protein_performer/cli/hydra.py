@@ -22,25 +22,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from protein_performer.cli.commands.evaluate import _run_evaluate
-from protein_performer.cli.commands.train import _run_train
+from protein_performer.cli.commands.evaluate import run_evaluate_job
+from protein_performer.cli.commands.train import run_train_job
 from protein_performer.cli.compose import (
     CliArgs,
     ComposedJob,
-    _ddp_child_job,
     compose_job,
+    ddp_child_job,
     parse_args,
 )
-from protein_performer.cli.groups import COMMANDS, _setup
+from protein_performer.cli.groups import COMMANDS, setup_hydra
 from protein_performer.cli.help import help_text
 from protein_performer.cli.overrides import (
-    _hydra_value,
     expand_overrides,
+    hydra_value,
 )
 from protein_performer.cli.resume import (
     LAST,
-    _names_hydra_run_dir,
-    _names_run_dir,
+    names_hydra_run_dir,
+    names_run_dir,
     program,
     resume_run_dir,
 )
@@ -60,7 +60,7 @@ def run_hydra(command: str, argv: list[str]) -> int:
     if command not in COMMANDS:
         raise ConfigError(f"unknown command {command!r}; choose one of: {', '.join(COMMANDS)}")
     args = parse_args(argv, command)
-    _setup()
+    setup_hydra()
     if args.help:
         print(help_text(command))
         return 0
@@ -86,13 +86,13 @@ def run_hydra(command: str, argv: list[str]) -> int:
                 print(f"hydra:\n  run:\n    dir: {job.run_dir}\n  sweep:\n    dir: {job.sweep_dir}")
         return 0
     if command == "evaluate":
-        return _run_evaluate(jobs[0], args)
+        return run_evaluate_job(jobs[0], args)
     if command in ANALYSIS_COMMANDS:
         return _run_analysis(command, jobs[0], args)
-    child = _ddp_child_job()
+    child = ddp_child_job()
     sweep_dir = jobs[0].sweep_dir
     last_in_sweep = args.multirun and any(j.config.ckpt_path == LAST for j in jobs)
-    if last_in_sweep and child is None and not _names_hydra_run_dir(jobs[0], "hydra.sweep.dir"):
+    if last_in_sweep and child is None and not names_hydra_run_dir(jobs[0], "hydra.sweep.dir"):
         raise ConfigError(
             "ckpt_path=last in a sweep resumes its jobs in hydra.sweep.dir: name that "
             "directory (the default one is new for every sweep), e.g. "
@@ -116,9 +116,9 @@ def run_hydra(command: str, argv: list[str]) -> int:
             print(f"[{i + 1}/{len(jobs)}] {' '.join(job.overrides)} -> {run_dir}", flush=True)
         # a default (timestamped) directory taken by a run started in the same second: the
         # next free one; a directory the user named is theirs to choose
-        default_dir = child is None and not args.multirun and not _names_run_dir(job)
+        default_dir = child is None and not args.multirun and not names_run_dir(job)
         try:
-            code = _run_train(job, run_dir, i, args, find_free=default_dir)
+            code = run_train_job(job, run_dir, i, args, find_free=default_dir)
         except Exception:
             if args.multirun and child is None:  # which job, before the error's own line
                 print(
@@ -145,7 +145,7 @@ def _say_not_run(jobs: list[ComposedJob], stopped: int, sweep_dir: str) -> None:
     lines = [f"the sweep stopped at job {stopped + 1} of {len(jobs)}; not run:"]
     for j in rest:
         words = [*program(), "train", *jobs[j].overrides]
-        words.append(f"hydra.run.dir={_hydra_value(str(Path(sweep_dir) / str(j)))}")
+        words.append(f"hydra.run.dir={hydra_value(str(Path(sweep_dir) / str(j)))}")
         lines.append(
             f"  cd {shlex.quote(os.getcwd())} && " + " ".join(shlex.quote(w) for w in words)
         )

@@ -167,7 +167,7 @@ def to_config_error(exc: BaseException, command: str) -> ConfigError:
 
 
 # ---- composition --------------------------------------------------------------------------
-def _check_extra_keys(node: Any, root: type, schema: type, prefix: str = "") -> None:
+def check_extra_keys(node: Any, root: type, schema: type, prefix: str = "") -> None:
     """Keys added with ``+key=value`` that the schema does not have are errors too."""
     from omegaconf import DictConfig
 
@@ -179,7 +179,7 @@ def _check_extra_keys(node: Any, root: type, schema: type, prefix: str = "") -> 
             raise ConfigError(_unknown_key_message(root, full))
         child = node._get_node(key)
         if isinstance(child, DictConfig) and dataclasses.is_dataclass(hints[key]):
-            _check_extra_keys(child, root, hints[key], f"{full}.")
+            check_extra_keys(child, root, hints[key], f"{full}.")
 
 
 def _check_group_overrides(overrides: Sequence[Any]) -> None:
@@ -327,12 +327,12 @@ def scalars_as_lists(command: str, overrides: Sequence[str]) -> list[str]:
         elif item is str and (isinstance(value, str) or number):
             # a number is the text as typed, quoted: 1.10 names a file here, not 1.1
             literal = value if isinstance(value, str) else text.split("=", 1)[1]
-            out.append(f"{o.get_key_element()}=[{_hydra_value(literal, quote=number)}]")
+            out.append(f"{o.get_key_element()}=[{hydra_value(literal, quote=number)}]")
         elif item is None and leaf in PATH_KEYS and o.value_type == ValueType.ELEMENT:
             raw = o.value()
             if isinstance(raw, (int, float)) and not isinstance(raw, bool):
                 out.append(
-                    f"{o.get_key_element()}={_hydra_value(text.split('=', 1)[1], quote=True)}"
+                    f"{o.get_key_element()}={hydra_value(text.split('=', 1)[1], quote=True)}"
                 )
             else:
                 out.append(text)
@@ -343,7 +343,7 @@ def scalars_as_lists(command: str, overrides: Sequence[str]) -> list[str]:
     return out
 
 
-def _hydra_value(text: str, *, quote: bool = False) -> str:
+def hydra_value(text: str, *, quote: bool = False) -> str:
     """``text`` as a Hydra override value: quoted when it holds characters the override
     grammar would parse (spaces, quotes, brackets, commas ...), or always (``quote``: a string
     that must stay one, e.g. a file named ``1.10``)."""

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from protein_performer.cli.compose import ComposedJob
-from protein_performer.cli.overrides import _hydra_value
+from protein_performer.cli.overrides import hydra_value
 from protein_performer.errors import ConfigError
 
 
@@ -18,7 +18,7 @@ def resume_run_dir(job: ComposedJob) -> str | None:
     (``RUN/checkpoints/last.ckpt`` -> ``RUN``), unless the overrides name a new
     ``hydra.run.dir``. None when not resuming or the checkpoint is not in a run directory."""
     ckpt = getattr(job.config, "ckpt_path", None)
-    if not ckpt or _names_hydra_run_dir(job):
+    if not ckpt or names_hydra_run_dir(job):
         return None
     from protein_performer.training.run_dir import CHECKPOINT_DIR
 
@@ -44,7 +44,7 @@ def resolve_last(
     from protein_performer.training.run_dir import CHECKPOINT_DIR, set_aside_attempt
     from protein_performer.training.run_lock import wait_for_other_machine
 
-    if not _in_sweep(run_dir, job) and not _names_hydra_run_dir(job):  # (sweeps: run_hydra)
+    if not _in_sweep(run_dir, job) and not names_hydra_run_dir(job):  # (sweeps: run_hydra)
         raise ConfigError(
             "ckpt_path=last resumes the run in hydra.run.dir: name that directory (the default "
             "one is new for every run), e.g. hydra.run.dir=runs/$SLURM_JOB_ID"
@@ -69,7 +69,7 @@ def resolve_last(
     return None
 
 
-def _finished(last: str, job: ComposedJob, quiet: bool = False) -> bool:
+def run_finished(last: str, job: ComposedJob, quiet: bool = False) -> bool:
     """Whether ``ckpt_path=last`` found a run that has trained all its steps (said)."""
     from protein_performer.model.checkpoints import read_checkpoint
 
@@ -96,13 +96,13 @@ def _in_sweep(run_dir: str, job: ComposedJob) -> bool:
     return Path(run_dir).parent.resolve() == Path(job.sweep_dir).resolve()
 
 
-def _names_hydra_run_dir(job: ComposedJob, key: str = "hydra.run.dir") -> bool:
+def names_hydra_run_dir(job: ComposedJob, key: str = "hydra.run.dir") -> bool:
     """Whether the command line sets ``hydra.run.dir`` (or ``key``)."""
     return any(o.split("=", 1)[0].lstrip("+~") == key for o in job.overrides)
 
 
-def _names_run_dir(job: ComposedJob) -> bool:
-    return _names_hydra_run_dir(job) or (resume_run_dir(job) is not None)
+def names_run_dir(job: ComposedJob) -> bool:
+    return names_hydra_run_dir(job) or (resume_run_dir(job) is not None)
 
 
 def program() -> list[str]:
@@ -126,6 +126,6 @@ def resume_command(job: ComposedJob, last_checkpoint: str) -> str:
         for o in job.overrides
         if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "hydra.run.dir")
     ]
-    words = [*program(), "train", *keep, f"ckpt_path={_hydra_value(last_checkpoint)}"]
+    words = [*program(), "train", *keep, f"ckpt_path={hydra_value(last_checkpoint)}"]
     # relative paths in the overrides are relative to where this run was started
     return f"cd {shlex.quote(os.getcwd())} && " + " ".join(shlex.quote(w) for w in words)

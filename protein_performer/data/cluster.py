@@ -305,7 +305,7 @@ def _run_clustering(
     -> member records (record numbers of :func:`_write_input`)."""
     method = cmd[1]
     log_path = work / "mmseqs.log"
-    code = _run_mmseqs(cmd, log_path, quiet)
+    code = run_mmseqs(cmd, log_path, quiet)
     lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines()]
     last = next((ln for ln in reversed(lines) if ln), "no output")
     if code != 0:
@@ -504,7 +504,7 @@ def cluster_fasta(
 HEARTBEAT_S = 30.0
 
 
-def _run_mmseqs(cmd: list[str], log_path: Path, quiet: bool = True, who: str = "cluster") -> int:
+def run_mmseqs(cmd: list[str], log_path: Path, quiet: bool = True, who: str = "cluster") -> int:
     """Run MMseqs2 in its own process group, so that an interrupt stops it and the workers it
     starts (``mmseqs align`` ...) instead of leaving them writing into a removed directory;
     unless ``quiet``, say every :data:`HEARTBEAT_S` seconds that it is still running (lines

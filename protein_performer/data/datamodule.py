@@ -33,7 +33,7 @@ from protein_performer.data.batching import (
 )
 from protein_performer.data.cluster import read_members
 from protein_performer.data.config import CROPS, DEFAULT_MAX_LENGTH, MODES, DataConfig
-from protein_performer.data.datamodule_settings import _check_data_given, usable_workers
+from protein_performer.data.datamodule_settings import check_data_given, usable_workers
 from protein_performer.data.datasets import (
     ClusterCropDataset,
     ConcatWindowDataset,
@@ -54,8 +54,8 @@ from protein_performer.data.sources import (
 from protein_performer.data.splits import parse_fractions
 from protein_performer.data.worker_loaders import (
     WorkerTrackingDataLoader,
-    _register_exit_hook,
     leave_stop_signals_to_main,
+    register_exit_hook,
 )
 from protein_performer.errors import ConfigError, DataError
 
@@ -207,7 +207,7 @@ class ProteinDataModule(pl.LightningDataModule):
         )
         self.shards = None if cfg.shards in (None, "") else os.fspath(cfg.shards)
         self._sources = {"train": train_source, "val": val_source, "test": test_source}
-        _check_data_given(self._sources, self.files, self.val_files, self.test_files, self.shards)
+        check_data_given(self._sources, self.files, self.val_files, self.test_files, self.shards)
         self.split_fractions = parse_fractions(cfg.split_fractions)
         self.split_seed = int(cfg.split_seed)
         self.objective, self.mode, self.crop = objective, cfg.mode, crop
@@ -647,7 +647,7 @@ class ProteinDataModule(pl.LightningDataModule):
             self.setup(stage)
         ds = self._require(split)
         if self.num_workers > 0:
-            _register_exit_hook()
+            register_exit_hook()
         return WorkerTrackingDataLoader(
             ds,
             batch_sampler=self.batch_sampler(split),

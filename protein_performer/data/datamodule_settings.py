@@ -16,7 +16,7 @@ from protein_performer.utils.devices import is_rank_zero, usable_cpus
 log = logging.getLogger("protein_performer.data.datamodule")
 
 
-def _check_data_given(sources: Mapping[str, object], *given: object) -> None:
+def check_data_given(sources: Mapping[str, object], *given: object) -> None:
     """In-memory sources are FlatSource objects, and some data is given (``given``: the
     files and shards arguments)."""
     for split, src in sources.items():

@@ -144,13 +144,13 @@ class _Decompressor:
 
 
 #: leading bytes of the compressed formats the FASTA reader takes
-_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
+COMPRESSION_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
 _DECOMPRESSION_ERRORS = (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError)
 
 
 def compression_of(head: bytes) -> str | None:
     """``gzip``, ``bzip2`` or ``xz`` from a file's first bytes, None for anything else."""
-    return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+    return next((kind for magic, kind in COMPRESSION_MAGIC.items() if head.startswith(magic)), None)
 
 
 def _check_args(url: str, max_records: int | None, timeout: float) -> None:
@@ -439,7 +439,7 @@ class _Head:
             raise _NotFasta(f"not FASTA: {body} is empty", path=url, binary=False)
         # binary: NUL or control bytes other than tab / CR / LF (text may be cut mid-character)
         if any(b < 32 and b not in (9, 10, 13) for b in text) or b"\x7f" in text:
-            from protein_performer.data.fasta import _MAGIC as KNOWN
+            from protein_performer.data.fasta import COMPRESSION_MAGIC as KNOWN
 
             first = " ".join(f"{b:02x}" for b in text[:8])
             kind = next((k for magic, k in KNOWN.items() if text.startswith(magic)), None)

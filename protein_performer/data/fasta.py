@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike
 
-_MAGIC = {
+COMPRESSION_MAGIC = {
     b"\x1f\x8b": "gzip",
     b"BZh": "bzip2",
     b"\xfd7zXZ\x00": "xz",
@@ -103,7 +103,7 @@ def detect_compression(path: PathLike) -> str:
     check_readable_file(path)
     with open(path, "rb") as fh:
         head = fh.read(6)
-    for magic, name in _MAGIC.items():
+    for magic, name in COMPRESSION_MAGIC.items():
         if head.startswith(magic):
             return name
     return "plain"

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from protein_performer.data.alphabet import InvalidPolicy, default_alphabet
-from protein_performer.data.cluster import _run_mmseqs, find_mmseqs, mmseqs_version
+from protein_performer.data.cluster import find_mmseqs, mmseqs_version, run_mmseqs
 from protein_performer.data.encoding import EncodeCounts, iter_encoded
 from protein_performer.data.fasta import FastaReader, PathLike
 from protein_performer.errors import ConfigError, DataError
@@ -388,7 +388,7 @@ def search(
             "--max-seqs", str(max(300, 4 * (max_hits or 0))), "--threads", str(threads),
             "-v", "1",
         ]  # fmt: skip
-        code = _run_mmseqs(cmd, work / "mmseqs.log", quiet, who="search")
+        code = run_mmseqs(cmd, work / "mmseqs.log", quiet, who="search")
         lines = (work / "mmseqs.log").read_text(errors="replace").splitlines()
         last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "no output")
         if code != 0 or not (work / "result.m8").is_file():

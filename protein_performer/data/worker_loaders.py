@@ -43,7 +43,7 @@ def _end_data_workers() -> None:
 _exit_hook_registered = False
 
 
-def _register_exit_hook() -> None:
+def register_exit_hook() -> None:
     global _exit_hook_registered
     if not _exit_hook_registered:
         # registered after multiprocessing's own handler, so it runs before it (LIFO)

@@ -61,7 +61,7 @@ class _QuietLightning(logging.Filter):
 
 
 @contextlib.contextmanager
-def _callers_state_kept() -> Any:
+def callers_state_kept() -> Any:
     """What :func:`train` changes for the run and gives back to its caller (a library user's
     own experiment continues as it was): the global RNGs (Lightning's ``seed_everything``
     reseeds them; CUDA's only when CUDA was initialised before the run), the environment

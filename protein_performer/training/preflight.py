@@ -41,11 +41,11 @@ def check_train_inputs(cfg: TrainConfig) -> int | None:
     """Validate ``cfg`` and every input path it names, before anything is written; returns
     the global step of ``cfg.ckpt_path`` (None when not resuming)."""
     validate_train_config(cfg)
-    _check_trainer(cfg.trainer, warn=False)  # train() says the warnings, once
-    return _check_paths(cfg, warn=False)  # train() checks again, and says what it notices
+    check_trainer_launch(cfg.trainer, warn=False)  # train() says the warnings, once
+    return check_run_paths(cfg, warn=False)  # train() checks again, and says what it notices
 
 
-def _check_paths(cfg: TrainConfig, warn: bool = True, scan: bool = True) -> int | None:
+def check_run_paths(cfg: TrainConfig, warn: bool = True, scan: bool = True) -> int | None:
     """Check every input path before any work; returns the global step of ``cfg.ckpt_path``
     (None when not resuming). ``scan``: read every weight of ``cfg.ckpt_path`` for NaN/inf
     (train() skips it when the CLI's :func:`check_train_inputs` did it)."""
@@ -191,7 +191,7 @@ def _installed(module: str) -> bool:
     return spec is not None and spec.origin not in (None, "namespace")
 
 
-def _check_trainer(t: TrainerConfig, warn: bool = True) -> None:
+def check_trainer_launch(t: TrainerConfig, warn: bool = True) -> None:
     """Before any data is read or a run directory claimed: what Lightning would find only
     later, in its own words, or not at all (a multi-node run waits forever for nodes that
     nobody started)."""

@@ -125,12 +125,12 @@ class TrainResult:
         )
 
 
-def _metric(trainer: pl.Trainer, key: str) -> float | None:
+def callback_metric(trainer: pl.Trainer, key: str) -> float | None:
     value = trainer.callback_metrics.get(key)
     return None if value is None else float(value)
 
 
-def _stopped_by(cfg: TrainConfig, steps: int, interrupt: GracefulInterrupt) -> str:
+def stop_cause(cfg: TrainConfig, steps: int, interrupt: GracefulInterrupt) -> str:
     if interrupt.stopped_at is not None and interrupt.stop_reason:
         return interrupt.stop_reason  # under DDP also a signal that reached another rank only
     if steps >= cfg.trainer.max_steps:
@@ -138,7 +138,7 @@ def _stopped_by(cfg: TrainConfig, steps: int, interrupt: GracefulInterrupt) -> s
     return "max_time" if cfg.trainer.max_time else "stopped"
 
 
-def _data_line(dm: ProteinDataModule, cfg: TrainConfig, read_s: float = 0.0) -> str:
+def run_data_line(dm: ProteinDataModule, cfg: TrainConfig, read_s: float = 0.0) -> str:
     """``train 3,425 proteins (990,112 residues), val 190 (...); split by cluster``: what the
     run reads and how its held-out part was drawn."""
     parts = []
@@ -160,7 +160,7 @@ def _data_line(dm: ProteinDataModule, cfg: TrainConfig, read_s: float = 0.0) -> 
     return ", ".join(parts) + f"; {split}{took}" + "".join(notes)
 
 
-def _print_header(
+def print_header(
     cfg: TrainConfig,
     run_path: Path,
     estimate: MemoryEstimate,

@@ -38,10 +38,10 @@ from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.errors import DataError
 from protein_performer.training.builders import (
-    _callers_state_kept,
     build_datamodule,
     build_module,
     build_trainer,
+    callers_state_kept,
     resolve_precision,
 )
 from protein_performer.training.callbacks import (
@@ -61,26 +61,26 @@ from protein_performer.training.memory import (
 )
 from protein_performer.training.preflight import (
     TRAIN_OPTIONS,
-    _check_paths,
-    _check_trainer,
+    check_run_paths,
+    check_trainer_launch,
     settings_without_effect,
 )
 from protein_performer.training.report import (
     TrainResult,
-    _data_line,
-    _metric,
-    _print_header,
-    _stopped_by,
+    callback_metric,
+    print_header,
+    run_data_line,
+    stop_cause,
 )
 from protein_performer.training.run_dir import (
-    _forget_versioned,
-    _write_versioned,
     check_run_dir,
     claim_run_dir,
     config_to_yaml,
+    forget_versioned,
     remove_unused_run_dir,
     restore_versioned,
     run_dir_existed,
+    write_versioned,
 )
 from protein_performer.training.run_lock import run_lock
 from protein_performer.training.thread_governor import ThreadGovernor
@@ -174,7 +174,7 @@ def train(
         cfg = TrainConfig(**cfg)
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train: cfg must be a TrainConfig, got {type(cfg).__name__}")
-    with _callers_state_kept():
+    with callers_state_kept():
         return _train(
             cfg, run_dir, callbacks=callbacks, overrides=overrides, run_dir_claimed=run_dir_claimed
         )
@@ -189,8 +189,8 @@ def _train(
     run_dir_claimed: bool,
 ) -> TrainResult:
     validate_train_config(cfg)
-    _check_trainer(cfg.trainer)
-    resume_step = _check_paths(cfg, scan=not run_dir_claimed)
+    check_trainer_launch(cfg.trainer)
+    resume_step = check_run_paths(cfg, scan=not run_dir_claimed)
     rank_zero = is_rank_zero()
     if rank_zero:
         for note in settings_without_effect(cfg, overrides or ()):
@@ -213,11 +213,9 @@ def _train(
         trainer = None
         try:
             if rank_zero and not created:  # a resume: its config, once the lock is ours
-                _write_versioned(run_path / "config.yaml", config_to_yaml(cfg))
+                write_versioned(run_path / "config.yaml", config_to_yaml(cfg))
             if rank_zero and overrides is not None:
-                _write_versioned(
-                    run_path / "overrides.yaml", "".join(f"- {o}\n" for o in overrides)
-                )
+                write_versioned(run_path / "overrides.yaml", "".join(f"- {o}\n" for o in overrides))
             pl.seed_everything(cfg.seed, workers=True, verbose=False)
             dm = build_datamodule(cfg)
             files = [
@@ -233,8 +231,8 @@ def _train(
             dm.setup("fit")  # data errors before anything is printed (fit reuses what is loaded)
             read_s = time.perf_counter() - t_read
             if rank_zero:
-                data_line = _data_line(dm, cfg, read_s)
-                _print_header(cfg, run_path, estimate, warning, resume_step, data_line, threads)
+                data_line = run_data_line(dm, cfg, read_s)
+                print_header(cfg, run_path, estimate, warning, resume_step, data_line, threads)
             module = build_module(cfg, dm.alphabet)
             trainer, throughput, checkpoint = build_trainer(
                 cfg, run_path, [*(callbacks or []), LockGuard(held), *_governor(cfg, threads)],
@@ -252,14 +250,14 @@ def _train(
                 and not (held is not None and held.lost(every_s=0.0))  # (now another's)
             ):
                 restore_versioned(run_path)  # no step trained with the changed config
-            _forget_versioned(run_path)
+            forget_versioned(run_path)
             if is_out_of_memory(e):
                 step = int(trainer.global_step) if trainer is not None else None
                 raise out_of_memory_error(e, cfg, step) from None
             if isinstance(e, DataError):
                 raise e.with_options(TRAIN_OPTIONS) from None
             raise
-        _forget_versioned(run_path)  # the resume trained with this config: it stays
+        forget_versioned(run_path)  # the resume trained with this config: it stays
         elapsed = time.perf_counter() - start
         best = checkpoint.best_model_path or None
         last_cb = next(c for c in trainer.callbacks if isinstance(c, LastCheckpoint))
@@ -269,7 +267,7 @@ def _train(
         val_step = module.last_val_step
 
         def val(key: str) -> float | None:  # this run's, else the checkpoint's (a resume)
-            value = _metric(trainer, key)
+            value = callback_metric(trainer, key)
             return module.last_val_metrics.get(key) if value is None else value
 
         result = TrainResult(
@@ -289,7 +287,7 @@ def _train(
             val_unigram_perplexity_mask=val("val/unigram_perplexity_mask"),
             val_unigram_perplexity=val("val/unigram_perplexity"),
             max_steps=cfg.trainer.max_steps,
-            stopped_by=_stopped_by(cfg, steps, interrupt),
+            stopped_by=stop_cause(cfg, steps, interrupt),
             val_step=val_step,
             resumed_from_step=resume_step,
             validation_cut_at=interrupt.validation_cut_at,

@@ -273,7 +273,7 @@ _versioned: dict[Path, Path] = {}
 
 
 def restore_versioned(run_dir: Path) -> None:
-    """Put back the files :func:`_write_versioned` replaced in ``run_dir`` (said)."""
+    """Put back the files :func:`write_versioned` replaced in ``run_dir`` (said)."""
     for path, old in list(_versioned.items()):
         if path.parent == run_dir:
             del _versioned[path]
@@ -282,12 +282,12 @@ def restore_versioned(run_dir: Path) -> None:
                 log.warning("%s put back (the resume stopped before training)", path.name)
 
 
-def _forget_versioned(run_dir: Path) -> None:
+def forget_versioned(run_dir: Path) -> None:
     for path in [p for p in _versioned if p.parent == run_dir]:
         del _versioned[path]
 
 
-def _write_versioned(path: Path, text: str) -> None:
+def write_versioned(path: Path, text: str) -> None:
     """Write ``path``; when it exists with other content (ignoring ``ckpt_path`` and
     ``hydra.run.dir``, which a resume changes) keep the old one as ``NAME.N.EXT``."""
 

@@ -102,9 +102,9 @@ def test_the_similarity_figure_says_what_is_missing_and_the_null(monkeypatch, tm
 
 
 def test_a_saved_figure_carries_no_date_and_repeats_byte_for_byte(tmp_path):
-    from protein_performer.analysis.figures import _pyplot, save_figure
+    from protein_performer.analysis.figures import load_pyplot, save_figure
 
-    plt = _pyplot()
+    plt = load_pyplot()
     saved = []
     for name in ("a", "b"):
         fig, ax = plt.subplots()

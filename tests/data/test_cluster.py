@@ -423,15 +423,15 @@ def test_a_long_mmseqs_run_says_it_is_still_running(tmp_path, monkeypatch, capsy
 
     monkeypatch.setattr(cluster, "HEARTBEAT_S", 0.1)
     cmd = ["sh", "-c", "sleep 0.35; echo done"]
-    assert cluster._run_mmseqs(cmd, tmp_path / "log", quiet=False) == 0
+    assert cluster.run_mmseqs(cmd, tmp_path / "log", quiet=False) == 0
     said = capsys.readouterr().err.splitlines()
     assert len(said) >= 2 and all(
         s.startswith("cluster: mmseqs -c: running for 0 min") for s in said
     )
     assert (tmp_path / "log").read_text() == "done\n"
-    assert cluster._run_mmseqs(cmd, tmp_path / "log") == 0  # quiet: nothing said
+    assert cluster.run_mmseqs(cmd, tmp_path / "log") == 0  # quiet: nothing said
     assert capsys.readouterr().err == ""
-    assert cluster._run_mmseqs(cmd, tmp_path / "log", quiet=False, who="search") == 0
+    assert cluster.run_mmseqs(cmd, tmp_path / "log", quiet=False, who="search") == 0
     assert capsys.readouterr().err.startswith("search: mmseqs -c: running for 0 min")
 
 

@@ -13,7 +13,7 @@ import pytest
 SCRIPT = """
 import multiprocessing as mp, os, signal, sys, time
 from protein_performer.data.datamodule import (
-    WorkerTrackingDataLoader, _register_exit_hook, leave_stop_signals_to_main,
+    WorkerTrackingDataLoader, register_exit_hook, leave_stop_signals_to_main,
 )
 
 def user_child(folder):
@@ -29,7 +29,7 @@ if __name__ == "__main__":
     folder = sys.argv[1]
     child = mp.Process(target=user_child, args=(folder,), daemon=True)
     child.start()
-    _register_exit_hook()
+    register_exit_hook()
     loader = WorkerTrackingDataLoader(
         list(range(8)), batch_size=2, num_workers=1, persistent_workers=True,
         worker_init_fn=leave_stop_signals_to_main,

@@ -201,7 +201,7 @@ def test_an_interrupted_sweep_says_which_jobs_did_not_run(tmp_path, capsys, monk
         ran.append(index)
         return 130 if index == 1 else 0
 
-    monkeypatch.setattr(hr, "_run_train", fake_run_train)
+    monkeypatch.setattr(hr, "run_train_job", fake_run_train)
     sweep = tmp_path / "my sweep"
     argv = ["-m", "optim.lr=1e-3,2e-3,3e-3,4e-3", f"hydra.sweep.dir={sweep}"]
     assert run_hydra("train", argv) == 130
@@ -227,7 +227,7 @@ def test_a_failing_sweep_job_is_named_before_its_error(tmp_path, capsys, monkeyp
             raise DataError("x.fa: record 3: invalid residue")
         return 0
 
-    monkeypatch.setattr(hr, "_run_train", fake_run_train)
+    monkeypatch.setattr(hr, "run_train_job", fake_run_train)
     argv = ["-m", "seed=0,1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     with pytest.raises(DataError, match="invalid residue"):
         run_hydra("train", argv)

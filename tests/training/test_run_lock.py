@@ -304,7 +304,7 @@ def test_a_users_folder_is_no_set_aside_attempt_and_its_lock_not_ours(tmp_path):
 def test_a_rank_other_than_zero_resolves_ckpt_path_last_too(tmp_path, monkeypatch):
     """srun/torchrun start every rank with the same command line: none may keep 'last'."""
     import protein_performer.training.run as run_module
-    from protein_performer.cli.commands.train import _run_train
+    from protein_performer.cli.commands.train import run_train_job
     from protein_performer.cli.compose import CliArgs, compose_job
 
     run = tmp_path / "run"
@@ -321,8 +321,8 @@ def test_a_rank_other_than_zero_resolves_ckpt_path_last_too(tmp_path, monkeypatc
 
     monkeypatch.setattr(run_module, "is_rank_zero", lambda: False)
     monkeypatch.setattr(run_module, "train", fake_train)
-    monkeypatch.setattr("protein_performer.cli.commands.train._finished", lambda *a, **k: False)
+    monkeypatch.setattr("protein_performer.cli.commands.train.run_finished", lambda *a, **k: False)
     job = compose_job("train", [f"hydra.run.dir={run}", "ckpt_path=last"])
     with pytest.raises(Reached):
-        _run_train(job, str(run), 0, CliArgs(overrides=[]))
+        run_train_job(job, str(run), 0, CliArgs(overrides=[]))
     assert seen == [str(run / "checkpoints" / "last.ckpt")]

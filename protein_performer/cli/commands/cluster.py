@@ -17,14 +17,14 @@ def preset_files(experiment: str) -> list[str]:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from protein_performer.cli.groups import _setup, config_dir, group_options
+    from protein_performer.cli.groups import config_dir, group_options, setup_hydra
 
     if experiment not in group_options("experiment"):
         raise ConfigError(
             f"--experiment: no preset {experiment!r} (the presets: "
             f"{', '.join(group_options('experiment'))})"
         )
-    _setup()
+    setup_hydra()
     with initialize_config_dir(
         config_dir=str(config_dir()), version_base="1.3", job_name="cluster"
     ):

@@ -10,7 +10,7 @@ from protein_performer.cli.commands.checkpoint_choice import with_context_checkp
 from protein_performer.cli.compose import CliArgs, ComposedJob
 
 
-def _run_evaluate(job: ComposedJob, args: CliArgs) -> int:
+def run_evaluate_job(job: ComposedJob, args: CliArgs) -> int:
     from protein_performer.evaluation.evaluate import evaluate
 
     out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()

@@ -21,7 +21,7 @@ from protein_performer.utils.outputs import absent, refuse_appeared
 GENERATED_MARK = "protein-performer generate"
 
 
-def _several_records(fasta: list[str]) -> bool:
+def several_records(fasta: list[str]) -> bool:
     """Whether the FASTA file(s) hold more than one record (reads at most two)."""
     from protein_performer.data.fasta import FastaReader
 

@@ -24,7 +24,7 @@ from protein_performer.cli.commands.common import (
     prepare_figure_command,
     staged_output,
 )
-from protein_performer.cli.commands.generate import _several_records
+from protein_performer.cli.commands.generate import several_records
 from protein_performer.config.schema import PlotHeadsConfig
 from protein_performer.errors import ConfigError
 from protein_performer.model.checkpoints import trained_length
@@ -82,7 +82,7 @@ def run_plot_heads(cfg: PlotHeadsConfig) -> CommandResult:
     )
     if cfg.zoom and cfg.zoom >= protein.sequence_length:
         text += f" (no zoom figure: zoom={cfg.zoom} covers all {protein.sequence_length} residues)"
-    if cfg.record is None and not cfg.join and _several_records(fasta):
+    if cfg.record is None and not cfg.join and several_records(fasta):
         text += f"\n  the first usable record of {window.names}; record=ID plots another"
     text += window_notes(view, limit)
     return CommandResult({"out": str(outdir), **summary}, text)

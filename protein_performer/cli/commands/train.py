@@ -9,11 +9,11 @@ import signal
 import sys
 from pathlib import Path
 
-from protein_performer.cli.compose import DDP_JOB_ENV, CliArgs, ComposedJob, _ddp_child_job, _env
-from protein_performer.cli.resume import LAST, _finished, resolve_last, resume_command
+from protein_performer.cli.compose import DDP_JOB_ENV, CliArgs, ComposedJob, ddp_child_job, with_env
+from protein_performer.cli.resume import LAST, resolve_last, resume_command, run_finished
 
 
-def _run_train(
+def run_train_job(
     job: ComposedJob, run_dir: str, index: int, args: CliArgs, *, find_free: bool = False
 ) -> int:
     """Run one training job; returns its exit code (130 for Ctrl-C, 128 + the signal's number
@@ -27,11 +27,11 @@ def _run_train(
         run_dir_existed,
     )
 
-    claimed = is_rank_zero() and _ddp_child_job() is None
+    claimed = is_rank_zero() and ddp_child_job() is None
     if job.config.ckpt_path == LAST:  # every rank alike (srun/torchrun start each one)
         job.config.ckpt_path = resolve_last(job, run_dir, quiet=args.json, main=claimed)
         last = job.config.ckpt_path
-        if last and _finished(last, job, quiet=args.json or not claimed):
+        if last and run_finished(last, job, quiet=args.json or not claimed):
             if args.json and claimed:  # what the run's own --json said, if it is there
                 summary = Path(run_dir) / "summary.json"
                 try:
@@ -65,7 +65,7 @@ def _run_train(
     )
     out = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     try:
-        with _env(DDP_JOB_ENV, marker), out:
+        with with_env(DDP_JOB_ENV, marker), out:
             result = train(job.config, path, overrides=job.overrides, run_dir_claimed=claimed)
     except BaseException:
         if claimed and job.config.ckpt_path is None:
