@@ -377,3 +377,14 @@ def test_a_refused_output_directory_names_the_files_that_are_not_its_own(tmp_pat
         check_output_dir(out, "out", overwrite=True, is_ours=ours, what="figure directory")
     (out / "notes.txt").unlink()
     assert check_output_dir(out, "out", overwrite=True, is_ours=ours) == out
+
+
+def test_an_output_named_like_an_input_is_said_once(tmp_path):
+    from protein_performer.utils.outputs import check_output_dir
+
+    with pytest.raises(DataError) as e:
+        check_output_dir(tmp_path / "small.fa", "run directory (hydra.run.dir)",
+                         what="run directory (hydra.run.dir)")  # fmt: skip
+    assert str(e.value).count("run directory") == 1 and "looks like a FASTA file (" in str(e.value)
+    with pytest.raises(DataError, match="looks like a FASTA file, not the output directory"):
+        check_output_dir(tmp_path / "small.fa", "OUTDIR")

@@ -249,7 +249,10 @@ def _check_data(cfg: TrainConfig) -> None:
     files, and a window the model's positions cover."""
     d = cfg.data
     if not d.files and not d.shards:
-        raise ConfigError("data.files or data.shards must be set (no training data given)")
+        raise ConfigError(
+            "data.files or data.shards must be set (no training data given): "
+            "data.files=[a.fasta,b.fasta.gz] or data.shards=DIR"
+        )
     if (
         d.max_length is not None
         and d.max_length > cfg.model.max_len

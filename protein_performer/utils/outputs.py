@@ -127,8 +127,10 @@ def check_output_dir(
     p = as_written(path)
     kind = input_like_name(p)
     if kind is not None:
+        # "the run directory (hydra.run.dir): ... not the run directory" said once
+        said = "" if what in key else f", not the {what}"
         raise DataError(
-            f"{key}: the name looks like {kind}, not the {what} (arguments in the wrong order, "
+            f"{key}: the name looks like {kind}{said} (arguments in the wrong order, "
             "or the output forgotten?); nothing was written",
             path=p,
         )

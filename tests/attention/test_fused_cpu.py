@@ -386,6 +386,12 @@ def test_two_environments_get_two_builds_and_one_environment_one(monkeypatch, tm
     others = {
         "source": fused_cpu.build_key(b"edited", "/usr/bin/g++ (g++ 12.2)"),
         "compiler": fused_cpu.build_key(b"source", "/usr/bin/clang++ (clang 17)"),
+        "ninja": fused_cpu.build_key(
+            b"source", "/usr/bin/g++ (g++ 12.2)", "/usr/bin/ninja (1.11.1)"
+        ),
+        "venv ninja": fused_cpu.build_key(
+            b"source", "/usr/bin/g++ (g++ 12.2)", "/venv/bin/ninja (1.13.2)"
+        ),
     }
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(torch, "__version__", torch.__version__ + "-other+cu121")
@@ -460,6 +466,13 @@ def test_every_build_is_announced(monkeypatch, tmp_path, capsys):
             assert "compiling" in build()
         assert len(list(tmp_path.rglob("*.so"))) == 2
         assert build() == ""  # and the first one's is still there
+        with pytest.MonkeyPatch.context() as mp:  # another ninja on PATH: its own build too
+            mp.setattr(
+                fused_cpu, "compiler_identity",
+                lambda tool: "/venv/bin/ninja (1.13.2)" if tool == "ninja" else "/usr/bin/c++ (fake)",
+            )  # fmt: skip
+            assert "compiling" in build()
+        assert len(list(tmp_path.rglob("*.so"))) == 3 and build() == ""
     finally:
         monkeypatch.undo()
         fused_cpu._build.cache_clear()

@@ -94,8 +94,8 @@ def _compiler() -> str:
 
 @functools.cache
 def compiler_identity(compiler: str) -> str | None:
-    """The compiler's resolved path and the first line of its ``--version`` (None: not on
-    PATH)."""
+    """The compiler's (or another build tool's) resolved path and the first line of its
+    ``--version`` (None: not on PATH)."""
     path = shutil.which(compiler)
     if path is None:
         return None
@@ -109,12 +109,15 @@ def compiler_identity(compiler: str) -> str | None:
     return f"{os.path.realpath(path)} ({version})"
 
 
-def build_key(source: bytes, compiler: str) -> dict[str, str]:
+def build_key(source: bytes, compiler: str, ninja: str = "") -> dict[str, str]:
     """What the compiled kernel depends on, as torch's ``build.ninja`` spells it: the source
     (its bytes, and its path, which the build file names), torch (version with its +cpu/+cuXY
     tag, and the install its headers and libraries come from), the Python ABI and headers,
-    the flags, the compiler (``compiler``: :func:`compiler_identity`) and the platform."""
+    the flags, the compiler (``compiler``: :func:`compiler_identity`), the platform, and the
+    ninja that builds it (``ninja``, the same form: two ninja versions on one machine, a
+    virtual environment's and the system's, read each other's logs as out of date)."""
     return {
+        "ninja": ninja,
         "source": hashlib.sha256(source).hexdigest(),
         "source_path": str(SOURCE.resolve()),
         "torch": torch.__version__,
@@ -185,13 +188,13 @@ def _build() -> ModuleType | Exception:
     identity = compiler_identity(compiler)
     if identity is None:  # before torch, whose own banner blames compatibility
         return FileNotFoundError(f"no C++ compiler ({compiler}) on PATH")
-    name = build_name(build_key(source, identity))
     # ninja from the environment's own bin (the dependency), when that is not on PATH (a
     # virtual environment's python run without activating it)
     here = str(Path(sys.executable).parent)
     path = os.environ.get("PATH")
     if shutil.which("ninja") is None and shutil.which("ninja", path=here):
         os.environ["PATH"] = here if path is None else here + os.pathsep + path
+    name = build_name(build_key(source, identity, compiler_identity("ninja") or ""))
     try:
         build_dir: Path | None = None
         try:  # private, hence guarded: only to say that a build is coming, and for a stale lock
