@@ -148,3 +148,21 @@ def test_every_shipped_model_names_the_files_it_was_trained_on():
         names = {f.rsplit("/", 1)[-1] for f in data["files"]}
         assert len(names) == 14 and "uniprot_UP000002311_yeast_s288c.fasta.gz" in names, name
         assert data["held_out_files"] is False and data["split_by"] == "cluster", name
+
+
+def test_evaluate_from_python_reads_auto_as_the_cli_does():
+    """EvalConfig's checkpoint=auto: the shipped homolog model with homologs, the
+    single-protein one without; ``default`` named is read as named."""
+    from protein_performer.config.schema import EvalConfig
+    from protein_performer.evaluation.evaluate import evaluate
+    from protein_performer.model.checkpoints import resolve_checkpoint, shipped
+
+    if not shipped("homologs-msa"):
+        pytest.skip("the shipped homolog checkpoint is not installed")
+    common = dict(fasta="data/simulated_families.fasta.gz", max_records=12, device="cpu")
+    with_homologs = dict(common, clusters="data/simulated_families.members.tsv", context="cluster")
+    assert evaluate(EvalConfig(**with_homologs)).checkpoint == "homologs-msa"
+    assert evaluate(EvalConfig(**with_homologs, checkpoint="default")).checkpoint == "default"
+    alone = evaluate(EvalConfig(**common))
+    assert alone.checkpoint == "default" and alone.attention.startswith("performer_relu")
+    assert resolve_checkpoint("auto") == resolve_checkpoint("default")

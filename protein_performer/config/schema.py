@@ -146,7 +146,7 @@ class EvalConfig:
     checkpoint as ``performer_softmax``, before any fine-tuning).
     """
 
-    checkpoint: str = "default"
+    checkpoint: str = "auto"  # the shipped model: with context=, the homolog one
     fasta: Any = None  # unset with split=: the training run's own files
     split: str | None = None
     # unset: the checkpoint's training run's values (so split=test is that run's test split)
@@ -243,8 +243,9 @@ class SimilarityConfig(_AnalysisInputs):
     """``aa-similarity``: amino-acid similarity views of a model against BLOSUM62."""
 
     checkpoint: str = _key(
-        "default",
-        "a checkpoint written by train (default: the shipped one; with context=: homologs-msa)",
+        "auto",
+        "a checkpoint written by train, or a shipped name (auto: default; with context=: "
+        "homologs-msa)",
     )
     fasta: Any = _key(
         None,
@@ -314,8 +315,9 @@ class ScoreConfig:
     """``score``: zero-shot variant-effect scores (masked marginals as ESM-1v; causal: log-likelihood)."""
 
     checkpoint: str = _key(
-        "default",
-        "a checkpoint written by train (default: the shipped one; with context=: homologs-columns-deep)",
+        "auto",
+        "a checkpoint written by train, or a shipped name (auto: default; with context=: "
+        "homologs-columns-deep)",
     )
     mutations: str = _key("???", "CSV with a column of mutants like H24C or H24C:P25A (required)")
     out: str = _key(

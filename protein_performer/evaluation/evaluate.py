@@ -41,7 +41,7 @@ from protein_performer.evaluation.scope import (
     unigram_summary,
     warn_repeated_ids,
 )
-from protein_performer.model.checkpoints import load_model, run_files
+from protein_performer.model.checkpoints import choose_checkpoint, load_model, run_files
 from protein_performer.model.metrics import (
     MLM_INPUT_KINDS,
     add_next_token_counts,
@@ -648,6 +648,8 @@ def evaluate(cfg: EvalConfig) -> EvalResult:
     to ``cfg.output`` when set.
     """
     # checks
+    chosen = choose_checkpoint(cfg.checkpoint, bool(cfg.context))  # auto: the shipped model
+    cfg = dataclasses.replace(cfg, checkpoint=chosen)
     cfg, fasta, output = _check_inputs(cfg)
     model, meta = load_model(cfg.checkpoint, attention=cfg.attention, nb_features=cfg.nb_features)
     alphabet = Alphabet.from_dict(meta["alphabet"])

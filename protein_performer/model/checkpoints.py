@@ -103,9 +103,37 @@ SHIPPED_CHECKPOINTS = {
 }
 
 
+#: ``checkpoint=``'s default for the commands that can read homologs (evaluate, aa-similarity,
+#: score): the shipped model for the job (:func:`choose_checkpoint`)
+AUTO_CHECKPOINT = "auto"
+#: the shipped homolog models ``auto`` is read as with homologs, the first installed: the one
+#: trained on alignment-like rows (search hits, up to 32 in 4,096 tokens), then the earlier one
+#: (cluster members in 1,024 tokens), still reachable by name
+CONTEXT_CHECKPOINTS = ("homologs-msa", "homologs")
+#: ``score``'s: first the models that read homologs at the columns they align to (the one
+#: trained with up to 64 of them a row, then the one with 16)
+SCORE_CONTEXT_CHECKPOINTS = ("homologs-columns-deep", "homologs-columns", *CONTEXT_CHECKPOINTS)
+
+
+def choose_checkpoint(
+    checkpoint: str | Path, context: bool, names: tuple[str, ...] = CONTEXT_CHECKPOINTS
+) -> str | Path:
+    """``checkpoint``, or for :data:`AUTO_CHECKPOINT` the shipped model for the job: with
+    homologs (``context``) the first installed of ``names``, else ``default`` (the
+    single-protein model, never trained with homologs before a protein). A path or a name,
+    ``default`` included, is kept."""
+    if str(checkpoint) != AUTO_CHECKPOINT:
+        return checkpoint
+    if context:
+        return next((name for name in names if shipped(name)), "default")
+    return "default"
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A shipped checkpoint's name (:data:`SHIPPED_CHECKPOINTS`) -> its file (in a checkout or
-    an installed wheel); any other value is taken as a path."""
+    """A shipped checkpoint's name (:data:`SHIPPED_CHECKPOINTS`; ``auto``: ``default``) -> its
+    file (in a checkout or an installed wheel); any other value is taken as a path."""
+    if str(path) == AUTO_CHECKPOINT and not Path(path).exists():
+        path = "default"  # auto without homologs (:func:`choose_checkpoint`)
     name = str(path)
     if name not in SHIPPED_CHECKPOINTS or Path(path).exists():  # a file of that name: the user's
         return Path(path)

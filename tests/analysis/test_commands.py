@@ -790,7 +790,7 @@ def test_aa_similarity_with_unrelated_homolog_names_says_so(files, tmp_path, cap
     assert code == 2 and "context= takes fasta=" in err
 
 
-def test_context_commands_read_checkpoint_default_as_the_homolog_model(monkeypatch):
+def test_context_commands_read_checkpoint_auto_as_the_homolog_model(monkeypatch):
     from protein_performer.cli.commands.checkpoint_choice import (
         SCORE_CONTEXT_CHECKPOINTS,
         with_context_checkpoint,
@@ -817,6 +817,13 @@ def test_context_commands_read_checkpoint_default_as_the_homolog_model(monkeypat
     assert with_context_checkpoint(SimilarityConfig()).checkpoint == "default"  # no homologs
     mine = SimilarityConfig(context="h.fa", checkpoint="run/best.ckpt")
     assert with_context_checkpoint(mine).checkpoint == "run/best.ckpt"
+    # a name given is read as given, the single-protein model's too
+    for cfg in (SimilarityConfig(context="h.fa", checkpoint="default"),
+                ScoreConfig(context="h.fa", checkpoint="default")):  # fmt: skip
+        assert with_context_checkpoint(cfg, SCORE_CONTEXT_CHECKPOINTS).checkpoint == "default"
+    assert ScoreConfig().checkpoint == SimilarityConfig().checkpoint == "auto"
+    monkeypatch.setattr(checkpoints, "shipped", lambda name: False)  # no homolog model here
+    assert with_context_checkpoint(ScoreConfig(context="h.fa")).checkpoint == "default"
     named = ScoreConfig(context="h.fa", checkpoint="homologs")  # the earlier one, by name
     assert with_context_checkpoint(named).checkpoint == "homologs"
     # only the earlier homolog model installed: it is read
