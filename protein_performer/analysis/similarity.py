@@ -396,6 +396,12 @@ def aa_similarity(
     max_weight_note = None
     if sim is None:
         lower = f"; a lower threshold (e.g. {threshold / 2:g}) finds more arcs"
+        if causal:  # a lower threshold asks rows to see more keys (AttentionCounts.min_keys)
+            lower = (
+                f"; a causal model's arcs come from rows that see >= {chosen.min_keys} keys: "
+                f"longer proteins, or a higher threshold (e.g. {2 * threshold:g}: "
+                f">= {math.ceil(5 / threshold)} keys)"
+            )
         max_weight_note = (
             f"{int(kept.sum())} of {len(kept)} heads "
             f"{'has' if int(kept.sum()) == 1 else 'have'} >= {min_arcs} attention weights "

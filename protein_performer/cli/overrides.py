@@ -74,6 +74,15 @@ def _all_keys(schema: type, prefix: str = "") -> Iterator[str]:
             yield prefix + f.name
 
 
+#: what a required key's error adds for a command that has no shipped default for it
+REQUIRED_WHY = {
+    ("generate", "checkpoint"): (
+        " (no causal checkpoint is shipped: train one with objective=causal, e.g. "
+        "protein-performer train experiment=demo objective=causal)"
+    ),
+}
+
+
 def _one_line(text: str) -> str:
     lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
     return " ".join(lines[:2]) if lines else ""
@@ -152,7 +161,8 @@ def to_config_error(exc: BaseException, command: str) -> ConfigError:
             return ConfigError(_one_line(str(e)))
         if isinstance(e, MissingMandatoryValue):
             key = getattr(e, "full_key", "") or "value"
-            return ConfigError(f"{key}=... is required for {command}")
+            why = REQUIRED_WHY.get((command, key), "")
+            return ConfigError(f"{key}=... is required for {command}{why}")
         if isinstance(e, (ConfigKeyError, ConfigAttributeError)):
             key = getattr(e, "full_key", None)
             if key:

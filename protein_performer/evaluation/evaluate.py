@@ -202,9 +202,10 @@ def _context_text(c: dict[str, Any]) -> str:
         f"{number_text(c['ratio'], '.3f')}); unigram {number_text(c['unigram_perplexity'], '.3f')}"
     )
     if c["positions"] < 100:
-        text += (
-            f"\n    warning: {c['positions']} <mask> positions only: the ratio is noisy "
+        text += f"\n    warning: {c['positions']} <mask> positions only: the ratio is noisy " + (
             "(more proteins, or context_max_proteins unset)"
+            if c.get("max_proteins")
+            else "(more proteins)"
         )
     if c.get("targets_cut"):
         text += (
@@ -587,6 +588,7 @@ def _score_context(
             fill_place=cfg.context_fill_place,
         )
     context["max_length"] = max_length
+    context["max_proteins"] = cfg.context_max_proteins
     context["source"] = (
         f"each protein's cluster, >= {cfg.context_min_members} members"
         + (

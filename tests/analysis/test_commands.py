@@ -736,6 +736,11 @@ def test_aa_similarity_with_homologs_writes_the_cross_homolog_view(files, tmp_pa
     assert view["masked_positions"] == 48  # every residue of both proteins, once
     assert len(view["heads"]) == 8 and view["best_head"] == view["heads"][0]["name"]
     assert view["ceiling"]["aligned_pairs"] > 0
+    assert (view["checkpoint"], view["fasta"], view["context"]) == (
+        str(files / "relu.ckpt"),
+        str(query),
+        str(hits),
+    )  # what made it, as similarity.json says
     assert "ceiling (the same log-odds" in text and f"    {view['best_head']}" in text
     # per protein, not only the total: 3 homologs each in the file, 2 of the 6 fit the windows
     assert "\n  homologs read per protein: q0 3, q1 3 (2 of these 6 fit the windows)" in text

@@ -261,3 +261,13 @@ def test_a_packed_model_s_proteins_say_they_ended_at_sep(tmp_path, monkeypatch, 
     headers = [line for line in out.read_text().splitlines() if line.startswith(">")]
     assert "ended=sep" in headers[0] and "ended=max_length" in headers[1]
     assert "1 reached max_length without <sep>" in capsys.readouterr().out
+
+
+def test_generate_without_a_checkpoint_says_how_to_get_one(capsys) -> None:
+    """No causal checkpoint is shipped: the missing key's error says how to train one."""
+    from protein_performer.cli.main import main
+
+    assert main(["generate", "n=2", "out=never.fasta"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checkpoint=... is required for generate" in err
+    assert "train experiment=demo objective=causal" in err

@@ -245,6 +245,12 @@ def test_a_causal_model_gets_no_substitution_view() -> None:
         assert (res.matrices["substitution"] is None) == causal
         assert (res.info["masked_positions"] == 0) == causal
         assert ("never saw <mask>" in (res.info["note"] or "")) == causal
+        if causal:  # 30 residues, rows of >= 10 / 0.05 = 200 keys: no arc; a higher θ helps
+            assert res.matrices["attention"] is None and "lower threshold" not in res.info["note"]
+            assert (
+                ">= 200 keys: longer proteins, or a higher threshold (e.g. 0.1: >= 100 keys)"
+                in (res.info["note"])
+            )
         said = "(not defined: a causal model never predicts at a masked site)"
         assert (said in res.format()) == causal
         assert res.matrices["embedding"] is not None

@@ -309,6 +309,11 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
 
     one = _context_text({**c, "proteins": 1})
     assert "members): 1 protein, " in one
+    # few positions: the advice names context_max_proteins only where it was set
+    assert c["max_proteins"] is None
+    few = {**c, "positions": 40}
+    assert "the ratio is noisy (more proteins)\n" in _context_text(few)
+    assert "context_max_proteins unset" in _context_text({**few, "max_proteins": 5})
     filled = evaluate(
         EvalConfig(
             checkpoint=result.last_checkpoint, fasta=str(fasta), context="cluster",

@@ -102,6 +102,14 @@ def run_cross_homolog(cfg: SimilarityConfig) -> CommandResult:
     )  # fmt: skip
     label = checkpoint_label(cfg.checkpoint)
     title = f"{label} ({model.config.kind_label}) · {len(pairs):,} proteins with homologs"
+    # what made it, as similarity.json and heads.json say
+    result = {
+        "checkpoint": str(cfg.checkpoint),
+        "attention_kind": model.config.kind_label,
+        "fasta": str(fasta[0]),
+        "context": str(cfg.context),
+        **result,
+    }
     with staged_output(cfg, outdir, _ours, "similarity directory") as work:
         write_view(result, work / CROSS_JSON, title=title)
         m = result["matrices"]
