@@ -88,20 +88,22 @@ def test_a_record_with_no_sequence_is_counted_by_stats_and_judged_by_the_invalid
     tmp_path, capsys
 ):
     p = tmp_path / "e.fa"
-    p.write_bytes(b">a\n>b\nMKVL\n>c\nMK*\n>d\nMKVLAG\n")
+    p.write_bytes(b">a\n>b\nMKVL\n>c\nMK*\n>d\nMKVLAG\n>e\n*\n")
     code, out, _ = _run(capsys, "data", "stats", str(p), "--no-progress")
     assert (
-        code == 0 and "records:    4" in out and "records without residues: 1 (no sequence" in out
+        code == 0 and "records:    5" in out and "records without residues: 2 (no sequence" in out
     )
-    # lengths 0, 4, 2, 6: numpy's median 3, the nearest-rank p50 2
-    assert "min 0  median 3  max 6" in out and "p50=2 " in out
+    assert "drop them with --invalid skip)" in out
+    assert "identical sequences: 0" in out  # two empty records are not copies of each other
+    # lengths 0, 4, 2, 6, 0: numpy's median 2, the nearest-rank p50 2
+    assert "min 0  median 2  max 6" in out and "p50=2 " in out
     code, _, err = _run(capsys, "data", "preprocess", str(p), str(tmp_path / "o"), "--no-progress")
     assert code == 2 and err.count("\n") == 1
     assert "record 1 (a): header has no sequence (--invalid skip drops such records)" in err
     assert not (tmp_path / "o").exists()
     code, out, _ = _run(capsys, "data", "preprocess", str(p), str(tmp_path / "o"),
                         "--invalid", "skip", "--no-progress")  # fmt: skip
-    assert code == 0 and "skipped (invalid or empty) 1," in out
+    assert code == 0 and "skipped (invalid or empty) 2," in out
 
 
 def test_preprocess_cli_and_errors(tmp_path, capsys):

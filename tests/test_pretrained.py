@@ -150,7 +150,7 @@ def test_every_shipped_model_names_the_files_it_was_trained_on():
         assert data["held_out_files"] is False and data["split_by"] == "cluster", name
 
 
-def test_evaluate_from_python_reads_auto_as_the_cli_does():
+def test_evaluate_from_python_reads_auto_as_the_cli_does(capsys):
     """EvalConfig's checkpoint=auto: the shipped homolog model with homologs, the
     single-protein one without; ``default`` named is read as named."""
     from protein_performer.config.schema import EvalConfig
@@ -166,3 +166,11 @@ def test_evaluate_from_python_reads_auto_as_the_cli_does():
     alone = evaluate(EvalConfig(**common))
     assert alone.checkpoint == "default" and alone.attention.startswith("performer_relu")
     assert resolve_checkpoint("auto") == resolve_checkpoint("default")
+    # the command's configuration leaves it to auto too (conf/evaluate.yaml)
+    import json
+
+    from protein_performer.cli.main import main
+
+    args = [f"{k}={v}" for k, v in with_homologs.items() if k != "device"]
+    assert main(["evaluate", *args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checkpoint"] == "homologs-msa"

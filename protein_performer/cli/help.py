@@ -72,7 +72,8 @@ def help_text(command: str) -> str:
 
 
 _EVALUATE_KEYS = {
-    "checkpoint": "a checkpoint written by train (default: the shipped one)",
+    "checkpoint": "a checkpoint written by train, or a shipped name (auto: default; with "
+    "context=: homologs-msa)",
     "fasta": "FASTA file, or a list [a.fa,b.fa.gz] (required; unset with split=: the training run's own files)",
     "split": "score one part (train, val or test) of the hash split; unset: every record",
     "split_fractions": "train/val/test fractions of that split (unset: the training run's)",

@@ -137,19 +137,26 @@ def _check_params(
 
 
 def _write_validated(
-    paths: Sequence[PathLike], out: Path, prefix: str, counts: EncodeCounts
+    paths: Sequence[PathLike],
+    out: Path,
+    prefix: str,
+    counts: EncodeCounts,
+    policy: InvalidPolicy | str = InvalidPolicy.ERROR,
+    strip_gaps: bool = False,
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """Read ``paths`` with the project's validation (invalid letters, nucleotides, empty
-    records are one-line errors naming file and record) and write them to ``out`` as
-    ``>{prefix}{i}`` records (MMseqs2 keeps only the first header word). Returns the record
-    ids in order and each file's ``{path, sha256, records}``."""
+    records: one-line errors naming file and record, or skipped / replaced as ``policy``
+    says; ``strip_gaps`` drops alignment gaps) and write the kept records to ``out`` as
+    ``>{prefix}{i}`` records (MMseqs2 keeps only the first header word). Returns the kept
+    records' ids in order and each file's ``{path, sha256, records}``."""
     alphabet = default_alphabet()
     ids: list[str] = []
     sources = []
     with open(out, "w", encoding="ascii") as fh:
         for path in paths:
             reader = FastaReader(path)
-            for rec, residues in iter_encoded(reader, alphabet, InvalidPolicy.ERROR, counts):
+            kept = iter_encoded(reader, alphabet, policy, counts, strip_gaps=strip_gaps)
+            for rec, residues in kept:
                 fh.write(f">{prefix}{len(ids)}\n{alphabet.decode(residues)}\n")
                 ids.append(rec.id)
             sources.append(
@@ -331,6 +338,8 @@ def search(
     max_hits: int | None = 100,
     threads: int | None = None,
     sensitivity: float = 5.7,
+    invalid: str = "error",
+    strip_gaps: bool = False,
     overwrite: bool = False,
     quiet: bool = True,
 ) -> dict[str, Any]:
@@ -338,7 +347,9 @@ def search(
     ``out_dir`` (see the module docstring); returns its manifest.
 
     ``threads``: MMseqs2's (default: every core); ``sensitivity``: its ``-s`` (1 fast .. 7.5
-    sensitive). One-line errors: :class:`ConfigError` for a bad parameter or MMseqs2 missing
+    sensitive). ``invalid`` (``error``, ``skip``, ``replace``) and ``strip_gaps``: what is
+    done with a record holding other letters, or none, as ``data preprocess`` does; what was
+    skipped or replaced is said and counted in the manifest. One-line errors: :class:`ConfigError` for a bad parameter or MMseqs2 missing
     (saying how to install it), :class:`DataError` for a bad FASTA (file, record, problem),
     an output directory in the way, a failed MMseqs2 run or no hit left.
     """
@@ -347,6 +358,7 @@ def search(
     if not db_fastas:
         raise ConfigError("search needs at least one database FASTA")
     _check_params(min_identity, max_identity, min_coverage, max_evalue, margin, max_hits, threads)
+    policy = InvalidPolicy.parse(invalid)
     threads = threads or os.cpu_count() or 1
     params = {
         "min_identity": min_identity, "max_identity": max_identity,
@@ -371,13 +383,17 @@ def search(
         work.mkdir()
         counts = EncodeCounts()
         query_ids, query_sources = _write_validated(
-            [query_fasta], work / "query.fasta", "q", counts
+            [query_fasta], work / "query.fasta", "q", counts, policy, strip_gaps
         )
         dup = next((i for i, n in Counter(query_ids).items() if n > 1), None)
         if dup is not None:
             raise DataError(f"query id {dup} occurs more than once", path=query_fasta)
-        target_ids, db_sources = _write_validated(db_fastas, work / "db.fasta", "t", counts)
-        _progress(f"{len(query_ids):,} queries against {len(target_ids):,} records", quiet)
+        target_ids, db_sources = _write_validated(
+            db_fastas, work / "db.fasta", "t", counts, policy, strip_gaps
+        )
+        changed = counts.changes()
+        _progress(f"{len(query_ids):,} queries against {len(target_ids):,} records"
+                  + (f" ({changed})" if changed else ""), quiet)  # fmt: skip
         mm_tmp = work / "mmseqs_tmp"
         mm_tmp.mkdir()
         cmd = [
@@ -413,6 +429,9 @@ def search(
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "mmseqs": {"version": version, "command": "easy-search", "args": cmd[6:]},
             "params": params,
+            "invalid_policy": policy.value,
+            "strip_gaps": strip_gaps,
+            "records": counts.to_dict(),
             "query": query_sources[0],
             "databases": db_sources,
             "counts": {

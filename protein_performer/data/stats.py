@@ -139,7 +139,8 @@ def fasta_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], progress
                         nucleotide_like += 1
                 kinds[rec.header.kind] += 1
                 dups.add(rec.id, rec.number, str(path))
-                same_sequence.add(raw, rec.number, str(path))
+                if raw:  # records without residues are counted above, not as copies
+                    same_sequence.add(raw, rec.number, str(path))
                 bar.update(1)
             total_bytes += reader.size
             files.append(

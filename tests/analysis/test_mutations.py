@@ -401,11 +401,16 @@ def test_score_says_why_rows_are_left_out_and_reads_spreadsheet_files(ckpt, tmp_
     assert blosum == ["2", "-1", "2"]  # R/K, C/T, W/Y: whole numbers as before
     masked = table[0].split(";").index("masked_marginal")
     assert float(table[1].split(";")[masked].replace(",", ".")) != 0
-    # a semicolon file whose numbers have points keeps them
-    (tmp_path / "pt.csv").write_text("mutant;fitness\nK2R;0.5\nT3C;1.25\nY5W;-2\n")
+    # a semicolon file whose measured values have points keeps them, whatever other columns hold
+    (tmp_path / "pt.csv").write_text(
+        "mutant;sites;fitness\nK2R;2,3;0.5\nT3C;3,4;1.25\nY5W;5,6;-2\n"
+    )
     assert _score(ckpt, tmp_path, *args, csv_name="pt.csv") == 0
     capsys.readouterr()
-    assert "," not in (tmp_path / "s.csv").read_text().replace("0.5", "")
+    written = [line.split(";")[3:] for line in (tmp_path / "s.csv").read_text().splitlines()[1:]]
+    assert all("," not in v for row in written for v in row) and any(
+        "." in v for row in written for v in row
+    )
     # a checkpoint without training residue counts: the missing baseline is said
     model = ProteinLM(
         ModelConfig(attention="performer_relu", dim=16, depth=1, heads=2, ffn_dim=16, max_len=32),

@@ -291,6 +291,52 @@ def test_the_cli_writes_the_hits_and_says_so_in_json(families, db, tmp_path, cap
     assert main([*argv, "--overwrite"]) == 0
 
 
+@pytest.mark.slow
+@needs_mmseqs
+def test_the_invalid_policy_skips_or_replaces_records_as_preprocess_does(
+    families, db, tmp_path, capsys
+):
+    from protein_performer.cli.main import main
+
+    query_id = next(k for k in families if k.endswith("SIMF00003M001"))
+    query = _write(tmp_path / "q.fasta", {query_id: families[query_id]})
+    member = next(k for k in families if _family(k) == _family(query_id) and k != query_id)
+    odd = families[member][:40] + "1" + families[member][40:]  # a family member with a digit
+    dirty = tmp_path / "dirty.fasta"
+    dirty.write_text(db.read_text() + f">odd\n{odd}\n>empty\n")
+
+    def argv(out: str, *more: str) -> list[str]:
+        return [
+            "data",
+            "search",
+            str(query),
+            str(dirty),
+            str(tmp_path / out),
+            "--threads",
+            "1",
+            *more,
+        ]
+
+    assert main(argv("a")) == 2
+    err = capsys.readouterr().err
+    assert "record" in err and "--invalid skip drops such records" in err and "invalid=" not in err
+    assert not (tmp_path / "a").exists()
+    family = {k for k in families if _family(k) == _family(query_id)} - {query_id}
+    assert main(argv("s", "--invalid", "skip")) == 0
+    said = capsys.readouterr().err
+    assert "records (1 of" in said and "1 record with no residues skipped" in said
+    skipped = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert skipped["invalid_policy"] == "skip"
+    assert skipped["records"]["skipped_invalid"] == 1 and skipped["records"]["skipped_empty"] == 1
+    assert {r["target"] for r in _tsv(tmp_path / "s" / "hits.tsv")} == family
+    dirty.write_text(db.read_text() + f">odd\n{odd}\n")  # replace leaves an empty record an error
+    assert main(argv("r", "--invalid", "replace")) == 0
+    replaced = {r["target"]: r for r in _tsv(tmp_path / "r" / "hits.tsv")}
+    assert set(replaced) == family | {"odd"}  # the member read with an X where the digit was
+    hits = {rec.id.split("/")[0]: rec.sequence for rec in read_fasta(tmp_path / "r" / "hits.fasta")}
+    assert "X" in hits["odd"] and "1" not in hits["odd"]
+
+
 def test_the_cli_needs_a_query_a_database_and_an_outdir(tmp_path, capsys):
     from protein_performer.cli.main import main
 

@@ -242,10 +242,12 @@ def as_in_table(values: Any) -> np.ndarray:
 _DECIMAL_COMMA = re.compile(r"[+-]?\d*,\d+(?:[eE][+-]?\d+)?")
 
 
-def writes_decimal_comma(rows: list[dict[str, str]]) -> bool:
-    """Whether the table's own numbers are written with a decimal comma (any value of any
-    column: ``0,88``), so that the score columns added to it are written alike."""
-    return any(v and _DECIMAL_COMMA.fullmatch(v.strip()) for row in rows for v in row.values())
+def writes_decimal_comma(rows: list[dict[str, str]], column: str | None) -> bool:
+    """Whether the table's measured values (``column``, its fitness) are written with a
+    decimal comma (``0,88``), so that the score columns added to it are written alike; False
+    without one (other columns may hold lists: ``126,127``)."""
+    values = [(row.get(column) or "").strip() for row in rows] if column else []
+    return any(v and _DECIMAL_COMMA.fullmatch(v) for v in values)
 
 
 def scores_csv(

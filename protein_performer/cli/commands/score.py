@@ -224,7 +224,8 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
         fitness = scan_lib.fitness_values(scan, cfg.fitness_col, decimal_comma)
         text += scan_lib.fitness_notes(scan, full, fitness, cfg.fitness_col, summary)
     refuse_appeared(was_absent, "out", "scoring")
-    comma = decimal_comma and writes_decimal_comma(rows)  # the scores written as its numbers
+    # the scores written as its measured values are
+    comma = decimal_comma and writes_decimal_comma(rows, cfg.fitness_col)
     write_text_atomic(out, scores_csv(fields, rows, full, delimiter, comma))
     write_text_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
     if fitness is not None:

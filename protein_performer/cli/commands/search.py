@@ -14,6 +14,8 @@ SEARCH_OPTIONS = {
     "max_identity": "--max-identity",
     "min_coverage": "--min-coverage",
     "sensitivity": "--sensitivity",
+    "invalid=skip": "--invalid skip",
+    "invalid=replace": "--invalid replace",
     "strip_gaps": "--strip-gaps",
 }
 
@@ -41,6 +43,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
             max_hits=args.max_hits,
             threads=args.threads,
             sensitivity=args.sensitivity,
+            invalid=args.invalid,
+            strip_gaps=args.strip_gaps,
             overwrite=args.overwrite,
             quiet=args.json,
         )
@@ -94,6 +98,14 @@ def add_parser(dsub: argparse._SubParsersAction) -> None:
         default=5.7,
         help="MMseqs2 -s: 1 fast .. 7.5 sensitive (default: %(default)s)",
     )
+    p.add_argument(
+        "--invalid",
+        choices=("error", "skip", "replace"),
+        default="error",
+        help="a record with other letters or none: stop, skip it, or letters to X "
+        "(default: %(default)s)",
+    )
+    p.add_argument("--strip-gaps", action="store_true", help="drop alignment gaps '-' and '.'")
     p.add_argument("--overwrite", action="store_true", help="replace an OUTDIR written by search")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(func=_cmd_search)

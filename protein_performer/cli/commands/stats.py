@@ -75,7 +75,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         print(
             f"records without residues: {stats['records_without_residues']:,} (no sequence, or "
             "only a stop '*': training and preprocess refuse them, or drop them with "
-            "invalid=skip)"
+            "--invalid skip)"
         )
     nuc = stats["nucleotide_like_records"]
     if nuc:
