@@ -434,15 +434,7 @@ def search(
             "records": counts.to_dict(),
             "query": query_sources[0],
             "databases": db_sources,
-            "counts": {
-                "queries": len(query_ids),
-                "database_records": len(target_ids),
-                "mmseqs_hits": len(hits),
-                "removed": removed,
-                "hits": len(kept),
-                "queries_with_hits": len({h.query for h in kept}),
-                "hits_per_query": hits_per_query(kept, query_ids),
-            },
+            "counts": _hit_counts(hits, kept, removed, query_ids, len(target_ids)),
             "elapsed_s": round(time.perf_counter() - t0, 3),
         }
         (final / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
@@ -450,6 +442,25 @@ def search(
     _progress(f"wrote {outdir}: {len(kept):,} hits for {manifest['counts']['queries_with_hits']:,} "
               f"of {len(query_ids):,} queries; {per_query_text(counts_of(manifest))}", quiet)  # fmt: skip
     return manifest
+
+
+def _hit_counts(
+    hits: Sequence[Hit],
+    kept: Sequence[Hit],
+    removed: dict[str, int],
+    query_ids: Sequence[str],
+    database_records: int,
+) -> dict[str, Any]:
+    """The manifest's ``counts``: MMseqs2's hits, what each filter removed, what was kept."""
+    return {
+        "queries": len(query_ids),
+        "database_records": database_records,
+        "mmseqs_hits": len(hits),
+        "removed": removed,
+        "hits": len(kept),
+        "queries_with_hits": len({h.query for h in kept}),
+        "hits_per_query": hits_per_query(kept, query_ids),
+    }
 
 
 def counts_of(manifest: Mapping[str, Any]) -> dict[str, int]:
