@@ -156,6 +156,11 @@ def run_data_line(dm: ProteinDataModule, cfg: TrainConfig, read_s: float = 0.0) 
     else:
         split = f"split by {dm.split_by} ({', '.join(f'{f:g}' for f in d.split_fractions)})"
     notes = [f"\n  {s}: {text}" for s, texts in dm.notes.items() for text in texts]
+    if cfg.trainer.limit_val_batches is not None and "val" in dm.datasets:
+        n = cfg.trainer.limit_val_batches  # its perplexities are of these batches only
+        notes.append(
+            f"\n  val: each validation reads its first {n:,} batches (trainer.limit_val_batches)"
+        )
     took = f" (read in {read_s:.0f} s)" if read_s >= 2 else ""
     return ", ".join(parts) + f"; {split}{took}" + "".join(notes)
 

@@ -289,3 +289,19 @@ def test_busy_cpus_counts_iowait_as_idle_and_guests_once(monkeypatch, tmp_path):
     monkeypatch.setattr(builtins, "open", fake_open)
     monkeypatch.setattr(devices.os, "cpu_count", lambda: 4)
     assert devices.busy_cpus(0.0) == pytest.approx(2.0)
+
+
+def test_the_data_line_says_a_validation_cut_to_its_first_batches(tmp_path):
+    from protein_performer.training.builders import build_datamodule
+    from protein_performer.training.report import run_data_line
+
+    fasta = write_fasta(tmp_path / "t.fasta", n=40)
+    cfg = tiny_config(fasta, max_steps=2)
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    assert "limit_val_batches" not in run_data_line(dm, cfg)
+    cfg.trainer.limit_val_batches = 2
+    line = run_data_line(dm, cfg)
+    assert line.endswith(
+        "\n  val: each validation reads its first 2 batches (trainer.limit_val_batches)"
+    )
