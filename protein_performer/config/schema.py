@@ -367,7 +367,8 @@ class ScoreConfig:
         "auto",
         "context=: at most N homologs in one window; a list [1,64]: windows of each, their "
         "log-probabilities averaged (auto: [1,64] for a model that reads homologs at their "
-        "columns, 16 for one that places them whole; null: as many as fit)",
+        "columns, 64 from 150 homologs on; 16 for one that places them whole; null: as many "
+        "as fit)",
     )
     context_max_identity: float | None = _key(
         0.9,

@@ -527,6 +527,13 @@ def test_window_homologs_auto_is_the_models_own_and_bad_values_are_refused():
     assert (COLUMNS_WINDOW_HOMOLOGS, WHOLE_WINDOW_HOMOLOGS) == ((1, 64), (16,))
     assert window_homologs_for(True, "auto") == (1, 64)
     assert window_homologs_for(False, "auto") == (16,)
+    # a deep alignment: one window of up to 64 alone (the first homolog's stops helping)
+    assert window_homologs_for(True, "auto", 149) == (1, 64)
+    assert (
+        window_homologs_for(True, "auto", 150) == window_homologs_for(True, "auto", 5000) == (64,)
+    )
+    assert window_homologs_for(False, "auto", 5000) == (16,)
+    assert window_homologs_for(True, [1, 64], 5000) == (1, 64)  # asked for: kept
     assert window_homologs_for(True, None) == (None,) and window_homologs_for(False, 5) == (5,)
     assert window_homologs_for(True, np.int64(3)) == (3,)
     assert window_homologs_for(True, [64, np.int64(8)]) == (64, 8)  # the order given
@@ -572,6 +579,15 @@ def test_a_columns_model_fills_its_crop_with_as_many_homologs_as_there_are(tmp_p
     with pytest.raises(ConfigError, match=r"context_window_homologs=auto or N, not null") as error:
         H.context_log_probs(model, A, wt, [30], context, max_length=200, window_homologs=None)
     assert "context_crop" not in str(error.value) and "homologs-deep place" in str(error.value)
+    # as deep as DEEP_ALIGNMENT_HOMOLOGS (here 5 of them, not 150): auto is one window of 64
+    from protein_performer.analysis.dms import windows
+
+    monkeypatch.setattr(windows, "DEEP_ALIGNMENT_HOMOLOGS", 5)
+    H.context_log_probs(model, A, wt, [30], context, max_length=200)
+    assert context.info["context_window_homologs"] == 64 and context.info["context_crop"] == 32
+    monkeypatch.setattr(windows, "DEEP_ALIGNMENT_HOMOLOGS", 6)
+    H.context_log_probs(model, A, wt, [30], context, max_length=200)
+    assert context.info["context_window_homologs"] == [1, 64]
     model.config.context_positions = "window"  # places them whole: auto is 16
     H.context_log_probs(model, A, wt, [30], context, max_length=200)
     assert context.info["context_window_homologs"] == 16 and context.info["context_crop"] is None

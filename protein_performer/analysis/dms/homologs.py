@@ -83,7 +83,7 @@ RETRIEVAL_COLUMN = "context_retrieval"
 DEFAULT_SAMPLING = "first"
 #: At most this many homologs in one window, by default: the model's own
 #: (:func:`~.windows.window_homologs_for`: windows of 1 and of 64 averaged for a model that reads
-#: them at their columns, 16 for one that places them whole).
+#: them at their columns, 64 alone from 150 homologs on, 16 for one that places them whole).
 DEFAULT_WINDOW_HOMOLOGS = AUTO_WINDOW_HOMOLOGS
 #: Homologs more identical to the wild type than this stay out of the model's windows (the
 #: profile keeps them): the homolog models were trained on search hits of at most 90 %
@@ -438,12 +438,13 @@ def context_log_probs(
     if samples < 1:
         raise ValueError(f"samples must be >= 1 (got {samples})")
     columns = reads_columns(model)
-    caps = window_homologs_for(columns, window_homologs)
+    window_homologs_for(columns, window_homologs)  # a bad value refused before any work
     ids = alphabet.encode(sequence)
     bad = [s for s in sites if not 0 <= s < len(ids)]
     if bad:
         raise ValueError(f"site {bad[0]} is outside the protein (0-{len(ids) - 1})")
     used, weights, matrix, near = _window_homologs(context, max_identity)
+    caps = window_homologs_for(columns, window_homologs, len(used))  # auto: by the depth
     length = max_length or DEFAULT_CONTEXT_TOKENS
     style = "concat" if packed else "crop"
     room = _checked_room(len(ids), length, style, used)
