@@ -7,8 +7,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
-
 from protein_performer.config.schema import TrainConfig
 from protein_performer.data.datamodule import ProteinDataModule
 from protein_performer.training.builders import max_time_seconds
@@ -123,11 +121,6 @@ class TrainResult:
                 ),
             ]
         )
-
-
-def callback_metric(trainer: pl.Trainer, key: str) -> float | None:
-    value = trainer.callback_metrics.get(key)
-    return None if value is None else float(value)
 
 
 def stop_cause(cfg: TrainConfig, steps: int, interrupt: GracefulInterrupt) -> str:

@@ -67,7 +67,6 @@ from protein_performer.training.preflight import (
 )
 from protein_performer.training.report import (
     TrainResult,
-    callback_metric,
     print_header,
     run_data_line,
     stop_cause,
@@ -266,9 +265,8 @@ def _train(
         steps = int(trainer.global_step)
         val_step = module.last_val_step
 
-        def val(key: str) -> float | None:  # this run's, else the checkpoint's (a resume)
-            value = callback_metric(trainer, key)
-            return module.last_val_metrics.get(key) if value is None else value
+        # the last validation's metrics: this run's, else the checkpoint's (a resume)
+        val = module.last_val_metrics.get
 
         result = TrainResult(
             run_dir=str(run_path),
