@@ -36,7 +36,12 @@ from protein_performer.data.config import (
 )
 from protein_performer.errors import ConfigError
 from protein_performer.model.config import ATTENTION_KINDS
-from protein_performer.utils.checks import check_choice, check_counts
+from protein_performer.utils.checks import (
+    check_choice,
+    check_counts,
+    check_fraction,
+    check_whole,
+)
 from protein_performer.utils.paths import check_distinct_inputs
 
 
@@ -50,11 +55,9 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         raise ConfigError("record= picks a record of fasta=; give fasta=PATH")
     if cfg.context is not None and not str(cfg.context).strip():
         raise ConfigError("context= is empty: give a FASTA of the wild type's homologs")
-    if cfg.context_max_homologs is not None:
-        _positive("context_max_homologs", cfg.context_max_homologs)
-    if cfg.context_tokens is not None:
-        _positive("context_tokens", cfg.context_tokens)
-    _positive("context_samples", cfg.context_samples)
+    check_whole("context_max_homologs", cfg.context_max_homologs, allow_none=True)
+    check_whole("context_tokens", cfg.context_tokens, allow_none=True)
+    check_whole("context_samples", cfg.context_samples)
     check_counts("context_window_homologs", cfg.context_window_homologs, ("auto",))
     check_choice("context_sampling", cfg.context_sampling, ("first", "weighted", "diverse"))
     if not isinstance(cfg.context_crop, bool):
@@ -63,7 +66,7 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         value = getattr(cfg, key)
         if value is None and key == "context_max_identity":
             continue
-        _fraction(key, value)
+        check_fraction(key, value)
     _positive("toks_per_batch", cfg.toks_per_batch)
     _check_device(cfg.device)
     if cfg.attention is not None:
@@ -122,7 +125,7 @@ def validate_analysis_config(cfg: Any) -> None:
             if cfg.context_max_homologs is not None:
                 _positive("context_max_homologs", cfg.context_max_homologs)
             if cfg.context_max_identity is not None:
-                _fraction("context_max_identity", cfg.context_max_identity)
+                check_fraction("context_max_identity", cfg.context_max_identity)
         if cfg.max_length is not None:
             _positive("max_length", cfg.max_length)
     if isinstance(cfg, (ExtractConfig, PlotHeadsConfig)):
@@ -131,11 +134,6 @@ def validate_analysis_config(cfg: Any) -> None:
         _positive("max_length", cfg.max_length)
     if isinstance(cfg, PlotHeadsConfig) and cfg.zoom is not None:
         _positive("zoom", cfg.zoom)
-
-
-def _fraction(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ConfigError(f"{key} must be a number from 0 to 1 (got {value!r})")
 
 
 def _check_device(value: Any) -> None:
@@ -411,7 +409,7 @@ def validate_eval_config(cfg: EvalConfig) -> None:
     if cfg.context_max_proteins is not None:
         _positive("context_max_proteins", cfg.context_max_proteins)
     if cfg.context_max_identity is not None:
-        _fraction("context_max_identity", cfg.context_max_identity)
+        check_fraction("context_max_identity", cfg.context_max_identity)
     if cfg.context is None:
         # settings of the context evaluation that would silently do nothing
         defaults = {f.name: f.default for f in dataclasses.fields(EvalConfig)}

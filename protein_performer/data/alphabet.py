@@ -53,6 +53,8 @@ class InvalidPolicy(str, enum.Enum):
 INVALID_HINT = "invalid=skip drops such records, invalid=replace maps the character to X"
 # The same advice for a sequence given as a string from Python, where no such option exists.
 STRING_HINT = "write X for an unknown residue, or remove the character"
+#: What an empty record's error offers (a command without ``invalid=`` leaves it out).
+EMPTY_HINT = "invalid=skip drops such records"
 
 
 class InvalidResidueError(DataError):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from protein_performer.data.alphabet import Alphabet, InvalidPolicy
+from protein_performer.data.alphabet import EMPTY_HINT, Alphabet, InvalidPolicy
 from protein_performer.data.fasta import FastaReader, FastaRecord, NucleotideError
 from protein_performer.errors import DataError
 
@@ -181,7 +181,7 @@ def iter_encoded(
                     else "header has no sequence"
                 )
                 raise DataError(
-                    f"{problem} (invalid=skip drops such records)",
+                    f"{problem} ({EMPTY_HINT})",
                     path=reader.path,
                     record=rec.number,
                     record_id=rec.id,

@@ -5,12 +5,13 @@ Pfam; read by Biopython's ``AlignIO``), aligned FASTA, and plain FASTA hits (una
 The format is told by content, not by the file's name:
 
 - ``# STOCKHOLM`` on the first line: Stockholm;
-- records with lowercase letters or ``.``: a3m (rows of different lengths) or a2m (one length);
-  upper case and ``-`` are match columns, lower case and ``.`` insertions (dropped from the
-  columns, kept in the homolog's sequence);
+- records with lowercase letters beside upper-case ones: a3m (rows of different lengths) or
+  a2m (one length); upper case and ``-`` are match columns, lower case and ``.`` insertions
+  (dropped from the columns, kept in the homolog's sequence);
 - ``#`` lines before the first record (ColabFold's and HH-suite's a3m): a3m, also without gaps
   or insertions;
-- records with ``-`` all of one length: aligned FASTA (every column a match column); most of
+- records with ``-`` (or ``.``) all of one length: aligned FASTA (every column a match
+  column, in either case); most of
   them (:data:`RAGGED_SHARE`) of one length: an alignment with broken rows, refused naming the
   first;
 - anything else: plain FASTA hits, which have no columns (``columns is None``).
@@ -26,8 +27,8 @@ protein) reads the query's columns on its residues only.
 from __future__ import annotations
 
 import bz2
+import codecs
 import gzip
-import io
 import lzma
 import re
 import zlib
@@ -41,6 +42,7 @@ import numpy as np
 
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
 from protein_performer.data.fasta import check_readable_file, detect_compression
+from protein_performer.data.stockholm import stockholm_rows
 from protein_performer.errors import DataError
 from protein_performer.utils.progress import progress
 
@@ -103,16 +105,22 @@ class MSA:
         return np.divide(same.sum(1), n, out=np.zeros(len(n)), where=n > 0)
 
 
-def _open_text(path: str | Path) -> io.TextIOBase:
+def _read_text(path: str | Path) -> str:
+    """The file's text, decompressed; UTF-8 (a byte-order mark dropped), or UTF-16 where its
+    byte-order mark says so (as Windows editors save)."""
     kind = detect_compression(path)
     opener = {"gzip": gzip.open, "bzip2": bz2.open, "xz": lzma.open}.get(kind)
     if kind not in ("plain", "gzip", "bzip2", "xz"):
         raise DataError(
             f"{kind}-compressed: decompress it first (gzip, bzip2, xz are read)", path=path
         )
-    if opener is None:
-        return open(path, encoding="utf-8-sig", errors="replace")
-    return io.TextIOWrapper(opener(path, "rb"), encoding="utf-8-sig", errors="replace")
+    try:
+        with (opener or open)(path, "rb") as fh:
+            data = fh.read()
+    except (OSError, EOFError, zlib.error) as e:
+        raise DataError(f"unreadable ({e})", path=path) from None
+    utf16 = data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+    return data.decode("utf-16" if utf16 else "utf-8-sig", errors="replace")
 
 
 def _annotation(title: str) -> bool:
@@ -127,16 +135,11 @@ def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], dict[str, in
     annotation rows (``>ss_pred``, ``>ss_conf``, ``>ss_dssp``, …) left out and counted with the
     ``#`` lines."""
     check_readable_file(path, "an alignment (a3m, a2m, Stockholm or FASTA)")
-    with _open_text(path) as fh:
-        try:
-            text = fh.read()
-        except (OSError, EOFError, zlib.error) as e:
-            raise DataError(f"unreadable ({e})", path=path) from None
-    text = text.replace("\x00", "")
+    text = _read_text(path).replace("\x00", "")
     lines = text.splitlines()
     first = next((line for line in lines if line.strip()), "")
     if first.startswith("# STOCKHOLM"):
-        return "stockholm", _stockholm(text, path), {}
+        return "stockholm", stockholm_rows(text, path), {}
     skipped = 0
     while skipped < len(lines) and (lines[skipped].startswith("#") or not lines[skipped].strip()):
         skipped += 1
@@ -161,83 +164,10 @@ def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], dict[str, in
     return "fasta", [(t, "".join(s)) for t, s in out if not _annotation(t)], skips
 
 
-def _stockholm_problem(text: str) -> str | None:
-    """Where a Stockholm file Biopython refused goes wrong, in one line: the first row, or
-    per-column annotation (``#=GR``, ``#=GC``), whose length differs from the first row's
-    (with the line it starts on), or None."""
-    lengths: dict[str, int] = {}
-    first_line: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.startswith("//"):
-            break
-        parts = line.split()
-        if parts and not line.startswith("#") and len(parts) != 2:
-            return f"line {number}: {line.strip()[:60]!r} is not a row of 'name sequence'"
-        if len(parts) == 2 and not line.startswith("#"):
-            key = parts[0]
-        elif parts and (len(parts), parts[0]) in ((4, "#=GR"), (3, "#=GC")):
-            key = " ".join(parts[:-1])
-        else:
-            continue
-        lengths[key] = lengths.get(key, 0) + len(parts[-1])
-        first_line.setdefault(key, number)
-    if not lengths:
-        return None
-    (first, n), *rest = lengths.items()
-    for name, m in rest:
-        if m != n:
-            what = f"annotation {name!r}" if name.startswith("#=") else f"record {name!r}"
-            return (
-                f"line {first_line[name]}: {what} has {m} columns, record {first!r} "
-                f"(line {first_line[first]}) {n}: not a Stockholm alignment (rows must be of "
-                "one length)"
-            )
-    return None
-
-
-def _stockholm(text: str, path: str | Path) -> list[tuple[str, str]]:
-    """The first alignment's rows as written: Biopython's ``AlignIO`` checks the file (ids,
-    one length) but turns ``.`` into ``-``, which would make HMMER's insert columns match
-    columns, so the rows are taken from the text; a ``#=GC RF`` line marks insert columns
-    (``.``) in files written without case."""
-    from Bio import AlignIO
-
-    try:
-        # Biopython wants the header on the first line; blank lines before it are harmless
-        alignments = list(AlignIO.parse(io.StringIO(text.lstrip("\r\n \t")), "stockholm"))
-    except (ValueError, KeyError, TypeError) as e:
-        message = " ".join(str(e).split())  # Biopython's may span lines
-        problem = _stockholm_problem(text) or f"not a readable Stockholm file ({message})"
-        raise DataError(problem, path=path) from None
-    if not alignments or not len(alignments[0]):
-        raise DataError("empty Stockholm alignment: no sequences", path=path)
-    rows: dict[str, list[str]] = {}
-    reference: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("//"):
-            break
-        parts = line.split()
-        if len(parts) == 3 and parts[:2] == ["#=GC", "RF"]:
-            reference.append(parts[2])
-        elif len(parts) == 2 and not line.startswith("#"):
-            rows.setdefault(parts[0], []).append(parts[1])
-    rf = "".join(reference)
-    out = []
-    for record in alignments[0]:
-        row = "".join(rows.get(record.id, [])) or str(record.seq)
-        if rf and len(rf) == len(row) and not any(c.islower() for c in row):
-            row = "".join(
-                (c.lower() if c != "-" else ".") if r in ".-~" else c
-                for c, r in zip(row, rf, strict=True)
-            )
-        out.append((record.id, row))
-    return out
-
-
 def _kind(rows: Sequence[str], container: str, header: bool = False) -> str:
     """The format the rows' characters tell (see the module docstring); ``header``: ``#``
     lines came before the first record (ColabFold's and HH-suite's a3m)."""
-    inserts = any(any(c.islower() or c == "." for c in r) for r in rows)
+    inserts = _has_inserts(rows)
     lengths = [len(r) for r in rows]
     same = len(set(lengths)) == 1
     if container == "stockholm":
@@ -246,13 +176,21 @@ def _kind(rows: Sequence[str], container: str, header: bool = False) -> str:
         return "a2m" if same else "a3m"
     if header:  # an a3m without gaps or insertions (close, full-length homologs) is one still
         return "a3m"
-    if any("-" in r for r in rows):
+    if any("-" in r or "." in r for r in rows):
         # gapped rows most of one length are an alignment with a few broken rows (said by
         # read_msa), not hits aligned pairwise, whose lengths differ from row to row
         modal = Counter(lengths).most_common(1)[0][1]
         if same or (len(rows) >= 3 and modal >= RAGGED_SHARE * len(rows)):
             return "aligned-fasta"
     return "fasta"
+
+
+def _has_inserts(rows: Sequence[str]) -> bool:
+    """Whether lower case marks insertions: rows with lower-case letters beside upper-case
+    ones (rows all in lower case, or ``.`` without lower case, are aligned FASTA written so:
+    every column a match column, ``.`` a gap)."""
+    lower = any(any(c.islower() for c in r) for r in rows)
+    return lower and any(any(c.isupper() for c in r) for r in rows)
 
 
 def _match(row: str, inserts: bool) -> str:
@@ -263,6 +201,31 @@ def _match(row: str, inserts: bool) -> str:
     return row.upper().replace(".", "-")
 
 
+def _check_widths(
+    match_rows: Sequence[str], q: int, titles: Sequence[str], path: str | Path
+) -> None:
+    """A one-line DataError naming the first row whose match columns are not as many as the
+    query's (or, where the query is the odd one out among rows that agree, the query)."""
+    width = len(match_rows[q])
+    bad = next((i for i, r in enumerate(match_rows) if len(r) != width), None)
+    if bad is None:
+        return
+    (modal, count), *_ = Counter(len(r) for r in match_rows).most_common(1)
+    if modal != width and count > 1:  # the query is the row that differs
+        bad, width, whose = q, modal, "the other rows have"
+    else:
+        whose = "the query has"
+    short = bad == len(match_rows) - 1 and len(match_rows[bad]) < width
+    raise DataError(
+        f"{len(match_rows[bad])} match columns where {whose} {width} (upper case and '-' are "
+        "match columns: not one alignment"
+        + ("; the last record is short: is the file cut off?)" if short else ")"),
+        path=path,
+        record=bad + 1,
+        record_id=_name(titles[bad], bad),
+    )
+
+
 def _stops_dropped(rows: list[str]) -> list[str]:
     """``rows`` without a closing ``*`` where some rows end in one and the rest lack that
     column (a stop some tools write after a sequence), not where the rows agree without it
@@ -270,7 +233,7 @@ def _stops_dropped(rows: list[str]) -> list[str]:
     ``-``)."""
     if not any(r.endswith("*") for r in rows):
         return rows
-    inserts = any(any(c.islower() or c == "." for c in r) for r in rows)
+    inserts = _has_inserts(rows)
     stripped = [r.removesuffix("*") for r in rows]
     widths = {len(_match(r, inserts)) for r in rows}
     return (
@@ -299,26 +262,29 @@ def _unaligned(row: str) -> str:
     return "".join(c for c in row if c.isalpha()).upper()
 
 
-def _offset(title: str, query: str, wild_type: str, path: str | Path, number: int) -> int:
-    """0-based start of ``query`` in ``wild_type``: ``/START-END`` of its name where that
-    matches, else where it is found; one-line DataError when it is not the wild type."""
+def _start(
+    title: str, query: str, wild_type: str, path: str | Path, number: int, offset: int = 1
+) -> int:
+    """0-based start of ``query`` in ``wild_type`` (whose first residue is numbered ``offset``):
+    ``/START-END`` of its name where that matches, else where it is found; one-line DataError
+    when it is not the wild type."""
     name = title.split(None, 1)[0] if title else ""
     m = _RANGE.search(name)
     if m:
-        start = int(m.group(1)) - 1
-        if wild_type[start : start + len(query)] == query:
+        start = int(m.group(1)) - offset
+        if start >= 0 and wild_type[start : start + len(query)] == query:
             return start
     at = wild_type.find(query)
     if at >= 0:
         return at
-    start = int(m.group(1)) - 1 if m else 0
+    start = min(max(int(m.group(1)) - offset, 0), len(wild_type)) if m else 0
     region = wild_type[start : start + len(query)]
     diff = next((i for i, (a, b) in enumerate(zip(query, region, strict=False)) if a != b), None)
     if diff is None:
         where = f"it has {len(query)} residues, the wild type {len(wild_type) - start} from there"
     else:
         where = (
-            f"residue {start + diff + 1}: {query[diff]} in the alignment, {region[diff]} in the "
+            f"residue {start + diff + offset}: {query[diff]} in the alignment, {region[diff]} in the "
             "wild type"
         )
     raise DataError(
@@ -347,7 +313,12 @@ def _column_numbers(query_row: str, inserts: bool, width: int) -> np.ndarray:
 
 
 def _placement_notes(
-    query: str, where: np.ndarray, first_title: str | None, first_row: str, wild_type: str
+    query: str,
+    where: np.ndarray,
+    first_title: str | None,
+    first_row: str,
+    wild_type: str,
+    offset: int = 1,
 ) -> dict[str, str]:
     """What to say of where the query was placed: the query's residues read where the wild
     type is a domain of it, a ``/START-END`` of its name that did not match, and how record 1
@@ -357,16 +328,18 @@ def _placement_notes(
         inside = np.nonzero(where >= 0)[0]
         out["query_residues_read"] = f"{inside[0] + 1}-{inside[-1] + 1}"
     named = _RANGE.search(query)
-    if named and not (where < 0).any() and int(named.group(1)) != int(where[0]) + 1:
+    placed = (int(where[0]) + offset, int(where[-1]) + offset)
+    if named and not (where < 0).any() and (int(named[1]), int(named[2])) != placed:
         out["query_range_in_name_ignored"] = named.group(0)[1:]
     if first_title is not None:
         out["record_1"] = _name(first_title, 0)
-        out["record_1_differs"] = _difference(_unaligned(first_row), wild_type)
+        out["record_1_differs"] = _difference(_unaligned(first_row), wild_type, offset)
     return out
 
 
-def _difference(first: str, wild_type: str) -> str:
-    """Where a record that is not the wild type first differs from it, in words."""
+def _difference(first: str, wild_type: str, offset: int = 1) -> str:
+    """Where a record that is not the wild type first differs from it, in words (residues
+    numbered from ``offset``)."""
     if not first:
         return "it has no residues"
     q = np.frombuffer(first.encode("ascii", "replace"), dtype=np.uint8)
@@ -376,22 +349,22 @@ def _difference(first: str, wild_type: str) -> str:
     windows = np.lib.stride_tricks.sliding_window_view(w, len(q))
     start = int((windows != q[None, :]).sum(1).argmin())  # its best place in the wild type
     diff = np.nonzero(windows[start] != q)[0]
-    shown = ", ".join(f"{wild_type[start + i]}{start + i + 1}{first[i]}" for i in diff[:3])
+    shown = ", ".join(f"{wild_type[start + i]}{start + i + offset}{first[i]}" for i in diff[:3])
     more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
     residues = "residue" if len(diff) == 1 else "residues"
     return f"{len(diff)} {residues} changed at its best place in the wild type: {shown}{more}"
 
 
 def _query_positions(
-    title: str, query: str, wild_type: str, path: str | Path, number: int
+    title: str, query: str, wild_type: str, path: str | Path, number: int, offset: int = 1
 ) -> np.ndarray:
     """``(len(query),)``: the 0-based wild-type residue of each query residue (-1: none). The
-    query is a stretch of the wild type (:func:`_offset`); or, as an alignment cut to its focus
+    query is a stretch of the wild type (:func:`_start`); or, as an alignment cut to its focus
     columns writes it, the wild type with residues left out: every residue in order and the
     same; or a longer protein the wild type is a stretch of (a scan of one domain, the
     alignment of the whole protein): its residues beyond the wild type are -1."""
     try:
-        start = _offset(title, query, wild_type, path, number)
+        start = _start(title, query, wild_type, path, number, offset)
         return start + np.arange(len(query))
     except DataError:
         inside = query.find(wild_type)  # the wild type a domain of the query: its columns only
@@ -444,10 +417,12 @@ def _subsequence(query: str, wild_type: str) -> np.ndarray | None:
     return out if (out >= 0).all() else None
 
 
-def read_msa(path: str | Path, wild_type: str | None) -> MSA:
+def read_msa(path: str | Path, wild_type: str | None, *, offset: int = 1) -> MSA:
     """The homologs of ``wild_type`` (its residues, upper case; None: the first record's) in
     the alignment or hits file ``path``, in file order, as the module docstring reads them.
-    Left out and counted in
+    ``offset``: the number of the wild type's first residue (a scan's numbering), which a
+    query's ``NAME/START-END`` and what ``notes`` say of residues count in. Left out and
+    counted in
     ``notes``: the query, copies of the wild type, duplicates, and rows with no residue in the
     query's columns. One-line :class:`DataError` for an unreadable file, rows of unequal match
     length, or a query that is not the wild type."""
@@ -463,7 +438,7 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
     notes |= {k: n for k, n in skipped.items() if n}
     if kind == "fasta":
         return _plain(path, titles, rows, wild_type, notes)
-    inserts = any(any(c.islower() or c == "." for c in r) for r in rows)
+    inserts = _has_inserts(rows)
     q = _query_index(titles, rows, wild_type)
     query_row = rows[q]
     query = _unaligned(query_row)
@@ -475,23 +450,10 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
             record_id=_name(titles[q], q),
             path=path,
         )
-    where = _query_positions(titles[q], query, wild_type, path, q + 1)
+    where = _query_positions(titles[q], query, wild_type, path, q + 1, offset)
     match_rows = [_match(r, inserts) for r in rows]
     width = len(match_rows[q])
-    bad = next((i for i, r in enumerate(match_rows) if len(r) != width), None)
-    if bad is not None:
-        raise DataError(
-            f"{len(match_rows[bad])} match columns where the query has {width} (upper case and "
-            "'-' are match columns: not one alignment"
-            + (
-                "; the last record is short: is the file cut off?)"
-                if bad == len(rows) - 1 and len(match_rows[bad]) < width
-                else ")"
-            ),
-            path=path,
-            record=bad + 1,
-            record_id=_name(titles[bad], bad),
-        )
+    _check_widths(match_rows, q, titles, path)
     qmatch = match_rows[q]
     number = _column_numbers(query_row, inserts, width)
     placed = np.where(number >= 0, where[np.maximum(number, 0)], -1)
@@ -505,7 +467,7 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
         )
     positions = placed[keep]
     on_wild_type = where[where >= 0]  # the query's residues on the wild type (all, but a domain)
-    offset = int(on_wild_type[0])
+    start = int(on_wild_type[0])
     as_bytes = np.frombuffer(
         "".join(match_rows).encode("ascii", "replace"), dtype=np.uint8
     ).reshape(len(rows), width)
@@ -536,16 +498,20 @@ def read_msa(path: str | Path, wild_type: str | None) -> MSA:
     notes |= {
         "query": _name(titles[q], q),
         "query_record": q + 1,
-        "query_start": offset + 1,
+        "query_start": start + offset,
         "columns": len(keep),
-        "wild_type_residues_covered": f"{offset + 1}-{int(on_wild_type[-1]) + 1}",
+        "wild_type_residues_covered": f"{positions[0] + offset}-{positions[-1] + offset}",
         "insertions_dropped_from_columns": int(insertions),
         "gap_only_rows": empty,
         "copies_of_wild_type_left_out": copies,
         "duplicates_left_out": dups,
         "homologs": len(ids),
     }
-    notes |= _placement_notes(notes["query"], where, titles[0] if q else None, rows[0], wild_type)
+    if chosen:  # X, B, Z, U, O, J, '*', ... in the homologs' columns: no residue the profile counts
+        odd = (codes[chosen] == GAP) & (as_bytes[chosen][:, keep] != ord("-"))
+        notes["other_letters_read_as_gaps"] = int(odd.sum())
+    first_title = titles[0] if q else None
+    notes |= _placement_notes(notes["query"], where, first_title, rows[0], wild_type, offset)
     msa = MSA(
         str(path),
         kind,

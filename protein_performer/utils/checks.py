@@ -37,3 +37,26 @@ def check_counts(key: str, value: object, words: Iterable[str] = ()) -> tuple[in
             f"or [1,64] (got {value!r})"
         )
     return tuple(int(v) for v in items)
+
+
+def check_fraction(key: str, value: object, *, allow_none: bool = False) -> float | None:
+    """``value`` as a float when it is a number from 0 to 1 (None passes with ``allow_none``),
+    else ``KEY must be a number from 0 to 1``."""
+    if value is None and allow_none:
+        return None
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not number or not 0 <= value <= 1:  # type: ignore[operator]
+        said = " or null" if allow_none else ""
+        raise ConfigError(f"{key} must be a number from 0 to 1{said} (got {value!r})")
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_whole(key: str, value: object, *, allow_none: bool = False) -> int | None:
+    """``value`` as an int when it is a whole number >= 1 (None passes with ``allow_none``),
+    else ``KEY must be a whole number >= 1``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        said = " or null" if allow_none else ""
+        raise ConfigError(f"{key} must be a whole number >= 1{said} (got {value!r})")
+    return int(value)

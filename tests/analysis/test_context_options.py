@@ -113,3 +113,30 @@ def test_the_cli_notes_a_single_protein_model_reading_homologs(tmp_path, capsys)
         out[name] = capsys.readouterr().out
     assert "note: this model was trained on single proteins" in out["single"]
     assert "trained on single proteins" not in out["pairs"]
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"context_max_homologs": -3}, "max_homologs must be a whole number >= 1 or null"),
+        ({"max_homologs": 0}, "max_homologs must be a whole number >= 1 or null"),
+        ({"max_homologs": 2.5}, "max_homologs must be a whole number >= 1 or null"),
+        ({"context_min_coverage": 1.5}, "min_coverage must be a number from 0 to 1 \\(got 1.5"),
+        ({"min_coverage": "abc"}, "min_coverage must be a number from 0 to 1"),
+        ({"context_retrieval": -1}, "retrieval must be a number from 0 to 1 \\(got -1"),
+        ({"samples": 0}, "samples must be a whole number >= 1 \\(got 0"),
+        ({"context_sampling": "best"}, "sampling='best' is not valid; choose one of: weighted"),
+        ({"max_identity": 2}, "max_identity must be a number from 0 to 1 or null"),
+        ({"context_tokens": 100.5}, "max_length must be a whole number >= 1 or null"),
+    ],
+)
+def test_context_options_out_of_range_are_one_line_errors_from_python(tmp_path, options, said):
+    # the CLI refuses these before reading anything; from Python the library says the same
+    path = _alignment(tmp_path)
+    with pytest.raises(ConfigError, match=said):
+        score_mutants(_model(), A, WT, MUTANTS, context=path, context_options=options)
+
+
+def test_context_that_is_not_a_file_or_an_alignment_is_said(tmp_path):
+    with pytest.raises(TypeError, match=r"context must be a path to the homologs .* got list"):
+        score_mutants(_model(), A, WT, MUTANTS, context=[WT, WT])

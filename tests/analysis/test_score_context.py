@@ -21,7 +21,7 @@ from protein_performer.analysis.dms.notes import context_notes
 from protein_performer.analysis.dms.profile import COLUMNS, build_pssm, pssm_scores
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
-from protein_performer.errors import ConfigError
+from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.checkpoints import save_model_checkpoint
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
@@ -264,7 +264,10 @@ def test_context_max_homologs_takes_the_first_in_the_file(ckpt, tmp_path, capsys
     assert "3 more left out by context_max_homologs (the first 2 in the file" in out
     code = _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_max_homologs=0")
     err = capsys.readouterr().err
-    assert code == 2 and "context_max_homologs must be a positive number (got 0)" in err
+    assert code == 2 and "context_max_homologs must be a whole number >= 1 or null (got 0)" in err
+    code = _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_tokens=0")
+    err = capsys.readouterr().err
+    assert code == 2 and "context_tokens must be a whole number >= 1 or null (got 0)" in err
 
 
 def _a3m_rows(rng: np.random.Generator, n: int) -> list[str]:
@@ -758,7 +761,7 @@ def test_context_columns_refuse_no_samples_and_no_window_homologs(tmp_path):
     _fasta(tmp_path / "h.fa", [(f"h{k}", h) for k, h in enumerate(HOMOLOGS[:2])])
     ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
     variants = [parse_variant(f"{WT[3]}4A", WT, 1)]
-    with pytest.raises(ValueError, match=r"samples must be >= 1 \(got 0\)"):
+    with pytest.raises(ConfigError, match=r"samples must be a whole number >= 1 \(got 0\)"):
         context_columns(_model(), ALPHABET, WT, variants, ctx, max_length=256, samples=0)
     for bad in (0, 2.5, True, "all"):
         with pytest.raises(ConfigError, match=r"must be auto, null, a whole number >= 1 or a"):
@@ -993,3 +996,44 @@ def test_score_mutants_takes_an_alignment_read_by_read_msa(tmp_path):
             "pssm"
         ],
     )
+
+
+def test_an_alignment_named_in_the_scans_numbering(ckpt, tmp_path, capsys):
+    # the scan numbers the wild type from 101; its alignment's query is named so (106-155)
+    mutants = [f"{WT[i]}{i + 101}W" for i in range(5, 55, 5) if WT[i] != "W"]
+    (tmp_path / "m.csv").write_text("mutant\n" + "\n".join(mutants) + "\n")
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    rows = _a3m_rows(np.random.default_rng(3), 6)
+    body = "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows))
+    (tmp_path / "msa.a3m").write_text(f">q/106-155\n{WT[5:55]}\n{body}")
+    assert _score(ckpt, tmp_path, f"context={tmp_path / 'msa.a3m'}", "offset=101") == 0
+    out = capsys.readouterr().out
+    assert "query q/106-155 = wild-type residues 106-155 (50 columns" in out
+    said = json.loads((tmp_path / "s.json").read_text())["context"]["alignment"]
+    assert said["query_start"] == 106 and "query_range_in_name_ignored" not in said
+    # from Python too: a query that is not the wild type names the residue in that numbering
+    from protein_performer.analysis import score_mutants
+
+    bad = WT[5:9] + ("A" if WT[9] != "A" else "C") + WT[10:55]
+    (tmp_path / "bad.a3m").write_text(f">q/106-155\n{bad}\n{body}")
+    with pytest.raises(DataError, match=f"residue 110: {bad[4]} in the alignment, {WT[9]} in"):
+        score_mutants(_model(), ALPHABET, WT, mutants, offset=101, context=tmp_path / "bad.a3m")
+
+
+def test_other_letters_in_the_columns_and_an_empty_hit_are_said(ckpt, tmp_path, capsys):
+    _rows(tmp_path)
+    _fasta(tmp_path / "wt.fa", [("wt", WT)])
+    rows = _a3m_rows(np.random.default_rng(3), 6)
+    rows[1] = "X" + rows[1][1:]
+    rows[2] = rows[2][:10] + "B" + rows[2][11:]
+    body = "".join(f">h{k}\n{r}\n" for k, r in enumerate(rows))
+    (tmp_path / "msa.a3m").write_text(f">q\n{WT[5:55]}\n{body}")
+    assert _score(ckpt, tmp_path, f"context={tmp_path / 'msa.a3m'}") == 0
+    out = capsys.readouterr().out
+    assert "(50 columns; 2 letters other than the 20 amino acids in them read as gaps)" in out
+    # a hit without a sequence: one line, without advice of an option score does not have
+    _fasta(tmp_path / "h.fa", [("h0", HOMOLOGS[0]), ("h1", "")])
+    assert _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", out="t.csv") != 0
+    err = capsys.readouterr().err
+    assert "record 2 (h1): header has no sequence (context=: the homologs)" in err
+    assert "invalid=" not in err

@@ -4,6 +4,7 @@ orders (weighted draws, greedy diversity), and one-line errors."""
 
 from __future__ import annotations
 
+import codecs
 import gzip
 from pathlib import Path
 
@@ -273,7 +274,7 @@ def test_an_alignment_cut_to_its_focus_columns_maps_onto_the_wild_type(tmp_path)
     np.testing.assert_array_equal(msa.matrix[1], codes("TA-IQRQW"))
     # a residue that is not the wild type's (no W in it) is still an error
     path.write_text(">q\nTAYIQRQW\n>h1\nTAYLQRQ-\n")
-    with pytest.raises(DataError, match="is not the wild type"):
+    with pytest.raises(DataError, match=r"record 1 \(q\): the alignment's query q is not the wild"):
         read_msa(path, WT)
 
 
@@ -458,25 +459,56 @@ def test_stockholm_rf_marks_insert_columns_with_any_gap_character(tmp_path, mark
     np.testing.assert_array_equal(msa.matrix, [codes("TAYLAKQRQI"), codes("TAYIAKQR-I")])
 
 
-def test_stockholm_in_blocks_and_only_the_first_alignment(tmp_path):
-    # interleaved blocks join per name; a second alignment after '//' is not read
+def test_stockholm_in_blocks_and_a_second_alignment_refused(tmp_path):
+    # interleaved blocks join per name
     path = tmp_path / "x.sto"
-    path.write_text(
-        "# STOCKHOLM 1.0\nq/3-12 TAYIAK\nh1     TAYLAK\n\nq/3-12 QRQI\nh1     QR-I\n//\n"
-        "# STOCKHOLM 1.0\nq/3-12 TAYIAKQRQI\nh1     TAYWAKQRQI\n//\n"
-    )
+    one = "# STOCKHOLM 1.0\nq/3-12 TAYIAK\nh1     TAYLAK\n\nq/3-12 QRQI\nh1     QR-I\n//\n"
+    path.write_text(one)
     msa = read_msa(path, WT)
     assert msa.ids == ["h1"] and msa.sequences == ["TAYLAKQRI"]
     np.testing.assert_array_equal(msa.matrix, [codes("TAYLAKQR-I")])
+    # a second alignment after '//' (a file of several families) is refused, not dropped
+    path.write_text(one + "# STOCKHOLM 1.0\nq/3-12 TAYIAKQRQI\nh2     TAYWAKQRQI\n//\n")
+    with pytest.raises(
+        DataError,
+        match=r"x\.sto: 2 alignments in one Stockholm file \(the "
+        r"first ends at line 7\)",
+    ):
+        read_msa(path, WT)
 
 
-def test_a2m_with_dots_only_is_an_alignment(tmp_path):
-    # '.' marks an insert state even where no row has an inserted residue (no lower case)
+def test_an_empty_stockholm_file(tmp_path):
+    path = tmp_path / "x.sto"
+    path.write_text("# STOCKHOLM 1.0\n#=GF ID x\n//\n")
+    with pytest.raises(DataError, match=r"x\.sto: empty Stockholm alignment: no sequences"):
+        read_msa(path, WT)
+
+
+def test_dots_without_lower_case_are_gaps_of_an_alignment(tmp_path):
+    # an a2m insert column no row has a residue in reads as before: no column of the query
     path = tmp_path / "x.a2m"
     path.write_text(">q\nTAY.IAKQRQI\n>h1\nTAY.LAKQRQI\n")
     msa = read_msa(path, WT)
-    assert msa.format == "a2m" and msa.aligned
+    assert msa.format == "aligned-fasta" and msa.aligned
     np.testing.assert_array_equal(msa.matrix, [codes("TAYLAKQRQI")])
+    # an aligned FASTA written with '.' gaps (no lower case): every column a match column
+    path.write_text(">q\nTAYIAKQRQI\n>h1\nTA.LAK..QI\n>h2\n.AYWAKQRQ.\n")
+    msa = read_msa(path, WT)
+    assert msa.format == "aligned-fasta" and msa.ids == ["h1", "h2"]
+    np.testing.assert_array_equal(msa.matrix, [codes("TA-LAK--QI"), codes("-AYWAKQRQ-")])
+
+
+def test_rows_all_in_lower_case_are_an_aligned_fasta(tmp_path):
+    # lower case marks insertions only beside upper case: rows all in lower case are residues
+    path = tmp_path / "x.fasta"
+    path.write_text(">q\ntayiakqrqi\n>h1\nta-lakqr-i\n")
+    msa = read_msa(path, WT)
+    assert msa.format == "aligned-fasta" and msa.sequences == ["TALAKQRI"]
+    np.testing.assert_array_equal(msa.matrix, [codes("TA-LAKQR-I")])
+    # beside one upper-case row, lower case is an insertion again
+    path.write_text(">q\nTAYIAKQRQI\n>h1\nTAYLAKQRQIaa\n")
+    msa = read_msa(path, WT)
+    assert msa.format == "a3m" and msa.notes["insertions_dropped_from_columns"] == 2
 
 
 def test_a_gap_only_record_is_not_taken_for_the_query(tmp_path):
@@ -879,11 +911,100 @@ def test_a_broken_stockholm_file_names_the_line_and_record(tmp_path, body, line,
 def test_a_broken_stockholm_file_otherwise_gives_biopythons_reason_on_one_line(
     tmp_path, monkeypatch
 ):
-    import protein_performer.data.msa as msa_module
+    import protein_performer.data.stockholm as stockholm_module
 
-    monkeypatch.setattr(msa_module, "_stockholm_problem", lambda text: None)
+    monkeypatch.setattr(stockholm_module, "_stockholm_problem", lambda text: None)
     sto = tmp_path / "bad.sto"
     sto.write_text("# STOCKHOLM 1.0\nq/3-12 TAYIAKQRQI\nh1\n//\n")
     with pytest.raises(DataError, match=r"not a readable Stockholm file \(Could not split") as e:
         read_msa(sto, WT)
     assert "\n" not in str(e.value)
+
+
+def test_a_query_row_of_another_width_is_the_row_named(tmp_path):
+    # the homologs agree with each other: the query's row is the broken one
+    path = tmp_path / "x.fasta"
+    rows = ("TAYLAKQR-I", "--YLAKQRQI", "TAYWAKQRQ-", "TAY-AKQRQI", "TAYLAKQRQ-")
+    path.write_text(">q\nTAYIAKQRQI--\n" + "".join(f">h{i}\n{r}\n" for i, r in enumerate(rows)))
+    with pytest.raises(
+        DataError,
+        match=r"record 1 \(q\): 12 match columns where the other rows "
+        r"have 10",
+    ):
+        read_msa(path, WT)
+    # the query and most rows agree: the homolog that does not is named, against the query
+    path.write_text(
+        ">q\nTAYIAKQRQI\n"
+        + "".join(f">h{i}\n{r}\n" for i, r in enumerate(rows[:4]))
+        + ">h9\nTAYLAKQRQI--\n"
+    )
+    with pytest.raises(
+        DataError,
+        match=r"record 6 \(h9\): 12 match columns where the query has "
+        r"10",
+    ):
+        read_msa(path, WT)
+
+
+def test_residues_covered_are_the_columns_and_a_range_is_checked_at_both_ends(tmp_path):
+    # the query's last two residues are insertions: the columns end at residue 10, not 12
+    path = tmp_path / "x.a2m"
+    path.write_text(">q/3-12\nTAYIAKQRqi\n>h1\nTAYLAKQRaa\n>h2\n-AYLAKQR..\n")
+    msa = read_msa(path, WT)
+    assert msa.notes["wild_type_residues_covered"] == "3-10" and msa.notes["columns"] == 8
+    path.write_text(">q/3-12\ntaYIAKQRQI\n>h1\naaYLAKQRQI\n>h2\n..YLAKQR-I\n")  # from residue 5
+    assert read_msa(path, WT).notes["wild_type_residues_covered"] == "5-12"
+    assert "query_range_in_name_ignored" not in msa.notes
+    # a name whose END does not match the residues it holds is said, as one whose START is not
+    for named, said in (("q/3-11", "3-11"), ("q/3-13", "3-13"), ("q/4-12", "4-12")):
+        path.write_text(f">{named}\nTAYIAKQRQI\n>h1\nTAYLAKQR-I\n")
+        msa = read_msa(path, WT)
+        assert msa.notes["query_range_in_name_ignored"] == said
+        assert msa.notes["query_start"] == 3
+
+
+def test_a_utf16_file_reads_as_its_utf8_twin(tmp_path):
+    text = ">q/3-12\nTAYIAKQRQI\n>h1\nTAYLAKQR-I\n>h2\n--YLAKQRQI\n"
+    (tmp_path / "u8.a3m").write_text(text, encoding="utf-8")
+    want = read_msa(tmp_path / "u8.a3m", WT)
+    for codec in ("utf-16", "utf-16-be", "utf-16-le"):
+        bom = {"utf-16-be": codecs.BOM_UTF16_BE, "utf-16-le": codecs.BOM_UTF16_LE}.get(codec, b"")
+        path = tmp_path / f"{codec}.a3m"
+        path.write_bytes(bom + text.encode(codec))
+        msa = read_msa(path, WT)
+        assert msa.ids == want.ids and msa.sequences == want.sequences
+        np.testing.assert_array_equal(msa.matrix, want.matrix)
+
+
+def test_offset_numbers_the_wild_type_as_the_scan_does(tmp_path):
+    # a domain scanned as residues 101-122: the alignment names its query in that numbering
+    path = tmp_path / "x.a2m"
+    path.write_text(">q/103-112\nTAYIAKQRQI\n>h1\nTAYLAKQR-I\n>h2\n--YLAKQRQI\n")
+    msa = read_msa(path, WT, offset=101)
+    assert msa.notes["query_start"] == 103 and msa.notes["wild_type_residues_covered"] == "103-112"
+    assert "query_range_in_name_ignored" not in msa.notes
+    np.testing.assert_array_equal(msa.positions, np.arange(2, 12))  # 0-based, as always
+    # numbered from 1 it is said not to match (and placed by its residues all the same)
+    plain = read_msa(path, WT)
+    assert plain.notes["query_range_in_name_ignored"] == "103-112"
+    np.testing.assert_array_equal(plain.positions, msa.positions)
+    # a query that is not the wild type: the residue named in the scan's numbering
+    path.write_text(">q/103-112\nTWYIAKQRQI\n>h1\nTAYLAKQR-I\n")
+    with pytest.raises(DataError, match="residue 104: W in the alignment, A in the wild type"):
+        read_msa(path, WT, offset=101)
+    # a later record the query: how record 1 differs, in the same numbering
+    path.write_text(">h0\nTAYLAKQRWI\n>q\nTAYIAKQRQI\n>h1\nTAYLAKQR-I\n")
+    notes = read_msa(path, WT, offset=101).notes
+    assert notes["record_1_differs"].endswith("I106L, Q111W")
+
+
+def test_letters_other_than_the_20_in_the_columns_are_counted(tmp_path):
+    # X, B, J and '*' in a homolog's columns read as gaps, and are counted; in an insertion
+    # (lower case) or in the query's gaps they are no column, and not counted
+    path = tmp_path / "x.a3m"
+    path.write_text(">q\nTAYIAKQRQI\n>h1\nTAXLAKBR-I\n>h2\n--YLJKQRQ*\n>h3\nTAYLAKxQRQI\n")
+    msa = read_msa(path, WT)
+    assert msa.notes["other_letters_read_as_gaps"] == 4
+    np.testing.assert_array_equal(msa.matrix[0], codes("TA-LAK-R-I"))
+    path.write_text(">q\nTAYIAKQRQI\n>h1\nTAYLAKQR-I\n")
+    assert read_msa(path, WT).notes["other_letters_read_as_gaps"] == 0

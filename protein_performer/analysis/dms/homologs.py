@@ -23,6 +23,7 @@ answer at every site).
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from protein_performer.analysis.dms.windows import (
 )
 from protein_performer.analysis.homolog_pairs import query_names
 from protein_performer.analysis.inputs import PathLike, Protein, read_proteins, record_names
-from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.alphabet import EMPTY_HINT, Alphabet
 from protein_performer.data.context_windows import (
     MIN_CONTEXT_RESIDUES,
     context_window,
@@ -60,12 +61,14 @@ from protein_performer.data.msa import (
     FRAGMENT_COVERAGE,
     GAP,
     MSA,
+    SAMPLINGS,
     homolog_order,
     no_homolog_error,
     read_msa,
 )
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, reads_columns
+from protein_performer.utils.checks import check_choice, check_fraction, check_whole
 
 #: The columns this adds to a scan's scores.
 PSSM_COLUMN = "pssm"
@@ -136,6 +139,7 @@ def read_scan_context(
     *,
     min_coverage: float = FRAGMENT_COVERAGE,
     seed: int = 0,
+    offset: int = 1,
 ) -> ScanContext:
     """The homologs of the wild type ``sequence`` (record ``wild_type_id``, None for a
     sequence given as text) in ``path`` and its profile from them.
@@ -149,12 +153,21 @@ def read_scan_context(
     the PSSM. One-line :class:`DataError` for an empty file, a query that is not the wild
     type, an alignment of its query alone, homologs of other queries only, or none aligning
     above chance. ``path`` may be an alignment :func:`~protein_performer.data.msa.read_msa`
-    has read against this wild type (plain hits are read again from their file)."""
+    has read against this wild type (plain hits are read again from their file). ``offset``:
+    the number of the wild type's first residue, as the scan numbers it (an alignment's
+    ``NAME/START-END`` and what it says of residues count so)."""
     start = time.perf_counter()
+    max_homologs = check_whole("max_homologs", max_homologs, allow_none=True)
+    min_coverage = check_fraction("min_coverage", min_coverage)  # type: ignore[assignment]
+    if not isinstance(path, (str, os.PathLike, MSA)):
+        raise TypeError(
+            "context must be a path to the homologs (an alignment or FASTA hits), an MSA "
+            f"(read_msa) or a ScanContext (read_scan_context); got {type(path).__name__}"
+        )
     if isinstance(path, MSA):
         msa, path = _read_against(path, sequence), path.path
     else:
-        msa = read_msa(path, sequence)
+        msa = read_msa(path, sequence, offset=offset)
     if msa.aligned:
         out = _aligned_context(path, msa, alphabet, sequence, max_homologs, min_coverage, seed)
         out.info["read_seconds"] = round(time.perf_counter() - start, 2)
@@ -163,9 +176,9 @@ def read_scan_context(
         max_homologs = UNALIGNED_MAX_HOMOLOGS
     try:
         read = read_proteins(path, alphabet, invalid="replace", strip_gaps=True)
-    except DataError as e:  # "empty file": say which input it is
+    except DataError as e:  # "empty file": say which input it is (score has no invalid=)
         raise DataError(
-            f"{e.problem} (context=: the homologs)",
+            f"{e.problem.replace(f' ({EMPTY_HINT})', '')} (context=: the homologs)",
             path=e.path,
             record=e.record,
             record_id=e.record_id,
@@ -380,6 +393,7 @@ def context_columns(
     times the model's score plus ``retrieval`` times the profile's ``log Q(mt) − log Q(wt)``
     (its frequencies, in nats): Tranception's inference-time retrieval (Notin et al. 2022,
     weight 0.6)."""
+    retrieval = check_fraction("retrieval", retrieval)  # type: ignore[assignment]
     columns: dict[str, np.ndarray] = {}
     if not getattr(model, "causal", False):
         sites = [s.index for v in variants if not isinstance(v, var.Indel) for s in v]
@@ -435,8 +449,10 @@ def context_log_probs(
     residues about it after the homologs' residues in those columns (:mod:`.windows`). The
     windows' contents go to ``context.info``. A window with no room for a homolog beside the
     protein is a :class:`ConfigError` naming the least that has one."""
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1 (got {samples})")
+    samples = check_whole("samples", samples)  # type: ignore[assignment]
+    check_choice("sampling", sampling, SAMPLINGS)
+    max_identity = check_fraction("max_identity", max_identity, allow_none=True)
+    max_length = check_whole("max_length", max_length, allow_none=True)
     columns = reads_columns(model)
     window_homologs_for(columns, window_homologs)  # a bad value refused before any work
     ids = alphabet.encode(sequence)

@@ -410,7 +410,7 @@ def score_mutants(
         return scores
     scores.update(
         _context_scores(model, alphabet, wild_type, mutants, context, context_options,
-                        packed=packed, toks_per_batch=toks_per_batch, progress=progress)
+                        offset, packed=packed, toks_per_batch=toks_per_batch, progress=progress)
     )  # fmt: skip
     return scores
 
@@ -422,6 +422,7 @@ def _context_scores(
     mutants: list[Any],
     context: Any,
     context_options: dict[str, Any] | None,
+    offset: int,
     **run: Any,
 ) -> dict[str, np.ndarray]:
     """:func:`score_mutants`' homolog columns (``run``: packed, toks_per_batch, progress)."""
@@ -448,7 +449,9 @@ def _context_scores(
             )
     else:
         seed = options.get("seed", 0)
-        context = read_scan_context(context, alphabet, wild_type, None, seed=seed, **reading)
+        context = read_scan_context(
+            context, alphabet, wild_type, None, seed=seed, offset=offset, **reading
+        )
     with evaluating(model):
         return context_columns(model, alphabet, wild_type, mutants, context, **run, **options)
 

@@ -56,7 +56,14 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
                 if (inside := notes.get("query_residues_read"))
                 else " = wild-type residues "
             )
-            + f"{notes['wild_type_residues_covered']} ({notes['columns']:,} columns); "
+            + f"{notes['wild_type_residues_covered']} ({notes['columns']:,} columns"
+            + (
+                f"; {odd:,} {'letter' if odd == 1 else 'letters'} other than the 20 amino "
+                "acids in them read as gaps"
+                if (odd := notes.get("other_letters_read_as_gaps"))
+                else ""
+            )
+            + "); "
             f"{len(used):,} homologs used, Neff {notes['neff']:,.1f}"
             + (" with the query" if context.pssm.params.get("include_query") else "")
             + " (weights 1 / neighbours at >= 80 % identity"

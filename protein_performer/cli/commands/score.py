@@ -179,6 +179,7 @@ def run_score(cfg: ScoreConfig) -> CommandResult:
             cfg.context_max_homologs,
             min_coverage=cfg.context_min_coverage,
             seed=cfg.seed,
+            offset=cfg.offset,
         )
     counts = meta.get("data", {}).get("unigram_counts")
     columns, elapsed = scan_lib.score_scan(
