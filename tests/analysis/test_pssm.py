@@ -390,3 +390,29 @@ def test_a_homolog_with_nothing_aligned_is_not_used_even_without_the_z_test():
     assert info[1]["coverage"] == 0.0 and info[1]["identity"] == 0.0
     pssm = build_pssm(Q, ["MKILAWHCDE", "XXXX"], min_z=None)
     assert pssm.homologs_used == 1 and pssm.weights.shape == (1,)
+
+
+def test_pssm_scores_say_how_many_more_mutants_do_not_fit():
+    pssm = build_pssm(Q, [], allow_query_only=True)
+    with pytest.raises(
+        DataError, match=r"mutant 1 does not fit the wild type: A2W: the sequence has K at 2$"
+    ):
+        pssm_scores(pssm, ["A2W", "K2A"])  # one wrong: nothing more said
+    with pytest.raises(DataError, match=r"mutant 1 does not fit .* \(and 1 more\)$"):
+        pssm_scores(pssm, ["A2W", "C3A", "K2A"])
+    with pytest.raises(DataError, match=r"\(and 2 more\)$"):
+        pssm_scores(pssm, ["A2W", "C3A", "D4A"])
+
+
+def test_build_pssm_checks_shuffles_and_a_profile_with_nothing_to_count():
+    from protein_performer.errors import ConfigError
+
+    far = "".join(reversed(Q)) * 2
+    build_pssm(Q, [far], shuffles=2, allow_query_only=True)  # two shuffles are enough
+    with pytest.raises(ConfigError, match=r"shuffles must be >= 2 \(got 1\)"):
+        build_pssm(Q, [far], shuffles=1)
+    build_pssm(Q, [far], shuffles=1, min_z=None, allow_query_only=True)  # no shuffles needed
+    with pytest.raises(DataError, match="no residue to count: no homolog aligns and include_"):
+        build_pssm(Q, [far], include_query=False, allow_query_only=True)
+    # with the query counted, the query-only fallback is a profile all the same
+    assert build_pssm(Q, [far], include_query=True, allow_query_only=True).scores.shape[0] == 10

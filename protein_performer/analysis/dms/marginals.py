@@ -42,6 +42,7 @@ from protein_performer.analysis.dms.variants import (
     Variant,
     check_mutants,
     looks_like_sequence,
+    misfit_error,
     parse_variant,
     whole_sequence_problem,
     window_start,
@@ -389,9 +390,7 @@ def score_mutants(
     problems += check_mutants(mutants, wild_type, offset)
     problems.sort(key=lambda x: x[0])
     if problems:
-        i, problem = problems[0]
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise DataError(f"mutant {i + 1} does not fit the wild type: {problem}{more}")
+        raise misfit_error(problems)
     site_methods = [m for m in methods if m not in WHOLE_SEQUENCE_METHODS]
     indel = next((i for i, m in enumerate(mutants) if isinstance(m, Indel)), None)
     if indel is not None and site_methods == methods:

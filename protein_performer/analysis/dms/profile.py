@@ -43,6 +43,7 @@ from protein_performer.analysis.dms.variants import (
     Substitution,
     check_mutants,
     clean_sequence,
+    misfit_error,
     parse_variant,
 )
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
@@ -365,9 +366,7 @@ def pssm_scores(
     ]  # fmt: skip
     problems = check_mutants(parsed, pssm.query, offset)
     if problems:
-        i, problem = problems[0]
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise DataError(f"mutant {i + 1} does not fit the wild type: {problem}{more}")
+        raise misfit_error(problems)
     s = pssm.scores
     return np.array(
         [

@@ -189,6 +189,14 @@ def check_mutants(
     return problems
 
 
+def misfit_error(problems: Sequence[tuple[int, str]]) -> DataError:
+    """The one-line error for mutants that do not fit the wild type (``problems`` as
+    :func:`check_mutants` gives them, in order): the first, and how many more."""
+    i, problem = problems[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return DataError(f"mutant {i + 1} does not fit the wild type: {problem}{more}")
+
+
 def problem_kind(problem: str) -> str:
     """The reason a mutant is not scored, in a few words (for counts by reason), read from the
     messages of :func:`parse_mutant` and :func:`check_mutants` above."""
