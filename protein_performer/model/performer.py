@@ -211,9 +211,10 @@ class ProteinLM(nn.Module):
     def _check_length(self, n: int) -> None:
         if n > self.config.max_len and self.rotary is None:
             raise ConfigError(
-                f"sequence length {n} exceeds model.max_len={self.config.max_len} "
-                "(learned positions): crop the input to fit (the analysis commands' "
-                "truncate=true), or train with a larger model.max_len or model.position=rotary"
+                f"{n:,} tokens (the residues with <cls> and <eos>) exceed model.max_len="
+                f"{self.config.max_len} (learned positions): crop the input to fit (truncate=true "
+                "in the analysis commands, read_proteins(..., truncate=True, max_tokens=...) from "
+                "Python), or train with a larger model.max_len or model.position=rotary"
             )
 
     @torch.no_grad()

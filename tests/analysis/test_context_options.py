@@ -13,7 +13,7 @@ from protein_performer.analysis import score_mutants
 from protein_performer.analysis.dms.homologs import read_scan_context
 from protein_performer.cli.main import main
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, default_alphabet
-from protein_performer.errors import ConfigError
+from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.checkpoints import load_model, save_model_checkpoint
 from protein_performer.model.config import ModelConfig
 from protein_performer.model.performer import ProteinLM
@@ -140,3 +140,35 @@ def test_context_options_out_of_range_are_one_line_errors_from_python(tmp_path, 
 def test_context_that_is_not_a_file_or_an_alignment_is_said(tmp_path):
     with pytest.raises(TypeError, match=r"context must be a path to the homologs .* got list"):
         score_mutants(_model(), A, WT, MUTANTS, context=[WT, WT])
+
+
+def test_a_context_read_for_another_wild_type_is_refused(tmp_path):
+    path = _alignment(tmp_path)
+    ctx = read_scan_context(path, A, WT, None)
+    other = WT[:20] + ("A" if WT[20] != "A" else "C") + WT[21:]
+    with pytest.raises(DataError, match=rf"another wild type \(residue 21: {WT[20]} there, "):
+        score_mutants(_model(), A, other, MUTANTS, context=ctx, context_options={"max_length": 256})
+    with pytest.raises(DataError, match="that one has 50 residues, this one 54"):
+        score_mutants(_model(), A, WT + "AAAA", MUTANTS, context=ctx,
+                      context_options={"max_length": 256})  # fmt: skip
+    # the same wild type in lower case is the same wild type
+    got = score_mutants(_model(), A, WT.lower(), MUTANTS, context=ctx,
+                        context_options={"max_length": 256})  # fmt: skip
+    assert np.isfinite(got["pssm"]).all()
+
+
+def test_sequences_and_options_of_the_wrong_type_are_said():
+    with pytest.raises(
+        TypeError, match=r"a sequence must be a str of residues .* got ndarray of <U1"
+    ):
+        score_mutants(_model(), A, np.array(list(WT)), MUTANTS)
+    with pytest.raises(TypeError, match=r"a sequence must be a str of residues .* got bytes"):
+        score_mutants(_model(), A, WT.encode(), MUTANTS)
+    with pytest.raises(TypeError, match=r"context_options must be a mapping .* got str"):
+        score_mutants(_model(), A, WT, MUTANTS, context="x.a3m", context_options="samples=2")
+    # residue ids are a sequence too
+    ids = A.encode(WT)
+    np.testing.assert_array_equal(
+        score_mutants(_model(), A, ids, MUTANTS)["masked-marginal"],
+        score_mutants(_model(), A, WT, MUTANTS)["masked-marginal"],
+    )

@@ -60,6 +60,16 @@ def test_table_is_read_against_the_ids_given_best_first(tmp_path):
     np.testing.assert_array_equal(hits.longest(), [5, 8, 0])
 
 
+def test_a_table_with_no_usable_hit_gives_every_record_none(tmp_path):
+    # only rows of other splits and self-hits: read, dropped, and no partner for anyone
+    write_table(tmp_path / "hits.tsv", [("a", "z", 1, 9), ("b", "b", 1, 5)])
+    hits = read_hit_partners(tmp_path, ["a", "b", "c"])
+    assert hits.read == 2 and hits.dropped == 2 and len(hits) == 3
+    np.testing.assert_array_equal(hits.offsets, [0, 0, 0, 0])
+    assert len(hits.target) == 0 and hits.counts().tolist() == [0, 0, 0]
+    assert hits.cluster_weights(np.array([0, 1, 2])).shape == (0,)
+
+
 def test_cluster_weights_count_a_cluster_once_per_query():
     # record 0 hits 1, 2, 3 (1 and 2 in one cluster) ; record 3 hits 0
     hits = HitPartners(

@@ -121,8 +121,13 @@ def test_rotary_dot_products_depend_only_on_relative_position():
 
 def test_learned_positions_limit_is_a_clear_error():
     model = ProteinLM(tiny_config(max_len=8), V)
-    with pytest.raises(ConfigError, match="max_len=8"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^9 tokens \(the residues with <cls> and <eos>\) exceed "
+        r"model.max_len=8 \(learned positions\): .* read_proteins\(\.\.\., truncate",
+    ):
         model(random_ids(1, 9))
+    model(random_ids(1, 8))  # the limit itself fits
 
 
 def test_output_head_is_tied_to_the_token_embedding():

@@ -394,6 +394,12 @@ def context_columns(
     (its frequencies, in nats): Tranception's inference-time retrieval (Notin et al. 2022,
     weight 0.6)."""
     retrieval = check_fraction("retrieval", retrieval)  # type: ignore[assignment]
+    if (read_for := context.pssm.query) != var.clean_sequence(sequence):
+        raise DataError(
+            f"the context was read for another wild type ({_first_difference(read_for, sequence)}"
+            "): read it with read_scan_context for this one",
+            path=context.path,
+        )
     columns: dict[str, np.ndarray] = {}
     if not getattr(model, "causal", False):
         sites = [s.index for v in variants if not isinstance(v, var.Indel) for s in v]
@@ -416,6 +422,15 @@ def context_columns(
             if not isinstance(v, var.Indel) and any(s.index not in inside for s in v)
         )
     return columns
+
+
+def _first_difference(read_for: str, sequence: str) -> str:
+    """Where the wild type a context was read for first differs from ``sequence``, in words."""
+    sequence = var.clean_sequence(sequence)
+    at = next((i for i, (a, b) in enumerate(zip(read_for, sequence, strict=False)) if a != b), None)
+    if at is None:
+        return f"that one has {len(read_for):,} residues, this one {len(sequence):,}"
+    return f"residue {at + 1}: {read_for[at]} there, {sequence[at]} here"
 
 
 def context_log_probs(

@@ -220,8 +220,13 @@ def _residue_ids(alphabet: Alphabet, x: np.ndarray | str, index: int = 0) -> np.
             f"alphabet must be an Alphabet (e.g. default_alphabet()), got {type(alphabet).__name__}"
         )
     ids = alphabet.encode(x) if isinstance(x, str) else np.asarray(x)
-    if not len(ids):
+    if ids.ndim == 1 and not len(ids):
         raise ValueError(f"sequence {index + 1} is empty (no residues)")
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):  # letters, bytes, nested
+        raise TypeError(
+            f"a sequence must be a str of residues (or a 1-D array of residue ids); got "
+            f"{type(x).__name__}" + (f" of {ids.dtype}" if isinstance(x, np.ndarray) else "")
+        )
     return ids
 
 
@@ -323,7 +328,7 @@ def score_mutants(
     ``sequence`` is read as a FASTA record's is (whitespace and line breaks removed, any
     case, a final ``*`` dropped), and the mutants are checked against what is scored. Every
     mutant must fit it (positions inside it, its wild-type letters, mutant letters among the
-    20 amino acids): a ValueError names the first that does not. ``max_tokens``: the window
+    20 amino acids): a DataError (a ValueError) names the first that does not. ``max_tokens``: the window
     in tokens (with ``<cls>``/``<eos>``) a protein is scored in; None: the model's own (its
     ``max_len`` with learned positions, no limit with rotary ones). Scored in eval mode (the
     model is left in the mode it was in). The masked-LM methods need a masked LM and
@@ -436,6 +441,11 @@ def _context_scores(
     # run), else the one it trained on; context_columns' default for a model built by hand
     trained = getattr(model, "trained_length", None)  # set by load_model
     own = token_limit(model, None, trained) or trained
+    if context_options is not None and not isinstance(context_options, Mapping):
+        raise TypeError(
+            "context_options must be a mapping such as {'context_max_homologs': 300}; got "
+            f"{type(context_options).__name__}"
+        )
     options = {"max_length": own, **context_keywords(context_options or {})}
     reading = {k: options.pop(k) for k in _READ_KEYWORDS if k in options}
     if (problem := single_protein_model(model)) is not None:
