@@ -13,11 +13,11 @@ import numpy as np
 import torch
 
 from protein_performer.config.schema import EvalConfig
-from protein_performer.data.alphabet import Alphabet
+from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS, Alphabet
 from protein_performer.data.cluster import read_members
 from protein_performer.data.datamodule import ProteinDataModule
-from protein_performer.data.msa import no_homolog_error, read_msa
-from protein_performer.data.sources import load_fasta_source
+from protein_performer.data.msa import GAP, MSA, no_homolog_error, read_msa
+from protein_performer.data.sources import FlatSource, load_fasta_source
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.evaluation.context_perplexity import Target, cluster_targets, fixed_targets
 from protein_performer.model.metrics import MLM_INPUT_KINDS, perplexity
@@ -259,16 +259,19 @@ def context_targets(
             )
         return targets, None
     require_file(cfg.context, "context")
-    proteins, note = context_file(cfg, alphabet)
+    proteins, note = context_file(cfg, alphabet, source)
     return fixed_targets(source, proteins, order=order), note
 
 
-def context_file(cfg: EvalConfig, alphabet: Alphabet) -> tuple[list[np.ndarray], str]:
+def context_file(
+    cfg: EvalConfig, alphabet: Alphabet, source: FlatSource | None = None
+) -> tuple[list[np.ndarray], str]:
     """The proteins of ``context=FILE`` (token ids) and what was read. An alignment is read as
     ``score context=`` reads it (:func:`~protein_performer.data.msa.read_msa`, its first record
     the query): its homologs, the query, copies of it, duplicates and rows without a residue in
     its columns left out, and those over ``cfg.context_max_identity`` identical to its query
-    (all kept where every one is); one-line errors for a malformed one. FASTA: every record."""
+    (all kept where every one is); one-line errors for a malformed one; a warning where its
+    query is none of the records of ``source`` (the evaluated file). FASTA: every record."""
     msa = read_msa(cfg.context, None)  # an alignment's first record is its query
     kind = msa.format
     if kind != "fasta":
@@ -287,15 +290,30 @@ def context_file(cfg: EvalConfig, alphabet: Alphabet) -> tuple[list[np.ndarray],
                             cfg.context, 100 * limit)  # fmt: skip
                 near[:] = False
         proteins = [ids for ids, far in zip(encoded, ~near, strict=True) if ids is not None and far]
+        if source is not None and not _holds_query(msa, source, alphabet):
+            log.warning(
+                "%s: the alignment's query %s is %s: its homologs are read before %s (fasta= "
+                "the protein it aligns)",
+                cfg.context,
+                msa.query_id,
+                "not the evaluated protein"
+                if len(source) == 1
+                else f"none of the {len(source):,} evaluated proteins",
+                "it" if len(source) == 1 else "each of them",
+            )
         n = msa.notes
         over = f"over {100 * limit:.0f}% identical to it" if limit is not None else ""
         left = {
-            "copies of it": n.get("copies_of_wild_type_left_out", 0),
-            over: int(near.sum()),
-            "duplicates": n.get("duplicates_left_out", 0),
-            "rows without residues in its columns": n.get("gap_only_rows", 0),
+            ("copy of it", "copies of it"): n.get("copies_of_wild_type_left_out", 0),
+            (over, over): int(near.sum()),
+            ("duplicate", "duplicates"): n.get("duplicates_left_out", 0),
+            ("row", "rows"): n.get("gap_only_rows", 0),
         }
-        said = ", ".join(f"{v:,} {k}" for k, v in left.items() if v)
+        said = ", ".join(
+            f"{v:,} {k[v != 1]}" + (" without residues in its columns" if k[0] == "row" else "")
+            for k, v in left.items()
+            if v
+        )
         return proteins, (
             f"{cfg.context}: {kind} alignment, {n['records_read']:,} records, {len(proteins):,} "
             f"homologs (its query{', ' + said if said else ''} left out)"
@@ -310,6 +328,20 @@ def context_file(cfg: EvalConfig, alphabet: Alphabet) -> tuple[list[np.ndarray],
     if len(homologs) == 0:
         raise DataError("context: no records", path=cfg.context)
     return [homologs[i] for i in range(len(homologs))], f"{cfg.context}: {len(homologs):,} proteins"
+
+
+def _holds_query(msa: MSA, source: FlatSource, alphabet: Alphabet) -> bool:
+    """Whether a record of ``source`` is the alignment's query: its residues where the query
+    has them in the alignment's columns."""
+    residues = msa.query_codes < GAP
+    at = msa.positions[residues]
+    want = alphabet.encode("".join(STANDARD_AMINO_ACIDS[c] for c in msa.query_codes[residues]))
+    need = int(at.max()) + 1 if len(at) else 0
+    for i in range(len(source)):
+        record = source[i]
+        if len(record) >= need and np.array_equal(record[at], want):
+            return True
+    return False
 
 
 def drop_copies(targets: Sequence[Target]) -> int:

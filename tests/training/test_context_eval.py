@@ -290,7 +290,7 @@ def test_the_context_sample_does_not_depend_on_the_order_of_the_files(tmp_path):
     assert any(given_ab[k] != given_ba[k] for k in keys)
 
 
-def test_evaluate_context_cluster_and_fasta(tmp_path):
+def test_evaluate_context_cluster_and_fasta(tmp_path, caplog):
     fasta = write_fasta(tmp_path / "t.fasta", n=30)
     result = train(tiny_config(fasta, max_steps=2), tmp_path / "run")
     members = clusters_of_three(fasta, tmp_path / "members.tsv")
@@ -360,10 +360,13 @@ def test_evaluate_context_cluster_and_fasta(tmp_path):
             checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(tmp_path / "h2.fasta")
         )
     )
-    aligned = evaluate(
-        EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(a3m))
-    )
+    with caplog.at_level("WARNING"):
+        aligned = evaluate(
+            EvalConfig(checkpoint=result.last_checkpoint, fasta=str(fasta), context=str(a3m))
+        )
     assert f"{a3m}: a3m alignment, 3 records, 2 homologs (its query left out)" in aligned.format()
+    # the query is none of the 30 evaluated proteins: their context is another protein's
+    assert "the alignment's query q is none of the 30 evaluated proteins" in caplog.text
     # the same windows and positions; perplexities with a tolerance (two runs may choose
     # other thread counts, so other orders of sums)
     assert aligned.context["positions"] == out.context["positions"]
@@ -1183,8 +1186,8 @@ def test_a_context_file_leaves_out_copies_of_each_protein_and_reads_alignments_s
     proteins, note = context_file(EvalConfig(checkpoint="x", context=str(path)), alphabet)
     assert [alphabet.decode(p) for p in proteins] == ["MKILGAW", "MKILAW", "MRVLAW"]
     assert note == (
-        f"{path}: a2m alignment, 6 records, 3 homologs (its query, 1 copies of it, "
-        "1 duplicates left out)"
+        f"{path}: a2m alignment, 6 records, 3 homologs (its query, 1 copy of it, "
+        "1 duplicate left out)"
     )
     path.write_text(">q\nMKV-LAW\n>h1\nMKV-LJW\n>h2\nMRV-LAW\n")  # J: not a residue
     with pytest.raises(DataError, match=r"x.a2m: h1: invalid residue 'J'"):
@@ -1344,3 +1347,42 @@ def test_fixed_targets_follow_the_order_given() -> None:
     ]
     assert all(len(t.context) == 1 for t in targets)
     assert [t.id for t in fixed_targets(source, homologs)] == ["c", "a", "b"]  # None: the file's
+
+
+def test_an_alignment_of_none_of_the_evaluated_proteins_is_said(tmp_path, caplog):
+    from protein_performer.evaluation.scope import context_file
+
+    alphabet = default_alphabet()
+
+    def source(*seqs: str) -> FlatSource:
+        ids = [alphabet.encode(s) for s in seqs]
+        offsets = np.concatenate([[0], np.cumsum([len(i) for i in ids])])
+        return FlatSource(np.concatenate(ids).astype(np.uint8), offsets, alphabet=alphabet)
+
+    path = tmp_path / "x.a2m"
+    # the query's lower-case residue is no column: the evaluated protein matches where it has some
+    path.write_text(">q\nMKVL.AWk\n>h1\nMKILgAW.\n>h2\nMRVL.AW.\n")
+    cfg = EvalConfig(checkpoint="x", context=str(path))
+    for evaluated, said in (
+        (source("PPPPPP", "MKVLAWK"), False),  # the query, whole
+        (source("MKVLAWR"), False),  # its columns' residues, another residue after them
+        (source("MKVLAW"), False),  # its columns alone
+        (source("MKVLAV", "PPPPPPPP"), True),  # one residue differs
+        (source("MKVLA"), True),  # too short to hold its columns
+    ):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            proteins, _ = context_file(cfg, alphabet, evaluated)
+        assert len(proteins) == 2
+        assert ("x.a2m: the alignment's query q is " in caplog.text) is said, evaluated
+    assert "q is not the evaluated protein: its homologs are read before it" in caplog.text
+    with caplog.at_level("WARNING"):
+        context_file(cfg, alphabet, source("MKVLAV", "PPPPPPPP"))
+        assert "q is none of the 2 evaluated proteins: its homologs are read before each" in (
+            caplog.text
+        )
+        # an X in the query's columns matches anything there
+        path.write_text(">q\nMKXL.AW\n>h1\nMKILgAW\n>h2\nMRVL.AW\n")
+        caplog.clear()
+        context_file(cfg, alphabet, source("MKVLAW"))
+        assert "x.a2m: the alignment's query" not in caplog.text
