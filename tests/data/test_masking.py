@@ -113,6 +113,21 @@ def test_masking_from_a_start_leaves_the_tokens_before_it_alone():
     assert int((batch["labels"][0, 82:] != IGNORE_INDEX).sum()) == 20
 
 
+def test_the_defaults_are_berts_15_percent_and_80_10_10():
+    # floor(0.15 * 200 + u) = 30 selected of 200 residues; of many draws, 80 % <mask>
+    tokens = np.array([A.cls_idx, *[A.index("L")] * 200, A.eos_idx])
+    masked = changed = 0
+    for trial in range(200):
+        x, y = mask_tokens(tokens, A, keyed_rng(9, trial))
+        picked = y != IGNORE_INDEX
+        assert int(picked.sum()) == 30
+        masked += int((x[picked] == A.mask_idx).sum())
+        changed += int(((x[picked] != A.mask_idx) & (x[picked] != tokens[picked])).sum())
+    assert masked / 6000 == pytest.approx(0.8, abs=0.02)
+    # a random amino acid is L again one time in 20: 10 % x 19/20 changed
+    assert changed / 6000 == pytest.approx(0.095, abs=0.015)
+
+
 def test_no_residues_no_labels():
     tokens = np.array([A.cls_idx, A.eos_idx, A.pad_idx, A.sep_idx])
     x, y = mask_tokens(tokens, A, keyed_rng(0, 0))
