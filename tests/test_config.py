@@ -176,7 +176,7 @@ def test_every_group_option_and_experiment_composes():
     ]:
         with pytest.raises(ConfigError, match=match):
             validate_train_config(compose_job("train", [*pairs_job, *wrong]).config)
-    with pytest.raises(ConfigError, match=r"data\.pair_copy must be a number in \[0, 1\]"):
+    with pytest.raises(ConfigError, match=r"data\.pair_copy must be a number from 0 to 1"):
         validate_train_config(
             compose_job(
                 "train", ["experiment=homolog_pairs", "data.clusters=c", "data.pair_copy=2"]

@@ -40,7 +40,7 @@ from protein_performer.utils.checks import (
     check_choice,
     check_counts,
     check_fraction,
-    check_whole,
+    check_int,
 )
 from protein_performer.utils.paths import check_distinct_inputs
 
@@ -55,9 +55,9 @@ def _validate_score_config(cfg: ScoreConfig) -> None:
         raise ConfigError("record= picks a record of fasta=; give fasta=PATH")
     if cfg.context is not None and not str(cfg.context).strip():
         raise ConfigError("context= is empty: give a FASTA of the wild type's homologs")
-    check_whole("context_max_homologs", cfg.context_max_homologs, allow_none=True)
-    check_whole("context_tokens", cfg.context_tokens, allow_none=True)
-    check_whole("context_samples", cfg.context_samples)
+    check_int("context_max_homologs", cfg.context_max_homologs, 1, optional=True)
+    check_int("context_tokens", cfg.context_tokens, 1, optional=True)
+    check_int("context_samples", cfg.context_samples, 1)
     check_counts("context_window_homologs", cfg.context_window_homologs, ("auto",))
     check_choice("context_sampling", cfg.context_sampling, ("first", "weighted", "diverse"))
     if not isinstance(cfg.context_crop, bool):
@@ -122,8 +122,7 @@ def validate_analysis_config(cfg: Any) -> None:
         if cfg.context is not None:
             if cfg.split is not None:
                 raise ConfigError("context= takes fasta= (the proteins searched), not split=")
-            if cfg.context_max_homologs is not None:
-                _positive("context_max_homologs", cfg.context_max_homologs)
+            check_int("context_max_homologs", cfg.context_max_homologs, 1, optional=True)
             if cfg.context_max_identity is not None:
                 check_fraction("context_max_identity", cfg.context_max_identity)
         if cfg.max_length is not None:

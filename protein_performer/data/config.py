@@ -5,14 +5,13 @@ reads no data and imports neither torch nor the rest of :mod:`protein_performer.
 
 from __future__ import annotations
 
-import numbers
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from protein_performer.data.splits import parse_fractions
 from protein_performer.errors import ConfigError
-from protein_performer.utils.checks import check_choice
+from protein_performer.utils.checks import check_choice, check_fraction, check_int
 
 #: ``objective``: masked LM or next-token (causal) LM.
 OBJECTIVES: tuple[str, ...] = ("mlm", "causal")
@@ -75,25 +74,6 @@ def cluster_uses(split_by: str, sample: str, packing: str, prefix: str = "") -> 
         (f"{prefix}packing={packing}", packing in CLUSTER_PACKINGS),
     )
     return [what for what, on in uses if on]
-
-
-def check_int(key: str, value: object, minimum: int, *, optional: bool = False) -> int | None:
-    """``value`` as an int when it is a whole number >= ``minimum`` (or None when
-    ``optional``), else a one-line :class:`ConfigError` naming ``key``."""
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        extra = " or None" if optional else ""
-        raise ConfigError(f"{key} must be an integer >= {minimum}{extra}; got {value!r}")
-    return int(value)
-
-
-def check_fraction(key: str, value: object) -> float:
-    """``value`` as a float when it is a number in [0, 1], else a one-line ConfigError."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not (number and 0.0 <= float(value) <= 1.0):
-        raise ConfigError(f"{key} must be a number in [0, 1]; got {value!r}")
-    return float(value)
 
 
 @dataclass

@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from protein_performer.data.config import check_int
 from protein_performer.data.sources import FlatSource
 from protein_performer.errors import ConfigError
+from protein_performer.utils.checks import check_int
 from protein_performer.utils.devices import is_rank_zero, usable_cpus
 
 # the data module's own logger: its warnings read as they always did

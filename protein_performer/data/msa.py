@@ -491,7 +491,7 @@ def read_msa(path: str | Path, wild_type: str | None, *, offset: int = 1) -> MSA
             dups += 1
             continue
         seen.add(seq)
-        insertions += sum(1 for c in row if c.islower())
+        insertions += sum(1 for c in row if c.islower()) if inserts else 0
         ids.append(_name(titles[i], i))
         seqs.append(seq)
         chosen.append(i)
@@ -508,7 +508,8 @@ def read_msa(path: str | Path, wild_type: str | None, *, offset: int = 1) -> MSA
         "homologs": len(ids),
     }
     if chosen:  # X, B, Z, U, O, J, '*', ... in the homologs' columns: no residue the profile counts
-        odd = (codes[chosen] == GAP) & (as_bytes[chosen][:, keep] != ord("-"))
+        kept = as_bytes[chosen][:, keep]
+        odd = (codes[chosen] == GAP) & (kept != ord("-")) & (kept != ord("~"))
         notes["other_letters_read_as_gaps"] = int(odd.sum())
     first_title = titles[0] if q else None
     notes |= _placement_notes(notes["query"], where, first_title, rows[0], wild_type, offset)

@@ -331,15 +331,20 @@ def context_file(
 
 
 def _holds_query(msa: MSA, source: FlatSource, alphabet: Alphabet) -> bool:
-    """Whether a record of ``source`` is the alignment's query: its residues where the query
-    has them in the alignment's columns."""
+    """Whether a record of ``source`` is the alignment's query or holds it (a domain): its
+    residues where the query has them in the alignment's columns, from some start."""
     residues = msa.query_codes < GAP
-    at = msa.positions[residues]
+    at = msa.positions[residues] - (msa.positions[residues].min() if residues.any() else 0)
     want = alphabet.encode("".join(STANDARD_AMINO_ACIDS[c] for c in msa.query_codes[residues]))
-    need = int(at.max()) + 1 if len(at) else 0
+    if not len(at):
+        return True  # nothing to tell it by
+    need = int(at.max()) + 1
     for i in range(len(source)):
         record = source[i]
-        if len(record) >= need and np.array_equal(record[at], want):
+        if len(record) < need:
+            continue
+        starts = np.flatnonzero(record[: len(record) - need + 1] == want[0])
+        if any(np.array_equal(record[s + at], want) for s in starts):
             return True
     return False
 

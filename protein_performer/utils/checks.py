@@ -51,12 +51,12 @@ def check_fraction(key: str, value: object, *, allow_none: bool = False) -> floa
     return float(value)  # type: ignore[arg-type]
 
 
-def check_whole(key: str, value: object, *, allow_none: bool = False) -> int | None:
-    """``value`` as an int when it is a whole number >= 1 (None passes with ``allow_none``),
-    else ``KEY must be a whole number >= 1``."""
-    if value is None and allow_none:
+def check_int(key: str, value: object, minimum: int, *, optional: bool = False) -> int | None:
+    """``value`` as an int when it is a whole number >= ``minimum`` (None passes when
+    ``optional``), else ``KEY must be an integer >= MINIMUM``."""
+    if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        said = " or null" if allow_none else ""
-        raise ConfigError(f"{key} must be a whole number >= 1{said} (got {value!r})")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        said = " or null" if optional else ""
+        raise ConfigError(f"{key} must be an integer >= {minimum}{said} (got {value!r})")
     return int(value)

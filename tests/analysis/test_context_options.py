@@ -118,16 +118,16 @@ def test_the_cli_notes_a_single_protein_model_reading_homologs(tmp_path, capsys)
 @pytest.mark.parametrize(
     ("options", "said"),
     [
-        ({"context_max_homologs": -3}, "max_homologs must be a whole number >= 1 or null"),
-        ({"max_homologs": 0}, "max_homologs must be a whole number >= 1 or null"),
-        ({"max_homologs": 2.5}, "max_homologs must be a whole number >= 1 or null"),
+        ({"context_max_homologs": -3}, "max_homologs must be an integer >= 1 or null"),
+        ({"max_homologs": 0}, "max_homologs must be an integer >= 1 or null"),
+        ({"max_homologs": 2.5}, "max_homologs must be an integer >= 1 or null"),
         ({"context_min_coverage": 1.5}, "min_coverage must be a number from 0 to 1 \\(got 1.5"),
         ({"min_coverage": "abc"}, "min_coverage must be a number from 0 to 1"),
         ({"context_retrieval": -1}, "retrieval must be a number from 0 to 1 \\(got -1"),
-        ({"samples": 0}, "samples must be a whole number >= 1 \\(got 0"),
+        ({"samples": 0}, "samples must be an integer >= 1 \\(got 0"),
         ({"context_sampling": "best"}, "sampling='best' is not valid; choose one of: weighted"),
         ({"max_identity": 2}, "max_identity must be a number from 0 to 1 or null"),
-        ({"context_tokens": 100.5}, "max_length must be a whole number >= 1 or null"),
+        ({"context_tokens": 100.5}, "max_length must be an integer >= 1 or null"),
     ],
 )
 def test_context_options_out_of_range_are_one_line_errors_from_python(tmp_path, options, said):
@@ -172,3 +172,13 @@ def test_sequences_and_options_of_the_wrong_type_are_said():
         score_mutants(_model(), A, ids, MUTANTS)["masked-marginal"],
         score_mutants(_model(), A, WT, MUTANTS)["masked-marginal"],
     )
+
+
+def test_read_scan_context_reads_the_wild_type_as_a_fasta_record(tmp_path):
+    # any case, line breaks: the same homologs and profile as the clean sequence
+    path = _alignment(tmp_path)
+    want = read_scan_context(path, A, WT, None)
+    for given in (WT.lower(), WT[:25] + "\n" + WT[25:] + "\n"):
+        got = read_scan_context(path, A, given, None)
+        assert [h.id for h in got.used] == [h.id for h in want.used]
+        np.testing.assert_allclose(got.pssm.scores, want.pssm.scores, rtol=1e-12)

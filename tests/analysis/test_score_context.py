@@ -264,10 +264,10 @@ def test_context_max_homologs_takes_the_first_in_the_file(ckpt, tmp_path, capsys
     assert "3 more left out by context_max_homologs (the first 2 in the file" in out
     code = _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_max_homologs=0")
     err = capsys.readouterr().err
-    assert code == 2 and "context_max_homologs must be a whole number >= 1 or null (got 0)" in err
+    assert code == 2 and "context_max_homologs must be an integer >= 1 or null (got 0)" in err
     code = _score(ckpt, tmp_path, f"context={tmp_path / 'h.fa'}", "context_tokens=0")
     err = capsys.readouterr().err
-    assert code == 2 and "context_tokens must be a whole number >= 1 or null (got 0)" in err
+    assert code == 2 and "context_tokens must be an integer >= 1 or null (got 0)" in err
 
 
 def _a3m_rows(rng: np.random.Generator, n: int) -> list[str]:
@@ -761,7 +761,7 @@ def test_context_columns_refuse_no_samples_and_no_window_homologs(tmp_path):
     _fasta(tmp_path / "h.fa", [(f"h{k}", h) for k, h in enumerate(HOMOLOGS[:2])])
     ctx = read_scan_context(tmp_path / "h.fa", ALPHABET, WT, None)
     variants = [parse_variant(f"{WT[3]}4A", WT, 1)]
-    with pytest.raises(ConfigError, match=r"samples must be a whole number >= 1 \(got 0\)"):
+    with pytest.raises(ConfigError, match=r"samples must be an integer >= 1 \(got 0\)"):
         context_columns(_model(), ALPHABET, WT, variants, ctx, max_length=256, samples=0)
     for bad in (0, 2.5, True, "all"):
         with pytest.raises(ConfigError, match=r"must be auto, null, a whole number >= 1 or a"):

@@ -29,7 +29,7 @@ SRC = FlatSource.from_strings(["ACDEFG", "KLMN"])
             {"sample": "cluster", "mode": "concat", "clusters": "c"},
             "sample=cluster needs {p}mode=crop",
         ),
-        ({"pair_copy": 1.5}, "pair_copy must be a number in [0, 1]"),
+        ({"pair_copy": 1.5}, "pair_copy must be a number from 0 to 1"),
         ({"mask_prob": 1.0}, "mask_prob must be in (0, 1)"),
         ({"max_length": 2}, "max_length must be an integer >= 3"),
         ({"split_fractions": [0.5, 0.5, 0.5]}, "split_fractions: split fractions must sum to 1"),

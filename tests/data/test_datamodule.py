@@ -659,9 +659,9 @@ def test_pairs_packing_trains_on_pairs_and_evaluates_single_proteins():
         (dict(mode="concat"), "packing=pairs needs mode=crop"),
         (dict(sample="cluster"), "needs sample=record and crop=random"),
         (dict(crop="sliding"), "needs sample=record and crop=random"),
-        (dict(pair_copy=-0.1), "pair_copy must be a number in"),
-        (dict(pair_alone=True), "pair_alone must be a number in"),
-        (dict(pair_alone=1.5), "pair_alone must be a number in"),
+        (dict(pair_copy=-0.1), "pair_copy must be a number from 0 to 1"),
+        (dict(pair_alone=True), "pair_alone must be a number from 0 to 1"),
+        (dict(pair_alone=1.5), "pair_alone must be a number from 0 to 1"),
         (dict(pair_mask="partner"), "pair_mask='partner' is not valid"),
     ]:
         with pytest.raises(ConfigError, match=match):

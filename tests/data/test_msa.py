@@ -500,6 +500,7 @@ def test_rows_all_in_lower_case_are_an_aligned_fasta(tmp_path):
     path.write_text(">q\ntayiakqrqi\n>h1\nta-lakqr-i\n")
     msa = read_msa(path, WT)
     assert msa.format == "aligned-fasta" and msa.sequences == ["TALAKQRI"]
+    assert msa.notes["insertions_dropped_from_columns"] == 0  # lower case is no insertion here
     np.testing.assert_array_equal(msa.matrix, [codes("TA-LAKQR-I")])
     # beside one upper-case row, lower case is an insertion again
     path.write_text(">q\nTAYIAKQRQI\n>h1\nTAYLAKQRQIaa\n")
@@ -996,5 +997,5 @@ def test_letters_other_than_the_20_in_the_columns_are_counted(tmp_path):
     msa = read_msa(path, WT)
     assert msa.notes["other_letters_read_as_gaps"] == 4
     np.testing.assert_array_equal(msa.matrix[0], codes("TA-LAK-R-I"))
-    path.write_text(">q\nTAYIAKQRQI\n>h1\nTAYLAKQR-I\n")
+    path.write_text(">q\nTAYIAKQRQI\n>h1\nTAYLAKQR-I\n>h2\nTAY~AKQR~I\n")  # '~': a gap
     assert read_msa(path, WT).notes["other_letters_read_as_gaps"] == 0

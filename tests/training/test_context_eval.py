@@ -1367,6 +1367,8 @@ def test_an_alignment_of_none_of_the_evaluated_proteins_is_said(tmp_path, caplog
         (source("PPPPPP", "MKVLAWK"), False),  # the query, whole
         (source("MKVLAWR"), False),  # its columns' residues, another residue after them
         (source("MKVLAW"), False),  # its columns alone
+        (source("GSHMAAMKVLAWKLEH"), False),  # a protein it is a domain of
+        (source("MKVLMKVLAWK"), False),  # found after a false start
         (source("MKVLAV", "PPPPPPPP"), True),  # one residue differs
         (source("MKVLA"), True),  # too short to hold its columns
     ):
@@ -1381,6 +1383,11 @@ def test_an_alignment_of_none_of_the_evaluated_proteins_is_said(tmp_path, caplog
         assert "q is none of the 2 evaluated proteins: its homologs are read before each" in (
             caplog.text
         )
+        # the query's first residue an insertion (no column): the columns from its second on
+        path.write_text(">q\nkMKVL.AW\n>h1\n.MKILgAW\n>h2\n.MRVL.AW\n")
+        caplog.clear()
+        context_file(cfg, alphabet, source("MKVLAW"))
+        assert "x.a2m: the alignment's query" not in caplog.text
         # an X in the query's columns matches anything there
         path.write_text(">q\nMKXL.AW\n>h1\nMKILgAW\n>h2\nMRVL.AW\n")
         caplog.clear()

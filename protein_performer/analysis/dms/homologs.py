@@ -68,7 +68,7 @@ from protein_performer.data.msa import (
 )
 from protein_performer.errors import ConfigError, DataError
 from protein_performer.model.performer import ProteinLM, reads_columns
-from protein_performer.utils.checks import check_choice, check_fraction, check_whole
+from protein_performer.utils.checks import check_choice, check_fraction, check_int
 
 #: The columns this adds to a scan's scores.
 PSSM_COLUMN = "pssm"
@@ -157,7 +157,8 @@ def read_scan_context(
     the number of the wild type's first residue, as the scan numbers it (an alignment's
     ``NAME/START-END`` and what it says of residues count so)."""
     start = time.perf_counter()
-    max_homologs = check_whole("max_homologs", max_homologs, allow_none=True)
+    sequence = var.clean_sequence(sequence)  # as the profile reads it: any case, line breaks
+    max_homologs = check_int("max_homologs", max_homologs, 1, optional=True)
     min_coverage = check_fraction("min_coverage", min_coverage)  # type: ignore[assignment]
     if not isinstance(path, (str, os.PathLike, MSA)):
         raise TypeError(
@@ -464,10 +465,10 @@ def context_log_probs(
     residues about it after the homologs' residues in those columns (:mod:`.windows`). The
     windows' contents go to ``context.info``. A window with no room for a homolog beside the
     protein is a :class:`ConfigError` naming the least that has one."""
-    samples = check_whole("samples", samples)  # type: ignore[assignment]
+    samples = check_int("samples", samples, 1)  # type: ignore[assignment]
     check_choice("sampling", sampling, SAMPLINGS)
     max_identity = check_fraction("max_identity", max_identity, allow_none=True)
-    max_length = check_whole("max_length", max_length, allow_none=True)
+    max_length = check_int("max_length", max_length, 1, optional=True)
     columns = reads_columns(model)
     window_homologs_for(columns, window_homologs)  # a bad value refused before any work
     ids = alphabet.encode(sequence)
