@@ -270,3 +270,22 @@ def test_encode_batch_names_an_item_that_is_no_sequence(item) -> None:
 
     with pytest.raises(TypeError, match="sequence 2 must be a string"):
         encode_batch(["MKV", item])
+
+
+def test_batches_of_one_are_allowed_and_none_refused():
+    lengths = np.array([5, 7, 3, 9])
+    one = TokenBudgetBatchSampler(lengths, toks_per_batch=100, max_batch_size=1, shuffle=False)
+    assert [len(b) for b in one.rank_batches(0)] == [1, 1, 1, 1]
+    with pytest.raises(ConfigError, match="max_batch_size must be >= 1 or None, got 0"):
+        TokenBudgetBatchSampler(lengths, toks_per_batch=100, max_batch_size=0)
+    fixed = FixedBatchSampler(3, batch_size=1, shuffle=False)
+    assert [b.tolist() for b in fixed.rank_batches(0)] == [[0], [1], [2]]
+    with pytest.raises(ConfigError, match="batch_size must be >= 1, got 0"):
+        FixedBatchSampler(3, batch_size=0)
+
+
+def test_encode_batch_names_the_sequence_with_a_bad_letter():
+    from protein_performer.data.batching import encode_batch
+
+    with pytest.raises(ValueError, match=r"record 2\b.*'#'"):
+        encode_batch(["MKV", "MK#V"])
