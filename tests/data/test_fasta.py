@@ -399,3 +399,30 @@ def test_bytes_after_a_compressed_stream_are_hashed_and_counted(tmp_path):
     reader = FastaReader(path)
     assert [r.id for r in reader] == ["a"]
     assert reader.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_files_with_no_records_say_what_they_hold(tmp_path):
+    for name, data, said in (
+        ("blank.fasta", b"\n \n", "no records (file holds only blank lines)"),
+        ("notes.fasta", b"; a comment\n\n", "no records (file holds only comment and blank lines)"),
+        ("empty.fasta.gz", gzip.compress(b"\n"), "no records (file is empty after decompression)"),
+    ):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(DataError, match=re.escape(f"{name}: {said}")):
+            list(read_fasta(tmp_path / name))
+    (tmp_path / "x.fasta").write_text(">a\nMKV\n")
+    reader = FastaReader(tmp_path / "x.fasta")
+    assert [r.sequence for r in reader] == ["MKV"] and reader.comment_lines == 0
+
+
+def test_a_checkpoint_or_a_zip_given_as_fasta_is_said(tmp_path):
+    import zipfile
+
+    for name, said in (
+        ("model.ckpt", "a PyTorch checkpoint, not a FASTA file (checkpoint= and fasta= swapped?)"),
+        ("seqs.zip", "zip-compressed files are not supported (use plain, gzip, bzip2 or xz"),
+    ):
+        with zipfile.ZipFile(tmp_path / name, "w") as z:
+            z.writestr("data.pkl", b">a\nMKV\n")
+        with pytest.raises(DataError, match=re.escape(f"{name}: {said}")):
+            FastaReader(tmp_path / name)
