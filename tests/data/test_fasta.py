@@ -284,9 +284,16 @@ def test_a_record_left_empty_by_gap_removal_is_named_for_it_and_skippable(tmp_pa
     path.write_text(">gaps\n--------\n>stop\n*\n>two\nMK-V\n")
     alphabet = default_alphabet()
     with pytest.raises(
-        DataError, match=r"record 1 \(gaps\): sequence is empty after removing gaps"
+        DataError, match=r"record 1 \(gaps\): sequence is empty after removing gaps \(invalid="
     ):
         list(iter_encoded(FastaReader(path), alphabet, "error", EncodeCounts(), strip_gaps=True))
+    # what was removed, and only that: the stop alone, both
+    for body, said in (("*", "the stop '\\*'"), ("-.-*", "gaps and the stop '\\*'")):
+        (tmp_path / "one.fa").write_text(f">x\n{body}\n")
+        with pytest.raises(DataError, match=rf"record 1 \(x\): sequence is empty after removing "
+                           rf"{said} \("):  # fmt: skip
+            list(iter_encoded(FastaReader(tmp_path / "one.fa"), alphabet, "error", EncodeCounts(),
+                              strip_gaps=True))  # fmt: skip
     counts = EncodeCounts()
     kept = list(iter_encoded(FastaReader(path), alphabet, "skip", counts, strip_gaps=True))
     assert [rec.id for rec, _ in kept] == ["two"]

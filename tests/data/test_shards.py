@@ -50,6 +50,11 @@ def test_explicit_split_files(tmp_path):
     m = preprocess(tr, tmp_path / "o", val_inputs=[va], progress=False)
     assert [m["splits"][s]["records"] for s in ("train", "val", "test")] == [30, 7, 0]
     assert m["split"]["method"] == "explicit"
+    # each file's own counts (not running totals)
+    assert [(f["records"], f["records_kept"], f["split"]) for f in m["sources"]] == [
+        (30, 30, "train"),
+        (7, 7, "val"),
+    ]
     assert len(ShardSource.open(tmp_path / "o", "test")) == 0
 
 
