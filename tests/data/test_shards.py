@@ -35,6 +35,7 @@ def test_round_trip_matches_fasta_split(tmp_path):
     assert read_manifest(out) == m
     assert sum(m["splits"][s]["records"] for s in m["splits"]) == 200
     assert m["sources"][0]["sha256"] and m["alphabet"]["version"] == A.version
+    assert m["sources"][0]["split"] == "hash" and m["split"]["clusters"] is None
     for split in ("train", "val", "test"):
         sh = ShardSource.open(out, split)
         ref = load_fasta_source(src, split=split, fractions=(0.8, 0.1, 0.1), seed=5)
@@ -137,11 +138,18 @@ def test_bytes_that_are_no_residue_are_a_corrupt_shard(tmp_path):
     src = ShardSource.open(out, "train")
     path = out / "train" / "tokens.bin"
     data = bytearray(path.read_bytes())
+    original = bytes(data)
     at = int(src.offsets[3]) + 1  # inside the fourth record
     data[at] = 250
     path.write_bytes(bytes(data))
     with pytest.raises(DataError, match=rf"tokens\.bin: token 250 at position {at} \(record 4\)"):
         ShardSource.open(out, "train")
+    data[at], first = original[at], original[0]
+    data[0] = 250  # the first byte of the file is checked too
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"token 250 at position 0 \(record 1\)"):
+        ShardSource.open(out, "train")
+    data[0] = first
     for small in (0, 3):  # <pad>, <mask>: ids, but not of residues
         data[at] = small
         path.write_bytes(bytes(data))
