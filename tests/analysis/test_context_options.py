@@ -168,9 +168,11 @@ def test_sequences_and_options_of_the_wrong_type_are_said():
         score_mutants(_model(), A, WT, MUTANTS, context="x.a3m", context_options="samples=2")
     # residue ids are a sequence too
     ids = A.encode(WT)
-    np.testing.assert_array_equal(
+    np.testing.assert_allclose(
         score_mutants(_model(), A, ids, MUTANTS)["masked-marginal"],
         score_mutants(_model(), A, WT, MUTANTS)["masked-marginal"],
+        rtol=1e-6,
+        atol=1e-7,
     )
 
 
