@@ -303,17 +303,14 @@ def context_file(
             )
         n = msa.notes
         over = f"over {100 * limit:.0f}% identical to it" if limit is not None else ""
-        left = {
+        gapped = ("row without residues in its columns", "rows without residues in its columns")
+        left = {  # (said of one, of several): how many
             ("copy of it", "copies of it"): n.get("copies_of_wild_type_left_out", 0),
             (over, over): int(near.sum()),
             ("duplicate", "duplicates"): n.get("duplicates_left_out", 0),
-            ("row", "rows"): n.get("gap_only_rows", 0),
+            gapped: n.get("gap_only_rows", 0),
         }
-        said = ", ".join(
-            f"{v:,} {k[v != 1]}" + (" without residues in its columns" if k[0] == "row" else "")
-            for k, v in left.items()
-            if v
-        )
+        said = ", ".join(f"{v:,} {k[v != 1]}" for k, v in left.items() if v)
         return proteins, (
             f"{cfg.context}: {kind} alignment, {n['records_read']:,} records, {len(proteins):,} "
             f"homologs (its query{', ' + said if said else ''} left out)"

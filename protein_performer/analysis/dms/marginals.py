@@ -328,8 +328,8 @@ def score_mutants(
     ``sequence`` is read as a FASTA record's is (whitespace and line breaks removed, any
     case, a final ``*`` dropped), and the mutants are checked against what is scored. Every
     mutant must fit it (positions inside it, its wild-type letters, mutant letters among the
-    20 amino acids): a DataError (a ValueError) names the first that does not. ``max_tokens``: the window
-    in tokens (with ``<cls>``/``<eos>``) a protein is scored in; None: the model's own (its
+    20 amino acids): a DataError (a ValueError) names the first that does not. ``max_tokens``:
+    the window in tokens (with ``<cls>``/``<eos>``) a protein is scored in; None: the model's own (its
     ``max_len`` with learned positions, no limit with rotary ones). Scored in eval mode (the
     model is left in the mode it was in). The masked-LM methods need a masked LM and
     ``log-likelihood`` a causal model (:func:`check_methods`); ``methods=None`` picks the
