@@ -358,3 +358,22 @@ def test_a_missing_file_is_worded_alike_by_every_command(tmp_path, capsys):
     ckpt_err = capsys.readouterr().err
     for err in (stats_err, eval_err, ckpt_err):
         assert "no such file" in err and "not found" not in err, err
+
+
+def test_only_a_ddp_child_runs_the_job_its_parent_left(monkeypatch):
+    import json
+
+    from protein_performer.cli.compose import DDP_JOB_ENV, ddp_child_job
+
+    job = {"command": "train", "overrides": ["trainer.max_steps=2"]}
+    monkeypatch.delenv(DDP_JOB_ENV, raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert ddp_child_job() is None  # no job left: a plain run
+    monkeypatch.setenv(DDP_JOB_ENV, json.dumps(job))
+    assert ddp_child_job() == job  # a child (rank 1) runs it
+    for parent in ("0", None):  # the parent (rank 0, or unset) composes its own
+        if parent is None:
+            monkeypatch.delenv("LOCAL_RANK")
+        else:
+            monkeypatch.setenv("LOCAL_RANK", parent)
+        assert ddp_child_job() is None

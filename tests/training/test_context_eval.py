@@ -1189,6 +1189,12 @@ def test_a_context_file_leaves_out_copies_of_each_protein_and_reads_alignments_s
         f"{path}: a2m alignment, 6 records, 3 homologs (its query, 1 copy of it, "
         "1 duplicate left out)"
     )
+    # rows with no residue in the query's columns: counted, one and several
+    for gaps, said in ((1, "1 row without residues"), (2, "2 rows without residues")):
+        path.write_text(">q\nMKVLAW\n>h1\nMKILAW\n" + "".join(
+            f">g{k}\n------\n" for k in range(gaps)))  # fmt: skip
+        _, note = context_file(EvalConfig(checkpoint="x", context=str(path)), alphabet)
+        assert f"(its query, {said} in its columns left out)" in note
     path.write_text(">q\nMKV-LAW\n>h1\nMKV-LJW\n>h2\nMRV-LAW\n")  # J: not a residue
     with pytest.raises(DataError, match=r"x.a2m: h1: invalid residue 'J'"):
         context_file(EvalConfig(checkpoint="x", context=str(path)), alphabet)

@@ -326,3 +326,33 @@ def test_a_rank_other_than_zero_resolves_ckpt_path_last_too(tmp_path, monkeypatc
     with pytest.raises(Reached):
         run_train_job(job, str(run), 0, CliArgs(overrides=[]))
     assert seen == [str(run / "checkpoints" / "last.ckpt")]
+
+
+def test_a_config_kept_on_resuming_is_put_back_or_forgotten(tmp_path, caplog):
+    # a resume replaces config.yaml (the old one kept as config.1.yaml): put back when it
+    # stops before training, forgotten (kept as it is) once a step trained with it
+    from protein_performer.training.run_dir import (
+        forget_versioned,
+        restore_versioned,
+        write_versioned,
+    )
+
+    path = tmp_path / "config.yaml"
+    path.write_text("seed: 0\n")
+    write_versioned(path, "seed: 7\n")
+    assert (
+        path.read_text() == "seed: 7\n" and (tmp_path / "config.1.yaml").read_text() == "seed: 0\n"
+    )
+    with caplog.at_level("WARNING"):
+        restore_versioned(tmp_path)
+    assert path.read_text() == "seed: 0\n" and not (tmp_path / "config.1.yaml").exists()
+    assert "config.yaml put back (the resume stopped before training)" in caplog.text
+    write_versioned(path, "seed: 7\n")
+    forget_versioned(tmp_path)
+    restore_versioned(tmp_path)  # nothing left to put back
+    assert (
+        path.read_text() == "seed: 7\n" and (tmp_path / "config.1.yaml").read_text() == "seed: 0\n"
+    )
+    # a resume changing only the checkpoint path keeps no copy
+    write_versioned(path, "seed: 7\nckpt_path: last.ckpt\n")
+    assert not (tmp_path / "config.2.yaml").exists()
