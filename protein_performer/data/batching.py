@@ -27,7 +27,12 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from protein_performer.data.alphabet import STRING_HINT, Alphabet, default_alphabet
+from protein_performer.data.alphabet import (
+    STRING_HINT,
+    Alphabet,
+    InvalidResidueError,
+    default_alphabet,
+)
 from protein_performer.data.datasets import TAG_BATCH, keyed_rng
 from protein_performer.errors import ConfigError
 
@@ -285,7 +290,12 @@ def encode_batch(
     for i, seq in enumerate(sequences):
         if not isinstance(seq, str):
             raise TypeError(f"sequence {i + 1} must be a string, got {type(seq).__name__}")
-        ids = alphabet.clean_encode(seq, record=i + 1, hint=STRING_HINT).ids
+        try:
+            ids = alphabet.clean_encode(seq, hint=STRING_HINT).ids
+        except InvalidResidueError as e:  # a list's item, not a file's record
+            err = InvalidResidueError(f"sequence {i + 1}: {e.problem}")
+            err.residue_problem = e.residue_problem
+            raise err from None
         assert ids is not None  # policy error: invalid letters raise
         if not len(ids):
             raise ValueError(f"sequence {i + 1} is empty (no residues)")

@@ -151,6 +151,10 @@ def test_a_context_read_for_another_wild_type_is_refused(tmp_path):
     with pytest.raises(DataError, match="that one has 50 residues, this one 54"):
         score_mutants(_model(), A, WT + "AAAA", MUTANTS, context=ctx,
                       context_options={"max_length": 256})  # fmt: skip
+    # numbered as the context was read: a scan whose first residue is 126
+    ctx = read_scan_context(path, A, WT, None, offset=126)
+    with pytest.raises(DataError, match=rf"another wild type \(residue 146: {WT[20]} there, "):
+        score_mutants(_model(), A, other, MUTANTS, context=ctx, context_options={"max_length": 256})
     # the same wild type in lower case is the same wild type
     got = score_mutants(_model(), A, WT.lower(), MUTANTS, context=ctx,
                         context_options={"max_length": 256})  # fmt: skip

@@ -278,6 +278,21 @@ def test_bf16_autocast_with_large_norm_inputs_is_finite(cfg: dict) -> None:
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("estimator", ["favor+", "oprf"])
+def test_attention_maps_of_large_norm_inputs_are_finite(estimator: str) -> None:
+    # the maps (features, attention_matrix) are read by the analysis from float32 models whose
+    # softmax key logits exceed exp's range: the key features must be stabilised there too
+    attn = FavorAttention(32, 64, estimator=estimator)
+    q, k, v = (t.float() for t in _qkv(1, 2, 40, 32, 1.0, seed=8))
+    q, k = q * 25, k * 25
+    phi_q, phi_k = attn.features(q, k)
+    assert torch.isfinite(phi_q).all() and torch.isfinite(phi_k).all()
+    mat = attn.attention_matrix(q, k)
+    assert torch.isfinite(mat).all()
+    torch.testing.assert_close(mat.sum(-1), torch.ones(1, 2, 40))
+    torch.testing.assert_close(mat @ v, attn(q, k, v), atol=1e-4, rtol=1e-4)
+
+
 def test_a_module_cast_to_bf16_keeps_its_projection_and_statistics_in_full_precision() -> None:
     # precision=bf16-true casts the whole model: the drawn projection must not be rounded
     # and the running OPRF statistics must not stall below bf16's resolution
@@ -344,6 +359,8 @@ def test_block_rows_cpu_defaults_accelerator_budget_and_explicit_size() -> None:
         ({"redraw_interval": -1}, "redraw_interval"),
         ({"norm": "sqrt_d", "orthogonal": False}, "sqrt_d"),
         ({"chunk_size": 0}, "chunk_size"),
+        ({"eps": -1e-3}, "eps must be >= 0"),
+        ({"kernel_eps": 0.0}, "kernel_eps > 0"),
     ],
 )
 def test_invalid_configuration_raises_config_error(kwargs: dict, match: str) -> None:
@@ -481,3 +498,11 @@ def test_constructor_and_mask_misuse_are_named_errors() -> None:
     mask = torch.zeros(1, 5, dtype=torch.bool, device="meta")
     with pytest.raises(ValueError, match="key_padding_mask is on meta, the keys on cpu"):
         FavorAttention(16, 8)(q, q, q, mask)
+
+
+def test_the_module_says_its_settings_when_printed() -> None:
+    said = repr(FavorAttention(16, 32))
+    assert "kernel='softmax'" in said and "estimator=" in said
+    assert "projection=random, orthogonal=True" in said
+    said = repr(FavorAttention(16, 32, kernel="relu", projection="none"))
+    assert "projection=none" in said and "orthogonal" not in said and "estimator" not in said

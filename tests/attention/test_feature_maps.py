@@ -121,6 +121,11 @@ def test_oprf_statistic_equals_mean_over_pairs_with_masks() -> None:
     # padded rows may hold anything: they are selected away, never multiplied
     x[0, :, 5:], y[1, :, 0], y[1, :, 1] = float("inf"), float("nan"), float("-inf")
     torch.testing.assert_close(oprf_statistic(x, y, valid, valid), got)
+    # one valid key (a row of a single token): the statistic of that one pair
+    one = torch.zeros(2, 7, dtype=torch.bool)
+    one[:, 3] = True
+    single = (x[..., 3, :] + y[..., 3, :]).pow(2).sum(-1)
+    torch.testing.assert_close(oprf_statistic(x, y, one, one), single)
 
 
 def test_relu_features_definition() -> None:

@@ -80,6 +80,11 @@ def test_identity_start_and_a_kernel_that_can_single_out_one_key():
     maps = HedgehogFeatureMaps(2, 4, 6)
     torch.testing.assert_close(maps.q_weight[:, :, :4], torch.eye(4).expand(2, 4, 4))
     assert maps.q_weight[:, :, 4:].abs().max() > 0  # extra features: random, not duplicates
+    torch.manual_seed(0)
+    # drawn as N(0, 1/D): centred, at the scale of the identity's columns
+    extra = HedgehogFeatureMaps(4, 16, 400).k_weight[:, :, 16:]
+    assert abs(extra.mean().item()) < 0.01
+    assert extra.std().item() == pytest.approx(16**-0.5, rel=0.05)
     # both halves peaked on the features a query and its key share: that key takes nearly the
     # whole row among 50 (a one-hot row: the sharp lookup copying needs)
     maps = HedgehogFeatureMaps(1, 4, 4)

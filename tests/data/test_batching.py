@@ -287,5 +287,5 @@ def test_batches_of_one_are_allowed_and_none_refused():
 def test_encode_batch_names_the_sequence_with_a_bad_letter():
     from protein_performer.data.batching import encode_batch
 
-    with pytest.raises(ValueError, match=r"record 2\b.*'#'"):
+    with pytest.raises(ValueError, match=r"^sequence 2: invalid residue '#' at position 3;"):
         encode_batch(["MKV", "MK#V"])

@@ -167,3 +167,22 @@ def test_a_drawn_crop_leaves_room_for_the_homologs_the_row_draws():
     assert len(alone) == 202
     with pytest.raises(ConfigError, match="column_crop must be one of partners, drawn"):
         _dataset(src, [1], column_crop="widest")
+
+
+def test_a_homolog_residue_aligned_to_the_first_column_keeps_it():
+    # a 60-residue protein and a homolog one residue different: every column, the first too
+    rng = np.random.default_rng(9)
+    p0 = "".join(rng.choice(list(AA), 60))
+    p1 = p0[:30] + AA[(AA.index(p0[30]) + 5) % 20] + p0[31:]
+    src = FlatSource.from_strings([p0, p1, p0[::-1], p1[::-1]], ["p0", "p1", "r0", "r1"])
+    ds = _dataset(src, [1])
+    for epoch in range(4):
+        item = ds[(0, epoch)]
+        tokens, positions = item["tokens"], item["positions"]
+        sep = int(np.flatnonzero(tokens == A.sep_idx)[0])
+        hidden = set((item["mask_at"] - sep - 1).tolist())
+        pos = positions[1:sep].astype(int)
+        # a masked residue at an end may be left unaligned; any other column is held
+        ends = {0, 59} & hidden
+        assert set(range(60)) - ends <= set(pos.tolist()) <= set(range(60))
+        np.testing.assert_array_equal(tokens[1:sep], src[1][pos])

@@ -570,6 +570,8 @@ def test_pair_fill_puts_the_partner_among_other_clusters_proteins_up_to_max_leng
             partner = ds.partner(index, epoch)
             own = [k for k, p in enumerate(pieces) if contains(src[partner], p) and len(p) >= 16]
             assert own, "the partner is in the row"
+            # cut as the plain row cuts it: the fill takes only the room the partner leaves
+            np.testing.assert_array_equal(pieces[own[0]], ref[1 : p_start - 1])
             places.add(own[0] * 10 // len(pieces))
             for k, p in enumerate(pieces):  # every other piece: a protein of another cluster
                 if k == own[0]:

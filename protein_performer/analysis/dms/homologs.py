@@ -111,6 +111,8 @@ class ScanContext:
     #: the alignment, when the file is one (its profile is ``pssm``, which holds the weight
     #: of each of the homologs used)
     msa: MSA | None = None
+    #: the number of the wild type's first residue, as it was read (``read_scan_context``)
+    offset: int = 1
 
     @property
     def used(self) -> list[Protein]:
@@ -171,6 +173,7 @@ def read_scan_context(
         msa = read_msa(path, sequence, offset=offset)
     if msa.aligned:
         out = _aligned_context(path, msa, alphabet, sequence, max_homologs, min_coverage, seed)
+        out.offset = offset
         out.info["read_seconds"] = round(time.perf_counter() - start, 2)
         return out
     if max_homologs is None:
@@ -231,6 +234,7 @@ def read_scan_context(
         other_queries=len(read) - len(chosen),
         beyond_max=len(kept) - len(homologs),
         info={"read_seconds": round(time.perf_counter() - start, 2)},
+        offset=offset,
     )
 
 
@@ -396,9 +400,10 @@ def context_columns(
     weight 0.6)."""
     retrieval = check_fraction("retrieval", retrieval)  # type: ignore[assignment]
     if (read_for := context.pssm.query) != var.clean_sequence(sequence):
+        where = _first_difference(read_for, sequence, context.offset)
         raise DataError(
-            f"the context was read for another wild type ({_first_difference(read_for, sequence)}"
-            "): read it with read_scan_context for this one",
+            f"the context was read for another wild type ({where}): read it with "
+            "read_scan_context for this one",
             path=context.path,
         )
     columns: dict[str, np.ndarray] = {}
@@ -425,13 +430,14 @@ def context_columns(
     return columns
 
 
-def _first_difference(read_for: str, sequence: str) -> str:
-    """Where the wild type a context was read for first differs from ``sequence``, in words."""
+def _first_difference(read_for: str, sequence: str, offset: int = 1) -> str:
+    """Where the wild type a context was read for first differs from ``sequence``, in words
+    (residues numbered from ``offset``)."""
     sequence = var.clean_sequence(sequence)
     at = next((i for i, (a, b) in enumerate(zip(read_for, sequence, strict=False)) if a != b), None)
     if at is None:
         return f"that one has {len(read_for):,} residues, this one {len(sequence):,}"
-    return f"residue {at + 1}: {read_for[at]} there, {sequence[at]} here"
+    return f"residue {at + offset}: {read_for[at]} there, {sequence[at]} here"
 
 
 def context_log_probs(
