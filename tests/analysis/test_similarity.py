@@ -159,6 +159,10 @@ def test_vig_drops_heads_with_few_arcs() -> None:
     assert sim.shape == (20, 20)
     sim_none, kept_none = vig_similarity(arcs, min_arcs=10**6)
     assert sim_none is None and not kept_none.any()
+    # a correlation across heads needs three of them: three give one, two none
+    three, _ = vig_similarity(arcs[:3], min_arcs=100)
+    np.testing.assert_allclose(three, np.corrcoef((arcs[:3] / arcs[:3].sum(1, keepdims=True)).T))
+    assert vig_similarity(arcs[:2], min_arcs=100)[0] is None
 
 
 def test_substitution_log_odds_recovers_blosum_from_its_target_frequencies() -> None:

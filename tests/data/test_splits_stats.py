@@ -33,6 +33,32 @@ def test_hash_split_deterministic_and_proportional():
     assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
 
 
+def test_the_default_split_is_90_5_5():
+    keys = [f"UniRef50_K{i}" for i in range(20000)]
+    a = SplitAssigner()
+    out = [a(k) for k in keys]
+    frac = {s: out.count(s) / len(out) for s in ("train", "val", "test")}
+    assert frac == pytest.approx({"train": 0.9, "val": 0.05, "test": 0.05}, abs=0.008)
+    assert out == [SplitAssigner((0.9, 0.05, 0.05), seed=0)(k) for k in keys]
+
+
+def test_length_histogram_edges():
+    # empty: a count of nothing; a length at the initial size's edge grows the table
+    assert LengthHistogram().summary() == {"count": 0, "residues": 0}
+    h = LengthHistogram()
+    for x in (1024, 3, 1023):
+        h.add(x)
+    s = h.summary()
+    assert (s["count"], s["residues"], s["min"], s["max"], s["median"]) == (3, 2050, 3, 1024, 1023)
+    # every percentile named, by nearest rank (a length some record has)
+    h = LengthHistogram()
+    for x in range(1, 201):
+        h.add(x)
+    s = h.summary()
+    want = {f"p{p}": int(np.ceil(p / 100 * 200)) for p in (1, 5, 25, 50, 75, 95, 99)}
+    assert {k: v for k, v in s.items() if k.startswith("p")} == want
+
+
 def test_length_histogram_matches_numpy():
     rng = np.random.default_rng(0)
     lengths = rng.integers(1, 5000, size=100_000)
@@ -73,6 +99,10 @@ def test_stats_reports_problems_without_failing(tmp_path):
     assert s["invalid_characters"] == {"#": 1, "-": 1}
     assert s["records_with_lowercase"] == 1 and s["records_with_stop"] == 1
     assert s["records_without_residues"] == 0
+    spaced = tmp_path / "spaced.fa"  # whitespace inside a line is not a residue
+    spaced.write_text(">a\nMK V\tL\n")
+    got = fasta_stats(spaced)
+    assert got["residues"] == 4 and got["invalid_characters"] == {}
     star = tmp_path / "star.fa"
     star.write_text(">a\nMKV\n>b\n*\n")
     assert fasta_stats(star)["records_without_residues"] == 1
