@@ -688,6 +688,10 @@ def test_whole_sequences_are_substitutions_or_indels() -> None:
         mut.parse_variant("deletion", WT)
     with pytest.raises(DataError, match=r"'-' at position 3 is not a residue letter"):
         mut.variant_from_sequence("MK-AYIAKQRQISFVKSHFSRQ", WT)
+    # Z is a letter (Glu or Gln): read, then said to be none of the 20
+    z = mut.variant_from_sequence(WT[:-1] + "Z", WT)
+    assert z == [mut.Substitution(len(WT) - 1, WT[-1], "Z")]
+    assert mut.check_mutants([z], WT)[0][1].endswith("not one of the 20 amino acids")
     assert mut.check_mutants([mut.Indel("MKXA" + WT)], WT) == [
         (0, "indel: 'X' at 3 is not one of the 20 amino acids")
     ]
