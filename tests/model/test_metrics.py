@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from protein_performer.data.alphabet import default_alphabet
 from protein_performer.model.metrics import (
+    causal_unigram_sums,
     lm_token_stats,
     mlm_input_kind_stats,
     perplexity,
+    unigram_log_probs,
 )
 
 
@@ -141,3 +145,50 @@ def test_next_token_counts_are_the_targets_after_the_first_position():
     for t in [5, 5, 7, 3, 5, 5, 7]:  # labels[:, 1:] without the ignored ones
         expected[t] += 1
     assert torch.equal(hist, expected)
+
+
+def _residue_counts(alphabet):
+    letters = np.array([len(t) == 1 for t in alphabet.tokens])
+    counts = np.zeros(len(alphabet), dtype=np.float64)
+    counts[letters] = np.arange(letters.sum()) * 3.0  # one letter never seen
+    counts[~letters] = 50.0  # specials' counts are not frequencies
+    return letters, counts
+
+
+def test_unigram_baseline_is_add_one_frequencies_of_the_residue_letters():
+    alphabet = default_alphabet()
+    letters, counts = _residue_counts(alphabet)
+    got = unigram_log_probs(counts, alphabet).double()
+    want = np.log((counts[letters] + 1.0) / (counts[letters] + 1.0).sum())
+    np.testing.assert_allclose(got[letters].numpy(), want, rtol=1e-6)
+    assert torch.isinf(got[~letters]).all() and (got[~letters] < 0).all()
+
+
+def test_causal_unigram_gives_the_specials_their_own_rate_among_the_targets():
+    alphabet = default_alphabet()
+    letters, counts = _residue_counts(alphabet)
+    hist = torch.zeros(len(alphabet), dtype=torch.float64)
+    res = np.flatnonzero(letters)
+    hist[res[:5]] = torch.tensor([4.0, 0.0, 7.0, 1.0, 2.0], dtype=torch.float64)
+    hist[alphabet.eos_idx] = 6.0
+    sums, where = causal_unigram_sums(hist, counts, alphabet, "train")
+    # by hand: residues share 1 - 6/20 of the mass by their add-one frequencies; <eos> 6/20
+    freq = (counts[letters] + 1.0) / (counts[letters] + 1.0).sum()
+    p = np.zeros(len(alphabet))
+    p[letters] = freq * (1 - 6 / 20)
+    p[alphabet.eos_idx] = 6 / 20
+    h = hist.numpy()
+    nll = -(h[h > 0] * np.log(p[h > 0])).sum()
+    np.testing.assert_allclose(
+        sums.numpy(), [nll, 20.0, h[int(np.argmax(p))]], rtol=1e-6
+    )  # the log-probabilities are float32
+    assert where == "train residue and target <eos>/<sep>"
+    # residues only: their frequencies as they are
+    hist[alphabet.eos_idx] = 0.0
+    sums, where = causal_unigram_sums(hist, counts, alphabet, "train")
+    h = hist.numpy()
+    p = np.log(freq)[np.searchsorted(res, res[:5])]
+    np.testing.assert_allclose(
+        sums[0].item(), -(h[res[:5]] * p).sum(), rtol=1e-6
+    )  # the log-probabilities are float32
+    assert where == "train"
