@@ -24,7 +24,7 @@ from protein_performer.analysis.homolog_pairs import read_homolog_pairs
 from protein_performer.analysis.similarity import AA_ORDER
 from protein_performer.data.alphabet import default_alphabet
 from protein_performer.data.simulate import simulate_records
-from protein_performer.errors import DataError
+from protein_performer.errors import ConfigError, DataError
 from tests.analysis.planted import planted_model
 
 ALPHABET = default_alphabet()
@@ -149,6 +149,9 @@ def test_mask_passes_partition_and_seed():
     again = mask_passes(100, 0.15, np.random.default_rng(1))
     assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
     assert len(mask_passes(3, 0.15, np.random.default_rng(1))) == 3  # at most n passes
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(ConfigError, match=r"mask_prob must be in \(0, 1\]"):
+            mask_passes(10, bad, np.random.default_rng(1))
 
 
 def test_log_odds_by_hand():
@@ -178,6 +181,14 @@ def test_the_window_is_the_context_layout(pairs):
     long = ("M" + "ACDEFGHIKL" * 20, ["M" + "ACDEFGHIKL" * 20])
     (w,), _ = homolog_windows([long], ALPHABET, max_length=100)
     assert w.length == 48 and len(w.tokens) <= 100
+    # the crop starts anywhere, the first and the last place too (a seeded draw)
+    just_over = ("M" + "ACDEFGHIKL" * 4 + "ACDEFGHI", ["M" + "ACDEFGHIKL" * 4])  # 49 residues
+    firsts = set()
+    for seed in range(16):
+        (w,), _ = homolog_windows([just_over], ALPHABET, max_length=100, seed=seed)
+        cropped = ALPHABET.decode(w.tokens[w.start : w.start + w.length])
+        firsts.add(just_over[0].index(cropped))
+    assert firsts == {0, 1}
     with pytest.raises(DataError, match="no room for a homolog"):
         attention_view(Planted([]), ["a"], ALPHABET, [long], max_length=20)
 
