@@ -34,6 +34,11 @@ def test_uniprotkb_header():
     assert h.name == "Pancreatic trypsin inhibitor"
     assert (h.organism, h.organism_id, h.gene) == ("Bos taurus", 9913, None)
     assert (h.protein_existence, h.sequence_version) == (1, 2)
+    # as JSON: the fields the header has, none it lacks (no gene here)
+    d = h.to_dict()
+    assert d["accession"] == "P00974" and d["organism_id"] == 9913 and d["kind"] == "uniprotkb"
+    assert "gene" not in d and None not in d.values() and "" not in d.values()
+    assert parse_header("P1").to_dict() == {"id": "P1", "kind": "generic"}  # no name either
     t = parse_header(
         "tr|A0A0|A0A0_ECOLI Some protein OS=Escherichia coli OX=83333 GN=yabC PE=4 SV=1"
     )
