@@ -74,6 +74,15 @@ def test_tokens_moved_with_their_positions_are_read_the_same():
     assert (model(ids[:, perm], position_ids=pos)["logits"] - out[:, perm]).abs().max() > 1e-5
 
 
+def test_rotary_angles_are_roformers():
+    # position p, pair i of a head of D: angle p / 10000^(2i / D), each pair's twice (halves)
+    cos, sin = RotaryEmbedding(8)(5, torch.device("cpu"), torch.float64)
+    angle = torch.arange(5.0, dtype=torch.float64)[:, None] / 10000.0 ** (torch.arange(4) * 2 / 8)
+    angle = torch.cat([angle, angle], dim=1)
+    torch.testing.assert_close(cos, angle.cos(), atol=1e-6, rtol=0)
+    torch.testing.assert_close(sin, angle.sin(), atol=1e-6, rtol=0)
+
+
 def test_rotary_tables_per_row_rotate_as_apply_rotary_and_packed_alike():
     rot = RotaryEmbedding(8)
     pos = torch.tensor([[0.0, 5, 5, 2], [7, 1, 1, 3]])
