@@ -3,6 +3,8 @@ records, one file per record."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -83,6 +85,9 @@ def test_extracted_matrices_are_the_models(tmp_path, kind: str, causal: bool) ->
         progress=False,
     )
     assert [r["id"] for r in manifest["records"]] == ["p0", "p1", "p2"]
+    # the manifest names what was extracted, and only that
+    assert manifest["attention_layers"] == [0, 1] and manifest["attention_heads"] == [0, 1, 2, 3]
+    assert manifest["repr_layers"] is None
     for protein, rec in zip(proteins, manifest["records"], strict=True):
         data = np.load(tmp_path / "out" / rec["file"])
         att = data["attention"]
@@ -171,6 +176,8 @@ def test_representations_follow_esm_conventions(tmp_path) -> None:
         data["mean"][0], data["per_tok"][0].astype(np.float32).mean(0), atol=2e-3
     )
     assert "attention" not in data.files
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["attention_layers"] is None and manifest["attention_heads"] is None
 
 
 def test_long_record_is_cropped_by_default_and_an_error_when_asked(tmp_path) -> None:
