@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import socket
 import stat
 import subprocess
 import sys
 
 import pytest
 
+from protein_performer.errors import DataError
 from protein_performer.utils.atomic import (
+    check_writable_file,
     current_umask,
     owner_tag,
+    process_alive,
     write_atomic,
     write_bytes_atomic,
     write_text_atomic,
@@ -108,9 +113,12 @@ def test_temporaries_of_killed_writers_are_removed_on_the_next_write(tmp_path, c
         "other_host": tmp_path / f".result.json.elsewhere~{dead}.abc.tmp",
         "other_output": tmp_path / f".result.json2.{host}~{dead}.abc.tmp",
         "untagged": tmp_path / ".result.json.abc.tmp",
+        # a dead writer's tag, but not its temporary's shape: a user's file, never touched
+        "not_a_temporary": tmp_path / f".result.json.{host}~{dead}.abc.npz",
+        "folder_named_as_a_file": tmp_path / f".result.json.{host}~{dead}.xyz.tmp",
     }
     for name, p in left.items():
-        if name == "dead_dir":
+        if name in ("dead_dir", "folder_named_as_a_file"):
             p.mkdir()
             (p / "part.npz").write_bytes(b"x")
         else:
@@ -126,6 +134,8 @@ def test_temporaries_of_killed_writers_are_removed_on_the_next_write(tmp_path, c
         "other_host",
         "other_output",
         "untagged",
+        "not_a_temporary",
+        "folder_named_as_a_file",
     ):
         assert left[name].exists(), name
     assert f"left by an earlier run (process {dead})" in caplog.text
@@ -149,3 +159,42 @@ def test_a_folder_that_refuses_the_file_is_reported_under_the_outputs_name(tmp_p
         write_text_atomic(tmp_path / "best.ckpt", "x")
     assert err.value.filename == str(tmp_path / "best.ckpt")
     assert err.value.strerror == "Permission denied"
+
+
+def test_the_umask_read_is_the_process_umask():
+    old = os.umask(0o027)
+    try:
+        assert current_umask() == 0o027
+    finally:
+        os.umask(old)
+    assert current_umask() == old
+
+
+def test_the_owner_tag_names_this_host_and_process():
+    host, pid = owner_tag().split("~")
+    name = re.sub(r"[^\w.-]", "_", socket.gethostname())
+    assert host.split("-")[0] == name.split("-")[0] and int(pid) == os.getpid()
+
+
+def test_a_writer_is_probed_without_a_signal(monkeypatch):
+    sent = []
+
+    def kill(pid, sig):
+        sent.append((pid, sig))
+        if pid == 99:
+            raise ProcessLookupError
+        if pid == 98:
+            raise PermissionError
+
+    monkeypatch.setattr(os, "kill", kill)
+    assert process_alive(12) and not process_alive(99) and process_alive(98)
+    assert [s for _, s in sent] == [0, 0, 0]  # signal 0: a probe, never a signal delivered
+
+
+def test_an_output_through_new_folders_is_checked_where_they_would_be_made(tmp_path):
+    deep = tmp_path / "a" / "b" / "out.json"
+    assert check_writable_file(deep, "out") == deep and not (tmp_path / "a").exists()
+    (tmp_path / "f.txt").write_text("mine")
+    with pytest.raises(DataError, match=r"out: cannot create this directory \(.*f\.txt is a file"):
+        check_writable_file(tmp_path / "f.txt" / "b" / "out.json", "out")
+    assert (tmp_path / "f.txt").read_text() == "mine"
