@@ -97,10 +97,15 @@ def test_refusals() -> None:
         ({"prompt": "M" * 47}, "leave no room"),
         ({"prompt": "M" * 46}, "leave no room for a drawn residue in max_length=48"),
         ({"min_length": -1}, r"min_length must be a whole number >= 0 residues \(got -1\)"),
+        ({"n": 0}, r"n must be a whole number >= 1 \(got 0\)"),
+        ({"n": 2.0}, r"n must be a whole number >= 1 \(got 2.0\)"),
+        ({"temperature": 0.0009}, "temperature must be a number from 0.001 up"),
         ({"prompt": "MK1"}, r"^prompt: invalid residue '1' at position 3$"),
     ):
         with pytest.raises(ConfigError, match=message):
             generate(model, A, **kwargs)
+    # the bounds themselves are taken
+    assert len(generate(model, A, 1, temperature=1e-3, max_length=12, top_p=1.0)) == 1
 
 
 def test_generate_writes_a_fasta_and_replaces_only_its_own(tmp_path, capsys) -> None:

@@ -74,6 +74,11 @@ def test_warmup_and_cosine_schedule():
     factors = [lr_factor(s, cfg, 110) for s in range(10, 111)]
     assert all(a >= b for a, b in itertools.pairwise(factors))
     assert lr_factor(1000, OptimConfig(), 10) == 1.0
+    # edges: one warmup step is the full rate at once; a decay of one step ends at the floor
+    one = OptimConfig(schedule="cosine", warmup_steps=1, min_lr_ratio=0.1)
+    assert lr_factor(0, one, 10) == 1.0 and lr_factor(1, one, 10) == pytest.approx(1.0)
+    assert lr_factor(11, cfg, 11) == pytest.approx(0.1)
+    assert lr_factor(10, cfg, 10) == pytest.approx(1.0)  # all warmup: no room to decay
     # the scheduler applies it per optimizer step
     p = torch.nn.Parameter(torch.zeros(2, 2))
     opt = torch.optim.SGD([p], lr=1.0)
