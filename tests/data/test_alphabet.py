@@ -56,7 +56,7 @@ def test_invalid_characters_error_names_file_record_position(seq, char, pos):
 
 def test_skip_and_replace_policies():
     skipped = A.clean_encode("MK-V1", "skip")
-    assert skipped.ids is None and skipped.invalid_chars == "-1"
+    assert skipped.ids is None and skipped.invalid_chars == "-1" and skipped.n_replaced == 0
     rep = A.clean_encode("MK-V1", InvalidPolicy.REPLACE)
     assert A.decode(rep.ids) == "MKXVX" and rep.n_replaced == 2
 
@@ -94,3 +94,10 @@ def test_non_ascii_counts_once_per_character():
     assert A.decode(rep.ids) == "MKXVL" and rep.n_replaced == 1 and rep.invalid_chars == "é"
     with pytest.raises(InvalidResidueError, match="'é' at position 3"):
         A.encode("MKéV")
+    # beyond Latin-1 (code points from 256): one unknown letter each, never an index error
+    rep = A.clean_encode("MK€VĀ", "replace")
+    assert (
+        A.decode(rep.ids) == "MKXVX" and rep.n_replaced == 2 and set(rep.invalid_chars) == set("€Ā")
+    )
+    with pytest.raises(InvalidResidueError, match="'Ā' at position 2"):
+        A.encode("MĀ")
