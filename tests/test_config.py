@@ -820,3 +820,33 @@ def test_rows_read_at_their_columns_and_a_model_that_reads_them_go_together():
     with pytest.raises(ConfigError, match=r"pair_column_crop sizes the crop of data\.pair_columns"):
         pairs = ["experiment=homolog_pairs", "data.clusters=c", "data.pair_column_crop=drawn"]
         validate_train_config(compose_job("train", pairs).config)
+
+
+def test_analysis_options_are_checked_when_given_and_left_alone_when_not() -> None:
+    from protein_performer.config.schema import ExtractConfig, SimilarityConfig
+    from protein_performer.config.validate import check_truncate, validate_analysis_config
+
+    validate_analysis_config(
+        SimilarityConfig(out="sim", fasta="x.fa")
+    )  # n_proteins, max_length unset: fine
+    for key in ("n_proteins", "max_length"):
+        with pytest.raises(ConfigError, match=rf"^{key} must be"):
+            validate_analysis_config(SimilarityConfig(out="sim", fasta="x.fa", **{key: 0}))
+    assert [check_truncate(v) for v in ("auto", "TRUE", True, "false", False)] == [
+        "auto", True, True, False, False,
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="truncate must be auto, true or false"):
+        check_truncate("sometimes")
+    cfg = ExtractConfig(out="maps", fasta="x.fa", truncate="auto")
+    validate_analysis_config(cfg)
+    assert cfg.truncate == "auto"
+
+
+def test_context_settings_without_a_context_are_refused() -> None:
+    from protein_performer.config.validate import validate_eval_config
+
+    base = {"checkpoint": "x.ckpt", "fasta": "x.fa"}
+    validate_eval_config(EvalConfig(**base))
+    with pytest.raises(ConfigError, match="context_max_proteins set without context="):
+        validate_eval_config(EvalConfig(**base, context_max_proteins=5))
+    validate_eval_config(EvalConfig(**base, context="hits.fasta", context_max_proteins=5))
