@@ -850,3 +850,18 @@ def test_context_settings_without_a_context_are_refused() -> None:
     with pytest.raises(ConfigError, match="context_max_proteins set without context="):
         validate_eval_config(EvalConfig(**base, context_max_proteins=5))
     validate_eval_config(EvalConfig(**base, context="hits.fasta", context_max_proteins=5))
+
+
+def test_optimizer_settings_are_checked() -> None:
+    cfg = compose_job("train", []).config
+    cfg.optim.min_lr_ratio = 0.0  # decay to nothing: allowed
+    validate_train_config(cfg)
+    for ratio in (-0.1, 1.5):
+        cfg.optim.min_lr_ratio = ratio
+        with pytest.raises(ConfigError, match=r"optim.min_lr_ratio must be in \[0, 1\]"):
+            validate_train_config(cfg)
+    cfg.optim.min_lr_ratio = 0.1
+    for betas in ([0.9, 1.0], [0.9], [-0.1, 0.9]):
+        cfg.optim.betas = betas
+        with pytest.raises(ConfigError, match=r"optim.betas must be two numbers in \[0, 1\)"):
+            validate_train_config(cfg)

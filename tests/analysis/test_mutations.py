@@ -324,11 +324,13 @@ def test_score_never_replaces_a_file_it_did_not_write(ckpt, tmp_path, capsys) ->
     assert _score(ckpt, tmp_path, "fitness_col=fitness", "overwrite=true") == 2
     assert "score also writes its scatter plot s.png" in capsys.readouterr().err
     (tmp_path / "s.png").unlink()
+    capsys.readouterr()
     assert _score(ckpt, tmp_path, "fitness_col=fitness") == 0
     assert (tmp_path / "s.png").exists()
+    assert f"plot: {tmp_path / 's.png'}" in capsys.readouterr().out
     # again without fitness: the old plot (ours) would describe another run; it goes
     assert _score(ckpt, tmp_path, "overwrite=true") == 0
-    assert not (tmp_path / "s.png").exists()
+    assert not (tmp_path / "s.png").exists() and "plot:" not in capsys.readouterr().out
     assert "spearman" not in json.loads((tmp_path / "s.json").read_text())
 
 
@@ -673,6 +675,17 @@ def test_score_never_replaces_a_file_that_appeared_while_scoring(ckpt, tmp_path,
     monkeypatch.setattr(marginals, "score_mutants", slow)
     assert _score(ckpt, tmp_path) == 2
     assert (tmp_path / "s.json").read_text() == "{}" and not (tmp_path / "s.csv").exists()
+    # the scatter plot too, when fitness_col= asks for one
+    (tmp_path / "s.json").unlink()
+
+    def plotted(*args, **kwargs):
+        scores = real(*args, **kwargs)
+        (tmp_path / "s.png").write_text("my plot")
+        return scores
+
+    monkeypatch.setattr(marginals, "score_mutants", plotted)
+    assert _score(ckpt, tmp_path, "fitness_col=fitness") == 2
+    assert (tmp_path / "s.png").read_text() == "my plot" and not (tmp_path / "s.csv").exists()
 
 
 # ---- whole sequences and indels (ProteinGym's mutated_sequence / indel files) ------------
