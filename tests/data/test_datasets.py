@@ -433,6 +433,11 @@ def test_pair_partners_cover_the_cluster_and_copy_prob_pairs_a_protein_with_itse
     half = PairDataset(src, groups, max_length=128, copy_prob=0.5)
     share = np.mean([half.partner(i, e) == i for i in range(5) for e in range(80)])
     assert 0.35 < share < 0.65
+    # a cluster of two with several partners allowed: the one other member, or the copy
+    pairs = [np.array([0, 1]), np.array([2, 3, 4])]
+    for prob, want in ((1.0, [0]), (0.0, [1])):
+        ds = PairDataset(src, pairs, max_length=128, copy_prob=prob, max_partners=4)
+        assert all(ds.partners(0, e) == want for e in range(5))
     with pytest.raises(ConfigError, match="copy_prob"):
         PairDataset(src, groups, max_length=128, copy_prob=1.5)
     with pytest.raises(ConfigError, match="max_length"):
