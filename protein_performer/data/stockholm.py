@@ -58,7 +58,7 @@ def stockholm_rows(text: str, path: str | Path) -> list[tuple[str, str]]:
         message = " ".join(str(e).split())  # Biopython's may span lines
         problem = _stockholm_problem(text) or f"not a readable Stockholm file ({message})"
         raise DataError(problem, path=path) from None
-    if not alignments or not len(alignments[0]):
+    if not alignments:  # Biopython yields no alignment for one without rows
         raise DataError("empty Stockholm alignment: no sequences", path=path)
     if len(alignments) > 1:  # a Pfam-style file of several families: which is meant?
         ends = [n for n, line in enumerate(text.splitlines(), 1) if line.startswith("//")]
