@@ -469,7 +469,9 @@ def test_stockholm_in_blocks_and_a_second_alignment_refused(tmp_path):
     np.testing.assert_array_equal(msa.matrix, [codes("TAYLAKQR-I")])
     # a second alignment after '//' (a file of several families) is refused, not dropped
     path.write_text(one + "# STOCKHOLM 1.0\nq/3-12 TAYIAKQRQI\nh2     TAYWAKQRQI\n//\n")
-    with pytest.raises(DataError, match=r"2 alignments in one Stockholm file \(the first ends at"):
+    with pytest.raises(
+        DataError, match=r"2 alignments in one Stockholm file \(the first ends at line 7\)"
+    ):
         read_msa(path, WT)
 
 
