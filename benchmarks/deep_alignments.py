@@ -125,16 +125,22 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     import protein_performer
     from protein_performer.data.alphabet import default_alphabet
+    from protein_performer.errors import DataError
 
     alphabet = default_alphabet()
     queries, hits, chosen = read_queries(args, alphabet, test_split(args, alphabet))
     model, _ = protein_performer.load(args.checkpoint)
     nll: dict[str, list[float]] = {}
-    proteins = []
+    proteins, skipped = [], []
     t0 = time.perf_counter()
     for q in chosen:
         records = [h.split("\n", 1)[1].replace("\n", "") for h in hits[q]]
-        one, info = score_protein(model, alphabet, queries[q], records, args)
+        try:
+            one, info = score_protein(model, alphabet, queries[q], records, args)
+        except DataError as e:  # e.g. no hit covers half of it, as `score` would refuse
+            skipped.append({"id": q, "why": str(e).split(": ", 1)[-1]})
+            print(f"  skipped {q}: {skipped[-1]['why']}", flush=True)
+            continue
         for k, v in one.items():
             nll.setdefault(k, []).extend(v)
         per = {k: float(np.exp(np.mean(v))) for k, v in one.items() if not k.startswith("crop")}
@@ -162,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(proteins)} proteins, {len(nll['profile']):,} sites; homologs per protein median "
         f"{np.median(homologs):.0f} ({min(homologs)}-{max(homologs)}), Neff median "
         f"{np.median([p['neff'] for p in proteins]):.0f}"
+        + (f"; {len(skipped)} skipped (no alignment score would read)" if skipped else "")
     )
     write_json(
         args.json,
@@ -171,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             "checkpoint": args.checkpoint,
             "window_tokens": args.window,
             "proteins": proteins,
+            "skipped": skipped,
             "sites": len(nll["profile"]),
             "perplexity": perplexity,
             "median_crop": crops,

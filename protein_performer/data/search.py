@@ -107,6 +107,7 @@ def _check_params(
     margin: int,
     max_hits: int | None,
     threads: int | None,
+    iterations: int = 1,
 ) -> None:
     """One-line :class:`ConfigError` for a value out of range."""
     checks = [
@@ -129,6 +130,12 @@ def _check_params(
         (
             threads is None or (not isinstance(threads, bool) and threads >= 1),
             f"threads must be >= 1 (got {threads!r})",
+        ),
+        (
+            not isinstance(iterations, bool)
+            and int(iterations) == iterations
+            and 1 <= iterations <= 10,
+            f"iterations must be an integer in [1, 10] (got {iterations!r})",
         ),
     ]
     for ok, message in checks:
@@ -257,6 +264,7 @@ def _no_hits_message(raw: int, removed: dict[str, int], params: dict[str, Any]) 
             f"at sensitivity {params['sensitivity']:g} (loosen max_evalue / min_identity / "
             "min_coverage"
             + (", raise sensitivity to 7.5" if params["sensitivity"] < 7.5 else "")
+            + (", search in profile rounds with iterations 3" if params["iterations"] < 2 else "")
             + ", or search a larger database); nothing was written"
         )
     names = {
@@ -338,6 +346,7 @@ def search(
     max_hits: int | None = 100,
     threads: int | None = None,
     sensitivity: float = 5.7,
+    iterations: int = 1,
     invalid: str = "error",
     strip_gaps: bool = False,
     overwrite: bool = False,
@@ -347,23 +356,28 @@ def search(
     ``out_dir`` (see the module docstring); returns its manifest.
 
     ``threads``: MMseqs2's (default: every core); ``sensitivity``: its ``-s`` (1 fast .. 7.5
-    sensitive). ``invalid`` (``error``, ``skip``, ``replace``) and ``strip_gaps``: what is
-    done with a record holding other letters, or none, as ``data preprocess`` does; what was
-    skipped or replaced is said and counted in the manifest. One-line errors: :class:`ConfigError` for a bad parameter or MMseqs2 missing
-    (saying how to install it), :class:`DataError` for a bad FASTA (file, record, problem),
-    an output directory in the way, a failed MMseqs2 run or no hit left.
+    sensitive); ``iterations``: MMseqs2's ``--num-iterations``: above 1, each round searches
+    again with a profile of the query and the hits so far (as ColabFold builds its MSAs), which
+    finds homologs too distant for one sequence search. ``invalid`` (``error``, ``skip``,
+    ``replace``) and ``strip_gaps``: what is done with a record holding other letters, or
+    none, as ``data preprocess`` does; what was skipped or replaced is said and counted in the
+    manifest. One-line errors: :class:`ConfigError` for a bad parameter or MMseqs2 missing
+    (saying how to install it), :class:`DataError` for a bad FASTA (file, record, problem), an
+    output directory in the way, a failed MMseqs2 run or no hit left.
     """
     if isinstance(db_fastas, (str, os.PathLike)):
         db_fastas = [db_fastas]
     if not db_fastas:
         raise ConfigError("search needs at least one database FASTA")
-    _check_params(min_identity, max_identity, min_coverage, max_evalue, margin, max_hits, threads)
+    _check_params(
+        min_identity, max_identity, min_coverage, max_evalue, margin, max_hits, threads, iterations
+    )
     policy = InvalidPolicy.parse(invalid)
     threads = threads or os.cpu_count() or 1
     params = {
         "min_identity": min_identity, "max_identity": max_identity,
         "min_coverage": min_coverage, "max_evalue": max_evalue, "margin": int(margin),
-        "max_hits": max_hits, "sensitivity": sensitivity,
+        "max_hits": max_hits, "sensitivity": sensitivity, "iterations": int(iterations),
     }  # fmt: skip
 
     def check() -> Path:
@@ -403,7 +417,7 @@ def search(
             "-c", f"{min_coverage:g}", "--cov-mode", "2", "-s", f"{sensitivity:g}",
             "--max-seqs", str(max(300, 4 * (max_hits or 0))), "--threads", str(threads),
             "-v", "1",
-        ]  # fmt: skip
+        ] + (["--num-iterations", str(int(iterations))] if iterations > 1 else [])  # fmt: skip
         code = run_mmseqs(cmd, work / "mmseqs.log", quiet, who="search")
         lines = (work / "mmseqs.log").read_text(errors="replace").splitlines()
         last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "no output")

@@ -143,12 +143,17 @@ def test_no_hits_is_one_line_and_writes_nothing(families, tmp_path, capsys):
     with pytest.raises(DataError) as e:  # at the most sensitive already: not offered
         search(query, db, out, threads=1, sensitivity=7.5)
     assert "at sensitivity 7.5" in str(e.value) and "raise" not in str(e.value)
+    assert "search in profile rounds with iterations 3" in str(e.value)
+    with pytest.raises(DataError) as e:  # in profile rounds already: not offered
+        search(query, db, out, threads=1, sensitivity=7.5, iterations=2)
+    assert "profile rounds" not in str(e.value) and "nothing was written" in str(e.value)
     # the command says its own flags for the library's keywords
     from protein_performer.cli.main import main
 
     assert main(["data", "search", str(query), str(db), str(out), "--threads", "1"]) == 2
     err = capsys.readouterr().err
     assert "(loosen --max-evalue / --min-identity / --min-coverage, raise --sensitivity" in err
+    assert "search in profile rounds with --iterations 3" in err
     # hits found, then all filtered: the message says by which filter
     query = _write(tmp_path / "q2.fasta", {q_id: families[q_id]})
     same = _write(tmp_path / "same.fasta", {q_id: families[q_id]})
@@ -212,6 +217,10 @@ def test_bad_parameters_are_config_errors(tmp_path):
         ({"margin": -1}, "margin"),
         ({"max_evalue": 0}, "max_evalue"),
         ({"max_hits": 0}, "max_hits"),
+        ({"iterations": 0}, "iterations must be an integer in"),
+        ({"iterations": 11}, "iterations must be an integer in"),
+        ({"iterations": 2.5}, "iterations must be an integer in"),
+        ({"iterations": True}, "iterations must be an integer in"),
     ]:
         with pytest.raises(ConfigError, match=words):
             search(q, q, tmp_path / "out", **kwargs)
@@ -356,7 +365,8 @@ def _table_mmseqs(tmp_path: Path, monkeypatch, rows: list[tuple]) -> None:
     table.write_text("".join("\t".join(str(x) for x in row) + "\n" for row in rows))
     fake = tmp_path / "mmseqs"
     fake.write_text(
-        f'#!/bin/sh\nif [ "$1" = version ]; then echo fake; exit 0; fi\ncp "{table}" "$4"\n'
+        f'#!/bin/sh\nif [ "$1" = version ]; then echo fake; exit 0; fi\n'
+        f'echo "$@" > "{tmp_path / "args.txt"}"\ncp "{table}" "$4"\n'
     )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("MMSEQS", str(fake))
@@ -431,3 +441,63 @@ def test_each_filter_keeps_a_hit_exactly_at_its_bound():
     )  # fmt: skip
     assert kept == [] and removed == {"self": 0, "evalue": 1, "identity_below": 1,
                                       "identity_above": 1, "coverage": 1, "max_hits": 0}  # fmt: skip
+
+
+def test_iterations_ask_mmseqs2_for_profile_rounds_and_are_recorded(tmp_path, monkeypatch, capsys):
+    from protein_performer.cli.main import main
+
+    query = _write(tmp_path / "q.fasta", {"query1": _random_seq(100, 9)})
+    db = _write(tmp_path / "db.fasta", {"A": _random_seq(60, 0)})
+    _table_mmseqs(tmp_path, monkeypatch, [("q0", "t0", 0.4, 50, 1, 60, 100, 1, 60, 60, 1e-5, 40)])
+    args = tmp_path / "args.txt"
+    manifest = search(query, db, tmp_path / "one", threads=1)
+    assert "--num-iterations" not in args.read_text().split()  # MMseqs2's own default: 1
+    assert manifest["params"]["iterations"] == 1
+    manifest = search(query, db, tmp_path / "three", threads=1, iterations=3.0)
+    words = args.read_text().split()
+    assert words[words.index("--num-iterations") + 1] == "3"
+    assert manifest["params"]["iterations"] == 3
+    assert manifest["mmseqs"]["args"][-2:] == ["--num-iterations", "3"]
+    argv = ["data", "search", str(query), str(db), str(tmp_path / "cli"), "--threads", "1"]
+    assert main([*argv, "--iterations", "2"]) == 0
+    words = args.read_text().split()
+    assert words[words.index("--num-iterations") + 1] == "2"
+    capsys.readouterr()
+    assert main([*argv[:-3], str(tmp_path / "bad"), "--iterations", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "iterations must be an integer in [1, 10]" in err
+
+
+SHARED = Path(__file__).parents[2] / ".." / "shared" / "data"
+PDZ_SCAN = SHARED / "dms" / "DLG4_RAT_Ranganathan2012.csv"
+#: an anammox bacterium and two cyanobacteria: PDZ domains met only at 25-45 % identity
+BACTERIA = [
+    SHARED / "proteomes" / f"uniprot_{name}.fasta.gz"
+    for name in ("UP000221734_kstuttgartiensis", "UP000002483_anabaena_pcc7120",
+                 "UP000001203_cyanothece_atcc51142")
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_mmseqs
+@pytest.mark.skipif(
+    not all(p.is_file() for p in [PDZ_SCAN, *BACTERIA]), reason="../shared/data not present"
+)
+def test_profile_rounds_find_distant_members_one_search_misses(tmp_path):
+    # PSD-95's third PDZ domain (rat; the wild type spelled by the scan's own mutant names)
+    # against three bacterial proteomes
+    with open(PDZ_SCAN, newline="") as fh:
+        letters = {int(r["mutant"][1:-1]): r["mutant"][0] for r in csv.DictReader(fh)}
+    pdz3 = "".join(letters[i] for i in sorted(letters))
+    assert sorted(letters) == list(range(311, 394))
+    query = _write(tmp_path / "pdz3.fasta", {"PDZ3": pdz3})
+    kw = {"min_identity": 0.15, "max_evalue": 1.0, "min_coverage": 0.6, "sensitivity": 7.5,
+          "threads": 2}  # fmt: skip
+    search(query, BACTERIA, tmp_path / "one", **kw)
+    search(query, BACTERIA, tmp_path / "three", iterations=3, **kw)
+    one = _tsv(tmp_path / "one" / "hits.tsv")
+    three = _tsv(tmp_path / "three" / "hits.tsv")
+    assert len(three) >= len(one) + 3
+    # at search's own default E-value (1e-3): one from one search, several from the profile's
+    assert len([r for r in one if float(r["evalue"]) <= 1e-3]) <= 1
+    assert len([r for r in three if float(r["evalue"]) <= 1e-3]) >= 4

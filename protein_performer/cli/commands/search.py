@@ -14,6 +14,7 @@ SEARCH_OPTIONS = {
     "max_identity": "--max-identity",
     "min_coverage": "--min-coverage",
     "sensitivity": "--sensitivity",
+    "iterations": "--iterations",
     "invalid=skip": "--invalid skip",
     "invalid=replace": "--invalid replace",
     "strip_gaps": "--strip-gaps",
@@ -43,6 +44,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
             max_hits=args.max_hits,
             threads=args.threads,
             sensitivity=args.sensitivity,
+            iterations=args.iterations,
             invalid=args.invalid,
             strip_gaps=args.strip_gaps,
             overwrite=args.overwrite,
@@ -97,6 +99,13 @@ def add_parser(dsub: argparse._SubParsersAction) -> None:
         type=float,
         default=5.7,
         help="MMseqs2 -s: 1 fast .. 7.5 sensitive (default: %(default)s)",
+    )
+    p.add_argument(
+        "--iterations",
+        type=int,
+        default=1,
+        help="MMseqs2 --num-iterations: rounds of profile search, 3 for distant families as "
+        "ColabFold (default: %(default)s)",
     )
     p.add_argument(
         "--invalid",
