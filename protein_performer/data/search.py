@@ -477,6 +477,21 @@ def _hit_counts(
     }
 
 
+def search_rounds(hits_fasta: PathLike) -> int | None:
+    """The ``iterations`` of the :func:`search` that wrote ``hits_fasta`` (its folder's
+    manifest; 1 for manifests older than the option), or None when it is not such a file."""
+    path = Path(hits_fasta)
+    if path.name != HITS_FASTA:
+        return None
+    try:
+        manifest = json.loads((path.parent / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return None
+    return int(manifest.get("params", {}).get("iterations", 1))
+
+
 def counts_of(manifest: Mapping[str, Any]) -> dict[str, int]:
     """A search manifest's hits per query."""
     return dict(manifest["counts"]["hits_per_query"])

@@ -14,6 +14,10 @@ from protein_performer.analysis.dms.homologs import (
     RETRIEVAL_COLUMN,
     ScanContext,
 )
+from protein_performer.data.search import search_rounds
+
+#: Fewer homologs than this from a sequence search: profile rounds are suggested.
+FEW_HOMOLOGS = 5
 
 
 def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -> str:
@@ -94,6 +98,11 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
         )
     else:
         text += _windows_note(context.info, len(context.used))
+    if not aligned and len(used) < FEW_HOMOLOGS and (search_rounds(context.path) or 1) < 2:
+        text += (
+            f"; only {len(used)} {'homolog' if len(used) == 1 else 'homologs'}: a search in "
+            "profile rounds (data search --iterations 3) finds families met only far away"
+        )
     if not aligned and context.identical:
         text += f" ({context.identical:,} identical to the wild type left out)"
     if not aligned and context.beyond_max:
