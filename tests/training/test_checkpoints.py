@@ -14,6 +14,7 @@ from protein_performer.errors import ConfigError, DataError
 from protein_performer.model import ModelConfig, ProteinLM
 from protein_performer.model.checkpoints import (
     META_KEY,
+    _zip_problem,
     init_weights_from,
     load_model,
     model_state,
@@ -158,6 +159,8 @@ def test_unsafe_or_foreign_files_give_clear_errors(tmp_path):
     cut.write_bytes(bytes(data[:-200]))
     with pytest.raises(DataError, match=r"cut\.ckpt: truncated or corrupt checkpoint"):
         read_checkpoint(cut)
+    # the archive's own words (zipfile's), not only the exception's class
+    assert _zip_problem(cut) == "File is not a zip file"
     with pytest.raises(DataError, match="not a protein-performer checkpoint"):
         read_checkpoint(whole)  # intact: gets past the archive check
     foreign = tmp_path / "foreign.ckpt"
