@@ -261,8 +261,9 @@ def _no_hits_message(raw: int, removed: dict[str, int], params: dict[str, Any]) 
         return (
             f"MMseqs2 found no hit with E-value <= {params['max_evalue']:g}, identity >= "
             f"{params['min_identity']:g} and query coverage >= {params['min_coverage']:g} "
-            f"at sensitivity {params['sensitivity']:g} (loosen max_evalue / min_identity / "
-            "min_coverage"
+            f"at sensitivity {params['sensitivity']:g}"
+            + (f" in {params['iterations']} profile rounds" if params["iterations"] > 1 else "")
+            + " (loosen max_evalue / min_identity / min_coverage"
             + (", raise sensitivity to 7.5" if params["sensitivity"] < 7.5 else "")
             + (", search in profile rounds with iterations 3" if params["iterations"] < 2 else "")
             + ", or search a larger database); nothing was written"

@@ -146,7 +146,8 @@ def test_no_hits_is_one_line_and_writes_nothing(families, tmp_path, capsys):
     assert "search in profile rounds with iterations 3" in str(e.value)
     with pytest.raises(DataError) as e:  # in profile rounds already: not offered
         search(query, db, out, threads=1, sensitivity=7.5, iterations=2)
-    assert "profile rounds" not in str(e.value) and "nothing was written" in str(e.value)
+    assert "at sensitivity 7.5 in 2 profile rounds (loosen" in str(e.value)
+    assert "with iterations 3" not in str(e.value) and "nothing was written" in str(e.value)
     # the command says its own flags for the library's keywords
     from protein_performer.cli.main import main
 
