@@ -356,6 +356,9 @@ def test_evaluate_reports_skipped_records_and_checks_its_settings(tiny_fasta, tm
     bad.write_text(">a\nAC1\n>b\nAC2\n")
     with pytest.raises(DataError, match=r"bad\.fasta: no usable records \(2 of 2 records skipped"):
         evaluate(EvalConfig(checkpoint=ckpt, fasta=str(bad), invalid="skip"))
+    bad.write_text(">a\nAC1\n>b\n")  # one of each kind skipped: still none usable
+    with pytest.raises(DataError, match=r"bad\.fasta: no usable records \("):
+        evaluate(EvalConfig(checkpoint=ckpt, fasta=str(bad), invalid="skip"))
     with pytest.raises(ConfigError, match=r"^max_records must be a positive number"):
         evaluate(EvalConfig(checkpoint=ckpt, fasta=str(mixed), max_records=0))
     with pytest.raises(
