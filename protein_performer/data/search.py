@@ -329,6 +329,18 @@ def _write_outputs(
             ])  # fmt: skip
 
 
+def _easy_search_options(params: Mapping[str, Any], threads: int) -> list[str]:
+    """MMseqs2 ``easy-search``'s options for :func:`search`'s parameters (``params``, as its
+    manifest records them)."""
+    return [
+        "--format-output", ",".join(MMSEQS_COLUMNS), "-e", f"{params['max_evalue']:g}",
+        "--min-seq-id", f"{params['min_identity']:g}", "-c", f"{params['min_coverage']:g}",
+        "--cov-mode", "2", "-s", f"{params['sensitivity']:g}",
+        "--max-seqs", str(max(300, 4 * (params["max_hits"] or 0))), "--threads", str(threads),
+        "-v", "1",
+    ] + (["--num-iterations", str(params["iterations"])] if params["iterations"] > 1 else [])  # fmt: skip
+
+
 def _progress(message: str, quiet: bool) -> None:
     if not quiet:
         print(f"search: {message}", file=sys.stderr, flush=True)
@@ -411,14 +423,8 @@ def search(
                   + (f" ({changed})" if changed else ""), quiet)  # fmt: skip
         mm_tmp = work / "mmseqs_tmp"
         mm_tmp.mkdir()
-        cmd = [
-            binary, "easy-search", str(work / "query.fasta"), str(work / "db.fasta"),
-            str(work / "result.m8"), str(mm_tmp), "--format-output", ",".join(MMSEQS_COLUMNS),
-            "-e", f"{max_evalue:g}", "--min-seq-id", f"{min_identity:g}",
-            "-c", f"{min_coverage:g}", "--cov-mode", "2", "-s", f"{sensitivity:g}",
-            "--max-seqs", str(max(300, 4 * (max_hits or 0))), "--threads", str(threads),
-            "-v", "1",
-        ] + (["--num-iterations", str(int(iterations))] if iterations > 1 else [])  # fmt: skip
+        cmd = [binary, "easy-search", str(work / "query.fasta"), str(work / "db.fasta"),
+               str(work / "result.m8"), str(mm_tmp), *_easy_search_options(params, threads)]  # fmt: skip
         code = run_mmseqs(cmd, work / "mmseqs.log", quiet, who="search")
         lines = (work / "mmseqs.log").read_text(errors="replace").splitlines()
         last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "no output")

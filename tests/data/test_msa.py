@@ -1001,3 +1001,16 @@ def test_letters_other_than_the_20_in_the_columns_are_counted(tmp_path):
     np.testing.assert_array_equal(msa.matrix[0], codes("TA-LAK-R-I"))
     path.write_text(">q\nTAYIAKQRQI\n>h1\nTAYLAKQR-I\n>h2\nTAY~AKQR~I\n")  # '~': a gap
     assert read_msa(path, WT).notes["other_letters_read_as_gaps"] == 0
+
+
+def test_a_search_folder_given_for_its_hits_names_the_file(tmp_path):
+    folder = tmp_path / "hits"
+    folder.mkdir()
+    with pytest.raises(DataError, match=r"hits: is a directory, expected an alignment"):
+        read_msa(folder, WT)  # any folder: the plain refusal
+    (folder / "hits.fasta").write_text(f">h\n{WT}\n")
+    with pytest.raises(DataError) as e:
+        read_msa(folder, WT)
+    assert str(e.value) == (
+        f"{folder}: is a directory (a data search output? its hits: {folder / 'hits.fasta'})"
+    )
