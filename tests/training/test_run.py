@@ -346,6 +346,7 @@ def test_evaluate_reports_skipped_records_and_checks_its_settings(tiny_fasta, tm
     out = evaluate(EvalConfig(checkpoint=ckpt, fasta=str(mixed), invalid="skip"))
     assert out.sequences == 1 and out.input_changes.startswith("1 of 2 records skipped")
     assert "input: 1 of 2 records skipped" in out.format()
+    assert " in 1 sequence; " in out.format()  # one: singular
     # a handful of positions: said to be noisy, next to the numbers
     assert out.predicted_tokens < 100
     assert f"warning: {out.predicted_tokens} predicted positions only" in out.format()
@@ -356,6 +357,10 @@ def test_evaluate_reports_skipped_records_and_checks_its_settings(tiny_fasta, tm
     bad.write_text(">a\nAC1\n>b\nAC2\n")
     with pytest.raises(DataError, match=r"bad\.fasta: no usable records \(2 of 2 records skipped"):
         evaluate(EvalConfig(checkpoint=ckpt, fasta=str(bad), invalid="skip"))
+    one = tmp_path / "one.fasta"  # one protein: the hash split puts it in train
+    one.write_text(">a\nACDEFGHIKLMNPQRST\n")
+    with pytest.raises(DataError, match=r"one\.fasta: the test split is empty$"):
+        evaluate(EvalConfig(checkpoint=ckpt, fasta=str(one), split="test"))
     bad.write_text(">a\nAC1\n>b\n")  # one of each kind skipped: still none usable
     with pytest.raises(DataError, match=r"bad\.fasta: no usable records \("):
         evaluate(EvalConfig(checkpoint=ckpt, fasta=str(bad), invalid="skip"))
