@@ -355,7 +355,12 @@ def test_members_tables_of_another_layout_say_what_to_change(tmp_path, text, mes
 
 @pytest.mark.parametrize(
     ("value", "expect"),
-    [(50, r"got 50 \(a fraction: 0.5 for 50%\)$"), (0, "got 0$"), (150, "got 150$")],
+    [
+        (50, r"got 50 \(a fraction: 0.5 for 50%\)$"),
+        (1.5, r"got 1.5 \(a fraction: 0.015 for 1.5%\)$"),  # just past 1: a percentage
+        (0, "got 0$"),
+        (150, "got 150$"),
+    ],
 )
 def test_min_seq_id_out_of_range_says_it_is_a_fraction(families, tmp_path, value, expect):
     with pytest.raises(ConfigError, match=r"--min-seq-id must be in \(0, 1\], " + expect):
@@ -457,6 +462,10 @@ def test_a_cluster_of_several_organisms_is_labelled_with_their_common_root():
     u3 = "UniRef90_P3 Protein n=1 Tax=Archaea TaxID=2157 RepID=P3_X"
     assert _taxon([parse_header(t) for t in (u1, u2)]) == ("Bacteria", 2)
     assert _taxon([parse_header(t) for t in (u1, u3)]) == ROOT_TAXON
+    # the cluster is named for its representative's accession; a record without one, its id
+    assert _uniref_header(50, same[0], same).startswith("UniRef50_P0A7Z4 RNA polymerase alpha n=2")
+    plain = [parse_header("my_protein_7 a protein of mine")]
+    assert _uniref_header(90, plain[0], plain).startswith("UniRef90_my_protein_7 ")
 
 
 def test_overwrite_replaces_only_a_cluster_directory_holding_nothing_else(tmp_path, capsys):
