@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             one, info = score_protein(model, alphabet, queries[q], records, args)
         except DataError as e:  # e.g. no hit covers half of it, as `score` would refuse
-            skipped.append({"id": q, "why": str(e).split(": ", 1)[-1]})
+            skipped.append({"id": q, "why": e.problem})
             print(f"  skipped {q}: {skipped[-1]['why']}", flush=True)
             continue
         for k, v in one.items():
@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{info['homologs']} homologs ({time.perf_counter() - t0:.0f} s)",
             flush=True,
         )
+    if not proteins:
+        raise DataError(f"none of the {len(chosen)} proteins could be read (see above)")
     crops = {k: float(np.median(v)) for k, v in nll.items() if k.startswith("crop")}
     perplexity = {k: float(np.exp(np.mean(v))) for k, v in nll.items() if k not in crops}
     mixes = ["with the profile", *[f"with the profile {w:g}" for w in args.retrieval[1:]]]

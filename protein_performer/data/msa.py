@@ -42,7 +42,6 @@ import numpy as np
 
 from protein_performer.data.alphabet import STANDARD_AMINO_ACIDS
 from protein_performer.data.fasta import check_readable_file, detect_compression
-from protein_performer.data.search import HITS_FASTA
 from protein_performer.data.stockholm import stockholm_rows
 from protein_performer.errors import DataError
 from protein_performer.utils.progress import progress
@@ -135,9 +134,12 @@ def _records(path: str | Path) -> tuple[str, list[tuple[str, str]], dict[str, in
     """``(kind, [(title, row)], what was skipped)``: kind ``stockholm`` or ``fasta``; HH-suite's
     annotation rows (``>ss_pred``, ``>ss_conf``, ``>ss_dssp``, …) left out and counted with the
     ``#`` lines."""
+    from protein_performer.data.search import HITS_FASTA  # here: search stays free of msa
+
     if Path(path).is_dir() and (Path(path) / HITS_FASTA).is_file():  # `data search`'s folder
         raise DataError(
-            f"is a directory (a data search output? its hits: {Path(path) / HITS_FASTA})",
+            f"is a directory (a data search output? give its hits as context=: "
+            f"{Path(path) / HITS_FASTA})",
             path=path,
         )
     check_readable_file(path, "an alignment (a3m, a2m, Stockholm or FASTA)")

@@ -132,9 +132,7 @@ def _check_params(
             f"threads must be >= 1 (got {threads!r})",
         ),
         (
-            not isinstance(iterations, bool)
-            and int(iterations) == iterations
-            and 1 <= iterations <= 10,
+            not isinstance(iterations, bool) and iterations in range(1, 11),  # 3.0 is 3
             f"iterations must be an integer in [1, 10] (got {iterations!r})",
         ),
     ]
@@ -496,7 +494,9 @@ def search_rounds(hits_fasta: PathLike) -> int | None:
         return None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         return None
-    return int(manifest.get("params", {}).get("iterations", 1))
+    params = manifest.get("params")
+    rounds = params.get("iterations", 1) if isinstance(params, dict) else None
+    return rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else None
 
 
 def counts_of(manifest: Mapping[str, Any]) -> dict[str, int]:

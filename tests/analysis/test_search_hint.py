@@ -15,7 +15,7 @@ from protein_performer.data.search import FORMAT, search_rounds
 
 ALPHABET = default_alphabet()
 WT = "".join(np.random.default_rng(7).choice(list(STANDARD_AMINO_ACIDS), 60))
-HINT = "profile rounds (data search --iterations 3)"
+HINT = "data search --iterations 3 (profile rounds) may find more distant ones"
 
 
 def _variant(seed: int) -> str:
@@ -41,13 +41,25 @@ def _notes(path: Path) -> str:
 
 
 def test_few_homologs_from_one_round_get_the_hint_and_profile_rounds_do_not(tmp_path):
-    assert FEW_HOMOLOGS == 5
-    assert f"; only 2 homologs: a search in {HINT}" in _notes(_hits(tmp_path / "a", 2))
+    assert f"; only 2 homologs: {HINT}" in _notes(_hits(tmp_path / "a", 2))
     assert "; only 1 homolog: " in _notes(_hits(tmp_path / "b", 1, rounds=1))
     assert "only 4 homologs" in _notes(_hits(tmp_path / "c", 4, rounds=1))
-    assert HINT not in _notes(_hits(tmp_path / "d", 5, rounds=1))  # enough to read
+    assert HINT not in _notes(_hits(tmp_path / "d", FEW_HOMOLOGS, rounds=1))  # enough to read
     assert HINT not in _notes(_hits(tmp_path / "e", 2, rounds=2))  # already in rounds
-    assert HINT in _notes(_hits(tmp_path / "f", 2, rounds=None, fmt="other"))
+    assert HINT in _notes(
+        _hits(tmp_path / "f", 2, rounds=None, fmt="other")
+    )  # hits of another tool
+
+
+def test_the_hint_comes_last_and_not_when_the_user_capped_the_homologs(tmp_path):
+    path = _hits(tmp_path / "a", 2, rounds=1)
+    with open(path, "a") as fh:
+        fh.write(f">copy query=wt\n{WT}\n")  # the wild type itself: left out, and said in brackets
+    text = _notes(path)
+    assert text.endswith(f"(1 identical to the wild type left out); only 2 homologs: {HINT}")
+    ctx = read_scan_context(_hits(tmp_path / "b", 8, rounds=1), ALPHABET, WT, None, 3)
+    assert len(ctx.used) == 3 and ctx.beyond_max == 5
+    assert HINT not in context_notes(ctx, {}, causal=True)
 
 
 def test_an_alignment_with_few_rows_gets_no_search_hint(tmp_path):
@@ -60,11 +72,20 @@ def test_an_alignment_with_few_rows_gets_no_search_hint(tmp_path):
 
 def test_search_rounds_reads_the_manifest_beside_hits_fasta(tmp_path):
     assert search_rounds(_hits(tmp_path / "a", 1, rounds=3)) == 3
-    assert search_rounds(_hits(tmp_path / "b", 1, rounds=None, fmt=FORMAT)) is None  # none
-    (tmp_path / "b" / "manifest.json").write_text(json.dumps({"format": FORMAT}))
-    assert search_rounds(tmp_path / "b" / "hits.fasta") == 1  # written before the option
-    assert search_rounds(_hits(tmp_path / "c", 1, rounds=3, fmt="other")) is None
-    (tmp_path / "c" / "manifest.json").write_text("{not json")
-    assert search_rounds(tmp_path / "c" / "hits.fasta") is None
+    folder = tmp_path / "b"
+    path = _hits(folder, 1)
+    assert search_rounds(path) is None  # no manifest
+    for manifest, rounds in [
+        ({"format": FORMAT, "params": {"sensitivity": 5.7}}, 1),  # written before the option
+        ({"format": "other", "params": {"iterations": 3}}, None),
+        ({"format": FORMAT, "params": None}, None),
+        ({"format": FORMAT, "params": {"iterations": "x"}}, None),
+        ([FORMAT], None),
+    ]:
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        assert search_rounds(path) == rounds, manifest
+    (folder / "manifest.json").write_text("{not json")
+    assert search_rounds(path) is None
     (tmp_path / "a" / "mine.fasta").write_text(">x\nMKV\n")
     assert search_rounds(tmp_path / "a" / "mine.fasta") is None  # not the search's own file
+    assert search_rounds(str(tmp_path / "a" / "hits.fasta")) == 3  # a str as well as a Path

@@ -1012,5 +1012,6 @@ def test_a_search_folder_given_for_its_hits_names_the_file(tmp_path):
     with pytest.raises(DataError) as e:
         read_msa(folder, WT)
     assert str(e.value) == (
-        f"{folder}: is a directory (a data search output? its hits: {folder / 'hits.fasta'})"
+        f"{folder}: is a directory (a data search output? give its hits as context=: "
+        f"{folder / 'hits.fasta'})"
     )

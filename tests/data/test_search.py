@@ -222,6 +222,9 @@ def test_bad_parameters_are_config_errors(tmp_path):
         ({"iterations": 11}, "iterations must be an integer in"),
         ({"iterations": 2.5}, "iterations must be an integer in"),
         ({"iterations": True}, "iterations must be an integer in"),
+        ({"iterations": None}, "iterations must be an integer in"),
+        ({"iterations": "3"}, "iterations must be an integer in"),
+        ({"iterations": float("nan")}, "iterations must be an integer in"),
     ]:
         with pytest.raises(ConfigError, match=words):
             search(q, q, tmp_path / "out", **kwargs)

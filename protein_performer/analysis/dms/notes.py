@@ -98,11 +98,6 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
         )
     else:
         text += _windows_note(context.info, len(context.used))
-    if not aligned and len(used) < FEW_HOMOLOGS and (search_rounds(context.path) or 1) < 2:
-        text += (
-            f"; only {len(used)} {'homolog' if len(used) == 1 else 'homologs'}: a search in "
-            "profile rounds (data search --iterations 3) finds families met only far away"
-        )
     if not aligned and context.identical:
         text += f" ({context.identical:,} identical to the wild type left out)"
     if not aligned and context.beyond_max:
@@ -110,7 +105,21 @@ def context_notes(context: ScanContext, summary: dict[str, Any], causal: bool) -
             f"; {context.beyond_max:,} more left out by context_max_homologs "
             f"(the first {len(context.homologs):,} in the file are used)"
         )
-    return text
+    return text + _few_homologs_hint(context)
+
+
+def _few_homologs_hint(context: ScanContext) -> str:
+    """A pointer to profile rounds when FASTA hits gave fewer than :data:`FEW_HOMOLOGS`
+    homologs and were not found in such rounds (nor cut to that number by the user)."""
+    n = len(context.used)
+    if context.msa is not None or context.beyond_max or n >= FEW_HOMOLOGS:
+        return ""
+    if (search_rounds(context.path) or 1) > 1:
+        return ""
+    return (
+        f"; only {n} {'homolog' if n == 1 else 'homologs'}: data search --iterations 3 "
+        "(profile rounds) may find more distant ones"
+    )
 
 
 def _windows_note(info: dict[str, Any], used: int) -> str:
