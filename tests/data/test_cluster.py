@@ -86,6 +86,7 @@ def test_clusters_are_the_families_with_uniref_headers(families, clustered):
         assert h.split_key == rec.id  # the existing cluster-id splits apply to the output
     manifest = json.loads((clustered / "manifest.json").read_text())
     assert manifest["counts"]["clusters"] == 12 and manifest["params"]["min_seq_id"] == 0.5
+    assert manifest["mmseqs"]["args"][:2] == ["--min-seq-id", "0.5"]  # every option, the first too
     # only its own files (MMseqs2's working files gone), nothing left beside it
     assert sorted(p.name for p in clustered.iterdir()) == sorted(CLUSTER_DIR_ENTRIES)
     assert [p.name for p in clustered.parent.iterdir()] == ["clusters"]
@@ -497,3 +498,16 @@ def test_overwrite_replaces_only_a_cluster_directory_holding_nothing_else(tmp_pa
         "members.tsv",
         "representatives.fasta",
     ]
+
+
+def test_each_coverage_mode_mmseqs2_knows_is_accepted_and_no_other():
+    from protein_performer.data.cluster import _check_cluster_args, _count
+
+    for mode in range(6):
+        assert _check_cluster_args(0.5, 0.8, mode, "linclust", 1, None) == 1
+    for mode in (-1, 6):
+        with pytest.raises(ConfigError, match=rf"--cov-mode must be 0-5 \(got {mode}\)"):
+            _check_cluster_args(0.5, 0.8, mode, "linclust", 1, None)
+    assert [_count(n, "cluster") for n in (0, 1, 2, 1234)] == [
+        "0 clusters", "1 cluster", "2 clusters", "1,234 clusters"
+    ]  # fmt: skip
