@@ -388,3 +388,35 @@ def test_an_output_named_like_an_input_is_said_once(tmp_path):
     assert str(e.value).count("run directory") == 1 and "looks like a FASTA file (" in str(e.value)
     with pytest.raises(DataError, match="looks like a FASTA file, not the output directory"):
         check_output_dir(tmp_path / "small.fa", "OUTDIR")
+
+
+def test_what_is_in_the_way_is_described_with_its_first_four_entries(tmp_path):
+    from protein_performer.utils.outputs import describe_existing
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    assert describe_existing(folder) == "an existing empty directory"
+    (folder / "a.txt").write_text("x")
+    assert describe_existing(folder) == "an existing directory holding 1 entry (a.txt)"
+    for name in "bcd":
+        (folder / f"{name}.txt").write_text("x")
+    assert describe_existing(folder).endswith("holding 4 entries (a.txt, b.txt, c.txt, d.txt)")
+    (folder / "e.txt").write_text("x")
+    assert describe_existing(folder).endswith("holding 5 entries (a.txt, b.txt, c.txt, d.txt, ...)")
+    assert describe_existing(folder / "a.txt") == "an existing file (1 byte)"
+    (folder / "b.txt").write_text("x" * 1234)
+    assert describe_existing(folder / "b.txt") == "an existing file (1,234 bytes)"
+
+
+def test_a_staged_folder_lands_with_the_users_umask(tmp_path):
+    import os
+    import stat
+
+    from protein_performer.utils.atomic import current_umask
+    from protein_performer.utils.outputs import staged_dir
+
+    out = tmp_path / "out"
+    with staged_dir(out, lambda: None) as work:
+        (work / "f.txt").write_text("x")
+    assert (out / "f.txt").read_text() == "x"
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o777 & ~current_umask()

@@ -90,7 +90,8 @@ def describe_existing(path: Path) -> str:
         shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         return f"an existing directory holding {len(names):,} {'entry' if len(names) == 1 else 'entries'} ({shown})"
     if path.is_file():
-        return f"an existing file ({path.stat().st_size:,} bytes)"
+        size = path.stat().st_size
+        return f"an existing file ({size:,} {'byte' if size == 1 else 'bytes'})"
     return "an existing special file"
 
 
