@@ -415,8 +415,14 @@ def test_a_staged_folder_lands_with_the_users_umask(tmp_path):
     from protein_performer.utils.atomic import current_umask
     from protein_performer.utils.outputs import staged_dir
 
-    out = tmp_path / "out"
-    with staged_dir(out, lambda: None) as work:
-        (work / "f.txt").write_text("x")
-    assert (out / "f.txt").read_text() == "x"
-    assert stat.S_IMODE(os.stat(out).st_mode) == 0o777 & ~current_umask()
+    for mask in (0o022, 0o000):  # the usual one, and one that leaves every bit
+        old = os.umask(mask)
+        try:
+            out = tmp_path / f"out{mask}"
+            with staged_dir(out, lambda: None) as work:
+                (work / "f.txt").write_text("x")
+            assert current_umask() == mask
+        finally:
+            os.umask(old)
+        assert (out / "f.txt").read_text() == "x"
+        assert stat.S_IMODE(os.stat(out).st_mode) == 0o777 & ~mask
