@@ -865,3 +865,18 @@ def test_optimizer_settings_are_checked() -> None:
         cfg.optim.betas = betas
         with pytest.raises(ConfigError, match=r"optim.betas must be two numbers in \[0, 1\)"):
             validate_train_config(cfg)
+
+
+def test_an_error_hydra_does_not_name_keeps_its_own_words():
+    from omegaconf.errors import ValidationError
+
+    from protein_performer.cli.overrides import to_config_error
+
+    plain = to_config_error(RuntimeError("the config store is locked\nmore detail"), "train")
+    assert str(plain) == "the config store is locked more detail"
+    assert str(to_config_error(RuntimeError(""), "train")) == "RuntimeError"  # nothing to say
+    chained = RuntimeError("composition failed")
+    chained.__cause__ = ValueError("underneath")
+    assert str(to_config_error(chained, "train")) == "composition failed"
+    bare = ValidationError("Value 'abc' could not be converted to Integer")
+    assert "abc" in str(to_config_error(bare, "train"))  # no key: the message alone
