@@ -1141,7 +1141,7 @@ def test_the_spearman_said_is_the_one_read_from_the_table() -> None:
     fitness = np.array([2.0, 1.0, 0.0, 3.0, 5.0, 4.0, np.nan])
     assert as_in_table(noise)[0] == as_in_table(noise)[1] and np.isnan(as_in_table([np.nan])[0])
     assert as_in_table([0.1234564, -12345678.0]).tolist() == [0.123456, -12345700.0]
-    scan = SimpleNamespace(good=list(range(7)), rows=[{"f": "1"}] * 6 + [{"f": ""}])
+    scan = SimpleNamespace(good=list(range(7)), rows=[{"f": "1"}] * 6 + [{"f": ""}], synonymous=[])
     summary: dict = {}
     text = fitness_notes(scan, {"pssm": noise}, fitness, "f", summary)
     written = [float(f"{x:.6g}") for x in noise[:6]]

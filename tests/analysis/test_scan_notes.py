@@ -88,3 +88,32 @@ def test_fitness_notes_show_a_value_that_is_not_a_number():
     assert summary["rows_without_numeric_fitness"] == 1
     text, _ = _fitness(["1", "", "3"])
     assert "1 scored row without a numeric value, all empty" in text
+
+
+def _rank_correlation(x: list[float], y: list[float]) -> float:
+    """Spearman without ties: Pearson's r of the ranks (numpy alone)."""
+    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def test_synonymous_rows_are_left_out_of_a_second_spearman():
+    mutants = ["K2R", "K2K", "T3A", "A4G", "Y5F", "T3T", "I6V"]
+    fitness = ["0.1", "0.9", "-1.2", "0.4", "-0.3", "0.8", "0.2"]
+    scores = np.array([-0.5, 0.0, -2.0, 0.3, -1.0, 0.0, -0.1])  # the S2S rows: 0, as scored
+    scan = _scan(mutants, fitness)
+    summary: dict = {}
+    values = np.array([float(f) for f in fitness])
+    text = fitness_notes(scan, {"col": scores}, values, "f", summary)
+    assert scan.synonymous == [1, 5]
+    keep = [0, 2, 3, 4, 6]
+    expected = _rank_correlation(scores[keep].tolist(), values[keep].tolist())
+    assert summary["spearman_without_synonymous"]["col"] == pytest.approx(expected)
+    assert summary["pairs_without_synonymous"] == 5 and summary["pairs"] == 7
+    assert summary["spearman"]["col"] != pytest.approx(expected)  # the rows change it
+    assert (
+        f"\n  without the 2 synonymous rows (n=5), as published scans are compared: col {expected:+.3f}"
+        in text
+    )
+    plain = fitness_notes(_scan(["K2R", "T3A", "A4G"], ["1", "2", "3"]), {"col": np.array([1.0, 2, 3])},
+                          np.array([1.0, 2, 3]), "f", {})  # fmt: skip
+    assert "synonymous" not in plain

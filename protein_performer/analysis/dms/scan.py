@@ -47,6 +47,18 @@ class Scan:
         return [i for i in range(len(self.rows)) if i not in bad]
 
     @cached_property
+    def synonymous(self) -> list[int]:
+        """The rows scored whose every substitution keeps its letter (``S2S``): 0 in every
+        column, as the wild type."""
+        return [
+            i
+            for i in self.good
+            if self.parsed[i]
+            and not isinstance(self.parsed[i], var.Indel)
+            and all(x.wt == x.mt for x in self.parsed[i])  # type: ignore[union-attr]
+        ]
+
+    @cached_property
     def kinds(self) -> list[str]:
         return [var.problem_kind(p) for _, p in self.problems]
 
@@ -339,13 +351,7 @@ def variant_notes(
             "indels of one length with each other"
         )
         summary["indels"] = len(indels)
-    synonymous = [
-        i
-        for i in good
-        if parsed[i]
-        and not isinstance(parsed[i], var.Indel)
-        and all(x.wt == x.mt for x in parsed[i])  # type: ignore[union-attr]
-    ]
+    synonymous = scan.synonymous
     if synonymous:
         i = synonymous[0]
         text += (
@@ -439,12 +445,21 @@ def fitness_notes(
         text += f"; {no_value:,} {rows} without a numeric value{shown})"
     else:
         text += ")"
-    return (
-        text
-        + ": "
-        + ", ".join(
-            f"{k} {'n/a' if r is None else f'{r:+.3f}'}"
-            + (f" (n={column_pairs[k]:,})" if column_pairs[k] != n_pairs else "")
-            for k, r in rho.items()
-        )
+    text += ": " + ", ".join(
+        f"{k} {'n/a' if r is None else f'{r:+.3f}'}"
+        + (f" (n={column_pairs[k]:,})" if column_pairs[k] != n_pairs else "")
+        for k, r in rho.items()
     )
+    if scan.synonymous and n_pairs > 1:  # published scans are compared over substitutions
+        keep = np.ones(len(scan.rows), dtype=bool)
+        keep[scan.synonymous] = False
+        sub = {k: mut.spearman(as_in_table(v)[keep], fitness[keep]) for k, v in full.items()}
+        n_sub = int(np.sum(np.isfinite(fitness[good]) & keep[good]))
+        summary["spearman_without_synonymous"] = sub
+        summary["pairs_without_synonymous"] = n_sub
+        text += (
+            f"\n  without the {len(scan.synonymous):,} synonymous rows (n={n_sub:,}), as "
+            "published scans are compared: "
+            + ", ".join(f"{k} {'n/a' if r is None else f'{r:+.3f}'}" for k, r in sub.items())
+        )
+    return text
