@@ -393,7 +393,7 @@ def search(
 
     def check() -> Path:
         return check_output_dir(
-            out_dir, "OUT", overwrite=overwrite, is_ours=is_search_dir, what="search directory"
+            out_dir, "OUTDIR", overwrite=overwrite, is_ours=is_search_dir, what="search directory"
         )
 
     outdir = check()

@@ -115,8 +115,8 @@ def test_margin_max_hits_and_overwrite(families, db, tmp_path):
         assert int(row["region_start"]) == max(1, int(row["target_start"]) - 7)
         assert int(row["region_end"]) == min(tlen, int(row["target_end"]) + 7)
     assert any(int(r["region_start"]) < int(r["target_start"]) for r in rows)
-    with pytest.raises(DataError, match="exists"):
-        search(query, db, out, threads=1)
+    with pytest.raises(DataError, match=r"hits: OUTDIR: search directory exists"):
+        search(query, db, out, threads=1)  # the name the usage line gives it
     search(query, db, out, max_hits=1, threads=1, overwrite=True)
     assert len(_tsv(out / "hits.tsv")) == 1
     (out / "notes.txt").write_text("mine")
