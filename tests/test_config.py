@@ -612,6 +612,14 @@ def test_torchrun_with_a_trainer_that_does_not_match_is_refused(monkeypatch):
             TrainerConfig(accelerator="cpu", strategy="ddp", devices=4), warn=False
         )
     check_trainer_launch(TrainerConfig(accelerator="cpu", strategy="ddp", devices=2), warn=False)
+    # two nodes of two: four ranks, as torchrun --nnodes=2 --nproc-per-node=2 starts
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    check_trainer_launch(
+        TrainerConfig(accelerator="cpu", strategy="ddp", devices=2, num_nodes=2), warn=False
+    )
+    # torchrun with one process: one trainer process is what it started
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    check_trainer_launch(TrainerConfig(accelerator="cpu"), warn=False)
 
 
 def test_a_resume_inside_an_epoch_on_more_processes_is_refused_fewer_is_fine():
