@@ -622,7 +622,7 @@ def test_torchrun_with_a_trainer_that_does_not_match_is_refused(monkeypatch):
     check_trainer_launch(TrainerConfig(accelerator="cpu"), warn=False)
 
 
-def test_a_resume_inside_an_epoch_on_more_processes_is_refused_fewer_is_fine():
+def test_a_resume_inside_an_epoch_on_more_processes_is_refused_fewer_is_fine(monkeypatch):
     from protein_performer.config.schema import TrainerConfig
     from protein_performer.training.preflight import _check_resume_processes
 
@@ -635,6 +635,12 @@ def test_a_resume_inside_an_epoch_on_more_processes_is_refused_fewer_is_fine():
     _check_resume_processes(ckpt(2, 5), TrainerConfig(devices=1))  # fewer: goes on exactly
     _check_resume_processes(ckpt(1, 0), TrainerConfig(devices=2))  # at an epoch's start
     _check_resume_processes({"loops": {}}, TrainerConfig(devices=2))  # older checkpoints
+    # a launcher that sets no WORLD_SIZE (Slurm's own variables): the trainer's count holds
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    _check_resume_processes(ckpt(2, 5), TrainerConfig(devices=1))
+    with pytest.raises(ConfigError, match="on 2 processes; resumed on 3"):
+        _check_resume_processes(ckpt(2, 5), TrainerConfig(devices=3))
 
 
 def test_the_resume_check_counts_devices_given_as_lists_strings_or_auto(monkeypatch):
