@@ -626,7 +626,10 @@ def test_windows_of_each_size_are_averaged_site_by_site(tmp_path, monkeypatch):
     assert info["mean_homologs_in_window"] == [8, 12] and info["sites"] == 3
     summary: dict = {}
     text = context_notes(context, summary, causal=False)
-    assert "a mean of 8 and 12 of them" in text and "at most 8 and 64 a window" in text
+    assert (
+        "tokens holding 8 and 12 homologs (a mean each) before the protein" in text
+        and "at most 8 and 64 a window" in text
+    )
     assert "averaged over these windows" in text and "each window 21 and 14 residues" in text
     # a single kind of window after the pair: nothing of the pair's left in what is said
     H.context_log_probs(model, A, wt, sites, context, max_length=200, window_homologs=12)
@@ -635,7 +638,7 @@ def test_windows_of_each_size_are_averaged_site_by_site(tmp_path, monkeypatch):
     info.update(context_window_homologs=[1, 64], context_crop=[60, 60])  # the same crop twice
     assert "each window 60 residues" in context_notes(context, {}, causal=False)
     info.update(mean_homologs_in_window=[1.0, 37.25])  # whole counts whole, a mean to a tenth
-    assert "a mean of 1 and 37.2 of them" in context_notes(context, {}, causal=False)
+    assert "holding 1 and 37.2 homologs (a mean each)" in context_notes(context, {}, causal=False)
     info["context_samples"] = 2  # drawn windows of each size: said per size
     assert ", 2 windows of each size per site averaged" in context_notes(context, {}, False)
     H.context_log_probs(model, A, wt, sites, context, max_length=200, window_homologs=[8, 64])

@@ -177,7 +177,9 @@ def test_score_with_context_adds_the_pssm_and_the_homolog_conditioned_score(
     assert summary["context"]["homologs"] == 5 and summary["context"]["homologs_used"] == 4
     assert summary["context"]["other_queries_left_out"] == 1
     # 3 of the 4 fit 256 tokens beside the 60 residues (a 4th would leave 11 residues)
-    assert "context: 4 of the 5 homologs in" in out and "mean of 3 of them" in out
+    assert (
+        "context: 4 of the 5 homologs in" in out and "mean of 3 homologs before the protein" in out
+    )
     spearman = out[out.index("Spearman with fitness") :]
     assert all(c in spearman for c in ("masked_marginal ", "masked_marginal_context ", "pssm "))
     # a second run replaces what score wrote
@@ -596,13 +598,16 @@ def test_score_caps_the_homologs_of_a_window_as_asked(ckpt, tmp_path, capsys):
     context = f"context={tmp_path / 'h.fa'}"
     assert _score(ckpt, tmp_path, context, "context_window_homologs=1", "context_tokens=256") == 0
     out = capsys.readouterr().out
-    assert "a mean of 1 of them" in out and "(first homologs, at most 1 a window)" in out
+    assert (
+        "with a mean of 1 homolog before the protein in windows of" in out
+        and "(first homologs, at most 1 a window)" in out
+    )
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["context"]["context_window_homologs"] == 1
     code = _score(ckpt, tmp_path, context, "context_window_homologs=null", "context_tokens=256",
                   out="t.csv")  # fmt: skip
     out = capsys.readouterr().out
-    assert code == 0 and "a mean of 3 of them" in out and "at most" not in out
+    assert code == 0 and "a mean of 3 homologs before" in out and "at most" not in out
     assert _score(ckpt, tmp_path, context, "context_window_homologs=0", out="u.csv") != 0
     assert "context_window_homologs" in capsys.readouterr().err
 

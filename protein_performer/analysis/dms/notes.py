@@ -130,11 +130,18 @@ def _windows_note(info: dict[str, Any], used: int) -> str:
     several = isinstance(caps, list)
     crops = info.get("context_crop")
     whole = info.get("sites_scored_whole")
+    mean = info.get("mean_homologs_in_window", 0)
     text = (
-        f"; {CONTEXT_COLUMN}: masked marginals with a mean of "
-        f"{_each(info.get('mean_homologs_in_window', 0), _mean)} of them before the "
-        f"protein in windows of {info.get('context_window_tokens', 0):,} tokens "
-        f"({info.get('context_sampling', DEFAULT_SAMPLING)} homologs"
+        f"; {CONTEXT_COLUMN}: masked marginals "
+        + (
+            f"from windows of {info.get('context_window_tokens', 0):,} tokens holding "
+            f"{_each(mean, _mean)} homologs (a mean each) "
+            "before the protein "
+            if several
+            else f"with a mean of {_each(mean, _mean)} homolog{'' if mean == 1 else 's'} "
+            f"before the protein in windows of {info.get('context_window_tokens', 0):,} tokens "
+        )
+        + f"({info.get('context_sampling', DEFAULT_SAMPLING)} homologs"
         + (f", at most {_each(caps)} a window" if caps else "")
         + (", each site's log-probabilities averaged over these windows" if several else "")
         + (
