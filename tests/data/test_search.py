@@ -218,6 +218,7 @@ def test_bad_parameters_are_config_errors(tmp_path):
         ({"margin": -1}, "margin"),
         ({"max_evalue": 0}, "max_evalue"),
         ({"max_hits": 0}, "max_hits"),
+        ({"min_coverage": 1.5}, r"min_coverage must be in \[0, 1\]"),
         ({"iterations": 0}, "iterations must be an integer in"),
         ({"iterations": 11}, "iterations must be an integer in"),
         ({"iterations": 2.5}, "iterations must be an integer in"),
@@ -505,3 +506,20 @@ def test_profile_rounds_find_distant_members_one_search_misses(tmp_path):
     # at search's own default E-value (1e-3): one from one search, several from the profile's
     assert len([r for r in one if float(r["evalue"]) <= 1e-3]) <= 1
     assert len([r for r in three if float(r["evalue"]) <= 1e-3]) >= 4
+
+
+def test_a_run_that_fails_after_writing_its_table_is_still_a_failure(tmp_path, monkeypatch):
+    table = tmp_path / "table.m8"
+    table.write_text("q0\tt0\t0.9\t10\t1\t10\t10\t1\t10\t10\t1e-5\t40\n")
+    fake = tmp_path / "mmseqs"
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = version ]; then echo fake; exit 0; fi\n'
+        f'cp "{table}" "$4"\necho "Error: killed while writing" >&2\nexit 137\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("MMSEQS", str(fake))
+    query = _write(tmp_path / "q.fasta", {"a": "MKVLAAGICW"})
+    db = _write(tmp_path / "db.fasta", {"b": "MKVLAAGICW"})
+    with pytest.raises(DataError, match=r"easy-search failed \(exit 137\): Error: killed"):
+        search(query, db, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
