@@ -364,14 +364,16 @@ def test_the_cli_needs_a_query_a_database_and_an_outdir(tmp_path, capsys):
 
 
 # ---- search's own logic on a hand-made MMseqs2 table (no mmseqs run) ------------------------
-def _table_mmseqs(tmp_path: Path, monkeypatch, rows: list[tuple]) -> None:
-    """An ``mmseqs`` whose easy-search writes ``rows`` (:data:`MMSEQS_COLUMNS`) as its result."""
+def _table_mmseqs(tmp_path: Path, monkeypatch, rows: list[tuple], fail: str = "") -> None:
+    """An ``mmseqs`` whose easy-search writes ``rows`` (:data:`MMSEQS_COLUMNS`) as its result
+    (and then, with ``fail``, says it and exits 137)."""
     table = tmp_path / "table.m8"
     table.write_text("".join("\t".join(str(x) for x in row) + "\n" for row in rows))
     fake = tmp_path / "mmseqs"
     fake.write_text(
         f'#!/bin/sh\nif [ "$1" = version ]; then echo fake; exit 0; fi\n'
         f'echo "$@" > "{tmp_path / "args.txt"}"\ncp "{table}" "$4"\n'
+        + (f'echo "{fail}" >&2\nexit 137\n' if fail else "")
     )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("MMSEQS", str(fake))
@@ -509,15 +511,8 @@ def test_profile_rounds_find_distant_members_one_search_misses(tmp_path):
 
 
 def test_a_run_that_fails_after_writing_its_table_is_still_a_failure(tmp_path, monkeypatch):
-    table = tmp_path / "table.m8"
-    table.write_text("q0\tt0\t0.9\t10\t1\t10\t10\t1\t10\t10\t1e-5\t40\n")
-    fake = tmp_path / "mmseqs"
-    fake.write_text(
-        '#!/bin/sh\nif [ "$1" = version ]; then echo fake; exit 0; fi\n'
-        f'cp "{table}" "$4"\necho "Error: killed while writing" >&2\nexit 137\n'
-    )
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("MMSEQS", str(fake))
+    row = ("q0", "t0", 0.9, 10, 1, 10, 10, 1, 10, 10, 1e-5, 40)
+    _table_mmseqs(tmp_path, monkeypatch, [row], fail="Error: killed while writing")
     query = _write(tmp_path / "q.fasta", {"a": "MKVLAAGICW"})
     db = _write(tmp_path / "db.fasta", {"b": "MKVLAAGICW"})
     with pytest.raises(DataError, match=r"easy-search failed \(exit 137\): Error: killed"):
