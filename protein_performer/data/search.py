@@ -107,7 +107,7 @@ def _check_params(
     margin: int,
     max_hits: int | None,
     threads: int | None,
-    iterations: int = 1,
+    iterations: int,
 ) -> None:
     """One-line :class:`ConfigError` for a value out of range."""
     checks = [

@@ -446,8 +446,7 @@ def fitness_notes(
     else:
         text += ")"
     text += ": " + ", ".join(
-        f"{k} {'n/a' if r is None else f'{r:+.3f}'}"
-        + (f" (n={column_pairs[k]:,})" if column_pairs[k] != n_pairs else "")
+        _rho_text(k, r) + (f" (n={column_pairs[k]:,})" if column_pairs[k] != n_pairs else "")
         for k, r in rho.items()
     )
     if scan.synonymous and n_pairs > 1:  # published scans are compared over substitutions
@@ -459,7 +458,11 @@ def fitness_notes(
         summary["pairs_without_synonymous"] = n_sub
         text += (
             f"\n  without the {len(scan.synonymous):,} synonymous rows (n={n_sub:,}), as "
-            "published scans are compared: "
-            + ", ".join(f"{k} {'n/a' if r is None else f'{r:+.3f}'}" for k, r in sub.items())
+            "published scans are compared: " + ", ".join(_rho_text(k, r) for k, r in sub.items())
         )
     return text
+
+
+def _rho_text(column: str, rho: float | None) -> str:
+    """``pssm +0.116`` (``n/a`` where no correlation is defined)."""
+    return f"{column} {'n/a' if rho is None else f'{rho:+.3f}'}"
